@@ -1,0 +1,225 @@
+/* codegen/kir — the kernel IR: an iteration space (loop nest) plus an
+ * expression DAG, with every parameter explicit.
+ *
+ * The simulator interprets it; the CUDA backend renders it to CUDA C. Both
+ * must agree on the semantics written here.
+ *
+ * Iteration space
+ *   outer dims  o[0..n_outer)   extents outer[d]  (parallel: one CUDA thread per point,
+ *                               or one block per point when the kernel has inner dims)
+ *   inner dims  r[0..n_inner)   extents inner[d]  (the "row": reduced by REDUCE stages and
+ *                               walked by STORE stages with over_inner = 1)
+ *   A kernel with n_inner = 0 is purely elementwise over the outer points.
+ *
+ * Stages run in order for each outer point:
+ *   REDUCE j : acc_j = fold(fn, init, value(r) for all r in the inner space)
+ *   STORE    : if over_inner: for all r: buf[addr(o, r)] = value(o, r)
+ *              else:          buf[addr(o)] = value(o)  (must not read inner indices)
+ * Expression nodes may read accumulators of earlier REDUCE stages (GR_KX_ACC).
+ *
+ * Addressing (in elements of the buffer's dtype):
+ *   addr = offset + sum_d stride[d]*o[d] + sum_d inner_stride[d]*r[d]
+ *          + (index >= 0 ? wrap(value(index)) * index_stride : 0)
+ *   wrap(i) = i < 0 ? i + index_extent : i;  0 <= wrap(i) < index_extent is required
+ *   (the simulator reports a violation as an error naming the kernel).
+ *
+ * Arithmetic: a node's dtype is its logical type. f16/bf16 are computed in f32
+ * and rounded when stored or cast; f32 in f32; f64 in f64; integers and bool in
+ * int64 and wrapped to their width when stored or cast. bool is 0/1.
+ *
+ * Parameters: every buffer, scalar and shape a kernel reads is a parameter,
+ * passed at launch in a gr_karg array (one 8-byte slot each). A BUFFER param
+ * holds a device address; a BUFFER_INDIRECT param holds the device address of
+ * a slot holding the buffer's address (parameter indirection, GraCE's PI);
+ * SCALAR_F / SCALAR_I hold a value; SHAPE holds an extent (n_points_param
+ * names the one that bounds the launch).
+ *
+ * RANDOM: x = seed * 0x9E3779B97F4A7C15 + counter (uint64, wrapping), then
+ * splitmix64's finalizer: x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27;
+ * x *= 0x94D049BB133111EB; x ^= x >> 31. f32: (x >> 40) * 2^-24; f64: (x >> 11) * 2^-53.
+ */
+#ifndef GR_KIR_H
+#define GR_KIR_H
+
+#include "util/util.h"
+
+#define GR_KMAX_PARAMS 32
+#define GR_KMAX_STAGES 8
+
+typedef enum {
+    GR_KP_BUFFER = 0,
+    GR_KP_BUFFER_INDIRECT,
+    GR_KP_SCALAR_F,
+    GR_KP_SCALAR_I,
+    GR_KP_SHAPE,
+} gr_kparam_kind;
+
+typedef struct {
+    gr_kparam_kind kind;
+    gr_dtype dtype;   /* element type of a buffer; value type of a scalar */
+    bool written;     /* buffer stored to by this kernel */
+    char name[24];    /* for printing and rendered code */
+} gr_kparam;
+
+/* one launch argument */
+typedef union {
+    void *ptr;     /* BUFFER: device address; BUFFER_INDIRECT: address of the slot */
+    double f;      /* SCALAR_F */
+    int64_t i;     /* SCALAR_I, SHAPE */
+    uint64_t bits;
+} gr_karg;
+
+typedef enum {
+    GR_KX_CONST = 0, /* f (float dtypes) or i (ints, bool) */
+    GR_KX_INDEX,     /* loop index: which < n_outer: o[which]; which >= GR_KIDX_INNER: r[which - GR_KIDX_INNER];
+                        which == GR_KIDX_LINEAR: row-major linear index of the outer point */
+    GR_KX_PARAM,     /* value of scalar / shape param `param` */
+    GR_KX_LOAD,      /* load from buffer param `param` at `access` */
+    GR_KX_ACC,       /* accumulator of REDUCE stage `which` */
+    GR_KX_UNARY,     /* fn(a) */
+    GR_KX_BINARY,    /* fn(a, b) */
+    GR_KX_SELECT,    /* a ? b : c */
+    GR_KX_CAST,      /* convert a to dtype */
+    GR_KX_RANDOM,    /* uniform [0,1) from seed i and counter value(a) (an int64 node); f32 or f64; see above */
+} gr_kexpr_op;
+
+#define GR_KIDX_INNER 16
+#define GR_KIDX_LINEAR 32
+
+typedef enum {
+    GR_KU_NEG = 0, GR_KU_ABS, GR_KU_EXP, GR_KU_LOG, GR_KU_SQRT, GR_KU_RSQRT, GR_KU_RECIP,
+    GR_KU_TANH, GR_KU_SIGMOID, GR_KU_ERF, GR_KU_RELU, GR_KU_GELU, GR_KU_GELU_TANH, GR_KU_SELU,
+    GR_KU_SILU, GR_KU_SIN, GR_KU_COS, GR_KU_ISNAN, GR_KU_NOT, GR_KU_FLOOR, GR_KU_CEIL,
+    GR_KU_COUNT
+} gr_kunary;
+
+typedef enum {
+    GR_KB_ADD = 0, GR_KB_SUB, GR_KB_MUL, GR_KB_DIV, GR_KB_POW, GR_KB_MIN, GR_KB_MAX,
+    GR_KB_EQ, GR_KB_LT, GR_KB_LE, GR_KB_GT, GR_KB_GE, GR_KB_AND, GR_KB_OR, GR_KB_MOD,
+    GR_KB_COUNT
+} gr_kbinary;
+/* Comparisons and AND/OR produce bool. DIV on integers truncates toward zero
+ * (C semantics); MOD is C's %. MIN/MAX propagate NaN. SELU uses ONNX's default
+ * alpha/gamma; GELU is the exact erf form, GELU_TANH the tanh approximation. */
+
+typedef enum { GR_KR_SUM = 0, GR_KR_MAX, GR_KR_MIN, GR_KR_PROD, GR_KR_COUNT } gr_kreduce;
+
+typedef struct {
+    int64_t offset;
+    int64_t stride[GR_MAX_DIMS];       /* per outer dim */
+    int64_t inner_stride[GR_MAX_DIMS]; /* per inner dim */
+    int32_t index;                     /* expression node giving a gather index, or -1 */
+    int64_t index_stride;
+    int64_t index_extent;
+} gr_kaccess;
+
+typedef struct {
+    gr_kexpr_op op;
+    gr_dtype dtype;  /* result type */
+    int32_t fn;      /* gr_kunary / gr_kbinary */
+    int32_t a, b, c; /* operand nodes (indices smaller than this node's) */
+    int32_t which;   /* INDEX: loop index id; ACC: stage id */
+    int32_t param;   /* PARAM / LOAD: parameter index */
+    double f;        /* CONST (float) */
+    int64_t i;       /* CONST (int/bool), RANDOM seed */
+    gr_kaccess access; /* LOAD */
+} gr_kexpr;
+
+typedef enum { GR_KS_REDUCE = 0, GR_KS_STORE } gr_kstage_kind;
+
+typedef struct {
+    gr_kstage_kind kind;
+    int32_t value;        /* expression node */
+    gr_kreduce reduce;    /* REDUCE */
+    bool over_inner;      /* STORE: walks the inner space */
+    int32_t param;        /* STORE: buffer param */
+    gr_kaccess access;    /* STORE (index must be -1) */
+} gr_kstage;
+
+typedef struct gr_kernel {
+    char name[64];             /* unique in a plan; a C identifier */
+    int n_params;
+    gr_kparam params[GR_KMAX_PARAMS];
+    int n_outer, n_inner;
+    int64_t outer[GR_MAX_DIMS];
+    int64_t inner[GR_MAX_DIMS];
+    int32_t n_points_param;    /* SHAPE param holding prod(outer) (the launch bound), or -1 */
+    int n_stages;
+    gr_kstage stages[GR_KMAX_STAGES];
+    GR_VEC(gr_kexpr) nodes;    /* topological order */
+    int source_node;           /* IR node that produced it (first of a fused group), -1 if none */
+} gr_kernel;
+
+/* ---- building (used by lowering and fusion) -------------------------------------- */
+gr_status gr_kernel_create(const char *name, gr_kernel **out);
+void gr_kernel_destroy(gr_kernel *k);
+gr_status gr_kernel_clone(const gr_kernel *k, gr_kernel **out);
+/* Adds a parameter; returns its index in *out. */
+gr_status gr_kernel_add_param(gr_kernel *k, gr_kparam_kind kind, gr_dtype t, const char *name, int *out);
+/* Appends an expression node; returns its index in *out. */
+gr_status gr_kernel_add_expr(gr_kernel *k, const gr_kexpr *e, int *out);
+/* Convenience constructors (each appends one node). */
+gr_status gr_kx_const_f(gr_kernel *k, gr_dtype t, double v, int *out);
+gr_status gr_kx_const_i(gr_kernel *k, gr_dtype t, int64_t v, int *out);
+gr_status gr_kx_index(gr_kernel *k, int which, int *out);
+gr_status gr_kx_param(gr_kernel *k, int param, int *out);
+gr_status gr_kx_load(gr_kernel *k, int param, const gr_kaccess *acc, int *out);
+gr_status gr_kx_acc(gr_kernel *k, int stage, gr_dtype t, int *out);
+gr_status gr_kx_unary(gr_kernel *k, gr_kunary fn, gr_dtype t, int a, int *out);
+gr_status gr_kx_binary(gr_kernel *k, gr_kbinary fn, gr_dtype t, int a, int b, int *out);
+gr_status gr_kx_select(gr_kernel *k, gr_dtype t, int cond, int a, int b, int *out);
+gr_status gr_kx_cast(gr_kernel *k, gr_dtype t, int a, int *out);
+gr_status gr_kernel_add_stage(gr_kernel *k, const gr_kstage *s);
+void gr_kaccess_init(gr_kaccess *a); /* zero strides, index = -1 */
+
+int64_t gr_kernel_points(const gr_kernel *k);  /* prod(outer) */
+int64_t gr_kernel_inner_points(const gr_kernel *k); /* prod(inner), 1 if none */
+/* Checks node operand order, param kinds, stage rules. */
+gr_status gr_kernel_verify(const gr_kernel *k);
+/* Human-readable listing, for `graft dump` and failing tests. */
+gr_status gr_kernel_print(const gr_kernel *k, gr_strbuf *sb);
+/* Stable hash of everything that affects generated code. */
+uint64_t gr_kernel_hash(const gr_kernel *k);
+
+/* ---- reference interpreter ----------------------------------------------------------------
+ * Runs the kernel on host memory (BUFFER args are host pointers; a
+ * BUFFER_INDIRECT arg points at a slot holding the buffer pointer). Before
+ * running, `check` (optional) is called once per buffer param with the byte
+ * range [lo, hi) the kernel may touch relative to the buffer's base; a
+ * non-OK return aborts the launch with that status. Gather indices outside
+ * their extent are GR_ERR_INVALID naming the kernel. */
+typedef gr_status (*gr_kcheck_fn)(void *user, int param, const void *base, int64_t lo, int64_t hi, bool write);
+gr_status gr_kernel_interpret(const gr_kernel *k, const gr_karg *args, int n_args, gr_kcheck_fn check, void *user);
+/* Byte range [lo, hi) the kernel touches through buffer param p (lo == hi: none). */
+void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
+
+/* ---- library calls ---------------------------------------------------------------------
+ * Batched matmul: for each batch b:  C[b] = alpha * op(A[b]) @ op(B[b]) + bias  (+ beta*C)
+ * op(X) = X^T when trans. Row-major. Batch offsets in elements. bias (optional)
+ * is broadcast along rows: bias[n] (bias_kind ROW) or a full tensor of C's shape. */
+typedef enum { GR_LIB_MATMUL = 0, GR_LIB_COUNT } gr_lib_kind;
+typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU } gr_epilogue;
+typedef enum { GR_BIAS_NONE = 0, GR_BIAS_ROW, GR_BIAS_FULL } gr_bias_kind;
+
+typedef struct {
+    gr_lib_kind kind;
+    gr_dtype dtype;           /* A, B, C element type */
+    int64_t m, n, k;
+    int64_t batch;
+    bool trans_a, trans_b;
+    int64_t lda, ldb, ldc;    /* leading dims (row-major) */
+    int64_t batch_stride_a, batch_stride_b, batch_stride_c; /* 0 = broadcast */
+    double alpha;
+    gr_bias_kind bias;
+    int64_t batch_stride_bias;
+    gr_epilogue epilogue;
+    char name[64];
+} gr_libcall;
+/* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
+#define GR_LIB_MATMUL_NARGS 4
+
+/* Reference implementation on host memory (f64 accumulation for f32/f64,
+ * f32 accumulation for f16/bf16). Used by the simulator. */
+gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args);
+
+#endif

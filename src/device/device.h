@@ -1,0 +1,116 @@
+/* device — one vtable, two backends (sim, cuda).
+ *
+ * A backend is `struct gr_device { const struct gr_device_i *iface; void *ctx; }`.
+ * Entries return gr_status; optional entries may be NULL and the wrappers in
+ * device.c return GR_ERR_UNSUPPORTED with a message naming the backend.
+ *
+ * Semantics follow CUDA: streams are in-order queues; work is asynchronous
+ * until a synchronize; while a stream is capturing, kernel launches, library
+ * calls and async copies on it are recorded into a graph instead of running,
+ * and each recorded kernel node keeps a by-value copy of its argument array.
+ */
+#ifndef GR_DEVICE_H
+#define GR_DEVICE_H
+
+#include "codegen/kir.h"
+
+typedef struct gr_stream gr_stream;       /* backend-defined */
+typedef struct gr_event gr_event;
+typedef struct gr_kfunc gr_kfunc;         /* a prepared (compiled) kernel */
+typedef struct gr_dgraph gr_dgraph;       /* captured graph (cudaGraph_t) */
+typedef struct gr_dexec gr_dexec;         /* instantiated graph (cudaGraphExec_t) */
+
+typedef enum {
+    GR_MEM_DEVICE = 0,   /* device memory */
+    GR_MEM_HOST_PINNED,  /* page-locked host memory (legal to copy from during capture) */
+    GR_MEM_HOST,         /* pageable host memory (a copy from it breaks capture) */
+} gr_mem_kind;
+
+typedef enum { GR_COPY_H2D = 0, GR_COPY_D2H, GR_COPY_D2D, GR_COPY_H2H } gr_copy_kind;
+
+/* One node of a captured graph, as seen by the graph manager. */
+typedef enum { GR_GNODE_KERNEL = 0, GR_GNODE_LIBCALL, GR_GNODE_COPY, GR_GNODE_MEMSET, GR_GNODE_CONDITIONAL } gr_gnode_kind;
+typedef struct {
+    gr_gnode_kind kind;
+    const gr_kfunc *func;   /* KERNEL */
+    int n_args;
+} gr_gnode_info;
+
+typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
+
+struct gr_device_i {
+    const char *(*name)(void *ctx);             /* "sim" or "NVIDIA H100 80GB HBM3 (sm_90, driver 580.x)" */
+    void (*destroy)(void *ctx);
+
+    /* memory */
+    gr_status (*alloc)(void *ctx, gr_mem_kind kind, size_t bytes, void **out);
+    void (*free)(void *ctx, void *ptr);
+    size_t (*mem_in_use)(void *ctx);            /* device bytes currently allocated */
+
+    /* streams and events */
+    gr_status (*stream_create)(void *ctx, gr_stream **out);
+    void (*stream_destroy)(void *ctx, gr_stream *s);
+    gr_status (*stream_sync)(void *ctx, gr_stream *s);
+    gr_status (*event_create)(void *ctx, gr_event **out);
+    void (*event_destroy)(void *ctx, gr_event *e);
+    gr_status (*event_record)(void *ctx, gr_event *e, gr_stream *s);
+    gr_status (*event_elapsed_us)(void *ctx, gr_event *start, gr_event *end, double *out);
+
+    /* work */
+    gr_status (*memcpy_async)(void *ctx, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
+    gr_status (*memset_async)(void *ctx, gr_stream *s, void *dst, int value, size_t bytes);
+    gr_status (*kernel_prepare)(void *ctx, const gr_kernel *k, gr_kfunc **out); /* compile / load */
+    void (*kernel_release)(void *ctx, gr_kfunc *f);
+    gr_status (*kernel_launch)(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
+    gr_status (*libcall)(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args);
+
+    /* CUDA graphs */
+    gr_status (*capture_begin)(void *ctx, gr_stream *s);
+    gr_status (*capture_end)(void *ctx, gr_stream *s, gr_dgraph **out); /* fails if capture was invalidated */
+    void (*graph_destroy)(void *ctx, gr_dgraph *g);
+    gr_status (*graph_instantiate)(void *ctx, gr_dgraph *g, gr_dexec **out);
+    void (*exec_destroy)(void *ctx, gr_dexec *e);
+    gr_status (*graph_upload)(void *ctx, gr_dexec *e, gr_stream *s);
+    gr_status (*graph_launch)(void *ctx, gr_dexec *e, gr_stream *s);
+    int (*graph_num_nodes)(void *ctx, gr_dgraph *g);
+    gr_status (*graph_node_info)(void *ctx, gr_dgraph *g, int node, gr_gnode_info *out);
+    /* cudaGraphExecKernelNodeSetParams: replace node's by-value args in the exec graph */
+    gr_status (*exec_kernel_node_set_args)(void *ctx, gr_dexec *e, int node, const gr_karg *args, int n_args);
+    /* cudaGraphExecUpdate: update exec e from graph g of the same topology */
+    gr_status (*exec_update)(void *ctx, gr_dexec *e, gr_dgraph *g);
+    /* Device-updatable kernel nodes: during capture, mark the last captured
+     * kernel node updatable and get a device handle a prelude kernel can patch. */
+    gr_status (*capture_mark_updatable)(void *ctx, gr_stream *s, uint64_t *out_handle);
+    /* Conditional nodes: create a condition handle (device-resident flag set by a
+     * kernel), then capture a body into the conditional node (IF / IF+ELSE / WHILE).
+     * body_begin/body_end bracket the work captured into branch `branch` (0 = then/body, 1 = else). */
+    gr_status (*cond_create)(void *ctx, gr_stream *s, gr_cond_kind kind, unsigned default_value, uint64_t *out_handle);
+    gr_status (*cond_body_begin)(void *ctx, gr_stream *s, uint64_t handle, int branch);
+    gr_status (*cond_body_end)(void *ctx, gr_stream *s, uint64_t handle, int branch);
+
+    /* time */
+    double (*clock_us)(void *ctx); /* simulated clock (sim) or wall clock (cuda) */
+};
+
+typedef struct gr_device {
+    const struct gr_device_i *iface;
+    void *ctx;
+    int kind; /* gr_device_kind */
+} gr_device;
+
+gr_status gr_device_sim_create(gr_device **out);
+/* Fails with a clear message where no driver or GPU is present. */
+gr_status gr_device_cuda_create(const char *cache_dir, gr_device **out);
+/* auto: CUDA when usable, else the simulator with a note on stderr when verbose. */
+gr_status gr_device_open(gr_device_kind kind, const char *cache_dir, int verbose, gr_device **out);
+void gr_device_destroy(gr_device *d);
+
+/* Wrappers: NULL-safe for optional entries. */
+gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out);
+void gr_dev_free(gr_device *d, void *p);
+gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
+gr_status gr_dev_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
+gr_status gr_dev_libcall(gr_device *d, gr_stream *s, const gr_libcall *c, const gr_karg *args, int n_args);
+gr_status gr_dev_sync(gr_device *d, gr_stream *s);
+
+#endif

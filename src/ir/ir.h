@@ -1,0 +1,193 @@
+/* ir — the tensor graph: values, nodes, attributes, subgraphs; verifier; printer.
+ *
+ * A graph owns arrays of values and nodes, addressed by int index. A value is
+ * a graph input, an initializer (constant data owned by the graph) or the
+ * output of exactly one node. Nodes are kept in topological order (the
+ * builder and the parsers only append nodes whose inputs already exist).
+ *
+ * Semantics of every op (attributes, defaults, broadcasting) are documented in
+ * ops.c next to the op table; the simulator's kernels are their definition.
+ */
+#ifndef GR_IR_H
+#define GR_IR_H
+
+#include "util/util.h"
+
+/* ---- ops (append-only) ------------------------------------------------------ */
+typedef enum {
+    GR_OP_IDENTITY = 0,
+    /* elementwise binary, numpy broadcasting */
+    GR_OP_ADD, GR_OP_SUB, GR_OP_MUL, GR_OP_DIV, GR_OP_POW, GR_OP_MIN, GR_OP_MAX,
+    /* comparisons and logic -> bool */
+    GR_OP_EQUAL, GR_OP_LESS, GR_OP_LESS_EQUAL, GR_OP_GREATER, GR_OP_GREATER_EQUAL,
+    GR_OP_AND, GR_OP_OR, GR_OP_NOT,
+    /* elementwise unary */
+    GR_OP_NEG, GR_OP_ABS, GR_OP_EXP, GR_OP_LOG, GR_OP_SQRT, GR_OP_RSQRT, GR_OP_RECIPROCAL,
+    GR_OP_TANH, GR_OP_SIGMOID, GR_OP_ERF, GR_OP_RELU, GR_OP_GELU, GR_OP_SELU, GR_OP_SILU,
+    GR_OP_SIN, GR_OP_COS, GR_OP_ISNAN,
+    /* other elementwise */
+    GR_OP_WHERE, GR_OP_CAST,
+    /* reductions and normalizations */
+    GR_OP_REDUCE_SUM, GR_OP_REDUCE_MEAN, GR_OP_REDUCE_MAX, GR_OP_REDUCE_MIN,
+    GR_OP_SOFTMAX, GR_OP_LAYER_NORM,
+    /* linear algebra (library call) */
+    GR_OP_MATMUL,
+    /* data movement */
+    GR_OP_RESHAPE, GR_OP_TRANSPOSE, GR_OP_EXPAND, GR_OP_SQUEEZE, GR_OP_UNSQUEEZE,
+    GR_OP_SLICE, GR_OP_CONCAT, GR_OP_SPLIT, GR_OP_GATHER, GR_OP_GATHER_ELEMENTS, GR_OP_TRILU,
+    /* generators */
+    GR_OP_FILL, GR_OP_RANGE, GR_OP_RANDOM_UNIFORM, GR_OP_RANDOM_NORMAL,
+    /* control flow (held in the IR; executed by later passes) */
+    GR_OP_IF, GR_OP_LOOP,
+    GR_OP_COUNT
+} gr_op;
+
+enum { GR_OPK_UNARY = 1, GR_OPK_BINARY, GR_OPK_COMPARE, GR_OPK_REDUCE, GR_OPK_MOVE, GR_OPK_GEN, GR_OPK_OTHER, GR_OPK_CONTROL };
+
+typedef struct {
+    const char *name;  /* text name in .gir: "add", "reduce_sum", ... */
+    int kind;          /* GR_OPK_* */
+    int min_in, max_in;   /* max_in = -1: variadic */
+    int min_out, max_out; /* max_out = -1: variadic */
+} gr_op_info;
+
+const gr_op_info *gr_op_get(gr_op op);
+/* Returns GR_OP_COUNT if unknown. */
+gr_op gr_op_from_name(const char *name);
+
+/* ---- values -------------------------------------------------------------------- */
+#define GR_SYM_NONE (-1)
+
+typedef struct {
+    int64_t size; /* concrete size; -1 while symbolic */
+    int32_t sym;  /* index into graph->syms, or GR_SYM_NONE */
+} gr_dim;
+
+typedef enum { GR_PLACE_DEVICE = 0, GR_PLACE_HOST } gr_placement;
+typedef enum { GR_VAL_INPUT = 0, GR_VAL_CONST, GR_VAL_NODE } gr_value_kind;
+
+typedef struct {
+    char *name;
+    gr_value_kind kind;
+    gr_dtype dtype;
+    int ndim;
+    gr_dim dims[GR_MAX_DIMS];
+    gr_placement placement;
+    bool typed;        /* dtype and shape known (inputs, constants, inferred outputs) */
+    int producer;      /* node index for GR_VAL_NODE, else -1 */
+    int out_slot;      /* which output of the producer */
+    /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */
+    void *data;
+    size_t nbytes;
+    /* where the text or ONNX file defined it, for messages */
+    int line, col;
+} gr_ir_value;
+
+/* ---- attributes ------------------------------------------------------------------ */
+typedef enum {
+    GR_IR_ATTR_INT = 0, GR_IR_ATTR_FLOAT, GR_IR_ATTR_STRING, GR_IR_ATTR_INTS, GR_IR_ATTR_FLOATS, GR_IR_ATTR_GRAPH
+} gr_ir_attr_kind;
+
+struct gr_graph;
+
+typedef struct {
+    char *name;
+    gr_ir_attr_kind kind;
+    int64_t i;
+    double f;
+    char *s;
+    int64_t *ints;
+    double *floats;
+    int n;                   /* length of ints / floats */
+    struct gr_graph *graph;  /* owned subgraph (If branches, Loop body) */
+} gr_ir_attr;
+
+/* ---- nodes ------------------------------------------------------------------------- */
+typedef struct {
+    char *name;      /* unique within the graph ("n12" if the source gave none) */
+    gr_op op;
+    int n_in, n_out, n_attr;
+    int *in;         /* value indices; -1 = optional input left out */
+    int *out;
+    gr_ir_attr *attrs;
+    int line, col;   /* source location for messages; 0 if built by API */
+} gr_ir_node;
+
+/* ---- graph -------------------------------------------------------------------------- */
+struct gr_graph {
+    GR_VEC(gr_ir_value) values;
+    GR_VEC(gr_ir_node) nodes;
+    GR_VEC(int) inputs;        /* value indices */
+    GR_VEC(int) outputs;       /* value indices */
+    GR_VEC(char *) syms;       /* names of symbolic dims */
+    struct gr_graph *parent;   /* enclosing graph of a subgraph, else NULL */
+    char *origin;              /* file name or "<api>" for messages */
+    int next_auto_name;
+};
+typedef struct gr_graph gr_graph;
+
+gr_status gr_ir_graph_create(gr_graph **out);
+void gr_ir_graph_destroy(gr_graph *g);
+/* Deep copy (subgraphs and constant data included). */
+gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out);
+
+/* Symbol index for a dim name, created if new. */
+gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out);
+
+/* Adds a value; name may be NULL (a unique "%N" name is made). Returns index. */
+gr_status gr_ir_add_value(gr_graph *g, const char *name, gr_value_kind kind, int *out);
+gr_status gr_ir_add_input(gr_graph *g, const char *name, gr_dtype t, int ndim, const gr_dim *dims, int *out);
+/* Takes ownership of data (allocated with gr_malloc, nbytes long). */
+gr_status gr_ir_add_const_owned(gr_graph *g, const char *name, gr_dtype t, int ndim, const int64_t *dims,
+                                void *data, size_t nbytes, int *out);
+gr_status gr_ir_add_const(gr_graph *g, const char *name, gr_dtype t, int ndim, const int64_t *dims,
+                          const void *data, int *out);
+/* Adds a node with fresh untyped output values (named out_names[i] if given).
+ * Attributes are deep-copied. Returns the node index. */
+gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, const int *in, int n_out,
+                         const char *const *out_names, int n_attr, const gr_ir_attr *attrs, int *out_node);
+gr_status gr_ir_add_output(gr_graph *g, int value);
+/* Looks a value up by name; -1 if absent. */
+int gr_ir_find_value(const gr_graph *g, const char *name);
+
+/* Attribute access on a node: defaults when absent; a present attribute of the
+ * wrong kind is an error naming the node. */
+const gr_ir_attr *gr_ir_attr_find(const gr_ir_node *n, const char *name);
+gr_status gr_ir_attr_int(const gr_graph *g, const gr_ir_node *n, const char *name, int64_t def, int64_t *out);
+gr_status gr_ir_attr_float(const gr_graph *g, const gr_ir_node *n, const char *name, double def, double *out);
+/* *out points into the node (do not free); def may be NULL */
+gr_status gr_ir_attr_string(const gr_graph *g, const gr_ir_node *n, const char *name, const char *def, const char **out);
+/* *out points into the node; *n_out = -1 when absent */
+gr_status gr_ir_attr_ints(const gr_graph *g, const gr_ir_node *n, const char *name, const int64_t **out, int *n_out);
+gr_status gr_ir_attr_floats(const gr_graph *g, const gr_ir_node *n, const char *name, const double **out, int *n_out);
+gr_status gr_ir_attr_copy(gr_ir_attr *dst, const gr_ir_attr *src);
+void gr_ir_attr_free(gr_ir_attr *a);
+
+/* Concrete shape of a typed value (fails with GR_ERR_SHAPE if a dim is symbolic). */
+gr_status gr_ir_value_shape(const gr_graph *g, int v, int64_t *dims);
+int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic */
+bool gr_ir_value_concrete(const gr_ir_value *v);
+
+/* Human-readable type: "f32[256,512]", "f32[N,512]@host" into buf. */
+void gr_ir_type_str(const gr_graph *g, const gr_ir_value *v, char *buf, size_t n);
+/* "node 'name' (op) at origin:line:col" for messages */
+void gr_ir_node_where(const gr_graph *g, const gr_ir_node *n, char *buf, size_t size);
+
+/* Structural checks: indices in range, arity per op, each value defined once
+ * before use, outputs defined, subgraphs valid. Message names the node. */
+gr_status gr_ir_verify(const gr_graph *g);
+
+/* ---- text format (.gir) ------------------------------------------------------------- */
+/* Parses .gir text. base_dir resolves `file(...)` side files (NULL = cwd). */
+gr_status gr_gir_parse(const char *text, const char *origin, const char *base_dir, gr_graph **out);
+gr_status gr_gir_load(const char *path, gr_graph **out);
+/* Prints a graph. Constants with at most inline_limit elements are printed
+ * inline; larger ones go to side_path (appended, offset recorded) if given,
+ * else inline regardless. Returns a string freed with gr_strfree. */
+gr_status gr_gir_print(const gr_graph *g, size_t inline_limit, const char *side_path, char **out);
+
+/* ---- ONNX frontend ---------------------------------------------------------------------- */
+gr_status gr_onnx_load(const char *path, gr_graph **out);
+gr_status gr_onnx_load_buffer(const void *data, size_t n, const char *origin, const char *base_dir, gr_graph **out);
+
+#endif

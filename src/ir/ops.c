@@ -1,0 +1,129 @@
+/* ir/ops — the op table and the reference semantics of every op.
+ *
+ * Semantics (the simulator's kernels implement exactly this; numpy/ONNX names
+ * in brackets are the independent references the tests compare with):
+ *
+ * Elementwise binary (add sub mul div pow min max) [np.add ...]: numpy
+ *   broadcasting; both inputs must have the same dtype; output has it. Integer
+ *   div truncates toward zero; pow on integers is exact repeated multiply.
+ *   min/max propagate NaN [np.minimum/np.maximum].
+ * Comparisons (equal less less_equal greater greater_equal) → bool, broadcasting.
+ * Logic (and or: bool × bool → bool; not: bool → bool).
+ * Unary (neg abs exp log sqrt rsqrt reciprocal tanh sigmoid erf relu gelu selu
+ *   silu sin cos): float dtypes (neg abs relu also ints). gelu: attr
+ *   approximate = "none" (erf form, default) | "tanh". selu: attrs alpha
+ *   (1.67326319217681884765625), gamma (1.05070102214813232421875).
+ * isnan(x) → bool.
+ * where(cond:bool, a, b): broadcasting of all three; a, b same dtype.
+ * cast(x; to="f16"): numeric conversion; float→int truncates toward zero;
+ *   →bool is x != 0.
+ * reduce_sum / reduce_mean / reduce_max / reduce_min(x; axes=[...], keepdims=1):
+ *   axes absent or empty = all axes; negative axes count from the end.
+ *   mean = sum / count. A reduction over a zero-size axis: sum 0, mean NaN,
+ *   max -inf, min +inf (floats).
+ * softmax(x; axis=-1): exp(x - max) / sum, over one axis.
+ * layer_norm(x, scale, [bias]; axis=-1, epsilon=1e-5): normalizes over the dims
+ *   [axis, ndim) with population variance; scale and bias have the shape of
+ *   those dims (or broadcast to it) [ONNX LayerNormalization, one output].
+ * matmul(a, b, [bias]; trans_a=0, trans_b=0, alpha=1.0): numpy matmul with
+ *   batch broadcasting; 1-D a is [1,K] and 1-D b is [K,1] with that dim
+ *   dropped from the result; trans_* transpose the last two dims first;
+ *   out = alpha * a@b + bias (bias broadcast to the output shape) [np.matmul].
+ * reshape(x; shape=[...]): one dim may be -1 (inferred); 0 is a zero-size dim
+ *   (the ONNX importer resolves ONNX's "copy this dim" zeros itself).
+ * transpose(x; perm=[...]): default reverses the dims [np.transpose].
+ * expand(x; shape=[...]): bidirectional broadcast of x and shape [ONNX Expand].
+ * squeeze(x; axes=[...]): removes the listed size-1 dims (all size-1 dims when
+ *   absent). unsqueeze(x; axes=[...]): axes index the output.
+ * slice(x; starts, ends, axes=[0..], steps=[1..]): ONNX Slice semantics
+ *   (negative indices, clamping, negative steps).
+ * concat(x0, x1, ...; axis): [np.concatenate].
+ * split(x; axis=0, split=[sizes]): sizes absent = equal parts, one per output
+ *   [ONNX Split].
+ * gather(data, indices; axis=0): [np.take]; negative indices count from the end;
+ *   out-of-range indices are an error at run time (simulator) [ONNX Gather].
+ * gather_elements(data, indices; axis=0): [np.take_along_axis].
+ * trilu(x; upper=1, k=0): keeps the upper (or lower) triangle of the last two
+ *   dims, relative to diagonal k [np.triu / np.tril].
+ * fill(; shape, value=0.0, dtype="f32"): constant tensor.
+ * range(; start, limit, delta=1, dtype="f32"): [np.arange]; length
+ *   max(ceil((limit-start)/delta), 0).
+ * random_uniform(; shape, dtype="f32", seed=0, low=0, high=1) and
+ * random_normal(; shape, dtype="f32", seed=0, mean=0, std=1): deterministic
+ *   counter-based generator (kir.h, GR_KX_RANDOM); normal via Box-Muller from
+ *   the uniforms at counters 2i and 2i+1. Same bits on every device.
+ * if(cond; then_branch=graph, else_branch=graph), loop(...; body=graph): held,
+ *   verified and printed; executed by the control-flow passes (later).
+ */
+#include "ir/ir.h"
+#include <string.h>
+
+static const gr_op_info op_table[GR_OP_COUNT] = {
+    [GR_OP_IDENTITY] = {"identity", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_ADD] = {"add", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_SUB] = {"sub", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_MUL] = {"mul", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_DIV] = {"div", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_POW] = {"pow", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_MIN] = {"min", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_MAX] = {"max", GR_OPK_BINARY, 2, 2, 1, 1},
+    [GR_OP_EQUAL] = {"equal", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_LESS] = {"less", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_LESS_EQUAL] = {"less_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_GREATER] = {"greater", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_GREATER_EQUAL] = {"greater_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_AND] = {"and", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_OR] = {"or", GR_OPK_COMPARE, 2, 2, 1, 1},
+    [GR_OP_NOT] = {"not", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_NEG] = {"neg", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_ABS] = {"abs", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_EXP] = {"exp", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_LOG] = {"log", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_SQRT] = {"sqrt", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_RSQRT] = {"rsqrt", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_RECIPROCAL] = {"reciprocal", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_TANH] = {"tanh", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_SIGMOID] = {"sigmoid", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_ERF] = {"erf", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_RELU] = {"relu", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_GELU] = {"gelu", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_SELU] = {"selu", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_SILU] = {"silu", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_SIN] = {"sin", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_COS] = {"cos", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_ISNAN] = {"isnan", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_WHERE] = {"where", GR_OPK_OTHER, 3, 3, 1, 1},
+    [GR_OP_CAST] = {"cast", GR_OPK_UNARY, 1, 1, 1, 1},
+    [GR_OP_REDUCE_SUM] = {"reduce_sum", GR_OPK_REDUCE, 1, 1, 1, 1},
+    [GR_OP_REDUCE_MEAN] = {"reduce_mean", GR_OPK_REDUCE, 1, 1, 1, 1},
+    [GR_OP_REDUCE_MAX] = {"reduce_max", GR_OPK_REDUCE, 1, 1, 1, 1},
+    [GR_OP_REDUCE_MIN] = {"reduce_min", GR_OPK_REDUCE, 1, 1, 1, 1},
+    [GR_OP_SOFTMAX] = {"softmax", GR_OPK_REDUCE, 1, 1, 1, 1},
+    [GR_OP_LAYER_NORM] = {"layer_norm", GR_OPK_REDUCE, 2, 3, 1, 1},
+    [GR_OP_MATMUL] = {"matmul", GR_OPK_OTHER, 2, 3, 1, 1},
+    [GR_OP_RESHAPE] = {"reshape", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_TRANSPOSE] = {"transpose", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_EXPAND] = {"expand", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_SQUEEZE] = {"squeeze", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_UNSQUEEZE] = {"unsqueeze", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_SLICE] = {"slice", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_CONCAT] = {"concat", GR_OPK_MOVE, 1, -1, 1, 1},
+    [GR_OP_SPLIT] = {"split", GR_OPK_MOVE, 1, 1, 1, -1},
+    [GR_OP_GATHER] = {"gather", GR_OPK_MOVE, 2, 2, 1, 1},
+    [GR_OP_GATHER_ELEMENTS] = {"gather_elements", GR_OPK_MOVE, 2, 2, 1, 1},
+    [GR_OP_TRILU] = {"trilu", GR_OPK_MOVE, 1, 1, 1, 1},
+    [GR_OP_FILL] = {"fill", GR_OPK_GEN, 0, 0, 1, 1},
+    [GR_OP_RANGE] = {"range", GR_OPK_GEN, 0, 0, 1, 1},
+    [GR_OP_RANDOM_UNIFORM] = {"random_uniform", GR_OPK_GEN, 0, 0, 1, 1},
+    [GR_OP_RANDOM_NORMAL] = {"random_normal", GR_OPK_GEN, 0, 0, 1, 1},
+    [GR_OP_IF] = {"if", GR_OPK_CONTROL, 1, -1, 1, -1},
+    [GR_OP_LOOP] = {"loop", GR_OPK_CONTROL, 2, -1, 1, -1},
+};
+
+const gr_op_info *gr_op_get(gr_op op) { return (unsigned)op < GR_OP_COUNT ? &op_table[op] : NULL; }
+
+gr_op gr_op_from_name(const char *name) {
+    for (int i = 0; i < GR_OP_COUNT; i++)
+        if (op_table[i].name && !strcmp(op_table[i].name, name)) return (gr_op)i;
+    return GR_OP_COUNT;
+}

@@ -1,0 +1,127 @@
+/* passes — shape inference, specialization, constant folding, lowering to
+ * kernels, fusion, memory planning, partitioning.
+ *
+ * Pipeline for one concrete shape key (runtime/session.c drives it):
+ *   clone graph → specialize symbolic dims → infer shapes → fold constants
+ *   → lower (one or more steps per node) → fuse elementwise chains
+ *   → memory plan (arena offsets from liveness) → partition into segments
+ */
+#ifndef GR_PASSES_H
+#define GR_PASSES_H
+
+#include "ir/ir.h"
+#include "codegen/kir.h"
+
+/* ---- shape inference ------------------------------------------------------------ */
+/* Types the outputs of node `node` from its inputs (dtype, shape, placement).
+ * With symbolic input dims it types what it can; if an output shape cannot be
+ * expressed it leaves the output untyped and returns GR_OK. A real mismatch
+ * (broadcast failure, bad axis, wrong dtype) is GR_ERR_SHAPE naming the node. */
+gr_status gr_pass_infer_node(gr_graph *g, int node);
+gr_status gr_pass_infer_shapes(gr_graph *g); /* all nodes, in order */
+
+/* Replaces every symbolic dim by its value (sym_values[sym] for sym in
+ * 0..g->syms.len) in inputs and re-infers all shapes. */
+gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values);
+
+/* Evaluates nodes whose inputs are all constants (including generators such as
+ * random_normal) at compile time, turning their outputs into constants.
+ * Nodes producing graph outputs are folded too (the output becomes a constant). */
+gr_status gr_pass_fold_constants(gr_graph *g);
+
+/* ---- lowered program ----------------------------------------------------------------- */
+typedef enum {
+    GR_STEP_KERNEL = 0, /* launch `kernel` */
+    GR_STEP_LIBCALL,    /* vendor library call (matmul) */
+    GR_STEP_ALIAS,      /* no work: output value `out_value` is a view of args[0].value at args[0].elem_offset */
+    GR_STEP_HOST,       /* work the device cannot do; reads device values on the host (breaks a graph) */
+} gr_step_kind;
+
+typedef enum {
+    GR_ARG_VALUE = 0,   /* address of IR value `value` + elem_offset elements (BUFFER params) */
+    GR_ARG_LITERAL,     /* fixed `literal` (SHAPE, scalar constants) */
+    GR_ARG_HOST_SCALAR, /* SCALAR_F/SCALAR_I param read at launch time from host value `value`
+                           (a 0-d / 1-element host tensor): baked into a captured graph */
+} gr_arg_kind;
+
+typedef struct {
+    gr_arg_kind kind;
+    int value;
+    int64_t elem_offset;
+    gr_karg literal;
+} gr_step_arg;
+
+typedef struct {
+    gr_step_kind kind;
+    gr_kernel *kernel;       /* KERNEL: owned */
+    gr_libcall call;         /* LIBCALL */
+    int n_args;
+    gr_step_arg args[GR_KMAX_PARAMS];
+    int out_value;           /* ALIAS: the view */
+    int node;                /* IR node it came from (-1 if synthesized) */
+    char *reason;            /* HOST: why it could not be a device step (owned) */
+    int segment;             /* set by partitioning */
+} gr_step;
+
+typedef GR_VEC(gr_step) gr_step_list;
+
+/* Lowers every node of a fully typed, concrete graph to steps. An op the
+ * lowering cannot handle is GR_ERR_UNSUPPORTED naming the node. */
+gr_status gr_pass_lower(const gr_graph *g, gr_step_list *out);
+gr_status gr_pass_lower_node(const gr_graph *g, int node, gr_step_list *out);
+void gr_step_list_free(gr_step_list *l);
+
+/* Fuses producer→consumer elementwise kernels (and elementwise producers into
+ * reductions) when the intermediate has no other reader and is not a graph
+ * output. Keeps the list valid; freed steps are removed. */
+gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps);
+
+/* ---- memory plan ------------------------------------------------------------------------ */
+typedef enum {
+    GR_STORE_NONE = 0, /* never materialized (fused away) */
+    GR_STORE_INPUT,    /* graph input: its own device buffer (placeholder) */
+    GR_STORE_CONST,    /* weight: the constants region */
+    GR_STORE_ARENA,    /* activation: arena + offset */
+    GR_STORE_ALIAS,    /* view of another value */
+    GR_STORE_HOST,     /* lives in host memory (host placement) */
+} gr_storage_kind;
+
+typedef struct {
+    gr_storage_kind kind;
+    size_t offset;       /* ARENA / CONST: byte offset; INPUT: input index */
+    size_t bytes;
+    int alias_of;        /* ALIAS: root value */
+    int64_t alias_elem_offset;
+    int first_step, last_step; /* live range in the step list (root values) */
+} gr_value_store;
+
+typedef struct {
+    gr_value_store *values;  /* one per graph value */
+    int n_values;
+    size_t arena_bytes;
+    size_t const_bytes;
+} gr_mem_plan;
+
+/* Offsets in one arena from liveness (greedy best fit over sorted sizes,
+ * 256-byte alignment). Graph outputs live to the end of the plan. */
+gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_mem_plan *out);
+void gr_mem_plan_free(gr_mem_plan *p);
+
+/* ---- partitioning --------------------------------------------------------------------------- */
+typedef struct {
+    int first_step, n_steps;
+    bool graphable;      /* can live in a CUDA graph */
+    char *break_reason;  /* why the segment before this one ended (owned), or NULL */
+    int break_node;      /* IR node that caused the break, or -1 */
+} gr_segment;
+typedef GR_VEC(gr_segment) gr_segment_list;
+
+gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_list *out);
+void gr_segment_list_free(gr_segment_list *l);
+
+/* ---- pass driver for `graft dump` -------------------------------------------------------------- */
+/* Runs the pipeline on a copy of g (symbolic dims must be concrete or are
+ * reported), appending the IR after each pass and the kernels to sb. */
+gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb);
+
+#endif

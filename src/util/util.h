@@ -1,0 +1,87 @@
+/* util — allocator hook, errors, growable arrays, dtype helpers, half floats.
+ * Every layer includes this; it depends on nothing but graft.h and libc. */
+#ifndef GR_UTIL_H
+#define GR_UTIL_H
+
+#include "graft.h"
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- host memory: every allocation goes through here --------------------- */
+void *gr_malloc(size_t n);            /* NULL on failure; sets GR_ERR_NOMEM message */
+void *gr_calloc(size_t count, size_t size);
+void *gr_realloc(void *p, size_t old_n, size_t new_n); /* NULL on failure, p unchanged */
+void gr_free(void *p, size_t n);       /* n = size given at allocation (0 if unknown) */
+char *gr_strdup(const char *s);
+char *gr_strndup(const char *s, size_t n);
+void gr_strfree(char *s);             /* frees a string from gr_strdup / gr_strndup / gr_sprintf */
+char *gr_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- errors -------------------------------------------------------------------
+ * gr_error sets the thread's last error and returns the status, so a failure
+ * path reads: `return gr_error(GR_ERR_SHAPE, "node %s: ...", name);` */
+gr_status gr_error(gr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+gr_status gr_errorv(gr_status st, const char *fmt, va_list ap);
+/* Prefixes the current message with context ("while loading x.gir: ...").
+ * Returns st unchanged. */
+gr_status gr_error_prefix(gr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gr_error_clear(void);
+gr_status gr_nomem(void); /* prepared out-of-memory message */
+
+#define GR_TRY(expr)                               \
+    do {                                           \
+        gr_status gr_try_st_ = (expr);             \
+        if (gr_try_st_ != GR_OK) return gr_try_st_; \
+    } while (0)
+
+/* ---- growable arrays ------------------------------------------------------------
+ * struct { T *data; int len, cap; } — gr_vec_push returns GR_ERR_NOMEM on failure. */
+#define GR_VEC(T) struct { T *data; int len, cap; }
+gr_status gr_vec_grow_(void **data, int *cap, int need, size_t elem);
+#define gr_vec_reserve(v, n) gr_vec_grow_((void **)&(v)->data, &(v)->cap, (n), sizeof(*(v)->data))
+#define gr_vec_push(v, x) \
+    (gr_vec_reserve((v), (v)->len + 1) != GR_OK ? GR_ERR_NOMEM : ((v)->data[(v)->len++] = (x), GR_OK))
+#define gr_vec_free(v) (gr_free((v)->data, (size_t)(v)->cap * sizeof(*(v)->data)), (v)->data = NULL, (v)->len = (v)->cap = 0)
+
+/* growable string buffer */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool failed; /* an append ran out of memory */
+} gr_strbuf;
+void gr_sb_init(gr_strbuf *sb);
+void gr_sb_printf(gr_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gr_sb_puts(gr_strbuf *sb, const char *s);
+/* Takes the string out (caller frees with gr_strfree); NULL + GR_ERR_NOMEM if any append failed. */
+char *gr_sb_take(gr_strbuf *sb);
+void gr_sb_free(gr_strbuf *sb);
+
+/* ---- dtypes ------------------------------------------------------------------------ */
+bool gr_dtype_is_float(gr_dtype t);
+bool gr_dtype_is_int(gr_dtype t); /* signed or unsigned integer, not bool */
+
+/* half / bfloat16 conversion (round to nearest even) */
+float gr_half_to_f32(uint16_t h);
+uint16_t gr_f32_to_half(float f);
+float gr_bf16_to_f32(uint16_t h);
+uint16_t gr_f32_to_bf16(float f);
+/* Reads element i of a typed buffer as double / writes it (with the dtype's rounding). */
+double gr_load_f64(const void *buf, gr_dtype t, int64_t i);
+int64_t gr_load_i64(const void *buf, gr_dtype t, int64_t i);
+void gr_store_f64(void *buf, gr_dtype t, int64_t i, double v);
+void gr_store_i64(void *buf, gr_dtype t, int64_t i, int64_t v);
+
+/* ---- misc ---------------------------------------------------------------------------- */
+uint64_t gr_hash_bytes(const void *p, size_t n, uint64_t seed); /* FNV-1a 64 */
+int64_t gr_shape_numel(int ndim, const int64_t *dims);
+/* Reads a whole file; the buffer is NUL-terminated (n excludes the NUL). */
+gr_status gr_read_file(const char *path, char **out, size_t *out_n);
+double gr_now_us(void); /* monotonic wall clock */
+
+#define GR_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define GR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GR_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif
