@@ -286,6 +286,21 @@ nomem:
     return gr_nomem();
 }
 
+void gr_ir_remove_last_node(gr_graph *g) {
+    if (g->nodes.len == 0) return;
+    gr_ir_node *n = &g->nodes.data[g->nodes.len - 1];
+    for (int i = n->n_out - 1; i >= 0; i--) {
+        if (n->out[i] == g->values.len - 1) {
+            gr_ir_value *v = &g->values.data[g->values.len - 1];
+            gr_strfree(v->name);
+            gr_free(v->data, v->nbytes);
+            g->values.len--;
+        }
+    }
+    node_free(n);
+    g->nodes.len--;
+}
+
 gr_status gr_ir_add_output(gr_graph *g, int value) {
     if (value < 0 || value >= g->values.len) return gr_error(GR_ERR_INVALID, "output refers to no value (%d)", value);
     return gr_vec_push(&g->outputs, value);

@@ -147,6 +147,8 @@ gr_status gr_ir_add_const(gr_graph *g, const char *name, gr_dtype t, int ndim, c
 gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, const int *in, int n_out,
                          const char *const *out_names, int n_attr, const gr_ir_attr *attrs, int *out_node);
 gr_status gr_ir_add_output(gr_graph *g, int value);
+/* Removes the last node and its output values (which must be the last values). */
+void gr_ir_remove_last_node(gr_graph *g);
 /* Looks a value up by name; -1 if absent. */
 int gr_ir_find_value(const gr_graph *g, const char *name);
 

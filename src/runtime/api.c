@@ -1,0 +1,206 @@
+/* runtime/api — the public graph-building API of graft.h over the IR. */
+#include "runtime/runtime-impl.h"
+#include <string.h>
+
+gr_status gr_graph_create(gr_graph_t *out) {
+    if (!out) return gr_error(GR_ERR_INVALID, "gr_graph_create: out is NULL");
+    GR_TRY(gr_ir_graph_create(out));
+    (*out)->origin = gr_strdup("<api>");
+    if (!(*out)->origin) {
+        gr_ir_graph_destroy(*out);
+        *out = NULL;
+        return GR_ERR_NOMEM;
+    }
+    return GR_OK;
+}
+
+void gr_graph_destroy(gr_graph_t g) { gr_ir_graph_destroy(g); }
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+gr_status gr_graph_load(const char *path, gr_graph_t *out) {
+    if (!path || !out) return gr_error(GR_ERR_INVALID, "gr_graph_load: NULL argument");
+    *out = NULL;
+    gr_status st = ends_with(path, ".onnx") ? gr_onnx_load(path, out) : gr_gir_load(path, out);
+    if (st != GR_OK) return st;
+    st = gr_ir_verify(*out);
+    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st != GR_OK) {
+        gr_ir_graph_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+gr_status gr_graph_parse(const char *text, const char *origin, const char *base_dir, gr_graph_t *out) {
+    if (!text || !out) return gr_error(GR_ERR_INVALID, "gr_graph_parse: NULL argument");
+    GR_TRY(gr_gir_parse(text, origin ? origin : "<string>", base_dir, out));
+    gr_status st = gr_ir_verify(*out);
+    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st != GR_OK) {
+        gr_ir_graph_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+gr_status gr_graph_print(gr_graph_t g, char **out_text) {
+    if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_print: NULL argument");
+    return gr_gir_print(g, SIZE_MAX, NULL, out_text);
+}
+
+gr_status gr_graph_add_input(gr_graph_t g, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
+                             const char *const *sym_names, gr_value_t *out) {
+    if (!g || !name || !out || (ndim > 0 && !dims)) return gr_error(GR_ERR_INVALID, "gr_graph_add_input: NULL argument");
+    if (ndim < 0 || ndim > GR_MAX_DIMS) return gr_error(GR_ERR_INVALID, "input '%s': rank %d outside 0..%d", name, ndim, GR_MAX_DIMS);
+    gr_dim d[GR_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] >= 0) {
+            d[i] = (gr_dim){dims[i], GR_SYM_NONE};
+            continue;
+        }
+        if (!sym_names || !sym_names[i] || !*sym_names[i])
+            return gr_error(GR_ERR_INVALID, "input '%s': dim %d is symbolic (negative) but has no name", name, i);
+        int32_t sym;
+        GR_TRY(gr_ir_sym(g, sym_names[i], &sym));
+        d[i] = (gr_dim){-1, sym};
+    }
+    int v;
+    GR_TRY(gr_ir_add_input(g, name, dtype, ndim, d, &v));
+    *out = v;
+    return GR_OK;
+}
+
+gr_status gr_graph_add_constant(gr_graph_t g, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
+                                const void *data, gr_value_t *out) {
+    if (!g || !out || (ndim > 0 && !dims)) return gr_error(GR_ERR_INVALID, "gr_graph_add_constant: NULL argument");
+    if (ndim < 0 || ndim > GR_MAX_DIMS) return gr_error(GR_ERR_INVALID, "constant '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (dims[i] < 0) return gr_error(GR_ERR_SHAPE, "constant '%s': dim %d is negative", name ? name : "?", i);
+    if (gr_shape_numel(ndim, dims) > 0 && !data) return gr_error(GR_ERR_INVALID, "constant '%s': data is NULL", name ? name : "?");
+    int v;
+    GR_TRY(gr_ir_add_const(g, name, dtype, ndim, dims, data, &v));
+    *out = v;
+    return GR_OK;
+}
+
+static void free_attrs(gr_ir_attr *a, int n) {
+    for (int i = 0; i < n; i++) {
+        /* strings and arrays below are borrowed from the caller: only clear */
+        memset(&a[i], 0, sizeof a[i]);
+    }
+}
+
+gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int n_in, const gr_value_t *in, int n_attr,
+                            const gr_attr *attrs, int n_out, gr_value_t *out) {
+    if (!g || !op || (n_in > 0 && !in) || (n_attr > 0 && !attrs) || (n_out > 0 && !out) || n_in < 0 || n_attr < 0 || n_out < 0)
+        return gr_error(GR_ERR_INVALID, "gr_graph_add_node: bad argument");
+    gr_op o = gr_op_from_name(op);
+    if (o == GR_OP_COUNT) return gr_error(GR_ERR_UNSUPPORTED, "unknown op '%s'%s%s", op, name ? " for node " : "", name ? name : "");
+    const gr_op_info *info = gr_op_get(o);
+    if (n_in < info->min_in || (info->max_in >= 0 && n_in > info->max_in))
+        return gr_error(GR_ERR_INVALID, "node '%s' (%s): %d inputs given, op takes %d..%d", name ? name : "?", op, n_in, info->min_in,
+                        info->max_in < 0 ? 99 : info->max_in);
+    if (n_out < info->min_out || (info->max_out >= 0 && n_out > info->max_out))
+        return gr_error(GR_ERR_INVALID, "node '%s' (%s): %d outputs asked, op gives %d..%d", name ? name : "?", op, n_out,
+                        info->min_out, info->max_out < 0 ? 99 : info->max_out);
+    gr_ir_attr *ia = gr_calloc((size_t)(n_attr ? n_attr : 1), sizeof(gr_ir_attr));
+    if (!ia) return GR_ERR_NOMEM;
+    for (int i = 0; i < n_attr; i++) {
+        const gr_attr *a = &attrs[i];
+        ia[i].name = (char *)(a->name ? a->name : "");
+        ia[i].n = a->n;
+        switch (a->kind) {
+        case GR_ATTR_INT: ia[i].kind = GR_IR_ATTR_INT; ia[i].i = a->i; break;
+        case GR_ATTR_FLOAT: ia[i].kind = GR_IR_ATTR_FLOAT; ia[i].f = a->f; break;
+        case GR_ATTR_STRING: ia[i].kind = GR_IR_ATTR_STRING; ia[i].s = (char *)(a->s ? a->s : ""); break;
+        case GR_ATTR_INTS: ia[i].kind = GR_IR_ATTR_INTS; ia[i].ints = (int64_t *)a->ints; break;
+        case GR_ATTR_FLOATS: ia[i].kind = GR_IR_ATTR_FLOATS; ia[i].floats = (double *)a->floats; break;
+        default:
+            free_attrs(ia, n_attr);
+            gr_free(ia, 0);
+            return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has an unknown kind", name ? name : "?", op,
+                            a->name ? a->name : "?");
+        }
+        if ((a->kind == GR_ATTR_INTS && a->n > 0 && !a->ints) || (a->kind == GR_ATTR_FLOATS && a->n > 0 && !a->floats)) {
+            free_attrs(ia, n_attr);
+            gr_free(ia, 0);
+            return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has n=%d but no array", name ? name : "?", op, a->name, a->n);
+        }
+    }
+    int node;
+    gr_status st = gr_ir_add_node(g, o, name, n_in, in, n_out, NULL, n_attr, ia, &node);
+    free_attrs(ia, n_attr);
+    gr_free(ia, 0);
+    if (st != GR_OK) return st;
+    st = gr_pass_infer_node(g, node);
+    if (st != GR_OK) {
+        gr_ir_remove_last_node(g);
+        return st;
+    }
+    for (int i = 0; i < n_out; i++) out[i] = g->nodes.data[node].out[i];
+    return GR_OK;
+}
+
+gr_status gr_graph_set_output(gr_graph_t g, gr_value_t v, const char *name) {
+    if (!g) return gr_error(GR_ERR_INVALID, "gr_graph_set_output: graph is NULL");
+    if (v < 0 || v >= g->values.len) return gr_error(GR_ERR_INVALID, "gr_graph_set_output: value %d does not exist", v);
+    if (name && *name && strcmp(name, g->values.data[v].name)) {
+        if (gr_ir_find_value(g, name) >= 0) return gr_error(GR_ERR_INVALID, "output name '%s' is already used by another value", name);
+        char *nn = gr_strdup(name);
+        if (!nn) return GR_ERR_NOMEM;
+        gr_strfree(g->values.data[v].name);
+        g->values.data[v].name = nn;
+    }
+    return gr_ir_add_output(g, v);
+}
+
+gr_status gr_graph_verify(gr_graph_t g) {
+    if (!g) return gr_error(GR_ERR_INVALID, "gr_graph_verify: graph is NULL");
+    return gr_ir_verify(g);
+}
+
+int gr_graph_num_inputs(gr_graph_t g) { return g ? g->inputs.len : 0; }
+int gr_graph_num_outputs(gr_graph_t g) { return g ? g->outputs.len : 0; }
+
+static void fill_info(const gr_graph *g, const gr_ir_value *v, gr_value_info *out) {
+    memset(out, 0, sizeof *out);
+    out->name = v->name;
+    out->dtype = v->dtype;
+    out->ndim = v->typed ? v->ndim : -1;
+    for (int d = 0; v->typed && d < v->ndim; d++) {
+        bool sym = v->dims[d].sym != GR_SYM_NONE;
+        out->dims[d] = sym ? -1 : v->dims[d].size;
+        out->sym_names[d] = sym ? g->syms.data[v->dims[d].sym] : NULL;
+    }
+}
+
+gr_status gr_graph_input_info(gr_graph_t g, int i, gr_value_info *out) {
+    if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_graph_input_info: NULL argument");
+    if (i < 0 || i >= g->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range (graph has %d)", i, g->inputs.len);
+    fill_info(g, &g->values.data[g->inputs.data[i]], out);
+    return GR_OK;
+}
+
+gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out) {
+    if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_graph_output_info: NULL argument");
+    if (i < 0 || i >= g->outputs.len) return gr_error(GR_ERR_INVALID, "output index %d out of range (graph has %d)", i, g->outputs.len);
+    fill_info(g, &g->values.data[g->outputs.data[i]], out);
+    return GR_OK;
+}
+
+gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) {
+    if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes: NULL argument");
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    gr_status st = gr_pass_dump(g, &sb);
+    if (st != GR_OK) {
+        gr_sb_free(&sb);
+        return st;
+    }
+    *out_text = gr_sb_take(&sb);
+    return *out_text ? GR_OK : GR_ERR_NOMEM;
+}

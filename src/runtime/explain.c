@@ -1,0 +1,92 @@
+/* runtime/explain — `graft explain`: the compiled plan segment by segment:
+ * kernels, graph or eager and why, placeholders and bytes copied per replay. */
+#include "runtime/runtime-impl.h"
+#include <string.h>
+
+static const char *seg_state_name(gr_seg_state s) {
+    switch (s) {
+    case GR_SEG_EAGER: return "not yet run in graph mode";
+    case GR_SEG_WARMUP: return "warming up";
+    case GR_SEG_CAPTURED: return "captured";
+    case GR_SEG_FALLBACK: return "eager (fallback)";
+    }
+    return "?";
+}
+
+static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
+    const gr_step *st = &p->steps.data[i];
+    const char *node = st->node >= 0 && st->node < p->g->nodes.len ? p->g->nodes.data[st->node].name : "-";
+    switch (st->kind) {
+    case GR_STEP_KERNEL: {
+        const gr_kernel *k = st->kernel;
+        gr_sb_printf(sb, "    [%3d] kernel  %-28s points=%lld", i, k->name, (long long)gr_kernel_points(k));
+        if (k->n_inner) gr_sb_printf(sb, " x inner=%lld", (long long)gr_kernel_inner_points(k));
+        gr_sb_printf(sb, " stages=%d nodes=%d  (from %s)", k->n_stages, k->nodes.len, node);
+        for (int a = 0; a < st->n_args; a++)
+            if (st->args[a].kind == GR_ARG_HOST_SCALAR)
+                gr_sb_printf(sb, "  host scalar '%s' baked into the node", p->g->values.data[st->args[a].value].name);
+        gr_sb_puts(sb, "\n");
+        break;
+    }
+    case GR_STEP_LIBCALL:
+        gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s  (from %s)\n", i, st->call.name, (long long)st->call.m,
+                     (long long)st->call.n, (long long)st->call.k, (long long)st->call.batch, gr_dtype_name(st->call.dtype),
+                     st->call.bias != GR_BIAS_NONE ? " +bias" : "", node);
+        break;
+    case GR_STEP_ALIAS:
+        gr_sb_printf(sb, "    [%3d] view    %-28s (no work)  (from %s)\n", i, p->g->values.data[st->out_value].name, node);
+        break;
+    case GR_STEP_HOST:
+        gr_sb_printf(sb, "    [%3d] host    %s  (from %s)\n", i, st->reason ? st->reason : "", node);
+        break;
+    }
+}
+
+gr_status gr_session_explain(gr_session_t s, char **out_text) {
+    if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_explain: NULL argument");
+    gr_rt_plan *p = s->current ? s->current : s->plans;
+    if (!p)
+        return gr_error(GR_ERR_INVALID, "the graph has symbolic dims: bind inputs and run once before explain, so a shape is known");
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    const char *mode = s->opt.mode == GR_MODE_EAGER ? "eager" : s->opt.mode == GR_MODE_GRAPH ? "graph" : "auto";
+    gr_sb_printf(&sb, "device: %s\nmode: %s\n", s->dev->iface->name(s->dev->ctx), mode);
+    if (p->n_syms) {
+        gr_sb_puts(&sb, "shape key:");
+        for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k], (long long)p->sym_values[k]);
+        gr_sb_puts(&sb, "\n");
+    }
+    gr_sb_printf(&sb, "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes, compiled in %.1f ms\n", p->steps.len,
+                 p->n_kernels, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    size_t placeholder_bytes = 0;
+    gr_sb_puts(&sb, "inputs:\n");
+    for (int i = 0; i < p->g->inputs.len; i++) {
+        const gr_ir_value *v = &p->g->values.data[p->g->inputs.data[i]];
+        char t[256];
+        gr_ir_type_str(p->g, v, t, sizeof t);
+        if (v->placement == GR_PLACE_HOST) {
+            gr_sb_printf(&sb, "  %-20s %-24s host value: read at launch, no copy\n", v->name, t);
+        } else {
+            gr_sb_printf(&sb, "  %-20s %-24s placeholder of %zu bytes, copied in before each run/replay\n", v->name, t, p->input_bytes[i]);
+            placeholder_bytes += p->input_bytes[i];
+        }
+    }
+    gr_sb_printf(&sb, "bytes copied per replay: %zu\n", placeholder_bytes);
+    for (int seg = 0; seg < p->segs.len; seg++) {
+        const gr_segment *sg = &p->segs.data[seg];
+        const gr_rt_segment *st = &p->seg_state[seg];
+        int kernels = 0;
+        for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+            kernels += p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL;
+        gr_sb_printf(&sb, "segment %d: steps %d..%d, %d kernels: ", seg, sg->first_step, sg->first_step + sg->n_steps - 1, kernels);
+        if (!sg->graphable) gr_sb_printf(&sb, "NOT in a graph: %s\n", sg->break_reason ? sg->break_reason : "host work");
+        else if (s->opt.mode == GR_MODE_EAGER) gr_sb_puts(&sb, "graphable (eager mode: not captured)\n");
+        else if (st->state == GR_SEG_FALLBACK) gr_sb_printf(&sb, "NOT in a graph: %s\n", st->fallback_reason ? st->fallback_reason : "");
+        else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
+                          st->n_nodes);
+        if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);
+        for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) explain_step(&sb, p, i);
+    }
+    *out_text = gr_sb_take(&sb);
+    return *out_text ? GR_OK : GR_ERR_NOMEM;
+}

@@ -1,0 +1,184 @@
+/* runtime/graphs — the graph manager: per segment warm-up → capture →
+ * instantiate → replay (torch.compile's CUDA-graph discipline, done in C).
+ *
+ * What keeps replays correct:
+ * - Activations live at fixed arena offsets and external inputs are copied
+ *   into per-plan placeholders before the replay, outside the graph, so no
+ *   captured pointer ever goes stale.
+ * - A host scalar read by a kernel (GR_ARG_HOST_SCALAR) is baked into the
+ *   captured kernel node by value. Before each replay the current value is
+ *   compared with the captured one and, if it changed, the exec node's
+ *   arguments are patched (cudaGraphExecKernelNodeSetParams), never replayed stale.
+ * - A new shape key gets its own plan and graphs; after max_rerecords
+ *   captures of a segment position (one per shape key) new shape keys run
+ *   that segment eagerly, with a warning naming it.
+ * - A capture that fails (an operation illegal during capture) leaves the
+ *   segment eager for good, with the reason recorded for `graft explain`.
+ */
+#include "runtime/runtime-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+#define GR_WARMUP_RUNS 1
+
+void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
+    gr_device *d = s->dev;
+    if (st->exec) d->iface->exec_destroy(d->ctx, st->exec);
+    if (st->graph) d->iface->graph_destroy(d->ctx, st->graph);
+    gr_free(st->scalar_node, 0);
+    gr_free(st->scalar_step, 0);
+    gr_free(st->scalar_args, 0);
+    gr_strfree(st->fallback_reason);
+    memset(st, 0, sizeof *st);
+}
+
+static bool is_work(const gr_step *st) { return st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL; }
+
+static bool has_host_scalar(const gr_step *st) {
+    for (int a = 0; a < st->n_args; a++)
+        if (st->args[a].kind == GR_ARG_HOST_SCALAR) return true;
+    return false;
+}
+
+static gr_status run_eager(gr_session_t s, gr_rt_plan *p, int seg) {
+    const gr_segment *sg = &p->segs.data[seg];
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
+        GR_TRY(gr_rt_step_launch(s, p, i));
+        if (is_work(&p->steps.data[i])) s->stats.kernels++;
+    }
+    return GR_OK;
+}
+
+static void fall_back(gr_session_t s, gr_rt_plan *p, int seg, const char *why) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    st->state = GR_SEG_FALLBACK;
+    gr_strfree(st->fallback_reason);
+    st->fallback_reason = gr_strdup(why);
+    fprintf(stderr, "graft: warning: segment %d (steps %d..%d) runs eagerly: %s\n", seg, p->segs.data[seg].first_step,
+            p->segs.data[seg].first_step + p->segs.data[seg].n_steps - 1, why);
+}
+
+/* Records the segment into a graph, instantiates and uploads it. */
+static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_device *d = s->dev;
+    const struct gr_device_i *io = d->iface;
+    gr_rt_segment *st = &p->seg_state[seg];
+    const gr_segment *sg = &p->segs.data[seg];
+    if (!io->capture_begin || !io->capture_end || !io->graph_instantiate || !io->graph_launch)
+        return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", io->name(d->ctx));
+    int n_scalar = 0;
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+        if (is_work(&p->steps.data[i]) && has_host_scalar(&p->steps.data[i])) n_scalar++;
+    if (n_scalar) {
+        st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
+        if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
+    }
+    GR_TRY(io->capture_begin(d->ctx, s->stream));
+    gr_status rc = GR_OK;
+    int node = 0;
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
+        const gr_step *step = &p->steps.data[i];
+        rc = gr_rt_step_launch(s, p, i);
+        if (rc != GR_OK || !is_work(step)) continue;
+        if (has_host_scalar(step)) {
+            int k = st->n_scalar_nodes++;
+            st->scalar_node[k] = node;
+            st->scalar_step[k] = i;
+            rc = gr_rt_step_args(s, p, i, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS]);
+        }
+        node++;
+    }
+    gr_dgraph *graph = NULL;
+    gr_status end_rc = io->capture_end(d->ctx, s->stream, &graph);
+    if (rc == GR_OK) rc = end_rc;
+    if (rc != GR_OK) {
+        if (graph) io->graph_destroy(d->ctx, graph);
+        return rc;
+    }
+    st->graph = graph;
+    st->n_nodes = io->graph_num_nodes ? io->graph_num_nodes(d->ctx, graph) : node;
+    if (st->n_nodes != node) return gr_error(GR_ERR_INTERNAL, "segment %d: captured %d nodes, expected %d", seg, st->n_nodes, node);
+    GR_TRY(io->graph_instantiate(d->ctx, graph, &st->exec));
+    if (io->graph_upload) GR_TRY(io->graph_upload(d->ctx, st->exec, s->stream));
+    st->records++;
+    s->total_captures++;
+    st->state = GR_SEG_CAPTURED;
+    if (s->opt.verbose) fprintf(stderr, "graft: segment %d captured: %d nodes\n", seg, st->n_nodes);
+    return GR_OK;
+}
+
+/* Patches kernel nodes whose host scalars changed since capture. */
+static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *st) {
+    gr_device *d = s->dev;
+    for (int k = 0; k < st->n_scalar_nodes; k++) {
+        gr_karg now[GR_KMAX_PARAMS];
+        memset(now, 0, sizeof now);
+        int i = st->scalar_step[k];
+        GR_TRY(gr_rt_step_args(s, p, i, now));
+        gr_karg *was = &st->scalar_args[(size_t)k * GR_KMAX_PARAMS];
+        int n = p->steps.data[i].n_args;
+        if (!memcmp(now, was, sizeof(gr_karg) * (size_t)n)) continue;
+        if (!d->iface->exec_kernel_node_set_args)
+            return gr_error(GR_ERR_HAZARD, "step %d: a host scalar changed since capture and device '%s' cannot patch graph nodes",
+                            i, d->iface->name(d->ctx));
+        GR_TRY(d->iface->exec_kernel_node_set_args(d->ctx, st->exec, st->scalar_node[k], now, n));
+        memcpy(was, now, sizeof(gr_karg) * (size_t)n);
+    }
+    return GR_OK;
+}
+
+static int captures_at_position(gr_session_t s, int seg) {
+    int n = 0;
+    for (gr_rt_plan *q = s->plans; q; q = q->next)
+        if (seg < q->segs.len) n += q->seg_state[seg].records;
+    return n;
+}
+
+gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    const gr_segment *sg = &p->segs.data[seg];
+    long work = 0;
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) work += is_work(&p->steps.data[i]);
+    if (work == 0) return run_eager(s, p, seg);
+    switch (st->state) {
+    case GR_SEG_FALLBACK: return run_eager(s, p, seg);
+    case GR_SEG_EAGER:
+    case GR_SEG_WARMUP:
+        if (st->warmups < GR_WARMUP_RUNS) {
+            st->warmups++;
+            st->state = GR_SEG_WARMUP;
+            return run_eager(s, p, seg);
+        }
+        if (captures_at_position(s, seg) >= s->opt.max_rerecords) {
+            char why[256];
+            snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
+                     s->opt.max_rerecords);
+            fall_back(s, p, seg, why);
+            return run_eager(s, p, seg);
+        }
+        {
+            gr_status rc = capture(s, p, seg);
+            if (rc == GR_ERR_NOMEM) return rc;
+            if (rc != GR_OK) {
+                char why[1024];
+                snprintf(why, sizeof why, "capture failed: %s", gr_last_error());
+                gr_rt_segment_release(s, st);
+                st->warmups = GR_WARMUP_RUNS;
+                fall_back(s, p, seg, why);
+                return run_eager(s, p, seg);
+            }
+        }
+        /* replay what was just captured */
+        __attribute__((fallthrough));
+    case GR_SEG_CAPTURED:
+        GR_TRY(refresh_scalars(s, p, st));
+        GR_TRY(s->dev->iface->graph_launch(s->dev->ctx, st->exec, s->stream));
+        s->stats.kernels += work;
+        s->stats.kernels_in_graphs += work;
+        s->stats.graph_launches++;
+        return GR_OK;
+    }
+    return GR_ERR_INTERNAL;
+}

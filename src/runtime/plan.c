@@ -1,0 +1,177 @@
+/* runtime/plan — compile a graph for one concrete shape key: the pass
+ * pipeline, device memory (arena, constants, input placeholders), kernel
+ * preparation; and the per-step argument binding used by every mode. */
+#include "runtime/runtime-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+/* ==== build ======================================================================== */
+static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
+    gr_device *d = s->dev;
+    gr_graph *g = p->g;
+    if (p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
+    if (p->mem.const_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.const_bytes, &p->consts));
+    int ni = g->inputs.len;
+    p->input_dev = gr_calloc((size_t)(ni ? ni : 1), sizeof(void *));
+    p->input_bytes = gr_calloc((size_t)(ni ? ni : 1), sizeof(size_t));
+    if (!p->input_dev || !p->input_bytes) return GR_ERR_NOMEM;
+    for (int i = 0; i < ni; i++) {
+        const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+        p->input_bytes[i] = (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
+        if (v->placement == GR_PLACE_HOST) continue;
+        GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]));
+    }
+    /* constants: one upload, then they never move */
+    for (int v = 0; v < g->values.len; v++) {
+        const gr_value_store *st = &p->mem.values[v];
+        if (st->kind != GR_STORE_CONST || !st->bytes) continue;
+        GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
+    }
+    GR_TRY(gr_dev_sync(d, s->stream));
+    p->funcs = gr_calloc((size_t)(p->steps.len ? p->steps.len : 1), sizeof(gr_kfunc *));
+    if (!p->funcs) return GR_ERR_NOMEM;
+    for (int i = 0; i < p->steps.len; i++) {
+        gr_step *st = &p->steps.data[i];
+        if (st->kind == GR_STEP_KERNEL) {
+            gr_status rc = d->iface->kernel_prepare(d->ctx, st->kernel, &p->funcs[i]);
+            if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
+        }
+        if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
+    }
+    return GR_OK;
+}
+
+gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
+    *out = NULL;
+    double t0 = gr_now_us();
+    gr_rt_plan *p = gr_calloc(1, sizeof *p);
+    if (!p) return GR_ERR_NOMEM;
+    gr_status st;
+    int n_syms = s->graph->syms.len;
+    p->n_syms = n_syms;
+    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1));
+    if (!p->sym_values) {
+        st = GR_ERR_NOMEM;
+        goto fail;
+    }
+    if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
+    if ((st = gr_ir_graph_clone(s->graph, &p->g)) != GR_OK) goto fail;
+    if ((st = gr_pass_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
+    if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
+    if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
+    if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
+    if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
+    if ((st = gr_pass_partition(p->g, &p->steps, &p->segs)) != GR_OK) goto fail;
+    p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
+    if (!p->seg_state) {
+        st = GR_ERR_NOMEM;
+        goto fail;
+    }
+    if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    p->compile_us = gr_now_us() - t0;
+    if (s->opt.verbose)
+        fprintf(stderr, "graft: compiled plan: %d steps (%ld kernels), %d segments, arena %zu B, weights %zu B, %.1f ms\n",
+                p->steps.len, p->n_kernels, p->segs.len, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    *out = p;
+    return GR_OK;
+fail:
+    gr_rt_plan_destroy(s, p);
+    return st;
+}
+
+void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
+    if (!p) return;
+    gr_device *d = s->dev;
+    if (p->seg_state) {
+        for (int i = 0; i < p->segs.len; i++) gr_rt_segment_release(s, &p->seg_state[i]);
+        gr_free(p->seg_state, 0);
+    }
+    if (p->funcs) {
+        for (int i = 0; i < p->steps.len; i++)
+            if (p->funcs[i]) d->iface->kernel_release(d->ctx, p->funcs[i]);
+        gr_free(p->funcs, 0);
+    }
+    if (p->input_dev) {
+        for (int i = 0; p->g && i < p->g->inputs.len; i++)
+            if (p->input_dev[i]) gr_dev_free(d, p->input_dev[i]);
+        gr_free(p->input_dev, 0);
+    }
+    gr_free(p->input_bytes, 0);
+    if (p->arena) gr_dev_free(d, p->arena);
+    if (p->consts) gr_dev_free(d, p->consts);
+    gr_segment_list_free(&p->segs);
+    gr_mem_plan_free(&p->mem);
+    gr_step_list_free(&p->steps);
+    gr_ir_graph_destroy(p->g);
+    gr_free(p->sym_values, 0);
+    gr_free(p, sizeof *p);
+}
+
+/* ==== binding ======================================================================== */
+void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
+    const gr_value_store *st = &p->mem.values[v];
+    int64_t elem_off = 0;
+    int root = v;
+    if (st->kind == GR_STORE_ALIAS) {
+        root = st->alias_of;
+        elem_off = st->alias_elem_offset;
+        st = &p->mem.values[root];
+    }
+    char *base = NULL;
+    switch (st->kind) {
+    case GR_STORE_INPUT: base = p->input_dev[st->offset]; break;
+    case GR_STORE_CONST: base = (char *)p->consts + st->offset; break;
+    case GR_STORE_ARENA: base = (char *)p->arena + st->offset; break;
+    case GR_STORE_HOST: base = s->inputs[st->offset].data; break;
+    default: return NULL;
+    }
+    return base ? base + elem_off * (int64_t)gr_dtype_size(p->g->values.data[v].dtype) : NULL;
+}
+
+gr_status gr_rt_step_args(gr_session_t s, gr_rt_plan *p, int i, gr_karg *args) {
+    const gr_step *st = &p->steps.data[i];
+    for (int a = 0; a < st->n_args; a++) {
+        const gr_step_arg *arg = &st->args[a];
+        switch (arg->kind) {
+        case GR_ARG_LITERAL: args[a] = arg->literal; break;
+        case GR_ARG_VALUE: {
+            char *base = gr_rt_value_addr(s, p, arg->value);
+            if (!base)
+                return gr_error(GR_ERR_INTERNAL, "step %d: value '%s' has no storage", i, p->g->values.data[arg->value].name);
+            args[a].ptr = base + arg->elem_offset * (int64_t)gr_dtype_size(p->g->values.data[arg->value].dtype);
+            break;
+        }
+        case GR_ARG_HOST_SCALAR: {
+            const gr_ir_value *v = &p->g->values.data[arg->value];
+            const void *data = gr_rt_value_addr(s, p, arg->value);
+            if (!data) return gr_error(GR_ERR_INTERNAL, "step %d: host scalar '%s' has no storage", i, v->name);
+            bool want_int = st->kind == GR_STEP_KERNEL && st->kernel->params[a].kind == GR_KP_SCALAR_I;
+            if (want_int) args[a].i = gr_load_i64(data, v->dtype, 0);
+            else args[a].f = gr_load_f64(data, v->dtype, 0);
+            break;
+        }
+        }
+    }
+    return GR_OK;
+}
+
+gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
+    gr_step *st = &p->steps.data[i];
+    gr_karg args[GR_KMAX_PARAMS];
+    memset(args, 0, sizeof args);
+    switch (st->kind) {
+    case GR_STEP_ALIAS: return GR_OK;
+    case GR_STEP_KERNEL:
+        GR_TRY(gr_rt_step_args(s, p, i, args));
+        return gr_dev_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
+    case GR_STEP_LIBCALL:
+        GR_TRY(gr_rt_step_args(s, p, i, args));
+        return gr_dev_libcall(s->dev, s->stream, &st->call, args, st->n_args);
+    case GR_STEP_HOST: {
+        char where[512] = "";
+        if (st->node >= 0) gr_ir_node_where(p->g, &p->g->nodes.data[st->node], where, sizeof where);
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: host step not executable: %s", where, st->reason ? st->reason : "?");
+    }
+    }
+    return GR_ERR_INTERNAL;
+}

@@ -1,0 +1,86 @@
+/* runtime — sessions: plans per concrete shape key, the eager executor and
+ * the graph manager. Private to src/runtime. */
+#ifndef GR_RUNTIME_IMPL_H
+#define GR_RUNTIME_IMPL_H
+
+#include "device/device.h"
+#include "passes/passes.h"
+
+/* one graph input as bound by the caller */
+typedef struct {
+    bool set;
+    gr_dtype dtype;
+    int ndim;
+    int64_t dims[GR_MAX_DIMS];
+    void *data; /* host copy (gr_malloc) */
+    size_t nbytes, cap;
+} gr_rt_input;
+
+typedef enum { GR_SEG_EAGER = 0, GR_SEG_WARMUP, GR_SEG_CAPTURED, GR_SEG_FALLBACK } gr_seg_state;
+
+/* Graph-manager state of one segment (graph mode). */
+typedef struct {
+    gr_seg_state state;
+    int warmups;            /* eager runs before capture */
+    int records;            /* captures made */
+    gr_dgraph *graph;
+    gr_dexec *exec;
+    int n_nodes;
+    /* host scalars baked into kernel nodes: (node, step, value seen at capture) */
+    int n_scalar_nodes;
+    int *scalar_node;       /* graph node index */
+    int *scalar_step;       /* step index */
+    gr_karg *scalar_args;   /* captured argument arrays, GR_KMAX_PARAMS per node */
+    /* invariants checked before each replay */
+    uint64_t input_key;     /* hash of the shapes/dtypes of inputs */
+    char *fallback_reason;
+} gr_rt_segment;
+
+typedef struct gr_rt_plan {
+    int64_t *sym_values; /* shape key */
+    int n_syms;
+    gr_graph *g;         /* specialized, folded, lowered (owns temporaries) */
+    gr_step_list steps;
+    gr_mem_plan mem;
+    gr_segment_list segs;
+    gr_rt_segment *seg_state;
+    gr_kfunc **funcs;    /* per step (KERNEL), else NULL */
+    void *arena;
+    void *consts;
+    void **input_dev;    /* per graph input: device placeholder (NULL for @host inputs) */
+    size_t *input_bytes;
+    long n_kernels;      /* kernel + libcall steps */
+    double compile_us;
+    struct gr_rt_plan *next;
+} gr_rt_plan;
+
+struct gr_session {
+    gr_device *dev;
+    gr_stream *stream;
+    gr_event *ev_start, *ev_end;
+    gr_session_options opt;
+    gr_graph *graph;        /* the session's own copy, symbolic dims intact */
+    gr_rt_input *inputs;    /* per graph input */
+    gr_rt_plan *plans;      /* one per shape key, most recent first */
+    gr_rt_plan *current;    /* plan of the last run */
+    uint64_t generation;    /* incremented by every run */
+    bool has_run;
+    gr_run_stats stats;
+    long total_captures;
+};
+
+/* plan.c */
+gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
+void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);
+/* Device (or host) address of value v in plan p for the current inputs. */
+void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v);
+/* Fills the launch arguments of step i. */
+gr_status gr_rt_step_args(gr_session_t s, gr_rt_plan *p, int i, gr_karg *args);
+/* Enqueues step i on the session stream. */
+gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i);
+
+/* graphs.c — graph mode for one segment */
+gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
+void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+
+#endif
