@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds graft and runs every test: a normal build (gcc), then the sanitizer
+# build (ASan + UBSan). Ends with ctest's summary line for each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== build (release) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+echo "== tests (release) =="
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== build (ASan + UBSan) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGRAFT_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "== tests (ASan + UBSan) =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
