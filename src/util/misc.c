@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 uint64_t gr_hash_bytes(const void *p, size_t n, uint64_t seed) {
@@ -26,6 +27,11 @@ gr_status gr_read_file(const char *path, char **out, size_t *out_n) {
     if (out_n) *out_n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return gr_error(GR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sbuf;
+    if (fstat(fileno(f), &sbuf) != 0 || !S_ISREG(sbuf.st_mode)) {
+        fclose(f);
+        return gr_error(GR_ERR_IO, "cannot read '%s': not a regular file", path);
+    }
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
         return gr_error(GR_ERR_IO, "cannot read '%s': not a regular file", path);

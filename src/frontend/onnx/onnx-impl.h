@@ -1,0 +1,123 @@
+/* frontend/onnx — private interface of the ONNX importer.
+ *
+ * onnx.c        file/buffer loading, protobuf-c allocator, model checks,
+ *               tensors (inline and external data), graph inputs/outputs,
+ *               the value table and the node loop
+ * onnx-fold.c   the import-time constant folder for shape arithmetic
+ *               (Shape → Gather → Concat → Reshape chains and the like)
+ * onnx-ops.c    the op table: one converter per ONNX op onto graft IR
+ *
+ * Every ONNX value name maps to an ox_value. A value is either an IR value
+ * (ir >= 0), a constant known at import time (konst, materialized as an IR
+ * constant only when an IR node reads it), or unavailable (a reason string,
+ * reported when something uses it).
+ */
+#ifndef GR_ONNX_IMPL_H
+#define GR_ONNX_IMPL_H
+
+#include "ir/ir.h"
+#include "onnx_subset.pb-c.h"
+
+/* Graft imports opsets 13..21 of the default domain. */
+#define OX_OPSET_MIN 13
+#define OX_OPSET_MAX 21
+/* Constants up to this many elements are folded at import time. */
+#define OX_FOLD_MAX_ELEMS 65536
+/* Largest tensor the importer will hold (elements); larger is a malformed model. */
+#define OX_MAX_ELEMS ((int64_t)1 << 40)
+
+/* A host tensor known at import time. `unknown` (optional, one byte per
+ * element) marks elements that depend on a symbolic dim: such a tensor is only
+ * partly known, and a consumer that needs it as a constant fails naming it. */
+typedef struct {
+    gr_dtype dtype;
+    int ndim;
+    int64_t dims[GR_MAX_DIMS];
+    void *data;
+    size_t nbytes;
+    bool owned;       /* data is ours (else it belongs to the IR value it became) */
+    uint8_t *unknown; /* NULL when fully known; owned */
+} ox_tensor;
+
+typedef struct {
+    const char *name;   /* points into the protobuf message */
+    int ir;             /* IR value index, -1 until materialized */
+    ox_tensor *konst;   /* known at import time, or NULL */
+    const char *unavailable; /* static reason why it cannot be used, or NULL */
+} ox_value;
+
+typedef struct {
+    gr_graph *g;
+    const char *origin;
+    const char *base_dir;
+    int64_t opset;
+    GR_VEC(ox_value) vals;
+    int *slots;         /* open-addressing hash: name → index into vals (+1; 0 = empty) */
+    int n_slots;
+    /* the node being converted */
+    const Onnx__NodeProto *node;
+    const char *node_name; /* ONNX name or "<OpType>_<i>" */
+    char *node_name_owned;
+    int node_index;
+    int sub_count;      /* helper nodes emitted for this ONNX node */
+} ox_ctx;
+
+/* ---- onnx.c: values ------------------------------------------------------------- */
+int ox_find(const ox_ctx *c, const char *name);
+/* Registers an ONNX name (must be new); *out = index into c->vals. */
+gr_status ox_define(ox_ctx *c, const char *name, int *out);
+/* IR value for ox value vi (materializes a constant). */
+gr_status ox_ir(ox_ctx *c, int vi, int *out_ir);
+/* Binds an ONNX output name to a known tensor (takes ownership of t). */
+gr_status ox_define_const(ox_ctx *c, const char *name, ox_tensor *t);
+/* Binds an ONNX output name to an existing IR value (no copy). */
+gr_status ox_define_ir(ox_ctx *c, const char *name, int ir);
+
+/* ---- onnx.c: tensors ---------------------------------------------------------------- */
+void ox_tensor_free(ox_tensor *t);
+/* New owned tensor with zeroed data. */
+gr_status ox_tensor_new(gr_dtype dt, int ndim, const int64_t *dims, ox_tensor **out);
+int64_t ox_tensor_numel(const ox_tensor *t);
+gr_status ox_dtype_from_onnx(ox_ctx *c, int32_t onnx_type, const char *what, gr_dtype *out);
+int32_t ox_dtype_to_onnx(gr_dtype t);
+/* Decodes a TensorProto (inline or external data). */
+gr_status ox_tensor_from_proto(ox_ctx *c, const Onnx__TensorProto *tp, const char *what, ox_tensor **out);
+
+/* ---- onnx.c: messages ------------------------------------------------------------------ */
+/* GR_ERR_* with "node '<name>' (<OpType>): " in front. */
+gr_status ox_node_error(ox_ctx *c, gr_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- onnx-ops.c: attributes and inputs ------------------------------------------------------ */
+const Onnx__AttributeProto *ox_attr(const ox_ctx *c, const char *name);
+gr_status ox_attr_int(ox_ctx *c, const char *name, int64_t def, int64_t *out);
+gr_status ox_attr_float(ox_ctx *c, const char *name, double def, double *out);
+/* *out points into the message (NUL-terminated copy not needed: ONNX strings here are short) */
+gr_status ox_attr_string(ox_ctx *c, const char *name, const char *def, char *buf, size_t bufsize);
+/* ints: *out points into the message, *n = -1 when absent */
+gr_status ox_attr_ints(ox_ctx *c, const char *name, const int64_t **out, int *n);
+/* Number of node inputs, and the ox value of input i (-1 when absent or empty). */
+int ox_n_in(const ox_ctx *c);
+int ox_in(const ox_ctx *c, int i);
+/* The known tensor behind input i; fails (naming the node and input) when the
+ * input is absent, computed at run time, or depends on a symbolic dim. */
+gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **out);
+/* Reads a known integer tensor as int64s (at most max). */
+gr_status ox_need_ints(ox_ctx *c, int i, const char *what, int64_t *vals, int max, int *n);
+
+/* The tensor of the current Constant node (value, value_float(s), value_int(s)). */
+gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out);
+/* Converts the current node (c->node). */
+gr_status ox_convert_node(ox_ctx *c);
+
+/* ---- onnx-fold.c ----------------------------------------------------------------------------------- */
+/* Tries to evaluate the current node at import time. *folded = true when it
+ * did (outputs are bound to known tensors); false leaves the node to the op
+ * converters. */
+gr_status ox_try_fold(ox_ctx *c, bool *folded);
+/* Shape of ox value vi as an i64 tensor (elements of symbolic dims unknown);
+ * NULL *out when the value has no type yet. */
+gr_status ox_shape_of(ox_ctx *c, int vi, ox_tensor **out);
+/* Casts a known tensor (numeric conversion; unknown marks kept). */
+gr_status ox_tensor_cast(const ox_tensor *t, gr_dtype to, ox_tensor **out);
+
+#endif

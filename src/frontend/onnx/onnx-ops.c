@@ -1,0 +1,834 @@
+/* frontend/onnx/onnx-ops — ONNX ops (opsets 13..21) onto graft IR.
+ *
+ * One converter per ONNX op, found through the table at the end. Inputs that
+ * graft IR takes as attributes (shapes, axes, slice bounds, split sizes, ...)
+ * must be known at import time: onnx-fold.c has folded whatever computed
+ * them; ox_need_const says why when it could not. Each IR node is typed by
+ * shape inference as soon as it is added, so later mapping decisions (the
+ * zeros of Reshape, Shape of a computed value) can read its type.
+ */
+#include "frontend/onnx/onnx-impl.h"
+#include "passes/passes.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *S(const char *s) { return s ? s : ""; }
+
+/* ==== attributes ======================================================================== */
+const Onnx__AttributeProto *ox_attr(const ox_ctx *c, const char *name) {
+    for (size_t i = 0; i < c->node->n_attribute; i++)
+        if (!strcmp(S(c->node->attribute[i]->name), name)) return c->node->attribute[i];
+    return NULL;
+}
+
+static bool attr_has_int(const Onnx__AttributeProto *a) {
+    return a->has_i || (a->has_type && a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+}
+static bool attr_has_float(const Onnx__AttributeProto *a) {
+    return a->has_f || (a->has_type && a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+}
+
+gr_status ox_attr_int(ox_ctx *c, const char *name, int64_t def, int64_t *out) {
+    const Onnx__AttributeProto *a = ox_attr(c, name);
+    if (!a) return *out = def, GR_OK;
+    if (attr_has_int(a)) return *out = a->i, GR_OK;
+    return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' must be an int", name);
+}
+
+gr_status ox_attr_float(ox_ctx *c, const char *name, double def, double *out) {
+    const Onnx__AttributeProto *a = ox_attr(c, name);
+    if (!a) return *out = def, GR_OK;
+    if (attr_has_float(a)) return *out = a->f, GR_OK;
+    if (attr_has_int(a)) return *out = (double)a->i, GR_OK;
+    return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' must be a float", name);
+}
+
+gr_status ox_attr_string(ox_ctx *c, const char *name, const char *def, char *buf, size_t bufsize) {
+    const Onnx__AttributeProto *a = ox_attr(c, name);
+    if (!a) {
+        snprintf(buf, bufsize, "%s", def);
+        return GR_OK;
+    }
+    if (!a->has_s) return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' must be a string", name);
+    size_t n = a->s.len < bufsize - 1 ? a->s.len : bufsize - 1;
+    if (n) memcpy(buf, a->s.data, n);
+    buf[n] = 0;
+    if (memchr(buf, 0, n)) return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' holds a NUL byte", name);
+    return GR_OK;
+}
+
+gr_status ox_attr_ints(ox_ctx *c, const char *name, const int64_t **out, int *n) {
+    const Onnx__AttributeProto *a = ox_attr(c, name);
+    *out = NULL;
+    *n = -1;
+    if (!a) return GR_OK;
+    if (a->n_ints > GR_MAX_DIMS * 64) return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' is too long", name);
+    if (a->n_ints || (a->has_type && a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS)) {
+        *out = a->ints;
+        *n = (int)a->n_ints;
+        return GR_OK;
+    }
+    return ox_node_error(c, GR_ERR_INVALID, "attribute '%s' must be a list of ints", name);
+}
+
+/* ==== inputs ================================================================================= */
+int ox_n_in(const ox_ctx *c) { return (int)c->node->n_input; }
+
+int ox_in(const ox_ctx *c, int i) {
+    if (i < 0 || (size_t)i >= c->node->n_input) return -1;
+    return ox_find(c, c->node->input[i]);
+}
+
+gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **out) {
+    *out = NULL;
+    int vi = ox_in(c, i);
+    if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "input %d ('%s') is required", i, what);
+    const ox_value *v = &c->vals.data[vi];
+    if (v->unavailable) return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' (value '%s') %s", what, v->name, v->unavailable);
+    if (!v->konst)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "input '%s' (value '%s') must be a constant at import time, but it is computed at run time", what,
+                             v->name);
+    if (v->konst->unknown) {
+        int64_t n = ox_tensor_numel(v->konst);
+        for (int64_t k = 0; k < n; k++)
+            if (v->konst->unknown[k])
+                return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                     "input '%s' (value '%s') depends on a symbolic dim: it is computed from the shape of a "
+                                     "tensor whose dims are not known at import time (export with static shapes)",
+                                     what, v->name);
+    }
+    *out = v->konst;
+    return GR_OK;
+}
+
+gr_status ox_need_ints(ox_ctx *c, int i, const char *what, int64_t *vals, int max, int *n) {
+    const ox_tensor *t;
+    GR_TRY(ox_need_const(c, i, what, &t));
+    if (!gr_dtype_is_int(t->dtype)) return ox_node_error(c, GR_ERR_INVALID, "input '%s' must hold integers", what);
+    int64_t numel = ox_tensor_numel(t);
+    if (t->ndim > 1 || numel > max)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' must be a list of at most %d integers", what, max);
+    for (int64_t k = 0; k < numel; k++) vals[k] = gr_load_i64(t->data, t->dtype, k);
+    *n = (int)numel;
+    return GR_OK;
+}
+
+/* IR value of input i (materializes constants); required. */
+static gr_status in_ir(ox_ctx *c, int i, int *ir) {
+    int vi = ox_in(c, i);
+    if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "input %d is required", i);
+    gr_status st = ox_ir(c, vi, ir);
+    if (st != GR_OK && st != GR_ERR_NOMEM) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", gr_last_error());
+        return ox_node_error(c, st, "%s", msg);
+    }
+    return st;
+}
+
+static const gr_ir_value *irv(const ox_ctx *c, int ir) { return &c->g->values.data[ir]; }
+
+/* IR constant from a tensor we own (consumed); unnamed. */
+static gr_status const_ir(ox_ctx *c, ox_tensor *t, int *ir) {
+    void *data = t->data;
+    t->owned = false;
+    gr_status st = gr_ir_add_const_owned(c->g, NULL, t->dtype, t->ndim, t->dims, data, t->nbytes, ir);
+    ox_tensor_free(t);
+    return st;
+}
+
+static gr_status scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir) {
+    ox_tensor *t;
+    GR_TRY(ox_tensor_new(dt, 0, NULL, &t));
+    gr_store_f64(t->data, dt, 0, v);
+    return const_ir(c, t, ir);
+}
+
+/* ==== emitting IR nodes ========================================================================== */
+static bool node_name_taken(const gr_graph *g, const char *name) {
+    for (int i = 0; i < g->nodes.len; i++)
+        if (!strcmp(g->nodes.data[i].name, name)) return true;
+    return false;
+}
+
+/* Adds an IR node for the current ONNX node. `last` nodes carry the ONNX
+ * node's name and its output names; helper nodes before them are named
+ * "<name>/<k>" with anonymous outputs. The node is typed right away. */
+static gr_status emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int n_out,
+                      const char *const *out_names, bool last, int *outs) {
+    char *name = last ? gr_strdup(c->node_name) : gr_sprintf("%s/%d", c->node_name, ++c->sub_count);
+    if (!name) return GR_ERR_NOMEM;
+    for (int k = 1; node_name_taken(c->g, name); k++) {
+        char *alt = gr_sprintf("%s_%d", last ? c->node_name : name, k);
+        if (!alt) {
+            gr_strfree(name);
+            return GR_ERR_NOMEM;
+        }
+        if (!node_name_taken(c->g, alt) || k > 1000) {
+            gr_strfree(name);
+            name = alt;
+            break;
+        }
+        gr_strfree(alt);
+    }
+    int node;
+    gr_status st = gr_ir_add_node(c->g, op, name, n_in, in, n_out, last ? out_names : NULL, n_attr, attrs, &node);
+    gr_strfree(name);
+    if (st != GR_OK) return st;
+    c->g->nodes.data[node].line = c->node_index + 1; /* the ONNX node's position, for messages */
+    for (int i = 0; i < n_out; i++) outs[i] = c->g->nodes.data[node].out[i];
+    return gr_pass_infer_node(c->g, node);
+}
+
+/* Binds the ONNX outputs [0, n) to IR values; further non-empty outputs are
+ * marked unavailable with `why`. */
+static gr_status bind_outputs(ox_ctx *c, int n, const int *irs, const char *why) {
+    for (size_t i = 0; i < c->node->n_output; i++) {
+        const char *name = S(c->node->output[i]);
+        if (!*name) continue;
+        if ((int)i < n) {
+            if (ox_find(c, name) < 0) GR_TRY(ox_define_ir(c, name, irs[i]));
+        } else {
+            int vi;
+            GR_TRY(ox_define(c, name, &vi));
+            c->vals.data[vi].unavailable = why ? why : "is an output graft does not compute";
+        }
+    }
+    return GR_OK;
+}
+
+/* out names of the ONNX node, NULL for empty ones */
+static void out_names_of(const ox_ctx *c, const char **names, int n) {
+    for (int i = 0; i < n; i++)
+        names[i] = (size_t)i < c->node->n_output && c->node->output[i] && *c->node->output[i] ? c->node->output[i] : NULL;
+}
+
+/* One IR node, all ONNX inputs in order, one output. */
+static gr_status emit1(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs) {
+    const char *names[1];
+    out_names_of(c, names, 1);
+    int out;
+    GR_TRY(emit(c, op, n_in, in, n_attr, attrs, 1, names, true, &out));
+    return bind_outputs(c, 1, &out, NULL);
+}
+
+static gr_status check_arity(ox_ctx *c, int min_in, int max_in, int min_out) {
+    int n = ox_n_in(c);
+    if (n < min_in || n > max_in) {
+        if (min_in == max_in) return ox_node_error(c, GR_ERR_INVALID, "expects %d inputs, got %d", min_in, n);
+        return ox_node_error(c, GR_ERR_INVALID, "expects %d to %d inputs, got %d", min_in, max_in, n);
+    }
+    if ((int)c->node->n_output < min_out) return ox_node_error(c, GR_ERR_INVALID, "expects an output");
+    return GR_OK;
+}
+
+/* Shapes handed to the IR: each dim >= -1 and the element count at most
+ * OX_MAX_ELEMS, so nothing downstream multiplies its way into overflow. */
+static gr_status check_target_shape(ox_ctx *c, const char *what, const int64_t *dims, int n) {
+    int64_t prod = 1;
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < -1) return ox_node_error(c, GR_ERR_SHAPE, "%s has a negative dim (%lld)", what, (long long)dims[i]);
+        if (dims[i] <= 0) continue;
+        if (dims[i] > OX_MAX_ELEMS / prod) return ox_node_error(c, GR_ERR_SHAPE, "%s is too large", what);
+        prod *= dims[i];
+    }
+    return GR_OK;
+}
+
+static gr_ir_attr A_int(const char *name, int64_t v) { return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INT, .i = v}; }
+static gr_ir_attr A_float(const char *name, double v) { return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_FLOAT, .f = v}; }
+static gr_ir_attr A_str(const char *name, const char *s) {
+    return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_STRING, .s = (char *)s};
+}
+static gr_ir_attr A_ints(const char *name, const int64_t *v, int n) {
+    return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)v, .n = n};
+}
+
+/* ==== converters ==================================================================================== */
+typedef gr_status (*cv_fn)(ox_ctx *c, gr_op op);
+
+/* inputs in order (absent optional ones as -1), no attributes */
+static gr_status cv_simple(ox_ctx *c, gr_op op) {
+    const gr_op_info *info = gr_op_get(op);
+    GR_TRY(check_arity(c, info->min_in, info->max_in < 0 ? 64 : info->max_in, 1));
+    int in[64];
+    for (int i = 0; i < ox_n_in(c); i++) {
+        if (ox_in(c, i) < 0) {
+            if (i < info->min_in) return ox_node_error(c, GR_ERR_INVALID, "input %d is required", i);
+            in[i] = -1;
+        } else {
+            GR_TRY(in_ir(c, i, &in[i]));
+        }
+    }
+    return emit1(c, op, ox_n_in(c), in, 0, NULL);
+}
+
+static gr_status cv_pow(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int in[2];
+    GR_TRY(in_ir(c, 0, &in[0]));
+    GR_TRY(in_ir(c, 1, &in[1]));
+    const gr_ir_value *base = irv(c, in[0]), *expo = irv(c, in[1]);
+    if (base->typed && expo->typed && base->dtype != expo->dtype) {
+        /* ONNX lets the exponent's type differ; graft IR wants one dtype */
+        gr_ir_attr to = A_str("to", gr_dtype_name(base->dtype));
+        GR_TRY(emit(c, GR_OP_CAST, 1, &in[1], 1, &to, 1, NULL, false, &in[1]));
+    }
+    return emit1(c, op, 2, in, 0, NULL);
+}
+
+static gr_status cv_variadic(ox_ctx *c, gr_op op) {
+    int n = ox_n_in(c);
+    if (n < 1) return ox_node_error(c, GR_ERR_INVALID, "expects at least one input");
+    int acc;
+    GR_TRY(in_ir(c, 0, &acc));
+    if (n == 1) return emit1(c, GR_OP_IDENTITY, 1, &acc, 0, NULL);
+    for (int i = 1; i < n; i++) {
+        int pair[2] = {acc, -1};
+        GR_TRY(in_ir(c, i, &pair[1]));
+        if (i == n - 1) return emit1(c, op, 2, pair, 0, NULL);
+        GR_TRY(emit(c, op, 2, pair, 0, NULL, 1, NULL, false, &acc));
+    }
+    return GR_OK;
+}
+
+static gr_status cv_selu(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    double alpha, gamma;
+    GR_TRY(ox_attr_float(c, "alpha", 1.67326319217681884765625, &alpha));
+    GR_TRY(ox_attr_float(c, "gamma", 1.05070102214813232421875, &gamma));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr attrs[2] = {A_float("alpha", alpha), A_float("gamma", gamma)};
+    return emit1(c, op, 1, &x, 2, attrs);
+}
+
+static gr_status cv_gelu(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    char approx[32];
+    GR_TRY(ox_attr_string(c, "approximate", "none", approx, sizeof approx));
+    if (strcmp(approx, "none") && strcmp(approx, "tanh"))
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "approximate='%s' is not supported", approx);
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_str("approximate", approx);
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+static gr_status cv_cast(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t to;
+    GR_TRY(ox_attr_int(c, "to", 0, &to));
+    gr_dtype dt;
+    gr_status st = ox_dtype_from_onnx(c, (int32_t)to, "attribute 'to'", &dt);
+    if (st != GR_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", gr_last_error());
+        return ox_node_error(c, st, "%s", msg);
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_str("to", gr_dtype_name(dt));
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+static gr_status cv_gemm(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 3, 1));
+    double alpha, beta;
+    int64_t ta, tb;
+    GR_TRY(ox_attr_float(c, "alpha", 1.0, &alpha));
+    GR_TRY(ox_attr_float(c, "beta", 1.0, &beta));
+    GR_TRY(ox_attr_int(c, "transA", 0, &ta));
+    GR_TRY(ox_attr_int(c, "transB", 0, &tb));
+    int in[3], n = 2;
+    GR_TRY(in_ir(c, 0, &in[0]));
+    GR_TRY(in_ir(c, 1, &in[1]));
+    if (ox_in(c, 2) >= 0 && beta != 0.0) {
+        GR_TRY(in_ir(c, 2, &in[2]));
+        if (beta != 1.0) {
+            const gr_ir_value *cv = irv(c, in[2]);
+            int b, pair[2];
+            GR_TRY(scalar_const_ir(c, cv->typed ? cv->dtype : GR_F32, beta, &b));
+            pair[0] = in[2];
+            pair[1] = b;
+            GR_TRY(emit(c, GR_OP_MUL, 2, pair, 0, NULL, 1, NULL, false, &in[2]));
+        }
+        n = 3;
+    }
+    gr_ir_attr attrs[3] = {A_int("trans_a", ta != 0), A_int("trans_b", tb != 0), A_float("alpha", alpha)};
+    return emit1(c, op, n, in, alpha == 1.0 ? 2 : 3, attrs);
+}
+
+static gr_status cv_softmax(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t axis;
+    GR_TRY(ox_attr_int(c, "axis", -1, &axis));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_int("axis", axis);
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+static gr_status cv_layer_norm(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 3, 1));
+    int64_t axis;
+    double eps;
+    GR_TRY(ox_attr_int(c, "axis", -1, &axis));
+    GR_TRY(ox_attr_float(c, "epsilon", 1e-5, &eps));
+    int in[3], n = 2;
+    GR_TRY(in_ir(c, 0, &in[0]));
+    GR_TRY(in_ir(c, 1, &in[1]));
+    if (ox_in(c, 2) >= 0) {
+        GR_TRY(in_ir(c, 2, &in[2]));
+        n = 3;
+    }
+    gr_ir_attr attrs[2] = {A_int("axis", axis), A_float("epsilon", eps)};
+    const char *names[1];
+    out_names_of(c, names, 1);
+    int out;
+    GR_TRY(emit(c, op, n, in, 2, attrs, 1, names, true, &out));
+    return bind_outputs(c, 1, &out, "is LayerNormalization's Mean or InvStdDev output, which graft does not compute");
+}
+
+static gr_status cv_reduce(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 2, 1));
+    int64_t keepdims, noop;
+    GR_TRY(ox_attr_int(c, "keepdims", 1, &keepdims));
+    GR_TRY(ox_attr_int(c, "noop_with_empty_axes", 0, &noop));
+    int64_t axes[GR_MAX_DIMS];
+    int na = -1;
+    if (ox_in(c, 1) >= 0) {
+        GR_TRY(ox_need_ints(c, 1, "axes", axes, GR_MAX_DIMS, &na));
+    } else {
+        const int64_t *a;
+        GR_TRY(ox_attr_ints(c, "axes", &a, &na));
+        if (na > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_INVALID, "too many axes");
+        for (int i = 0; i < na; i++) axes[i] = a[i];
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    if (na <= 0 && noop) return emit1(c, GR_OP_IDENTITY, 1, &x, 0, NULL);
+    gr_ir_attr attrs[2] = {A_int("keepdims", keepdims != 0), A_ints("axes", axes, na > 0 ? na : 0)};
+    return emit1(c, op, 1, &x, na > 0 ? 2 : 1, attrs);
+}
+
+static gr_status cv_reshape(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t allowzero, shape[GR_MAX_DIMS];
+    int n;
+    GR_TRY(ox_attr_int(c, "allowzero", 0, &allowzero));
+    GR_TRY(ox_need_ints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_shape(c, "shape", shape, n));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    bool has_infer = false;
+    for (int i = 0; i < n; i++) has_infer |= shape[i] == -1;
+    for (int i = 0; i < n && !allowzero; i++) {
+        if (shape[i] != 0) continue;
+        /* ONNX's 0 copies the input's dim; graft IR's 0 is a zero-size dim */
+        if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "shape copies dim %d of an input whose shape is unknown", i);
+        if (i >= xv->ndim) return ox_node_error(c, GR_ERR_SHAPE, "shape copies dim %d of a rank-%d input", i, xv->ndim);
+        if (xv->dims[i].sym == GR_SYM_NONE && xv->dims[i].size >= 0) {
+            shape[i] = xv->dims[i].size;
+        } else if (!has_infer) {
+            shape[i] = -1;
+            has_infer = true;
+        } else {
+            return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                 "shape copies dim %d, which is a symbolic dim, and graft IR's reshape can infer only one", i);
+        }
+    }
+    gr_ir_attr a = A_ints("shape", shape, n);
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+static gr_status cv_transpose(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    const int64_t *perm;
+    int n;
+    GR_TRY(ox_attr_ints(c, "perm", &perm, &n));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_ints("perm", perm, n);
+    return emit1(c, op, 1, &x, n >= 0 ? 1 : 0, &a);
+}
+
+/* Unsqueeze / Squeeze: axes from input 1 (opset 13+) */
+static gr_status cv_squeeze(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 2, 1));
+    int64_t axes[GR_MAX_DIMS];
+    int na = -1;
+    if (ox_in(c, 1) >= 0) GR_TRY(ox_need_ints(c, 1, "axes", axes, GR_MAX_DIMS, &na));
+    if (op == GR_OP_UNSQUEEZE && na < 0) return ox_node_error(c, GR_ERR_INVALID, "input 'axes' is required");
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (xv->typed) { /* normalize negative axes where the rank is known */
+        int r = op == GR_OP_UNSQUEEZE ? xv->ndim + na : xv->ndim;
+        for (int i = 0; i < na; i++)
+            if (axes[i] < 0) axes[i] += r;
+    }
+    gr_ir_attr a = A_ints("axes", axes, na);
+    return emit1(c, op, 1, &x, na >= 0 ? 1 : 0, &a);
+}
+
+static gr_status cv_axis_op(ox_ctx *c, gr_op op) {
+    /* Concat, Gather, GatherElements: an `axis` attribute */
+    const gr_op_info *info = gr_op_get(op);
+    GR_TRY(check_arity(c, info->min_in, info->max_in < 0 ? 64 : info->max_in, 1));
+    int64_t axis;
+    GR_TRY(ox_attr_int(c, "axis", 0, &axis));
+    if (op == GR_OP_CONCAT && !ox_attr(c, "axis")) return ox_node_error(c, GR_ERR_INVALID, "attribute 'axis' is required");
+    int in[64];
+    for (int i = 0; i < ox_n_in(c); i++) GR_TRY(in_ir(c, i, &in[i]));
+    gr_ir_attr a = A_int("axis", axis);
+    return emit1(c, op, ox_n_in(c), in, 1, &a);
+}
+
+static gr_status cv_slice(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 3, 5, 1));
+    int64_t starts[GR_MAX_DIMS], ends[GR_MAX_DIMS], axes[GR_MAX_DIMS], steps[GR_MAX_DIMS];
+    int ns, ne, na = -1, nst = -1;
+    GR_TRY(ox_need_ints(c, 1, "starts", starts, GR_MAX_DIMS, &ns));
+    GR_TRY(ox_need_ints(c, 2, "ends", ends, GR_MAX_DIMS, &ne));
+    if (ox_in(c, 3) >= 0) GR_TRY(ox_need_ints(c, 3, "axes", axes, GR_MAX_DIMS, &na));
+    if (ox_in(c, 4) >= 0) GR_TRY(ox_need_ints(c, 4, "steps", steps, GR_MAX_DIMS, &nst));
+    if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
+        return ox_node_error(c, GR_ERR_INVALID, "starts, ends, axes and steps differ in length");
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr attrs[4];
+    int n = 0;
+    attrs[n++] = A_ints("starts", starts, ns);
+    attrs[n++] = A_ints("ends", ends, ne);
+    if (na >= 0) attrs[n++] = A_ints("axes", axes, na);
+    if (nst >= 0) attrs[n++] = A_ints("steps", steps, nst);
+    return emit1(c, op, 1, &x, n, attrs);
+}
+
+static gr_status cv_split(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 2, 1));
+    int64_t axis, num_outputs;
+    GR_TRY(ox_attr_int(c, "axis", 0, &axis));
+    GR_TRY(ox_attr_int(c, "num_outputs", 0, &num_outputs));
+    int n_out = (int)c->node->n_output;
+    if (n_out > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 outputs");
+    if (num_outputs && num_outputs != n_out)
+        return ox_node_error(c, GR_ERR_INVALID, "num_outputs=%lld but the node has %d outputs", (long long)num_outputs, n_out);
+    int64_t sizes[64];
+    int ns = -1;
+    if (ox_in(c, 1) >= 0) {
+        GR_TRY(ox_need_ints(c, 1, "split", sizes, 64, &ns));
+        if (ns != n_out) return ox_node_error(c, GR_ERR_INVALID, "split has %d sizes for %d outputs", ns, n_out);
+    } else {
+        const int64_t *a;
+        int na;
+        GR_TRY(ox_attr_ints(c, "split", &a, &na)); /* opset < 13 form, accepted */
+        if (na > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 outputs");
+        for (int i = 0; i < na; i++) sizes[i] = a[i];
+        ns = na;
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (ns < 0 && xv->typed) {
+        int64_t ax = axis < 0 ? axis + xv->ndim : axis;
+        if (ax >= 0 && ax < xv->ndim && xv->dims[ax].sym == GR_SYM_NONE && xv->dims[ax].size >= 0 && n_out > 0) {
+            /* opset 18: chunks of ceil(d / n), the last one smaller */
+            int64_t d = xv->dims[ax].size, chunk = (d + n_out - 1) / n_out;
+            if (d % n_out) {
+                for (int i = 0; i < n_out; i++) {
+                    int64_t left = d - chunk * i;
+                    sizes[i] = left < 0 ? 0 : left < chunk ? left : chunk;
+                }
+                ns = n_out;
+            }
+        }
+    }
+    gr_ir_attr attrs[2] = {A_int("axis", axis), A_ints("split", sizes, ns)};
+    const char *names[64];
+    int outs[64];
+    out_names_of(c, names, n_out);
+    GR_TRY(emit(c, op, 1, &x, ns >= 0 ? 2 : 1, attrs, n_out, names, true, outs));
+    return bind_outputs(c, n_out, outs, NULL);
+}
+
+static gr_status cv_expand(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t shape[GR_MAX_DIMS];
+    int n;
+    GR_TRY(ox_need_ints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_shape(c, "shape", shape, n));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_ints("shape", shape, n);
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+static gr_status cv_shape(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of '%s' is not known at import time", irv(c, x)->name);
+}
+
+gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out) {
+    *out = NULL;
+    if (c->node->n_attribute != 1) return ox_node_error(c, GR_ERR_INVALID, "Constant needs exactly one attribute");
+    const Onnx__AttributeProto *a = c->node->attribute[0];
+    const char *an = S(a->name);
+    if (!strcmp(an, "value")) {
+        if (!a->t) return ox_node_error(c, GR_ERR_INVALID, "attribute 'value' must be a tensor");
+        gr_status st = ox_tensor_from_proto(c, a->t, "attribute 'value'", out);
+        if (st != GR_OK && st != GR_ERR_NOMEM) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", gr_last_error());
+            return ox_node_error(c, st, "%s", msg);
+        }
+        return st;
+    }
+    if (!strcmp(an, "value_float") || !strcmp(an, "value_int")) {
+        bool fl = an[6] == 'f';
+        GR_TRY(ox_tensor_new(fl ? GR_F32 : GR_I64, 0, NULL, out));
+        if (fl) *(float *)(*out)->data = a->f;
+        else *(int64_t *)(*out)->data = a->i;
+        return GR_OK;
+    }
+    if (!strcmp(an, "value_floats") || !strcmp(an, "value_ints")) {
+        bool fl = an[6] == 'f';
+        int64_t n = fl ? (int64_t)a->n_floats : (int64_t)a->n_ints;
+        GR_TRY(ox_tensor_new(fl ? GR_F32 : GR_I64, 1, &n, out));
+        for (int64_t i = 0; i < n; i++) {
+            if (fl) ((float *)(*out)->data)[i] = a->floats[i];
+            else ((int64_t *)(*out)->data)[i] = a->ints[i];
+        }
+        return GR_OK;
+    }
+    return ox_node_error(c, GR_ERR_UNSUPPORTED, "Constant with attribute '%s' is not supported", an);
+}
+
+static gr_status cv_constant(ox_ctx *c, gr_op op) {
+    (void)op;
+    ox_tensor *t;
+    GR_TRY(ox_constant_tensor(c, &t));
+    if (c->node->n_output != 1 || !c->node->output[0] || !*c->node->output[0]) {
+        ox_tensor_free(t);
+        return ox_node_error(c, GR_ERR_INVALID, "expects one named output");
+    }
+    return ox_define_const(c, c->node->output[0], t);
+}
+
+static gr_status cv_constant_of_shape(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t shape[GR_MAX_DIMS];
+    int n;
+    GR_TRY(ox_need_ints(c, 0, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_shape(c, "shape", shape, n));
+    for (int i = 0; i < n; i++)
+        if (shape[i] < 0) return ox_node_error(c, GR_ERR_SHAPE, "shape has a negative dim");
+    gr_dtype dt = GR_F32;
+    double value = 0;
+    const Onnx__AttributeProto *a = ox_attr(c, "value");
+    if (a) {
+        if (!a->t) return ox_node_error(c, GR_ERR_INVALID, "attribute 'value' must be a tensor");
+        ox_tensor *v;
+        GR_TRY(ox_tensor_from_proto(c, a->t, "attribute 'value'", &v));
+        bool one = ox_tensor_numel(v) == 1;
+        dt = v->dtype;
+        if (one) value = gr_load_f64(v->data, dt, 0);
+        ox_tensor_free(v);
+        if (!one) return ox_node_error(c, GR_ERR_INVALID, "attribute 'value' must hold one element");
+    }
+    gr_ir_attr attrs[3] = {A_ints("shape", shape, n), A_float("value", value), A_str("dtype", gr_dtype_name(dt))};
+    return emit1(c, op, 0, NULL, 3, attrs);
+}
+
+static gr_status cv_range(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 3, 3, 1));
+    const ox_tensor *t[3];
+    static const char *names[3] = {"start", "limit", "delta"};
+    for (int i = 0; i < 3; i++) {
+        GR_TRY(ox_need_const(c, i, names[i], &t[i]));
+        if (ox_tensor_numel(t[i]) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
+    }
+    gr_ir_attr attrs[4] = {A_float("start", gr_load_f64(t[0]->data, t[0]->dtype, 0)),
+                           A_float("limit", gr_load_f64(t[1]->data, t[1]->dtype, 0)),
+                           A_float("delta", gr_load_f64(t[2]->data, t[2]->dtype, 0)), A_str("dtype", gr_dtype_name(t[0]->dtype))};
+    return emit1(c, op, 0, NULL, 4, attrs);
+}
+
+static gr_status cv_trilu(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 2, 1));
+    int64_t upper, k = 0;
+    GR_TRY(ox_attr_int(c, "upper", 1, &upper));
+    if (ox_in(c, 1) >= 0) {
+        int n;
+        GR_TRY(ox_need_ints(c, 1, "k", &k, 1, &n));
+        if (n != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'k' must be a scalar");
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr attrs[2] = {A_int("upper", upper != 0), A_int("k", k)};
+    return emit1(c, op, 1, &x, 2, attrs);
+}
+
+static gr_status cv_dropout(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 1, 3, 1));
+    if (ox_in(c, 2) >= 0) {
+        const ox_tensor *t;
+        GR_TRY(ox_need_const(c, 2, "training_mode", &t));
+        if (ox_tensor_numel(t) == 1 && gr_load_i64(t->data, t->dtype, 0))
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "training_mode=true is not supported (inference only)");
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const char *names[1];
+    out_names_of(c, names, 1);
+    int out;
+    GR_TRY(emit(c, GR_OP_IDENTITY, 1, &x, 0, NULL, 1, names, true, &out));
+    return bind_outputs(c, 1, &out, "is Dropout's mask output, which graft does not compute");
+}
+
+/* ---- Einsum: the batched-matmul forms transformer exports use --------------------------- */
+static gr_status einsum_unsupported(ox_ctx *c, const char *eq, const char *why) {
+    return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                         "einsum equation '%s' is not supported (%s); graft maps batched matmul forms such as "
+                         "'bhid,bhjd->bhij', 'bhij,bhjd->bhid' and 'ij,jk->ik'",
+                         eq, why);
+}
+
+static gr_status cv_einsum(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    char eq[128], sa[32], sb[32], so[32];
+    GR_TRY(ox_attr_string(c, "equation", "", eq, sizeof eq));
+    /* strip spaces */
+    size_t w = 0;
+    for (size_t r = 0; eq[r]; r++)
+        if (eq[r] != ' ') eq[w++] = eq[r];
+    eq[w] = 0;
+    const char *comma = strchr(eq, ','), *arrow = strstr(eq, "->");
+    if (!comma || !arrow || comma > arrow || strchr(comma + 1, ',')) return einsum_unsupported(c, eq, "needs two operands and an explicit output");
+    size_t la = (size_t)(comma - eq), lb = (size_t)(arrow - comma - 1), lo = strlen(arrow + 2);
+    if (la >= sizeof sa || lb >= sizeof sb || lo >= sizeof so) return einsum_unsupported(c, eq, "too many indices");
+    memcpy(sa, eq, la), sa[la] = 0;
+    memcpy(sb, comma + 1, lb), sb[lb] = 0;
+    memcpy(so, arrow + 2, lo), so[lo] = 0;
+    const char *ops[3] = {sa, sb, so};
+    for (int k = 0; k < 3; k++) {
+        for (const char *p = ops[k]; *p; p++) {
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) return einsum_unsupported(c, eq, "ellipsis or bad index");
+            if (strchr(p + 1, *p)) return einsum_unsupported(c, eq, "repeated index");
+        }
+    }
+    if (la < 2 || lb < 2 || lo < 2) return einsum_unsupported(c, eq, "operands must have at least 2 dims");
+    /* trailing two letters of each operand; the rest is batch */
+    char a0 = sa[la - 2], a1 = sa[la - 1], b0 = sb[lb - 2], b1 = sb[lb - 1], o0 = so[lo - 2], o1 = so[lo - 1];
+    char k;
+    if (a0 == b0 || a0 == b1) k = a0;
+    else if (a1 == b0 || a1 == b1) k = a1;
+    else return einsum_unsupported(c, eq, "no contraction index in the last two dims");
+    char m = a0 == k ? a1 : a0, n = b0 == k ? b1 : b0;
+    if (m == n || strchr(so, k)) return einsum_unsupported(c, eq, "not a matmul");
+    bool ta = a0 == k, tb = b1 == k, swap;
+    if (o0 == m && o1 == n) swap = false;
+    else if (o0 == n && o1 == m) swap = true;
+    else return einsum_unsupported(c, eq, "output's last two dims are not the matmul's");
+    size_t ba = la - 2, bb = lb - 2, bo = lo - 2;
+    const char *batch = ba ? sa : sb;
+    size_t nb = ba ? ba : bb;
+    bool ok = bo == nb && (!ba || !bb || (ba == bb && !memcmp(sa, sb, ba))) && !memcmp(so, batch, bo);
+    for (size_t i = 0; ok && i < nb; i++) ok = batch[i] != k && batch[i] != m && batch[i] != n;
+    if (!ok) return einsum_unsupported(c, eq, "batch dims must lead, in the same order in both operands and the output");
+    int in[2];
+    GR_TRY(in_ir(c, 0, &in[0]));
+    GR_TRY(in_ir(c, 1, &in[1]));
+    if ((irv(c, in[0])->typed && irv(c, in[0])->ndim != (int)la) || (irv(c, in[1])->typed && irv(c, in[1])->ndim != (int)lb))
+        return ox_node_error(c, GR_ERR_SHAPE, "einsum '%s': operand ranks do not match the equation", eq);
+    if (!swap) {
+        gr_ir_attr attrs[2] = {A_int("trans_a", ta), A_int("trans_b", tb)};
+        return emit1(c, op, 2, in, 2, attrs);
+    }
+    /* (A B)^T = B^T A^T */
+    int sw[2] = {in[1], in[0]};
+    gr_ir_attr attrs[2] = {A_int("trans_a", !tb), A_int("trans_b", !ta)};
+    return emit1(c, op, 2, sw, 2, attrs);
+}
+
+/* ==== the table ========================================================================================== */
+static const struct {
+    const char *onnx;
+    gr_op op;
+    cv_fn fn;
+} op_table[] = {
+    {"Add", GR_OP_ADD, cv_simple},
+    {"Sub", GR_OP_SUB, cv_simple},
+    {"Mul", GR_OP_MUL, cv_simple},
+    {"Div", GR_OP_DIV, cv_simple},
+    {"Pow", GR_OP_POW, cv_pow},
+    {"Neg", GR_OP_NEG, cv_simple},
+    {"Abs", GR_OP_ABS, cv_simple},
+    {"Sqrt", GR_OP_SQRT, cv_simple},
+    {"Reciprocal", GR_OP_RECIPROCAL, cv_simple},
+    {"Exp", GR_OP_EXP, cv_simple},
+    {"Log", GR_OP_LOG, cv_simple},
+    {"Tanh", GR_OP_TANH, cv_simple},
+    {"Erf", GR_OP_ERF, cv_simple},
+    {"Sigmoid", GR_OP_SIGMOID, cv_simple},
+    {"Relu", GR_OP_RELU, cv_simple},
+    {"Sin", GR_OP_SIN, cv_simple},
+    {"Cos", GR_OP_COS, cv_simple},
+    {"Selu", GR_OP_SELU, cv_selu},
+    {"Gelu", GR_OP_GELU, cv_gelu},
+    {"Min", GR_OP_MIN, cv_variadic},
+    {"Max", GR_OP_MAX, cv_variadic},
+    {"Where", GR_OP_WHERE, cv_simple},
+    {"Equal", GR_OP_EQUAL, cv_simple},
+    {"Less", GR_OP_LESS, cv_simple},
+    {"LessOrEqual", GR_OP_LESS_EQUAL, cv_simple},
+    {"Greater", GR_OP_GREATER, cv_simple},
+    {"GreaterOrEqual", GR_OP_GREATER_EQUAL, cv_simple},
+    {"Not", GR_OP_NOT, cv_simple},
+    {"And", GR_OP_AND, cv_simple},
+    {"Or", GR_OP_OR, cv_simple},
+    {"IsNaN", GR_OP_ISNAN, cv_simple},
+    {"Cast", GR_OP_CAST, cv_cast},
+    {"MatMul", GR_OP_MATMUL, cv_simple},
+    {"Gemm", GR_OP_MATMUL, cv_gemm},
+    {"Softmax", GR_OP_SOFTMAX, cv_softmax},
+    {"LayerNormalization", GR_OP_LAYER_NORM, cv_layer_norm},
+    {"ReduceMean", GR_OP_REDUCE_MEAN, cv_reduce},
+    {"ReduceSum", GR_OP_REDUCE_SUM, cv_reduce},
+    {"ReduceMax", GR_OP_REDUCE_MAX, cv_reduce},
+    {"ReduceMin", GR_OP_REDUCE_MIN, cv_reduce},
+    {"Reshape", GR_OP_RESHAPE, cv_reshape},
+    {"Transpose", GR_OP_TRANSPOSE, cv_transpose},
+    {"Unsqueeze", GR_OP_UNSQUEEZE, cv_squeeze},
+    {"Squeeze", GR_OP_SQUEEZE, cv_squeeze},
+    {"Concat", GR_OP_CONCAT, cv_axis_op},
+    {"Slice", GR_OP_SLICE, cv_slice},
+    {"Split", GR_OP_SPLIT, cv_split},
+    {"Gather", GR_OP_GATHER, cv_axis_op},
+    {"GatherElements", GR_OP_GATHER_ELEMENTS, cv_axis_op},
+    {"Expand", GR_OP_EXPAND, cv_expand},
+    {"Shape", GR_OP_IDENTITY, cv_shape},
+    {"Size", GR_OP_IDENTITY, cv_shape},
+    {"ConstantOfShape", GR_OP_FILL, cv_constant_of_shape},
+    {"Range", GR_OP_RANGE, cv_range},
+    {"Constant", GR_OP_IDENTITY, cv_constant},
+    {"Identity", GR_OP_IDENTITY, cv_simple},
+    {"Dropout", GR_OP_IDENTITY, cv_dropout},
+    {"Trilu", GR_OP_TRILU, cv_trilu},
+    {"Einsum", GR_OP_MATMUL, cv_einsum},
+};
+
+gr_status ox_convert_node(ox_ctx *c) {
+    const char *op_type = c->node->op_type;
+    for (int i = 0; i < GR_ARRAY_LEN(op_table); i++)
+        if (!strcmp(op_table[i].onnx, op_type)) return op_table[i].fn(c, op_table[i].op);
+    return gr_error(GR_ERR_UNSUPPORTED, "node '%s' op '%s' (domain '%s') is not supported", c->node_name, op_type, S(c->node->domain));
+}

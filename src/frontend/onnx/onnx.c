@@ -1,0 +1,541 @@
+/* frontend/onnx — loads an ONNX model (protobuf) into a graft IR graph.
+ *
+ * The model is parsed with protobuf-c (graft's own onnx_subset.proto) through
+ * an allocator hooked to gr_malloc, so allocation-failure tests reach the
+ * parser too. Then: opset check, initializers (inline or external data),
+ * graph inputs, nodes in order (each folded at import time when its inputs
+ * are known, else converted by onnx-ops.c), graph outputs.
+ */
+#include "frontend/onnx/onnx-impl.h"
+#include "passes/passes.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *S(const char *s) { return s ? s : ""; }
+
+/* ==== protobuf-c allocator ======================================================= */
+typedef struct {
+    bool failed;
+} pb_alloc_state;
+
+static void *pb_alloc(void *user, size_t n) {
+    void *p = gr_malloc(n);
+    if (!p) ((pb_alloc_state *)user)->failed = true;
+    return p;
+}
+
+static void pb_free(void *user, void *p) {
+    (void)user;
+    gr_free(p, 0);
+}
+
+/* ==== messages ======================================================================= */
+gr_status ox_node_error(ox_ctx *c, gr_status st, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return gr_error(st, "node '%s' (%s): %s", c->node_name ? c->node_name : "?", c->node ? S(c->node->op_type) : "?", msg);
+}
+
+/* ==== tensors ========================================================================== */
+void ox_tensor_free(ox_tensor *t) {
+    if (!t) return;
+    if (t->owned) gr_free(t->data, t->nbytes);
+    if (t->unknown) gr_free(t->unknown, (size_t)ox_tensor_numel(t));
+    gr_free(t, sizeof *t);
+}
+
+int64_t ox_tensor_numel(const ox_tensor *t) { return gr_shape_numel(t->ndim, t->dims); }
+
+/* Element count of dims, or -1 when negative or past OX_MAX_ELEMS. */
+static int64_t checked_numel(int ndim, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 0) return -1;
+        if (dims[i] == 0) n = 0;
+        else if (n > OX_MAX_ELEMS / dims[i]) return -1;
+        else n *= dims[i];
+    }
+    return n;
+}
+
+gr_status ox_tensor_new(gr_dtype dt, int ndim, const int64_t *dims, ox_tensor **out) {
+    *out = NULL;
+    if (ndim < 0 || ndim > GR_MAX_DIMS) return gr_error(GR_ERR_UNSUPPORTED, "tensor of rank %d (graft supports up to %d)", ndim, GR_MAX_DIMS);
+    int64_t numel = checked_numel(ndim, dims);
+    if (numel < 0) return gr_error(GR_ERR_INVALID, "tensor shape is negative or too large");
+    ox_tensor *t = gr_calloc(1, sizeof *t);
+    if (!t) return GR_ERR_NOMEM;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
+    t->nbytes = (size_t)numel * gr_dtype_size(dt);
+    t->owned = true;
+    t->data = gr_calloc(1, t->nbytes ? t->nbytes : 1);
+    if (!t->data) {
+        gr_free(t, sizeof *t);
+        return GR_ERR_NOMEM;
+    }
+    *out = t;
+    return GR_OK;
+}
+
+static const struct {
+    int32_t onnx;
+    gr_dtype dt;
+} dtype_map[] = {
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, GR_F32},   {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, GR_F16},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, GR_BF16}, {ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, GR_F64},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT64, GR_I64},   {ONNX__TENSOR_PROTO__DATA_TYPE__INT32, GR_I32},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT8, GR_I8},     {ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, GR_U8},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, GR_BOOL},
+};
+
+static const char *onnx_dtype_name(int32_t t) {
+    static const char *names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64",
+                                  "STRING", "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64",
+                                  "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                  "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1"};
+    return t >= 0 && t < GR_ARRAY_LEN(names) ? names[t] : "unknown";
+}
+
+gr_status ox_dtype_from_onnx(ox_ctx *c, int32_t onnx_type, const char *what, gr_dtype *out) {
+    (void)c;
+    for (int i = 0; i < GR_ARRAY_LEN(dtype_map); i++)
+        if (dtype_map[i].onnx == onnx_type) return *out = dtype_map[i].dt, GR_OK;
+    return gr_error(GR_ERR_UNSUPPORTED, "%s: ONNX element type %s (%d) is not supported", what, onnx_dtype_name(onnx_type),
+                    (int)onnx_type);
+}
+
+int32_t ox_dtype_to_onnx(gr_dtype t) {
+    for (int i = 0; i < GR_ARRAY_LEN(dtype_map); i++)
+        if (dtype_map[i].dt == t) return dtype_map[i].onnx;
+    return 0;
+}
+
+/* location must stay inside the model's directory */
+static bool safe_relative_path(const char *p) {
+    if (!*p || p[0] == '/' || strchr(p, '\\')) return false;
+    const char *s = p;
+    while (*s) {
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == 2 && s[0] == '.' && s[1] == '.') return false;
+        if (!e) break;
+        s = e + 1;
+    }
+    return true;
+}
+
+static gr_status parse_u64(const char *text, int64_t *out) {
+    if (!text || !*text) return GR_ERR_INVALID;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < 0) return GR_ERR_INVALID;
+    *out = v;
+    return GR_OK;
+}
+
+static gr_status read_external(ox_ctx *c, const Onnx__TensorProto *tp, const char *what, void *dst, size_t nbytes) {
+    const char *location = NULL, *offset_s = NULL, *length_s = NULL;
+    for (size_t i = 0; i < tp->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *e = tp->external_data[i];
+        const char *k = S(e->key);
+        if (!strcmp(k, "location")) location = S(e->value);
+        else if (!strcmp(k, "offset")) offset_s = S(e->value);
+        else if (!strcmp(k, "length")) length_s = S(e->value);
+    }
+    if (!location || !*location) return gr_error(GR_ERR_INVALID, "%s: external data without a location", what);
+    if (!safe_relative_path(location))
+        return gr_error(GR_ERR_INVALID, "%s: external data location '%s' must be a relative path inside the model's directory",
+                        what, location);
+    int64_t offset = 0, length = (int64_t)nbytes;
+    if (offset_s && parse_u64(offset_s, &offset) != GR_OK)
+        return gr_error(GR_ERR_INVALID, "%s: external data offset '%s' is not a number", what, offset_s);
+    if (length_s && parse_u64(length_s, &length) != GR_OK)
+        return gr_error(GR_ERR_INVALID, "%s: external data length '%s' is not a number", what, length_s);
+    if ((uint64_t)length != nbytes)
+        return gr_error(GR_ERR_INVALID, "%s: external data length %lld does not match its shape and type (%zu bytes)", what,
+                        (long long)length, nbytes);
+    char *path = c->base_dir && *c->base_dir ? gr_sprintf("%s/%s", c->base_dir, location) : gr_strdup(location);
+    if (!path) return GR_ERR_NOMEM;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gr_status st = gr_error(GR_ERR_IO, "%s: cannot open external data file '%s': %s", what, path, strerror(errno));
+        gr_strfree(path);
+        return st;
+    }
+    gr_status st = GR_OK;
+    long long file_size = -1;
+    if (fseeko(f, 0, SEEK_END) == 0) file_size = (long long)ftello(f);
+    if (file_size < 0) {
+        st = gr_error(GR_ERR_IO, "%s: cannot read external data file '%s'", what, path);
+    } else if ((uint64_t)offset > (uint64_t)file_size || (uint64_t)file_size - (uint64_t)offset < nbytes) {
+        st = gr_error(GR_ERR_IO, "%s: external data file '%s' is too short: needs %zu bytes at offset %lld, file has %lld bytes",
+                      what, path, nbytes, (long long)offset, file_size);
+    } else if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, nbytes, f) != nbytes) {
+        st = gr_error(GR_ERR_IO, "%s: short read from external data file '%s'", what, path);
+    }
+    fclose(f);
+    gr_strfree(path);
+    return st;
+}
+
+gr_status ox_tensor_from_proto(ox_ctx *c, const Onnx__TensorProto *tp, const char *what, ox_tensor **out) {
+    *out = NULL;
+    int32_t onnx_type = tp->has_data_type ? tp->data_type : 0;
+    gr_dtype dt;
+    GR_TRY(ox_dtype_from_onnx(c, onnx_type, what, &dt));
+    if (tp->n_dims > GR_MAX_DIMS)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: rank %zu (graft supports up to %d)", what, tp->n_dims, GR_MAX_DIMS);
+    int64_t dims[GR_MAX_DIMS];
+    for (size_t i = 0; i < tp->n_dims; i++) dims[i] = tp->dims[i];
+    int ndim = (int)tp->n_dims;
+    int64_t numel = checked_numel(ndim, dims);
+    if (numel < 0) return gr_error(GR_ERR_INVALID, "%s: dims are negative or too large", what);
+    if (tp->segment) return gr_error(GR_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
+    size_t esize = gr_dtype_size(dt), nbytes = (size_t)numel * esize;
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+
+    /* check the inline data's size before allocating for it */
+    size_t have = 0;
+    const char *field = "raw_data";
+    if (!external) {
+        if (tp->has_raw_data && tp->raw_data.len != nbytes)
+            return gr_error(GR_ERR_INVALID, "%s: raw_data holds %zu bytes, its shape and type need %zu", what, tp->raw_data.len,
+                            nbytes);
+        if (!tp->has_raw_data) {
+            switch (dt) {
+            case GR_F32: have = tp->n_float_data, field = "float_data"; break;
+            case GR_F64: have = tp->n_double_data, field = "double_data"; break;
+            case GR_I64: have = tp->n_int64_data, field = "int64_data"; break;
+            default: have = tp->n_int32_data, field = "int32_data"; break;
+            }
+            if (have != (size_t)numel) {
+                if (have == 0 && numel > 0) return gr_error(GR_ERR_INVALID, "%s: tensor has no data", what);
+                return gr_error(GR_ERR_INVALID, "%s: %s holds %zu elements, its shape needs %lld", what, field, have,
+                                (long long)numel);
+            }
+        }
+    }
+    ox_tensor *t;
+    gr_status st = ox_tensor_new(dt, ndim, dims, &t);
+    if (st != GR_OK) return st == GR_ERR_NOMEM ? st : gr_error_prefix(st, "%s", what);
+    if (external) {
+        st = read_external(c, tp, what, t->data, nbytes);
+    } else if (tp->has_raw_data) {
+        if (nbytes) memcpy(t->data, tp->raw_data.data, nbytes); /* ONNX raw data is little-endian, as is every target */
+    } else {
+        for (int64_t i = 0; i < numel; i++) {
+            switch (dt) {
+            case GR_F32: ((float *)t->data)[i] = tp->float_data[i]; break;
+            case GR_F64: ((double *)t->data)[i] = tp->double_data[i]; break;
+            case GR_I64: ((int64_t *)t->data)[i] = tp->int64_data[i]; break;
+            case GR_F16:
+            case GR_BF16: ((uint16_t *)t->data)[i] = (uint16_t)tp->int32_data[i]; break; /* raw bits in int32_data */
+            default: gr_store_i64(t->data, dt, i, tp->int32_data[i]); break;
+            }
+        }
+    }
+    if (st != GR_OK) {
+        ox_tensor_free(t);
+        return st;
+    }
+    *out = t;
+    return GR_OK;
+}
+
+/* ==== the value table ============================================================================ */
+static uint32_t name_hash(const char *s) { return (uint32_t)gr_hash_bytes(s, strlen(s), 0x9e3779b97f4a7c15ull); }
+
+int ox_find(const ox_ctx *c, const char *name) {
+    if (!name || !*name || !c->n_slots) return -1;
+    uint32_t mask = (uint32_t)c->n_slots - 1;
+    for (uint32_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
+        int s = c->slots[h];
+        if (!s) return -1;
+        if (!strcmp(c->vals.data[s - 1].name, name)) return s - 1;
+    }
+}
+
+static gr_status grow_slots(ox_ctx *c) {
+    int n = c->n_slots ? c->n_slots * 2 : 256;
+    int *slots = gr_calloc((size_t)n, sizeof(int));
+    if (!slots) return GR_ERR_NOMEM;
+    uint32_t mask = (uint32_t)n - 1;
+    for (int i = 0; i < c->vals.len; i++) {
+        uint32_t h = name_hash(c->vals.data[i].name) & mask;
+        while (slots[h]) h = (h + 1) & mask;
+        slots[h] = i + 1;
+    }
+    gr_free(c->slots, (size_t)c->n_slots * sizeof(int));
+    c->slots = slots;
+    c->n_slots = n;
+    return GR_OK;
+}
+
+gr_status ox_define(ox_ctx *c, const char *name, int *out) {
+    if (!name || !*name) return gr_error(GR_ERR_INVALID, "a value has an empty name");
+    if (ox_find(c, name) >= 0) return gr_error(GR_ERR_INVALID, "value '%s' is defined twice", name);
+    if ((c->vals.len + 1) * 2 > c->n_slots) GR_TRY(grow_slots(c));
+    ox_value v = {.name = name, .ir = -1};
+    GR_TRY(gr_vec_push(&c->vals, v));
+    uint32_t mask = (uint32_t)c->n_slots - 1, h = name_hash(name) & mask;
+    while (c->slots[h]) h = (h + 1) & mask;
+    c->slots[h] = c->vals.len;
+    *out = c->vals.len - 1;
+    return GR_OK;
+}
+
+gr_status ox_define_const(ox_ctx *c, const char *name, ox_tensor *t) {
+    int vi;
+    gr_status st = ox_define(c, name, &vi);
+    if (st != GR_OK) {
+        ox_tensor_free(t);
+        return st;
+    }
+    c->vals.data[vi].konst = t;
+    return GR_OK;
+}
+
+gr_status ox_define_ir(ox_ctx *c, const char *name, int ir) {
+    int vi;
+    GR_TRY(ox_define(c, name, &vi));
+    c->vals.data[vi].ir = ir;
+    return GR_OK;
+}
+
+gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
+    ox_value *v = &c->vals.data[vi];
+    if (v->unavailable) return gr_error(GR_ERR_UNSUPPORTED, "value '%s' %s", v->name, v->unavailable);
+    if (v->ir >= 0) return *out_ir = v->ir, GR_OK;
+    ox_tensor *t = v->konst;
+    if (!t) return gr_error(GR_ERR_INTERNAL, "value '%s' has neither IR value nor data", v->name);
+    if (t->unknown) {
+        int64_t n = ox_tensor_numel(t);
+        for (int64_t i = 0; i < n; i++)
+            if (t->unknown[i])
+                return gr_error(GR_ERR_UNSUPPORTED,
+                                "value '%s' is computed from the shape of a tensor with a symbolic dim; graft needs it "
+                                "as a constant (export with static shapes)",
+                                v->name);
+        gr_free(t->unknown, (size_t)n);
+        t->unknown = NULL;
+    }
+    /* The IR takes the data; the known tensor keeps pointing at it. */
+    int ir;
+    if (t->owned) {
+        void *data = t->data; /* the IR frees it on failure */
+        t->data = NULL;
+        t->owned = false;
+        GR_TRY(gr_ir_add_const_owned(c->g, v->name, t->dtype, t->ndim, t->dims, data, t->nbytes, &ir));
+        t->data = data;
+    } else {
+        GR_TRY(gr_ir_add_const(c->g, v->name, t->dtype, t->ndim, t->dims, t->data, &ir));
+        t->data = c->g->values.data[ir].data;
+    }
+    v->ir = ir;
+    *out_ir = ir;
+    return GR_OK;
+}
+
+static void ctx_free(ox_ctx *c) {
+    for (int i = 0; i < c->vals.len; i++) ox_tensor_free(c->vals.data[i].konst);
+    gr_vec_free(&c->vals);
+    gr_free(c->slots, (size_t)c->n_slots * sizeof(int));
+    gr_strfree(c->node_name_owned);
+}
+
+/* ==== graph inputs ======================================================================================= */
+static bool dim_param_used(const Onnx__GraphProto *gp, const char *name) {
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__TypeProto *tp = gp->input[i]->type;
+        if (!tp || !tp->tensor_type || !tp->tensor_type->shape) continue;
+        const Onnx__TensorShapeProto *sh = tp->tensor_type->shape;
+        for (size_t d = 0; d < sh->n_dim; d++)
+            if (sh->dim[d]->dim_param && !strcmp(sh->dim[d]->dim_param, name)) return true;
+    }
+    return false;
+}
+
+static gr_status fresh_sym(ox_ctx *c, const Onnx__GraphProto *gp, int32_t *out) {
+    for (int k = c->g->syms.len;; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "unk__%d", k);
+        bool taken = dim_param_used(gp, name);
+        for (int s = 0; s < c->g->syms.len && !taken; s++) taken = !strcmp(c->g->syms.data[s], name);
+        if (!taken) return gr_ir_sym(c->g, name, out);
+    }
+}
+
+static gr_status add_graph_input(ox_ctx *c, const Onnx__GraphProto *gp, const Onnx__ValueInfoProto *vi) {
+    const char *name = S(vi->name);
+    if (!*name) return gr_error(GR_ERR_INVALID, "a graph input has no name");
+    if (ox_find(c, name) >= 0) return GR_OK; /* also an initializer: a constant */
+    char what[300];
+    snprintf(what, sizeof what, "graph input '%.256s'", name);
+    if (!vi->type || !vi->type->tensor_type)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s is not a tensor (sequences, maps and optionals are not supported)", what);
+    const Onnx__TypeProto__Tensor *tt = vi->type->tensor_type;
+    gr_dtype dt;
+    GR_TRY(ox_dtype_from_onnx(c, tt->has_elem_type ? tt->elem_type : 0, what, &dt));
+    if (!tt->shape) return gr_error(GR_ERR_UNSUPPORTED, "%s has no shape (unknown rank)", what);
+    if (tt->shape->n_dim > GR_MAX_DIMS)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s has rank %zu (graft supports up to %d)", what, tt->shape->n_dim, GR_MAX_DIMS);
+    gr_dim dims[GR_MAX_DIMS];
+    for (size_t d = 0; d < tt->shape->n_dim; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        if (dim->has_dim_value) {
+            if (dim->dim_value < 0) return gr_error(GR_ERR_INVALID, "%s: dim %zu is negative (%lld)", what, d, (long long)dim->dim_value);
+            dims[d] = (gr_dim){dim->dim_value, GR_SYM_NONE};
+        } else {
+            int32_t sym;
+            if (dim->dim_param && *dim->dim_param) GR_TRY(gr_ir_sym(c->g, dim->dim_param, &sym));
+            else GR_TRY(fresh_sym(c, gp, &sym));
+            dims[d] = (gr_dim){-1, sym};
+        }
+    }
+    int64_t prod = 1;
+    for (size_t d = 0; d < tt->shape->n_dim; d++) {
+        int64_t sz = dims[d].sym == GR_SYM_NONE ? dims[d].size : 1;
+        if (sz > 0 && sz > OX_MAX_ELEMS / prod) return gr_error(GR_ERR_SHAPE, "%s is too large", what);
+        if (sz > 0) prod *= sz;
+    }
+    int ir;
+    GR_TRY(gr_ir_add_input(c->g, name, dt, (int)tt->shape->n_dim, dims, &ir));
+    return ox_define_ir(c, name, ir);
+}
+
+/* ==== the node loop ======================================================================================== */
+static gr_status import_node(ox_ctx *c, const Onnx__NodeProto *np, int index) {
+    c->node = np;
+    c->node_index = index;
+    c->sub_count = 0;
+    gr_strfree(c->node_name_owned);
+    c->node_name_owned = NULL;
+    if (np->name && *np->name) {
+        c->node_name = np->name;
+    } else {
+        c->node_name_owned = gr_sprintf("%s_%d", np->op_type && *np->op_type ? np->op_type : "node", index);
+        if (!c->node_name_owned) return GR_ERR_NOMEM;
+        c->node_name = c->node_name_owned;
+    }
+    if (!np->op_type || !*np->op_type) return ox_node_error(c, GR_ERR_INVALID, "node %d has no op_type", index);
+    const char *domain = S(np->domain);
+    if (*domain && strcmp(domain, "ai.onnx"))
+        return gr_error(GR_ERR_UNSUPPORTED, "node '%s' op '%s' (domain '%s') is not supported", c->node_name, np->op_type, domain);
+    for (size_t i = 0; i < np->n_input; i++) {
+        const char *in = S(np->input[i]);
+        if (!*in) continue;
+        int vi = ox_find(c, in);
+        if (vi < 0)
+            return ox_node_error(c, GR_ERR_INVALID,
+                                 "input %zu '%s' names no value (not a graph input, an initializer or an earlier node's output)",
+                                 i, in);
+    }
+    bool folded = false;
+    GR_TRY(ox_try_fold(c, &folded));
+    if (folded) return GR_OK;
+    return ox_convert_node(c);
+}
+
+static gr_status check_opset(const Onnx__ModelProto *m, int64_t *opset) {
+    *opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        const char *d = S(o->domain);
+        if (!*d || !strcmp(d, "ai.onnx")) *opset = o->has_version ? o->version : 0;
+    }
+    if (*opset < 0) return gr_error(GR_ERR_UNSUPPORTED, "model imports no opset of the default ONNX domain");
+    if (*opset < OX_OPSET_MIN || *opset > OX_OPSET_MAX)
+        return gr_error(GR_ERR_UNSUPPORTED, "opset %lld of the default ONNX domain is not supported (graft imports opsets %d..%d)",
+                        (long long)*opset, OX_OPSET_MIN, OX_OPSET_MAX);
+    return GR_OK;
+}
+
+static gr_status import_graph(ox_ctx *c, const Onnx__ModelProto *m) {
+    const Onnx__GraphProto *gp = m->graph;
+    GR_TRY(check_opset(m, &c->opset));
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        const char *name = S(tp->name);
+        if (!*name) return gr_error(GR_ERR_INVALID, "initializer %zu has no name", i);
+        char what[300];
+        snprintf(what, sizeof what, "initializer '%.256s'", name);
+        ox_tensor *t;
+        GR_TRY(ox_tensor_from_proto(c, tp, what, &t));
+        GR_TRY(ox_define_const(c, name, t));
+    }
+    for (size_t i = 0; i < gp->n_input; i++) GR_TRY(add_graph_input(c, gp, gp->input[i]));
+    for (size_t i = 0; i < gp->n_node; i++) GR_TRY(import_node(c, gp->node[i], (int)i));
+    c->node = NULL;
+    c->node_name = NULL;
+    if (gp->n_output == 0) return gr_error(GR_ERR_INVALID, "graph has no outputs");
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = S(gp->output[i]->name);
+        int vi = ox_find(c, name);
+        if (vi < 0) return gr_error(GR_ERR_INVALID, "graph output '%s' is not produced by any node, input or initializer", name);
+        int ir;
+        gr_status st = ox_ir(c, vi, &ir);
+        if (st != GR_OK) return gr_error_prefix(st, "graph output '%s'", name);
+        GR_TRY(gr_ir_add_output(c->g, ir));
+    }
+    return GR_OK;
+}
+
+gr_status gr_onnx_load_buffer(const void *data, size_t n, const char *origin, const char *base_dir, gr_graph **out) {
+    *out = NULL;
+    if (!origin) origin = "<onnx>";
+    if (!data && n) return gr_error(GR_ERR_INVALID, "%s: no data", origin);
+    pb_alloc_state alloc_state = {false};
+    ProtobufCAllocator allocator = {.alloc = pb_alloc, .free = pb_free, .allocator_data = &alloc_state};
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&allocator, n, (const uint8_t *)data);
+    if (!m) {
+        if (alloc_state.failed) return gr_nomem();
+        return gr_error(GR_ERR_PARSE, "%s: not a valid ONNX model (protobuf parse failed: truncated or garbled file)", origin);
+    }
+    if (!m->graph) {
+        onnx__model_proto__free_unpacked(m, &allocator);
+        return gr_error(GR_ERR_INVALID, "%s: the model has no graph", origin);
+    }
+    ox_ctx c;
+    memset(&c, 0, sizeof c);
+    c.origin = origin;
+    c.base_dir = base_dir;
+    gr_status st = gr_ir_graph_create(&c.g);
+    if (st == GR_OK && !(c.g->origin = gr_strdup(origin))) st = GR_ERR_NOMEM;
+    if (st == GR_OK) st = import_graph(&c, m);
+    if (st == GR_OK) st = gr_ir_verify(c.g);
+    if (st != GR_OK) {
+        if (st == GR_ERR_NOMEM) gr_nomem();
+        else gr_error_prefix(st, "%s", origin);
+        gr_ir_graph_destroy(c.g);
+        c.g = NULL;
+    }
+    ctx_free(&c);
+    onnx__model_proto__free_unpacked(m, &allocator);
+    *out = c.g;
+    return st;
+}
+
+gr_status gr_onnx_load(const char *path, gr_graph **out) {
+    *out = NULL;
+    char *buf;
+    size_t n;
+    GR_TRY(gr_read_file(path, &buf, &n));
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? gr_strndup(path, (size_t)(slash - path) + (slash == path)) : gr_strdup(".");
+    if (!dir) {
+        gr_free(buf, n + 1);
+        return GR_ERR_NOMEM;
+    }
+    gr_status st = gr_onnx_load_buffer(buf, n, path, dir, out);
+    gr_strfree(dir);
+    gr_free(buf, n + 1);
+    return st;
+}
