@@ -1,0 +1,202 @@
+/* ir/verify — structural checks of a graph (gr_ir_verify).
+ *
+ * Checks, in this order: every value's own fields (dtype, rank, dims, symbol
+ * indices, constant data size, producer links), the input and output lists,
+ * then every node (op, arity, input indices and definition order, optional
+ * inputs, output links) and, recursively, every subgraph attribute.
+ * Messages name the node with gr_ir_node_where, or the value and the graph's
+ * origin when no node is involved.
+ */
+#include "ir/ir.h"
+#include <string.h>
+
+/* Inputs that may be left out (-1) per op: slot index, or -1 for none. */
+static bool input_optional(gr_op op, int slot) {
+    switch (op) {
+    case GR_OP_LAYER_NORM: return slot == 2; /* bias */
+    case GR_OP_MATMUL: return slot == 2;     /* bias */
+    default: return false;
+    }
+}
+
+static const char *origin_of(const gr_graph *g) { return g->origin ? g->origin : "<api>"; }
+
+/* A name visible in an enclosing graph (captures of a subgraph). */
+static bool name_in_ancestors(const gr_graph *outer, const char *name) {
+    for (const gr_graph *p = outer; p; p = p->parent)
+        if (name && gr_ir_find_value(p, name) >= 0) return true;
+    return false;
+}
+
+/* ==== values ======================================================================= */
+static gr_status verify_value(const gr_graph *g, const gr_graph *outer, int vi, const bool *listed_input) {
+    const gr_ir_value *v = &g->values.data[vi];
+    const char *vname = v->name ? v->name : "?";
+    if ((unsigned)v->kind > GR_VAL_NODE)
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' has bad kind %d", origin_of(g), vname, (int)v->kind);
+    if ((unsigned)v->dtype >= GR_DTYPE_COUNT)
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' has bad dtype %d", origin_of(g), vname, (int)v->dtype);
+    if (v->ndim < 0 || v->ndim > GR_MAX_DIMS)
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' has rank %d outside 0..%d", origin_of(g), vname, v->ndim,
+                        GR_MAX_DIMS);
+    if ((unsigned)v->placement > GR_PLACE_HOST)
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' has bad placement %d", origin_of(g), vname, (int)v->placement);
+    if (v->typed) {
+        for (int d = 0; d < v->ndim; d++) {
+            const gr_dim *dim = &v->dims[d];
+            if (dim->sym != GR_SYM_NONE) {
+                if (dim->sym < 0 || dim->sym >= g->syms.len)
+                    return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d refers to symbol %d of %d", origin_of(g), vname,
+                                    d, (int)dim->sym, g->syms.len);
+            } else if (dim->size < 0) {
+                return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d is negative (%lld) and not symbolic", origin_of(g),
+                                vname, d, (long long)dim->size);
+            }
+        }
+    }
+    switch (v->kind) {
+    case GR_VAL_INPUT:
+        if (!listed_input[vi] && !name_in_ancestors(outer, v->name))
+            return gr_error(GR_ERR_INVALID, "%s: value '%s' is an input but not listed among the graph inputs%s",
+                            origin_of(g), vname, outer ? " nor defined in an enclosing graph" : "");
+        if (!v->typed)
+            if (listed_input[vi])
+                return gr_error(GR_ERR_INVALID, "%s: input '%s' has no type", origin_of(g), vname);
+        break;
+    case GR_VAL_CONST: {
+        if (!v->typed) return gr_error(GR_ERR_INVALID, "%s: constant '%s' has no type", origin_of(g), vname);
+        int64_t numel = gr_ir_value_numel(v);
+        if (numel < 0)
+            return gr_error(GR_ERR_INVALID, "%s: constant '%s' has a symbolic shape", origin_of(g), vname);
+        size_t want = (size_t)numel * gr_dtype_size(v->dtype);
+        if (v->nbytes != want || (want && !v->data))
+            return gr_error(GR_ERR_INVALID, "%s: constant '%s' holds %zu bytes of data, its type needs %zu", origin_of(g),
+                            vname, v->data ? v->nbytes : (size_t)0, want);
+        break;
+    }
+    case GR_VAL_NODE: break; /* links checked by verify_value_link, after the nodes */
+    }
+    return GR_OK;
+}
+
+/* A node value must be listed by its producer at its out_slot. Runs after the
+ * node checks, which report the common inconsistencies from the node's side. */
+static gr_status verify_value_link(const gr_graph *g, int vi) {
+    const gr_ir_value *v = &g->values.data[vi];
+    if (v->kind != GR_VAL_NODE) return GR_OK;
+    const char *vname = v->name ? v->name : "?";
+    if (v->producer < 0 || v->producer >= g->nodes.len)
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' has no producing node (producer %d of %d)", origin_of(g), vname,
+                        v->producer, g->nodes.len);
+    const gr_ir_node *p = &g->nodes.data[v->producer];
+    if (v->out_slot == -1) return GR_OK; /* a temporary added by lowering, owned by its producer */
+    if (v->out_slot < 0 || v->out_slot >= p->n_out || p->out[v->out_slot] != vi) {
+        char where[512];
+        gr_ir_node_where(g, p, where, sizeof where);
+        return gr_error(GR_ERR_INVALID, "%s: value '%s' claims to be output %d of it, but is not", where, vname, v->out_slot);
+    }
+    return GR_OK;
+}
+
+/* ==== nodes ======================================================================== */
+static gr_status verify_graph(const gr_graph *g, const gr_graph *outer);
+
+static gr_status verify_node(const gr_graph *g, int ni) {
+    const gr_ir_node *n = &g->nodes.data[ni];
+    char where[512];
+    const gr_op_info *info = gr_op_get(n->op);
+    if (!info) {
+        return gr_error(GR_ERR_INVALID, "%s: node '%s' has unknown op id %d", origin_of(g), n->name ? n->name : "?",
+                        (int)n->op);
+    }
+    gr_ir_node_where(g, n, where, sizeof where);
+    if (n->n_in < 0 || n->n_out < 0 || n->n_attr < 0 || (n->n_in && !n->in) || (n->n_out && !n->out) ||
+        (n->n_attr && !n->attrs))
+        return gr_error(GR_ERR_INVALID, "%s: malformed input/output/attribute arrays", where);
+    if (n->n_in < info->min_in || (info->max_in >= 0 && n->n_in > info->max_in)) {
+        if (info->max_in < 0)
+            return gr_error(GR_ERR_INVALID, "%s: takes at least %d inputs, got %d", where, info->min_in, n->n_in);
+        if (info->min_in == info->max_in)
+            return gr_error(GR_ERR_INVALID, "%s: takes %d inputs, got %d", where, info->min_in, n->n_in);
+        return gr_error(GR_ERR_INVALID, "%s: takes %d to %d inputs, got %d", where, info->min_in, info->max_in, n->n_in);
+    }
+    if (n->n_out < info->min_out || (info->max_out >= 0 && n->n_out > info->max_out)) {
+        if (info->max_out < 0)
+            return gr_error(GR_ERR_INVALID, "%s: has at least %d outputs, got %d", where, info->min_out, n->n_out);
+        if (info->min_out == info->max_out)
+            return gr_error(GR_ERR_INVALID, "%s: has %d outputs, got %d", where, info->min_out, n->n_out);
+        return gr_error(GR_ERR_INVALID, "%s: has %d to %d outputs, got %d", where, info->min_out, info->max_out, n->n_out);
+    }
+    for (int i = 0; i < n->n_in; i++) {
+        int v = n->in[i];
+        if (v == -1) {
+            if (!input_optional(n->op, i)) return gr_error(GR_ERR_INVALID, "%s: input %d is required but missing", where, i);
+            continue;
+        }
+        if (v < 0 || v >= g->values.len)
+            return gr_error(GR_ERR_INVALID, "%s: input %d refers to no value (%d of %d)", where, i, v, g->values.len);
+        const gr_ir_value *val = &g->values.data[v];
+        if (val->kind == GR_VAL_NODE && val->producer >= ni)
+            return gr_error(GR_ERR_INVALID, "%s: input %d ('%s') is used before it is defined", where, i, val->name);
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        int v = n->out[i];
+        if (v < 0 || v >= g->values.len)
+            return gr_error(GR_ERR_INVALID, "%s: output %d refers to no value (%d of %d)", where, i, v, g->values.len);
+        const gr_ir_value *val = &g->values.data[v];
+        if (val->kind != GR_VAL_NODE || val->producer != ni || val->out_slot != i)
+            return gr_error(GR_ERR_INVALID, "%s: output %d ('%s') is not recorded as produced here (kind %d, producer %d, slot %d)",
+                            where, i, val->name, (int)val->kind, val->producer, val->out_slot);
+    }
+    for (int a = 0; a < n->n_attr; a++) {
+        const gr_ir_attr *at = &n->attrs[a];
+        if ((unsigned)at->kind > GR_IR_ATTR_GRAPH)
+            return gr_error(GR_ERR_INVALID, "%s: attribute %d has bad kind %d", where, a, (int)at->kind);
+        if ((at->kind == GR_IR_ATTR_INTS || at->kind == GR_IR_ATTR_FLOATS) && at->n < 0)
+            return gr_error(GR_ERR_INVALID, "%s: attribute '%s' has negative length", where, at->name ? at->name : "?");
+        if (at->kind != GR_IR_ATTR_GRAPH) continue;
+        if (!at->graph)
+            return gr_error(GR_ERR_INVALID, "%s: graph attribute '%s' holds no graph", where, at->name ? at->name : "?");
+        gr_status st = verify_graph(at->graph, at->graph->parent ? at->graph->parent : g);
+        if (st != GR_OK)
+            return gr_error_prefix(st, "%s: in subgraph '%s'", where, at->name ? at->name : "?");
+    }
+    return GR_OK;
+}
+
+/* ==== graph ======================================================================== */
+static gr_status verify_graph(const gr_graph *g, const gr_graph *outer) {
+    if (!g) return gr_error(GR_ERR_INVALID, "no graph");
+    if (g->values.len < 0 || g->nodes.len < 0 || (g->values.len && !g->values.data) || (g->nodes.len && !g->nodes.data))
+        return gr_error(GR_ERR_INVALID, "%s: malformed value or node arrays", origin_of(g));
+    bool *listed = gr_calloc((size_t)(g->values.len ? g->values.len : 1), sizeof(bool));
+    if (!listed) return GR_ERR_NOMEM;
+    gr_status st = GR_OK;
+    for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
+        int v = g->inputs.data[i];
+        if (v < 0 || v >= g->values.len)
+            st = gr_error(GR_ERR_INVALID, "%s: graph input %d refers to no value (%d of %d)", origin_of(g), i, v,
+                          g->values.len);
+        else if (g->values.data[v].kind != GR_VAL_INPUT)
+            st = gr_error(GR_ERR_INVALID, "%s: graph input %d ('%s') is not an input value", origin_of(g), i,
+                          g->values.data[v].name);
+        else if (listed[v])
+            st = gr_error(GR_ERR_INVALID, "%s: graph input '%s' is listed twice", origin_of(g), g->values.data[v].name);
+        else
+            listed[v] = true;
+    }
+    for (int i = 0; i < g->values.len && st == GR_OK; i++) st = verify_value(g, outer, i, listed);
+    gr_free(listed, (size_t)(g->values.len ? g->values.len : 1) * sizeof(bool));
+    if (st != GR_OK) return st;
+    for (int i = 0; i < g->outputs.len; i++) {
+        int v = g->outputs.data[i];
+        if (v < 0 || v >= g->values.len)
+            return gr_error(GR_ERR_INVALID, "%s: graph output %d refers to no value (%d of %d)", origin_of(g), i, v,
+                            g->values.len);
+    }
+    for (int i = 0; i < g->nodes.len; i++) GR_TRY(verify_node(g, i));
+    for (int i = 0; i < g->values.len; i++) GR_TRY(verify_value_link(g, i));
+    return GR_OK;
+}
+
+gr_status gr_ir_verify(const gr_graph *g) { return verify_graph(g, g ? g->parent : NULL); }

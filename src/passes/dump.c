@@ -1,0 +1,145 @@
+/* passes/dump — the pass pipeline with the IR after each pass (`graft dump`).
+ *
+ * Works on a clone: specialize (the graph must have no unresolved symbolic
+ * dims), infer shapes, fold constants, lower, fuse. The IR is printed with
+ * gr_gir_print after the graph passes and the step list (kernels in kernel-IR
+ * form, library calls, views, host steps) after lowering and after fusion.
+ */
+#include "passes/passes.h"
+#include <stdio.h>
+#include <string.h>
+
+/* Constants longer than this are not printed inline. Their bytes go to
+ * /dev/null: a dump shows the program, and a model's weights would bury it. */
+#define DUMP_INLINE_LIMIT 16
+#define DUMP_SIDE_SINK "/dev/null"
+
+static gr_status put_ir(gr_strbuf *sb, const gr_graph *g, const char *pass) {
+    char *text = NULL;
+    GR_TRY(gr_gir_print(g, DUMP_INLINE_LIMIT, DUMP_SIDE_SINK, &text));
+    gr_sb_printf(sb, "== after %s ==\n", pass);
+    gr_sb_puts(sb, text);
+    if (sb->len && sb->data[sb->len - 1] != '\n') gr_sb_puts(sb, "\n");
+    gr_strfree(text);
+    return GR_OK;
+}
+
+static const char *value_name(const gr_graph *g, int v) {
+    return v >= 0 && v < g->values.len && g->values.data[v].name ? g->values.data[v].name : "?";
+}
+
+/* kind: the kernel param it binds (-1: a library-call operand) */
+static void put_arg(gr_strbuf *sb, const gr_graph *g, const gr_step_arg *a, int kind) {
+    switch (a->kind) {
+    case GR_ARG_VALUE:
+        gr_sb_printf(sb, "%%%s", value_name(g, a->value));
+        if (a->elem_offset) gr_sb_printf(sb, "+%lld", (long long)a->elem_offset);
+        break;
+    case GR_ARG_LITERAL:
+        if (kind == GR_KP_SHAPE || kind == GR_KP_SCALAR_I) gr_sb_printf(sb, "%lld", (long long)a->literal.i);
+        else if (kind == GR_KP_SCALAR_F) gr_sb_printf(sb, "%g", a->literal.f);
+        else if (!a->literal.ptr) gr_sb_puts(sb, "null");
+        else gr_sb_printf(sb, "0x%llx", (unsigned long long)a->literal.bits);
+        break;
+    case GR_ARG_HOST_SCALAR: gr_sb_printf(sb, "host(%%%s)", value_name(g, a->value)); break;
+    }
+}
+
+static const char *node_name(const gr_graph *g, int node) {
+    return node >= 0 && node < g->nodes.len ? g->nodes.data[node].name : "-";
+}
+
+static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list *steps, const char *pass) {
+    gr_sb_printf(sb, "== after %s: %d steps ==\n", pass, steps->len);
+    for (int i = 0; i < steps->len; i++) {
+        const gr_step *s = &steps->data[i];
+        switch (s->kind) {
+        case GR_STEP_KERNEL:
+            gr_sb_printf(sb, "step %d: kernel %s (node %s) args(", i, s->kernel ? s->kernel->name : "?", node_name(g, s->node));
+            for (int a = 0; a < s->n_args; a++) {
+                if (a) gr_sb_puts(sb, ", ");
+                put_arg(sb, g, &s->args[a], s->kernel && a < s->kernel->n_params ? (int)s->kernel->params[a].kind : -1);
+            }
+            gr_sb_puts(sb, ")\n");
+            if (s->kernel) GR_TRY(gr_kernel_print(s->kernel, sb));
+            break;
+        case GR_STEP_LIBCALL: {
+            const gr_libcall *c = &s->call;
+            static const char *bias_names[] = {"none", "row", "full"}, *epi_names[] = {"none", "relu", "gelu"};
+            gr_sb_printf(sb,
+                         "step %d: libcall matmul %s (node %s) %s m=%lld n=%lld k=%lld batch=%lld trans_a=%d trans_b=%d "
+                         "lda=%lld ldb=%lld ldc=%lld strides=%lld/%lld/%lld alpha=%g bias=%s epilogue=%s\n",
+                         i, c->name, node_name(g, s->node), gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n,
+                         (long long)c->k, (long long)c->batch, c->trans_a, c->trans_b, (long long)c->lda, (long long)c->ldb,
+                         (long long)c->ldc, (long long)c->batch_stride_a, (long long)c->batch_stride_b,
+                         (long long)c->batch_stride_c, c->alpha, (unsigned)c->bias < 3 ? bias_names[c->bias] : "?",
+                         (unsigned)c->epilogue < 3 ? epi_names[c->epilogue] : "?");
+            gr_sb_puts(sb, "  args(");
+            for (int a = 0; a < s->n_args; a++) {
+                if (a) gr_sb_puts(sb, ", ");
+                put_arg(sb, g, &s->args[a], -1);
+            }
+            gr_sb_puts(sb, ")\n");
+            break;
+        }
+        case GR_STEP_ALIAS:
+            gr_sb_printf(sb, "step %d: alias %%%s = view of ", i, value_name(g, s->out_value));
+            if (s->n_args > 0) put_arg(sb, g, &s->args[0], -1);
+            gr_sb_printf(sb, " (node %s)\n", node_name(g, s->node));
+            break;
+        case GR_STEP_HOST:
+            gr_sb_printf(sb, "step %d: host (node %s): %s\n", i, node_name(g, s->node), s->reason ? s->reason : "");
+            break;
+        }
+    }
+    return GR_OK;
+}
+
+/* Names of the symbolic dims the graph's inputs still have, comma-separated. */
+static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) {
+    bool seen[256] = {false};
+    size_t pos = 0;
+    buf[0] = 0;
+    *count = 0;
+    for (int i = 0; i < g->values.len; i++) {
+        const gr_ir_value *v = &g->values.data[i];
+        if (v->kind == GR_VAL_NODE || !v->typed) continue;
+        for (int d = 0; d < v->ndim; d++) {
+            int s = v->dims[d].sym;
+            if (s == GR_SYM_NONE || s < 0 || s >= g->syms.len) continue;
+            if (s < 256 && seen[s]) continue;
+            if (s < 256) seen[s] = true;
+            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "", g->syms.data[s],
+                                    v->name);
+            (*count)++;
+        }
+    }
+}
+
+gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) {
+    char syms[1024];
+    int n_syms;
+    unresolved_syms(g, syms, sizeof syms, &n_syms);
+    if (n_syms)
+        return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first", n_syms,
+                        n_syms > 1 ? "s" : "", syms);
+    gr_graph *c = NULL;
+    gr_step_list steps = {0};
+    GR_TRY(gr_ir_graph_clone(g, &c));
+    gr_status st = put_ir(sb, c, "input");
+    if (st == GR_OK) st = gr_ir_verify(c);
+    if (st == GR_OK) st = gr_pass_specialize(c, NULL); /* no symbols left: binds nothing, infers all */
+    if (st == GR_OK) st = put_ir(sb, c, "specialize");
+    if (st == GR_OK) st = gr_pass_infer_shapes(c);
+    if (st == GR_OK) st = put_ir(sb, c, "infer_shapes");
+    if (st == GR_OK) st = gr_pass_fold_constants(c);
+    if (st == GR_OK) st = put_ir(sb, c, "fold_constants");
+    if (st == GR_OK) st = gr_pass_lower(c, &steps);
+    if (st == GR_OK) st = put_steps(sb, c, &steps, "lower");
+    if (st == GR_OK) st = gr_pass_fuse(c, &steps);
+    if (st == GR_OK) st = put_steps(sb, c, &steps, "fuse");
+    if (st == GR_OK && sb->failed) st = gr_nomem();
+    gr_step_list_free(&steps);
+    gr_ir_graph_destroy(c);
+    return st;
+}

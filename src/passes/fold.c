@@ -1,0 +1,324 @@
+/* passes/fold — constant folding.
+ *
+ * A node whose inputs are all constants (and a generator, which has no
+ * inputs) is evaluated on the host at compile time with exactly the code the
+ * simulator runs: the node is lowered (gr_pass_lower_node), its kernels are
+ * interpreted (gr_kernel_interpret) and its library calls run by their
+ * reference implementation. Its outputs then become constants owned by the
+ * graph and the node is removed. Doing it with the lowering rather than a
+ * second implementation of every op keeps folded and run-time results
+ * bit-identical (random_normal, for one, must give the same bits either way).
+ *
+ * Left alone: control flow, nodes with a non-concrete or untyped output,
+ * outputs above FOLD_MAX_ELEMS elements (they would bloat the weights; run
+ * time computes them), and nodes whose lowering is unsupported or needs a
+ * host step.
+ */
+#include "passes/passes.h"
+#include <stdio.h>
+#include <string.h>
+
+#define FOLD_MAX_ELEMS ((int64_t)64 * 1024 * 1024)
+
+typedef struct {
+    char *base;     /* element 0 of the value */
+    size_t bytes;   /* bytes reachable from base */
+    bool owned;     /* allocated here (else a constant's data or a view) */
+    bool readonly;  /* a constant's data: kernels must not write it */
+} fold_buf;
+
+typedef struct {
+    gr_graph *g;
+    int node;
+    char where[512];
+    fold_buf *bufs; /* one per value index (values added by lowering included) */
+    int n_bufs;
+    gr_step_list steps;
+    int values_before; /* g->values.len before lowering: later values are temporaries */
+} fold_ctx;
+
+/* per-launch bounds check handed to the interpreter */
+typedef struct {
+    const char *kernel;
+    int64_t avail[GR_KMAX_PARAMS]; /* bytes from the bound address; -1: unchecked */
+    bool readonly[GR_KMAX_PARAMS];
+    const void *slot[GR_KMAX_PARAMS]; /* indirect params: the slot address */
+} fold_check;
+
+static gr_status check_range(void *user, int param, const void *base, int64_t lo, int64_t hi, bool write) {
+    const fold_check *fc = user;
+    if (param < 0 || param >= GR_KMAX_PARAMS) return GR_OK;
+    if (fc->slot[param] && base == fc->slot[param]) return GR_OK;
+    if (fc->avail[param] < 0) return GR_OK;
+    if (lo < 0 || hi > fc->avail[param])
+        return gr_error(GR_ERR_INTERNAL, "constant folding: kernel %s param %d touches bytes [%lld, %lld) of a %lld-byte buffer",
+                        fc->kernel, param, (long long)lo, (long long)hi, (long long)fc->avail[param]);
+    if (write && fc->readonly[param])
+        return gr_error(GR_ERR_INTERNAL, "constant folding: kernel %s writes constant data (param %d)", fc->kernel, param);
+    return GR_OK;
+}
+
+/* ==== candidates ===================================================================== */
+static bool foldable(const gr_graph *g, const gr_ir_node *n) {
+    const gr_op_info *info = gr_op_get(n->op);
+    if (!info || info->kind == GR_OPK_CONTROL) return false;
+    int n_present = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        int v = n->in[i];
+        if (v < 0) continue;
+        if (v >= g->values.len || g->values.data[v].kind != GR_VAL_CONST) return false;
+        n_present++;
+    }
+    if (n_present == 0 && info->kind != GR_OPK_GEN) return false;
+    if (n->n_out < 1) return false;
+    for (int i = 0; i < n->n_out; i++) {
+        int v = n->out[i];
+        if (v < 0 || v >= g->values.len) return false;
+        int64_t numel = gr_ir_value_numel(&g->values.data[v]);
+        if (numel < 0 || numel > FOLD_MAX_ELEMS) return false;
+    }
+    return true;
+}
+
+/* ==== buffers ========================================================================== */
+static size_t value_bytes(const gr_ir_value *v) {
+    int64_t numel = gr_ir_value_numel(v);
+    return numel > 0 ? (size_t)numel * gr_dtype_size(v->dtype) : 0;
+}
+
+/* Makes sure value v has a host buffer: a constant's data, or a fresh zeroed one. */
+static gr_status ensure_buf(fold_ctx *c, int v) {
+    if (v < 0 || v >= c->n_bufs) return gr_error(GR_ERR_INTERNAL, "%s: folding: step refers to value %d", c->where, v);
+    fold_buf *b = &c->bufs[v];
+    if (b->base) return GR_OK;
+    gr_ir_value *val = &c->g->values.data[v];
+    if (val->kind == GR_VAL_CONST) {
+        b->base = val->data;
+        b->bytes = val->nbytes;
+        b->readonly = true;
+        if (!b->base) b->base = (char *)val; /* empty constant: any non-NULL address, never dereferenced */
+        return GR_OK;
+    }
+    if (!gr_ir_value_concrete(val))
+        return gr_error(GR_ERR_INTERNAL, "%s: folding: value '%s' has no concrete type", c->where, val->name);
+    size_t bytes = value_bytes(val);
+    b->base = gr_calloc(1, bytes ? bytes : 1);
+    if (!b->base) return GR_ERR_NOMEM;
+    b->bytes = bytes;
+    b->owned = true;
+    return GR_OK;
+}
+
+static void free_bufs(fold_ctx *c) {
+    for (int i = 0; i < c->n_bufs; i++)
+        if (c->bufs[i].owned) gr_free(c->bufs[i].base, c->bufs[i].bytes ? c->bufs[i].bytes : 1);
+    gr_free(c->bufs, (size_t)c->n_bufs * sizeof(fold_buf));
+    c->bufs = NULL;
+    c->n_bufs = 0;
+}
+
+/* Drops the temporaries lowering added (nothing else refers to them). */
+static void drop_temporaries(fold_ctx *c) {
+    gr_graph *g = c->g;
+    for (int i = c->values_before; i < g->values.len; i++) {
+        gr_strfree(g->values.data[i].name);
+        gr_free(g->values.data[i].data, g->values.data[i].nbytes);
+    }
+    if (g->values.len > c->values_before) g->values.len = c->values_before;
+}
+
+/* ==== running the steps ==================================================================== */
+/* Resolves a step argument bound to kernel param kind `kind` into a launch argument. */
+static gr_status resolve_arg(fold_ctx *c, const gr_step_arg *a, gr_kparam_kind kind, gr_karg *out, void **slot,
+                             fold_check *fc, int p) {
+    memset(out, 0, sizeof *out);
+    fc->avail[p] = -1;
+    switch (a->kind) {
+    case GR_ARG_LITERAL: *out = a->literal; return GR_OK;
+    case GR_ARG_VALUE: {
+        GR_TRY(ensure_buf(c, a->value));
+        const fold_buf *b = &c->bufs[a->value];
+        size_t off = (size_t)a->elem_offset * gr_dtype_size(c->g->values.data[a->value].dtype);
+        if (a->elem_offset < 0 || off > b->bytes)
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: offset %lld outside value '%s'", c->where, (long long)a->elem_offset,
+                            c->g->values.data[a->value].name);
+        char *ptr = b->base + off;
+        fc->avail[p] = (int64_t)(b->bytes - off);
+        fc->readonly[p] = b->readonly;
+        if (kind == GR_KP_BUFFER_INDIRECT) {
+            *slot = ptr;
+            out->ptr = slot;
+            fc->slot[p] = slot;
+        } else {
+            out->ptr = ptr;
+        }
+        return GR_OK;
+    }
+    case GR_ARG_HOST_SCALAR: {
+        GR_TRY(ensure_buf(c, a->value));
+        const gr_ir_value *v = &c->g->values.data[a->value];
+        const fold_buf *b = &c->bufs[a->value];
+        if (b->bytes < gr_dtype_size(v->dtype))
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: host scalar '%s' is empty", c->where, v->name);
+        if (kind == GR_KP_SCALAR_F) out->f = gr_load_f64(b->base, v->dtype, 0);
+        else out->i = gr_load_i64(b->base, v->dtype, 0);
+        return GR_OK;
+    }
+    }
+    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad argument kind %d", c->where, (int)a->kind);
+}
+
+static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
+    gr_karg args[GR_KMAX_PARAMS];
+    void *slots[GR_KMAX_PARAMS];
+    fold_check fc;
+    memset(&fc, 0, sizeof fc);
+    switch (s->kind) {
+    case GR_STEP_HOST: *host_step = true; return GR_OK;
+    case GR_STEP_ALIAS: {
+        const gr_step_arg *a = &s->args[0];
+        if (s->n_args < 1 || a->kind != GR_ARG_VALUE || s->out_value < 0 || s->out_value >= c->n_bufs)
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: malformed alias step", c->where);
+        GR_TRY(ensure_buf(c, a->value));
+        const fold_buf *src = &c->bufs[a->value];
+        size_t off = (size_t)a->elem_offset * gr_dtype_size(c->g->values.data[a->value].dtype);
+        if (a->elem_offset < 0 || off > src->bytes)
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: alias offset %lld outside value '%s'", c->where,
+                            (long long)a->elem_offset, c->g->values.data[a->value].name);
+        fold_buf *dst = &c->bufs[s->out_value];
+        if (dst->owned) gr_free(dst->base, dst->bytes ? dst->bytes : 1);
+        *dst = (fold_buf){src->base + off, src->bytes - off, false, src->readonly};
+        return GR_OK;
+    }
+    case GR_STEP_KERNEL: {
+        const gr_kernel *k = s->kernel;
+        if (!k || s->n_args != k->n_params || s->n_args > GR_KMAX_PARAMS)
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: kernel step binds %d args for %d params", c->where, s->n_args,
+                            k ? k->n_params : -1);
+        fc.kernel = k->name;
+        for (int i = 0; i < s->n_args; i++) GR_TRY(resolve_arg(c, &s->args[i], k->params[i].kind, &args[i], &slots[i], &fc, i));
+        return gr_kernel_interpret(k, args, s->n_args, check_range, &fc);
+    }
+    case GR_STEP_LIBCALL: {
+        if (s->n_args < GR_LIB_MATMUL_NARGS)
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: library call binds %d args", c->where, s->n_args);
+        for (int i = 0; i < GR_LIB_MATMUL_NARGS; i++)
+            GR_TRY(resolve_arg(c, &s->args[i], GR_KP_BUFFER, &args[i], &slots[i], &fc, i));
+        return gr_libcall_reference(&s->call, args);
+    }
+    }
+    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad step kind %d", c->where, (int)s->kind);
+}
+
+/* ==== node removal =========================================================================== */
+static void node_release(gr_ir_node *n) {
+    gr_strfree(n->name);
+    gr_free(n->in, (size_t)n->n_in * sizeof(int));
+    gr_free(n->out, (size_t)n->n_out * sizeof(int));
+    for (int i = 0; i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
+    gr_free(n->attrs, (size_t)n->n_attr * sizeof(gr_ir_attr));
+}
+
+/* Removes node ni; the values it produced must already be constants. */
+static void remove_node(gr_graph *g, int ni) {
+    node_release(&g->nodes.data[ni]);
+    memmove(&g->nodes.data[ni], &g->nodes.data[ni + 1], (size_t)(g->nodes.len - ni - 1) * sizeof(gr_ir_node));
+    g->nodes.len--;
+    for (int i = 0; i < g->values.len; i++) {
+        gr_ir_value *v = &g->values.data[i];
+        if (v->kind == GR_VAL_NODE && v->producer > ni) v->producer--;
+    }
+}
+
+/* ==== one node ================================================================================== */
+static gr_status fold_node(gr_graph *g, int ni, bool *folded) {
+    *folded = false;
+    if (!foldable(g, &g->nodes.data[ni])) return GR_OK;
+    fold_ctx c;
+    memset(&c, 0, sizeof c);
+    c.g = g;
+    c.node = ni;
+    c.values_before = g->values.len;
+    gr_ir_node_where(g, &g->nodes.data[ni], c.where, sizeof c.where);
+    int n_out = g->nodes.data[ni].n_out;
+    void **data = NULL;
+    size_t *nbytes = NULL;
+
+    gr_status st = gr_pass_lower_node(g, ni, &c.steps);
+    if (st == GR_ERR_UNSUPPORTED) { /* run time will say so, or a later pass handles it */
+        gr_error_clear();
+        st = GR_OK;
+        goto done;
+    }
+    if (st != GR_OK) goto done;
+    c.bufs = gr_calloc((size_t)g->values.len, sizeof(fold_buf));
+    if (c.bufs) c.n_bufs = g->values.len;
+    data = gr_calloc((size_t)n_out, sizeof(void *));
+    nbytes = gr_calloc((size_t)n_out, sizeof(size_t));
+    if (!c.bufs || !data || !nbytes) {
+        st = GR_ERR_NOMEM;
+        goto done;
+    }
+    bool host_step = false;
+    for (int i = 0; i < c.steps.len && st == GR_OK && !host_step; i++) st = run_step(&c, &c.steps.data[i], &host_step);
+    if (st != GR_OK) {
+        if (st != GR_ERR_NOMEM) gr_error_prefix(st, "while folding %s", c.where);
+        goto done;
+    }
+    if (host_step) goto done;
+
+    /* take the results: steal a buffer of exactly the output's size, else copy */
+    for (int i = 0; i < n_out; i++) {
+        int v = g->nodes.data[ni].out[i];
+        const gr_ir_value *val = &g->values.data[v];
+        size_t bytes = value_bytes(val);
+        fold_buf *b = &c.bufs[v];
+        if (bytes > 0 && (!b->base || b->bytes < bytes)) {
+            st = gr_error(GR_ERR_INTERNAL, "%s: folding: the lowered steps do not produce output %d", c.where, i);
+            goto done;
+        }
+        if (b->owned && b->bytes == bytes && bytes > 0) {
+            data[i] = b->base;
+            b->owned = false;
+        } else {
+            data[i] = gr_malloc(bytes ? bytes : 1);
+            if (!data[i]) {
+                st = GR_ERR_NOMEM;
+                goto done;
+            }
+            if (bytes) memcpy(data[i], b->base, bytes);
+        }
+        nbytes[i] = bytes;
+    }
+    /* commit: nothing below fails */
+    for (int i = 0; i < n_out; i++) {
+        gr_ir_value *val = &g->values.data[g->nodes.data[ni].out[i]];
+        val->kind = GR_VAL_CONST;
+        val->producer = -1;
+        val->out_slot = 0;
+        val->data = data[i];
+        val->nbytes = nbytes[i];
+        data[i] = NULL;
+    }
+    *folded = true;
+
+done:
+    if (data)
+        for (int i = 0; i < n_out; i++) gr_free(data[i], nbytes && nbytes[i] ? nbytes[i] : 1);
+    gr_free(data, (size_t)n_out * sizeof(void *));
+    gr_free(nbytes, (size_t)n_out * sizeof(size_t));
+    free_bufs(&c);
+    gr_step_list_free(&c.steps);
+    drop_temporaries(&c);
+    if (*folded) remove_node(g, ni);
+    return st;
+}
+
+gr_status gr_pass_fold_constants(gr_graph *g) {
+    for (int i = 0; i < g->nodes.len;) {
+        bool folded = false;
+        GR_TRY(fold_node(g, i, &folded));
+        if (!folded) i++;
+    }
+    return GR_OK;
+}
