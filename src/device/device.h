@@ -79,11 +79,22 @@ struct gr_device_i {
     /* cudaGraphExecUpdate: update exec e from graph g of the same topology */
     gr_status (*exec_update)(void *ctx, gr_dexec *e, gr_dgraph *g);
     /* Device-updatable kernel nodes: during capture, mark the last captured
-     * kernel node updatable and get a device handle a prelude kernel can patch. */
+     * kernel node updatable and get a device handle a prelude kernel can patch.
+     * sim: the handle is the device address of the node's argument block, n_args
+     * 8-byte gr_karg slots initialised with the captured args; every execution of the
+     * node (in any exec instantiated from the graph) reads its args from there, so a
+     * kernel storing slot i (or a device copy into it) changes arg i for later
+     * executions. exec_kernel_node_set_args and exec_update rewrite the block too. */
     gr_status (*capture_mark_updatable)(void *ctx, gr_stream *s, uint64_t *out_handle);
     /* Conditional nodes: create a condition handle (device-resident flag set by a
      * kernel), then capture a body into the conditional node (IF / IF+ELSE / WHILE).
-     * body_begin/body_end bracket the work captured into branch `branch` (0 = then/body, 1 = else). */
+     * body_begin/body_end bracket the work captured into branch `branch` (0 = then/body, 1 = else).
+     * The handle is the device address of the condition, an unsigned int that a
+     * captured kernel writes (e.g. a 4-byte i32 store). cond_create only creates the
+     * handle (during capture); the conditional node is placed where body_begin(h, 0) is
+     * called, branch 1 must follow branch 0 directly. At each graph launch the value is
+     * reset to default_value; IF runs body 0 when it is non-zero, IF_ELSE body 0 or 1,
+     * WHILE tests it before each iteration of body 0. */
     gr_status (*cond_create)(void *ctx, gr_stream *s, gr_cond_kind kind, unsigned default_value, uint64_t *out_handle);
     gr_status (*cond_body_begin)(void *ctx, gr_stream *s, uint64_t handle, int branch);
     gr_status (*cond_body_end)(void *ctx, gr_stream *s, uint64_t handle, int branch);
@@ -98,6 +109,8 @@ typedef struct gr_device {
     int kind; /* gr_device_kind */
 } gr_device;
 
+/* Ownership: a backend's create gr_mallocs the gr_device struct on its own (not inside
+ * its context); gr_device_destroy calls iface->destroy(ctx), then gr_frees the struct. */
 gr_status gr_device_sim_create(gr_device **out);
 /* Fails with a clear message where no driver or GPU is present. */
 gr_status gr_device_cuda_create(const char *cache_dir, gr_device **out);

@@ -1,0 +1,553 @@
+/* device/sim — the CPU simulator backend: memory table, streams, events, eager work and
+ * the cost model. Graph capture and replay live in sim_graph.c.
+ *
+ * Work runs at submission (the CPU is the device); what is simulated is time (a host
+ * clock and a per-stream device clock) and the CUDA rules that graft must respect. */
+#include "device/sim/sim-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+/* ==== cost model ===================================================================== */
+
+const gr_sim_costs gr_sim_cost = {
+    .launch_host_us = 4.1,
+    .kernel_min_us = 2.0,
+    .mem_bytes_per_us = 3.0e6,
+    .flops_per_us = 50.0e6,
+    .mm_flops_per_us = 400.0e6,
+    .copy_host_us = 1.0,
+    .d2d_base_us = 5.58,
+    .d2d_us_per_byte = 1.81e-7,
+    .d2d_big_bytes_per_us = 1.49e6,
+    .h2d_base_us = 6.86,
+    .h2d_bytes_per_us = 2.5e4,
+    .capture_per_node_us = 1.75,
+    .instantiate_per_node_us = 5.83,
+    .upload_base_us = 24.0,
+    .upload_per_node_us = 1.17,
+    .graph_submit_us = 2.2,
+    .graph_latency_us = 6.2,
+    .graph_node_us = 1.0,
+    .cond_node_us = 0.5,
+    .set_args_us = 1.15,
+    .exec_update_per_node_us = 0.45,
+};
+
+/* device time of a kernel without launch overhead */
+double gr_sim_kernel_time(const gr_kfunc *f) {
+    double t_mem = f->bytes / gr_sim_cost.mem_bytes_per_us;
+    double t_flop = f->flops / gr_sim_cost.flops_per_us;
+    return GR_MAX(t_mem, t_flop);
+}
+
+double gr_sim_libcall_time(const gr_libcall *c) {
+    double es = (double)gr_dtype_size(c->dtype);
+    double bytes = (double)c->batch * es * (double)(c->m * c->k + c->k * c->n + c->m * c->n);
+    double flops = 2.0 * (double)c->batch * (double)c->m * (double)c->n * (double)c->k;
+    return GR_MAX(bytes / gr_sim_cost.mem_bytes_per_us, flops / gr_sim_cost.mm_flops_per_us);
+}
+
+/* total time of a copy submitted on an idle stream and synchronized */
+double gr_sim_copy_time(size_t bytes, gr_copy_kind kind) {
+    double b = (double)bytes;
+    if (kind == GR_COPY_D2D)
+        return GR_MAX(gr_sim_cost.d2d_base_us + b * gr_sim_cost.d2d_us_per_byte, b / gr_sim_cost.d2d_big_bytes_per_us);
+    return gr_sim_cost.h2d_base_us + b / gr_sim_cost.h2d_bytes_per_us;
+}
+
+/* eager work: host pays host_us; the stream runs it for device_us once the host has submitted it */
+static void advance(gr_sim_ctx *c, gr_stream *s, double host_us, double device_us) {
+    c->host_us += host_us;
+    double start = GR_MAX(c->host_us, s->free_us);
+    s->free_us = start + device_us;
+}
+
+/* ==== memory table ===================================================================== */
+
+static const char *kind_name(gr_mem_kind k) {
+    return k == GR_MEM_DEVICE ? "device" : k == GR_MEM_HOST_PINNED ? "pinned host" : "pageable host";
+}
+
+typedef enum { LOOK_LIVE = 0, LOOK_FREED, LOOK_OOB, LOOK_UNKNOWN } look_result;
+
+/* Finds the allocation holding [p, p+n). Live entries win over dead ones (malloc may
+ * reuse a freed address). */
+static look_result lookup(gr_sim_ctx *c, const char *p, size_t n, const gr_sim_alloc **hit) {
+    const gr_sim_alloc *dead = NULL, *partial = NULL;
+    for (int i = c->allocs.len - 1; i >= 0; i--) {
+        const gr_sim_alloc *a = &c->allocs.data[i];
+        if (p < a->base || p >= a->base + (a->size ? a->size : 1)) continue;
+        if (a->alive) {
+            if ((size_t)(p - a->base) + n <= a->size) {
+                *hit = a;
+                return LOOK_LIVE;
+            }
+            partial = a;
+        } else if (!dead) {
+            dead = a;
+        }
+    }
+    if (partial) {
+        *hit = partial;
+        return LOOK_OOB;
+    }
+    if (dead) {
+        *hit = dead;
+        return LOOK_FREED;
+    }
+    *hit = NULL;
+    return LOOK_UNKNOWN;
+}
+
+static gr_status add_alloc(gr_sim_ctx *c, gr_mem_kind kind, size_t bytes, bool internal, void **out) {
+    *out = NULL;
+    size_t n = bytes ? bytes : 1;
+    GR_TRY(gr_vec_reserve(&c->allocs, c->allocs.len + 1));
+    char *p = gr_malloc(n);
+    if (!p) return gr_error(GR_ERR_NOMEM, "sim: out of memory allocating %zu bytes of %s memory", bytes, kind_name(kind));
+    memset(p, 0, n);
+    /* a new block may reuse the address of dead entries: forget them (bounded table) */
+    int w = 0;
+    for (int i = 0; i < c->allocs.len; i++) {
+        gr_sim_alloc *a = &c->allocs.data[i];
+        bool overlap = !a->alive && a->base < p + n && p < a->base + (a->size ? a->size : 1);
+        if (!overlap) c->allocs.data[w++] = *a;
+    }
+    c->allocs.len = w;
+    gr_sim_alloc rec = {.base = p, .size = bytes, .kind = kind, .alive = true, .internal = internal};
+    c->allocs.data[c->allocs.len++] = rec;
+    if (kind == GR_MEM_DEVICE && !internal) c->device_bytes += bytes;
+    *out = p;
+    return GR_OK;
+}
+
+gr_status gr_sim_alloc_internal(gr_sim_ctx *c, size_t bytes, void **out) {
+    return add_alloc(c, GR_MEM_DEVICE, bytes, true, out);
+}
+
+void gr_sim_invalidate(gr_stream *s, const char *fmt, ...) {
+    if (s->invalid) return; /* keep the first cause */
+    s->invalid = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->invalid_msg, sizeof(s->invalid_msg), fmt, ap);
+    va_end(ap);
+}
+
+static gr_status sim_alloc(void *ctx, gr_mem_kind kind, size_t bytes, void **out) {
+    gr_sim_ctx *c = ctx;
+    *out = NULL;
+    if ((int)kind < 0 || kind > GR_MEM_HOST) return gr_error(GR_ERR_INVALID, "sim: alloc: bad memory kind %d", (int)kind);
+    for (int i = 0; i < c->streams.len; i++) {
+        gr_stream *s = c->streams.data[i];
+        if (s->capturing) {
+            gr_sim_invalidate(s, "alloc of %zu bytes of %s memory during capture", bytes, kind_name(kind));
+            return gr_error(GR_ERR_HAZARD, "sim: alloc of %zu bytes of %s memory during stream capture (capture invalidated)",
+                            bytes, kind_name(kind));
+        }
+    }
+    return add_alloc(c, kind, bytes, false, out);
+}
+
+static void sim_free(void *ctx, void *ptr) {
+    gr_sim_ctx *c = ctx;
+    if (!ptr) return;
+    for (int i = c->allocs.len - 1; i >= 0; i--) {
+        gr_sim_alloc *a = &c->allocs.data[i];
+        if (a->alive && a->base == ptr && !a->internal) {
+            for (int j = 0; j < c->streams.len; j++)
+                if (c->streams.data[j]->capturing)
+                    gr_sim_invalidate(c->streams.data[j], "free of %p during capture", ptr);
+            a->alive = false;
+            if (a->kind == GR_MEM_DEVICE) c->device_bytes -= a->size;
+            gr_free(a->base, a->size ? a->size : 1);
+            return;
+        }
+    }
+    /* not ours or freed twice: nothing to do (free has no status); note it for debugging */
+    gr_error(GR_ERR_HAZARD, "sim: free of %p, which is not a live allocation", ptr);
+}
+
+static size_t sim_mem_in_use(void *ctx) { return ((gr_sim_ctx *)ctx)->device_bytes; }
+
+/* Range check for device-side accesses (kernels, libcalls, device ends of copies). */
+static gr_status check_device_range(gr_sim_ctx *c, const char *p, size_t n, bool write, const char *what,
+                                    const char *operand) {
+    const gr_sim_alloc *a;
+    look_result r = lookup(c, p, n, &a);
+    switch (r) {
+    case LOOK_LIVE:
+        if (a->kind == GR_MEM_HOST)
+            return gr_error(GR_ERR_HAZARD, "%s: %s %p is pageable host memory, which the device cannot %s", what,
+                            operand, (const void *)p, write ? "write" : "read");
+        return GR_OK;
+    case LOOK_FREED:
+        return gr_error(GR_ERR_HAZARD, "%s: use-after-free: %s %p lies in freed %s allocation %p (%zu bytes)", what,
+                        operand, (const void *)p, kind_name(a->kind), (void *)a->base, a->size);
+    case LOOK_OOB:
+        return gr_error(GR_ERR_HAZARD, "%s: out of bounds: %s [%p, +%zu) exceeds %s allocation %p of %zu bytes", what,
+                        operand, (const void *)p, n, kind_name(a->kind), (void *)a->base, a->size);
+    default:
+        return gr_error(GR_ERR_HAZARD, "%s: %s %p is not memory allocated by the device", what, operand,
+                        (const void *)p);
+    }
+}
+
+/* ==== kernels ============================================================================ */
+
+typedef struct {
+    gr_sim_ctx *c;
+    const gr_kernel *k;
+    const char *what;
+} kcheck_user;
+
+static gr_status kcheck(void *user, int param, const void *base, int64_t lo, int64_t hi, bool write) {
+    kcheck_user *u = user;
+    char operand[64];
+    snprintf(operand, sizeof(operand), "parameter %s", u->k->params[param].name);
+    /* lo may be negative (negative strides reach below base) */
+    return check_device_range(u->c, (const char *)base + lo, (size_t)(hi - lo), write, u->what, operand);
+}
+
+gr_status gr_sim_run_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *args, int n_args, const char *what) {
+    kcheck_user u = {c, f->k, what};
+    return gr_kernel_interpret(f->k, args, n_args, kcheck, &u);
+}
+
+static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, gr_kfunc **out) {
+    *out = NULL;
+    GR_TRY(gr_kernel_verify(k));
+    gr_kfunc *f = gr_calloc(1, sizeof(*f));
+    if (!f) return GR_ERR_NOMEM;
+    gr_status st = gr_kernel_clone(k, &f->k);
+    if (st != GR_OK) {
+        gr_free(f, sizeof(*f));
+        return st;
+    }
+    double bytes = 0;
+    for (int p = 0; p < k->n_params; p++) {
+        int64_t lo, hi;
+        if (k->params[p].kind != GR_KP_BUFFER && k->params[p].kind != GR_KP_BUFFER_INDIRECT) continue;
+        gr_kernel_param_range(k, p, &lo, &hi);
+        bytes += (double)(hi - lo);
+    }
+    f->bytes = bytes;
+    f->flops = (double)gr_kernel_points(k) * (double)gr_kernel_inner_points(k) * (double)GR_MAX(1, k->nodes.len);
+    *out = f;
+    return GR_OK;
+}
+
+static void sim_kernel_release(void *ctx, gr_kfunc *f) {
+    if (!f) return;
+    gr_kernel_destroy(f->k);
+    gr_free(f, sizeof(*f));
+}
+
+static gr_status stream_usable(gr_stream *s, const char *what) {
+    if (!s) return gr_error(GR_ERR_INVALID, "sim: %s: NULL stream", what);
+    if (s->capturing && s->invalid)
+        return gr_error(GR_ERR_HAZARD, "sim: %s on a stream whose capture was invalidated (%s)", what, s->invalid_msg);
+    return GR_OK;
+}
+
+static gr_status sim_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args) {
+    gr_sim_ctx *c = ctx;
+    char what[96];
+    snprintf(what, sizeof(what), "kernel %s", f ? f->k->name : "?");
+    GR_TRY(stream_usable(s, what));
+    if (!f) return gr_error(GR_ERR_INVALID, "sim: launch of a NULL kernel");
+    if (n_args < f->k->n_params)
+        return gr_error(GR_ERR_INVALID, "kernel %s: %d launch arguments for %d parameters", f->k->name, n_args,
+                        f->k->n_params);
+    if (s->capturing) return gr_sim_capture_kernel(c, s, f, args, n_args);
+    GR_TRY(gr_sim_run_kernel(c, f, args, n_args, what));
+    advance(c, s, gr_sim_cost.launch_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_kernel_time(f)));
+    return GR_OK;
+}
+
+/* ==== library calls ========================================================================= */
+
+static void mat_range(int64_t batch, int64_t bstride, int64_t rows, int64_t cols, int64_t ld, int64_t *lo, int64_t *hi) {
+    /* elements [lo, hi) */
+    int64_t l = 0, h = (rows - 1) * ld + cols;
+    if (batch > 1) {
+        if (bstride > 0) h += (batch - 1) * bstride;
+        else l += (batch - 1) * bstride;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
+    if (call->m > 0 && call->n > 0 && call->batch > 0) {
+        int64_t es = (int64_t)gr_dtype_size(call->dtype), lo, hi;
+        if (call->k > 0) {
+            mat_range(call->batch, call->batch_stride_a, call->trans_a ? call->k : call->m,
+                      call->trans_a ? call->m : call->k, call->lda, &lo, &hi);
+            GR_TRY(check_device_range(c, (const char *)args[0].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "A"));
+            mat_range(call->batch, call->batch_stride_b, call->trans_b ? call->n : call->k,
+                      call->trans_b ? call->k : call->n, call->ldb, &lo, &hi);
+            GR_TRY(check_device_range(c, (const char *)args[1].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "B"));
+        }
+        mat_range(call->batch, call->batch_stride_c, call->m, call->n, call->ldc, &lo, &hi);
+        GR_TRY(check_device_range(c, (const char *)args[2].ptr + lo * es, (size_t)((hi - lo) * es), true, what, "C"));
+        if (call->bias == GR_BIAS_ROW) {
+            mat_range(call->batch, call->batch_stride_bias, 1, call->n, call->n, &lo, &hi);
+            GR_TRY(check_device_range(c, (const char *)args[3].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "bias"));
+        } else if (call->bias == GR_BIAS_FULL) {
+            mat_range(call->batch, call->batch_stride_bias, call->m, call->n, call->ldc, &lo, &hi);
+            GR_TRY(check_device_range(c, (const char *)args[3].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "bias"));
+        }
+    }
+    return gr_libcall_reference(call, args);
+}
+
+static gr_status sim_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
+    gr_sim_ctx *c = ctx;
+    char what[96];
+    snprintf(what, sizeof(what), "libcall %s", call->name);
+    GR_TRY(stream_usable(s, what));
+    if (n_args < GR_LIB_MATMUL_NARGS)
+        return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
+    if (s->capturing) return gr_sim_capture_libcall(c, s, call, args);
+    GR_TRY(gr_sim_run_libcall(c, call, args, what));
+    advance(c, s, gr_sim_cost.launch_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));
+    return GR_OK;
+}
+
+/* ==== copies ================================================================================= */
+
+/* A host end of a copy may be any host memory; unknown host memory counts as pageable. */
+static gr_status check_host_end(gr_sim_ctx *c, const char *p, size_t n, bool capturing, const char *what,
+                                const char *operand, bool *pageable) {
+    const gr_sim_alloc *a;
+    look_result r = lookup(c, p, n, &a);
+    *pageable = false;
+    switch (r) {
+    case LOOK_LIVE: *pageable = a->kind == GR_MEM_HOST; return GR_OK;
+    case LOOK_FREED:
+        return gr_error(GR_ERR_HAZARD, "%s: use-after-free: %s %p lies in freed %s allocation %p (%zu bytes)", what,
+                        operand, (const void *)p, kind_name(a->kind), (void *)a->base, a->size);
+    case LOOK_OOB:
+        return gr_error(GR_ERR_HAZARD, "%s: out of bounds: %s [%p, +%zu) exceeds %s allocation %p of %zu bytes", what,
+                        operand, (const void *)p, n, kind_name(a->kind), (void *)a->base, a->size);
+    default: *pageable = true; return GR_OK;
+    }
+}
+
+static gr_status check_copy(gr_sim_ctx *c, void *dst, const void *src, size_t bytes, gr_copy_kind kind,
+                            const char *what, bool *pageable) {
+    bool pd = false, ps = false;
+    *pageable = false;
+    if (bytes == 0) return GR_OK;
+    if (!dst || !src) return gr_error(GR_ERR_INVALID, "%s: NULL pointer", what);
+    bool dst_host = kind == GR_COPY_D2H || kind == GR_COPY_H2H;
+    bool src_host = kind == GR_COPY_H2D || kind == GR_COPY_H2H;
+    if (src_host) GR_TRY(check_host_end(c, src, bytes, false, what, "source", &ps));
+    else GR_TRY(check_device_range(c, src, bytes, false, what, "source"));
+    if (dst_host) GR_TRY(check_host_end(c, dst, bytes, false, what, "destination", &pd));
+    else GR_TRY(check_device_range(c, dst, bytes, true, what, "destination"));
+    *pageable = pd || ps;
+    return GR_OK;
+}
+
+gr_status gr_sim_run_copy(gr_sim_ctx *c, void *dst, const void *src, size_t bytes, gr_copy_kind kind, bool capturing,
+                          const char *what) {
+    bool pageable;
+    GR_TRY(check_copy(c, dst, src, bytes, kind, what, &pageable));
+    if (bytes) memmove(dst, src, bytes);
+    return GR_OK;
+}
+
+gr_status gr_sim_run_memset(gr_sim_ctx *c, void *dst, int value, size_t bytes, const char *what) {
+    if (bytes == 0) return GR_OK;
+    GR_TRY(check_device_range(c, dst, bytes, true, what, "destination"));
+    memset(dst, value, bytes);
+    return GR_OK;
+}
+
+static const char *copy_kind_name(gr_copy_kind k) {
+    return k == GR_COPY_H2D ? "H2D" : k == GR_COPY_D2H ? "D2H" : k == GR_COPY_D2D ? "D2D" : "H2H";
+}
+
+static gr_status sim_memcpy_async(void *ctx, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind) {
+    gr_sim_ctx *c = ctx;
+    char what[96];
+    snprintf(what, sizeof(what), "%s copy of %zu bytes", copy_kind_name(kind), bytes);
+    GR_TRY(stream_usable(s, what));
+    if ((int)kind < 0 || kind > GR_COPY_H2H) return gr_error(GR_ERR_INVALID, "sim: bad copy kind %d", (int)kind);
+    if (s->capturing) {
+        bool pageable;
+        gr_status st = check_copy(c, dst, src, bytes, kind, what, &pageable);
+        if (st != GR_OK) return st;
+        if (pageable) {
+            gr_sim_invalidate(s, "%s from/to pageable host memory during capture", what);
+            return gr_error(GR_ERR_HAZARD, "sim: %s: pageable host memory during stream capture (capture invalidated)",
+                            what);
+        }
+        return gr_sim_capture_copy(c, s, dst, src, bytes, kind, 0, false);
+    }
+    GR_TRY(gr_sim_run_copy(c, dst, src, bytes, kind, false, what));
+    double total = gr_sim_copy_time(bytes, kind);
+    advance(c, s, gr_sim_cost.copy_host_us, GR_MAX(0.0, total - gr_sim_cost.copy_host_us));
+    return GR_OK;
+}
+
+static gr_status sim_memset_async(void *ctx, gr_stream *s, void *dst, int value, size_t bytes) {
+    gr_sim_ctx *c = ctx;
+    char what[96];
+    snprintf(what, sizeof(what), "memset of %zu bytes", bytes);
+    GR_TRY(stream_usable(s, what));
+    if (s->capturing) {
+        if (bytes) GR_TRY(check_device_range(c, dst, bytes, true, what, "destination"));
+        return gr_sim_capture_copy(c, s, dst, NULL, bytes, GR_COPY_D2D, value, true);
+    }
+    GR_TRY(gr_sim_run_memset(c, dst, value, bytes, what));
+    advance(c, s, gr_sim_cost.copy_host_us,
+            GR_MAX(gr_sim_cost.kernel_min_us, (double)bytes / gr_sim_cost.mem_bytes_per_us));
+    return GR_OK;
+}
+
+/* ==== streams and events ===================================================================== */
+
+static gr_status sim_stream_create(void *ctx, gr_stream **out) {
+    gr_sim_ctx *c = ctx;
+    *out = NULL;
+    gr_stream *s = gr_calloc(1, sizeof(*s));
+    if (!s) return GR_ERR_NOMEM;
+    if (gr_vec_push(&c->streams, s) != GR_OK) {
+        gr_free(s, sizeof(*s));
+        return GR_ERR_NOMEM;
+    }
+    s->free_us = c->host_us;
+    *out = s;
+    return GR_OK;
+}
+
+static void stream_free(gr_stream *s) {
+    if (s->graph) {
+        gr_sim_body_free(&s->graph->root);
+        gr_free(s->graph, sizeof(*s->graph));
+    }
+    gr_free(s, sizeof(*s));
+}
+
+static void sim_stream_destroy(void *ctx, gr_stream *s) {
+    gr_sim_ctx *c = ctx;
+    if (!s) return;
+    for (int i = 0; i < c->streams.len; i++) {
+        if (c->streams.data[i] == s) {
+            c->streams.data[i] = c->streams.data[--c->streams.len];
+            break;
+        }
+    }
+    stream_free(s);
+}
+
+static gr_status sim_stream_sync(void *ctx, gr_stream *s) {
+    gr_sim_ctx *c = ctx;
+    if (!s) return gr_error(GR_ERR_INVALID, "sim: sync of a NULL stream");
+    if (s->capturing) {
+        gr_sim_invalidate(s, "stream synchronize during capture");
+        return gr_error(GR_ERR_HAZARD, "sim: stream synchronize during stream capture (capture invalidated)");
+    }
+    c->host_us = GR_MAX(c->host_us, s->free_us);
+    return GR_OK;
+}
+
+static gr_status sim_event_create(void *ctx, gr_event **out) {
+    *out = gr_calloc(1, sizeof(gr_event));
+    return *out ? GR_OK : GR_ERR_NOMEM;
+}
+
+static void sim_event_destroy(void *ctx, gr_event *e) { gr_free(e, sizeof(*e)); }
+
+static gr_status sim_event_record(void *ctx, gr_event *e, gr_stream *s) {
+    gr_sim_ctx *c = ctx;
+    if (!s || !e) return gr_error(GR_ERR_INVALID, "sim: event record: NULL stream or event");
+    if (s->capturing) return GR_OK; /* an event node; no timing inside graphs */
+    e->t = GR_MAX(c->host_us, s->free_us);
+    e->recorded = true;
+    return GR_OK;
+}
+
+static gr_status sim_event_elapsed(void *ctx, gr_event *start, gr_event *end, double *out) {
+    *out = 0;
+    if (!start || !end || !start->recorded || !end->recorded)
+        return gr_error(GR_ERR_INVALID, "sim: elapsed time of an event that was not recorded");
+    *out = end->t - start->t;
+    return GR_OK;
+}
+
+static double sim_clock_us(void *ctx) { return ((gr_sim_ctx *)ctx)->host_us; }
+
+static const char *sim_name(void *ctx) { return "sim"; }
+
+/* ==== creation ================================================================================ */
+
+static void sim_destroy(void *ctx) {
+    gr_sim_ctx *c = ctx;
+    if (!c) return;
+    for (int i = 0; i < c->streams.len; i++) stream_free(c->streams.data[i]);
+    gr_vec_free(&c->streams);
+    for (int i = 0; i < c->allocs.len; i++) {
+        gr_sim_alloc *a = &c->allocs.data[i];
+        if (a->alive) gr_free(a->base, a->size ? a->size : 1);
+    }
+    gr_vec_free(&c->allocs);
+    gr_vec_free(&c->conds);
+    gr_free(c, sizeof(*c));
+}
+
+static const struct gr_device_i sim_iface = {
+    .name = sim_name,
+    .destroy = sim_destroy,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .mem_in_use = sim_mem_in_use,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_sync = sim_stream_sync,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_elapsed_us = sim_event_elapsed,
+    .memcpy_async = sim_memcpy_async,
+    .memset_async = sim_memset_async,
+    .kernel_prepare = sim_kernel_prepare,
+    .kernel_release = sim_kernel_release,
+    .kernel_launch = sim_kernel_launch,
+    .libcall = sim_libcall,
+    .capture_begin = gr_sim_capture_begin,
+    .capture_end = gr_sim_capture_end,
+    .graph_destroy = gr_sim_graph_destroy,
+    .graph_instantiate = gr_sim_graph_instantiate,
+    .exec_destroy = gr_sim_exec_destroy,
+    .graph_upload = gr_sim_graph_upload,
+    .graph_launch = gr_sim_graph_launch,
+    .graph_num_nodes = gr_sim_graph_num_nodes,
+    .graph_node_info = gr_sim_graph_node_info,
+    .exec_kernel_node_set_args = gr_sim_exec_set_args,
+    .exec_update = gr_sim_exec_update,
+    .capture_mark_updatable = gr_sim_mark_updatable,
+    .cond_create = gr_sim_cond_create,
+    .cond_body_begin = gr_sim_cond_body_begin,
+    .cond_body_end = gr_sim_cond_body_end,
+    .clock_us = sim_clock_us,
+};
+
+gr_status gr_device_sim_create(gr_device **out) {
+    *out = NULL;
+    gr_sim_ctx *c = gr_calloc(1, sizeof(*c));
+    if (!c) return GR_ERR_NOMEM;
+    gr_device *d = gr_calloc(1, sizeof(*d));
+    if (!d) {
+        gr_free(c, sizeof(*c));
+        return GR_ERR_NOMEM;
+    }
+    d->iface = &sim_iface;
+    d->ctx = c;
+    d->kind = GR_DEVICE_SIM;
+    *out = d;
+    return GR_OK;
+}

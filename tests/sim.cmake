@@ -1,0 +1,3 @@
+# Kernel IR interpreter, matmul reference and the simulator device.
+graft_test(test_interp SOURCES tests/test_interp.c LAYERS graft_util graft_codegen)
+graft_test(test_sim SOURCES tests/test_sim.c LAYERS graft_util graft_codegen graft_sim graft_cuda)
