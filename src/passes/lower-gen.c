@@ -1,0 +1,407 @@
+/* passes/lower-gen — generators (fill, range, random_uniform, random_normal)
+ * and matmul (a library call, or a reduction kernel for integer dtypes and
+ * K = 0, where the vendor library has nothing to offer). */
+#include "passes/lower-impl.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static gr_status finish(gr_lctx *c, gr_lkb *b, gr_status st) {
+    if (st != GR_OK) {
+        lw_abort_kernel(b);
+        return st;
+    }
+    return lw_emit_kernel(c, b);
+}
+
+/* ==== fill / range ============================================================================ */
+
+gr_status lw_lower_fill(gr_lctx *c) {
+    int y = lw_out(c, 0);
+    gr_dtype t = lw_val(c, y)->dtype;
+    int64_t yd[GR_MAX_DIMS];
+    int nd = lw_shape(c, y, yd);
+    const gr_ir_attr *va = gr_ir_attr_find(lw_node(c), "value");
+    double value;
+    GR_TRY(gr_ir_attr_float(c->g, lw_node(c), "value", 0.0, &value));
+    if (gr_shape_numel(nd, yd) == 0) return GR_OK;
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, nd, yd));
+    int v;
+    gr_status st = (va && va->kind == GR_IR_ATTR_INT && !gr_dtype_is_float(t)) ? gr_kx_const_i(b.k, t, va->i, &v)
+                                                                               : gr_kx_const_f(b.k, t, value, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    return finish(c, &b, st);
+}
+
+/* y[i] = start + i * delta: in f64 then converted for float dtypes, in i64 for integers. */
+gr_status lw_lower_range(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int y = lw_out(c, 0);
+    gr_dtype t = lw_val(c, y)->dtype;
+    double start, delta;
+    GR_TRY(gr_ir_attr_float(c->g, n, "start", 0.0, &start));
+    GR_TRY(gr_ir_attr_float(c->g, n, "delta", 1.0, &delta));
+    const gr_ir_attr *sa = gr_ir_attr_find(n, "start"), *da = gr_ir_attr_find(n, "delta");
+    int64_t yd[GR_MAX_DIMS];
+    int nd = lw_shape(c, y, yd);
+    if (nd != 1) return gr_error(GR_ERR_SHAPE, "%s: range output must be 1-D, got rank %d", c->where, nd);
+    if (yd[0] == 0) return GR_OK;
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, 1, yd));
+    gr_kernel *k = b.k;
+    int i, cs, cd, v;
+    gr_status st = gr_kx_index(k, 0, &i);
+    if (gr_dtype_is_float(t)) {
+        if (st == GR_OK) st = gr_kx_cast(k, GR_F64, i, &i);
+        if (st == GR_OK) st = gr_kx_const_f(k, GR_F64, start, &cs);
+        if (st == GR_OK) st = gr_kx_const_f(k, GR_F64, delta, &cd);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, GR_F64, i, cd, &v);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, GR_F64, cs, v, &v);
+    } else {
+        int64_t s64 = sa && sa->kind == GR_IR_ATTR_INT ? sa->i : (int64_t)start;
+        int64_t d64 = da && da->kind == GR_IR_ATTR_INT ? da->i : (int64_t)delta;
+        if (st == GR_OK) st = gr_kx_const_i(k, GR_I64, s64, &cs);
+        if (st == GR_OK) st = gr_kx_const_i(k, GR_I64, d64, &cd);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, GR_I64, i, cd, &v);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, GR_I64, cs, v, &v);
+    }
+    if (st == GR_OK) st = gr_kx_cast(k, t, v, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    return finish(c, &b, st);
+}
+
+/* ==== random ===================================================================================
+ * Element i (row-major linear index of the output) is, with RANDOM(seed, n, p)
+ * the generator of kir.h at counter n and precision p:
+ *   random_uniform: u = RANDOM(seed, i, f64 if dtype is f64 else f32)
+ *                   y = (dtype)(low + (high - low) * (double)u)          [in f64]
+ *   random_normal:  u1 = RANDOM(seed, 2i, f64), u2 = RANDOM(seed, 2i+1, f64)
+ *                   z = sqrt(-2 * log(1 - u1)) * cos(2*pi * u2)          [in f64]
+ *                   y = (dtype)(mean + std * z)                          [in f64]
+ * with pi = 3.14159265358979323846. Every backend (the CUDA renderer
+ * included) must reproduce exactly this so a seed gives the same bits. */
+
+static gr_status kx_random(gr_kernel *k, gr_dtype t, int64_t seed, int counter, int *out) {
+    gr_kexpr e;
+    memset(&e, 0, sizeof e);
+    e.op = GR_KX_RANDOM;
+    e.dtype = t;
+    e.a = counter;
+    e.b = e.c = -1;
+    e.which = -1;
+    e.param = -1;
+    e.i = seed;
+    gr_kaccess_init(&e.access);
+    return gr_kernel_add_expr(k, &e, out);
+}
+
+static gr_status normal_expr(gr_kernel *k, int64_t seed, int lin, int *out) {
+    int two, one, c1, c2, u1, u2, m2, om, lg, r, tp, ang, cs;
+    GR_TRY(gr_kx_const_i(k, GR_I64, 2, &two));
+    GR_TRY(gr_kx_const_i(k, GR_I64, 1, &one));
+    GR_TRY(gr_kx_binary(k, GR_KB_MUL, GR_I64, lin, two, &c1));
+    GR_TRY(gr_kx_binary(k, GR_KB_ADD, GR_I64, c1, one, &c2));
+    GR_TRY(kx_random(k, GR_F64, seed, c1, &u1));
+    GR_TRY(kx_random(k, GR_F64, seed, c2, &u2));
+    GR_TRY(gr_kx_const_f(k, GR_F64, -2.0, &m2));
+    GR_TRY(gr_kx_const_f(k, GR_F64, 1.0, &om));
+    GR_TRY(gr_kx_binary(k, GR_KB_SUB, GR_F64, om, u1, &lg));
+    GR_TRY(gr_kx_unary(k, GR_KU_LOG, GR_F64, lg, &lg));
+    GR_TRY(gr_kx_binary(k, GR_KB_MUL, GR_F64, m2, lg, &r));
+    GR_TRY(gr_kx_unary(k, GR_KU_SQRT, GR_F64, r, &r));
+    GR_TRY(gr_kx_const_f(k, GR_F64, 2.0 * 3.14159265358979323846, &tp));
+    GR_TRY(gr_kx_binary(k, GR_KB_MUL, GR_F64, tp, u2, &ang));
+    GR_TRY(gr_kx_unary(k, GR_KU_COS, GR_F64, ang, &cs));
+    return gr_kx_binary(k, GR_KB_MUL, GR_F64, r, cs, out);
+}
+
+gr_status lw_lower_random(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    bool normal = n->op == GR_OP_RANDOM_NORMAL;
+    int y = lw_out(c, 0);
+    gr_dtype t = lw_val(c, y)->dtype;
+    if (!gr_dtype_is_float(t))
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: random values need a float dtype, got %s", c->where, gr_dtype_name(t));
+    int64_t seed;
+    double p0, p1;
+    GR_TRY(gr_ir_attr_int(c->g, n, "seed", 0, &seed));
+    GR_TRY(gr_ir_attr_float(c->g, n, normal ? "mean" : "low", 0.0, &p0));
+    GR_TRY(gr_ir_attr_float(c->g, n, normal ? "std" : "high", 1.0, &p1));
+    int64_t yd[GR_MAX_DIMS];
+    int nd = lw_shape(c, y, yd);
+    if (gr_shape_numel(nd, yd) == 0) return GR_OK;
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, nd, yd));
+    gr_kernel *k = b.k;
+    int lin, z, c0, scale, v;
+    gr_status st = gr_kx_index(k, GR_KIDX_LINEAR, &lin);
+    if (st == GR_OK) {
+        if (normal) {
+            st = normal_expr(k, seed, lin, &z);
+        } else {
+            st = kx_random(k, t == GR_F64 ? GR_F64 : GR_F32, seed, lin, &z);
+            if (st == GR_OK && t != GR_F64) st = gr_kx_cast(k, GR_F64, z, &z);
+        }
+    }
+    if (st == GR_OK) st = gr_kx_const_f(k, GR_F64, p0, &c0);
+    if (st == GR_OK) st = gr_kx_const_f(k, GR_F64, normal ? p1 : p1 - p0, &scale);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, GR_F64, scale, z, &v);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, GR_F64, c0, v, &v);
+    if (st == GR_OK && t != GR_F64) st = gr_kx_cast(k, t, v, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    return finish(c, &b, st);
+}
+
+/* ==== matmul ======================================================================================
+ * numpy matmul: a [..., M, K] (stored [..., K, M] with trans_a), b [..., K, N];
+ * 1-D a is a row [1, K], 1-D b a column [K, 1] (trans ignored), the dim
+ * dropped from the result. Batch dims broadcast. */
+
+typedef struct {
+    int a, b, bias, y;
+    int na, nb, nbo;             /* ranks of a, b, output batch */
+    int64_t ad[GR_MAX_DIMS], bd[GR_MAX_DIMS], yd[GR_MAX_DIMS];
+    int64_t batch_dims[GR_MAX_DIMS];
+    int64_t m, n, k, batch;
+    bool ta, tb;
+    double alpha;
+    gr_dtype t;
+} mm_info;
+
+/* Batch dims of an operand padded to the output batch rank (leading 1s). */
+static void operand_batch(const int64_t *dims, int nd, int nbo, int64_t *out) {
+    int nob = nd > 2 ? nd - 2 : 0;
+    for (int d = 0; d < nbo; d++) out[d] = d < nbo - nob ? 1 : dims[d - (nbo - nob)];
+}
+
+static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
+    const gr_ir_node *n = lw_node(c);
+    memset(mi, 0, sizeof *mi);
+    mi->a = lw_in(c, 0);
+    mi->b = lw_in(c, 1);
+    mi->bias = n->n_in > 2 ? lw_in(c, 2) : -1;
+    mi->y = lw_out(c, 0);
+    int64_t ta, tb;
+    GR_TRY(gr_ir_attr_int(c->g, n, "trans_a", 0, &ta));
+    GR_TRY(gr_ir_attr_int(c->g, n, "trans_b", 0, &tb));
+    GR_TRY(gr_ir_attr_float(c->g, n, "alpha", 1.0, &mi->alpha));
+    mi->na = lw_shape(c, mi->a, mi->ad);
+    mi->nb = lw_shape(c, mi->b, mi->bd);
+    int ny = lw_shape(c, mi->y, mi->yd);
+    mi->t = lw_val(c, mi->y)->dtype;
+    if (mi->na < 1 || mi->nb < 1) return gr_error(GR_ERR_SHAPE, "%s: matmul operands need at least 1 dim", c->where);
+    if (lw_val(c, mi->a)->dtype != mi->t || lw_val(c, mi->b)->dtype != mi->t)
+        return gr_error(GR_ERR_SHAPE, "%s: operand dtypes differ from the output's", c->where);
+    mi->ta = mi->na > 1 && ta;
+    mi->tb = mi->nb > 1 && tb;
+    int64_t ka;
+    if (mi->na == 1) mi->m = 1, ka = mi->ad[0];
+    else if (mi->ta) mi->m = mi->ad[mi->na - 1], ka = mi->ad[mi->na - 2];
+    else mi->m = mi->ad[mi->na - 2], ka = mi->ad[mi->na - 1];
+    if (mi->nb == 1) mi->n = 1, mi->k = mi->bd[0];
+    else if (mi->tb) mi->n = mi->bd[mi->nb - 2], mi->k = mi->bd[mi->nb - 1];
+    else mi->n = mi->bd[mi->nb - 1], mi->k = mi->bd[mi->nb - 2];
+    if (ka != mi->k)
+        return gr_error(GR_ERR_SHAPE, "%s: inner dims differ (%lld vs %lld)", c->where, (long long)ka, (long long)mi->k);
+    int nab = mi->na > 2 ? mi->na - 2 : 0, nbb = mi->nb > 2 ? mi->nb - 2 : 0;
+    mi->nbo = GR_MAX(nab, nbb);
+    int64_t pa[GR_MAX_DIMS], pb[GR_MAX_DIMS];
+    operand_batch(mi->ad, mi->na, mi->nbo, pa);
+    operand_batch(mi->bd, mi->nb, mi->nbo, pb);
+    mi->batch = 1;
+    for (int d = 0; d < mi->nbo; d++) {
+        if (pa[d] != pb[d] && pa[d] != 1 && pb[d] != 1)
+            return gr_error(GR_ERR_SHAPE, "%s: batch dim %d does not broadcast (%lld vs %lld)", c->where, d,
+                            (long long)pa[d], (long long)pb[d]);
+        mi->batch_dims[d] = pa[d] == 1 ? pb[d] : pa[d];
+        mi->batch *= mi->batch_dims[d];
+    }
+    int want = mi->nbo + (mi->na > 1) + (mi->nb > 1);
+    int64_t wd[GR_MAX_DIMS];
+    memcpy(wd, mi->batch_dims, sizeof wd);
+    if (mi->na > 1) wd[mi->nbo] = mi->m;
+    if (mi->nb > 1) wd[want - 1] = mi->n;
+    if (ny != want) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", c->where, ny, want);
+    for (int d = 0; d < ny; d++)
+        if (wd[d] != mi->yd[d]) return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", c->where, d,
+                                                (long long)mi->yd[d], (long long)wd[d]);
+    if (mi->bias >= 0) {
+        const gr_ir_value *bv = lw_val(c, mi->bias);
+        if (bv->ndim > ny) return gr_error(GR_ERR_SHAPE, "%s: bias has more dims than the output", c->where);
+        for (int d = 0; d < bv->ndim; d++) {
+            int64_t s = bv->dims[d].size, o = mi->yd[d + ny - bv->ndim];
+            if (s != 1 && s != o) return gr_error(GR_ERR_SHAPE, "%s: bias does not broadcast to the output", c->where);
+        }
+    }
+    return GR_OK;
+}
+
+/* Fallback: outer = batch..., M, N; inner = K; REDUCE SUM a*b; y = alpha*acc + bias. */
+static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
+    int64_t full[GR_MAX_DIMS + 2];
+    int nf = mi->nbo + 2;
+    memcpy(full, mi->batch_dims, sizeof(int64_t) * (size_t)mi->nbo);
+    full[mi->nbo] = mi->m;
+    full[mi->nbo + 1] = mi->n;
+    int64_t ars[GR_MAX_DIMS], brs[GR_MAX_DIMS], ab[GR_MAX_DIMS], bb[GR_MAX_DIMS];
+    lw_rowmajor(mi->na, mi->ad, ars);
+    lw_rowmajor(mi->nb, mi->bd, brs);
+    operand_batch(mi->ad, mi->na, mi->nbo, ab);
+    operand_batch(mi->bd, mi->nb, mi->nbo, bb);
+    gr_kaccess aa, ba, ya;
+    gr_kaccess_init(&aa);
+    gr_kaccess_init(&ba);
+    gr_kaccess_init(&ya);
+    for (int d = 0; d < mi->nbo; d++) {
+        int sa = d - (mi->nbo - (mi->na - 2)), sb = d - (mi->nbo - (mi->nb - 2));
+        aa.stride[d] = (ab[d] == 1 || sa < 0) ? 0 : ars[sa];
+        ba.stride[d] = (bb[d] == 1 || sb < 0) ? 0 : brs[sb];
+    }
+    if (mi->na == 1) aa.inner_stride[0] = 1;
+    else if (mi->ta) aa.stride[mi->nbo] = 1, aa.inner_stride[0] = ars[mi->na - 2];
+    else aa.stride[mi->nbo] = ars[mi->na - 2], aa.inner_stride[0] = 1;
+    if (mi->nb == 1) ba.inner_stride[0] = 1;
+    else if (mi->tb) ba.stride[mi->nbo + 1] = brs[mi->nb - 2], ba.inner_stride[0] = 1;
+    else ba.stride[mi->nbo + 1] = 1, ba.inner_stride[0] = brs[mi->nb - 2];
+    lw_rowmajor(nf, full, ya.stride);
+    gr_dtype at = lw_acc_dtype(mi->t);
+    if (gr_dtype_is_int(mi->t) || mi->t == GR_BOOL) at = GR_I64;
+
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, nf, full));
+    gr_kernel *k = b.k;
+    k->n_inner = 1;
+    k->inner[0] = mi->k;
+    int x, w, p, acc, ca, bi;
+    gr_status st = lw_load(c, &b, mi->a, &aa, &x);
+    if (st == GR_OK && at != mi->t) st = gr_kx_cast(k, at, x, &x);
+    if (st == GR_OK) st = lw_load(c, &b, mi->b, &ba, &w);
+    if (st == GR_OK && at != mi->t) st = gr_kx_cast(k, at, w, &w);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, at, x, w, &p);
+    if (st == GR_OK) {
+        gr_kstage s;
+        memset(&s, 0, sizeof s);
+        s.kind = GR_KS_REDUCE;
+        s.reduce = GR_KR_SUM;
+        s.value = p;
+        s.param = -1;
+        gr_kaccess_init(&s.access);
+        st = gr_kernel_add_stage(k, &s);
+    }
+    if (st == GR_OK) st = gr_kx_acc(k, 0, at, &acc);
+    if (st == GR_OK && mi->alpha != 1.0) {
+        st = lw_const(k, at, mi->alpha, &ca);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, at, ca, acc, &acc);
+    }
+    if (st == GR_OK && mi->bias >= 0) {
+        /* bias broadcasts to the output shape; spread its strides onto (batch..., M, N) */
+        int ny = mi->nbo + (mi->na > 1) + (mi->nb > 1);
+        int64_t ys[GR_MAX_DIMS];
+        lw_bcast_strides(c, mi->bias, ny, mi->yd, ys);
+        gr_kaccess bacc;
+        gr_kaccess_init(&bacc);
+        for (int d = 0; d < mi->nbo; d++) bacc.stride[d] = ys[d];
+        if (mi->na > 1) bacc.stride[mi->nbo] = ys[mi->nbo];
+        if (mi->nb > 1) bacc.stride[mi->nbo + 1] = ys[ny - 1];
+        st = lw_load(c, &b, mi->bias, &bacc, &bi);
+        if (st == GR_OK && lw_val(c, mi->bias)->dtype != at) st = gr_kx_cast(k, at, bi, &bi);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, at, acc, bi, &acc);
+    }
+    if (st == GR_OK && at != mi->t) st = gr_kx_cast(k, mi->t, acc, &acc);
+    if (st == GR_OK) st = lw_store(c, &b, mi->y, acc, &ya, false);
+    return finish(c, &b, st);
+}
+
+/* Batch stride of an operand, or -1 when one stride cannot express its broadcast. */
+static int64_t batch_stride(const int64_t *dims, int nd, const mm_info *mi, int64_t mat) {
+    int64_t pb[GR_MAX_DIMS];
+    operand_batch(dims, nd, mi->nbo, pb);
+    if (gr_shape_numel(mi->nbo, pb) == 1) return 0;
+    for (int d = 0; d < mi->nbo; d++)
+        if (pb[d] != mi->batch_dims[d]) return -1;
+    return mat;
+}
+
+/* Copies an operand to the full output batch shape (its last two dims kept). */
+static gr_status mm_expand_operand(gr_lctx *c, const mm_info *mi, int v, const int64_t *dims, int nd, int *out) {
+    int64_t td[GR_MAX_DIMS];
+    memcpy(td, mi->batch_dims, sizeof(int64_t) * (size_t)mi->nbo);
+    td[mi->nbo] = dims[nd - 2];
+    td[mi->nbo + 1] = dims[nd - 1];
+    return lw_materialize(c, v, mi->t, mi->nbo + 2, td, out);
+}
+
+gr_status lw_lower_matmul(gr_lctx *c) {
+    mm_info mi;
+    GR_TRY(mm_analyze(c, &mi));
+    if (lw_numel(c, mi.y) == 0) return GR_OK;
+    if (!gr_dtype_is_float(mi.t) || mi.k == 0) return mm_kernel(c, &mi);
+
+    gr_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_STEP_LIBCALL;
+    s.node = c->node;
+    s.out_value = -1;
+    s.n_args = GR_LIB_MATMUL_NARGS;
+    gr_libcall *call = &s.call;
+    call->kind = GR_LIB_MATMUL;
+    call->dtype = mi.t;
+    call->m = mi.m;
+    call->n = mi.n;
+    call->k = mi.k;
+    call->batch = mi.batch;
+    call->trans_a = mi.ta;
+    call->trans_b = mi.tb;
+    call->lda = mi.ta ? mi.m : mi.k;
+    call->ldb = mi.tb ? mi.k : mi.n;
+    call->ldc = mi.n;
+    call->alpha = mi.alpha;
+    call->epilogue = GR_EPI_NONE;
+    snprintf(call->name, sizeof call->name, "k%d_matmul", c->node);
+
+    int a = mi.a, b = mi.b;
+    int64_t sa = batch_stride(mi.ad, mi.na, &mi, mi.m * mi.k);
+    if (sa < 0) {
+        GR_TRY(mm_expand_operand(c, &mi, mi.a, mi.ad, mi.na, &a));
+        sa = mi.m * mi.k;
+    }
+    int64_t sb = batch_stride(mi.bd, mi.nb, &mi, mi.k * mi.n);
+    if (sb < 0) {
+        GR_TRY(mm_expand_operand(c, &mi, mi.b, mi.bd, mi.nb, &b));
+        sb = mi.k * mi.n;
+    }
+    call->batch_stride_a = sa;
+    call->batch_stride_b = sb;
+    call->batch_stride_c = mi.m * mi.n;
+
+    s.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = a};
+    s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = b};
+    s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = mi.y};
+    s.args[3] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    call->bias = GR_BIAS_NONE;
+    if (mi.bias >= 0) {
+        const gr_ir_value *bv = lw_val(c, mi.bias);
+        int ny = lw_val(c, mi.y)->ndim;
+        bool row = bv->dtype == mi.t && mi.nb > 1;
+        for (int d = 0; row && d < bv->ndim; d++) {
+            int64_t sz = bv->dims[d].size;
+            if (d < bv->ndim - 1 ? sz != 1 : sz != mi.n) row = false;
+        }
+        if (bv->ndim == 0 && mi.n != 1) row = false;
+        int bias = mi.bias;
+        if (row) {
+            call->bias = GR_BIAS_ROW;
+            call->batch_stride_bias = 0;
+        } else {
+            /* FULL: a tensor of the output's layout, one [M, N] block per batch */
+            bool same = bv->dtype == mi.t && gr_ir_value_numel(bv) == lw_numel(c, mi.y);
+            if (!same) GR_TRY(lw_materialize(c, mi.bias, mi.t, ny, mi.yd, &bias));
+            call->bias = GR_BIAS_FULL;
+            call->batch_stride_bias = mi.m * mi.n;
+        }
+        s.args[3] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = bias};
+    }
+    if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
+    return GR_OK;
+}

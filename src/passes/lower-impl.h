@@ -1,0 +1,91 @@
+/* passes/lower-impl.h — private helpers shared by the lowering files.
+ *
+ * lower.c            driver, step list, kernel builder, views, copies, temporaries
+ * lower-elementwise.c unary / binary / compare / where / cast
+ * lower-reduce.c     reductions, softmax, layer_norm
+ * lower-movement.c   transpose, expand, slice, concat, split, gather, gather_elements, trilu
+ * lower-gen.c        fill, range, random_*, matmul
+ *
+ * Every lowering builds kernels through a gr_lkb (kernel + the step arguments
+ * binding each of its params, filled in lock step) and hands them to
+ * lw_emit_kernel, which appends the step or frees the kernel on failure.
+ */
+#ifndef GR_LOWER_IMPL_H
+#define GR_LOWER_IMPL_H
+
+#include "passes/passes.h"
+
+typedef struct {
+    gr_graph *g;
+    int node;             /* index of the node being lowered */
+    gr_step_list *out;
+    int n_kernels;        /* kernels made for this node so far (names) */
+    char where[320];      /* "node 'x' (op)" for messages */
+} gr_lctx;
+
+/* A kernel under construction and the args that bind its params. */
+typedef struct {
+    gr_kernel *k;
+    gr_step_arg args[GR_KMAX_PARAMS];
+} gr_lkb;
+
+static inline const gr_ir_node *lw_node(const gr_lctx *c) { return &c->g->nodes.data[c->node]; }
+static inline gr_ir_value *lw_val(const gr_lctx *c, int v) { return &c->g->values.data[v]; }
+static inline int lw_in(const gr_lctx *c, int i) { return lw_node(c)->in[i]; }
+static inline int lw_out(const gr_lctx *c, int i) { return lw_node(c)->out[i]; }
+
+/* ---- shapes --------------------------------------------------------------------- */
+int lw_shape(const gr_lctx *c, int v, int64_t *dims); /* returns ndim */
+int64_t lw_numel(const gr_lctx *c, int v);
+void lw_rowmajor(int ndim, const int64_t *dims, int64_t *strides);
+/* Strides reading value v (right-aligned) broadcast to an iteration space of out_ndim dims. */
+void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, int64_t *strides);
+/* Normalizes axis (negative counts from the end) into [0, ndim); error naming the node. */
+gr_status lw_axis(const gr_lctx *c, int64_t axis, int ndim, int *out);
+
+/* ---- kernel builder ---------------------------------------------------------------- */
+/* New kernel named k<node>_<op>[_<n>], outer space = dims, plus the n_points SHAPE param. */
+gr_status lw_kernel_begin(gr_lctx *c, gr_lkb *b, int n_outer, const int64_t *outer);
+gr_status lw_param_buffer(gr_lkb *b, int value, gr_dtype t, int64_t elem_offset, bool written, int *out);
+gr_status lw_param_host_scalar(gr_lkb *b, int value, gr_dtype t, int *out);
+/* Plain load of value v through a fresh buffer param. */
+gr_status lw_load(gr_lctx *c, gr_lkb *b, int v, const gr_kaccess *acc, int *out);
+/* Store stage into value v through a fresh buffer param. */
+gr_status lw_store(gr_lctx *c, gr_lkb *b, int v, int value_node, const gr_kaccess *acc, bool over_inner);
+/* Contiguous row-major store of value v over the outer space (store of an elementwise kernel). */
+gr_status lw_store_contig(gr_lctx *c, gr_lkb *b, int v, int value_node);
+/* Appends the kernel step (or destroys the kernel on failure; b->k is NULL after). */
+gr_status lw_emit_kernel(gr_lctx *c, gr_lkb *b);
+void lw_abort_kernel(gr_lkb *b);
+/* A constant node of dtype t with value taken from a float (floats) or its integer part. */
+gr_status lw_const(gr_kernel *k, gr_dtype t, double v, int *out);
+/* f16 / bf16 compute in f32 when they need an accumulator. */
+gr_dtype lw_acc_dtype(gr_dtype t);
+
+/* ---- steps without kernels ------------------------------------------------------------ */
+gr_status lw_emit_alias(gr_lctx *c, int src, int64_t elem_offset, int dst);
+/* Adds a typed temporary value (producer = this node, out_slot = -1). */
+gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, int *out);
+/* Materializes src broadcast (numpy, right-aligned) to dims and converted to t
+ * into a fresh temporary value; returns it in *out. */
+gr_status lw_materialize(gr_lctx *c, int src, gr_dtype t, int ndim, const int64_t *dims, int *out);
+
+/* ---- per-family lowerings ---------------------------------------------------------------- */
+gr_status lw_lower_elementwise(gr_lctx *c);
+gr_status lw_lower_reduce(gr_lctx *c);
+gr_status lw_lower_softmax(gr_lctx *c);
+gr_status lw_lower_layer_norm(gr_lctx *c);
+gr_status lw_lower_transpose(gr_lctx *c);
+gr_status lw_lower_expand(gr_lctx *c);
+gr_status lw_lower_slice(gr_lctx *c);
+gr_status lw_lower_concat(gr_lctx *c);
+gr_status lw_lower_split(gr_lctx *c);
+gr_status lw_lower_gather(gr_lctx *c);
+gr_status lw_lower_gather_elements(gr_lctx *c);
+gr_status lw_lower_trilu(gr_lctx *c);
+gr_status lw_lower_fill(gr_lctx *c);
+gr_status lw_lower_range(gr_lctx *c);
+gr_status lw_lower_random(gr_lctx *c);
+gr_status lw_lower_matmul(gr_lctx *c);
+
+#endif

@@ -1,0 +1,338 @@
+/* passes/lower-movement — data movement that needs a copy: transpose, expand,
+ * slice (negative steps are negative strides plus an offset), concat (one
+ * kernel per input), split (views when the split is on a leading contiguous
+ * boundary, else one copy kernel per output), gather / gather_elements
+ * (a LOAD whose access.index is a LOAD of the indices) and trilu (a SELECT on
+ * loop-index comparisons). Views without copies (reshape, squeeze, ...) are
+ * ALIAS steps made in lower.c. */
+#include "passes/lower-impl.h"
+#include <string.h>
+
+/* One kernel over the output's shape: y = x read through `acc` (converted to y's dtype). */
+static gr_status copy_kernel(gr_lctx *c, int x, int y, const gr_kaccess *acc) {
+    int64_t dims[GR_MAX_DIMS];
+    int nd = lw_shape(c, y, dims);
+    if (gr_shape_numel(nd, dims) == 0) return GR_OK;
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, nd, dims));
+    int v;
+    gr_status st = lw_load(c, &b, x, acc, &v);
+    if (st == GR_OK && lw_val(c, x)->dtype != lw_val(c, y)->dtype) st = gr_kx_cast(b.k, lw_val(c, y)->dtype, v, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}
+
+static gr_status shape_mismatch(const gr_lctx *c, int d, int64_t want, int64_t got) {
+    return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", c->where, d, (long long)got, (long long)want);
+}
+
+/* ==== transpose / expand ======================================================================= */
+
+gr_status lw_lower_transpose(gr_lctx *c) {
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    int64_t xd[GR_MAX_DIMS], yd[GR_MAX_DIMS], rs[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, xd);
+    lw_shape(c, y, yd);
+    lw_rowmajor(nd, xd, rs);
+    const int64_t *perm;
+    int np;
+    GR_TRY(gr_ir_attr_ints(c->g, lw_node(c), "perm", &perm, &np));
+    if (np >= 0 && np != nd) return gr_error(GR_ERR_SHAPE, "%s: perm has %d entries for rank %d", c->where, np, nd);
+    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", c->where);
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    bool used[GR_MAX_DIMS] = {false};
+    for (int j = 0; j < nd; j++) {
+        int64_t p = np < 0 ? nd - 1 - j : perm[j];
+        if (p < 0) p += nd;
+        if (p < 0 || p >= nd || used[p]) return gr_error(GR_ERR_SHAPE, "%s: perm is not a permutation", c->where);
+        used[p] = true;
+        if (yd[j] != xd[p]) return shape_mismatch(c, j, xd[p], yd[j]);
+        acc.stride[j] = rs[p];
+    }
+    return copy_kernel(c, x, y, &acc);
+}
+
+gr_status lw_lower_expand(gr_lctx *c) {
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    int64_t xd[GR_MAX_DIMS], yd[GR_MAX_DIMS];
+    int nx = lw_shape(c, x, xd), ny = lw_shape(c, y, yd);
+    if (nx > ny) return gr_error(GR_ERR_SHAPE, "%s: output rank %d below input rank %d", c->where, ny, nx);
+    for (int d = 0; d < nx; d++)
+        if (xd[d] != 1 && xd[d] != yd[d + ny - nx]) return shape_mismatch(c, d + ny - nx, xd[d], yd[d + ny - nx]);
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    lw_bcast_strides(c, x, ny, yd, acc.stride);
+    return copy_kernel(c, x, y, &acc);
+}
+
+/* ==== slice ======================================================================================== */
+
+gr_status lw_lower_slice(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    int64_t xd[GR_MAX_DIMS], yd[GR_MAX_DIMS], rs[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, xd);
+    lw_rowmajor(nd, xd, rs);
+    const int64_t *starts, *ends, *axes, *steps;
+    int ns, ne, na, nst;
+    GR_TRY(gr_ir_attr_ints(c->g, n, "starts", &starts, &ns));
+    GR_TRY(gr_ir_attr_ints(c->g, n, "ends", &ends, &ne));
+    GR_TRY(gr_ir_attr_ints(c->g, n, "axes", &axes, &na));
+    GR_TRY(gr_ir_attr_ints(c->g, n, "steps", &steps, &nst));
+    if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
+        return gr_error(GR_ERR_INVALID, "%s: starts, ends, axes and steps must have the same length", c->where);
+    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", c->where);
+    lw_shape(c, y, yd);
+    int64_t start[GR_MAX_DIMS], step[GR_MAX_DIMS], count[GR_MAX_DIMS];
+    for (int d = 0; d < nd; d++) start[d] = 0, step[d] = 1, count[d] = xd[d];
+    bool seen[GR_MAX_DIMS] = {false};
+    for (int i = 0; i < ns; i++) {
+        int a;
+        GR_TRY(lw_axis(c, na >= 0 ? axes[i] : i, nd, &a));
+        if (seen[a]) return gr_error(GR_ERR_INVALID, "%s: axis %d sliced twice", c->where, a);
+        seen[a] = true;
+        int64_t d = xd[a], s = nst >= 0 ? steps[i] : 1, st = starts[i], en = ends[i];
+        if (s == 0) return gr_error(GR_ERR_INVALID, "%s: step 0 on axis %d", c->where, a);
+        if (st < 0) st += d;
+        if (en < 0) en += d;
+        int64_t cnt;
+        if (s > 0) {
+            st = st < 0 ? 0 : st > d ? d : st;
+            en = en < 0 ? 0 : en > d ? d : en;
+            cnt = en > st ? (en - st + s - 1) / s : 0;
+        } else {
+            st = st < 0 ? 0 : st > d - 1 ? d - 1 : st;
+            en = en < -1 ? -1 : en > d - 1 ? d - 1 : en;
+            cnt = (d > 0 && st > en) ? (st - en + (-s) - 1) / (-s) : 0;
+        }
+        start[a] = st;
+        step[a] = s;
+        count[a] = cnt;
+    }
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    for (int d = 0; d < nd; d++) {
+        if (count[d] != yd[d]) return shape_mismatch(c, d, count[d], yd[d]);
+        if (count[d] > 0) acc.offset += start[d] * rs[d];
+        acc.stride[d] = step[d] * rs[d];
+    }
+    return copy_kernel(c, x, y, &acc);
+}
+
+/* ==== concat / split =================================================================================== */
+
+gr_status lw_lower_concat(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int y = lw_out(c, 0);
+    int64_t yd[GR_MAX_DIMS], rs[GR_MAX_DIMS];
+    int nd = lw_shape(c, y, yd);
+    lw_rowmajor(nd, yd, rs);
+    int64_t axis64;
+    GR_TRY(gr_ir_attr_int(c->g, n, "axis", 0, &axis64));
+    int axis;
+    GR_TRY(lw_axis(c, axis64, nd, &axis));
+    int64_t pos = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        int x = n->in[i];
+        if (x < 0 || lw_val(c, x)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: input %d has the wrong rank", c->where, i);
+        int64_t xd[GR_MAX_DIMS];
+        lw_shape(c, x, xd);
+        for (int d = 0; d < nd; d++)
+            if (d != axis && xd[d] != yd[d])
+                return gr_error(GR_ERR_SHAPE, "%s: input %d dim %d is %lld, output has %lld", c->where, i, d,
+                                (long long)xd[d], (long long)yd[d]);
+        pos += xd[axis];
+    }
+    if (pos != yd[axis]) return shape_mismatch(c, axis, pos, yd[axis]);
+    pos = 0;
+    for (int i = 0; i < lw_node(c)->n_in; i++) {
+        int x = lw_node(c)->in[i];
+        int64_t xd[GR_MAX_DIMS];
+        lw_shape(c, x, xd);
+        int64_t here = pos;
+        pos += xd[axis];
+        if (gr_shape_numel(nd, xd) == 0) continue;
+        gr_lkb b;
+        GR_TRY(lw_kernel_begin(c, &b, nd, xd));
+        gr_kaccess in, out;
+        gr_kaccess_init(&in);
+        gr_kaccess_init(&out);
+        lw_rowmajor(nd, xd, in.stride);
+        memcpy(out.stride, rs, sizeof rs);
+        out.offset = here * rs[axis];
+        int v;
+        gr_status st = lw_load(c, &b, x, &in, &v);
+        if (st == GR_OK && lw_val(c, x)->dtype != lw_val(c, y)->dtype) st = gr_kx_cast(b.k, lw_val(c, y)->dtype, v, &v);
+        if (st == GR_OK) st = lw_store(c, &b, y, v, &out, false);
+        if (st != GR_OK) {
+            lw_abort_kernel(&b);
+            return st;
+        }
+        GR_TRY(lw_emit_kernel(c, &b));
+    }
+    return GR_OK;
+}
+
+gr_status lw_lower_split(gr_lctx *c) {
+    int x = lw_in(c, 0);
+    int64_t xd[GR_MAX_DIMS], rs[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, xd);
+    lw_rowmajor(nd, xd, rs);
+    int64_t axis64;
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
+    int axis;
+    GR_TRY(lw_axis(c, axis64, nd, &axis));
+    int n_out = lw_node(c)->n_out;
+    int64_t total = 0;
+    for (int j = 0; j < n_out; j++) {
+        int y = lw_out(c, j);
+        int64_t yd[GR_MAX_DIMS];
+        if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output %d has the wrong rank", c->where, j);
+        lw_shape(c, y, yd);
+        for (int d = 0; d < nd; d++)
+            if (d != axis && yd[d] != xd[d]) return shape_mismatch(c, d, xd[d], yd[d]);
+        total += yd[axis];
+    }
+    if (total != xd[axis]) return gr_error(GR_ERR_SHAPE, "%s: outputs cover %lld of %lld along axis %d", c->where,
+                                           (long long)total, (long long)xd[axis], axis);
+    /* With only size-1 dims before the axis each part is one contiguous run: a view. */
+    bool contiguous = gr_shape_numel(axis, xd) == 1;
+    int64_t pos = 0;
+    for (int j = 0; j < n_out; j++) {
+        int y = lw_out(c, j);
+        int64_t here = pos;
+        pos += lw_val(c, y)->dims[axis].size;
+        if (contiguous && lw_val(c, y)->dtype == lw_val(c, x)->dtype) {
+            GR_TRY(lw_emit_alias(c, x, here * rs[axis], y));
+            continue;
+        }
+        gr_kaccess acc;
+        gr_kaccess_init(&acc);
+        memcpy(acc.stride, rs, sizeof rs);
+        acc.offset = here * rs[axis];
+        GR_TRY(copy_kernel(c, x, y, &acc));
+    }
+    return GR_OK;
+}
+
+/* ==== gather / gather_elements ============================================================================ */
+
+gr_status lw_lower_gather(gr_lctx *c) {
+    int data = lw_in(c, 0), idx = lw_in(c, 1), y = lw_out(c, 0);
+    gr_dtype it = lw_val(c, idx)->dtype;
+    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", c->where, gr_dtype_name(it));
+    int64_t dd[GR_MAX_DIMS], id[GR_MAX_DIMS], yd[GR_MAX_DIMS], drs[GR_MAX_DIMS], irs[GR_MAX_DIMS];
+    int nd = lw_shape(c, data, dd), ni = lw_shape(c, idx, id), ny = lw_shape(c, y, yd);
+    int64_t axis64;
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
+    int a;
+    GR_TRY(lw_axis(c, axis64, nd, &a));
+    if (ny != nd - 1 + ni) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", c->where, ny, nd - 1 + ni);
+    lw_rowmajor(nd, dd, drs);
+    lw_rowmajor(ni, id, irs);
+    gr_kaccess ia, da;
+    gr_kaccess_init(&ia);
+    gr_kaccess_init(&da);
+    for (int d = 0; d < ny; d++) {
+        int64_t want;
+        if (d < a) want = dd[d], da.stride[d] = drs[d];
+        else if (d < a + ni) want = id[d - a], ia.stride[d] = irs[d - a];
+        else want = dd[d - ni + 1], da.stride[d] = drs[d - ni + 1];
+        if (want != yd[d]) return shape_mismatch(c, d, want, yd[d]);
+    }
+    if (gr_shape_numel(ny, yd) == 0) return GR_OK;
+    da.index_stride = drs[a];
+    da.index_extent = dd[a];
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, ny, yd));
+    int iv, v;
+    gr_status st = lw_load(c, &b, idx, &ia, &iv);
+    da.index = iv;
+    if (st == GR_OK) st = lw_load(c, &b, data, &da, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}
+
+gr_status lw_lower_gather_elements(gr_lctx *c) {
+    int data = lw_in(c, 0), idx = lw_in(c, 1), y = lw_out(c, 0);
+    gr_dtype it = lw_val(c, idx)->dtype;
+    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", c->where, gr_dtype_name(it));
+    int64_t dd[GR_MAX_DIMS], id[GR_MAX_DIMS], yd[GR_MAX_DIMS], drs[GR_MAX_DIMS];
+    int nd = lw_shape(c, data, dd), ni = lw_shape(c, idx, id), ny = lw_shape(c, y, yd);
+    int64_t axis64;
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
+    int a;
+    GR_TRY(lw_axis(c, axis64, nd, &a));
+    if (ni != nd || ny != nd) return gr_error(GR_ERR_SHAPE, "%s: data, indices and output must have the same rank", c->where);
+    lw_rowmajor(nd, dd, drs);
+    gr_kaccess ia, da;
+    gr_kaccess_init(&ia);
+    gr_kaccess_init(&da);
+    lw_bcast_strides(c, idx, ny, yd, ia.stride);
+    for (int d = 0; d < nd; d++) {
+        if (id[d] != yd[d] && id[d] != 1) return shape_mismatch(c, d, id[d], yd[d]);
+        if (d == a) continue;
+        if (dd[d] != yd[d] && dd[d] != 1) return shape_mismatch(c, d, dd[d], yd[d]);
+        da.stride[d] = dd[d] == 1 ? 0 : drs[d];
+    }
+    if (gr_shape_numel(ny, yd) == 0) return GR_OK;
+    da.index_stride = drs[a];
+    da.index_extent = dd[a];
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, ny, yd));
+    int iv, v;
+    gr_status st = lw_load(c, &b, idx, &ia, &iv);
+    da.index = iv;
+    if (st == GR_OK) st = lw_load(c, &b, data, &da, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}
+
+/* ==== trilu ================================================================================================
+ * keep x[..., r, col] where (upper ? col - r >= k : col - r <= k), else 0. */
+
+gr_status lw_lower_trilu(gr_lctx *c) {
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    int64_t upper, kk;
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "upper", 1, &upper));
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "k", 0, &kk));
+    int64_t xd[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, xd);
+    if (nd < 2) return gr_error(GR_ERR_SHAPE, "%s: trilu needs at least 2 dims, got %d", c->where, nd);
+    if (gr_shape_numel(nd, xd) == 0) return GR_OK;
+    gr_dtype t = lw_val(c, x)->dtype;
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, nd, xd));
+    gr_kernel *k = b.k;
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    lw_rowmajor(nd, xd, acc.stride);
+    int r, col, diff, ck, keep, v, zero;
+    gr_status st = gr_kx_index(k, nd - 2, &r);
+    if (st == GR_OK) st = gr_kx_index(k, nd - 1, &col);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_SUB, GR_I64, col, r, &diff);
+    if (st == GR_OK) st = gr_kx_const_i(k, GR_I64, kk, &ck);
+    if (st == GR_OK) st = gr_kx_binary(k, upper ? GR_KB_GE : GR_KB_LE, GR_BOOL, diff, ck, &keep);
+    if (st == GR_OK) st = lw_load(c, &b, x, &acc, &v);
+    if (st == GR_OK) st = lw_const(k, t, 0.0, &zero);
+    if (st == GR_OK) st = gr_kx_select(k, t, keep, v, zero, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}

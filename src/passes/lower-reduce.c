@@ -1,0 +1,222 @@
+/* passes/lower-reduce — reductions, softmax and layer_norm.
+ *
+ * Each is one kernel whose outer dims are the kept dims of the input and whose
+ * inner dims are the reduced ones (in input order), so the kernel's iteration
+ * space (outer ∪ inner) is exactly the input's elements — which is what lets
+ * fusion substitute an elementwise producer of the input into the load.
+ * f16/bf16 inputs are cast to f32 on load and accumulated in f32; integer
+ * sums accumulate in i64 (wrapped to the output width by the store). */
+#include "passes/lower-impl.h"
+#include <string.h>
+
+/* Splits x's dims into outer (is_inner[d] false) and inner dims and sets the
+ * kernel's loop nest and a load access reading x in place. */
+static void split_space(const gr_lctx *c, int x, const bool *is_inner, gr_kernel *k, gr_kaccess *acc) {
+    int64_t dims[GR_MAX_DIMS], rs[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, dims);
+    lw_rowmajor(nd, dims, rs);
+    gr_kaccess_init(acc);
+    k->n_outer = k->n_inner = 0;
+    for (int d = 0; d < nd; d++) {
+        if (is_inner[d]) {
+            acc->inner_stride[k->n_inner] = rs[d];
+            k->inner[k->n_inner++] = dims[d];
+        } else {
+            acc->stride[k->n_outer] = rs[d];
+            k->outer[k->n_outer++] = dims[d];
+        }
+    }
+}
+
+static gr_status add_reduce(gr_kernel *k, gr_kreduce fn, int value, int *acc_node, gr_dtype t) {
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_KS_REDUCE;
+    s.reduce = fn;
+    s.value = value;
+    s.param = -1;
+    gr_kaccess_init(&s.access);
+    int stage = k->n_stages;
+    GR_TRY(gr_kernel_add_stage(k, &s));
+    return gr_kx_acc(k, stage, t, acc_node);
+}
+
+/* Starts the kernel over x split by is_inner and loads x converted to `t`. */
+static gr_status begin_split(gr_lctx *c, gr_lkb *b, int x, const bool *is_inner, gr_dtype t, gr_kaccess *acc,
+                             int *xload) {
+    int64_t none[1] = {0};
+    GR_TRY(lw_kernel_begin(c, b, 0, none));
+    split_space(c, x, is_inner, b->k, acc);
+    b->args[b->k->n_points_param].literal.i = gr_kernel_points(b->k);
+    gr_status st = lw_load(c, b, x, acc, xload);
+    if (st == GR_OK && t != lw_val(c, x)->dtype) st = gr_kx_cast(b->k, t, *xload, xload);
+    if (st != GR_OK) lw_abort_kernel(b);
+    return st;
+}
+
+static gr_status finish(gr_lctx *c, gr_lkb *b, gr_status st) {
+    if (st != GR_OK) {
+        lw_abort_kernel(b);
+        return st;
+    }
+    return lw_emit_kernel(c, b);
+}
+
+/* ==== reduce_* ============================================================================ */
+
+gr_status lw_lower_reduce(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    gr_dtype xt = lw_val(c, x)->dtype, yt = lw_val(c, y)->dtype;
+    int nd = lw_val(c, x)->ndim;
+    const int64_t *axes;
+    int n_axes;
+    GR_TRY(gr_ir_attr_ints(c->g, n, "axes", &axes, &n_axes));
+    bool is_inner[GR_MAX_DIMS] = {false};
+    for (int i = 0; i < n_axes; i++) {
+        int a;
+        GR_TRY(lw_axis(c, axes[i], nd, &a));
+        is_inner[a] = true;
+    }
+    if (n_axes <= 0)
+        for (int d = 0; d < nd; d++) is_inner[d] = true;
+    if (lw_numel(c, y) == 0) return GR_OK;
+
+    gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN : GR_KR_SUM;
+    gr_dtype t = lw_acc_dtype(xt);
+    if (fn == GR_KR_SUM && gr_dtype_is_int(xt)) t = GR_I64;
+    if (fn == GR_KR_SUM && xt == GR_BOOL) t = GR_I64;
+    gr_lkb b;
+    gr_kaccess acc;
+    int xl;
+    GR_TRY(begin_split(c, &b, x, is_inner, t, &acc, &xl));
+    if (gr_kernel_points(b.k) != lw_numel(c, y)) {
+        lw_abort_kernel(&b);
+        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, expected %lld", c->where,
+                        (long long)lw_numel(c, y), (long long)gr_kernel_points(b.k));
+    }
+    int v;
+    gr_status st = add_reduce(b.k, fn, xl, &v, t);
+    int64_t count = gr_kernel_inner_points(b.k);
+    if (st == GR_OK && n->op == GR_OP_REDUCE_MEAN) {
+        int cnt;
+        if (!gr_dtype_is_float(t) && count == 0) {
+            st = gr_kx_const_i(b.k, t, 0, &v); /* integer mean of nothing: 0 rather than a division by zero */
+        } else {
+            st = lw_const(b.k, t, (double)count, &cnt);
+            if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_DIV, t, v, cnt, &v);
+        }
+    }
+    if (st == GR_OK && t != yt) st = gr_kx_cast(b.k, yt, v, &v);
+    gr_kaccess out;
+    gr_kaccess_init(&out);
+    lw_rowmajor(b.k->n_outer, b.k->outer, out.stride);
+    if (st == GR_OK) st = lw_store(c, &b, y, v, &out, false);
+    return finish(c, &b, st);
+}
+
+/* ==== softmax ================================================================================
+ * m = max_r x;  s = sum_r exp(x - m);  y = exp(x - m) / s */
+
+gr_status lw_lower_softmax(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    gr_dtype xt = lw_val(c, x)->dtype;
+    if (!gr_dtype_is_float(xt)) return gr_error(GR_ERR_UNSUPPORTED, "%s: softmax needs a float input, got %s", c->where, gr_dtype_name(xt));
+    int64_t axis;
+    GR_TRY(gr_ir_attr_int(c->g, n, "axis", -1, &axis));
+    int nd = lw_val(c, x)->ndim, a;
+    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: softmax of a scalar", c->where);
+    GR_TRY(lw_axis(c, axis, nd, &a));
+    if (lw_numel(c, y) == 0) return GR_OK;
+    bool is_inner[GR_MAX_DIMS] = {false};
+    is_inner[a] = true;
+    gr_dtype t = lw_acc_dtype(xt);
+    gr_lkb b;
+    gr_kaccess acc;
+    int xl, m, d, e, s, q;
+    GR_TRY(begin_split(c, &b, x, is_inner, t, &acc, &xl));
+    gr_status st = add_reduce(b.k, GR_KR_MAX, xl, &m, t);
+    if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_SUB, t, xl, m, &d);
+    if (st == GR_OK) st = gr_kx_unary(b.k, GR_KU_EXP, t, d, &e);
+    if (st == GR_OK) st = add_reduce(b.k, GR_KR_SUM, e, &s, t);
+    if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_DIV, t, e, s, &q);
+    if (st == GR_OK && t != xt) st = gr_kx_cast(b.k, xt, q, &q);
+    if (st == GR_OK) st = lw_store(c, &b, y, q, &acc, true);
+    return finish(c, &b, st);
+}
+
+/* ==== layer_norm ===============================================================================
+ * over dims [axis, ndim):  mean = sum x / n;  var = sum (x - mean)^2 / n;
+ * y = (x - mean) / sqrt(var + epsilon) * scale + bias */
+
+static gr_status param_load_split(gr_lctx *c, gr_lkb *b, int v, int x, int axis, gr_dtype t, int *out) {
+    int64_t xd[GR_MAX_DIMS], st[GR_MAX_DIMS];
+    int nd = lw_shape(c, x, xd);
+    lw_bcast_strides(c, v, nd, xd, st);
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    for (int d = 0; d < nd; d++) {
+        if (d < axis) acc.stride[d] = st[d];
+        else acc.inner_stride[d - axis] = st[d];
+    }
+    GR_TRY(lw_load(c, b, v, &acc, out));
+    if (lw_val(c, v)->dtype != t) GR_TRY(gr_kx_cast(b->k, t, *out, out));
+    return GR_OK;
+}
+
+gr_status lw_lower_layer_norm(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), scale = lw_in(c, 1), bias = n->n_in > 2 ? lw_in(c, 2) : -1, y = lw_out(c, 0);
+    gr_dtype xt = lw_val(c, x)->dtype;
+    if (!gr_dtype_is_float(xt))
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: layer_norm needs a float input, got %s", c->where, gr_dtype_name(xt));
+    if (scale < 0) return gr_error(GR_ERR_INVALID, "%s: scale input is missing", c->where);
+    int64_t axis64;
+    double eps;
+    GR_TRY(gr_ir_attr_int(c->g, n, "axis", -1, &axis64));
+    GR_TRY(gr_ir_attr_float(c->g, n, "epsilon", 1e-5, &eps));
+    int nd = lw_val(c, x)->ndim, axis;
+    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: layer_norm of a scalar", c->where);
+    GR_TRY(lw_axis(c, axis64, nd, &axis));
+    const int ins[2] = {scale, bias};
+    for (int i = 0; i < 2; i++) { /* scale / bias must broadcast to x's normalized dims */
+        if (ins[i] < 0) continue;
+        const gr_ir_value *p = lw_val(c, ins[i]);
+        if (p->ndim > nd) return gr_error(GR_ERR_SHAPE, "%s: %s has more dims than x", c->where, i ? "bias" : "scale");
+        for (int d = 0; d < p->ndim; d++) {
+            int64_t pd = p->dims[d].size, xd = lw_val(c, x)->dims[d + nd - p->ndim].size;
+            if (pd != 1 && pd != xd)
+                return gr_error(GR_ERR_SHAPE, "%s: %s does not broadcast to x", c->where, i ? "bias" : "scale");
+        }
+    }
+    if (lw_numel(c, y) == 0) return GR_OK;
+    bool is_inner[GR_MAX_DIMS] = {false};
+    for (int d = axis; d < nd; d++) is_inner[d] = true;
+    gr_dtype t = lw_acc_dtype(xt);
+    gr_lkb b;
+    gr_kaccess acc;
+    int xl, s0, cnt, mean, dev, sq, s1, var, ce, ve, den, r, sc, bi;
+    GR_TRY(begin_split(c, &b, x, is_inner, t, &acc, &xl));
+    gr_kernel *k = b.k;
+    gr_status st = add_reduce(k, GR_KR_SUM, xl, &s0, t);
+    if (st == GR_OK) st = gr_kx_const_f(k, t, (double)gr_kernel_inner_points(k), &cnt);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_DIV, t, s0, cnt, &mean);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_SUB, t, xl, mean, &dev);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, t, dev, dev, &sq);
+    if (st == GR_OK) st = add_reduce(k, GR_KR_SUM, sq, &s1, t);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_DIV, t, s1, cnt, &var);
+    if (st == GR_OK) st = gr_kx_const_f(k, t, eps, &ce);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, t, var, ce, &ve);
+    if (st == GR_OK) st = gr_kx_unary(k, GR_KU_SQRT, t, ve, &den);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_DIV, t, dev, den, &r);
+    if (st == GR_OK) st = param_load_split(c, &b, scale, x, axis, t, &sc);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, t, r, sc, &r);
+    if (st == GR_OK && bias >= 0) {
+        st = param_load_split(c, &b, bias, x, axis, t, &bi);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, t, r, bi, &r);
+    }
+    if (st == GR_OK && t != xt) st = gr_kx_cast(k, xt, r, &r);
+    if (st == GR_OK) st = lw_store(c, &b, y, r, &acc, true);
+    return finish(c, &b, st);
+}
