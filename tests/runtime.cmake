@@ -1,0 +1,1 @@
+graft_test(test_runtime SOURCES tests/test_runtime.c)
