@@ -1,0 +1,37 @@
+/* codegen/render-cuda — kernel IR (kir.h) to CUDA C for NVRTC.
+ *
+ * One `extern "C" __global__` function per kernel, named after the kernel,
+ * with one 8-byte argument per kir parameter in order: BUFFER → T*,
+ * BUFFER_INDIRECT → T* const* (dereferenced once at entry), SCALAR_F → double,
+ * SCALAR_I / SHAPE → long long. The source is self-contained (no #include),
+ * so NVRTC needs no toolkit headers on the machine that compiles it.
+ *
+ * Launch shape (gr_render_cuda_launch_dims): elementwise kernels use 256
+ * threads and a grid-stride loop over the outer points (4 points per thread
+ * when vectorized); kernels with inner dims or reductions use one block per
+ * outer point (grid-stride over blocks) and threads striding over the inner
+ * space. Any grid >= 1 is correct, so a captured launch stays valid when the
+ * n_points argument changes.
+ */
+#ifndef GR_RENDER_CUDA_H
+#define GR_RENDER_CUDA_H
+
+#include "codegen/kir.h"
+
+/* Appends the CUDA C source of k to sb. GR_ERR_INVALID for a kernel that does not verify
+ * or whose name is not a C identifier. */
+gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb);
+
+/* A key for caches of rendered/compiled code: the kernel hash mixed with the renderer version. */
+uint64_t gr_render_cuda_key(const gr_kernel *k);
+
+/* true: one block per outer point (inner dims or REDUCE stages); false: elementwise. */
+bool gr_render_cuda_is_block_kernel(const gr_kernel *k);
+/* true: the elementwise kernel has a 4-wide vectorized main loop. */
+bool gr_render_cuda_is_vectorized(const gr_kernel *k);
+
+/* Grid and block for n_points outer points; max_grid caps the grid (>= 1). */
+void gr_render_cuda_launch_dims(const gr_kernel *k, int64_t n_points, unsigned max_grid, unsigned *grid,
+                                unsigned *block);
+
+#endif

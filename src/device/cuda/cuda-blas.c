@@ -1,0 +1,270 @@
+/* device/cuda/cuda-blas — GR_LIB_MATMUL through cuBLASLt.
+ *
+ * Row-major C = op(A) @ op(B) is computed as the column-major C^T = op(B)^T @ op(A)^T:
+ * a row-major matrix read column-major is its transpose, so no data moves. f32 uses
+ * CUBLAS_COMPUTE_32F (no TF32). A ROW bias is cuBLASLt's bias epilogue (a vector along
+ * the rows of the column-major result); a FULL bias is cuBLASLt's C operand with
+ * beta = 1. GELU is applied by a rendered kernel afterwards, because cuBLASLt's GELU
+ * epilogue is the tanh approximation and kir's GELU is the exact erf form.
+ * Descriptors and the heuristic's algorithm are made once per call shape and cached.
+ */
+#include "device/cuda/cuda-impl.h"
+#include <string.h>
+
+#define GR_LT_WORKSPACE (32u << 20)
+
+typedef struct {
+    gr_libcall call; /* name zeroed: the key */
+    int align16;     /* all pointers 16-byte aligned */
+} lt_key;
+
+typedef struct {
+    lt_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+    gr_kfunc *gelu; /* exact GELU over C, or NULL */
+} lt_entry;
+
+struct gr_cuda_lt {
+    const gr_lt_api *lt;
+    cublasLtHandle_t handle;
+    GR_VEC(lt_entry) cache;
+};
+
+static gr_status lt_fail(const gr_lt_api *lt, cublasStatus_t s, const char *what, const char *name) {
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return gr_error(GR_ERR_NOMEM, "cuBLASLt: %s (matmul %s): %s", what, name, lt->cublasLtGetStatusName(s));
+    return gr_error(GR_ERR_DEVICE, "cuBLASLt: %s (matmul %s): %s", what, name, lt->cublasLtGetStatusName(s));
+}
+#define LT_CK(expr)                                                        \
+    do {                                                                   \
+        cublasStatus_t lt_s_ = (expr);                                     \
+        if (lt_s_ != CUBLAS_STATUS_SUCCESS) {                              \
+            st = lt_fail(lt, lt_s_, #expr, call->name);                    \
+            goto fail;                                                     \
+        }                                                                  \
+    } while (0)
+
+gr_status gr_cuda_blas_init(gr_cuda_ctx *c) {
+    /* cuBLASLt is loaded on first use; the workspace now, so capture never allocates */
+    CUresult r = c->cu->cuMemAlloc(&c->lt_workspace, GR_LT_WORKSPACE);
+    if (r != CUDA_SUCCESS) return gr_cuda_fail(c->cu, r, "cuMemAlloc (cuBLASLt workspace)");
+    c->lt_workspace_bytes = GR_LT_WORKSPACE;
+    return GR_OK;
+}
+
+static void entry_free(gr_cuda_ctx *c, const gr_lt_api *lt, lt_entry *e) {
+    if (e->desc) lt->cublasLtMatmulDescDestroy(e->desc);
+    if (e->la) lt->cublasLtMatrixLayoutDestroy(e->la);
+    if (e->lb) lt->cublasLtMatrixLayoutDestroy(e->lb);
+    if (e->lc) lt->cublasLtMatrixLayoutDestroy(e->lc);
+    if (e->ld) lt->cublasLtMatrixLayoutDestroy(e->ld);
+    if (e->gelu) gr_cuda_kernel_release(c, e->gelu);
+    memset(e, 0, sizeof(*e));
+}
+
+void gr_cuda_blas_destroy(gr_cuda_ctx *c) {
+    if (c->lt) {
+        for (int i = 0; i < c->lt->cache.len; i++) entry_free(c, c->lt->lt, &c->lt->cache.data[i]);
+        gr_vec_free(&c->lt->cache);
+        if (c->lt->handle) c->lt->lt->cublasLtDestroy(c->lt->handle);
+        gr_free(c->lt, sizeof(*c->lt));
+        c->lt = NULL;
+    }
+    if (c->lt_workspace) c->cu->cuMemFree(c->lt_workspace);
+    c->lt_workspace = 0;
+}
+
+static gr_status lt_state(gr_cuda_ctx *c, gr_cuda_lt **out) {
+    if (c->lt) return *out = c->lt, GR_OK;
+    const gr_lt_api *lt;
+    GR_TRY(gr_cuda_load_cublaslt(&lt));
+    gr_cuda_lt *s = gr_calloc(1, sizeof(*s));
+    if (!s) return GR_ERR_NOMEM;
+    s->lt = lt;
+    cublasStatus_t r = lt->cublasLtCreate(&s->handle);
+    if (r != CUBLAS_STATUS_SUCCESS) {
+        gr_free(s, sizeof(*s));
+        return gr_error(GR_ERR_DEVICE, "cublasLtCreate: %s", lt->cublasLtGetStatusName(r));
+    }
+    c->lt = s;
+    *out = s;
+    return GR_OK;
+}
+
+/* In-place exact GELU over C: outer [batch, m, n] with C's strides. */
+static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **out) {
+    gr_kernel *k;
+    GR_TRY(gr_kernel_create("graft_matmul_gelu", &k));
+    k->n_outer = 3;
+    k->outer[0] = call->batch;
+    k->outer[1] = call->m;
+    k->outer[2] = call->n;
+    int p, v, g;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = call->batch_stride_c;
+    a.stride[1] = call->ldc;
+    a.stride[2] = 1;
+    gr_dtype ct = call->dtype == GR_F64 ? GR_F64 : GR_F32;
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    gr_status st = gr_kernel_add_param(k, GR_KP_BUFFER, call->dtype, "c", &p);
+    if (st == GR_OK) st = gr_kx_load(k, p, &a, &v);
+    if (st == GR_OK) st = gr_kx_unary(k, GR_KU_GELU, ct, v, &g);
+    if (st == GR_OK) {
+        k->params[p].written = true;
+        s.kind = GR_KS_STORE;
+        s.value = g;
+        s.param = p;
+        s.access = a;
+        st = gr_kernel_add_stage(k, &s);
+    }
+    if (st == GR_OK) st = gr_cuda_kernel_prepare(c, k, out);
+    gr_kernel_destroy(k);
+    return st;
+}
+
+static gr_status entry_make(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
+    const gr_lt_api *lt = s->lt;
+    const gr_libcall *call = &key->call;
+    gr_status st = GR_OK;
+    memset(e, 0, sizeof(*e));
+    e->key = *key;
+    cudaDataType_t dt;
+    cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale = CUDA_R_32F;
+    switch (call->dtype) {
+    case GR_F32: dt = CUDA_R_32F; break;
+    case GR_F16: dt = CUDA_R_16F; break;
+    case GR_BF16: dt = CUDA_R_16BF; break;
+    case GR_F64:
+        dt = CUDA_R_64F;
+        comp = CUBLAS_COMPUTE_64F;
+        scale = CUDA_R_64F;
+        break;
+    default: return gr_error(GR_ERR_UNSUPPORTED, "cuda: matmul %s: dtype %s", call->name, gr_dtype_name(call->dtype));
+    }
+    /* column-major view: D^T [n, m] = op(B)^T [n, k] @ op(A)^T [k, m] */
+    cublasOperation_t ta = call->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* first operand: B */
+    cublasOperation_t tb = call->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; /* second operand: A */
+    uint64_t m = (uint64_t)call->n, n = (uint64_t)call->m, kk = (uint64_t)call->k;
+    LT_CK(lt->cublasLtMatmulDescCreate(&e->desc, comp, scale));
+    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    bool relu = call->epilogue == GR_EPI_RELU;
+    if (call->bias == GR_BIAS_ROW) epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    else if (relu) epi = CUBLASLT_EPILOGUE_RELU;
+    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (call->bias == GR_BIAS_ROW && call->batch > 1) {
+        int64_t bs = call->batch_stride_bias;
+        LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bs, sizeof bs));
+    }
+    /* stored shapes in the column-major view (rows, cols) before op */
+    uint64_t a_rows = ta == CUBLAS_OP_N ? m : kk, a_cols = ta == CUBLAS_OP_N ? kk : m;
+    uint64_t b_rows = tb == CUBLAS_OP_N ? kk : n, b_cols = tb == CUBLAS_OP_N ? n : kk;
+    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->la, dt, a_rows, a_cols, call->ldb));
+    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->lb, dt, b_rows, b_cols, call->lda));
+    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->lc, dt, m, n, call->ldc));
+    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->ld, dt, m, n, call->ldc));
+    if (call->batch > 1) {
+        int32_t bc = (int32_t)call->batch;
+        int64_t sa = call->batch_stride_b, sb = call->batch_stride_a, sd = call->batch_stride_c,
+                sc = call->bias == GR_BIAS_FULL ? call->batch_stride_bias : call->batch_stride_c;
+        const struct { cublasLtMatrixLayout_t l; int64_t stride; } ls[4] = {{e->la, sa}, {e->lb, sb}, {e->lc, sc}, {e->ld, sd}};
+        for (int i = 0; i < 4; i++) {
+            LT_CK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+            LT_CK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                       &ls[i].stride, sizeof ls[i].stride));
+        }
+    }
+    cublasLtMatmulPreference_t pref = NULL;
+    LT_CK(lt->cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = c->lt_workspace_bytes;
+    cublasStatus_t ps = lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (ps == CUBLAS_STATUS_SUCCESS && !key->align16) {
+        uint32_t al = (uint32_t)gr_dtype_size(call->dtype);
+        const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4 && ps == CUBLAS_STATUS_SUCCESS; i++)
+            ps = lt->cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &al, sizeof al);
+    }
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    if (ps == CUBLAS_STATUS_SUCCESS)
+        ps = lt->cublasLtMatmulAlgoGetHeuristic(s->handle, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res, &found);
+    lt->cublasLtMatmulPreferenceDestroy(pref);
+    LT_CK(ps);
+    if (found < 1) {
+        st = gr_error(GR_ERR_UNSUPPORTED, "cuBLASLt: no algorithm for matmul %s (%s, m=%lld n=%lld k=%lld, batch %lld)",
+                      call->name, gr_dtype_name(call->dtype), (long long)call->m, (long long)call->n,
+                      (long long)call->k, (long long)call->batch);
+        goto fail;
+    }
+    e->algo = res.algo;
+    if (call->epilogue == GR_EPI_GELU) {
+        st = make_gelu(c, call, &e->gelu);
+        if (st != GR_OK) goto fail;
+    }
+    return GR_OK;
+fail:
+    entry_free(c, lt, e);
+    return st;
+}
+
+gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
+    if (n_args < 3) return gr_error(GR_ERR_INVALID, "cuda: matmul %s: %d arguments, expected %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
+    const void *bias = n_args > 3 ? args[3].ptr : NULL;
+    if (call->bias != GR_BIAS_NONE && !bias) return gr_error(GR_ERR_INVALID, "cuda: matmul %s: bias argument missing", call->name);
+    if (call->m <= 0 || call->n <= 0) return GR_OK;
+    if (call->k <= 0 || call->batch <= 0)
+        return gr_error(GR_ERR_UNSUPPORTED, "cuda: matmul %s: k = %lld, batch = %lld", call->name, (long long)call->k,
+                        (long long)call->batch);
+    gr_cuda_lt *s = NULL;
+    GR_TRY(lt_state(c, &s));
+    const gr_lt_api *lt = s->lt;
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.call = *call;
+    memset(key.call.name, 0, sizeof key.call.name);
+    key.call.alpha = 0;
+    if (call->bias != GR_BIAS_FULL && call->bias != GR_BIAS_ROW) key.call.batch_stride_bias = 0;
+    uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)bias;
+    key.align16 = (any & 15u) == 0;
+    lt_entry *e = NULL;
+    for (int i = 0; i < s->cache.len && !e; i++)
+        if (!memcmp(&s->cache.data[i].key, &key, sizeof key)) e = &s->cache.data[i];
+    if (!e) {
+        GR_TRY(gr_vec_reserve(&s->cache, s->cache.len + 1));
+        GR_TRY(entry_make(c, s, &key, &s->cache.data[s->cache.len]));
+        e = &s->cache.data[s->cache.len++];
+    }
+    gr_status st = GR_OK;
+    if (call->bias == GR_BIAS_ROW) {
+        const void *bp = bias;
+        LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    }
+    float alpha32 = (float)call->alpha, beta32 = call->bias == GR_BIAS_FULL ? 1.0f : 0.0f;
+    double alpha64 = call->alpha, beta64 = beta32;
+    const void *alpha = call->dtype == GR_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+    const void *beta = call->dtype == GR_F64 ? (const void *)&beta64 : (const void *)&beta32;
+    const void *cptr = call->bias == GR_BIAS_FULL ? bias : args[2].ptr;
+    LT_CK(lt->cublasLtMatmul(s->handle, e->desc, alpha, args[1].ptr, e->la, args[0].ptr, e->lb, beta, cptr, e->lc,
+                             args[2].ptr, e->ld, &e->algo, (void *)(uintptr_t)c->lt_workspace, c->lt_workspace_bytes,
+                             (cudaStream_t)stream));
+    if (e->gelu) {
+        gr_karg ga = {.ptr = args[2].ptr};
+        void *params[1] = {&ga};
+        unsigned grid, block;
+        gr_cuda_kernel_dims(c, e->gelu, &ga, &grid, &block);
+        CUresult r = c->cu->cuLaunchKernel(e->gelu->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL);
+        if (r != CUDA_SUCCESS) return gr_cuda_fail(c->cu, r, "cuLaunchKernel (matmul GELU epilogue)");
+    }
+    return GR_OK;
+fail:
+    return st;
+}

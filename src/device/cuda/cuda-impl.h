@@ -1,0 +1,135 @@
+/* device/cuda — private declarations of the CUDA backend.
+ *
+ * Nothing from CUDA is linked: libcuda.so.1, libnvrtc and libcublasLt are
+ * opened with dlopen at run time, so one binary runs on machines without a
+ * GPU. Function pointer types come from the toolkit headers through
+ * __typeof__, so a prototype can never drift from the header it was built with.
+ */
+#ifndef GR_CUDA_IMPL_H
+#define GR_CUDA_IMPL_H
+
+#include "device/device.h"
+#include <cublasLt.h>
+#include <cuda.h>
+#include <nvrtc.h>
+
+/* ---- driver API (resolved with cuGetProcAddress at the headers' CUDA_VERSION) ---- */
+#define GR_CU_FUNCS(X)                                                                                   \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)          \
+    X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)              \
+    X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)     \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)            \
+    X(cuStreamSynchronize) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                 \
+    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload)                     \
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
+    X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
+    X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiate)            \
+    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphGetNodes) X(cuGraphNodeGetType)   \
+    X(cuGraphKernelNodeGetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphExecUpdate)              \
+    X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetAttribute)                                  \
+    X(cuGraphConditionalHandleCreate) X(cuGraphAddNode) X(cuFuncSetAttribute) X(cuThreadExchangeStreamCaptureMode) X(cuMemcpyHtoD)                \
+    X(cuGraphAddDependencies) X(cuGraphRemoveDependencies) X(cuGraphNodeGetDependencies) X(cuLaunchKernelEx)
+
+typedef struct {
+#define GR_CU_FIELD(name) __typeof__(name) *name;
+    GR_CU_FUNCS(GR_CU_FIELD)
+#undef GR_CU_FIELD
+} gr_cu_api;
+
+/* ---- NVRTC ---- */
+#define GR_NVRTC_FUNCS(X)                                                                               \
+    X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)               \
+    X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize)       \
+    X(nvrtcGetCUBIN) X(nvrtcGetPTXSize) X(nvrtcGetPTX)
+
+typedef struct {
+#define GR_NVRTC_FIELD(name) __typeof__(name) *name;
+    GR_NVRTC_FUNCS(GR_NVRTC_FIELD)
+#undef GR_NVRTC_FIELD
+    int major, minor;
+} gr_nvrtc_api;
+
+/* ---- cuBLASLt ---- */
+#define GR_LT_FUNCS(X)                                                                                  \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtGetVersion)               \
+    X(cublasLtMatmul) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                     \
+    X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)       \
+    X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate)                                \
+    X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                         \
+    X(cublasLtMatmulAlgoGetHeuristic)
+
+typedef struct {
+#define GR_LT_FIELD(name) __typeof__(name) *name;
+    GR_LT_FUNCS(GR_LT_FIELD)
+#undef GR_LT_FIELD
+} gr_lt_api;
+
+/* ---- loading (cuda-load.c) ---- */
+/* Process-wide, loaded once (thread-safe); the libraries stay open until exit. */
+gr_status gr_cuda_load_driver(const gr_cu_api **out);
+gr_status gr_cuda_load_nvrtc(const gr_nvrtc_api **out);
+gr_status gr_cuda_load_cublaslt(const gr_lt_api **out);
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
+const char *gr_cuda_err_name(CUresult r);
+
+/* Compiles CUDA C with NVRTC to a cubin for sm_<arch> (e.g. 90). The cubin is
+ * gr_malloc'ed (free with gr_free(cubin, size)). Errors carry the NVRTC log and
+ * the kernel name. `ptx` selects PTX output (compute_<arch>) instead. */
+gr_status gr_cuda_nvrtc_compile(const char *source, const char *kernel_name, int arch, bool ptx, void **out,
+                                size_t *out_size);
+/* Options passed to NVRTC (for the cache key). */
+const char *gr_cuda_nvrtc_options(void);
+
+/* ---- the device context (cuda-device.c) ---- */
+typedef struct gr_cuda_lt gr_cuda_lt; /* cuBLASLt state (cuda-blas.c) */
+
+typedef struct gr_cuda_ctx {
+    const gr_cu_api *cu;
+    CUdevice dev;
+    CUcontext ctx;
+    int arch;           /* 90 on H100 */
+    int sm_count;
+    int driver_version; /* 13000 */
+    char name[256];
+    char *cache_dir;    /* gr_strdup'ed; NULL: no disk cache */
+    size_t mem_in_use;
+    GR_VEC(struct gr_cuda_alloc) allocs; /* live device allocations, for mem_in_use */
+    gr_cuda_lt *lt;     /* NULL until the first libcall */
+    CUdeviceptr lt_workspace;
+    size_t lt_workspace_bytes;
+} gr_cuda_ctx;
+
+struct gr_cuda_alloc {
+    void *ptr;
+    size_t bytes;
+    gr_mem_kind kind;
+};
+
+/* Sets the error for a failed driver call: "what: CUDA_ERROR_X (message)". */
+gr_status gr_cuda_fail(const gr_cu_api *cu, CUresult r, const char *what);
+#define GR_CU_CHECK(c, expr)                                                     \
+    do {                                                                         \
+        CUresult gr_cu_r_ = (expr);                                              \
+        if (gr_cu_r_ != CUDA_SUCCESS) return gr_cuda_fail((c)->cu, gr_cu_r_, #expr); \
+    } while (0)
+
+/* ---- kernels (cuda-kernel.c) ---- */
+struct gr_kfunc {
+    gr_kernel *kernel; /* clone, for launch dims */
+    CUmodule module;
+    CUfunction fn;
+    bool from_cache;
+};
+gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **out);
+void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f);
+/* Grid and block for a launch with these args. */
+void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg *args, unsigned *grid,
+                         unsigned *block);
+
+/* ---- cuBLASLt (cuda-blas.c) ---- */
+gr_status gr_cuda_blas_init(gr_cuda_ctx *c);
+void gr_cuda_blas_destroy(gr_cuda_ctx *c);
+gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+
+#endif

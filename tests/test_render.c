@@ -1,0 +1,526 @@
+/* test_render — kernels built by hand with the kir.h builder API, rendered to
+ * CUDA C and compiled with NVRTC (loaded with dlopen) for sm_90. Needs no GPU;
+ * skipped with a clear message where NVRTC is not installed. */
+#include "check.h"
+#include "codegen/kir.h"
+#include "codegen/render-cuda.h"
+#include "device/cuda/cuda-impl.h"
+#include <stdlib.h>
+#include <string.h>
+
+static bool nvrtc_present;
+static int compiled;
+
+#define OK_OR_FAIL(expr)                \
+    do {                                \
+        gr_status st_ = (expr);         \
+        CHECK_OK(st_);                  \
+        if (st_ != GR_OK) goto fail;    \
+    } while (0)
+
+static const gr_dtype all_dtypes[] = {GR_F32, GR_F16, GR_BF16, GR_F64, GR_I64, GR_I32, GR_I8, GR_U8, GR_BOOL};
+
+/* Renders k, checks `needles` appear in the source, compiles for sm_<arch>. Destroys k. */
+static void render_compile_arch(gr_kernel *k, const char *const *needles, int arch) {
+    if (!k) return;
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    gr_status st = gr_render_cuda(k, &sb);
+    CHECK_MSG(st == GR_OK, "render %s: %s", k->name, gr_last_error());
+    if (st == GR_OK) {
+        const char *dump = getenv("GRAFT_TEST_DUMP");
+        if (dump && strstr(k->name, dump)) printf("%s\n", sb.data);
+        for (int i = 0; needles && needles[i]; i++)
+            CHECK_MSG(strstr(sb.data, needles[i]) != NULL, "kernel %s: source lacks \"%s\"", k->name, needles[i]);
+        if (nvrtc_present) {
+            void *cubin = NULL;
+            size_t n = 0;
+            st = gr_cuda_nvrtc_compile(sb.data, k->name, arch, false, &cubin, &n);
+            CHECK_MSG(st == GR_OK && n > 0, "compile %s: %s", k->name, gr_last_error());
+            if (st != GR_OK && getenv("GRAFT_TEST_VERBOSE")) fprintf(stderr, "%s\n", sb.data);
+            if (cubin) gr_free(cubin, n);
+            compiled++;
+        }
+    }
+    gr_sb_free(&sb);
+    gr_kernel_destroy(k);
+}
+static void render_compile(gr_kernel *k, const char *const *needles) { render_compile_arch(k, needles, 90); }
+
+static void mark_written(gr_kernel *k, int p) { k->params[p].written = true; }
+
+static gr_status store(gr_kernel *k, int param, int value, const gr_kaccess *acc, bool over_inner) {
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_KS_STORE;
+    s.value = value;
+    s.param = param;
+    s.over_inner = over_inner;
+    s.access = *acc;
+    mark_written(k, param);
+    return gr_kernel_add_stage(k, &s);
+}
+
+static gr_status reduce(gr_kernel *k, gr_kreduce fn, int value) {
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_KS_REDUCE;
+    s.value = value;
+    s.reduce = fn;
+    s.param = -1;
+    gr_kaccess_init(&s.access);
+    return gr_kernel_add_stage(k, &s);
+}
+
+/* contiguous row-major access over the outer dims */
+static void access_outer(const gr_kernel *k, gr_kaccess *a) {
+    gr_kaccess_init(a);
+    int64_t s = 1;
+    for (int d = k->n_outer - 1; d >= 0; d--) {
+        a->stride[d] = s;
+        s *= k->outer[d];
+    }
+}
+
+/* an elementwise kernel over [4, 256] with x, z inputs and y output of dtype t */
+static gr_status ew_kernel(const char *name, gr_dtype in_t, gr_dtype out_t, gr_kernel **out, int *x, int *z,
+                           int *y) {
+    gr_kernel *k;
+    GR_TRY(gr_kernel_create(name, &k));
+    k->n_outer = 2;
+    k->outer[0] = 4;
+    k->outer[1] = 256;
+    int n;
+    gr_status st = GR_OK;
+    if ((st = gr_kernel_add_param(k, GR_KP_BUFFER, in_t, "x", x)) != GR_OK ||
+        (st = gr_kernel_add_param(k, GR_KP_BUFFER, in_t, "z", z)) != GR_OK ||
+        (st = gr_kernel_add_param(k, GR_KP_BUFFER, out_t, "y", y)) != GR_OK ||
+        (st = gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n)) != GR_OK) {
+        gr_kernel_destroy(k);
+        return st;
+    }
+    k->n_points_param = n;
+    *out = k;
+    return GR_OK;
+}
+
+/* ==== tests ============================================================================= */
+
+static void test_unary_all(gr_dtype t) {
+    char name[64];
+    snprintf(name, sizeof name, "unary_all_%s", gr_dtype_name(t));
+    gr_kernel *k = NULL;
+    int x, z, y, lx, sum = -1, v;
+    gr_kaccess a;
+    OK_OR_FAIL(ew_kernel(name, t, t, &k, &x, &z, &y));
+    access_outer(k, &a);
+    OK_OR_FAIL(gr_kx_load(k, x, &a, &lx));
+    for (int fn = 0; fn < GR_KU_COUNT; fn++) {
+        bool pred = fn == GR_KU_ISNAN || fn == GR_KU_NOT;
+        OK_OR_FAIL(gr_kx_unary(k, (gr_kunary)fn, pred ? GR_BOOL : t, lx, &v));
+        if (pred) OK_OR_FAIL(gr_kx_cast(k, t, v, &v));
+        if (sum < 0) sum = v;
+        else OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, t, sum, v, &sum));
+    }
+    OK_OR_FAIL(store(k, y, sum, &a, false));
+    {
+        const char *needles[] = {"gr_gelu_tanh(", "gr_selu(", "gr_isnan(", "extern \"C\" __global__", NULL};
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+static void test_binary_all(gr_dtype t) {
+    char name[64];
+    snprintf(name, sizeof name, "binary_all_%s", gr_dtype_name(t));
+    gr_kernel *k = NULL;
+    int x, z, y, lx, lz, sum = -1, v;
+    gr_kaccess a;
+    OK_OR_FAIL(ew_kernel(name, t, t, &k, &x, &z, &y));
+    access_outer(k, &a);
+    OK_OR_FAIL(gr_kx_load(k, x, &a, &lx));
+    OK_OR_FAIL(gr_kx_load(k, z, &a, &lz));
+    for (int fn = 0; fn < GR_KB_COUNT; fn++) {
+        bool pred = fn >= GR_KB_EQ && fn <= GR_KB_OR;
+        OK_OR_FAIL(gr_kx_binary(k, (gr_kbinary)fn, pred ? GR_BOOL : t, lx, lz, &v));
+        if (pred) OK_OR_FAIL(gr_kx_cast(k, t, v, &v));
+        if (sum < 0) sum = v;
+        else OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, t, sum, v, &sum));
+    }
+    OK_OR_FAIL(store(k, y, sum, &a, false));
+    {
+        /* every access is contiguous and unit-stride: the vectorized loop is there */
+        const char *needles[] = {"gr_v4<", "gr_aligned", "gr_pow(", "gr_mod(", NULL};
+        CHECK(gr_render_cuda_is_vectorized(k));
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* y(dst) = sum over every source dtype s of cast<dst>(x_s) */
+static void test_casts(gr_dtype dst) {
+    char name[64];
+    snprintf(name, sizeof name, "cast_to_%s", gr_dtype_name(dst));
+    gr_kernel *k = NULL;
+    gr_kaccess a;
+    int y, sum = -1, v;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 1;
+    k->outer[0] = 1000; /* not a multiple of 4: the tail loop */
+    access_outer(k, &a);
+    for (int i = 0; i < GR_ARRAY_LEN(all_dtypes); i++) {
+        int p;
+        OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, all_dtypes[i], gr_dtype_name(all_dtypes[i]), &p));
+        OK_OR_FAIL(gr_kx_load(k, p, &a, &v));
+        OK_OR_FAIL(gr_kx_cast(k, dst, v, &v));
+        if (sum < 0) sum = v;
+        else OK_OR_FAIL(gr_kx_binary(k, GR_KB_MAX, dst, sum, v, &sum));
+    }
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, dst, "y", &y));
+    OK_OR_FAIL(store(k, y, sum, &a, false));
+    render_compile(k, NULL);
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* out[i, j] = table[wrap(idx[i]) * D + j] (embedding lookup), index of dtype it */
+static void test_gather(gr_dtype it, gr_dtype t) {
+    char name[64];
+    snprintf(name, sizeof name, "gather_%s_%s", gr_dtype_name(it), gr_dtype_name(t));
+    gr_kernel *k = NULL;
+    int table, idx, out, li, lt;
+    gr_kaccess a, ai, at;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 2;
+    k->outer[0] = 7;
+    k->outer[1] = 64;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "table", &table));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, it, "idx", &idx));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "out", &out));
+    access_outer(k, &a);
+    gr_kaccess_init(&ai);
+    ai.stride[0] = 1;
+    OK_OR_FAIL(gr_kx_load(k, idx, &ai, &li));
+    gr_kaccess_init(&at);
+    at.stride[1] = 1;
+    at.index = li;
+    at.index_stride = 64;
+    at.index_extent = 1000;
+    OK_OR_FAIL(gr_kx_load(k, table, &at, &lt));
+    OK_OR_FAIL(store(k, out, lt, &a, false));
+    {
+        const char *needles[] = {"gr_wrap(", NULL};
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* y[o] = fold over r of x[o, r] (a row reduction), also with a transposed input */
+static void test_reduce(gr_kreduce fn, gr_dtype t, bool transposed) {
+    char name[64];
+    snprintf(name, sizeof name, "reduce_%d_%s%s", (int)fn, gr_dtype_name(t), transposed ? "_t" : "");
+    gr_kernel *k = NULL;
+    int x, y, n, lx, acc;
+    gr_kaccess ax, ay;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 1;
+    k->outer[0] = 33;
+    k->n_inner = 1;
+    k->inner[0] = 1000;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n));
+    k->n_points_param = n;
+    gr_kaccess_init(&ax);
+    ax.stride[0] = transposed ? 1 : 1000;
+    ax.inner_stride[0] = transposed ? 33 : 1;
+    OK_OR_FAIL(gr_kx_load(k, x, &ax, &lx));
+    OK_OR_FAIL(reduce(k, fn, lx));
+    OK_OR_FAIL(gr_kx_acc(k, 0, t, &acc));
+    gr_kaccess_init(&ay);
+    ay.stride[0] = 1;
+    OK_OR_FAIL(store(k, y, acc, &ay, false));
+    {
+        const char *needles[] = {"__shfl_xor_sync", "gr_block_reduce(", NULL};
+        CHECK(gr_render_cuda_is_block_kernel(k));
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* softmax over the last dim of [2, 3, 200] with a host scalar temperature:
+ * m = max(x/T); s = sum(exp(x/T - m)); y = exp(x/T - m) / s */
+static void test_softmax(gr_dtype t, bool indirect) {
+    char name[64];
+    snprintf(name, sizeof name, "softmax_%s%s", gr_dtype_name(t), indirect ? "_pi" : "");
+    gr_kernel *k = NULL;
+    int x, y, temp, lx, pt, xt, m, d, e, s, q;
+    gr_kaccess ax;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 2;
+    k->outer[0] = 2;
+    k->outer[1] = 3;
+    k->n_inner = 1;
+    k->inner[0] = 200;
+    gr_kparam_kind bk = indirect ? GR_KP_BUFFER_INDIRECT : GR_KP_BUFFER;
+    OK_OR_FAIL(gr_kernel_add_param(k, bk, t, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, bk, t, "y", &y));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F64, "temperature", &temp));
+    gr_kaccess_init(&ax);
+    ax.stride[0] = 600;
+    ax.stride[1] = 200;
+    ax.inner_stride[0] = 1;
+    OK_OR_FAIL(gr_kx_load(k, x, &ax, &lx));
+    OK_OR_FAIL(gr_kx_param(k, temp, &pt));
+    k->nodes.data[pt].dtype = GR_F32; /* value read as f32 */
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_DIV, GR_F32, lx, pt, &xt));
+    OK_OR_FAIL(reduce(k, GR_KR_MAX, xt));
+    OK_OR_FAIL(gr_kx_acc(k, 0, GR_F32, &m));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_SUB, GR_F32, xt, m, &d));
+    OK_OR_FAIL(gr_kx_unary(k, GR_KU_EXP, GR_F32, d, &e));
+    OK_OR_FAIL(reduce(k, GR_KR_SUM, e));
+    OK_OR_FAIL(gr_kx_acc(k, 1, GR_F32, &s));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_DIV, GR_F32, e, s, &q));
+    OK_OR_FAIL(store(k, y, q, &ax, true));
+    {
+        const char *needles_pi[] = {"const* __restrict__ p0_slot", "= *p0_slot;", "double p2", NULL};
+        const char *needles[] = {"double p2", NULL};
+        render_compile(k, indirect ? needles_pi : needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* Layernorm-like: two inner dims, mean and mean-of-squares, a broadcast weight, rsqrt. */
+static void test_layernorm(gr_dtype t) {
+    char name[64];
+    snprintf(name, sizeof name, "layernorm_%s", gr_dtype_name(t));
+    gr_kernel *k = NULL;
+    int x, w, y, lx, lw, sq, mean, msq, n_inv, mu, ex2, var, eps, ve, rs, c, cn, o;
+    gr_kaccess ax, aw;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 1;
+    k->outer[0] = 5;
+    k->n_inner = 2;
+    k->inner[0] = 12;
+    k->inner[1] = 64;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "w", &w));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y));
+    gr_kaccess_init(&ax);
+    ax.stride[0] = 768;
+    ax.inner_stride[0] = 64;
+    ax.inner_stride[1] = 1;
+    gr_kaccess_init(&aw);
+    aw.inner_stride[0] = 64;
+    aw.inner_stride[1] = 1;
+    OK_OR_FAIL(gr_kx_load(k, x, &ax, &lx));
+    OK_OR_FAIL(reduce(k, GR_KR_SUM, lx));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, lx, lx, &sq));
+    OK_OR_FAIL(reduce(k, GR_KR_SUM, sq));
+    OK_OR_FAIL(gr_kx_acc(k, 0, GR_F32, &mean));
+    OK_OR_FAIL(gr_kx_acc(k, 1, GR_F32, &msq));
+    OK_OR_FAIL(gr_kx_const_f(k, GR_F32, 1.0 / 768, &n_inv));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, mean, n_inv, &mu));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, msq, n_inv, &ex2));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_SUB, GR_F32, ex2, mu, &var)); /* not exact: fine for a compile test */
+    OK_OR_FAIL(gr_kx_const_f(k, GR_F32, 1e-5, &eps));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, var, eps, &ve));
+    OK_OR_FAIL(gr_kx_unary(k, GR_KU_RSQRT, GR_F32, ve, &rs));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_SUB, GR_F32, lx, mu, &c));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, c, rs, &cn));
+    OK_OR_FAIL(gr_kx_load(k, w, &aw, &lw));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, t, cn, lw, &o));
+    OK_OR_FAIL(store(k, y, o, &ax, true));
+    render_compile(k, NULL);
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* Dropout-like: RANDOM on the linear index, SELECT, INDEX nodes and a broadcast load. */
+static void test_random(gr_dtype rt) {
+    char name[64];
+    snprintf(name, sizeof name, "dropout_%s", gr_dtype_name(rt));
+    gr_kernel *k = NULL;
+    int x, b, y, p, lx, lb, lin, rnd, pp, keep, zero, sel, o1, io, s;
+    gr_kaccess a, ab;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 3;
+    k->outer[0] = 3;
+    k->outer[1] = 5;
+    k->outer[2] = 64;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "bias", &b));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F64, "p", &p));
+    access_outer(k, &a);
+    gr_kaccess_init(&ab);
+    ab.stride[2] = 1; /* broadcast over dims 0 and 1 */
+    OK_OR_FAIL(gr_kx_load(k, x, &a, &lx));
+    OK_OR_FAIL(gr_kx_load(k, b, &ab, &lb));
+    OK_OR_FAIL(gr_kx_index(k, GR_KIDX_LINEAR, &lin));
+    gr_kexpr e;
+    memset(&e, 0, sizeof e);
+    e.op = GR_KX_RANDOM;
+    e.dtype = rt;
+    e.a = lin;
+    e.b = e.c = -1;
+    e.i = -1234567;
+    e.param = -1;
+    gr_kaccess_init(&e.access);
+    OK_OR_FAIL(gr_kernel_add_expr(k, &e, &rnd));
+    OK_OR_FAIL(gr_kx_param(k, p, &pp));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_GE, GR_BOOL, rnd, pp, &keep));
+    OK_OR_FAIL(gr_kx_const_f(k, GR_F32, 0.0, &zero));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, lx, lb, &s));
+    OK_OR_FAIL(gr_kx_select(k, GR_F32, keep, s, zero, &sel));
+    OK_OR_FAIL(gr_kx_index(k, 1, &io));
+    OK_OR_FAIL(gr_kx_cast(k, GR_F32, io, &io));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, sel, io, &o1));
+    OK_OR_FAIL(store(k, y, o1, &a, false));
+    {
+        const char *needles[] = {rt == GR_F64 ? "gr_rand_f64(" : "gr_rand_f32(", "0x9E3779B97F4A7C15ULL", NULL};
+        CHECK(gr_render_cuda_is_vectorized(k)); /* x and y vectorized, bias read per element */
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+/* y = x * scale with indirect (PI) buffers, f16 in, f32 out, int scalar, constants inf/nan */
+static void test_indirect_mixed(void) {
+    gr_kernel *k = NULL;
+    int x, y, sc, si, lx, ps, pi, m, m2, inf, c, o;
+    gr_kaccess a;
+    OK_OR_FAIL(gr_kernel_create("indirect_mixed", &k));
+    k->n_outer = 1;
+    k->outer[0] = 4096;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER_INDIRECT, GR_F16, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER_INDIRECT, GR_F32, "y", &y));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F64, "scale", &sc));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SCALAR_I, GR_I64, "shift", &si));
+    access_outer(k, &a);
+    OK_OR_FAIL(gr_kx_load(k, x, &a, &lx));
+    OK_OR_FAIL(gr_kx_param(k, sc, &ps));
+    OK_OR_FAIL(gr_kx_param(k, si, &pi));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, lx, ps, &m));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, m, pi, &m2));
+    OK_OR_FAIL(gr_kx_const_f(k, GR_F32, 1.0 / 0.0, &inf));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MIN, GR_F32, m2, inf, &c));
+    OK_OR_FAIL(gr_kx_const_i(k, GR_I64, INT64_MIN, &o));
+    OK_OR_FAIL(gr_kx_cast(k, GR_F32, o, &o));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MAX, GR_F32, c, o, &c));
+    OK_OR_FAIL(store(k, y, c, &a, false));
+    {
+        const char *needles[] = {"gr_finf()", "(-9223372036854775807LL - 1)", "= *p1_slot;", NULL};
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
+static void test_errors(void) {
+    gr_kernel *k = NULL;
+    int x, y, lx;
+    gr_kaccess a;
+    OK_OR_FAIL(gr_kernel_create("bad-name", &k));
+    k->n_outer = 1;
+    k->outer[0] = 8;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+    access_outer(k, &a);
+    OK_OR_FAIL(gr_kx_load(k, x, &a, &lx));
+    OK_OR_FAIL(store(k, y, lx, &a, false));
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    CHECK_ERR(gr_render_cuda(k, &sb), GR_ERR_INVALID, "not a C identifier");
+    gr_sb_free(&sb);
+
+    /* allocation failures while rendering: error, no leak */
+    snprintf(k->name, sizeof k->name, "alloc_fail");
+    long before = gr_debug_live_allocs();
+    bool succeeded = false;
+    for (long n = 1; n < 200 && !succeeded; n++) {
+        gr_sb_init(&sb);
+        gr_debug_fail_alloc_after(n);
+        gr_status st = gr_render_cuda(k, &sb);
+        gr_debug_fail_alloc_after(0);
+        CHECK(st == GR_OK || st == GR_ERR_NOMEM);
+        succeeded = st == GR_OK;
+        gr_sb_free(&sb);
+        CHECK(gr_debug_live_allocs() == before);
+    }
+    CHECK(succeeded);
+
+    if (nvrtc_present) {
+        void *cubin = NULL;
+        size_t n = 0;
+        CHECK_ERR(gr_cuda_nvrtc_compile("extern \"C\" __global__ void broken_k() { undefined_thing(); }", "broken_k",
+                                        90, false, &cubin, &n),
+                  GR_ERR_DEVICE, "broken_k");
+        CHECK(strstr(gr_last_error(), "undefined_thing") != NULL);
+        CHECK(cubin == NULL);
+    }
+fail:
+    gr_kernel_destroy(k);
+}
+
+int main(void) {
+    const gr_nvrtc_api *nv = NULL;
+    nvrtc_present = gr_cuda_load_nvrtc(&nv) == GR_OK;
+    if (!nvrtc_present) printf("test_render: NVRTC compilation skipped: NVRTC not found (%s)\n", gr_last_error());
+    else printf("test_render: NVRTC %d.%d\n", nv->major, nv->minor);
+    for (int i = 0; i < GR_ARRAY_LEN(all_dtypes); i++) {
+        test_unary_all(all_dtypes[i]);
+        test_binary_all(all_dtypes[i]);
+        test_casts(all_dtypes[i]);
+    }
+    test_gather(GR_I64, GR_F32);
+    test_gather(GR_I32, GR_F16);
+    for (int fn = 0; fn < GR_KR_COUNT; fn++) {
+        test_reduce((gr_kreduce)fn, GR_F32, false);
+        test_reduce((gr_kreduce)fn, GR_I64, true);
+    }
+    test_reduce(GR_KR_SUM, GR_F16, true);
+    test_reduce(GR_KR_MAX, GR_BF16, false);
+    test_reduce(GR_KR_SUM, GR_F64, false);
+    test_reduce(GR_KR_MAX, GR_BOOL, false);
+    test_softmax(GR_F32, false);
+    test_softmax(GR_F16, false);
+    test_softmax(GR_BF16, true);
+    test_layernorm(GR_F32);
+    test_layernorm(GR_BF16);
+    test_random(GR_F32);
+    test_random(GR_F64);
+    test_indirect_mixed();
+    test_errors();
+    /* older architectures take the portable bf16 rounding path */
+    if (nvrtc_present) {
+        gr_kernel *k = NULL;
+        int x, z, y, lx, v;
+        gr_kaccess a;
+        if (ew_kernel("bf16_sm75", GR_BF16, GR_BF16, &k, &x, &z, &y) == GR_OK) {
+            access_outer(k, &a);
+            if (gr_kx_load(k, x, &a, &lx) == GR_OK && gr_kx_unary(k, GR_KU_EXP, GR_BF16, lx, &v) == GR_OK &&
+                store(k, y, v, &a, false) == GR_OK)
+                render_compile_arch(k, NULL, 75);
+            else
+                gr_kernel_destroy(k);
+        }
+    }
+    printf("test_render: %d kernels compiled with NVRTC\n", compiled);
+    return check_summary("test_render");
+}

@@ -1,0 +1,621 @@
+/* gpucheck — run on a GPU machine: every kernel and matmul on the CUDA backend and
+ * on the simulator with the same random inputs, normalized error per kernel against
+ * a per-op tolerance, a capture/replay bit-identity check, and micro-timings.
+ * Exits non-zero on any mismatch. Usage: gpucheck [-v] [filter-substring] */
+#include "codegen/kir.h"
+#include "device/device.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail, verbose;
+static const char *filter;
+
+#define DIE_IF(st, what)                                                                        \
+    do {                                                                                        \
+        if ((st) != GR_OK) {                                                                    \
+            printf("FAIL %-34s %s: %s\n", name, what, gr_last_error());                         \
+            n_fail++;                                                                           \
+            goto done;                                                                          \
+        }                                                                                       \
+    } while (0)
+
+/* ==== random data ============================================================================ */
+
+static uint64_t rng = 0x1234567;
+static double urand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+typedef struct {
+    gr_dtype t;
+    int64_t n;
+    double lo, hi; /* value range */
+} buf_spec;
+
+static void *make_host(const buf_spec *b) {
+    size_t bytes = (size_t)b->n * gr_dtype_size(b->t);
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) return NULL;
+    for (int64_t i = 0; i < b->n; i++) {
+        double v = b->lo + (b->hi - b->lo) * urand();
+        if (gr_dtype_is_float(b->t)) gr_store_f64(p, b->t, i, v);
+        else if (b->t == GR_BOOL) gr_store_i64(p, b->t, i, v > 0.5 * (b->lo + b->hi));
+        else gr_store_i64(p, b->t, i, (int64_t)floor(v));
+    }
+    return p;
+}
+
+/* ==== running one kernel on one device ===================================================== */
+
+typedef struct {
+    gr_device *dev;
+    gr_stream *s;
+} devctx;
+
+/* Runs k (or the matmul `call` when k is NULL) with host inputs copied to fresh device
+ * buffers; copies every buffer back into outs[i] (malloc'ed). SCALAR/SHAPE args from `scalars`. */
+static gr_status run_on(devctx *d, const gr_kernel *k, const gr_libcall *call, int nbuf, const buf_spec *specs,
+                        void *const *host, const gr_karg *scalars, int n_args, void **outs, double *launch_us) {
+    void *dbuf[GR_KMAX_PARAMS] = {0};
+    void *slots[GR_KMAX_PARAMS] = {0};
+    gr_kfunc *f = NULL;
+    gr_status st = GR_OK;
+    gr_karg args[GR_KMAX_PARAMS];
+    memcpy(args, scalars, sizeof(gr_karg) * (size_t)n_args);
+    for (int i = 0; i < nbuf && st == GR_OK; i++) {
+        size_t bytes = (size_t)specs[i].n * gr_dtype_size(specs[i].t);
+        st = gr_dev_alloc(d->dev, GR_MEM_DEVICE, bytes ? bytes : 1, &dbuf[i]);
+        if (st == GR_OK && bytes) st = gr_dev_memcpy(d->dev, d->s, dbuf[i], host[i], bytes, GR_COPY_H2D);
+        if (st == GR_OK) args[i].ptr = dbuf[i];
+        if (st == GR_OK && k && k->params[i].kind == GR_KP_BUFFER_INDIRECT) {
+            st = gr_dev_alloc(d->dev, GR_MEM_DEVICE, sizeof(void *), &slots[i]);
+            if (st == GR_OK) st = gr_dev_memcpy(d->dev, d->s, slots[i], &dbuf[i], sizeof(void *), GR_COPY_H2D);
+            if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+            args[i].ptr = slots[i];
+        }
+    }
+    if (st == GR_OK && k) st = d->dev->iface->kernel_prepare(d->dev->ctx, k, &f);
+    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+    double t0 = gr_now_us();
+    if (st == GR_OK) st = k ? gr_dev_launch(d->dev, d->s, f, args, n_args) : gr_dev_libcall(d->dev, d->s, call, args, n_args);
+    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+    if (launch_us) *launch_us = gr_now_us() - t0;
+    for (int i = 0; i < nbuf && st == GR_OK; i++) {
+        size_t bytes = (size_t)specs[i].n * gr_dtype_size(specs[i].t);
+        outs[i] = malloc(bytes ? bytes : 1);
+        if (bytes) st = gr_dev_memcpy(d->dev, d->s, outs[i], dbuf[i], bytes, GR_COPY_D2H);
+    }
+    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+    if (f) d->dev->iface->kernel_release(d->dev->ctx, f);
+    for (int i = 0; i < nbuf; i++) {
+        gr_dev_free(d->dev, dbuf[i]);
+        gr_dev_free(d->dev, slots[i]);
+    }
+    return st;
+}
+
+static double rel_err(const void *out, const void *ref, gr_dtype t, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = gr_load_f64(out, t, i), b = gr_load_f64(ref, t, i);
+        if (isnan(a) && isnan(b)) continue;
+        if (isinf(a) && a == b) continue;
+        num += (a - b) * (a - b);
+        den += b * b;
+    }
+    if (isnan(num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Runs on both devices and compares the written buffers. */
+static void compare(devctx *cu, devctx *sim, const char *name, const gr_kernel *k, const gr_libcall *call, int nbuf,
+                    const buf_spec *specs, const gr_karg *scalars, int n_args, const bool *written, double tol) {
+    if (filter && !strstr(name, filter)) return;
+    void *host[GR_KMAX_PARAMS] = {0}, *oc[GR_KMAX_PARAMS] = {0}, *os[GR_KMAX_PARAMS] = {0};
+    for (int i = 0; i < nbuf; i++) host[i] = make_host(&specs[i]);
+    gr_status st = run_on(cu, k, call, nbuf, specs, host, scalars, n_args, oc, NULL);
+    DIE_IF(st, "cuda");
+    st = run_on(sim, k, call, nbuf, specs, host, scalars, n_args, os, NULL);
+    DIE_IF(st, "sim");
+    double worst = 0;
+    for (int i = 0; i < nbuf; i++) {
+        if (!written[i]) continue;
+        double e = rel_err(oc[i], os[i], specs[i].t, specs[i].n);
+        if (!(e <= worst)) worst = e;
+    }
+    bool ok = worst <= tol;
+    printf("%s %-34s err %.3e  tol %.0e\n", ok ? "PASS" : "FAIL", name, worst, tol);
+    if (ok) n_pass++;
+    else n_fail++;
+done:
+    for (int i = 0; i < nbuf; i++) {
+        free(host[i]);
+        free(oc[i]);
+        free(os[i]);
+    }
+}
+
+/* ==== kernels ================================================================================= */
+
+static void kstore(gr_kernel *k, int param, int value, const gr_kaccess *a, bool over_inner) {
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_KS_STORE;
+    s.value = value;
+    s.param = param;
+    s.over_inner = over_inner;
+    s.access = *a;
+    k->params[param].written = true;
+    gr_kernel_add_stage(k, &s);
+}
+
+static void kreduce(gr_kernel *k, gr_kreduce fn, int value) {
+    gr_kstage s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_KS_REDUCE;
+    s.value = value;
+    s.reduce = fn;
+    s.param = -1;
+    gr_kaccess_init(&s.access);
+    gr_kernel_add_stage(k, &s);
+}
+
+static const char *const unary_names[GR_KU_COUNT] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip",
+                                                     "tanh", "sigmoid", "erf", "relu", "gelu", "gelu_tanh", "selu",
+                                                     "silu", "sin", "cos", "isnan", "not", "floor", "ceil"};
+static const char *const binary_names[GR_KB_COUNT] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
+                                                      "lt", "le", "gt", "ge", "and", "or", "mod"};
+
+static double dtype_tol(gr_dtype t, bool transcendental) {
+    if (t == GR_F16) return 1e-3;
+    if (t == GR_BF16) return 1e-2;
+    if (t == GR_F32) return transcendental ? 1e-5 : 1e-6;
+    if (t == GR_F64) return transcendental ? 1e-12 : 1e-15;
+    return 0;
+}
+
+static void check_elementwise(devctx *cu, devctx *sim, gr_dtype t, bool binary, int fn) {
+    char name[96];
+    const int64_t N = 100003; /* odd: exercises the vector tail */
+    snprintf(name, sizeof name, "%s_%s_%s", binary ? "binary" : "unary", binary ? binary_names[fn] : unary_names[fn],
+             gr_dtype_name(t));
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    for (char *p = k->name; *p; p++)
+        if (*p == '-') *p = '_';
+    k->n_outer = 1;
+    k->outer[0] = N;
+    int x, z, y, n, lx, lz, v;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    bool pred = binary ? (fn >= GR_KB_EQ && fn <= GR_KB_OR) : (fn == GR_KU_ISNAN || fn == GR_KU_NOT);
+    gr_dtype ot = pred ? GR_BOOL : t;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "z", &z);
+    gr_kernel_add_param(k, GR_KP_BUFFER, ot, "y", &y);
+    gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n);
+    k->n_points_param = n;
+    gr_kx_load(k, x, &a, &lx);
+    gr_kx_load(k, z, &a, &lz);
+    if (binary) gr_kx_binary(k, (gr_kbinary)fn, ot, lx, lz, &v);
+    else gr_kx_unary(k, (gr_kunary)fn, ot, lx, &v);
+    kstore(k, y, v, &a, false);
+    bool positive = !binary && (fn == GR_KU_LOG || fn == GR_KU_SQRT || fn == GR_KU_RSQRT || fn == GR_KU_RECIP);
+    positive = positive || (binary && fn == GR_KB_POW);
+    bool is_int = !gr_dtype_is_float(t);
+    buf_spec specs[3] = {{t, N, positive ? 0.1 : -3, 3}, {t, N, binary && (fn == GR_KB_DIV || fn == GR_KB_MOD) ? 0.5 : -3, 3}, {ot, N, 0, 0}};
+    if (is_int) {
+        specs[0].lo = positive ? 1 : -50, specs[0].hi = 50;
+        specs[1].lo = binary && (fn == GR_KB_DIV || fn == GR_KB_MOD || fn == GR_KB_POW) ? 1 : -50;
+        specs[1].hi = binary && fn == GR_KB_POW ? 4 : 50;
+    }
+    if (binary && fn == GR_KB_POW && !is_int) specs[1].lo = -2, specs[1].hi = 2;
+    gr_karg sc[4];
+    memset(sc, 0, sizeof sc);
+    sc[3].i = N;
+    bool written[3] = {false, false, true};
+    bool trans = binary ? fn == GR_KB_POW || fn == GR_KB_MOD || fn == GR_KB_DIV
+                        : !(fn == GR_KU_NEG || fn == GR_KU_ABS || fn == GR_KU_RELU || fn == GR_KU_FLOOR ||
+                            fn == GR_KU_CEIL || fn == GR_KU_ISNAN || fn == GR_KU_NOT);
+    compare(cu, sim, name, k, NULL, 3, specs, sc, 4, written, pred ? 0 : dtype_tol(t, trans));
+    gr_kernel_destroy(k);
+}
+
+/* softmax over rows of [rows, cols] (3 stages), dtype t */
+static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols) {
+    char name[96];
+    snprintf(name, sizeof name, "softmax_%s_%lldx%lld", gr_dtype_name(t), (long long)rows, (long long)cols);
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 1;
+    k->outer[0] = rows;
+    k->n_inner = 1;
+    k->inner[0] = cols;
+    int x, y, lx, m, d, e, s, q;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = cols;
+    a.inner_stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y);
+    gr_kx_load(k, x, &a, &lx);
+    kreduce(k, GR_KR_MAX, lx);
+    gr_kx_acc(k, 0, GR_F32, &m);
+    gr_kx_binary(k, GR_KB_SUB, GR_F32, lx, m, &d);
+    gr_kx_unary(k, GR_KU_EXP, GR_F32, d, &e);
+    kreduce(k, GR_KR_SUM, e);
+    gr_kx_acc(k, 1, GR_F32, &s);
+    gr_kx_binary(k, GR_KB_DIV, t, e, s, &q);
+    kstore(k, y, q, &a, true);
+    buf_spec specs[2] = {{t, rows * cols, -4, 4}, {t, rows * cols, 0, 0}};
+    gr_karg sc[2];
+    memset(sc, 0, sizeof sc);
+    bool written[2] = {false, true};
+    compare(cu, sim, name, k, NULL, 2, specs, sc, 2, written, t == GR_F32 ? 1e-5 : dtype_tol(t, true));
+    gr_kernel_destroy(k);
+}
+
+static void check_reduce(devctx *cu, devctx *sim, gr_kreduce fn, gr_dtype t, bool transposed) {
+    static const char *const rn[] = {"sum", "max", "min", "prod"};
+    char name[96];
+    snprintf(name, sizeof name, "reduce_%s_%s%s", rn[fn], gr_dtype_name(t), transposed ? "_t" : "");
+    const int64_t R = 37, C = fn == GR_KR_PROD ? 20 : 3000;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 1;
+    k->outer[0] = R;
+    k->n_inner = 1;
+    k->inner[0] = C;
+    int x, y, lx, acc;
+    gr_kaccess ax, ay;
+    gr_kaccess_init(&ax);
+    ax.stride[0] = transposed ? 1 : C;
+    ax.inner_stride[0] = transposed ? R : 1;
+    gr_kaccess_init(&ay);
+    ay.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y);
+    gr_kx_load(k, x, &ax, &lx);
+    kreduce(k, fn, lx);
+    gr_kx_acc(k, 0, t, &acc);
+    kstore(k, y, acc, &ay, false);
+    double lo = fn == GR_KR_PROD ? 0.8 : -3, hi = fn == GR_KR_PROD ? 1.2 : 3;
+    if (!gr_dtype_is_float(t)) lo = fn == GR_KR_PROD ? 1 : -100, hi = fn == GR_KR_PROD ? 3 : 100;
+    buf_spec specs[2] = {{t, R * C, lo, hi}, {t, R, 0, 0}};
+    gr_karg sc[2];
+    memset(sc, 0, sizeof sc);
+    bool written[2] = {false, true};
+    double tol = t == GR_F32 ? 1e-5 : dtype_tol(t, true);
+    compare(cu, sim, name, k, NULL, 2, specs, sc, 2, written, tol);
+    gr_kernel_destroy(k);
+}
+
+/* embedding gather with negative indices (wrap), i64 or i32 indices */
+static void check_gather(devctx *cu, devctx *sim, gr_dtype it, gr_dtype t) {
+    char name[96];
+    snprintf(name, sizeof name, "gather_%s_%s", gr_dtype_name(it), gr_dtype_name(t));
+    const int64_t V = 1000, D = 96, B = 257;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 2;
+    k->outer[0] = B;
+    k->outer[1] = D;
+    int table, idx, out, li, lt;
+    gr_kaccess a, ai, at;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "table", &table);
+    gr_kernel_add_param(k, GR_KP_BUFFER, it, "idx", &idx);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "out", &out);
+    gr_kaccess_init(&a);
+    a.stride[0] = D;
+    a.stride[1] = 1;
+    gr_kaccess_init(&ai);
+    ai.stride[0] = 1;
+    gr_kx_load(k, idx, &ai, &li);
+    gr_kaccess_init(&at);
+    at.stride[1] = 1;
+    at.index = li;
+    at.index_stride = D;
+    at.index_extent = V;
+    gr_kx_load(k, table, &at, &lt);
+    kstore(k, out, lt, &a, false);
+    buf_spec specs[3] = {{t, V * D, -1, 1}, {it, B, -(double)V, (double)V}, {t, B * D, 0, 0}};
+    gr_karg sc[3];
+    memset(sc, 0, sizeof sc);
+    bool written[3] = {false, false, true};
+    compare(cu, sim, name, k, NULL, 3, specs, sc, 3, written, 0);
+    gr_kernel_destroy(k);
+}
+
+static void check_random(devctx *cu, devctx *sim, gr_dtype rt) {
+    char name[96];
+    snprintf(name, sizeof name, "random_%s", gr_dtype_name(rt));
+    const int64_t N = 1 << 16;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 1;
+    k->outer[0] = N;
+    int y, lin, r;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, rt, "y", &y);
+    gr_kx_index(k, GR_KIDX_LINEAR, &lin);
+    gr_kexpr e;
+    memset(&e, 0, sizeof e);
+    e.op = GR_KX_RANDOM;
+    e.dtype = rt;
+    e.a = lin;
+    e.b = e.c = -1;
+    e.param = -1;
+    e.i = 42;
+    gr_kaccess_init(&e.access);
+    gr_kernel_add_expr(k, &e, &r);
+    kstore(k, y, r, &a, false);
+    buf_spec specs[1] = {{rt, N, 0, 0}};
+    gr_karg sc[1];
+    memset(sc, 0, sizeof sc);
+    bool written[1] = {true};
+    compare(cu, sim, name, k, NULL, 1, specs, sc, 1, written, 0);
+    gr_kernel_destroy(k);
+}
+
+/* scaled softmax with indirect (PI) buffers and a host scalar */
+static void check_indirect(devctx *cu, devctx *sim) {
+    const char *name = "indirect_scale_f32";
+    const int64_t N = 4096;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 1;
+    k->outer[0] = N;
+    int x, y, sc_p, lx, ps, m;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER_INDIRECT, GR_F32, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER_INDIRECT, GR_F32, "y", &y);
+    gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F64, "scale", &sc_p);
+    gr_kx_load(k, x, &a, &lx);
+    gr_kx_param(k, sc_p, &ps);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, lx, ps, &m);
+    kstore(k, y, m, &a, false);
+    buf_spec specs[2] = {{GR_F32, N, -1, 1}, {GR_F32, N, 0, 0}};
+    gr_karg sc[3];
+    memset(sc, 0, sizeof sc);
+    sc[2].f = 0.3;
+    bool written[2] = {false, true};
+    compare(cu, sim, name, k, NULL, 2, specs, sc, 3, written, 1e-6);
+    gr_kernel_destroy(k);
+}
+
+static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t n, int64_t kk, int64_t batch, bool ta,
+                         bool tb, gr_bias_kind bias, gr_epilogue epi) {
+    gr_libcall c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "mm_%s_%lldx%lldx%lld_b%lld%s%s%s%s", gr_dtype_name(t), (long long)m, (long long)n,
+             (long long)kk, (long long)batch, ta ? "_ta" : "", tb ? "_tb" : "",
+             bias == GR_BIAS_ROW ? "_brow" : bias == GR_BIAS_FULL ? "_bfull" : "",
+             epi == GR_EPI_RELU ? "_relu" : epi == GR_EPI_GELU ? "_gelu" : "");
+    c.kind = GR_LIB_MATMUL;
+    c.dtype = t;
+    c.m = m;
+    c.n = n;
+    c.k = kk;
+    c.batch = batch;
+    c.trans_a = ta;
+    c.trans_b = tb;
+    c.lda = ta ? m : kk;
+    c.ldb = tb ? kk : n;
+    c.ldc = n;
+    c.batch_stride_a = m * kk;
+    c.batch_stride_b = kk * n;
+    c.batch_stride_c = m * n;
+    c.alpha = 1.0;
+    c.bias = bias;
+    c.batch_stride_bias = bias == GR_BIAS_ROW ? n : m * n;
+    c.epilogue = epi;
+    int64_t nbias = bias == GR_BIAS_NONE ? 1 : c.batch_stride_bias * batch;
+    buf_spec specs[4] = {{t, batch * m * kk, -1, 1}, {t, batch * kk * n, -1, 1}, {t, batch * m * n, 0, 0}, {t, nbias, -1, 1}};
+    gr_karg sc[4];
+    memset(sc, 0, sizeof sc);
+    bool written[4] = {false, false, true, false};
+    double tol = t == GR_F32 ? 1e-5 : t == GR_F16 ? 1e-3 : 1e-2;
+    compare(cu, sim, c.name, NULL, &c, bias == GR_BIAS_NONE ? 3 : 4, specs, sc, 4, written, tol);
+}
+
+/* ==== capture / replay and timings ============================================================== */
+
+static gr_kernel *make_add(const char *name, int64_t n) {
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = n;
+    int x, z, y, np, lx, lz, v;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "z", &z);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y);
+    gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &np);
+    k->n_points_param = np;
+    gr_kx_load(k, x, &a, &lx);
+    gr_kx_load(k, z, &a, &lz);
+    gr_kx_binary(k, GR_KB_ADD, GR_F32, lx, lz, &v);
+    kstore(k, y, v, &a, false);
+    return k;
+}
+
+static void capture_and_time(devctx *cu) {
+    const char *name = "capture_replay";
+    gr_device *dev = cu->dev;
+    const struct gr_device_i *I = dev->iface;
+    const int64_t N = 1 << 20, BIG = 64ll << 20;
+    gr_kernel *k = make_add("graft_add", N), *kbig = make_add("graft_add_big", BIG);
+    gr_kfunc *f = NULL, *fbig = NULL;
+    void *x = NULL, *z = NULL, *y = NULL, *y2 = NULL;
+    gr_dgraph *g = NULL, *g100 = NULL;
+    gr_dexec *e = NULL, *e100 = NULL;
+    gr_event *ev0 = NULL, *ev1 = NULL;
+    float *hx = malloc((size_t)N * 4), *h1 = malloc((size_t)N * 4), *h2 = malloc((size_t)N * 4);
+    gr_status st = (k && kbig && hx && h1 && h2) ? GR_OK : GR_ERR_NOMEM;
+    DIE_IF(st, "setup");
+    for (int64_t i = 0; i < N; i++) hx[i] = (float)(urand() * 2 - 1);
+    DIE_IF(I->kernel_prepare(dev->ctx, k, &f), "prepare");
+    DIE_IF(I->kernel_prepare(dev->ctx, kbig, &fbig), "prepare big");
+    DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &x), "alloc");
+    DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &z), "alloc");
+    DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &y), "alloc");
+    DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)N * 4, &y2), "alloc");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, x, hx, (size_t)N * 4, GR_COPY_H2D), "h2d");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, z, hx, (size_t)N * 4, GR_COPY_H2D), "h2d");
+    gr_karg args[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = N}};
+    /* eager */
+    DIE_IF(gr_dev_launch(dev, cu->s, f, args, 4), "eager launch");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, h1, y, (size_t)N * 4, GR_COPY_D2H), "d2h");
+    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    /* captured, replayed into another output through exec_kernel_node_set_args */
+    DIE_IF(I->capture_begin(dev->ctx, cu->s), "capture_begin");
+    DIE_IF(gr_dev_launch(dev, cu->s, f, args, 4), "captured launch");
+    DIE_IF(I->capture_end(dev->ctx, cu->s, &g), "capture_end");
+    DIE_IF(I->graph_instantiate(dev->ctx, g, &e), "instantiate");
+    gr_karg args2[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y2}, {.i = N}};
+    DIE_IF(I->exec_kernel_node_set_args(dev->ctx, e, 0, args2, 4), "set args");
+    DIE_IF(I->graph_launch(dev->ctx, e, cu->s), "graph launch");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, h2, y2, (size_t)N * 4, GR_COPY_D2H), "d2h");
+    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    bool same = !memcmp(h1, h2, (size_t)N * 4);
+    printf("%s %-34s replay %s eager bits (%d graph nodes)\n", same ? "PASS" : "FAIL", name, same ? "==" : "!=",
+           I->graph_num_nodes(dev->ctx, g));
+    same ? n_pass++ : n_fail++;
+
+    /* eager launch overhead (tiny kernel, launch + sync amortized) */
+    gr_karg tiny[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = 1}};
+    const int R = 5000;
+    double t0 = gr_now_us();
+    for (int i = 0; i < R; i++) gr_dev_launch(dev, cu->s, f, tiny, 4);
+    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    printf("TIME eager_launch_per_kernel           %8.2f us\n", (gr_now_us() - t0) / R);
+    /* graph replay per node: 100 tiny kernels */
+    DIE_IF(I->capture_begin(dev->ctx, cu->s), "capture_begin");
+    for (int i = 0; i < 100; i++) gr_dev_launch(dev, cu->s, f, tiny, 4);
+    DIE_IF(I->capture_end(dev->ctx, cu->s, &g100), "capture_end");
+    DIE_IF(I->graph_instantiate(dev->ctx, g100, &e100), "instantiate");
+    DIE_IF(I->graph_upload(dev->ctx, e100, cu->s), "upload");
+    DIE_IF(I->graph_launch(dev->ctx, e100, cu->s), "warm");
+    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    t0 = gr_now_us();
+    for (int i = 0; i < 200; i++) I->graph_launch(dev->ctx, e100, cu->s);
+    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    printf("TIME graph_replay_per_node             %8.2f us\n", (gr_now_us() - t0) / (200.0 * 100));
+    /* bandwidth: 64M-element f32 add vs a D2D copy of the same bytes */
+    DIE_IF(I->event_create(dev->ctx, &ev0), "event");
+    DIE_IF(I->event_create(dev->ctx, &ev1), "event");
+    gr_karg bargs[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = BIG}};
+    DIE_IF(gr_dev_launch(dev, cu->s, fbig, bargs, 4), "big launch");
+    DIE_IF(I->event_record(dev->ctx, ev0, cu->s), "record");
+    for (int i = 0; i < 10; i++) gr_dev_launch(dev, cu->s, fbig, bargs, 4);
+    DIE_IF(I->event_record(dev->ctx, ev1, cu->s), "record");
+    double us = 0;
+    DIE_IF(I->event_elapsed_us(dev->ctx, ev0, ev1, &us), "elapsed");
+    double add_gbs = 3.0 * 4.0 * (double)BIG / (us / 10) / 1e3;
+    DIE_IF(I->event_record(dev->ctx, ev0, cu->s), "record");
+    for (int i = 0; i < 10; i++) gr_dev_memcpy(dev, cu->s, y, x, (size_t)BIG * 4, GR_COPY_D2D);
+    DIE_IF(I->event_record(dev->ctx, ev1, cu->s), "record");
+    double us_copy = 0;
+    DIE_IF(I->event_elapsed_us(dev->ctx, ev0, ev1, &us_copy), "elapsed");
+    double copy_gbs = 2.0 * 4.0 * (double)BIG / (us_copy / 10) / 1e3;
+    printf("TIME add_f32_64M                       %8.1f us  %7.1f GB/s (read 2 + write 1)\n", us / 10, add_gbs);
+    printf("TIME memcpy_d2d_256MB                  %8.1f us  %7.1f GB/s (read 1 + write 1)\n", us_copy / 10, copy_gbs);
+done:
+    if (ev0) I->event_destroy(dev->ctx, ev0);
+    if (ev1) I->event_destroy(dev->ctx, ev1);
+    if (e) I->exec_destroy(dev->ctx, e);
+    if (e100) I->exec_destroy(dev->ctx, e100);
+    if (g) I->graph_destroy(dev->ctx, g);
+    if (g100) I->graph_destroy(dev->ctx, g100);
+    gr_dev_free(dev, x);
+    gr_dev_free(dev, z);
+    gr_dev_free(dev, y);
+    gr_dev_free(dev, y2);
+    if (f) I->kernel_release(dev->ctx, f);
+    if (fbig) I->kernel_release(dev->ctx, fbig);
+    gr_kernel_destroy(k);
+    gr_kernel_destroy(kbig);
+    free(hx);
+    free(h1);
+    free(h2);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) verbose = 1;
+        else filter = argv[i];
+    }
+    devctx cu = {0}, sim = {0};
+    if (gr_device_cuda_create(NULL, &cu.dev) != GR_OK) {
+        printf("gpucheck: no CUDA device: %s\n", gr_last_error());
+        return 2;
+    }
+    if (gr_device_sim_create(&sim.dev) != GR_OK) {
+        printf("gpucheck: simulator: %s\n", gr_last_error());
+        return 2;
+    }
+    printf("gpucheck on %s\n", cu.dev->iface->name(cu.dev->ctx));
+    if (cu.dev->iface->stream_create(cu.dev->ctx, &cu.s) != GR_OK ||
+        sim.dev->iface->stream_create(sim.dev->ctx, &sim.s) != GR_OK) {
+        printf("gpucheck: stream_create: %s\n", gr_last_error());
+        return 2;
+    }
+    const gr_dtype fdt[] = {GR_F32, GR_F16, GR_BF16};
+    for (int d = 0; d < 3; d++) {
+        for (int fn = 0; fn < GR_KU_COUNT; fn++) check_elementwise(&cu, &sim, fdt[d], false, fn);
+        for (int fn = 0; fn < GR_KB_COUNT; fn++) check_elementwise(&cu, &sim, fdt[d], true, fn);
+    }
+    const gr_dtype odt[] = {GR_F64, GR_I64, GR_I32, GR_I8, GR_U8};
+    for (int d = 0; d < 5; d++) {
+        check_elementwise(&cu, &sim, odt[d], true, GR_KB_ADD);
+        check_elementwise(&cu, &sim, odt[d], true, GR_KB_MUL);
+        check_elementwise(&cu, &sim, odt[d], true, GR_KB_DIV);
+        check_elementwise(&cu, &sim, odt[d], true, GR_KB_MOD);
+        check_elementwise(&cu, &sim, odt[d], true, GR_KB_LT);
+        check_elementwise(&cu, &sim, odt[d], false, GR_KU_NEG);
+        check_elementwise(&cu, &sim, odt[d], false, GR_KU_ABS);
+    }
+    for (int fn = 0; fn < GR_KR_COUNT; fn++) {
+        check_reduce(&cu, &sim, (gr_kreduce)fn, GR_F32, false);
+        check_reduce(&cu, &sim, (gr_kreduce)fn, GR_F32, true);
+        check_reduce(&cu, &sim, (gr_kreduce)fn, GR_I64, false);
+    }
+    check_reduce(&cu, &sim, GR_KR_SUM, GR_F16, false);
+    check_reduce(&cu, &sim, GR_KR_SUM, GR_BF16, true);
+    for (int d = 0; d < 3; d++) {
+        check_softmax(&cu, &sim, fdt[d], 64, 1000);
+        check_softmax(&cu, &sim, fdt[d], 3, 31);
+    }
+    check_gather(&cu, &sim, GR_I64, GR_F32);
+    check_gather(&cu, &sim, GR_I32, GR_F16);
+    check_random(&cu, &sim, GR_F32);
+    check_random(&cu, &sim, GR_F64);
+    check_indirect(&cu, &sim);
+    for (int d = 0; d < 3; d++) {
+        check_matmul(&cu, &sim, fdt[d], 64, 48, 80, 1, false, false, GR_BIAS_NONE, GR_EPI_NONE);
+        check_matmul(&cu, &sim, fdt[d], 33, 65, 17, 1, true, false, GR_BIAS_NONE, GR_EPI_NONE);
+        check_matmul(&cu, &sim, fdt[d], 40, 24, 56, 1, false, true, GR_BIAS_NONE, GR_EPI_NONE);
+        check_matmul(&cu, &sim, fdt[d], 16, 32, 64, 4, true, true, GR_BIAS_NONE, GR_EPI_NONE);
+        check_matmul(&cu, &sim, fdt[d], 128, 256, 64, 1, false, false, GR_BIAS_ROW, GR_EPI_NONE);
+        check_matmul(&cu, &sim, fdt[d], 128, 256, 64, 3, false, false, GR_BIAS_ROW, GR_EPI_RELU);
+        check_matmul(&cu, &sim, fdt[d], 64, 128, 32, 1, false, true, GR_BIAS_ROW, GR_EPI_GELU);
+        check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_NONE);
+    }
+    if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
+    printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);
+    cu.dev->iface->stream_destroy(cu.dev->ctx, cu.s);
+    sim.dev->iface->stream_destroy(sim.dev->ctx, sim.s);
+    gr_device_destroy(cu.dev);
+    gr_device_destroy(sim.dev);
+    return n_fail ? 1 : 0;
+}
