@@ -60,6 +60,28 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
         st->kind = g->values.data[v].placement == GR_PLACE_HOST ? GR_STORE_HOST : GR_STORE_INPUT;
         st->offset = (size_t)i;
     }
+    /* A host input read as a buffer by some kernel gets a device placeholder
+     * too, filled before the run like every other input: the copy never sits
+     * inside a segment, so it never breaks a graph. Host scalars keep being
+     * read from the host copy (by value, at launch). */
+    for (int si = 0; si < steps->len; si++) {
+        const gr_step *s = &steps->data[si];
+        for (int a = 0; a < s->n_args; a++) {
+            const gr_step_arg *arg = &s->args[a];
+            if (arg->kind != GR_ARG_VALUE || arg->value < 0 || arg->value >= nv) continue;
+            if (s->kind == GR_STEP_ALIAS) continue;
+            int r = arg->value;
+            /* follow views back to their source (aliases are only known below, so walk the steps) */
+            for (int guard = 0; guard < steps->len; guard++) {
+                int src = -1;
+                for (int sj = 0; sj < steps->len; sj++)
+                    if (steps->data[sj].kind == GR_STEP_ALIAS && steps->data[sj].out_value == r) src = steps->data[sj].args[0].value;
+                if (src < 0) break;
+                r = src;
+            }
+            if (out->values[r].kind == GR_STORE_HOST) out->values[r].kind = GR_STORE_INPUT;
+        }
+    }
     for (int si = 0; si < steps->len; si++) {
         const gr_step *s = &steps->data[si];
         if (s->kind == GR_STEP_ALIAS) {

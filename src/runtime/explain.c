@@ -64,9 +64,10 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         const gr_ir_value *v = &p->g->values.data[p->g->inputs.data[i]];
         char t[256];
         gr_ir_type_str(p->g, v, t, sizeof t);
-        if (v->placement == GR_PLACE_HOST) {
-            gr_sb_printf(&sb, "  %-20s %-24s host value: read at launch, no copy\n", v->name, t);
+        if (p->mem.values[p->g->inputs.data[i]].kind == GR_STORE_HOST) {
+            gr_sb_printf(&sb, "  %-20s %-24s host value: read by value at launch, no copy\n", v->name, t);
         } else {
+            if (v->placement == GR_PLACE_HOST) gr_sb_printf(&sb, "  %-20s %-24s host value read as a buffer: mirrored to the device\n", v->name, t);
             gr_sb_printf(&sb, "  %-20s %-24s placeholder of %zu bytes, copied in before each run/replay\n", v->name, t, p->input_bytes[i]);
             placeholder_bytes += p->input_bytes[i];
         }

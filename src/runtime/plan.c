@@ -18,7 +18,7 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
         p->input_bytes[i] = (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
-        if (v->placement == GR_PLACE_HOST) continue;
+        if (p->mem.values[g->inputs.data[i]].kind != GR_STORE_INPUT) continue; /* host-only value */
         GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]));
     }
     /* constants: one upload, then they never move */
@@ -128,6 +128,20 @@ void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
     return base ? base + elem_off * (int64_t)gr_dtype_size(p->g->values.data[v].dtype) : NULL;
 }
 
+/* Host address of a host input (or a view of one): the caller's bound data. */
+static const void *host_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
+    const gr_value_store *st = &p->mem.values[v];
+    int64_t elem_off = 0;
+    if (st->kind == GR_STORE_ALIAS) {
+        elem_off = st->alias_elem_offset;
+        v = st->alias_of;
+        st = &p->mem.values[v];
+    }
+    if (p->g->values.data[v].kind != GR_VAL_INPUT || (st->kind != GR_STORE_HOST && st->kind != GR_STORE_INPUT)) return NULL;
+    const char *base = s->inputs[st->offset].data;
+    return base ? base + elem_off * (int64_t)gr_dtype_size(p->g->values.data[v].dtype) : NULL;
+}
+
 gr_status gr_rt_step_args(gr_session_t s, gr_rt_plan *p, int i, gr_karg *args) {
     const gr_step *st = &p->steps.data[i];
     for (int a = 0; a < st->n_args; a++) {
@@ -143,7 +157,7 @@ gr_status gr_rt_step_args(gr_session_t s, gr_rt_plan *p, int i, gr_karg *args) {
         }
         case GR_ARG_HOST_SCALAR: {
             const gr_ir_value *v = &p->g->values.data[arg->value];
-            const void *data = gr_rt_value_addr(s, p, arg->value);
+            const void *data = host_value_addr(s, p, arg->value);
             if (!data) return gr_error(GR_ERR_INTERNAL, "step %d: host scalar '%s' has no storage", i, v->name);
             bool want_int = st->kind == GR_STEP_KERNEL && st->kernel->params[a].kind == GR_KP_SCALAR_I;
             if (want_int) args[a].i = gr_load_i64(data, v->dtype, 0);
