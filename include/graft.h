@@ -165,6 +165,9 @@ typedef struct {
     int segments;
     int segments_in_graphs;
     long captures;           /* total graph captures so far */
+    size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, graphs) */
+    double compile_us;       /* compiling the current plan (passes, kernels, uploads) */
+    double capture_us;       /* capturing + instantiating graphs so far, this plan */
 } gr_run_stats;
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

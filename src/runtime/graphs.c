@@ -159,7 +159,9 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             return run_eager(s, p, seg);
         }
         {
+            double t0 = gr_now_us();
             gr_status rc = capture(s, p, seg);
+            p->capture_us += gr_now_us() - t0;
             if (rc == GR_ERR_NOMEM) return rc;
             if (rc != GR_OK) {
                 char why[1024];

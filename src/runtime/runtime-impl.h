@@ -51,6 +51,7 @@ typedef struct gr_rt_plan {
     size_t *input_bytes;
     long n_kernels;      /* kernel + libcall steps */
     double compile_us;
+    double capture_us;
     struct gr_rt_plan *next;
 } gr_rt_plan;
 

@@ -257,6 +257,9 @@ gr_status gr_session_run(gr_session_t s) {
     for (int seg = 0; seg < p->segs.len; seg++)
         if (p->seg_state[seg].state == GR_SEG_CAPTURED) s->stats.segments_in_graphs++;
     s->stats.captures = s->total_captures;
+    s->stats.compile_us = p->compile_us;
+    s->stats.capture_us = p->capture_us;
+    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
     (void)captures_before;
     s->current = p;
     s->has_run = true;

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool): builds graft, runs
+# gpucheck (every kernel on CUDA vs the simulator), then every example on CUDA
+# in eager and graph mode and on the simulator, and compares the outputs:
+# CUDA graph vs CUDA eager must be bit-identical, CUDA vs simulator within
+# tolerance. Logs go to $OUT (or ./out/gpu-check). Exit non-zero on any mismatch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out/gpu-check}
+mkdir -p "$out"
+fail=0
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+  nvcc --version 2>/dev/null | tail -1
+} | tee "$out/device.txt"
+
+build=${GRAFT_BUILD:-build-gpu}
+if [ ! -x "$build/bin/graft" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$build" -j"$(nproc)" 2>&1 | tail -3
+fi
+G="$build/bin/graft"
+
+echo "== gpucheck =="
+"$build/bin/gpucheck" 2>&1 | tee "$out/gpucheck.log" | tail -40
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpucheck FAILED"; fail=1; }
+
+for ex in mlp eos transformer; do
+  m=examples/$ex.gir
+  rm -rf "$out/tmp"; mkdir -p "$out/tmp"
+  # the same random inputs for every run: generated once by the simulator run
+  $G run "$m" --device sim --output-dir "$out/tmp/sim" --save-inputs "$out/tmp/in" > "$out/tmp/sim.log" 2>&1 || { echo "$ex sim run failed"; cat "$out/tmp/sim.log"; fail=1; continue; }
+  ins=""
+  for f in "$out"/tmp/in/*.npy; do n=$(basename "$f" .npy); ins="$ins --input $n=$f"; done
+  for mode in eager graph; do
+    $G run "$m" --device cuda --mode $mode $ins --output-dir "$out/tmp/cuda-$mode" > "$out/tmp/cuda-$mode.log" 2>&1 || { echo "$ex cuda $mode failed"; cat "$out/tmp/cuda-$mode.log"; fail=1; }
+  done
+  python3 tools/compare_npy.py "$out/tmp/cuda-graph" "$out/tmp/cuda-eager" --bitwise --tol 0 --label "$ex graph-vs-eager" || fail=1
+  python3 tools/compare_npy.py "$out/tmp/cuda-eager" "$out/tmp/sim" --tol 1e-4 --label "$ex cuda-vs-sim" || fail=1
+  for mode in eager graph; do
+    echo "== bench $ex $mode =="
+    $G bench "$m" --device cuda --mode $mode --iters 200 --warmup 20 2>&1 | tee -a "$out/bench.log"
+  done
+done
+echo "gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+exit $fail

@@ -1,0 +1,958 @@
+/* tools/graft — the `graft` command line: run, bench, dump, explain.
+ *
+ * Uses only the public API (graft.h) plus util.h's dtype helpers for loading
+ * and storing elements of any dtype. Exit codes: 0 success, 1 runtime failure
+ * (bad model, bad data, device error), 2 usage error (bad arguments).
+ * Every error is one line `graft: <message>` on stderr. */
+#include "graft.h"
+#include "npy.h"
+#include "util/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define GRAFT_CLI_VERSION "0.1.0"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* ==== messages ======================================================================= */
+static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void errorf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("graft: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Reports a failed API call with the library's message. */
+static int api_fail(gr_status st, const char *context) {
+    const char *msg = gr_last_error();
+    if (!msg || !*msg) msg = gr_status_name(st);
+    /* the library's messages usually name the file already */
+    if (context && !strstr(msg, context)) errorf("%s: %s", context, msg);
+    else errorf("%s", msg);
+    return EXIT_RUNTIME;
+}
+
+/* ==== help ============================================================================= */
+static const char usage_main[] =
+    "usage: graft <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run      run a model once and write its outputs as .npy files\n"
+    "  bench    run a model repeatedly and print timing and launch statistics\n"
+    "  dump     print the IR after each compiler pass\n"
+    "  explain  print the compiled plan (segments, graph breaks and their causes)\n"
+    "\n"
+    "  graft <command> --help   options of one command\n"
+    "  graft --version          print the version\n"
+    "\n"
+    "MODEL is a .gir (graft text IR) or .onnx file.\n"
+    "exit status: 0 ok, 1 runtime failure (model, data, device), 2 usage error.\n";
+
+static const char usage_inputs[] =
+    "  --input NAME=FILE.npy  bind input NAME from a .npy file (repeatable); dtype and\n"
+    "                         shape come from the file header and bind symbolic dims;\n"
+    "                         a bf16 input also accepts an f32 file (rounded to bf16)\n"
+    "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
+    "  --seed N               seed of generated inputs (default 0); inputs not given are\n"
+    "                         generated: floats uniform in [-1,1), integers in [0,10),\n"
+    "                         bools 0/1, and a note names each one on stderr\n"
+    "  --device sim|cuda|auto device (default: the library's, auto = cuda when\n"
+    "                         available, else sim)\n"
+    "  --mode eager|graph|auto  deployment mode (default: the library's; auto =\n"
+    "                         chosen per segment by profiling)\n"
+    "  --verbose              progress and notes from the runtime on stderr\n";
+
+static const char usage_run[] =
+    "usage: graft run MODEL [options]\n"
+    "\n"
+    "Runs MODEL once, writes each output as DIR/<name>.npy (characters outside\n"
+    "[A-Za-z0-9_.-] in a name become '_'; bf16 outputs are written as f32) and\n"
+    "prints one line per output: name, dtype, shape, min/max/mean and an FNV-1a\n"
+    "checksum of the output's bytes.\n"
+    "\n"
+    "options:\n"
+    "  --output-dir DIR       where outputs go (default: out/, created if missing)\n";
+
+static const char usage_bench[] =
+    "usage: graft bench MODEL [options]\n"
+    "\n"
+    "Runs MODEL --warmup times, then --iters times, and prints the time per\n"
+    "iteration from the runtime's statistics (simulated clock on the sim device,\n"
+    "wall clock on CUDA), kernels per run, kernels in graphs, copies and bytes\n"
+    "copied per run, arena and weight bytes and segments.\n"
+    "\n"
+    "options:\n"
+    "  --iters N              timed iterations (default 10, N > 0)\n"
+    "  --warmup N             untimed iterations first (default 2, N >= 0)\n";
+
+static const char usage_dump[] =
+    "usage: graft dump MODEL\n"
+    "\n"
+    "Prints the IR of MODEL after each compiler pass.\n";
+
+static const char usage_explain[] =
+    "usage: graft explain MODEL [options]\n"
+    "\n"
+    "Compiles MODEL for a device, binds its inputs (from files or generated) and\n"
+    "runs it once, then prints the plan: segments, deployment mode of each, and\n"
+    "every graph break with its cause and source node. A model with symbolic\n"
+    "dims needs --input or --dim to pick the shape that is explained.\n"
+    "\n"
+    "options:\n";
+
+/* ==== options =============================================================================== */
+typedef struct {
+    const char *name; /* points into argv */
+    size_t name_len;
+    const char *value;
+} kv_arg;
+
+enum { OPT_INPUTS = 1, OPT_OUTDIR = 2, OPT_BENCH = 4 };
+
+typedef struct {
+    const char *cmd;
+    const char *model;
+    kv_arg *inputs;
+    int n_inputs;
+    kv_arg *dims;
+    int n_dims;
+    const char *out_dir;
+    int device; /* gr_device_kind, or -1: the library's default */
+    int mode;   /* gr_mode, or -1: the library's default */
+    uint64_t seed;
+    long iters, warmup;
+    bool verbose;
+} cli_opts;
+
+static bool parse_long(const char *s, long *out) {
+    if (!s || !*s) return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return false;
+    *out = (long)v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Splits NAME=VALUE at the first '='. */
+static int parse_kv(const char *opt, const char *arg, kv_arg *out) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) {
+        errorf("%s expects NAME=%s, got '%s' (no '=')", opt, !strcmp(opt, "--dim") ? "VALUE" : "FILE.npy", arg);
+        return EXIT_USAGE;
+    }
+    if (eq == arg) {
+        errorf("%s expects NAME=..., got '%s' (empty name)", opt, arg);
+        return EXIT_USAGE;
+    }
+    if (!eq[1]) {
+        errorf("%s expects NAME=..., got '%s' (empty value)", opt, arg);
+        return EXIT_USAGE;
+    }
+    out->name = arg;
+    out->name_len = (size_t)(eq - arg);
+    out->value = eq + 1;
+    return 0;
+}
+
+static void print_usage(FILE *f, const char *cmd) {
+    if (!cmd) {
+        fputs(usage_main, f);
+    } else if (!strcmp(cmd, "run")) {
+        fputs(usage_run, f);
+        fputs(usage_inputs, f);
+    } else if (!strcmp(cmd, "bench")) {
+        fputs(usage_bench, f);
+        fputs(usage_inputs, f);
+    } else if (!strcmp(cmd, "dump")) {
+        fputs(usage_dump, f);
+    } else if (!strcmp(cmd, "explain")) {
+        fputs(usage_explain, f);
+        fputs(usage_inputs, f);
+    }
+}
+
+/* Returns -1 when parsing succeeded, else the exit code (0 for --help). */
+static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            print_usage(stdout, o->cmd);
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (o->model) {
+                errorf("%s: unexpected argument '%s' (MODEL is already '%s')", o->cmd, a, o->model);
+                return EXIT_USAGE;
+            }
+            o->model = a;
+            continue;
+        }
+        /* --opt=value or --opt value */
+        char optname[64];
+        const char *value = NULL;
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof optname) len = sizeof optname - 1;
+        memcpy(optname, a, len);
+        optname[len] = 0;
+        if (eq) value = eq + 1;
+
+        bool takes_value = true;
+        int need = 0;
+        if (!strcmp(optname, "--input") || !strcmp(optname, "--dim") || !strcmp(optname, "--device") ||
+            !strcmp(optname, "--mode") || !strcmp(optname, "--seed"))
+            need = OPT_INPUTS;
+        else if (!strcmp(optname, "--output-dir"))
+            need = OPT_OUTDIR;
+        else if (!strcmp(optname, "--iters") || !strcmp(optname, "--warmup"))
+            need = OPT_BENCH;
+        else if (!strcmp(optname, "--verbose"))
+            need = OPT_INPUTS, takes_value = false;
+        else {
+            errorf("%s: unknown option '%s' (see graft %s --help)", o->cmd, optname, o->cmd);
+            return EXIT_USAGE;
+        }
+        if (!(allowed & need)) {
+            errorf("%s: option '%s' does not apply to this command (see graft %s --help)", o->cmd, optname, o->cmd);
+            return EXIT_USAGE;
+        }
+        if (!takes_value) {
+            if (eq) {
+                errorf("%s: option '%s' takes no value", o->cmd, optname);
+                return EXIT_USAGE;
+            }
+            o->verbose = true;
+            continue;
+        }
+        if (!value) {
+            if (i + 1 >= argc) {
+                errorf("%s: option '%s' needs a value", o->cmd, optname);
+                return EXIT_USAGE;
+            }
+            value = argv[++i];
+        }
+        if (!strcmp(optname, "--input")) {
+            if (parse_kv(optname, value, &o->inputs[o->n_inputs])) return EXIT_USAGE;
+            o->n_inputs++;
+        } else if (!strcmp(optname, "--dim")) {
+            if (parse_kv(optname, value, &o->dims[o->n_dims])) return EXIT_USAGE;
+            long v;
+            if (!parse_long(o->dims[o->n_dims].value, &v) || v < 0) {
+                errorf("--dim %s: the value must be a non-negative integer", value);
+                return EXIT_USAGE;
+            }
+            o->n_dims++;
+        } else if (!strcmp(optname, "--device")) {
+            if (!strcmp(value, "sim")) o->device = GR_DEVICE_SIM;
+            else if (!strcmp(value, "cuda")) o->device = GR_DEVICE_CUDA;
+            else if (!strcmp(value, "auto")) o->device = GR_DEVICE_AUTO;
+            else {
+                errorf("--device: unknown device '%s' (expected sim, cuda or auto)", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--mode")) {
+            if (!strcmp(value, "eager")) o->mode = GR_MODE_EAGER;
+            else if (!strcmp(value, "graph")) o->mode = GR_MODE_GRAPH;
+            else if (!strcmp(value, "auto")) o->mode = GR_MODE_AUTO;
+            else {
+                errorf("--mode: unknown mode '%s' (expected eager, graph or auto)", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--seed")) {
+            if (!parse_u64(value, &o->seed)) {
+                errorf("--seed: '%s' is not a non-negative integer", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--output-dir")) {
+            if (!*value) {
+                errorf("--output-dir: empty directory name");
+                return EXIT_USAGE;
+            }
+            o->out_dir = value;
+        } else if (!strcmp(optname, "--iters")) {
+            if (!parse_long(value, &o->iters) || o->iters <= 0 || o->iters > 100000000) {
+                errorf("--iters: '%s' is not a positive integer", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--warmup")) {
+            if (!parse_long(value, &o->warmup) || o->warmup < 0 || o->warmup > 100000000) {
+                errorf("--warmup: '%s' is not a non-negative integer", value);
+                return EXIT_USAGE;
+            }
+        }
+    }
+    if (!o->model) {
+        errorf("%s: missing MODEL (usage: graft %s MODEL [options]; see graft %s --help)", o->cmd, o->cmd, o->cmd);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* ==== inputs ================================================================================ */
+typedef struct {
+    const char *name;
+    int64_t value;
+    const char *source; /* "--dim" or the input name that bound it */
+} sym_binding;
+
+typedef struct {
+    gr_value_info info;
+    int64_t dims[GR_MAX_DIMS]; /* concrete shape to bind */
+    gr_dtype dtype;            /* dtype of data (the input's) */
+    void *data;
+    size_t nbytes;
+    const char *file; /* NULL when generated */
+    bool resolved;
+} bound_input;
+
+typedef struct {
+    int n;
+    bound_input *in;
+    sym_binding *syms;
+    int n_syms;
+} input_set;
+
+static void input_set_free(input_set *s) {
+    if (s->in)
+        for (int i = 0; i < s->n; i++) free(s->in[i].data);
+    free(s->in);
+    free(s->syms);
+    memset(s, 0, sizeof *s);
+}
+
+static void shape_str(char *buf, size_t n, gr_dtype t, int ndim, const int64_t *dims, const char *const *syms) {
+    size_t pos = (size_t)snprintf(buf, n, "%s[", gr_dtype_name(t));
+    for (int i = 0; i < ndim && pos < n; i++) {
+        if (syms && syms[i]) pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", i ? "," : "", syms[i]);
+        else pos += (size_t)snprintf(buf + pos, n - pos, "%s%lld", i ? "," : "", (long long)dims[i]);
+    }
+    if (pos < n) snprintf(buf + pos, n - pos, "]");
+}
+
+static sym_binding *find_sym(input_set *s, const char *name) {
+    for (int i = 0; i < s->n_syms; i++)
+        if (!strcmp(s->syms[i].name, name)) return &s->syms[i];
+    return NULL;
+}
+
+static bool name_eq(const kv_arg *kv, const char *name) {
+    return strlen(name) == kv->name_len && !strncmp(kv->name, name, kv->name_len);
+}
+
+/* splitmix64 */
+static uint64_t rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static size_t shape_bytes(gr_dtype t, int ndim, const int64_t *dims, bool *overflow) {
+    size_t n = gr_dtype_size(t);
+    *overflow = false;
+    for (int i = 0; i < ndim; i++) {
+        uint64_t d = (uint64_t)dims[i];
+        if (d && n > SIZE_MAX / d) {
+            *overflow = true;
+            return 0;
+        }
+        n *= (size_t)d;
+    }
+    return n;
+}
+
+/* Checks a .npy array against the graph input and binds its symbolic dims. */
+static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_code) {
+    char err[NPY_ERR_LEN];
+    npy_array a;
+    if (npy_read(path, &a, err)) {
+        errorf("input '%s': %s", b->info.name, err);
+        return *exit_code = EXIT_RUNTIME, -1;
+    }
+    char want[256], got[256];
+    shape_str(want, sizeof want, b->info.dtype, b->info.ndim, b->info.dims, b->info.sym_names);
+    shape_str(got, sizeof got, a.dtype, a.ndim, a.dims, NULL);
+    bool bf16_from_f32 = b->info.dtype == GR_BF16 && a.dtype == GR_F32;
+    if (a.dtype != b->info.dtype && !bf16_from_f32) {
+        errorf("input '%s': %s has dtype %s, the model expects %s (%s)", b->info.name, path, gr_dtype_name(a.dtype),
+               gr_dtype_name(b->info.dtype), want);
+        npy_free(&a);
+        return *exit_code = EXIT_RUNTIME, -1;
+    }
+    if (a.ndim != b->info.ndim) {
+        errorf("input '%s': %s has shape %s (rank %d), the model expects %s (rank %d)", b->info.name, path, got,
+               a.ndim, want, b->info.ndim);
+        npy_free(&a);
+        return *exit_code = EXIT_RUNTIME, -1;
+    }
+    for (int d = 0; d < a.ndim; d++) {
+        const char *sym = b->info.sym_names[d];
+        if (!sym) {
+            if (b->info.dims[d] >= 0 && b->info.dims[d] != a.dims[d]) {
+                errorf("input '%s': %s has shape %s, the model expects %s (dim %d is %lld, expected %lld)",
+                       b->info.name, path, got, want, d, (long long)a.dims[d], (long long)b->info.dims[d]);
+                npy_free(&a);
+                return *exit_code = EXIT_RUNTIME, -1;
+            }
+        } else {
+            sym_binding *sb = find_sym(s, sym);
+            if (sb && sb->value != a.dims[d]) {
+                errorf("input '%s': %s has shape %s, but symbolic dim '%s' is already %lld (from %s)", b->info.name,
+                       path, got, sym, (long long)sb->value, sb->source);
+                npy_free(&a);
+                return *exit_code = EXIT_RUNTIME, -1;
+            }
+            if (!sb) s->syms[s->n_syms++] = (sym_binding){sym, a.dims[d], b->info.name};
+        }
+        b->dims[d] = a.dims[d];
+    }
+    b->dtype = b->info.dtype;
+    if (bf16_from_f32) {
+        size_t numel = a.nbytes / 4;
+        uint16_t *bf = numel ? malloc(numel * 2) : NULL;
+        if (numel && !bf) {
+            npy_free(&a);
+            errorf("out of memory");
+            return *exit_code = EXIT_RUNTIME, -1;
+        }
+        for (size_t i = 0; i < numel; i++) bf[i] = gr_f32_to_bf16(((const float *)a.data)[i]);
+        npy_free(&a);
+        b->data = bf;
+        b->nbytes = numel * 2;
+    } else {
+        b->data = a.data;
+        b->nbytes = a.nbytes;
+        a.data = NULL;
+    }
+    b->file = path;
+    b->resolved = true;
+    return 0;
+}
+
+static int generate_input(input_set *s, bound_input *b, uint64_t *rng, uint64_t seed, int *exit_code) {
+    for (int d = 0; d < b->info.ndim; d++) {
+        const char *sym = b->info.sym_names[d];
+        if (!sym) {
+            b->dims[d] = b->info.dims[d];
+            continue;
+        }
+        sym_binding *sb = find_sym(s, sym);
+        if (!sb) {
+            errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --input %s=FILE.npy or --dim %s=VALUE",
+                   b->info.name, sym, b->info.name, sym);
+            return *exit_code = EXIT_USAGE, -1;
+        }
+        b->dims[d] = sb->value;
+    }
+    bool overflow;
+    size_t nbytes = shape_bytes(b->info.dtype, b->info.ndim, b->dims, &overflow);
+    if (overflow || nbytes > ((size_t)1 << 40)) {
+        errorf("input '%s': the shape is too large to generate", b->info.name);
+        return *exit_code = EXIT_RUNTIME, -1;
+    }
+    b->dtype = b->info.dtype;
+    b->nbytes = nbytes;
+    b->data = nbytes ? malloc(nbytes) : NULL;
+    if (nbytes && !b->data) {
+        errorf("input '%s': out of memory (%zu bytes)", b->info.name, nbytes);
+        return *exit_code = EXIT_RUNTIME, -1;
+    }
+    size_t numel = nbytes / gr_dtype_size(b->dtype);
+    const char *what;
+    if (gr_dtype_is_float(b->dtype)) {
+        /* k * 2^-(bits-1) - 1 with as many bits as the dtype holds, so that
+         * rounding to f16/bf16 cannot reach 1.0 */
+        int bits = b->dtype == GR_F16 ? 11 : b->dtype == GR_BF16 ? 8 : b->dtype == GR_F32 ? 24 : 53;
+        for (size_t i = 0; i < numel; i++)
+            gr_store_f64(b->data, b->dtype, (int64_t)i,
+                         ldexp((double)(rng_next(rng) >> (64 - bits)), 1 - bits) - 1.0);
+        what = "uniform in [-1,1)";
+    } else if (b->dtype == GR_BOOL) {
+        for (size_t i = 0; i < numel; i++) ((uint8_t *)b->data)[i] = (uint8_t)(rng_next(rng) >> 63);
+        what = "random 0/1";
+    } else {
+        for (size_t i = 0; i < numel; i++) gr_store_i64(b->data, b->dtype, (int64_t)i, (int64_t)(rng_next(rng) % 10));
+        what = "integers in [0,10)";
+    }
+    b->resolved = true;
+    char shape[256];
+    shape_str(shape, sizeof shape, b->dtype, b->info.ndim, b->dims, NULL);
+    fprintf(stderr, "graft: note: input '%s' not given; generated %s %s (seed %llu)\n", b->info.name, shape, what,
+            (unsigned long long)seed);
+    return 0;
+}
+
+/* Resolves every graph input from --input files, --dim and generated data.
+ * Returns 0 or an exit code. */
+static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
+    memset(s, 0, sizeof *s);
+    int n = gr_graph_num_inputs(g);
+    if (n < 0) n = 0;
+    s->n = n;
+    s->in = calloc((size_t)(n ? n : 1), sizeof *s->in);
+    s->syms = calloc((size_t)n * GR_MAX_DIMS + (size_t)o->n_dims + 1, sizeof *s->syms);
+    if (!s->in || !s->syms) {
+        errorf("out of memory");
+        return EXIT_RUNTIME;
+    }
+    for (int i = 0; i < n; i++) {
+        gr_status st = gr_graph_input_info(g, i, &s->in[i].info);
+        if (st != GR_OK) return api_fail(st, o->model);
+    }
+    /* --input names must exist and appear once */
+    for (int k = 0; k < o->n_inputs; k++) {
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (name_eq(&o->inputs[k], s->in[i].info.name)) found = i;
+        if (found < 0) {
+            char names[1024] = "";
+            size_t pos = 0;
+            for (int i = 0; i < n && pos < sizeof names; i++)
+                pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", i ? ", " : "", s->in[i].info.name);
+            errorf("--input: the model has no input named '%.*s' (inputs: %s)", (int)GR_MIN(o->inputs[k].name_len, 200),
+                   o->inputs[k].name, n ? names : "none");
+            return EXIT_USAGE;
+        }
+        for (int j = 0; j < k; j++)
+            if (o->inputs[j].name_len == o->inputs[k].name_len &&
+                !strncmp(o->inputs[j].name, o->inputs[k].name, o->inputs[k].name_len)) {
+                errorf("--input: input '%.*s' given twice", (int)o->inputs[k].name_len, o->inputs[k].name);
+                return EXIT_USAGE;
+            }
+    }
+    /* --dim names must be symbolic dims of some input */
+    for (int k = 0; k < o->n_dims; k++) {
+        const char *known = NULL;
+        for (int i = 0; i < n && !known; i++)
+            for (int d = 0; d < s->in[i].info.ndim; d++)
+                if (s->in[i].info.sym_names[d] && name_eq(&o->dims[k], s->in[i].info.sym_names[d]))
+                    known = s->in[i].info.sym_names[d];
+        if (!known) {
+            errorf("--dim: the model's inputs have no symbolic dim named '%.*s'", (int)o->dims[k].name_len,
+                   o->dims[k].name);
+            return EXIT_USAGE;
+        }
+        sym_binding *sb = find_sym(s, known);
+        long v;
+        parse_long(o->dims[k].value, &v);
+        if (sb && sb->value != v) {
+            errorf("--dim: '%s' given twice with different values", known);
+            return EXIT_USAGE;
+        }
+        if (!sb) s->syms[s->n_syms++] = (sym_binding){known, v, "--dim"};
+    }
+    int code = 0;
+    for (int k = 0; k < o->n_inputs; k++)
+        for (int i = 0; i < n; i++)
+            if (name_eq(&o->inputs[k], s->in[i].info.name))
+                if (bind_file(s, &s->in[i], o->inputs[k].value, &code)) return code;
+    uint64_t rng = o->seed;
+    for (int i = 0; i < n; i++)
+        if (!s->in[i].resolved && generate_input(s, &s->in[i], &rng, o->seed, &code)) return code;
+    return 0;
+}
+
+static int set_inputs(gr_session_t sess, input_set *s) {
+    for (int i = 0; i < s->n; i++) {
+        bound_input *b = &s->in[i];
+        if (!b->resolved) continue;
+        gr_status st = gr_session_set_input(sess, b->info.name, b->dtype, b->info.ndim, b->dims, b->data, b->nbytes);
+        if (st != GR_OK) {
+            char ctx[512];
+            snprintf(ctx, sizeof ctx, "input '%s'%s%s", b->info.name, b->file ? " from " : "", b->file ? b->file : "");
+            return api_fail(st, ctx);
+        }
+    }
+    return 0;
+}
+
+/* ==== common: load, session ============================================================== */
+static int load_graph(const char *path, gr_graph_t *g) {
+    *g = NULL;
+    struct stat st_buf;
+    if (stat(path, &st_buf) != 0) {
+        errorf("cannot open model '%s': %s", path, strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    if (S_ISDIR(st_buf.st_mode)) {
+        errorf("model '%s' is a directory, expected a .gir or .onnx file", path);
+        return EXIT_RUNTIME;
+    }
+    gr_status st = gr_graph_load(path, g);
+    if (st != GR_OK) {
+        *g = NULL;
+        return api_fail(st, path);
+    }
+    return 0;
+}
+
+static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
+    gr_session_options so;
+    gr_session_options_init(&so);
+    if (o->device >= 0) so.device = (gr_device_kind)o->device;
+    if (o->mode >= 0) so.mode = (gr_mode)o->mode;
+    so.verbose = o->verbose;
+    gr_status st = gr_session_create(g, &so, sess);
+    if (st != GR_OK) {
+        *sess = NULL;
+        return api_fail(st, o->model);
+    }
+    return 0;
+}
+
+static bool device_is_sim(gr_session_t s) {
+    const char *name = gr_session_device_name(s);
+    if (!name) return true;
+    for (const char *p = name; *p; p++)
+        if (!strncasecmp(p, "sim", 3)) return true;
+    return false;
+}
+
+/* ==== run ================================================================================== */
+static void sanitize_name(const char *name, char *out, size_t n) {
+    size_t j = 0;
+    for (size_t i = 0; name[i] && j + 1 < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                  c == '.' || c == '-';
+        out[j++] = ok ? c : '_';
+    }
+    out[j] = 0;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+    size_t len = strlen(path);
+    char *p = malloc(len + 1);
+    if (!p) {
+        errorf("out of memory");
+        return EXIT_RUNTIME;
+    }
+    memcpy(p, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        char saved = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            errorf("--output-dir: cannot create '%s': %s", p, strerror(errno));
+            free(p);
+            return EXIT_RUNTIME;
+        }
+        p[i] = saved;
+    }
+    struct stat sb;
+    int ok = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    free(p);
+    if (!ok) {
+        errorf("--output-dir: '%s' is not a directory", path);
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+static void summarize(const char *name, const gr_value_info *info, const void *data, size_t nbytes, bool bf16_as_f32) {
+    size_t esize = gr_dtype_size(info->dtype);
+    size_t numel = esize ? nbytes / esize : 0;
+    double mn = INFINITY, mx = -INFINITY, sum = 0;
+    size_t nan_count = 0, finite = 0;
+    for (size_t i = 0; i < numel; i++) {
+        double v = gr_load_f64(data, info->dtype, (int64_t)i);
+        if (isnan(v)) {
+            nan_count++;
+            continue;
+        }
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+        sum += v;
+        finite++;
+    }
+    char shape[256];
+    shape_str(shape, sizeof shape, info->dtype, info->ndim, info->dims, NULL);
+    printf("%s  %s", name, shape);
+    if (finite) printf("  min=%.6g max=%.6g mean=%.6g", mn, mx, sum / (double)finite);
+    else if (!numel) printf("  (empty)");
+    if (nan_count) printf("  nan=%zu", nan_count);
+    printf("  checksum=%016llx", (unsigned long long)gr_hash_bytes(data, nbytes, 0));
+    if (bf16_as_f32) printf("  (bf16 written as f32)");
+    printf("\n");
+}
+
+static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out) {
+    int code = make_dirs(o->out_dir);
+    if (code) return code;
+    char (*used)[256] = calloc((size_t)(n_out ? n_out : 1), sizeof *used);
+    if (!used) {
+        errorf("out of memory");
+        return EXIT_RUNTIME;
+    }
+    for (int i = 0; i < n_out && !code; i++) {
+        gr_output out;
+        gr_value_info info;
+        gr_status st = gr_session_output(sess, i, &out);
+        if (st == GR_OK) st = gr_session_output_info(sess, out, &info);
+        if (st != GR_OK) {
+            code = api_fail(st, "reading outputs");
+            break;
+        }
+        size_t nbytes = gr_session_output_nbytes(sess, out);
+        void *data = nbytes ? malloc(nbytes) : NULL;
+        if (nbytes && !data) {
+            errorf("output '%s': out of memory (%zu bytes)", info.name, nbytes);
+            code = EXIT_RUNTIME;
+            break;
+        }
+        st = gr_session_output_read(sess, out, data, nbytes);
+        if (st != GR_OK) {
+            free(data);
+            char ctx[300];
+            snprintf(ctx, sizeof ctx, "output '%s'", info.name);
+            code = api_fail(st, ctx);
+            break;
+        }
+        char base[256];
+        sanitize_name(info.name ? info.name : "", base, 200);
+        if (!base[0]) snprintf(base, sizeof base, "output_%d", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(used[j], base)) {
+                size_t l = strlen(base);
+                snprintf(base + l, sizeof base - l, "_%d", i);
+                break;
+            }
+        memcpy(used[i], base, sizeof base);
+        size_t plen = strlen(o->out_dir) + strlen(base) + 8;
+        char *path = malloc(plen);
+        void *to_write = data;
+        float *f32 = NULL;
+        bool bf16 = info.dtype == GR_BF16;
+        size_t numel = nbytes / gr_dtype_size(info.dtype);
+        if (bf16 && numel) {
+            f32 = malloc(numel * sizeof(float));
+            if (f32)
+                for (size_t k = 0; k < numel; k++) f32[k] = gr_bf16_to_f32(((const uint16_t *)data)[k]);
+            to_write = f32;
+        }
+        if (!path || (bf16 && numel && !f32)) {
+            errorf("out of memory");
+            code = EXIT_RUNTIME;
+        } else {
+            snprintf(path, plen, "%s/%s.npy", o->out_dir, base);
+            char err[NPY_ERR_LEN];
+            if (npy_write(path, bf16 ? GR_F32 : info.dtype, info.ndim, info.dims, to_write,
+                          bf16 ? numel * sizeof(float) : nbytes, err)) {
+                errorf("output '%s': %s", info.name, err);
+                code = EXIT_RUNTIME;
+            } else {
+                summarize(info.name, &info, data, nbytes, bf16);
+            }
+        }
+        free(path);
+        free(f32);
+        free(data);
+    }
+    free(used);
+    return code;
+}
+
+static int cmd_run(const cli_opts *o) {
+    gr_graph_t g = NULL;
+    gr_session_t sess = NULL;
+    input_set in = {0};
+    int code = load_graph(o->model, &g);
+    if (!code) code = resolve_inputs(g, o, &in);
+    if (!code) code = create_session(g, o, &sess);
+    if (!code) code = set_inputs(sess, &in);
+    if (!code) {
+        gr_status st = gr_session_run(sess);
+        if (st != GR_OK) code = api_fail(st, o->model);
+    }
+    if (!code) code = write_outputs(sess, o, gr_graph_num_outputs(g));
+    if (sess) gr_session_destroy(sess);
+    if (g) gr_graph_destroy(g);
+    input_set_free(&in);
+    return code;
+}
+
+/* ==== bench ================================================================================= */
+static void print_bytes(const char *label, size_t n) {
+    if (n >= (1u << 20)) printf("%-20s %zu (%.2f MiB)\n", label, n, (double)n / (1 << 20));
+    else if (n >= 1024) printf("%-20s %zu (%.1f KiB)\n", label, n, (double)n / 1024);
+    else printf("%-20s %zu\n", label, n);
+}
+
+static int cmd_bench(const cli_opts *o) {
+    gr_graph_t g = NULL;
+    gr_session_t sess = NULL;
+    input_set in = {0};
+    int code = load_graph(o->model, &g);
+    if (!code) code = resolve_inputs(g, o, &in);
+    if (!code) code = create_session(g, o, &sess);
+    if (!code) code = set_inputs(sess, &in);
+    gr_run_stats stats;
+    memset(&stats, 0, sizeof stats);
+    double t_sum = 0, t_min = INFINITY, t_max = 0, gpu_sum = 0, wall = 0;
+    for (long it = 0; !code && it < o->warmup + o->iters; it++) {
+        double t0 = gr_now_us();
+        gr_status st = gr_session_run(sess);
+        double t1 = gr_now_us();
+        if (st == GR_OK) st = gr_session_stats(sess, &stats);
+        if (st != GR_OK) {
+            code = api_fail(st, o->model);
+            break;
+        }
+        if (it < o->warmup) continue;
+        wall += t1 - t0;
+        t_sum += stats.time_us;
+        gpu_sum += stats.gpu_time_us;
+        if (stats.time_us < t_min) t_min = stats.time_us;
+        if (stats.time_us > t_max) t_max = stats.time_us;
+    }
+    if (!code) {
+        bool sim = device_is_sim(sess);
+        const char *mode = o->mode == GR_MODE_EAGER ? "eager"
+                           : o->mode == GR_MODE_GRAPH ? "graph"
+                           : o->mode == GR_MODE_AUTO  ? "auto"
+                                                      : "default";
+        double iters = (double)o->iters;
+        printf("model                %s\n", o->model);
+        printf("device               %s\n", gr_session_device_name(sess));
+        printf("mode                 %s\n", mode);
+        printf("iterations           %ld (warmup %ld)\n", o->iters, o->warmup);
+        printf("time/iter            %.3f us (%s; min %.3f, max %.3f)\n", t_sum / iters,
+               sim ? "simulated clock" : "wall clock", t_min, t_max);
+        printf("gpu time/iter        %.3f us (%s)\n", gpu_sum / iters, sim ? "simulated" : "device events");
+        printf("host wall/iter       %.3f us (%s)\n", wall / iters,
+               sim ? "host time of the simulator, not a GPU estimate" : "measured around gr_session_run");
+        printf("kernels/iter         %ld\n", stats.kernels);
+        printf("kernels in graphs    %ld\n", stats.kernels_in_graphs);
+        printf("graph launches/iter  %ld\n", stats.graph_launches);
+        printf("copies/iter          %ld\n", stats.copies);
+        print_bytes("bytes copied/iter", stats.bytes_copied);
+        print_bytes("arena bytes", stats.arena_bytes);
+        print_bytes("weight bytes", stats.weight_bytes);
+        printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
+        printf("captures             %ld\n", stats.captures);
+    }
+    if (sess) gr_session_destroy(sess);
+    if (g) gr_graph_destroy(g);
+    input_set_free(&in);
+    return code;
+}
+
+/* ==== dump, explain ============================================================================ */
+static void print_text(const char *text) {
+    if (!text || !*text) return;
+    fputs(text, stdout);
+    if (text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+}
+
+static int cmd_dump(const cli_opts *o) {
+    gr_graph_t g = NULL;
+    int code = load_graph(o->model, &g);
+    if (!code) {
+        char *text = NULL;
+        gr_status st = gr_graph_dump_passes(g, &text);
+        if (st != GR_OK) code = api_fail(st, o->model);
+        else print_text(text);
+        if (text) gr_free_string(text);
+    }
+    if (g) gr_graph_destroy(g);
+    return code;
+}
+
+static int cmd_explain(const cli_opts *o) {
+    gr_graph_t g = NULL;
+    gr_session_t sess = NULL;
+    input_set in = {0};
+    int code = load_graph(o->model, &g);
+    if (!code) code = resolve_inputs(g, o, &in);
+    if (!code) code = create_session(g, o, &sess);
+    if (!code) code = set_inputs(sess, &in);
+    if (!code) {
+        gr_status st = gr_session_run(sess);
+        if (st != GR_OK) code = api_fail(st, o->model);
+    }
+    if (!code) {
+        char *text = NULL;
+        gr_status st = gr_session_explain(sess, &text);
+        if (st != GR_OK) code = api_fail(st, o->model);
+        else print_text(text);
+        if (text) gr_free_string(text);
+    }
+    if (sess) gr_session_destroy(sess);
+    if (g) gr_graph_destroy(g);
+    input_set_free(&in);
+    return code;
+}
+
+/* ==== main ===================================================================================== */
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 2 && strcmp(cmd, "help") == 0) {
+            const char *c = argv[2];
+            if (strcmp(c, "run") && strcmp(c, "bench") && strcmp(c, "dump") && strcmp(c, "explain")) {
+                errorf("help: unknown command '%s' (commands: run, bench, dump, explain)", c);
+                return EXIT_USAGE;
+            }
+            print_usage(stdout, c);
+            return 0;
+        }
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+        printf("graft %s\n", GRAFT_CLI_VERSION);
+        return 0;
+    }
+    int allowed;
+    int (*fn)(const cli_opts *);
+    if (!strcmp(cmd, "run")) allowed = OPT_INPUTS | OPT_OUTDIR, fn = cmd_run;
+    else if (!strcmp(cmd, "bench")) allowed = OPT_INPUTS | OPT_BENCH, fn = cmd_bench;
+    else if (!strcmp(cmd, "dump")) allowed = 0, fn = cmd_dump;
+    else if (!strcmp(cmd, "explain")) allowed = OPT_INPUTS, fn = cmd_explain;
+    else {
+        if (cmd[0] == '-') errorf("unknown option '%s' (see graft --help)", cmd);
+        else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
+        return EXIT_USAGE;
+    }
+    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .iters = 10, .warmup = 2};
+    o.inputs = calloc((size_t)argc, sizeof *o.inputs);
+    o.dims = calloc((size_t)argc, sizeof *o.dims);
+    int code;
+    if (!o.inputs || !o.dims) {
+        errorf("out of memory");
+        code = EXIT_RUNTIME;
+    } else {
+        code = parse_args(argc, argv, allowed, &o);
+        if (code < 0) code = fn(&o);
+    }
+    free(o.inputs);
+    free(o.dims);
+    return code;
+}
