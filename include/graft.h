@@ -138,7 +138,15 @@ const char *gr_session_device_name(gr_session_t s);
  * Symbolic dims of the graph are bound by the shapes given here. */
 gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim,
                                const int64_t *dims, const void *data, size_t nbytes);
+/* Enqueues one run and returns without waiting for the device: back-to-back
+ * runs pipeline like framework calls do. Reading an output, gr_session_stats
+ * and gr_session_wait wait for it. Inputs not set again since the last run
+ * are not copied again (their placeholders still hold them). */
 gr_status gr_session_run(gr_session_t s);
+/* Waits for the last run to finish; returns its device error if any. */
+gr_status gr_session_wait(gr_session_t s);
+/* The device's clock in µs: simulated on sim, wall clock on CUDA. */
+double gr_session_clock_us(gr_session_t s);
 
 /* Output handles carry the generation of the run that made them; using one
  * after a later run returns GR_ERR_STALE. */

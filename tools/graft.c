@@ -82,7 +82,8 @@ static const char usage_run[] =
     "checksum of the output's bytes.\n"
     "\n"
     "options:\n"
-    "  --output-dir DIR       where outputs go (default: out/, created if missing)\n";
+    "  --output-dir DIR       where outputs go (default: out/, created if missing)\n"
+    "  --save-inputs DIR      also write the inputs used (given or generated) as DIR/<name>.npy\n";
 
 static const char usage_bench[] =
     "usage: graft bench MODEL [options]\n"
@@ -93,8 +94,13 @@ static const char usage_bench[] =
     "copied per run, arena and weight bytes and segments.\n"
     "\n"
     "options:\n"
-    "  --iters N              timed iterations (default 10, N > 0)\n"
-    "  --warmup N             untimed iterations first (default 2, N >= 0)\n";
+    "  --iters N              timed iterations per repeat (default 10, N > 0)\n"
+    "  --warmup N             untimed iterations first (default 2, N >= 0)\n"
+    "  --repeats N            timed repeats; the median is reported (default 1)\n"
+    "  --json FILE            also write the results as JSON to FILE\n"
+    "\n"
+    "Runs are enqueued back to back and waited for once per repeat, as framework\n"
+    "benchmarks do; inputs are set once, so their placeholders are not refilled.\n";
 
 static const char usage_dump[] =
     "usage: graft dump MODEL\n"
@@ -131,7 +137,9 @@ typedef struct {
     int device; /* gr_device_kind, or -1: the library's default */
     int mode;   /* gr_mode, or -1: the library's default */
     uint64_t seed;
-    long iters, warmup;
+    long iters, warmup, repeats;
+    const char *json_path;
+    const char *save_inputs;
     bool verbose;
 } cli_opts;
 
@@ -226,8 +234,11 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             need = OPT_INPUTS;
         else if (!strcmp(optname, "--output-dir"))
             need = OPT_OUTDIR;
-        else if (!strcmp(optname, "--iters") || !strcmp(optname, "--warmup"))
+        else if (!strcmp(optname, "--iters") || !strcmp(optname, "--warmup") || !strcmp(optname, "--repeats") ||
+                 !strcmp(optname, "--json"))
             need = OPT_BENCH;
+        else if (!strcmp(optname, "--save-inputs"))
+            need = OPT_OUTDIR;
         else if (!strcmp(optname, "--verbose"))
             need = OPT_INPUTS, takes_value = false;
         else {
@@ -301,6 +312,23 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 errorf("--warmup: '%s' is not a non-negative integer", value);
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(optname, "--repeats")) {
+            if (!parse_long(value, &o->repeats) || o->repeats <= 0 || o->repeats > 1000) {
+                errorf("--repeats: '%s' is not an integer in 1..1000", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--json")) {
+            if (!*value) {
+                errorf("--json: empty file name");
+                return EXIT_USAGE;
+            }
+            o->json_path = value;
+        } else if (!strcmp(optname, "--save-inputs")) {
+            if (!*value) {
+                errorf("--save-inputs: empty directory name");
+                return EXIT_USAGE;
+            }
+            o->save_inputs = value;
         }
     }
     if (!o->model) {
@@ -656,7 +684,7 @@ static int make_dirs(const char *path) {
         char saved = p[i];
         p[i] = 0;
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            errorf("--output-dir: cannot create '%s': %s", p, strerror(errno));
+            errorf("cannot create directory '%s': %s", p, strerror(errno));
             free(p);
             return EXIT_RUNTIME;
         }
@@ -666,7 +694,7 @@ static int make_dirs(const char *path) {
     int ok = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     free(p);
     if (!ok) {
-        errorf("--output-dir: '%s' is not a directory", path);
+        errorf("'%s' is not a directory", path);
         return EXIT_RUNTIME;
     }
     return 0;
@@ -775,6 +803,33 @@ static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out) {
     return code;
 }
 
+static int save_inputs(const input_set *in, const char *dir) {
+    int code = make_dirs(dir);
+    for (int i = 0; i < in->n && !code; i++) {
+        const bound_input *b = &in->in[i];
+        if (!b->resolved) continue;
+        char base[256];
+        sanitize_name(b->info.name ? b->info.name : "", base, 200);
+        size_t plen = strlen(dir) + strlen(base) + 8;
+        char *path = malloc(plen);
+        if (!path) {
+            errorf("out of memory");
+            return EXIT_RUNTIME;
+        }
+        snprintf(path, plen, "%s/%s.npy", dir, base);
+        char err[NPY_ERR_LEN];
+        if (b->dtype == GR_BF16) {
+            errorf("--save-inputs: input '%s' is bf16, which .npy cannot hold", b->info.name);
+            code = EXIT_RUNTIME;
+        } else if (npy_write(path, b->dtype, b->info.ndim, b->dims, b->data, b->nbytes, err)) {
+            errorf("--save-inputs: input '%s': %s", b->info.name, err);
+            code = EXIT_RUNTIME;
+        }
+        free(path);
+    }
+    return code;
+}
+
 static int cmd_run(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
@@ -783,6 +838,7 @@ static int cmd_run(const cli_opts *o) {
     if (!code) code = resolve_inputs(g, o, &in);
     if (!code) code = create_session(g, o, &sess);
     if (!code) code = set_inputs(sess, &in);
+    if (!code && o->save_inputs) code = save_inputs(&in, o->save_inputs);
     if (!code) {
         gr_status st = gr_session_run(sess);
         if (st != GR_OK) code = api_fail(st, o->model);
@@ -801,59 +857,116 @@ static void print_bytes(const char *label, size_t n) {
     else printf("%-20s %zu\n", label, n);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int cmd_bench(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
     input_set in = {0};
-    int code = load_graph(o->model, &g);
+    double *samples = calloc((size_t)o->repeats, sizeof(double));
+    double *walls = calloc((size_t)o->repeats, sizeof(double));
+    int code = samples && walls ? 0 : (errorf("out of memory"), EXIT_RUNTIME);
+    if (!code) code = load_graph(o->model, &g);
     if (!code) code = resolve_inputs(g, o, &in);
+    double c0 = gr_now_us();
     if (!code) code = create_session(g, o, &sess);
+    double create_us = gr_now_us() - c0;
     if (!code) code = set_inputs(sess, &in);
-    gr_run_stats stats;
+    gr_run_stats stats, first;
     memset(&stats, 0, sizeof stats);
-    double t_sum = 0, t_min = INFINITY, t_max = 0, gpu_sum = 0, wall = 0;
-    for (long it = 0; !code && it < o->warmup + o->iters; it++) {
-        double t0 = gr_now_us();
+    memset(&first, 0, sizeof first);
+    /* the first run fills the placeholders: its copies are what a replay with new inputs costs */
+    for (long it = 0; !code && it < o->warmup; it++) {
         gr_status st = gr_session_run(sess);
-        double t1 = gr_now_us();
+        if (st == GR_OK) st = gr_session_stats(sess, it == 0 ? &first : &stats);
+        if (st != GR_OK) code = api_fail(st, o->model);
+    }
+    for (long r = 0; !code && r < o->repeats; r++) {
+        double w0 = gr_now_us(), t0 = gr_session_clock_us(sess);
+        for (long it = 0; !code && it < o->iters; it++) {
+            gr_status st = gr_session_run(sess);
+            if (st != GR_OK) code = api_fail(st, o->model);
+        }
+        if (code) break;
+        gr_status st = gr_session_wait(sess);
         if (st == GR_OK) st = gr_session_stats(sess, &stats);
         if (st != GR_OK) {
             code = api_fail(st, o->model);
             break;
         }
-        if (it < o->warmup) continue;
-        wall += t1 - t0;
-        t_sum += stats.time_us;
-        gpu_sum += stats.gpu_time_us;
-        if (stats.time_us < t_min) t_min = stats.time_us;
-        if (stats.time_us > t_max) t_max = stats.time_us;
+        samples[r] = (gr_session_clock_us(sess) - t0) / (double)o->iters;
+        walls[r] = (gr_now_us() - w0) / (double)o->iters;
+        if (o->warmup == 0 && r == 0) first = stats;
     }
     if (!code) {
         bool sim = device_is_sim(sess);
         const char *mode = o->mode == GR_MODE_EAGER ? "eager"
                            : o->mode == GR_MODE_GRAPH ? "graph"
                            : o->mode == GR_MODE_AUTO  ? "auto"
-                                                      : "default";
-        double iters = (double)o->iters;
+                                                      : "eager (default)";
+        double *sorted = malloc(sizeof(double) * (size_t)o->repeats);
+        if (sorted) {
+            memcpy(sorted, samples, sizeof(double) * (size_t)o->repeats);
+            qsort(sorted, (size_t)o->repeats, sizeof(double), cmp_double);
+        }
+        double median = sorted ? sorted[o->repeats / 2] : samples[0];
+        double tmin = sorted ? sorted[0] : samples[0], tmax = sorted ? sorted[o->repeats - 1] : samples[0];
+        free(sorted);
         printf("model                %s\n", o->model);
         printf("device               %s\n", gr_session_device_name(sess));
         printf("mode                 %s\n", mode);
-        printf("iterations           %ld (warmup %ld)\n", o->iters, o->warmup);
-        printf("time/iter            %.3f us (%s; min %.3f, max %.3f)\n", t_sum / iters,
-               sim ? "simulated clock" : "wall clock", t_min, t_max);
-        printf("gpu time/iter        %.3f us (%s)\n", gpu_sum / iters, sim ? "simulated" : "device events");
-        printf("host wall/iter       %.3f us (%s)\n", wall / iters,
-               sim ? "host time of the simulator, not a GPU estimate" : "measured around gr_session_run");
+        printf("iterations           %ld x %ld repeats (warmup %ld)\n", o->iters, o->repeats, o->warmup);
+        printf("time/iter            %.3f us (%s; median of repeats, min %.3f, max %.3f)\n", median,
+               sim ? "simulated clock" : "wall clock, runs pipelined", tmin, tmax);
+        printf("gpu time/iter        %.3f us (%s, last run)\n", stats.gpu_time_us, sim ? "simulated" : "device events");
+        if (sim) printf("host wall/iter       %.3f us (host time of the simulator, not a GPU estimate)\n", walls[0]);
         printf("kernels/iter         %ld\n", stats.kernels);
         printf("kernels in graphs    %ld\n", stats.kernels_in_graphs);
         printf("graph launches/iter  %ld\n", stats.graph_launches);
-        printf("copies/iter          %ld\n", stats.copies);
+        printf("copies/iter          %ld (first run: %ld)\n", stats.copies, first.copies);
         print_bytes("bytes copied/iter", stats.bytes_copied);
+        print_bytes("bytes copied, 1st", first.bytes_copied);
         print_bytes("arena bytes", stats.arena_bytes);
         print_bytes("weight bytes", stats.weight_bytes);
+        print_bytes("device bytes", stats.device_bytes);
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
         printf("captures             %ld\n", stats.captures);
+        printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
+               stats.capture_us / 1e3);
+        if (o->json_path) {
+            FILE *f = fopen(o->json_path, "w");
+            if (!f) {
+                errorf("--json: cannot write '%s': %s", o->json_path, strerror(errno));
+                code = EXIT_RUNTIME;
+            } else {
+                fprintf(f, "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"sim\": %s,\n  \"mode\": \"%s\",\n", o->model,
+                        gr_session_device_name(sess), sim ? "true" : "false", mode);
+                fprintf(f, "  \"iters\": %ld,\n  \"repeats\": %ld,\n  \"warmup\": %ld,\n", o->iters, o->repeats, o->warmup);
+                fprintf(f, "  \"ms_per_iter\": %.6f,\n  \"ms_samples\": [", median / 1e3);
+                for (long r = 0; r < o->repeats; r++) fprintf(f, "%s%.6f", r ? ", " : "", samples[r] / 1e3);
+                fprintf(f, "],\n  \"gpu_ms_per_iter\": %.6f,\n", stats.gpu_time_us / 1e3);
+                fprintf(f, "  \"kernels_per_iter\": %ld,\n  \"kernels_in_graphs\": %ld,\n  \"graph_launches\": %ld,\n", stats.kernels,
+                        stats.kernels_in_graphs, stats.graph_launches);
+                fprintf(f, "  \"copies_per_iter\": %ld,\n  \"bytes_copied_per_iter\": %zu,\n  \"bytes_copied_first_run\": %zu,\n",
+                        stats.copies, stats.bytes_copied, first.bytes_copied);
+                fprintf(f, "  \"arena_bytes\": %zu,\n  \"weight_bytes\": %zu,\n  \"device_bytes\": %zu,\n", stats.arena_bytes,
+                        stats.weight_bytes, stats.device_bytes);
+                fprintf(f, "  \"segments\": %d,\n  \"segments_in_graphs\": %d,\n  \"captures\": %ld,\n", stats.segments,
+                        stats.segments_in_graphs, stats.captures);
+                fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
+                        create_us / 1e3, stats.capture_us / 1e3);
+                if (fclose(f) != 0) {
+                    errorf("--json: cannot write '%s'", o->json_path);
+                    code = EXIT_RUNTIME;
+                }
+            }
+        }
     }
+    free(samples);
+    free(walls);
     if (sess) gr_session_destroy(sess);
     if (g) gr_graph_destroy(g);
     input_set_free(&in);
@@ -941,7 +1054,7 @@ int main(int argc, char **argv) {
         else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
         return EXIT_USAGE;
     }
-    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .iters = 10, .warmup = 2};
+    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .iters = 10, .warmup = 2, .repeats = 1};
     o.inputs = calloc((size_t)argc, sizeof *o.inputs);
     o.dims = calloc((size_t)argc, sizeof *o.dims);
     int code;

@@ -14,7 +14,8 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     int ni = g->inputs.len;
     p->input_dev = gr_calloc((size_t)(ni ? ni : 1), sizeof(void *));
     p->input_bytes = gr_calloc((size_t)(ni ? ni : 1), sizeof(size_t));
-    if (!p->input_dev || !p->input_bytes) return GR_ERR_NOMEM;
+    p->input_version = gr_calloc((size_t)(ni ? ni : 1), sizeof(uint64_t));
+    if (!p->input_dev || !p->input_bytes || !p->input_version) return GR_ERR_NOMEM;
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
         p->input_bytes[i] = (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
@@ -97,6 +98,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
         gr_free(p->input_dev, 0);
     }
     gr_free(p->input_bytes, 0);
+    gr_free(p->input_version, 0);
     if (p->arena) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);

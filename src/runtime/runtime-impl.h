@@ -14,6 +14,7 @@ typedef struct {
     int64_t dims[GR_MAX_DIMS];
     void *data; /* host copy (gr_malloc) */
     size_t nbytes, cap;
+    uint64_t version; /* bumped by every set_input */
 } gr_rt_input;
 
 typedef enum { GR_SEG_EAGER = 0, GR_SEG_WARMUP, GR_SEG_CAPTURED, GR_SEG_FALLBACK } gr_seg_state;
@@ -49,6 +50,7 @@ typedef struct gr_rt_plan {
     void *consts;
     void **input_dev;    /* per graph input: device placeholder (NULL for @host inputs) */
     size_t *input_bytes;
+    uint64_t *input_version; /* version of each input last copied into its placeholder (0 = never) */
     long n_kernels;      /* kernel + libcall steps */
     double compile_us;
     double capture_us;
@@ -66,6 +68,9 @@ struct gr_session {
     gr_rt_plan *current;    /* plan of the last run */
     uint64_t generation;    /* incremented by every run */
     bool has_run;
+    bool pending;           /* a run was enqueued and not waited for */
+    double run_t0;          /* device clock at the start of the pending run */
+    uint64_t input_versions; /* source of gr_rt_input.version */
     gr_run_stats stats;
     long total_captures;
 };

@@ -55,6 +55,7 @@ fail:
 
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
+    if (s->pending && s->dev && s->stream) gr_dev_sync(s->dev, s->stream);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
@@ -115,6 +116,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
         return gr_error(GR_ERR_SHAPE, "input '%s': %zu bytes given, shape needs %zu", name, nbytes, need);
     if (need && !data) return gr_error(GR_ERR_INVALID, "input '%s': data is NULL", name);
     gr_rt_input *in = &s->inputs[i];
+    if (s->pending && (need > in->cap || !in->data)) GR_TRY(gr_session_wait(s));
     if (need > in->cap || !in->data) {
         void *p = gr_malloc(need ? need : 1);
         if (!p) return GR_ERR_NOMEM;
@@ -122,7 +124,10 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
         in->data = p;
         in->cap = need ? need : 1;
     }
+    /* the previous run may still be copying from this buffer */
+    if (s->pending) GR_TRY(gr_session_wait(s));
     if (need) memcpy(in->data, data, need);
+    in->version = ++s->input_versions;
     in->nbytes = need;
     in->dtype = dtype;
     in->ndim = ndim;
@@ -221,36 +226,39 @@ static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
 
 gr_status gr_session_run(gr_session_t s) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
+    if (s->pending) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p;
     GR_TRY(select_plan(s, &p));
     gr_device *d = s->dev;
     /* a run invalidates every output handle of earlier runs, success or not */
     s->generation++;
     s->has_run = false;
-    long captures_before = s->total_captures;
     memset(&s->stats, 0, sizeof s->stats);
-    double t0 = d->iface->clock_us(d->ctx);
-    if (s->ev_start) GR_TRY(d->iface->event_record(d->ctx, s->ev_start, s->stream));
-    /* external inputs into their placeholders (outside any graph) */
-    for (int i = 0; i < p->g->inputs.len; i++) {
+    s->run_t0 = d->iface->clock_us(d->ctx);
+    gr_status st = GR_OK;
+    if (s->ev_start) st = d->iface->event_record(d->ctx, s->ev_start, s->stream);
+    /* external inputs into their placeholders (outside any graph), only when
+     * they changed since this plan last copied them */
+    for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
         if (!p->input_dev[i] || !p->input_bytes[i]) continue;
-        GR_TRY(gr_dev_memcpy(d, s->stream, p->input_dev[i], s->inputs[i].data, p->input_bytes[i], GR_COPY_H2D));
+        if (p->input_version[i] == s->inputs[i].version) continue;
+        st = gr_dev_memcpy(d, s->stream, p->input_dev[i], s->inputs[i].data, p->input_bytes[i], GR_COPY_H2D);
+        if (st != GR_OK) break;
+        p->input_version[i] = s->inputs[i].version;
         s->stats.copies++;
         s->stats.bytes_copied += p->input_bytes[i];
     }
-    for (int seg = 0; seg < p->segs.len; seg++) {
-        gr_status st;
+    for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = run_segment_eager(s, p, seg);
-        if (st != GR_OK) {
-            gr_dev_sync(d, s->stream);
-            return st;
-        }
     }
-    if (s->ev_end) GR_TRY(d->iface->event_record(d->ctx, s->ev_end, s->stream));
-    GR_TRY(gr_dev_sync(d, s->stream));
-    s->stats.time_us = d->iface->clock_us(d->ctx) - t0;
-    if (s->ev_start && s->ev_end) d->iface->event_elapsed_us(d->ctx, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
+    if (st == GR_OK && s->ev_end) st = d->iface->event_record(d->ctx, s->ev_end, s->stream);
+    if (st != GR_OK) {
+        /* the device may hold partial work: drain it; placeholders must be re-filled */
+        gr_dev_sync(d, s->stream);
+        for (int i = 0; i < p->g->inputs.len; i++) p->input_version[i] = 0;
+        return st;
+    }
     s->stats.arena_bytes = p->mem.arena_bytes;
     s->stats.weight_bytes = p->mem.const_bytes;
     s->stats.segments = p->segs.len;
@@ -259,16 +267,34 @@ gr_status gr_session_run(gr_session_t s) {
     s->stats.captures = s->total_captures;
     s->stats.compile_us = p->compile_us;
     s->stats.capture_us = p->capture_us;
-    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
-    (void)captures_before;
     s->current = p;
+    s->pending = true;
     s->has_run = true;
     return GR_OK;
 }
 
+gr_status gr_session_wait(gr_session_t s) {
+    if (!s) return gr_error(GR_ERR_INVALID, "gr_session_wait: session is NULL");
+    if (!s->pending) return GR_OK;
+    gr_device *d = s->dev;
+    s->pending = false;
+    gr_status st = gr_dev_sync(d, s->stream);
+    if (st != GR_OK) {
+        s->has_run = false; /* outputs of a failed run are not readable */
+        return st;
+    }
+    s->stats.time_us = d->iface->clock_us(d->ctx) - s->run_t0;
+    if (s->ev_start && s->ev_end) d->iface->event_elapsed_us(d->ctx, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
+    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
+    return GR_OK;
+}
+
+double gr_session_clock_us(gr_session_t s) { return s && s->dev ? s->dev->iface->clock_us(s->dev->ctx) : 0.0; }
+
 /* ==== outputs ===================================================================================== */
 static gr_status check_output(gr_session_t s, gr_output o) {
     if (!s) return gr_error(GR_ERR_INVALID, "session is NULL");
+    if (s->pending) GR_TRY(gr_session_wait(s));
     if (!s->has_run || !s->current) return gr_error(GR_ERR_STALE, "no successful run yet: outputs are not available");
     if (o.generation != s->generation)
         return gr_error(GR_ERR_STALE,
@@ -282,6 +308,7 @@ static gr_status check_output(gr_session_t s, gr_output o) {
 
 gr_status gr_session_output(gr_session_t s, int i, gr_output *out) {
     if (!s || !out) return gr_error(GR_ERR_INVALID, "gr_session_output: NULL argument");
+    if (s->pending) GR_TRY(gr_session_wait(s));
     if (!s->has_run) return gr_error(GR_ERR_STALE, "no successful run yet: outputs are not available");
     if (i < 0 || i >= s->graph->outputs.len)
         return gr_error(GR_ERR_INVALID, "output index %d out of range (graph has %d outputs)", i, s->graph->outputs.len);
@@ -332,6 +359,7 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
 
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {
     if (!s || !out) return gr_error(GR_ERR_INVALID, "gr_session_stats: NULL argument");
+    if (s->pending) GR_TRY(gr_session_wait(s));
     *out = s->stats;
     if (!s->has_run && s->plans) {
         out->arena_bytes = s->plans->mem.arena_bytes;
