@@ -583,8 +583,11 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
             return EXIT_USAGE;
         }
         sym_binding *sb = find_sym(s, known);
-        long v;
-        parse_long(o->dims[k].value, &v);
+        long v = 0;
+        if (!parse_long(o->dims[k].value, &v) || v < 0) {
+            errorf("--dim: '%s' is not a non-negative integer", o->dims[k].value);
+            return EXIT_USAGE;
+        }
         if (sb && sb->value != v) {
             errorf("--dim: '%s' given twice with different values", known);
             return EXIT_USAGE;

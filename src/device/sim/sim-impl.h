@@ -38,6 +38,7 @@ typedef struct {
     gr_mem_kind kind;
     bool alive;
     bool internal; /* the simulator's own (condition flags, updatable-node arg blocks) */
+    bool held;     /* freed but still owned (quarantine): its address cannot be reused yet */
 } gr_sim_alloc;
 
 typedef struct gr_sim_node gr_sim_node;
@@ -108,6 +109,7 @@ typedef struct {
     GR_VEC(gr_stream *) streams;
     GR_VEC(gr_sim_cond) conds;
     size_t device_bytes;
+    size_t quarantine_bytes; /* freed memory still held, so use-after-free stays detectable */
     double host_us;
 } gr_sim_ctx;
 

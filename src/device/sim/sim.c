@@ -149,6 +149,25 @@ static gr_status sim_alloc(void *ctx, gr_mem_kind kind, size_t bytes, void **out
     return add_alloc(c, kind, bytes, false, out);
 }
 
+#define GR_SIM_QUARANTINE_BYTES ((size_t)256 << 20)
+
+/* Really frees the oldest quarantined blocks until at most `keep` bytes stay
+ * held; their dead entries go too (the address may now be reused by anyone). */
+static void release_quarantine(gr_sim_ctx *c, size_t keep) {
+    int w = 0;
+    for (int i = 0; i < c->allocs.len; i++) {
+        gr_sim_alloc *a = &c->allocs.data[i];
+        if (a->held && c->quarantine_bytes > keep) {
+            size_t n = a->size ? a->size : 1;
+            gr_free(a->base, n);
+            c->quarantine_bytes -= n;
+            continue; /* drop the entry */
+        }
+        c->allocs.data[w++] = *a;
+    }
+    c->allocs.len = w;
+}
+
 static void sim_free(void *ctx, void *ptr) {
     gr_sim_ctx *c = ctx;
     if (!ptr) return;
@@ -160,7 +179,12 @@ static void sim_free(void *ctx, void *ptr) {
                     gr_sim_invalidate(c->streams.data[j], "free of %p during capture", ptr);
             a->alive = false;
             if (a->kind == GR_MEM_DEVICE) c->device_bytes -= a->size;
-            gr_free(a->base, a->size ? a->size : 1);
+            /* Quarantine, as ASan does: the memory stays ours for a while, so
+             * libc cannot hand the address to a host buffer that we would then
+             * mistake for a use-after-free. Oldest blocks go back first. */
+            a->held = true;
+            c->quarantine_bytes += a->size ? a->size : 1;
+            release_quarantine(c, GR_SIM_QUARANTINE_BYTES);
             return;
         }
     }
@@ -492,7 +516,7 @@ static void sim_destroy(void *ctx) {
     gr_vec_free(&c->streams);
     for (int i = 0; i < c->allocs.len; i++) {
         gr_sim_alloc *a = &c->allocs.data[i];
-        if (a->alive) gr_free(a->base, a->size ? a->size : 1);
+        if (a->alive || a->held) gr_free(a->base, a->size ? a->size : 1);
     }
     gr_vec_free(&c->allocs);
     gr_vec_free(&c->conds);
