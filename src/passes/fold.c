@@ -11,14 +11,20 @@
  *
  * Left alone: control flow, nodes with a non-concrete or untyped output,
  * outputs above FOLD_MAX_ELEMS elements (they would bloat the weights; run
- * time computes them), and nodes whose lowering is unsupported or needs a
- * host step.
+ * time computes them), fill and range nodes above FOLD_MAX_CHEAP_GEN_ELEMS
+ * elements (their kernels read nothing and fuse into their readers at no
+ * cost, while a folded copy is weight memory read back at run time: EOS's
+ * 1M-element zeros were a 4 MiB constant), and nodes whose lowering is
+ * unsupported or needs a host step. Random generators still fold at any size
+ * up to FOLD_MAX_ELEMS: they are weights, and their values must not change
+ * between runs or plans.
  */
 #include "passes/passes.h"
 #include <stdio.h>
 #include <string.h>
 
 #define FOLD_MAX_ELEMS ((int64_t)64 * 1024 * 1024)
+#define FOLD_MAX_CHEAP_GEN_ELEMS ((int64_t)4096) /* fill / range above this stay kernels */
 
 typedef struct {
     char *base;     /* element 0 of the value */
@@ -76,6 +82,7 @@ static bool foldable(const gr_graph *g, const gr_ir_node *n) {
         if (v < 0 || v >= g->values.len) return false;
         int64_t numel = gr_ir_value_numel(&g->values.data[v]);
         if (numel < 0 || numel > FOLD_MAX_ELEMS) return false;
+        if ((n->op == GR_OP_FILL || n->op == GR_OP_RANGE) && numel > FOLD_MAX_CHEAP_GEN_ELEMS) return false;
     }
     return true;
 }

@@ -1,26 +1,54 @@
-/* passes/fuse — merges an elementwise producer kernel into the one kernel that
- * reads its output.
+/* passes/fuse — merges an elementwise producer kernel into the kernels that
+ * read its output.
  *
  * Producer P: no inner dims, a single STORE (not over_inner) writing value v
  * contiguously (row-major over P's outer space, offset 0, elem_offset 0), no
  * use of the linear index. v must not be a graph output, must be written by
- * no other step, and must be read by exactly one other step C, a kernel later
- * in the list, through params bound to v at elem_offset 0, all loads of which
- * use one access (no gather index). That access must visit each element of v
- * exactly once: every dim of C's loop nest (outer or inner) with extent > 1
- * matches one dim of P's space with the same extent and P's row-major stride.
- * C may be elementwise, a reduction, softmax, layer_norm, or a copy kernel.
+ * no other step, and every step reading it must be a kernel C later in the
+ * list, reading it through params bound to v at elem_offset 0, all loads of
+ * which use one access (no gather index). That access must visit each element
+ * of v exactly once: every dim of C's loop nest (outer or inner) with extent
+ * > 1 matches one dim of P's space with the same extent and P's row-major
+ * stride. C may be elementwise, a reduction, softmax, layer_norm, or a copy
+ * kernel.
+ *
+ * Recomputation: with one reader P moves into it. With several readers
+ * (at most FUSE_MAX_READERS) P is duplicated into every one of them when it
+ * is cheap, i.e. its DAG has at most FUSE_MAX_RECOMPUTE nodes after CSE.
+ * Why: these kernels are memory bound, so materializing v costs a full store
+ * plus one full load per reader, while recomputing it costs only arithmetic
+ * on values the readers (mostly) load anyway. The bounds cap the extra work
+ * at 64 nodes per reader per point for each shared value, and keep one big
+ * producer from being copied into many kernels. So that the size bound sees
+ * everything that would be copied, a sweep that fuses single readers only
+ * runs before each sweep that may recompute: a producer is then a maximal
+ * single-reader group (a 40-op chain read twice is one 80-node kernel, kept,
+ * not 40 small ones each copied twice). If any reader cannot take P (no room
+ * for params, a layout P does not have), nothing is fused. Afterwards v has
+ * no writer and no reader.
  *
  * Fusion substitutes the loads of v by a copy of P's expression DAG, with P's
  * loop indices and load strides re-mapped onto C's dims and P's params
  * appended to C's (deduplicated when bound identically). The substitute is
  * cast to v's dtype, so rounding (f16, bf16) and wrapping (narrow ints) stay
  * exactly as when v was stored: fused and unfused results are bit-identical.
- * The fused kernel keeps C's name and step, and P's source_node (the first of
- * the group); v then has no writer and no reader. */
+ * Each fused kernel then goes through gr_pass_cse_kernel (fuse-cse.c), which
+ * merges repeated subexpressions so that repeated substitution keeps DAGs
+ * linear. A fused kernel keeps C's name and step, and the smaller of the
+ * source_nodes (the first of the group).
+ *
+ * Each sweep visits producers from last to first, so that a value read by
+ * several nodes of one chain (x*x + b*x) has a single reader once those
+ * readers have been fused together. Sweeps repeat while the recomputing one
+ * changes something. Dead steps are removed (gr_pass_dce) before fusing, so
+ * a dead reader does not force a duplicate, and after, for what fusion left
+ * unread. */
 #include "passes/passes.h"
 #include <stdio.h>
 #include <string.h>
+
+#define FUSE_MAX_READERS 8    /* readers a producer may be recomputed in */
+#define FUSE_MAX_RECOMPUTE 64 /* nodes of a producer DAG that may be recomputed */
 
 typedef struct {
     const gr_kernel *p;     /* producer */
@@ -241,41 +269,6 @@ done:
     return st;
 }
 
-/* Drops params nothing refers to any more and renumbers; keeps names unique. */
-static void compact_params(fuse_ctx *f) {
-    gr_kernel *k = f->n;
-    bool used[GR_KMAX_PARAMS] = {false};
-    if (k->n_points_param >= 0) used[k->n_points_param] = true;
-    for (int i = 0; i < k->nodes.len; i++)
-        if (k->nodes.data[i].op == GR_KX_LOAD || k->nodes.data[i].op == GR_KX_PARAM) used[k->nodes.data[i].param] = true;
-    for (int s = 0; s < k->n_stages; s++)
-        if (k->stages[s].kind == GR_KS_STORE) used[k->stages[s].param] = true;
-    int remap[GR_KMAX_PARAMS], n = 0;
-    for (int i = 0; i < GR_KMAX_PARAMS; i++) remap[i] = -1;
-    for (int i = 0; i < k->n_params; i++) {
-        remap[i] = used[i] ? n : -1;
-        if (used[i]) {
-            k->params[n] = k->params[i];
-            f->args[n] = f->args[i];
-            n++;
-        }
-    }
-    k->n_params = n;
-    if (k->n_points_param >= 0) k->n_points_param = remap[k->n_points_param];
-    for (int i = 0; i < k->nodes.len; i++)
-        if (k->nodes.data[i].op == GR_KX_LOAD || k->nodes.data[i].op == GR_KX_PARAM)
-            k->nodes.data[i].param = remap[k->nodes.data[i].param];
-    for (int s = 0; s < k->n_stages; s++)
-        if (k->stages[s].kind == GR_KS_STORE) k->stages[s].param = remap[k->stages[s].param];
-    int alt = 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(k->params[i].name, k->params[j].name)) {
-                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
-                j = -1; /* re-check against all earlier names (alt grows, so this ends) */
-            }
-}
-
 /* Builds the fused kernel into f->n. *applied = false when it does not fit. */
 static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
     *applied = false;
@@ -318,8 +311,8 @@ static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
     }
     if (st == GR_OK && !no_room) {
         for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
-        compact_params(f);
-        st = gr_kernel_verify(n);
+        st = gr_pass_cse_kernel(n, f->args);
+        if (st == GR_OK) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;
         else if (st != GR_ERR_NOMEM)
             st = gr_error_prefix(GR_ERR_INTERNAL, "fusing kernel %s into %s: ", f->p->name, c->name);
@@ -332,14 +325,15 @@ static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
     return st;
 }
 
-/* Tries to fuse step i into its single reader; *fused tells whether it did. */
-static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool *fused) {
+/* Tries to fuse step i into all of its readers (into its only one unless
+ * `recompute`); *fused tells whether it did. */
+static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool recompute, bool *fused) {
     *fused = false;
     gr_step *ps = &steps->data[i];
     int v = producer_value(ps);
     if (v < 0 || is_graph_output(g, v)) return GR_OK;
     if (v < g->values.len && g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
-    int reader = -1;
+    int readers[FUSE_MAX_READERS], n_readers = 0;
     for (int j = 0; j < steps->len; j++) {
         if (j == i) continue;
         const gr_step *s = &steps->data[j];
@@ -349,27 +343,42 @@ static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool *f
                 return GR_OK; /* another writer */
         if (s->kind == GR_STEP_LIBCALL && s->n_args > 2 && s->args[2].value == v) return GR_OK;
         if (!step_reads(s, v)) continue;
-        if (reader >= 0) return GR_OK; /* two readers */
-        reader = j;
+        if (j <= i || s->kind != GR_STEP_KERNEL || !s->kernel) return GR_OK;
+        if (n_readers == (recompute ? FUSE_MAX_READERS : 1)) return GR_OK; /* too many copies */
+        readers[n_readers++] = j;
     }
-    if (reader <= i || steps->data[reader].kind != GR_STEP_KERNEL || !steps->data[reader].kernel) return GR_OK;
-    fuse_ctx f;
-    memset(&f, 0, sizeof f);
-    f.p = ps->kernel;
-    f.ps = ps;
-    f.c = steps->data[reader].kernel;
-    f.cs = &steps->data[reader];
-    f.value = v;
-    if (!plan_map(&f)) return GR_OK;
-    bool applied;
-    GR_TRY(fuse_pair(&f, &applied));
-    if (!applied) return GR_OK;
-    gr_step *cs = &steps->data[reader];
-    gr_kernel_destroy(cs->kernel);
-    cs->kernel = f.n;
-    cs->n_args = f.n->n_params;
-    memset(cs->args, 0, sizeof cs->args);
-    memcpy(cs->args, f.args, sizeof(gr_step_arg) * (size_t)f.n->n_params);
+    if (n_readers == 0) return GR_OK; /* dead: left to gr_pass_dce */
+    if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
+    fuse_ctx f[FUSE_MAX_READERS];
+    memset(f, 0, sizeof f);
+    for (int r = 0; r < n_readers; r++) {
+        f[r].p = ps->kernel;
+        f[r].ps = ps;
+        f[r].c = steps->data[readers[r]].kernel;
+        f[r].cs = &steps->data[readers[r]];
+        f[r].value = v;
+        if (!plan_map(&f[r])) return GR_OK;
+    }
+    gr_status st = GR_OK;
+    bool all = true;
+    for (int r = 0; r < n_readers && all; r++) {
+        bool applied = false;
+        st = fuse_pair(&f[r], &applied);
+        all = st == GR_OK && applied;
+    }
+    if (!all) {
+        for (int r = 0; r < n_readers; r++) gr_kernel_destroy(f[r].n);
+        return st;
+    }
+    /* commit: nothing below fails */
+    for (int r = 0; r < n_readers; r++) {
+        gr_step *cs = &steps->data[readers[r]];
+        gr_kernel_destroy(cs->kernel);
+        cs->kernel = f[r].n;
+        cs->n_args = f[r].n->n_params;
+        memset(cs->args, 0, sizeof cs->args);
+        memcpy(cs->args, f[r].args, sizeof(gr_step_arg) * (size_t)f[r].n->n_params);
+    }
     gr_kernel_destroy(ps->kernel);
     gr_strfree(ps->reason);
     memmove(&steps->data[i], &steps->data[i + 1], sizeof(gr_step) * (size_t)(steps->len - i - 1));
@@ -378,13 +387,29 @@ static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool *f
     return GR_OK;
 }
 
-gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
-    if (!g || !steps) return gr_error(GR_ERR_INVALID, "gr_pass_fuse: NULL argument");
-    /* Last producer first: a value read by several nodes of one chain (x*x + b*x)
-     * has a single reader only once those readers have been fused together. */
+/* One sweep over the producers, last to first; *n_fused counts the fusions. */
+static gr_status fuse_sweep(const gr_graph *g, gr_step_list *steps, bool recompute, int *n_fused) {
+    *n_fused = 0;
     for (int i = steps->len - 1; i >= 0; i--) {
         bool fused;
-        GR_TRY(try_fuse(g, steps, i, &fused)); /* a fused step i is gone; i - 1 is unaffected */
+        GR_TRY(try_fuse(g, steps, i, recompute, &fused)); /* a fused step i is gone; i - 1 is unaffected */
+        *n_fused += fused;
     }
     return GR_OK;
+}
+
+gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
+    if (!g || !steps) return gr_error(GR_ERR_INVALID, "gr_pass_fuse: NULL argument");
+    GR_TRY(gr_pass_dce(g, steps));
+    /* A single-reader sweep first, so that a producer considered for
+     * recomputation is a maximal group (what will be copied is all there and
+     * counted), then a sweep that may recompute; repeated while that changes
+     * something (merging readers can make a value single-reader again). */
+    for (;;) {
+        int n_single, n_multi;
+        GR_TRY(fuse_sweep(g, steps, false, &n_single));
+        GR_TRY(fuse_sweep(g, steps, true, &n_multi));
+        if (n_multi == 0) break;
+    }
+    return gr_pass_dce(g, steps);
 }

@@ -66,15 +66,40 @@ typedef struct {
 typedef GR_VEC(gr_step) gr_step_list;
 
 /* Lowers every node of a fully typed, concrete graph to steps. An op the
- * lowering cannot handle is GR_ERR_UNSUPPORTED naming the node. */
-gr_status gr_pass_lower(const gr_graph *g, gr_step_list *out);
-gr_status gr_pass_lower_node(const gr_graph *g, int node, gr_step_list *out);
+ * lowering cannot handle is GR_ERR_UNSUPPORTED naming the node.
+ * Lowering may add typed temporary values to g (kind GR_VAL_NODE, producer =
+ * the node, out_slot = -1) for intermediates such as a materialized operand of
+ * a matmul; the memory planner treats them like any other value.
+ * Binding: step.args[i] binds kernel param i (KERNEL), or A, B, C, bias
+ * (LIBCALL, bias = GR_ARG_LITERAL with ptr NULL when absent). Values are
+ * contiguous row-major in memory; views are ALIAS steps (reshape, squeeze,
+ * unsqueeze, identity). A 1-element @host input read by an elementwise op is
+ * a SCALAR_F/SCALAR_I param bound with GR_ARG_HOST_SCALAR. */
+gr_status gr_pass_lower(gr_graph *g, gr_step_list *out);
+gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out);
 void gr_step_list_free(gr_step_list *l);
 
 /* Fuses producer→consumer elementwise kernels (and elementwise producers into
  * reductions) when the intermediate has no other reader and is not a graph
  * output. Keeps the list valid; freed steps are removed. */
 gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps);
+/* (gr_pass_fuse also recomputes a cheap elementwise producer in each of up to
+ * 8 readers, runs gr_pass_cse_kernel on every kernel it builds, and
+ * gr_pass_dce before and after; fuse.c has the rules.) */
+
+/* Removes dead steps: kernel and library-call steps none of whose written
+ * values is a graph output or read by a later live step, and ALIAS steps
+ * whose view is unused (to a fixed point). HOST steps stay. gr_pass_fuse
+ * runs it; exposed for tests. */
+gr_status gr_pass_dce(const gr_graph *g, gr_step_list *steps);
+
+/* Common-subexpression elimination inside kernel k (fusion runs it on every
+ * kernel it builds): merges params bound identically, drops nodes no stage
+ * reaches, hash-conses identical nodes (same op, fn, dtype, operands, param,
+ * access, constant) keeping the order topological, and drops unused params.
+ * args[0..k->n_params) are the step's bindings of k's params and are
+ * renumbered along with them. Results are bit-identical. */
+gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args);
 
 /* ---- memory plan ------------------------------------------------------------------------ */
 typedef enum {

@@ -50,6 +50,26 @@ static gr_status move_elem(ox_tensor *dst, int64_t j, const ox_tensor *src, int6
     return GR_OK;
 }
 
+/* element count of dims: 0 when any dim is 0, -1 when past OX_MAX_ELEMS or negative */
+static int64_t safe_numel(int n, const int64_t *dims) {
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < 0) return -1;
+        if (dims[i] == 0) return 0;
+    }
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) {
+        if (dims[i] > OX_MAX_ELEMS / p) return -1;
+        p *= dims[i];
+    }
+    return p;
+}
+
+/* too big to fold (or malformed): leave it to the converters */
+static bool fold_too_big(int n, const int64_t *dims) {
+    int64_t e = safe_numel(n, dims);
+    return e < 0 || e > OX_FOLD_MAX_ELEMS;
+}
+
 static bool elem_unknown(const ox_tensor *t, int64_t i) { return t->unknown && t->unknown[i]; }
 
 static int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
@@ -71,6 +91,7 @@ gr_status ox_tensor_cast(const ox_tensor *t, gr_dtype to, ox_tensor **out) {
 
 gr_status ox_shape_of(ox_ctx *c, int vi, ox_tensor **out) {
     *out = NULL;
+    if (vi < 0) return GR_OK;
     const ox_value *v = &c->vals.data[vi];
     int ndim;
     int64_t dims[GR_MAX_DIMS];
@@ -170,7 +191,7 @@ static gr_status fold_concat(ox_ctx *c, const ox_tensor *const *ins, int n_in, o
             if (i != axis && ins[k]->dims[i] != dims[i]) return ox_node_error(c, GR_ERR_SHAPE, "input %d: dim %d mismatch", k, i);
         dims[axis] += ins[k]->dims[axis];
     }
-    if (gr_shape_numel(rank, dims) > OX_FOLD_MAX_ELEMS) return GR_ERR_UNSUPPORTED;
+    if (fold_too_big(rank, dims)) return GR_ERR_UNSUPPORTED;
     GR_TRY(ox_tensor_new(ins[0]->dtype, rank, dims, out));
     int64_t n = ox_tensor_numel(*out), oi[GR_MAX_DIMS], st[GR_MAX_DIMS];
     for (int64_t j = 0; j < n; j++) {
@@ -339,7 +360,7 @@ static gr_status fold_binary(ox_ctx *c, ew_op op, const ox_tensor *a, const ox_t
     if (!broadcast_dims(a->ndim, a->dims, b->ndim, b->dims, &n, dims))
         return ox_node_error(c, GR_ERR_SHAPE, "inputs do not broadcast");
     if (op != EW_POW && a->dtype != b->dtype) return ox_node_error(c, GR_ERR_SHAPE, "inputs differ in dtype");
-    if (gr_shape_numel(n, dims) > OX_FOLD_MAX_ELEMS) return GR_ERR_UNSUPPORTED;
+    if (fold_too_big(n, dims)) return GR_ERR_UNSUPPORTED;
     bool cmp = op >= EW_EQ;
     gr_dtype odt = cmp ? GR_BOOL : a->dtype;
     bool fl = gr_dtype_is_float(a->dtype) || gr_dtype_is_float(b->dtype);
@@ -365,7 +386,7 @@ static gr_status fold_where(ox_ctx *c, const ox_tensor *cond, const ox_tensor *a
     if (!broadcast_dims(a->ndim, a->dims, b->ndim, b->dims, &n1, d1) || !broadcast_dims(cond->ndim, cond->dims, n1, d1, &n, dims))
         return ox_node_error(c, GR_ERR_SHAPE, "inputs do not broadcast");
     if (a->dtype != b->dtype) return ox_node_error(c, GR_ERR_SHAPE, "inputs differ in dtype");
-    if (gr_shape_numel(n, dims) > OX_FOLD_MAX_ELEMS) return GR_ERR_UNSUPPORTED;
+    if (fold_too_big(n, dims)) return GR_ERR_UNSUPPORTED;
     GR_TRY(ox_tensor_new(a->dtype, n, dims, out));
     int64_t total = ox_tensor_numel(*out), oi[GR_MAX_DIMS];
     for (int64_t j = 0; j < total; j++) {
@@ -491,7 +512,7 @@ static gr_status fold_expand(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
     if (!broadcast_dims(x->ndim, x->dims, ns, shape, &n, dims)) return ox_node_error(c, GR_ERR_SHAPE, "shape does not broadcast");
     for (int i = 0; i < n; i++)
         if (dims[i] < 0) return ox_node_error(c, GR_ERR_SHAPE, "negative dim in shape");
-    if (gr_shape_numel(n, dims) > OX_FOLD_MAX_ELEMS) return GR_ERR_UNSUPPORTED;
+    if (fold_too_big(n, dims)) return GR_ERR_UNSUPPORTED;
     GR_TRY(ox_tensor_new(x->dtype, n, dims, out));
     int64_t total = ox_tensor_numel(*out), oi[GR_MAX_DIMS];
     for (int64_t j = 0; j < total; j++) {
@@ -595,7 +616,8 @@ static gr_status fold_one(ox_ctx *c, const ox_tensor *const *ins, int n_in, ox_t
         int64_t dims[GR_MAX_DIMS], axes[GR_MAX_DIMS];
         int nd = 0, na = -1;
         if (op_is(c, "Reshape")) {
-            int64_t allowzero, known = 1, infer = -1;
+            int64_t allowzero, known = 1, infer = -1, xn = ox_tensor_numel(x);
+            bool zero = false;
             GR_TRY(ox_attr_int(c, "allowzero", 0, &allowzero));
             GR_TRY(ox_need_ints(c, 1, "shape", dims, GR_MAX_DIMS, &nd));
             for (int i = 0; i < nd; i++) {
@@ -605,10 +627,13 @@ static gr_status fold_one(ox_ctx *c, const ox_tensor *const *ins, int n_in, ox_t
                 }
                 if (dims[i] == -1 && infer < 0) infer = i;
                 else if (dims[i] < 0) return ox_node_error(c, GR_ERR_SHAPE, "bad target shape");
+                else if (dims[i] == 0) zero = true;
+                else if (dims[i] > OX_MAX_ELEMS / known) return ox_node_error(c, GR_ERR_SHAPE, "target shape is too large");
                 else known *= dims[i];
             }
-            if (infer >= 0) dims[infer] = known ? ox_tensor_numel(x) / known : 0;
-            if (gr_shape_numel(nd, dims) != ox_tensor_numel(x)) return ox_node_error(c, GR_ERR_SHAPE, "element count changes");
+            if (infer >= 0) dims[infer] = zero ? 0 : xn / known;
+            int64_t total = zero ? 0 : known * (infer >= 0 ? dims[infer] : 1);
+            if (total != xn) return ox_node_error(c, GR_ERR_SHAPE, "element count changes");
             return fold_redim(x, nd, dims, out);
         }
         if (n_in > 1 && ox_in(c, 1) >= 0) GR_TRY(ox_need_ints(c, 1, "axes", axes, GR_MAX_DIMS, &na));

@@ -88,7 +88,7 @@ gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **ou
     if (v->unavailable) return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' (value '%s') %s", what, v->name, v->unavailable);
     if (!v->konst)
         return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                             "input '%s' (value '%s') must be a constant at import time, but it is computed at run time", what,
+                             "input '%s' (value '%s') must be a constant at import time; a value computed at run time is not supported", what,
                              v->name);
     if (v->konst->unknown) {
         int64_t n = ox_tensor_numel(v->konst);
@@ -96,7 +96,8 @@ gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **ou
             if (v->konst->unknown[k])
                 return ox_node_error(c, GR_ERR_UNSUPPORTED,
                                      "input '%s' (value '%s') depends on a symbolic dim: it is computed from the shape of a "
-                                     "tensor whose dims are not known at import time (export with static shapes)",
+                                     "tensor whose dims are not known at import time, which is not supported (export with "
+                                     "static shapes)",
                                      what, v->name);
     }
     *out = v->konst;
@@ -177,7 +178,6 @@ static gr_status emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, 
     gr_status st = gr_ir_add_node(c->g, op, name, n_in, in, n_out, last ? out_names : NULL, n_attr, attrs, &node);
     gr_strfree(name);
     if (st != GR_OK) return st;
-    c->g->nodes.data[node].line = c->node_index + 1; /* the ONNX node's position, for messages */
     for (int i = 0; i < n_out; i++) outs[i] = c->g->nodes.data[node].out[i];
     return gr_pass_infer_node(c->g, node);
 }
@@ -193,7 +193,7 @@ static gr_status bind_outputs(ox_ctx *c, int n, const int *irs, const char *why)
         } else {
             int vi;
             GR_TRY(ox_define(c, name, &vi));
-            c->vals.data[vi].unavailable = why ? why : "is an output graft does not compute";
+            c->vals.data[vi].unavailable = why ? why : "is an output graft does not compute (not supported)";
         }
     }
     return GR_OK;
@@ -389,7 +389,7 @@ static gr_status cv_layer_norm(ox_ctx *c, gr_op op) {
     out_names_of(c, names, 1);
     int out;
     GR_TRY(emit(c, op, n, in, 2, attrs, 1, names, true, &out));
-    return bind_outputs(c, 1, &out, "is LayerNormalization's Mean or InvStdDev output, which graft does not compute");
+    return bind_outputs(c, 1, &out, "is LayerNormalization's Mean or InvStdDev output, which is not supported (graft computes Y only)");
 }
 
 static gr_status cv_reduce(ox_ctx *c, gr_op op) {
@@ -691,7 +691,7 @@ static gr_status cv_dropout(ox_ctx *c, gr_op op) {
     out_names_of(c, names, 1);
     int out;
     GR_TRY(emit(c, GR_OP_IDENTITY, 1, &x, 0, NULL, 1, names, true, &out));
-    return bind_outputs(c, 1, &out, "is Dropout's mask output, which graft does not compute");
+    return bind_outputs(c, 1, &out, "is Dropout's mask output, which is not supported");
 }
 
 /* ---- Einsum: the batched-matmul forms transformer exports use --------------------------- */

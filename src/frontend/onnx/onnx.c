@@ -322,7 +322,7 @@ gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
             if (t->unknown[i])
                 return gr_error(GR_ERR_UNSUPPORTED,
                                 "value '%s' is computed from the shape of a tensor with a symbolic dim; graft needs it "
-                                "as a constant (export with static shapes)",
+                                "as a constant and a symbolic one is not supported (export with static shapes)",
                                 v->name);
         gr_free(t->unknown, (size_t)n);
         t->unknown = NULL;

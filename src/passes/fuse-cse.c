@@ -1,0 +1,235 @@
+/* passes/fuse-cse — common-subexpression elimination inside one kernel.
+ *
+ * Fusion substitutes a producer's DAG for the loads of its output, and
+ * recomputation (fuse.c) copies one producer into several readers that are
+ * later fused with each other, so a fused kernel soon holds the same
+ * subexpression many times over (the same constant, the same load, the same
+ * x*0.999 of the same x). Without merging them, a chain of N substitutions
+ * could grow a DAG exponentially; with it the DAG stays linear in the graph.
+ *
+ * Steps, each keeping the node order topological:
+ *   1. params bound identically (same kind and dtype, same step binding,
+ *      neither written) become one, so loads of one value through two params
+ *      turn into identical nodes;
+ *   2. nodes no stage reaches (directly, through operands or gather indices)
+ *      are dropped;
+ *   3. hash-consing: walking the nodes in order, each node's operands are
+ *      replaced by their representatives, and the node by an earlier node
+ *      with the same op, dtype, fn, operands, which, param, access (loads)
+ *      and constant bits / seed, if there is one;
+ *   4. params nothing refers to any more are removed (n_points and store
+ *      params stay) and names are kept unique.
+ * Every kernel IR op is a pure function of its operands and the point, so
+ * merging never changes a bit of any result. Loads of a value the kernel
+ * also writes (through any param) are never merged: a store stage may lie
+ * between them.
+ */
+#include "passes/passes.h"
+#include <stdio.h>
+#include <string.h>
+
+static bool cse_same_access(const gr_kaccess *a, const gr_kaccess *b) {
+    if (a->offset != b->offset || a->index != b->index || a->index_stride != b->index_stride ||
+        a->index_extent != b->index_extent)
+        return false;
+    for (int d = 0; d < GR_MAX_DIMS; d++)
+        if (a->stride[d] != b->stride[d] || a->inner_stride[d] != b->inner_stride[d]) return false;
+    return true;
+}
+
+static bool cse_same_binding(const gr_step_arg *a, const gr_step_arg *b) {
+    if (a->kind != b->kind) return false;
+    if (a->kind == GR_ARG_LITERAL) return a->literal.bits == b->literal.bits;
+    return a->value == b->value && a->elem_offset == b->elem_offset;
+}
+
+/* number of value operands (a, b, c) of an op */
+static int n_operands(gr_kexpr_op op) {
+    switch (op) {
+    case GR_KX_UNARY: case GR_KX_CAST: case GR_KX_RANDOM: return 1;
+    case GR_KX_BINARY: return 2;
+    case GR_KX_SELECT: return 3;
+    default: return 0;
+    }
+}
+
+static uint64_t f_bits(double f) {
+    uint64_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* ---- hash-consing ------------------------------------------------------------------------- */
+
+static bool expr_same(const gr_kexpr *x, const gr_kexpr *y) {
+    if (x->op != y->op || x->dtype != y->dtype) return false;
+    switch (x->op) {
+    case GR_KX_CONST: return f_bits(x->f) == f_bits(y->f) && x->i == y->i;
+    case GR_KX_INDEX:
+    case GR_KX_ACC: return x->which == y->which;
+    case GR_KX_PARAM: return x->param == y->param;
+    case GR_KX_LOAD: return x->param == y->param && cse_same_access(&x->access, &y->access);
+    case GR_KX_UNARY: return x->fn == y->fn && x->a == y->a;
+    case GR_KX_BINARY: return x->fn == y->fn && x->a == y->a && x->b == y->b;
+    case GR_KX_SELECT: return x->a == y->a && x->b == y->b && x->c == y->c;
+    case GR_KX_CAST: return x->a == y->a;
+    case GR_KX_RANDOM: return x->i == y->i && x->a == y->a;
+    }
+    return false;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h * 0xBF58476D1CE4E5B9ull;
+}
+
+static uint64_t expr_hash(const gr_kexpr *x) {
+    uint64_t h = mix((uint64_t)x->op, (uint64_t)x->dtype);
+    switch (x->op) {
+    case GR_KX_CONST: return mix(mix(h, f_bits(x->f)), (uint64_t)x->i);
+    case GR_KX_INDEX:
+    case GR_KX_ACC: return mix(h, (uint64_t)(int64_t)x->which);
+    case GR_KX_PARAM: return mix(h, (uint64_t)(int64_t)x->param);
+    case GR_KX_LOAD:
+        h = mix(mix(h, (uint64_t)(int64_t)x->param), (uint64_t)x->access.offset);
+        for (int d = 0; d < GR_MAX_DIMS; d++)
+            h = mix(mix(h, (uint64_t)x->access.stride[d]), (uint64_t)x->access.inner_stride[d]);
+        h = mix(mix(h, (uint64_t)(int64_t)x->access.index), (uint64_t)x->access.index_stride);
+        return mix(h, (uint64_t)x->access.index_extent);
+    case GR_KX_RANDOM: h = mix(h, (uint64_t)x->i); break;
+    default: break;
+    }
+    return mix(mix(mix(mix(h, (uint64_t)(int64_t)x->fn), (uint64_t)(int64_t)x->a), (uint64_t)(int64_t)x->b),
+               (uint64_t)(int64_t)x->c);
+}
+
+/* ---- the pass ------------------------------------------------------------------------------- */
+
+gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
+    if (!k || !args) return gr_error(GR_ERR_INVALID, "gr_pass_cse_kernel: NULL argument");
+    int n = k->nodes.len;
+    size_t nn = (size_t)(n ? n : 1);
+    size_t cap = 16;
+    while (cap < 2 * nn) cap *= 2;
+    int *rep = gr_malloc(nn * sizeof(int));
+    bool *live = gr_calloc(nn, sizeof(bool));
+    int *table = gr_malloc(cap * sizeof(int));
+    GR_VEC(gr_kexpr) out = {0};
+    gr_status st = GR_OK;
+    if (!rep || !live || !table || gr_vec_reserve(&out, n ? n : 1) != GR_OK) {
+        st = gr_nomem();
+        goto done;
+    }
+    for (size_t i = 0; i < cap; i++) table[i] = -1;
+
+    /* 1. params bound identically become the first of them */
+    int premap[GR_KMAX_PARAMS];
+    bool written[GR_KMAX_PARAMS] = {false};
+    for (int p = 0; p < k->n_params; p++) {
+        premap[p] = p;
+        written[p] = k->params[p].written;
+        for (int q = 0; q < p && premap[p] == p; q++)
+            if (premap[q] == q && k->params[q].kind == k->params[p].kind && k->params[q].dtype == k->params[p].dtype &&
+                !k->params[q].written && !k->params[p].written && cse_same_binding(&args[q], &args[p]))
+                premap[p] = q;
+    }
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].kind == GR_KS_STORE && k->stages[s].param >= 0 && k->stages[s].param < k->n_params)
+            written[k->stages[s].param] = true;
+    /* a read-only param bound to a value the kernel also writes (through
+     * another param) sees those writes too */
+    for (int p = 0; p < k->n_params; p++)
+        for (int q = 0; q < k->n_params && !written[p]; q++)
+            if (written[q] && q != p && args[p].kind == GR_ARG_VALUE && args[q].kind == GR_ARG_VALUE &&
+                args[p].value == args[q].value && k->params[q].written)
+                written[p] = true;
+
+    /* 2. what the stages reach */
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].value >= 0 && k->stages[s].value < n) live[k->stages[s].value] = true;
+    for (int j = n - 1; j >= 0; j--) {
+        if (!live[j]) continue;
+        const gr_kexpr *x = &k->nodes.data[j];
+        const int32_t ops[3] = {x->a, x->b, x->c};
+        for (int q = 0; q < n_operands(x->op); q++)
+            if (ops[q] >= 0 && ops[q] < j) live[ops[q]] = true;
+        if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) live[x->access.index] = true;
+    }
+
+    /* 3. hash-consing of the live nodes, in order */
+    for (int j = 0; j < n; j++) {
+        rep[j] = -1;
+        if (!live[j]) continue;
+        gr_kexpr e = k->nodes.data[j];
+        int32_t *ops[3] = {&e.a, &e.b, &e.c};
+        for (int q = 0; q < n_operands(e.op); q++)
+            if (*ops[q] >= 0 && *ops[q] < j) *ops[q] = rep[*ops[q]];
+        if ((e.op == GR_KX_LOAD || e.op == GR_KX_PARAM) && e.param >= 0 && e.param < k->n_params)
+            e.param = premap[e.param];
+        if (e.op == GR_KX_LOAD && e.access.index >= 0 && e.access.index < j) e.access.index = rep[e.access.index];
+        bool mergeable = !(e.op == GR_KX_LOAD && e.param >= 0 && e.param < k->n_params && written[e.param]);
+        size_t slot = (size_t)expr_hash(&e) & (cap - 1);
+        if (mergeable)
+            for (; table[slot] >= 0; slot = (slot + 1) & (cap - 1))
+                if (expr_same(&out.data[table[slot]], &e)) break;
+        if (mergeable && table[slot] >= 0) {
+            rep[j] = table[slot];
+            continue;
+        }
+        rep[j] = out.len;
+        out.data[out.len++] = e; /* reserved above: at most n nodes */
+        if (mergeable) table[slot] = rep[j];
+    }
+
+    /* commit: nothing below fails */
+    gr_vec_free(&k->nodes);
+    k->nodes.data = out.data;
+    k->nodes.len = out.len;
+    k->nodes.cap = out.cap;
+    out.data = NULL;
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].value >= 0 && k->stages[s].value < n) k->stages[s].value = rep[k->stages[s].value];
+
+    /* 4. params nothing refers to go */
+    bool used[GR_KMAX_PARAMS] = {false};
+    if (k->n_points_param >= 0 && k->n_points_param < k->n_params) used[k->n_points_param] = true;
+    for (int i = 0; i < k->nodes.len; i++)
+        if ((k->nodes.data[i].op == GR_KX_LOAD || k->nodes.data[i].op == GR_KX_PARAM) && k->nodes.data[i].param >= 0 &&
+            k->nodes.data[i].param < k->n_params)
+            used[k->nodes.data[i].param] = true;
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].kind == GR_KS_STORE && k->stages[s].param >= 0 && k->stages[s].param < k->n_params)
+            used[k->stages[s].param] = true;
+    int remap[GR_KMAX_PARAMS], np = 0;
+    for (int i = 0; i < k->n_params; i++) {
+        remap[i] = used[i] ? np : -1;
+        if (used[i]) {
+            k->params[np] = k->params[i];
+            args[np] = args[i];
+            np++;
+        }
+    }
+    int old_np = k->n_params;
+    k->n_params = np;
+    if (k->n_points_param >= 0 && k->n_points_param < old_np) k->n_points_param = remap[k->n_points_param];
+    for (int i = 0; i < k->nodes.len; i++)
+        if ((k->nodes.data[i].op == GR_KX_LOAD || k->nodes.data[i].op == GR_KX_PARAM) && k->nodes.data[i].param >= 0 &&
+            k->nodes.data[i].param < old_np)
+            k->nodes.data[i].param = remap[k->nodes.data[i].param];
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].kind == GR_KS_STORE && k->stages[s].param >= 0 && k->stages[s].param < old_np)
+            k->stages[s].param = remap[k->stages[s].param];
+    int alt = 0;
+    for (int i = 0; i < np; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(k->params[i].name, k->params[j].name)) {
+                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
+                j = -1; /* re-check against all earlier names (alt grows, so this ends) */
+            }
+done:
+    gr_vec_free(&out);
+    gr_free(rep, nn * sizeof(int));
+    gr_free(live, nn * sizeof(bool));
+    gr_free(table, cap * sizeof(int));
+    return st;
+}

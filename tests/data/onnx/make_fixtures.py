@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Writes the small ONNX fixtures of tests/test_onnx.c (committed; rerun only to
+change them): `python3 tests/data/onnx/make_fixtures.py`. Needs the `onnx`
+and `numpy` pip packages. Also seeds the fuzz corpus (tests/fuzz/corpus/onnx)."""
+import os
+import shutil
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "..", "..", "fuzz", "corpus", "onnx")
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def model(nodes, inputs, outputs, inits=(), opset=18, extra_opsets=(), name="g"):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    ops = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra_opsets]
+    m = helper.make_model(g, opset_imports=ops, producer_name="graft-fixtures")
+    m.ir_version = 8
+    return m
+
+
+def save(m, name, check=True):
+    if check:
+        onnx.checker.check_model(m)
+    path = os.path.join(HERE, name)
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    return path
+
+
+def vi(name, dt, shape):
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+def i64(name, vals):
+    return numpy_helper.from_array(np.array(vals, dtype=np.int64), name)
+
+
+def main():
+    written = []
+    # ---- mlp: Gemm + Relu, raw_data and float_data initializers, symbolic batch
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 8
+    W = numpy_helper.from_array(w, "W")  # raw_data
+    B = helper.make_tensor("B", F, [3], [0.5, -1.0, 2.0])  # float_data
+    m = model([helper.make_node("Gemm", ["x", "W", "B"], ["h"], name="fc", alpha=1.0, beta=1.0),
+               helper.make_node("Relu", ["h"], ["y"])],
+              [vi("x", F, ["N", 4])], [vi("y", F, ["N", 3])], [W, B])
+    written.append(save(m, "mlp.onnx"))
+
+    # ---- shape chain: Shape -> Gather -> Unsqueeze -> Concat -> Reshape, concrete dims
+    def chain(xshape, yshape):
+        return model([
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+            helper.make_node("Unsqueeze", ["d0", "ax0"], ["d0u"]),
+            helper.make_node("Concat", ["d0u", "minus1"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["y"], name="flatten"),
+        ], [vi("x", F, xshape)], [vi("y", F, yshape)],
+            [i64("zero", 0), i64("ax0", [0]), i64("minus1", [-1])])
+    written.append(save(chain([2, 3, 4], [2, 12]), "shape_chain.onnx"))
+    written.append(save(chain(["batch", 3, 4], ["batch", 12]), "shape_chain_sym.onnx"))
+
+    # ---- Shape of a partly symbolic tensor, using only its concrete dim: still folds
+    m = model([
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "last"], ["d"], axis=0),
+        helper.make_node("Unsqueeze", ["d", "ax0"], ["du"]),
+        helper.make_node("Concat", ["minus1", "du"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ], [vi("x", F, ["S", 4])], [vi("y", F, ["S", 4])], [i64("last", -1), i64("ax0", [0]), i64("minus1", [-1])])
+    written.append(save(m, "shape_partial.onnx"))
+
+    # ---- every graft dtype as an initializer, typed fields and raw_data; outputs are the initializers
+    inits = [
+        helper.make_tensor("f32", F, [2], [1.5, -2.0]),
+        helper.make_tensor("f64", TensorProto.DOUBLE, [2], [0.25, 1e300]),
+        helper.make_tensor("i64", I64, [2], [-(2 ** 40), 7]),
+        helper.make_tensor("i32", TensorProto.INT32, [2], [-5, 100000]),
+        helper.make_tensor("i8", TensorProto.INT8, [2], [-128, 127]),
+        helper.make_tensor("u8", TensorProto.UINT8, [2], [0, 255]),
+        helper.make_tensor("bool", TensorProto.BOOL, [2], [True, False]),
+        helper.make_tensor("f16", TensorProto.FLOAT16, [2], [1.0, -0.5]),  # bits in int32_data
+        helper.make_tensor("bf16", TensorProto.BFLOAT16, [2], [1.5, -2.0]),
+        numpy_helper.from_array(np.array([[1, 2], [3, 4]], np.int32), "raw_i32"),
+        numpy_helper.from_array(np.array([0.5, 2.0], np.float16), "raw_f16"),
+        helper.make_tensor("scalar", F, [], [3.25]),
+        helper.make_tensor("empty", F, [0, 3], []),
+    ]
+    outs = [vi(t.name, t.data_type, list(t.dims)) for t in inits]
+    m = model([], [], outs, inits)
+    written.append(save(m, "dtypes.onnx"))
+
+    # ---- external data: W in model.onnx.data at an offset; also short / missing variants
+    wext = np.arange(6, dtype=np.float32).reshape(2, 3) - 1.0
+    def ext_model(location, offset, length):
+        t = TensorProto()
+        t.name, t.data_type = "Wext", F
+        t.dims.extend([2, 3])
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        return model([helper.make_node("MatMul", ["x", "Wext"], ["y"])], [vi("x", F, [1, 2])], [vi("y", F, [1, 3])], [t])
+    with open(os.path.join(HERE, "external.onnx.data"), "wb") as f:
+        f.write(b"\0" * 16 + wext.tobytes())
+    save(ext_model("external.onnx.data", 16, 24), "external.onnx", check=False)
+    save(ext_model("external.onnx.data", 24, 24), "external_short.onnx", check=False)
+    save(ext_model("missing.onnx.data", 0, 24), "external_missing.onnx", check=False)
+    save(ext_model("../escape.data", 0, 24), "external_escape.onnx", check=False)
+
+    # ---- transformer-ish block: LayerNorm, MatMul, Split, Transpose, Einsum, Softmax, masking, Gelu
+    d = 8
+    rng = np.random.default_rng(0)
+    wqkv = numpy_helper.from_array(rng.standard_normal((d, 3 * d)).astype(np.float32), "wqkv")
+    gamma = numpy_helper.from_array(np.ones(d, np.float32), "gamma")
+    beta = numpy_helper.from_array(np.zeros(d, np.float32), "beta")
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1, epsilon=1e-5, name="ln1"),
+        helper.make_node("MatMul", ["ln", "wqkv"], ["qkv"]),
+        helper.make_node("Split", ["qkv"], ["q", "k", "v"], axis=-1, num_outputs=3, name="split_qkv"),
+        helper.make_node("Reshape", ["q", "heads"], ["q4"]),
+        helper.make_node("Reshape", ["k", "heads"], ["k4"]),
+        helper.make_node("Reshape", ["v", "heads"], ["v4"]),
+        helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Einsum", ["qt", "kt"], ["scores"], equation="bhid,bhjd->bhij", name="qk"),
+        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Trilu", ["ones"], ["causal"], upper=0),
+        helper.make_node("Cast", ["causal"], ["mask"], to=TensorProto.BOOL),
+        helper.make_node("Where", ["mask", "scaled", "neg"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("Einsum", ["probs", "vt"], ["ctx"], equation="bhij,bhjd->bhid", name="pv"),
+        helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ctxt", "back"], ["merged"]),
+        helper.make_node("Gelu", ["merged"], ["y"], approximate="tanh"),
+    ]
+    inits = [wqkv, gamma, beta, i64("heads", [0, 0, 2, 4]), i64("back", [0, 0, -1]),
+             helper.make_tensor("scale", F, [], [2.0]), helper.make_tensor("neg", F, [], [-1e9]),
+             numpy_helper.from_array(np.ones((3, 3), np.float32), "ones")]
+    m = model(nodes, [vi("x", F, [1, 3, d])], [vi("y", F, [1, 3, d])], inits, opset=20)
+    written.append(save(m, "attention.onnx"))
+
+    # ---- a dim with neither dim_value nor dim_param: a fresh symbol; LayerNorm's Mean used as an output
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, [None, 4])], [vi("y", F, [None, 4])])
+    written.append(save(m, "unknown_dim.onnx"))
+    m = model([helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], name="ln")],
+              [vi("x", F, [2, 4])], [vi("mean", F, [2, 1])], [helper.make_tensor("s", F, [4], [1, 1, 1, 1])])
+    save(m, "layernorm_mean.onnx", check=False)
+
+    # ---- bad input -------------------------------------------------------------
+    good = open(os.path.join(HERE, "mlp.onnx"), "rb").read()
+    with open(os.path.join(HERE, "truncated.onnx"), "wb") as f:
+        f.write(good[: len(good) * 2 // 3])
+    with open(os.path.join(HERE, "garbled.onnx"), "wb") as f:
+        f.write(bytes((i * 151 + 7) % 256 for i in range(300)))
+    nograph = onnx.ModelProto()
+    nograph.ir_version = 8
+    nograph.opset_import.add().version = 18
+    save(nograph, "nograph.onnx", check=False)
+    m = model([helper.make_node("Relu", ["nope"], ["y"], name="r")], [vi("x", F, [2])], [vi("y", F, [2])])
+    save(m, "bad_input_ref.onnx", check=False)
+    bad = numpy_helper.from_array(np.zeros((2, 2), np.float32), "W")
+    bad.raw_data = np.zeros(3, np.float32).tobytes()
+    m = model([helper.make_node("Add", ["x", "W"], ["y"])], [vi("x", F, [2, 2])], [vi("y", F, [2, 2])], [bad])
+    save(m, "bad_init_size.onnx", check=False)
+    relu = lambda: [helper.make_node("Relu", ["x"], ["y"])]
+    save(model(relu(), [vi("x", F, [2])], [vi("y", F, [2])], opset=12), "opset12.onnx", check=False)
+    save(model(relu(), [vi("x", F, [2])], [vi("y", F, [2])], opset=22), "opset22.onnx", check=False)
+    m = model([helper.make_node("Conv", ["x", "x"], ["y"], name="conv0")], [vi("x", F, [1, 1, 3, 3])],
+              [vi("y", F, None)])
+    save(m, "unsupported_op.onnx", check=False)
+    m = model([helper.make_node("FancyOp", ["x"], ["y"], domain="com.example")], [vi("x", F, [2])],
+              [vi("y", F, [2])], extra_opsets=[("com.example", 1)])
+    save(m, "custom_domain.onnx", check=False)
+    m = model([helper.make_node("Einsum", ["x", "x"], ["y"], equation="ii,jj->ij")], [vi("x", F, [2, 2])],
+              [vi("y", F, None)])
+    save(m, "einsum_unsupported.onnx", check=False)
+
+    # ---- fuzz seed corpus: the small good and bad models
+    os.makedirs(CORPUS, exist_ok=True)
+    for name in sorted(os.listdir(HERE)):
+        if name.endswith(".onnx"):
+            shutil.copy(os.path.join(HERE, name), os.path.join(CORPUS, name))
+
+
+if __name__ == "__main__":
+    main()

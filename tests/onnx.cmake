@@ -1,0 +1,40 @@
+# ONNX frontend: loader, op mapping, import-time folding, bad input; fuzz target.
+# test_onnx builds from its own sources (IR core + verifier + shape pass) so it
+# does not depend on the state of the other passes.
+if(GRAFT_ONNX_ENABLED)
+  graft_test(test_onnx
+    SOURCES tests/test_onnx.c src/ir/ir.c src/ir/ops.c src/ir/verify.c src/passes/shape.c
+    LAYERS graft_util graft_onnx)
+  target_link_libraries(test_onnx ${GRAFT_PROTOBUFC_LIB})
+
+  # pytest end to end (needs the graft CLI; skips itself when it is missing)
+  find_program(GRAFT_PYTEST NAMES pytest pytest-3)
+  if(GRAFT_PYTEST)
+    add_test(NAME onnx_pytest COMMAND ${GRAFT_PYTEST} -q ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_import.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_pytest PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+  endif()
+endif()
+
+# libFuzzer target: gr_onnx_load_buffer on arbitrary bytes (clang only).
+if(GRAFT_FUZZ AND GRAFT_ONNX_ENABLED AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  # Instrument the layers the loader runs through, so coverage guides the fuzzer.
+  foreach(l graft_util graft_onnx)
+    target_compile_options(${l} PRIVATE -fsanitize=fuzzer-no-link)
+  endforeach()
+  add_executable(onnx_fuzz tests/fuzz/onnx_fuzz.c src/ir/ir.c src/ir/ops.c src/ir/verify.c src/passes/shape.c
+                 src/frontend/gir-print.c
+                 $<TARGET_OBJECTS:graft_util> $<TARGET_OBJECTS:graft_onnx>)
+  target_compile_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(onnx_fuzz ${GRAFT_PROTOBUFC_LIB} m)
+  set_target_properties(onnx_fuzz PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # New inputs go to the first (scratch) corpus folder, never into the source tree.
+  set(onnx_fuzz_work ${CMAKE_BINARY_DIR}/fuzz/onnx-corpus)
+  file(MAKE_DIRECTORY ${onnx_fuzz_work} ${CMAKE_BINARY_DIR}/fuzz/onnx-artifacts)
+  add_test(NAME onnx_fuzz_smoke
+           COMMAND onnx_fuzz ${onnx_fuzz_work} ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/onnx
+                   -max_total_time=30 -rss_limit_mb=2048 -max_len=65536 -timeout=10
+                   -artifact_prefix=${CMAKE_BINARY_DIR}/fuzz/onnx-artifacts/
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+endif()

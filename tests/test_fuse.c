@@ -1,0 +1,709 @@
+/* tests/test_fuse — fusion with recomputation, CSE inside kernels, dead-step
+ * elimination, and the fold limit for fill / range.
+ *
+ * Graphs are built with the ir.c builder and typed by hand, lowered, fused
+ * (or not) and EXECUTED by a small executor on host buffers
+ * (gr_kernel_interpret / gr_libcall_reference, with every kernel's byte
+ * ranges checked against its buffers), as in test_lower. Fused results must
+ * be bit-identical to unfused ones. */
+#include "check.h"
+#include "passes/passes.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== graph building ===================================================================== */
+
+#define MAXV 4096
+static const void *input_data[MAXV];
+
+#define A_INT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INT, .i = (v)})
+#define A_FLOAT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_FLOAT, .f = (v)})
+#define A_INTS(nm, arr, cnt) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)(arr), .n = (cnt)})
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void set_type(gr_graph *g, int v, gr_dtype t, int nd, const int64_t *dims) {
+    gr_ir_value *x = &g->values.data[v];
+    x->dtype = t;
+    x->ndim = nd;
+    for (int i = 0; i < nd; i++) x->dims[i] = (gr_dim){dims[i], GR_SYM_NONE};
+    x->typed = true;
+}
+
+static int t_input(gr_graph *g, const char *name, gr_dtype t, int nd, const int64_t *dims, const void *data) {
+    gr_dim d[GR_MAX_DIMS];
+    for (int i = 0; i < nd; i++) d[i] = (gr_dim){dims[i], GR_SYM_NONE};
+    int v = -1;
+    CHECK_OK(gr_ir_add_input(g, name, t, nd, d, &v));
+    if (v >= 0 && v < MAXV) input_data[v] = data;
+    return v;
+}
+
+static int t_const(gr_graph *g, gr_dtype t, int nd, const int64_t *dims, const void *data) {
+    int v = -1;
+    CHECK_OK(gr_ir_add_const(g, NULL, t, nd, dims, data, &v));
+    return v;
+}
+
+static int t_node(gr_graph *g, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, gr_dtype t,
+                  int nd, const int64_t *dims) {
+    int node = -1;
+    CHECK_OK(gr_ir_add_node(g, op, NULL, n_in, in, 1, NULL, n_attr, attrs, &node));
+    if (node < 0) return -1;
+    int out = g->nodes.data[node].out[0];
+    set_type(g, out, t, nd, dims);
+    return out;
+}
+
+static int un(gr_graph *g, gr_op op, int a, gr_dtype t, int nd, const int64_t *dims) {
+    return t_node(g, op, 1, &a, 0, NULL, t, nd, dims);
+}
+
+static int bin(gr_graph *g, gr_op op, int a, int b, gr_dtype t, int nd, const int64_t *dims) {
+    return t_node(g, op, 2, (int[]){a, b}, 0, NULL, t, nd, dims);
+}
+
+static int cst(gr_graph *g, float v) { return t_const(g, GR_F32, 0, DIMS(0), &v); }
+
+static uint64_t rng_state = 777;
+static double frand(double lo, double hi) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (double)(rng_state >> 11) * 0x1p-53;
+}
+
+/* n elements of t from [lo, hi); the values as stored go to vals (optional) */
+static void *make_data(gr_dtype t, int64_t n, double lo, double hi, double *vals) {
+    void *b = malloc((size_t)(n ? n : 1) * gr_dtype_size(t));
+    for (int64_t i = 0; i < n; i++) {
+        gr_store_f64(b, t, i, frand(lo, hi));
+        if (vals) vals[i] = gr_load_f64(b, t, i);
+    }
+    return b;
+}
+
+/* ==== the test executor ==================================================================== */
+
+typedef struct {
+    const gr_graph *g;
+    char **buf;  /* per value */
+    size_t *cap; /* bytes available from buf[v] */
+    bool *owned;
+    const gr_step *step;
+} exec_t;
+
+static gr_status range_check(void *user, int param, const void *base, int64_t lo, int64_t hi, bool write) {
+    (void)base, (void)write;
+    exec_t *e = user;
+    const gr_step_arg *a = &e->step->args[param];
+    if (lo == hi) return GR_OK;
+    size_t off = a->kind == GR_ARG_VALUE ? (size_t)a->elem_offset * gr_dtype_size(e->g->values.data[a->value].dtype) : 0;
+    if (a->kind != GR_ARG_VALUE || lo < 0 || off > e->cap[a->value] || (size_t)hi > e->cap[a->value] - off)
+        return gr_error(GR_ERR_INVALID, "kernel %s param %d: range [%lld,%lld) outside its value", e->step->kernel->name,
+                        param, (long long)lo, (long long)hi);
+    return GR_OK;
+}
+
+static void exec_free(exec_t *e) {
+    if (!e->buf) return;
+    for (int v = 0; v < e->g->values.len; v++)
+        if (e->owned[v]) free(e->buf[v]);
+    free(e->buf), free(e->cap), free(e->owned);
+    e->buf = NULL;
+}
+
+static gr_status exec_run(exec_t *e, const gr_graph *g, const gr_step_list *steps) {
+    memset(e, 0, sizeof *e);
+    e->g = g;
+    int nv = g->values.len;
+    e->buf = calloc((size_t)nv, sizeof(char *));
+    e->cap = calloc((size_t)nv, sizeof(size_t));
+    e->owned = calloc((size_t)nv, sizeof(bool));
+    for (int v = 0; v < nv; v++) {
+        const gr_ir_value *x = &g->values.data[v];
+        if (!x->typed) continue;
+        size_t bytes = (size_t)gr_ir_value_numel(x) * gr_dtype_size(x->dtype);
+        e->buf[v] = malloc(bytes + 16);
+        memset(e->buf[v], 0xA5, bytes + 16); /* garbage: a missed store shows */
+        e->cap[v] = bytes;
+        e->owned[v] = true;
+        if (x->kind == GR_VAL_CONST && bytes) memcpy(e->buf[v], x->data, bytes);
+        if (x->kind == GR_VAL_INPUT && v < MAXV && input_data[v] && bytes) memcpy(e->buf[v], input_data[v], bytes);
+    }
+    for (int s = 0; s < steps->len; s++) {
+        const gr_step *st = &steps->data[s];
+        e->step = st;
+        if (st->kind == GR_STEP_ALIAS) {
+            int src = st->args[0].value, dst = st->out_value;
+            if (e->owned[dst]) free(e->buf[dst]);
+            e->owned[dst] = false;
+            size_t off = (size_t)st->args[0].elem_offset * gr_dtype_size(g->values.data[src].dtype);
+            e->buf[dst] = e->buf[src] + off;
+            e->cap[dst] = e->cap[src] - off;
+            continue;
+        }
+        gr_karg args[GR_KMAX_PARAMS];
+        memset(args, 0, sizeof args);
+        for (int i = 0; i < st->n_args; i++) {
+            const gr_step_arg *a = &st->args[i];
+            if (a->kind == GR_ARG_LITERAL) args[i] = a->literal;
+            else if (a->kind == GR_ARG_VALUE)
+                args[i].ptr = e->buf[a->value] + (size_t)a->elem_offset * gr_dtype_size(g->values.data[a->value].dtype);
+            else {
+                gr_dtype t = g->values.data[a->value].dtype;
+                if (gr_dtype_is_float(t)) args[i].f = gr_load_f64(e->buf[a->value], t, 0);
+                else args[i].i = gr_load_i64(e->buf[a->value], t, 0);
+            }
+        }
+        gr_status r = st->kind == GR_STEP_KERNEL ? gr_kernel_interpret(st->kernel, args, st->n_args, range_check, e)
+                                                 : gr_libcall_reference(&st->call, args);
+        if (r != GR_OK) return r;
+    }
+    return GR_OK;
+}
+
+static int count_compute(const gr_step_list *l) {
+    int n = 0;
+    for (int i = 0; i < l->len; i++) n += l->data[i].kind == GR_STEP_KERNEL || l->data[i].kind == GR_STEP_LIBCALL;
+    return n;
+}
+
+/* Lowers (and optionally fuses) g, runs it, returns the raw bytes of value v (malloc'd). */
+static void *run_value(gr_graph *g, int v, bool fuse, int *n_compute, gr_step_list *keep) {
+    gr_step_list steps;
+    gr_status st = gr_pass_lower(g, &steps);
+    CHECK_OK(st);
+    if (st != GR_OK) return NULL;
+    if (fuse) CHECK_OK(gr_pass_fuse(g, &steps));
+    for (int i = 0; i < steps.len; i++)
+        if (steps.data[i].kind == GR_STEP_KERNEL) CHECK_OK(gr_kernel_verify(steps.data[i].kernel));
+    if (n_compute) *n_compute = count_compute(&steps);
+    exec_t e;
+    st = exec_run(&e, g, &steps);
+    CHECK_OK(st);
+    void *out = NULL;
+    if (st == GR_OK) {
+        const gr_ir_value *x = &g->values.data[v];
+        size_t bytes = (size_t)gr_ir_value_numel(x) * gr_dtype_size(x->dtype);
+        out = malloc(bytes + 1);
+        memcpy(out, e.buf[v], bytes);
+    }
+    exec_free(&e);
+    if (keep) *keep = steps;
+    else gr_step_list_free(&steps);
+    return out;
+}
+
+/* Runs g unfused and fused; every output must match bit for bit; checks kernel counts. */
+static void check_fused(const char *what, gr_graph *g, int want_unfused, int want_fused) {
+    for (int o = 0; o < g->outputs.len; o++) {
+        int y = g->outputs.data[o];
+        int nu = -1, nf = -1;
+        void *a = run_value(g, y, false, &nu, NULL), *b = run_value(g, y, true, &nf, NULL);
+        const gr_ir_value *x = &g->values.data[y];
+        size_t bytes = (size_t)gr_ir_value_numel(x) * gr_dtype_size(x->dtype);
+        CHECK_MSG(a && b && memcmp(a, b, bytes) == 0, "%s: output %d: fused and unfused results differ", what, o);
+        CHECK_MSG(nu == want_unfused && nf == want_fused, "%s: %d kernels unfused (want %d), %d fused (want %d)", what,
+                  nu, want_unfused, nf, want_fused);
+        free(a), free(b);
+    }
+}
+
+static int count_ops(const gr_kernel *k, gr_kexpr_op op) {
+    int n = 0;
+    for (int i = 0; i < k->nodes.len; i++) n += k->nodes.data[i].op == op;
+    return n;
+}
+
+/* the one kernel step of a fused plan, or NULL */
+static const gr_kernel *only_kernel(const gr_step_list *l) {
+    const gr_kernel *k = NULL;
+    for (int i = 0; i < l->len; i++)
+        if (l->data[i].kind == GR_STEP_KERNEL) {
+            if (k) return NULL;
+            k = l->data[i].kernel;
+        }
+    return k;
+}
+
+/* ==== EOS ========================================================================================= */
+
+static float f32(double v) { return (float)v; }
+
+/* examples/gen_examples.py's eos() with n elements; fills ref with a float reference */
+static gr_graph *build_eos(int64_t n, int rounds, bool x_out, void **data, float *ref) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    double *sv = malloc(sizeof(double) * (size_t)n), *tv = malloc(sizeof(double) * (size_t)n),
+           *pv = malloc(sizeof(double) * (size_t)n);
+    data[0] = make_data(GR_F32, n, 0, 2, sv);
+    data[1] = make_data(GR_F32, n, -1, 1, tv);
+    data[2] = make_data(GR_F32, n, -1, 1, pv);
+    const int64_t *d = (const int64_t[]){n};
+    int s = t_input(g, "s", GR_F32, 1, d, data[0]), t = t_input(g, "t", GR_F32, 1, d, data[1]),
+        p = t_input(g, "p", GR_F32, 1, d, data[2]);
+    int x = un(g, GR_OP_SQRT, bin(g, GR_OP_MUL, s, cst(g, f32(0.0248826675584615)), GR_F32, 1, d), GR_F32, 1, d);
+    int y = bin(g, GR_OP_MUL, t, cst(g, f32(0.025)), GR_F32, 1, d);
+    int z = bin(g, GR_OP_MUL, p, cst(g, f32(1e-4)), GR_F32, 1, d);
+    int acc = t_node(g, GR_OP_FILL, 0, NULL, 2, (gr_ir_attr[]){A_INTS("shape", d, 1), A_FLOAT("value", 0.0)}, GR_F32, 1, d);
+    for (int k = 0; k < rounds; k++) {
+        double c = 1.0 / (k + 1);
+        int a = bin(g, GR_OP_MUL, bin(g, GR_OP_MUL, cst(g, f32(c)), x, GR_F32, 1, d), y, GR_F32, 1, d);
+        int b = bin(g, GR_OP_MUL, bin(g, GR_OP_MUL, cst(g, f32(c * 0.5)), z, GR_F32, 1, d), x, GR_F32, 1, d);
+        int tt = bin(g, GR_OP_MUL, un(g, GR_OP_TANH, bin(g, GR_OP_MUL, y, cst(g, f32(c)), GR_F32, 1, d), GR_F32, 1, d), z,
+                     GR_F32, 1, d);
+        acc = bin(g, GR_OP_ADD, bin(g, GR_OP_SUB, bin(g, GR_OP_ADD, acc, a, GR_F32, 1, d), b, GR_F32, 1, d), tt, GR_F32, 1, d);
+        x = bin(g, GR_OP_ADD, bin(g, GR_OP_MUL, x, cst(g, f32(0.999)), GR_F32, 1, d), cst(g, f32(0.001)), GR_F32, 1, d);
+    }
+    gr_ir_add_output(g, acc);
+    if (x_out) gr_ir_add_output(g, x);
+    for (int64_t i = 0; i < n && ref; i++) {
+        float xs = sqrtf((float)sv[i] * f32(0.0248826675584615)), ys = (float)tv[i] * f32(0.025),
+              zs = (float)pv[i] * f32(1e-4), as = 0;
+        for (int k = 0; k < rounds; k++) {
+            float c = f32(1.0 / (k + 1)), c2 = f32(1.0 / (k + 1) * 0.5);
+            as = as + c * xs * ys - c2 * zs * xs + tanhf(ys * c) * zs;
+            xs = xs * f32(0.999) + f32(0.001);
+        }
+        ref[i] = as;
+    }
+    free(sv), free(tv), free(pv);
+    return g;
+}
+
+static void test_eos(void) {
+    enum { N = 1000 };
+    void *data[3];
+    static float ref[N];
+    gr_graph *g = build_eos(N, 24, false, data, ref);
+    int y = g->outputs.data[0];
+    int nu = -1, nf = -1;
+    gr_step_list fused;
+    float *a = run_value(g, y, false, &nu, NULL), *b = run_value(g, y, true, &nf, &fused);
+    CHECK_MSG(a && b && memcmp(a, b, sizeof(float) * N) == 0, "eos: fused and unfused results differ");
+    CHECK_MSG(nf == 1, "eos: %d kernels fused, want 1 (unfused %d)", nf, nu);
+    CHECK_MSG(nu == 5 + 24 * 12, "eos: %d kernels unfused", nu);
+    int64_t bad = -1;
+    for (int i = 0; i < N && b && bad < 0; i++)
+        if (!(fabsf(b[i] - ref[i]) <= 1e-5f * (1 + fabsf(ref[i])))) bad = i;
+    CHECK_MSG(bad < 0, "eos: element %lld is %.9g, reference %.9g", (long long)bad, bad >= 0 ? b[bad] : 0,
+              bad >= 0 ? ref[bad] : 0);
+    /* reads s, t, p once each, writes acc once; the DAG stays linear in the rounds */
+    const gr_kernel *k = only_kernel(&fused);
+    CHECK(k != NULL);
+    if (k) {
+        CHECK_MSG(count_ops(k, GR_KX_LOAD) == 3, "eos: %d loads", count_ops(k, GR_KX_LOAD));
+        CHECK(k->n_stages == 1 && k->stages[0].kind == GR_KS_STORE);
+        CHECK_MSG(k->nodes.len <= 24 * 16, "eos: %d nodes", k->nodes.len);
+        int buffers = 0;
+        for (int p = 0; p < k->n_params; p++) buffers += k->params[p].kind == GR_KP_BUFFER;
+        CHECK(buffers == 4);
+    }
+    gr_step_list_free(&fused);
+    free(a), free(b);
+    for (int i = 0; i < 3; i++) free(data[i]);
+    gr_ir_graph_destroy(g);
+
+    /* with the last x an output too, every x_k has two live readers (the acc
+     * kernel and the x kernel): recomputed in both, CSE keeps both linear */
+    g = build_eos(N, 24, true, data, NULL);
+    check_fused("eos, x output", g, 5 + 24 * 12, 2);
+    free(run_value(g, g->outputs.data[0], true, NULL, &fused));
+    for (int i = 0; i < fused.len; i++)
+        CHECK_MSG(fused.data[i].kind == GR_STEP_KERNEL && fused.data[i].kernel->nodes.len <= 24 * 16 &&
+                      count_ops(fused.data[i].kernel, GR_KX_LOAD) <= 3,
+                  "eos, x output: step %d", i);
+    gr_step_list_free(&fused);
+    for (int i = 0; i < 3; i++) free(data[i]);
+    gr_ir_graph_destroy(g);
+}
+
+/* ==== recomputation ===================================================================================== */
+
+static void test_recompute(void) {
+    const int64_t *d = DIMS(3, 5);
+    double xv[15];
+    void *xd = make_data(GR_F32, 15, -2, 2, xv);
+    /* diamond: a -> b, a -> c, b + c */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int a = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+        int b = un(g, GR_OP_SIN, a, GR_F32, 2, d), c = un(g, GR_OP_COS, a, GR_F32, 2, d);
+        gr_ir_add_output(g, bin(g, GR_OP_ADD, b, c, GR_F32, 2, d));
+        check_fused("diamond", g, 4, 1);
+        gr_ir_graph_destroy(g);
+    }
+    /* diamond whose arms are outputs too: a is recomputed in all three kernels */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int a = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+        int b = un(g, GR_OP_SIN, a, GR_F32, 2, d), c = un(g, GR_OP_COS, a, GR_F32, 2, d);
+        int e = bin(g, GR_OP_MUL, b, a, GR_F32, 2, d);
+        gr_ir_add_output(g, b);
+        gr_ir_add_output(g, c);
+        gr_ir_add_output(g, e);
+        check_fused("diamond with outputs", g, 4, 3);
+        gr_ir_graph_destroy(g);
+    }
+    /* f16: each recomputed copy rounds exactly as the stored intermediate did */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        void *hd = make_data(GR_F16, 15, -2, 2, NULL);
+        int x = t_input(g, "x", GR_F16, 2, d, hd);
+        int a = bin(g, GR_OP_MUL, un(g, GR_OP_EXP, x, GR_F16, 2, d), x, GR_F16, 2, d);
+        gr_ir_add_output(g, un(g, GR_OP_TANH, a, GR_F16, 2, d));
+        gr_ir_add_output(g, bin(g, GR_OP_SUB, a, x, GR_F16, 2, d));
+        check_fused("f16 recompute", g, 4, 2);
+        gr_ir_graph_destroy(g);
+        free(hd);
+    }
+    /* a producer read by an elementwise kernel and by a reduction */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int a = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+        gr_ir_add_output(g, t_node(g, GR_OP_REDUCE_SUM, 1, &a, 2,
+                                   (gr_ir_attr[]){A_INTS("axes", DIMS(1), 1), A_INT("keepdims", 0)}, GR_F32, 1, DIMS(3)));
+        gr_ir_add_output(g, un(g, GR_OP_NEG, a, GR_F32, 2, d));
+        check_fused("elementwise + reduction readers", g, 3, 2);
+        gr_ir_graph_destroy(g);
+    }
+    /* 8 readers: recomputed; 9 readers: stays */
+    for (int nr = 8; nr <= 9; nr++) {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int a = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+        for (int r = 0; r < nr; r++) gr_ir_add_output(g, bin(g, GR_OP_MUL, a, cst(g, (float)r), GR_F32, 2, d));
+        check_fused(nr == 8 ? "8 readers" : "9 readers", g, nr + 1, nr == 8 ? 8 : 10);
+        gr_ir_graph_destroy(g);
+    }
+    free(xd);
+}
+
+/* ==== producers that must not be duplicated ================================================================ */
+
+static void test_not_duplicated(void) {
+    double xv[12], vv[4];
+    void *xd = make_data(GR_F32, 12, -1, 1, xv), *vd = make_data(GR_F32, 4, -1, 1, vv);
+    const int64_t *d = DIMS(3, 4);
+    /* a reduction's output read twice */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int r = t_node(g, GR_OP_REDUCE_SUM, 1, &x, 2, (gr_ir_attr[]){A_INTS("axes", DIMS(1), 1), A_INT("keepdims", 0)},
+                       GR_F32, 1, DIMS(3));
+        gr_ir_add_output(g, un(g, GR_OP_EXP, r, GR_F32, 1, DIMS(3)));
+        gr_ir_add_output(g, un(g, GR_OP_NEG, r, GR_F32, 1, DIMS(3)));
+        check_fused("reduction read twice", g, 3, 3);
+        gr_ir_graph_destroy(g);
+    }
+    /* a producer read with broadcasting (by one reader, and by two) */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd), v = t_input(g, "v", GR_F32, 1, DIMS(4), vd);
+        int w = un(g, GR_OP_EXP, v, GR_F32, 1, DIMS(4));
+        gr_ir_add_output(g, bin(g, GR_OP_ADD, x, w, GR_F32, 2, d));
+        check_fused("broadcast read", g, 2, 2);
+        gr_ir_add_output(g, bin(g, GR_OP_MUL, w, x, GR_F32, 2, d));
+        check_fused("broadcast read twice", g, 3, 3);
+        gr_ir_graph_destroy(g);
+    }
+    /* one broadcast reader among contiguous ones: nothing is duplicated */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd), v = t_input(g, "v", GR_F32, 1, DIMS(4), vd);
+        int w = un(g, GR_OP_EXP, v, GR_F32, 1, DIMS(4));
+        gr_ir_add_output(g, un(g, GR_OP_NEG, w, GR_F32, 1, DIMS(4)));
+        gr_ir_add_output(g, bin(g, GR_OP_ADD, x, w, GR_F32, 2, d));
+        check_fused("mixed readers", g, 3, 3);
+        gr_ir_graph_destroy(g);
+    }
+    /* a graph output */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd);
+        int t = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+        gr_ir_add_output(g, t);
+        gr_ir_add_output(g, un(g, GR_OP_SIN, t, GR_F32, 2, d));
+        gr_ir_add_output(g, un(g, GR_OP_COS, t, GR_F32, 2, d));
+        check_fused("graph output read twice", g, 3, 3);
+        gr_ir_graph_destroy(g);
+    }
+    /* a producer too large to recompute (its fused DAG exceeds 64 nodes) */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        int x = t_input(g, "x", GR_F32, 2, d, xd), t = x;
+        for (int r = 0; r < 40; r++)
+            t = bin(g, GR_OP_ADD, bin(g, GR_OP_MUL, t, cst(g, 0.5f + 0.01f * (float)r), GR_F32, 2, d),
+                    cst(g, 0.25f - 0.01f * (float)r), GR_F32, 2, d);
+        gr_ir_add_output(g, un(g, GR_OP_SIN, t, GR_F32, 2, d));
+        gr_ir_add_output(g, un(g, GR_OP_COS, t, GR_F32, 2, d));
+        check_fused("large producer", g, 82, 3);
+        gr_ir_graph_destroy(g);
+    }
+    free(xd), free(vd);
+}
+
+/* ==== dead-step elimination ================================================================================= */
+
+static bool has_step_for(const gr_step_list *l, int value) {
+    for (int i = 0; i < l->len; i++) {
+        const gr_step *s = &l->data[i];
+        if (s->kind == GR_STEP_ALIAS && s->out_value == value) return true;
+        if (s->kind == GR_STEP_LIBCALL && s->args[2].value == value) return true;
+        if (s->kind == GR_STEP_KERNEL)
+            for (int p = 0; p < s->n_args; p++)
+                if (s->kernel->params[p].written && s->args[p].kind == GR_ARG_VALUE && s->args[p].value == value) return true;
+    }
+    return false;
+}
+
+static void test_dce(void) {
+    double xv[12];
+    void *xd = make_data(GR_F32, 12, -1, 1, xv);
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    const int64_t *d = DIMS(3, 4);
+    int x = t_input(g, "x", GR_F32, 2, d, xd);
+    /* dead: a chain of elementwise ops, a matmul, a view */
+    int a = un(g, GR_OP_EXP, x, GR_F32, 2, d);
+    int b = un(g, GR_OP_SIN, a, GR_F32, 2, d);
+    int m = t_node(g, GR_OP_MATMUL, 2, (int[]){x, b}, 1, (gr_ir_attr[]){A_INT("trans_b", 1)}, GR_F32, 2, DIMS(3, 3));
+    int mm = un(g, GR_OP_NEG, m, GR_F32, 2, DIMS(3, 3));
+    int rv = t_node(g, GR_OP_RESHAPE, 2, (int[]){x, t_const(g, GR_I64, 1, DIMS(1), (int64_t[]){12})}, 0, NULL, GR_F32, 1,
+                    DIMS(12));
+    /* live: an output through a view, and an output whose producer feeds a dead step */
+    int c = un(g, GR_OP_COS, x, GR_F32, 2, d);
+    int cv = t_node(g, GR_OP_RESHAPE, 2, (int[]){c, t_const(g, GR_I64, 1, DIMS(1), (int64_t[]){12})}, 0, NULL, GR_F32, 1,
+                    DIMS(12));
+    int e = un(g, GR_OP_ABS, x, GR_F32, 2, d);
+    int dead_e = un(g, GR_OP_NEG, e, GR_F32, 2, d);
+    gr_ir_add_output(g, cv);
+    gr_ir_add_output(g, e);
+    gr_step_list steps;
+    CHECK_OK(gr_pass_lower(g, &steps));
+    CHECK(has_step_for(&steps, a) && has_step_for(&steps, m) && has_step_for(&steps, rv) && has_step_for(&steps, dead_e));
+    CHECK_OK(gr_pass_dce(g, &steps));
+    CHECK(!has_step_for(&steps, a) && !has_step_for(&steps, b) && !has_step_for(&steps, m) && !has_step_for(&steps, mm));
+    CHECK(!has_step_for(&steps, rv) && !has_step_for(&steps, dead_e));
+    CHECK(has_step_for(&steps, c) && has_step_for(&steps, cv) && has_step_for(&steps, e));
+    CHECK_MSG(steps.len == 3, "dce: %d steps left", steps.len);
+    int n_before = steps.len;
+    CHECK_OK(gr_pass_dce(g, &steps)); /* a fixed point */
+    CHECK(steps.len == n_before);
+    exec_t ex;
+    CHECK_OK(exec_run(&ex, g, &steps));
+    for (int i = 0; i < 12; i++) {
+        CHECK(((float *)ex.buf[cv])[i] == cosf((float)xv[i]) || fabsf(((float *)ex.buf[cv])[i] - cosf((float)xv[i])) < 1e-6f);
+        CHECK(((float *)ex.buf[e])[i] == fabsf((float)xv[i]));
+    }
+    exec_free(&ex);
+    gr_step_list_free(&steps);
+    /* after fusion the dead ones are gone too, and the live ones agree bit for bit */
+    check_fused("dce + fusion", g, 7, 2);
+    gr_ir_graph_destroy(g);
+    free(xd);
+}
+
+/* ==== CSE ================================================================================================== */
+
+static void test_cse(void) {
+    double xv[10];
+    void *xd = make_data(GR_F32, 10, -1, 1, xv);
+    /* (x*2 + 1) * (x*2 + 1), spelled as two separate chains */
+    {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        const int64_t *d = DIMS(10);
+        int x = t_input(g, "x", GR_F32, 1, d, xd);
+        int t = bin(g, GR_OP_ADD, bin(g, GR_OP_MUL, x, cst(g, 2), GR_F32, 1, d), cst(g, 1), GR_F32, 1, d);
+        int u = bin(g, GR_OP_ADD, bin(g, GR_OP_MUL, x, cst(g, 2), GR_F32, 1, d), cst(g, 1), GR_F32, 1, d);
+        int y = bin(g, GR_OP_MUL, t, u, GR_F32, 1, d);
+        gr_ir_add_output(g, y);
+        check_fused("cse graph", g, 5, 1);
+        gr_step_list steps;
+        void *r = run_value(g, y, true, NULL, &steps);
+        const gr_kernel *k = only_kernel(&steps);
+        CHECK(k != NULL);
+        if (k) {
+            /* load x, 2, mul, 1, add, mul: one copy of each */
+            CHECK_MSG(k->nodes.len == 6, "cse graph: %d nodes", k->nodes.len);
+            CHECK(count_ops(k, GR_KX_LOAD) == 1);
+            CHECK(k->n_params == 3); /* n, x, y */
+        }
+        free(r);
+        gr_step_list_free(&steps);
+        gr_ir_graph_destroy(g);
+    }
+    /* directly: duplicated subexpressions, a dead node, two params bound to one value */
+    {
+        gr_kernel *k;
+        CHECK_OK(gr_kernel_create("cse", &k));
+        k->n_outer = 1;
+        k->outer[0] = 10;
+        int pn, pa, pb, py;
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &pn));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "a", &pa));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "b", &pb));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &py));
+        k->params[py].written = true;
+        k->n_points_param = pn;
+        gr_kaccess acc;
+        gr_kaccess_init(&acc);
+        acc.stride[0] = 1;
+        int la, lb, c1, c2, m1, m2, e1, e2, dead, s;
+        CHECK_OK(gr_kx_load(k, pa, &acc, &la));
+        CHECK_OK(gr_kx_load(k, pb, &acc, &lb));
+        CHECK_OK(gr_kx_const_f(k, GR_F32, 3.0, &c1));
+        CHECK_OK(gr_kx_const_f(k, GR_F32, 3.0, &c2));
+        CHECK_OK(gr_kx_binary(k, GR_KB_MUL, GR_F32, la, c1, &m1));
+        CHECK_OK(gr_kx_binary(k, GR_KB_MUL, GR_F32, lb, c2, &m2));
+        CHECK_OK(gr_kx_unary(k, GR_KU_EXP, GR_F32, m1, &e1));
+        CHECK_OK(gr_kx_unary(k, GR_KU_SIN, GR_F32, m2, &dead));
+        CHECK_OK(gr_kx_unary(k, GR_KU_EXP, GR_F32, m2, &e2));
+        CHECK_OK(gr_kx_binary(k, GR_KB_SUB, GR_F32, e1, e2, &s));
+        gr_kstage st = {.kind = GR_KS_STORE, .value = s, .param = py, .access = acc};
+        CHECK_OK(gr_kernel_add_stage(k, &st));
+        CHECK_OK(gr_kernel_verify(k));
+        gr_step_arg args[GR_KMAX_PARAMS];
+        memset(args, 0, sizeof args);
+        args[pn] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1, .literal.i = 10};
+        args[pa] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = 7};
+        args[pb] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = 7};
+        args[py] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = 8};
+        /* a kernel reading a buffer through two params bound to the same value */
+        float in[10], out1[10], out2[10];
+        for (int i = 0; i < 10; i++) in[i] = (float)xv[i];
+        gr_karg ka[4] = {{.i = 10}, {.ptr = in}, {.ptr = in}, {.ptr = out1}};
+        CHECK_OK(gr_kernel_interpret(k, ka, 4, NULL, NULL));
+        CHECK_OK(gr_pass_cse_kernel(k, args));
+        CHECK_OK(gr_kernel_verify(k));
+        /* load, 3, mul, exp, sub */
+        CHECK_MSG(k->nodes.len == 5, "cse kernel: %d nodes", k->nodes.len);
+        CHECK(count_ops(k, GR_KX_UNARY) == 1 && count_ops(k, GR_KX_LOAD) == 1);
+        CHECK_MSG(k->n_params == 3, "cse kernel: %d params", k->n_params);
+        if (k->n_params == 3) {
+            CHECK(args[0].kind == GR_ARG_LITERAL && args[1].value == 7 && args[2].value == 8 && k->params[2].written);
+            gr_karg kb[3] = {{.i = 10}, {.ptr = in}, {.ptr = out2}};
+            CHECK_OK(gr_kernel_interpret(k, kb, 3, NULL, NULL));
+            CHECK(memcmp(out1, out2, sizeof out1) == 0);
+        }
+        /* a second run changes nothing */
+        int nodes = k->nodes.len;
+        CHECK_OK(gr_pass_cse_kernel(k, args));
+        CHECK(k->nodes.len == nodes && k->n_params == 3);
+        gr_kernel_destroy(k);
+    }
+    free(xd);
+}
+
+/* ==== fold limit for fill / range ============================================================================== */
+
+static void test_fold_limit(void) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    int small = t_node(g, GR_OP_FILL, 0, NULL, 2, (gr_ir_attr[]){A_INTS("shape", DIMS(4096), 1), A_FLOAT("value", 1.5)},
+                       GR_F32, 1, DIMS(4096));
+    int big = t_node(g, GR_OP_FILL, 0, NULL, 2, (gr_ir_attr[]){A_INTS("shape", DIMS(4097), 1), A_FLOAT("value", 1.5)},
+                     GR_F32, 1, DIMS(4097));
+    int rsmall = t_node(g, GR_OP_RANGE, 0, NULL, 3, (gr_ir_attr[]){A_FLOAT("start", 0), A_FLOAT("limit", 100), A_FLOAT("delta", 1)},
+                        GR_F32, 1, DIMS(100));
+    int rbig = t_node(g, GR_OP_RANGE, 0, NULL, 3, (gr_ir_attr[]){A_FLOAT("start", 0), A_FLOAT("limit", 5000), A_FLOAT("delta", 1)},
+                      GR_F32, 1, DIMS(5000));
+    int rnd = t_node(g, GR_OP_RANDOM_UNIFORM, 0, NULL, 2, (gr_ir_attr[]){A_INTS("shape", DIMS(5000), 1), A_INT("seed", 3)},
+                     GR_F32, 1, DIMS(5000));
+    int outs[5] = {small, big, rsmall, rbig, rnd};
+    for (int i = 0; i < 5; i++) gr_ir_add_output(g, outs[i]);
+    CHECK_OK(gr_pass_fold_constants(g));
+    CHECK(g->values.data[small].kind == GR_VAL_CONST && g->values.data[rsmall].kind == GR_VAL_CONST);
+    CHECK(g->values.data[big].kind == GR_VAL_NODE && g->values.data[rbig].kind == GR_VAL_NODE);
+    CHECK(g->values.data[rnd].kind == GR_VAL_CONST); /* random generators are weights: still folded */
+    CHECK(g->nodes.len == 2);
+    /* the unfolded fill and range still compute the right values, and fuse into their reader */
+    void *r = run_value(g, big, false, NULL, NULL);
+    int bad = 0;
+    for (int i = 0; r && i < 4097; i++) bad += ((float *)r)[i] != 1.5f;
+    CHECK(r && bad == 0);
+    free(r);
+    int s = bin(g, GR_OP_ADD, rbig, rbig, GR_F32, 1, DIMS(5000));
+    int f = t_node(g, GR_OP_FILL, 0, NULL, 2, (gr_ir_attr[]){A_INTS("shape", DIMS(5000), 1), A_FLOAT("value", 0.5)},
+                   GR_F32, 1, DIMS(5000));
+    int y = bin(g, GR_OP_MUL, s, f, GR_F32, 1, DIMS(5000));
+    g->outputs.len = 0; /* only y: the big fill above is dead now */
+    gr_ir_add_output(g, y);
+    check_fused("fill and range into a reader", g, 5, 1);
+    r = run_value(g, y, true, NULL, NULL);
+    bad = 0;
+    for (int i = 0; r && i < 5000; i++) bad += ((float *)r)[i] != (float)i;
+    CHECK(r && bad == 0);
+    free(r);
+    gr_ir_graph_destroy(g);
+}
+
+/* ==== allocation failures ========================================================================================= */
+
+static void oom_loop(const char *what, gr_graph *g, bool dce_only) {
+    int failures = 0, successes = 0;
+    for (long n = 1; n < 20000 && !successes; n++) {
+        long live = gr_debug_live_allocs();
+        gr_step_list steps;
+        CHECK_OK(gr_pass_lower(g, &steps));
+        gr_debug_fail_alloc_after(n);
+        gr_status st = dce_only ? gr_pass_dce(g, &steps) : gr_pass_fuse(g, &steps);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) successes++;
+        else failures++;
+        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "%s: allocation failure %ld gave %s", what, n, gr_status_name(st));
+        /* the list stays valid after a failure: it verifies and still runs */
+        for (int i = 0; i < steps.len; i++)
+            if (steps.data[i].kind == GR_STEP_KERNEL) CHECK_OK(gr_kernel_verify(steps.data[i].kernel));
+        exec_t e;
+        CHECK_OK(exec_run(&e, g, &steps));
+        exec_free(&e);
+        gr_step_list_free(&steps);
+        CHECK_MSG(gr_debug_live_allocs() == live, "%s: allocation failure %ld leaks %ld allocations", what, n,
+                  gr_debug_live_allocs() - live);
+    }
+    CHECK_MSG(successes == 1 && failures >= 3, "%s: %d successes, %d failures", what, successes, failures);
+}
+
+static void test_oom(void) {
+    void *data[3];
+    gr_graph *g = build_eos(64, 4, true, data, NULL);
+    oom_loop("eos fuse", g, false);
+    oom_loop("eos dce", g, true);
+    gr_ir_graph_destroy(g);
+    for (int i = 0; i < 3; i++) free(data[i]);
+    /* recomputation into several readers */
+    CHECK_OK(gr_ir_graph_create(&g));
+    double xv[6];
+    void *xd = make_data(GR_F32, 6, -1, 1, xv);
+    int x = t_input(g, "x", GR_F32, 1, DIMS(6), xd);
+    int a = un(g, GR_OP_EXP, x, GR_F32, 1, DIMS(6));
+    for (int r = 0; r < 3; r++) gr_ir_add_output(g, bin(g, GR_OP_MUL, a, cst(g, (float)r), GR_F32, 1, DIMS(6)));
+    oom_loop("three readers", g, false);
+    gr_ir_graph_destroy(g);
+    free(xd);
+}
+
+int main(void) {
+    test_eos();
+    test_recompute();
+    test_not_duplicated();
+    test_dce();
+    test_cse();
+    test_fold_limit();
+    test_oom();
+    return check_summary("test_fuse");
+}

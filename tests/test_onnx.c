@@ -1,0 +1,305 @@
+/* test_onnx — the ONNX frontend: committed fixtures (tests/data/onnx, written
+ * by make_fixtures.py), op mapping, initializer values in every dtype,
+ * external data, symbolic dims, import-time folding of shape chains, each
+ * class of bad input with its message, and allocation failure at every step. */
+#include "check.h"
+#include "ir/ir.h"
+#include "util/util.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DATA "tests/data/onnx/"
+
+static gr_graph *load(const char *name) {
+    gr_graph *g = NULL;
+    char path[256];
+    snprintf(path, sizeof path, DATA "%s", name);
+    gr_status st = gr_onnx_load(path, &g);
+    CHECK_MSG(st == GR_OK, "%s: %s: %s", name, gr_status_name(st), gr_last_error());
+    return g;
+}
+
+static const gr_ir_node *node_named(const gr_graph *g, const char *name) {
+    for (int i = 0; i < g->nodes.len; i++)
+        if (!strcmp(g->nodes.data[i].name, name)) return &g->nodes.data[i];
+    return NULL;
+}
+
+static int count_op(const gr_graph *g, gr_op op) {
+    int n = 0;
+    for (int i = 0; i < g->nodes.len; i++) n += g->nodes.data[i].op == op;
+    return n;
+}
+
+static const gr_ir_node *first_op(const gr_graph *g, gr_op op) {
+    for (int i = 0; i < g->nodes.len; i++)
+        if (g->nodes.data[i].op == op) return &g->nodes.data[i];
+    return NULL;
+}
+
+static bool ints_eq(const gr_graph *g, const gr_ir_node *n, const char *attr, const int64_t *want, int nw) {
+    const int64_t *v;
+    int nv;
+    if (!n || gr_ir_attr_ints(g, n, attr, &v, &nv) != GR_OK || nv != nw) return false;
+    for (int i = 0; i < nw; i++)
+        if (v[i] != want[i]) return false;
+    return true;
+}
+
+static int64_t attr_i(const gr_graph *g, const gr_ir_node *n, const char *name, int64_t def) {
+    int64_t v = def;
+    if (n) gr_ir_attr_int(g, n, name, def, &v);
+    return v;
+}
+
+static const gr_ir_value *value_named(const gr_graph *g, const char *name) {
+    int v = gr_ir_find_value(g, name);
+    return v >= 0 ? &g->values.data[v] : NULL;
+}
+
+static bool shape_is(const gr_graph *g, const char *name, int ndim, const int64_t *dims) {
+    const gr_ir_value *v = value_named(g, name);
+    if (!v || !v->typed || v->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (v->dims[i].sym != GR_SYM_NONE || v->dims[i].size != dims[i]) return false;
+    return true;
+}
+
+/* ==== good models ======================================================================== */
+static void test_mlp(void) {
+    gr_graph *g = load("mlp.onnx");
+    if (!g) return;
+    CHECK(g->inputs.len == 1 && g->outputs.len == 1);
+    const gr_ir_value *x = &g->values.data[g->inputs.data[0]];
+    CHECK(!strcmp(x->name, "x") && x->dtype == GR_F32 && x->ndim == 2);
+    CHECK(x->dims[0].sym != GR_SYM_NONE && !strcmp(g->syms.data[x->dims[0].sym], "N"));
+    CHECK(x->dims[1].sym == GR_SYM_NONE && x->dims[1].size == 4);
+    const gr_ir_node *fc = node_named(g, "fc");
+    CHECK(fc && fc->op == GR_OP_MATMUL && fc->n_in == 3);
+    CHECK(attr_i(g, fc, "trans_b", 0) == 0);
+    const gr_ir_value *w = value_named(g, "W"), *b = value_named(g, "B");
+    CHECK(w && w->kind == GR_VAL_CONST && w->ndim == 2 && w->dims[0].size == 4 && w->dims[1].size == 3);
+    CHECK(w && w->nbytes == 48 && ((float *)w->data)[5] == 5.0f / 8);
+    CHECK(b && b->kind == GR_VAL_CONST && ((float *)b->data)[0] == 0.5f && ((float *)b->data)[2] == 2.0f);
+    const gr_ir_node *relu = node_named(g, "Relu_1"); /* unnamed ONNX node: "<OpType>_<i>" */
+    CHECK(relu && relu->op == GR_OP_RELU);
+    const gr_ir_value *y = &g->values.data[g->outputs.data[0]];
+    CHECK(!strcmp(y->name, "y") && y->typed && y->ndim == 2 && y->dims[0].sym == x->dims[0].sym && y->dims[1].size == 3);
+    CHECK_OK(gr_ir_verify(g));
+    gr_ir_graph_destroy(g);
+}
+
+static void test_shape_chain(void) {
+    gr_graph *g = load("shape_chain.onnx");
+    if (!g) return;
+    /* Shape -> Gather -> Unsqueeze -> Concat folded away: one reshape left */
+    CHECK(g->nodes.len == 1);
+    const gr_ir_node *r = node_named(g, "flatten");
+    CHECK(r && r->op == GR_OP_RESHAPE);
+    int64_t want[2] = {2, -1};
+    CHECK(ints_eq(g, r, "shape", want, 2));
+    int64_t yd[2] = {2, 12};
+    CHECK(shape_is(g, "y", 2, yd));
+    /* shape-only constants never reach the IR */
+    CHECK(gr_ir_find_value(g, "s") < 0 && gr_ir_find_value(g, "zero") < 0 && gr_ir_find_value(g, "target") < 0);
+    gr_ir_graph_destroy(g);
+
+    g = load("shape_partial.onnx"); /* Shape of x[S,4], only dim -1 used: still a constant */
+    if (!g) return;
+    r = first_op(g, GR_OP_RESHAPE);
+    int64_t want2[2] = {-1, 4};
+    CHECK(g->nodes.len == 1 && ints_eq(g, r, "shape", want2, 2));
+    gr_ir_graph_destroy(g);
+
+    gr_graph *bad = NULL;
+    CHECK_ERR(gr_onnx_load(DATA "shape_chain_sym.onnx", &bad), GR_ERR_UNSUPPORTED, "symbolic dim");
+    CHECK(strstr(gr_last_error(), "flatten") != NULL);
+    CHECK(bad == NULL);
+}
+
+static void test_dtypes(void) {
+    gr_graph *g = load("dtypes.onnx");
+    if (!g) return;
+    CHECK(g->outputs.len == 13 && g->inputs.len == 0);
+    const gr_ir_value *v;
+    v = value_named(g, "f32");
+    CHECK(v && v->dtype == GR_F32 && ((float *)v->data)[1] == -2.0f);
+    v = value_named(g, "f64");
+    CHECK(v && v->dtype == GR_F64 && ((double *)v->data)[0] == 0.25 && ((double *)v->data)[1] == 1e300);
+    v = value_named(g, "i64");
+    CHECK(v && v->dtype == GR_I64 && ((int64_t *)v->data)[0] == -(INT64_C(1) << 40));
+    v = value_named(g, "i32");
+    CHECK(v && v->dtype == GR_I32 && ((int32_t *)v->data)[0] == -5 && ((int32_t *)v->data)[1] == 100000);
+    v = value_named(g, "i8");
+    CHECK(v && v->dtype == GR_I8 && ((int8_t *)v->data)[0] == -128 && ((int8_t *)v->data)[1] == 127);
+    v = value_named(g, "u8");
+    CHECK(v && v->dtype == GR_U8 && ((uint8_t *)v->data)[1] == 255);
+    v = value_named(g, "bool");
+    CHECK(v && v->dtype == GR_BOOL && ((uint8_t *)v->data)[0] == 1 && ((uint8_t *)v->data)[1] == 0);
+    v = value_named(g, "f16");
+    CHECK(v && v->dtype == GR_F16 && gr_half_to_f32(((uint16_t *)v->data)[1]) == -0.5f);
+    v = value_named(g, "bf16");
+    CHECK(v && v->dtype == GR_BF16 && gr_bf16_to_f32(((uint16_t *)v->data)[0]) == 1.5f);
+    v = value_named(g, "raw_i32");
+    CHECK(v && v->dtype == GR_I32 && v->ndim == 2 && ((int32_t *)v->data)[3] == 4);
+    v = value_named(g, "raw_f16");
+    CHECK(v && v->dtype == GR_F16 && gr_half_to_f32(((uint16_t *)v->data)[1]) == 2.0f);
+    v = value_named(g, "scalar");
+    CHECK(v && v->ndim == 0 && ((float *)v->data)[0] == 3.25f);
+    v = value_named(g, "empty");
+    CHECK(v && v->ndim == 2 && v->dims[0].size == 0 && v->nbytes == 0);
+    gr_ir_graph_destroy(g);
+}
+
+static void test_external(void) {
+    gr_graph *g = load("external.onnx");
+    if (!g) return;
+    const gr_ir_value *w = value_named(g, "Wext");
+    CHECK(w && w->kind == GR_VAL_CONST && w->nbytes == 24);
+    CHECK(w && ((float *)w->data)[0] == -1.0f && ((float *)w->data)[5] == 4.0f);
+    gr_ir_graph_destroy(g);
+    g = NULL;
+    CHECK_ERR(gr_onnx_load(DATA "external_short.onnx", &g), GR_ERR_IO, "too short");
+    CHECK(strstr(gr_last_error(), "Wext") && strstr(gr_last_error(), "external.onnx.data"));
+    CHECK_ERR(gr_onnx_load(DATA "external_missing.onnx", &g), GR_ERR_IO, "missing.onnx.data");
+    CHECK(strstr(gr_last_error(), "Wext") != NULL);
+    CHECK_ERR(gr_onnx_load(DATA "external_escape.onnx", &g), GR_ERR_INVALID, "relative path inside");
+    CHECK(g == NULL);
+}
+
+static void test_attention(void) {
+    gr_graph *g = load("attention.onnx");
+    if (!g) return;
+    CHECK(node_named(g, "ln1") && node_named(g, "ln1")->op == GR_OP_LAYER_NORM);
+    const gr_ir_node *sp = node_named(g, "split_qkv");
+    CHECK(sp && sp->op == GR_OP_SPLIT && sp->n_out == 3);
+    const gr_ir_node *qk = node_named(g, "qk"), *pv = node_named(g, "pv");
+    CHECK(qk && qk->op == GR_OP_MATMUL && attr_i(g, qk, "trans_b", 0) == 1 && attr_i(g, qk, "trans_a", 0) == 0);
+    CHECK(pv && pv->op == GR_OP_MATMUL && attr_i(g, pv, "trans_b", 0) == 0);
+    int64_t sd[4] = {1, 2, 3, 3};
+    CHECK(shape_is(g, "scores", 4, sd));
+    /* Reshape's 0 copies the input dim */
+    const gr_ir_value *q4 = value_named(g, "q4");
+    CHECK(q4 && q4->producer >= 0);
+    int64_t heads[4] = {1, 3, 2, 4};
+    if (q4 && q4->producer >= 0) CHECK(ints_eq(g, &g->nodes.data[q4->producer], "shape", heads, 4));
+    CHECK(shape_is(g, "q4", 4, heads));
+    /* Trilu + Cast of constants: folded? (Trilu is not folded: a graph node) */
+    CHECK(count_op(g, GR_OP_TRILU) == 1);
+    CHECK(count_op(g, GR_OP_SOFTMAX) == 1 && count_op(g, GR_OP_WHERE) == 1);
+    const gr_ir_node *gelu = first_op(g, GR_OP_GELU);
+    const char *approx = NULL;
+    if (gelu) gr_ir_attr_string(g, gelu, "approximate", NULL, &approx);
+    CHECK(approx && !strcmp(approx, "tanh"));
+    int64_t yd[3] = {1, 3, 8};
+    CHECK(shape_is(g, "y", 3, yd));
+    CHECK_OK(gr_ir_verify(g));
+    gr_ir_graph_destroy(g);
+}
+
+static void test_unknown_dim(void) {
+    gr_graph *g = load("unknown_dim.onnx");
+    if (!g) return;
+    const gr_ir_value *x = value_named(g, "x");
+    CHECK(x && x->dims[0].sym != GR_SYM_NONE && !strncmp(g->syms.data[x->dims[0].sym], "unk__", 5));
+    const gr_ir_value *y = value_named(g, "y");
+    CHECK(y && y->typed && x && y->dims[0].sym == x->dims[0].sym);
+    gr_ir_graph_destroy(g);
+    g = NULL;
+    CHECK_ERR(gr_onnx_load(DATA "layernorm_mean.onnx", &g), GR_ERR_UNSUPPORTED, "graph output 'mean'");
+    CHECK(strstr(gr_last_error(), "Mean or InvStdDev") != NULL);
+}
+
+/* ==== bad input ============================================================================ */
+static void test_bad_input(void) {
+    gr_graph *g = NULL;
+    CHECK_ERR(gr_onnx_load(DATA "does_not_exist.onnx", &g), GR_ERR_IO, "does_not_exist.onnx");
+    CHECK_ERR(gr_onnx_load(DATA "truncated.onnx", &g), GR_ERR_PARSE, "truncated.onnx");
+    CHECK_ERR(gr_onnx_load(DATA "garbled.onnx", &g), GR_ERR_PARSE, "not a valid ONNX model");
+    CHECK_ERR(gr_onnx_load(DATA "nograph.onnx", &g), GR_ERR_INVALID, "has no graph");
+    CHECK_ERR(gr_onnx_load(DATA "bad_input_ref.onnx", &g), GR_ERR_INVALID, "'nope' names no value");
+    CHECK(strstr(gr_last_error(), "node 'r'") != NULL);
+    CHECK_ERR(gr_onnx_load(DATA "bad_init_size.onnx", &g), GR_ERR_INVALID, "initializer 'W': raw_data holds 12 bytes");
+    CHECK_ERR(gr_onnx_load(DATA "opset12.onnx", &g), GR_ERR_UNSUPPORTED, "opset 12");
+    CHECK_ERR(gr_onnx_load(DATA "opset22.onnx", &g), GR_ERR_UNSUPPORTED, "opset 22");
+    CHECK_ERR(gr_onnx_load(DATA "unsupported_op.onnx", &g), GR_ERR_UNSUPPORTED,
+              "node 'conv0' op 'Conv' (domain '') is not supported");
+    CHECK_ERR(gr_onnx_load(DATA "custom_domain.onnx", &g), GR_ERR_UNSUPPORTED,
+              "node 'FancyOp_0' op 'FancyOp' (domain 'com.example') is not supported");
+    CHECK_ERR(gr_onnx_load(DATA "einsum_unsupported.onnx", &g), GR_ERR_UNSUPPORTED, "einsum equation 'ii,jj->ij'");
+    CHECK_ERR(gr_onnx_load_buffer("", 0, "empty.onnx", NULL, &g), GR_ERR_INVALID, "empty.onnx: the model has no graph");
+    CHECK(g == NULL);
+
+    /* every prefix of a good model: an error or a graph, never a crash */
+    char *buf;
+    size_t n;
+    if (gr_read_file(DATA "attention.onnx", &buf, &n) == GR_OK) {
+        int ok = 0, failed = 0;
+        for (size_t len = 0; len < n; len += 7) {
+            gr_status st = gr_onnx_load_buffer(buf, len, "prefix", DATA, &g);
+            if (st == GR_OK) ok++, gr_ir_graph_destroy(g);
+            else failed++;
+            g = NULL;
+        }
+        /* and single flipped bytes */
+        for (size_t i = 0; i < n; i += 3) {
+            buf[i] ^= 0x5a;
+            if (gr_onnx_load_buffer(buf, n, "flip", DATA, &g) == GR_OK) gr_ir_graph_destroy(g);
+            g = NULL;
+            buf[i] ^= 0x5a;
+        }
+        CHECK(failed > 0);
+        gr_free(buf, n + 1);
+    }
+}
+
+/* ==== allocation failure at every step leaks nothing ====================================== */
+static void test_alloc_failures(const char *name) {
+    char *buf;
+    size_t n;
+    char path[256];
+    snprintf(path, sizeof path, DATA "%s", name);
+    if (gr_read_file(path, &buf, &n) != GR_OK) {
+        CHECK(0);
+        return;
+    }
+    long base = gr_debug_live_allocs();
+    int nomem = 0, other = 0;
+    for (long k = 1;; k++) {
+        gr_graph *g = NULL;
+        gr_debug_fail_alloc_after(k);
+        gr_status st = gr_onnx_load_buffer(buf, n, name, DATA, &g);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            gr_ir_graph_destroy(g);
+            break;
+        }
+        if (st == GR_ERR_NOMEM) nomem++;
+        else {
+            other++;
+            fprintf(stderr, "alloc failure %ld in %s gave %s: %s\n", k, name, gr_status_name(st), gr_last_error());
+        }
+        CHECK_MSG(gr_debug_live_allocs() == base, "%s: leak after failing allocation %ld", name, k);
+        if (k > 100000) break;
+    }
+    CHECK_MSG(nomem > 0 && other == 0, "%s: %d nomem, %d other", name, nomem, other);
+    CHECK(gr_debug_live_allocs() == base);
+    gr_free(buf, n + 1);
+}
+
+int main(void) {
+    long base = gr_debug_live_allocs();
+    test_mlp();
+    test_shape_chain();
+    test_dtypes();
+    test_external();
+    test_attention();
+    test_unknown_dim();
+    test_bad_input();
+    test_alloc_failures("mlp.onnx");
+    test_alloc_failures("attention.onnx");
+    test_alloc_failures("shape_chain.onnx");
+    CHECK_MSG(gr_debug_live_allocs() == base, "%ld allocations leaked", gr_debug_live_allocs() - base);
+    return check_summary("test_onnx");
+}
