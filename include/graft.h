@@ -179,6 +179,11 @@ typedef struct {
 } gr_run_stats;
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 
+/* Runs the current plan once eagerly with device events around every step
+ * and reports each kernel's time (GPU time on CUDA, simulated on sim), slowest
+ * first, plus their sum. Needs one run before. */
+gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum_us);
+
 /* Human-readable description of the compiled plan (graft explain). */
 gr_status gr_session_explain(gr_session_t s, char **out_text);
 /* IR after each pass (graft dump). */

@@ -39,7 +39,7 @@ for ex in mlp eos transformer; do
   python3 tools/compare_npy.py "$out/tmp/cuda-eager" "$out/tmp/sim" --tol 1e-4 --label "$ex cuda-vs-sim" || fail=1
   for mode in eager graph; do
     echo "== bench $ex $mode =="
-    $G bench "$m" --device cuda --mode $mode --iters 200 --warmup 20 2>&1 | tee -a "$out/bench.log"
+    $G bench "$m" --device cuda --mode $mode --iters 200 --warmup 20 --repeats 5 --profile --json "$out/bench-$ex-$mode.json" 2>&1 | tee -a "$out/bench.log" | grep -E "time/iter|gpu time|kernel time sum|kernels/iter|in graphs|warning|error"
   done
 done
 echo "gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"

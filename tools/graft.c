@@ -98,6 +98,7 @@ static const char usage_bench[] =
     "  --warmup N             untimed iterations first (default 2, N >= 0)\n"
     "  --repeats N            timed repeats; the median is reported (default 1)\n"
     "  --json FILE            also write the results as JSON to FILE\n"
+    "  --profile              also time every kernel with device events (one eager run)\n"
     "\n"
     "Runs are enqueued back to back and waited for once per repeat, as framework\n"
     "benchmarks do; inputs are set once, so their placeholders are not refilled.\n";
@@ -139,6 +140,7 @@ typedef struct {
     uint64_t seed;
     long iters, warmup, repeats;
     const char *json_path;
+    bool profile;
     const char *save_inputs;
     bool verbose;
 } cli_opts;
@@ -239,6 +241,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             need = OPT_BENCH;
         else if (!strcmp(optname, "--save-inputs"))
             need = OPT_OUTDIR;
+        else if (!strcmp(optname, "--profile"))
+            need = OPT_BENCH, takes_value = false;
         else if (!strcmp(optname, "--verbose"))
             need = OPT_INPUTS, takes_value = false;
         else {
@@ -254,7 +258,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 errorf("%s: option '%s' takes no value", o->cmd, optname);
                 return EXIT_USAGE;
             }
-            o->verbose = true;
+            if (!strcmp(optname, "--profile")) o->profile = true;
+            else o->verbose = true;
             continue;
         }
         if (!value) {
@@ -910,6 +915,7 @@ static int cmd_bench(const cli_opts *o) {
                            : o->mode == GR_MODE_GRAPH ? "graph"
                            : o->mode == GR_MODE_AUTO  ? "auto"
                                                       : "eager (default)";
+        double kernel_sum_us = -1;
         double *sorted = malloc(sizeof(double) * (size_t)o->repeats);
         if (sorted) {
             memcpy(sorted, samples, sizeof(double) * (size_t)o->repeats);
@@ -939,6 +945,13 @@ static int cmd_bench(const cli_opts *o) {
         printf("captures             %ld\n", stats.captures);
         printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
                stats.capture_us / 1e3);
+        if (o->profile) {
+            char *text = NULL;
+            gr_status pst = gr_session_profile(sess, &text, &kernel_sum_us);
+            if (pst != GR_OK) code = api_fail(pst, "--profile");
+            else printf("kernel time sum      %.3f us\n%s", kernel_sum_us, text);
+            gr_free_string(text);
+        }
         if (o->json_path) {
             FILE *f = fopen(o->json_path, "w");
             if (!f) {
@@ -959,6 +972,7 @@ static int cmd_bench(const cli_opts *o) {
                         stats.weight_bytes, stats.device_bytes);
                 fprintf(f, "  \"segments\": %d,\n  \"segments_in_graphs\": %d,\n  \"captures\": %ld,\n", stats.segments,
                         stats.segments_in_graphs, stats.captures);
+                if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);
                 if (fclose(f) != 0) {

@@ -77,18 +77,14 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     }
     GR_TRY(io->capture_begin(d->ctx, s->stream));
     gr_status rc = GR_OK;
-    int node = 0;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
         const gr_step *step = &p->steps.data[i];
         rc = gr_rt_step_launch(s, p, i);
-        if (rc != GR_OK || !is_work(step)) continue;
-        if (has_host_scalar(step)) {
-            int k = st->n_scalar_nodes++;
-            st->scalar_node[k] = node;
-            st->scalar_step[k] = i;
-            rc = gr_rt_step_args(s, p, i, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS]);
-        }
-        node++;
+        if (rc != GR_OK || !is_work(step) || !has_host_scalar(step)) continue;
+        int k = st->n_scalar_nodes++;
+        st->scalar_step[k] = i;
+        st->scalar_node[k] = -1;
+        rc = gr_rt_step_args(s, p, i, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS]);
     }
     gr_dgraph *graph = NULL;
     gr_status end_rc = io->capture_end(d->ctx, s->stream, &graph);
@@ -98,8 +94,30 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         return rc;
     }
     st->graph = graph;
-    st->n_nodes = io->graph_num_nodes ? io->graph_num_nodes(d->ctx, graph) : node;
-    if (st->n_nodes != node) return gr_error(GR_ERR_INTERNAL, "segment %d: captured %d nodes, expected %d", seg, st->n_nodes, node);
+    st->n_nodes = io->graph_num_nodes ? io->graph_num_nodes(d->ctx, graph) : 0;
+    /* A library call may add several nodes (cuBLASLt), so graph nodes are
+     * matched to steps by their kernel, not by position. Kernel steps that
+     * share a prepared kernel are taken in capture order. */
+    if (st->n_scalar_nodes) {
+        if (!io->graph_node_info) return gr_error(GR_ERR_UNSUPPORTED, "device cannot enumerate graph nodes");
+        int next = 0;
+        for (int k = 0; k < st->n_scalar_nodes; k++) {
+            const gr_step *step = &p->steps.data[st->scalar_step[k]];
+            if (step->kind != GR_STEP_KERNEL)
+                return gr_error(GR_ERR_UNSUPPORTED, "segment %d: a library call reads host scalar; cannot patch it in a graph", seg);
+            for (int n = next; n < st->n_nodes; n++) {
+                gr_gnode_info info;
+                GR_TRY(io->graph_node_info(d->ctx, graph, n, &info));
+                if (info.kind == GR_GNODE_KERNEL && info.func == p->funcs[st->scalar_step[k]]) {
+                    st->scalar_node[k] = n;
+                    next = n + 1;
+                    break;
+                }
+            }
+            if (st->scalar_node[k] < 0)
+                return gr_error(GR_ERR_INTERNAL, "segment %d: no graph node found for kernel '%s'", seg, step->kernel->name);
+        }
+    }
     GR_TRY(io->graph_instantiate(d->ctx, graph, &st->exec));
     if (io->graph_upload) GR_TRY(io->graph_upload(d->ctx, st->exec, s->stream));
     st->records++;
