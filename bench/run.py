@@ -253,14 +253,19 @@ def main():
             r = {"workload": name, "error": repr(e)[:400]}
         results.append(r)
         log(json.dumps(r)[:2000])
+        md = write(args.out, meta, results)  # after every workload: a cut-off run keeps what it measured
+    print(md)
+
+
+def write(out, meta, results):
     tag = re.sub(r"[^A-Za-z0-9]+", "-", meta["gpu"]).strip("-").lower()
-    base = os.path.join(args.out, f"{meta['date']}-{tag}")
+    base = os.path.join(out, f"{meta['date']}-{tag}")
     with open(base + ".json", "w") as f:
         json.dump({"meta": meta, "results": results, "pending": W.PENDING}, f, indent=1)
     md = table(results, meta)
     with open(base + ".md", "w") as f:
         f.write(md)
-    print(md)
+    return md
 
 
 if __name__ == "__main__":
