@@ -301,6 +301,36 @@ void gr_ir_remove_last_node(gr_graph *g) {
     g->nodes.len--;
 }
 
+void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
+    int n = g->nodes.len, moved = n - first_new;
+    if (at < 0 || at >= first_new || first_new > n) return;
+    gr_ir_node removed = g->nodes.data[at];
+    gr_ir_node *tail = g->nodes.data + first_new;
+    /* rotate: [at+1, first_new) shifts right by moved-1 after the new nodes land at `at` */
+    gr_ir_node tmp;
+    for (int m = 0; m < moved; m++) {
+        /* bubble tail[m] (at index first_new + m) down to at + m */
+        for (int i = first_new + m; i > at + m; i--) {
+            tmp = g->nodes.data[i];
+            g->nodes.data[i] = g->nodes.data[i - 1];
+            g->nodes.data[i - 1] = tmp;
+        }
+    }
+    (void)tail;
+    /* the old node now sits right after the moved ones */
+    int old_pos = at + moved;
+    node_free(&g->nodes.data[old_pos]);
+    (void)removed;
+    memmove(&g->nodes.data[old_pos], &g->nodes.data[old_pos + 1], sizeof(gr_ir_node) * (size_t)(n - old_pos - 1));
+    g->nodes.len--;
+    for (int i = 0; i < g->nodes.len; i++)
+        for (int o = 0; o < g->nodes.data[i].n_out; o++) {
+            gr_ir_value *v = &g->values.data[g->nodes.data[i].out[o]];
+            v->producer = i;
+            v->out_slot = o;
+        }
+}
+
 gr_status gr_ir_add_output(gr_graph *g, int value) {
     if (value < 0 || value >= g->values.len) return gr_error(GR_ERR_INVALID, "output refers to no value (%d)", value);
     return gr_vec_push(&g->outputs, value);

@@ -149,6 +149,10 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
 gr_status gr_ir_add_output(gr_graph *g, int value);
 /* Removes the last node and its output values (which must be the last values). */
 void gr_ir_remove_last_node(gr_graph *g);
+/* Replaces node `at` by the nodes [first_new, len) (moved, in order, to where
+ * `at` was) and frees node `at`; renumbers every value's producer. Used by
+ * passes that expand a node into several (control-flow inlining). */
+void gr_ir_splice_nodes(gr_graph *g, int at, int first_new);
 /* Looks a value up by name; -1 if absent. */
 int gr_ir_find_value(const gr_graph *g, const char *name);
 

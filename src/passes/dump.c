@@ -132,6 +132,8 @@ gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) {
     if (st == GR_OK) st = put_ir(sb, c, "specialize");
     if (st == GR_OK) st = gr_pass_infer_shapes(c);
     if (st == GR_OK) st = put_ir(sb, c, "infer_shapes");
+    if (st == GR_OK) st = gr_pass_predicate_if(c);
+    if (st == GR_OK) st = put_ir(sb, c, "predicate_if");
     if (st == GR_OK) st = gr_pass_fold_constants(c);
     if (st == GR_OK) st = put_ir(sb, c, "fold_constants");
     if (st == GR_OK) st = gr_pass_lower(c, &steps);

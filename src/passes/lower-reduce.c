@@ -85,7 +85,9 @@ gr_status lw_lower_reduce(gr_lctx *c) {
     gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN : GR_KR_SUM;
     gr_dtype t = lw_acc_dtype(xt);
     if (fn == GR_KR_SUM && gr_dtype_is_int(xt)) t = GR_I64;
-    if (fn == GR_KR_SUM && xt == GR_BOOL) t = GR_I64;
+    /* bool max/min run on i64 and come back as acc > 0: an empty max (init
+     * INT64_MIN) is false and an empty min (INT64_MAX) true, as ONNX wants */
+    if (xt == GR_BOOL) t = GR_I64;
     gr_lkb b;
     gr_kaccess acc;
     int xl;
@@ -107,7 +109,14 @@ gr_status lw_lower_reduce(gr_lctx *c) {
             if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_DIV, t, v, cnt, &v);
         }
     }
-    if (st == GR_OK && t != yt) st = gr_kx_cast(b.k, yt, v, &v);
+    if (st == GR_OK && xt == GR_BOOL && fn != GR_KR_SUM) {
+        int zero;
+        st = gr_kx_const_i(b.k, t, 0, &zero);
+        if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_GT, GR_BOOL, v, zero, &v);
+        if (st == GR_OK && yt != GR_BOOL) st = gr_kx_cast(b.k, yt, v, &v);
+    } else if (st == GR_OK && t != yt) {
+        st = gr_kx_cast(b.k, yt, v, &v);
+    }
     gr_kaccess out;
     gr_kaccess_init(&out);
     lw_rowmajor(b.k->n_outer, b.k->outer, out.stride);

@@ -100,13 +100,19 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
             gr_value_store *st = &out->values[arg->value];
             if (st->kind != GR_STORE_NONE) continue;
             if (val->kind == GR_VAL_CONST) st->kind = GR_STORE_CONST;
-            else if (val->kind == GR_VAL_NODE && param_written(s, a)) st->kind = GR_STORE_ARENA;
+            /* A zero-size value gets no kernel (lowering skips it) but can still
+             * be read, e.g. by a reduction over the empty axis: it gets an
+             * (empty) arena slot so its address exists. */
+            else if (val->kind == GR_VAL_NODE && (param_written(s, a) || st->bytes == 0)) st->kind = GR_STORE_ARENA;
         }
     }
-    /* graph outputs that are constants (fully folded) must be materialized */
+    /* graph outputs that are constants (fully folded) must be materialized;
+     * zero-size ones nothing wrote still need an address */
     for (int i = 0; i < g->outputs.len; i++) {
         int v = g->outputs.data[i];
         if (out->values[v].kind == GR_STORE_NONE && g->values.data[v].kind == GR_VAL_CONST) out->values[v].kind = GR_STORE_CONST;
+        if (out->values[v].kind == GR_STORE_NONE && g->values.data[v].kind == GR_VAL_NODE && out->values[v].bytes == 0)
+            out->values[v].kind = GR_STORE_ARENA;
     }
     /* flatten alias chains to their roots; offsets add up */
     for (int v = 0; v < nv; v++) {
@@ -122,6 +128,8 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
             return gr_error(GR_ERR_INTERNAL, "memory plan: alias cycle at value '%s'", g->values.data[v].name);
         }
         if (out->values[r].kind == GR_STORE_NONE && g->values.data[r].kind == GR_VAL_CONST) out->values[r].kind = GR_STORE_CONST;
+        if (out->values[r].kind == GR_STORE_NONE && g->values.data[r].kind == GR_VAL_NODE && out->values[r].bytes == 0)
+            out->values[r].kind = GR_STORE_ARENA;
         out->values[v].alias_of = r;
         out->values[v].alias_elem_offset = off;
     }

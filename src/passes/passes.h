@@ -24,6 +24,12 @@ gr_status gr_pass_infer_shapes(gr_graph *g); /* all nodes, in order */
  * 0..g->syms.len) in inputs and re-infers all shapes. */
 gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values);
 
+/* Replaces every `if` by both branches inlined and where(cond, then, else)
+ * per output (GraphMend's predication: no host read of the condition, no
+ * graph break). Branch outputs must have equal shapes; `loop` inside a branch
+ * is unsupported. Re-infers shapes when it changed anything. */
+gr_status gr_pass_predicate_if(gr_graph *g);
+
 /* Evaluates nodes whose inputs are all constants (including generators such as
  * random_normal) at compile time, turning their outputs into constants.
  * Nodes producing graph outputs are folded too (the output becomes a constant). */

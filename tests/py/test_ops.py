@@ -1056,7 +1056,7 @@ def test_random_shapes(tmp_path):
 
 # ==== control flow ============================================================================
 def test_if_constant_condition(tmp_path):
-    """if is executed by the control-flow passes; skipped while they report unsupported."""
+    """if is predicated (both branches inlined, where() selects)."""
     x = rand(rng_for("if"), (3,), F32)
     g = Graph()
     xi = g.input(x)
@@ -1064,5 +1064,5 @@ def test_if_constant_condition(tmp_path):
     g.lines.append("v99 = if(%s, then_branch={\n  t = relu(%s)\n  output t\n}, else_branch={\n  output %s\n})" %
                    (cond, xi, xi))
     g.output("v99")
-    (out,) = run_or_skip_unsupported(lambda: g.run(tmp_path), also=("not lowered yet",))
+    (out,) = g.run(tmp_path)
     assert_exact(out, np.maximum(x, 0), "if(true)")
