@@ -125,6 +125,8 @@ typedef struct {
     int verbose;            /* progress and notes on stderr */
     int max_rerecords;      /* graph mode: re-captures of a segment before it stays eager (default 8) */
     const char *cache_dir;  /* kernel cache (CUDA); NULL = default */
+    int no_partition;       /* debug: one segment even across host steps, to show the capture
+                               failure that partitioning avoids (the segment falls back to eager) */
 } gr_session_options;
 
 void gr_session_options_init(gr_session_options *o);

@@ -1,1 +1,2 @@
 graft_test(test_runtime SOURCES tests/test_runtime.c)
+graft_test(test_graphmgr SOURCES tests/test_graphmgr.c)

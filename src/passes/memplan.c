@@ -23,6 +23,7 @@ static int root_of(const gr_mem_plan *p, int v) {
 static bool param_written(const gr_step *s, int i) {
     if (s->kind == GR_STEP_KERNEL) return s->kernel->params[i].written;
     if (s->kind == GR_STEP_LIBCALL) return i == 2;
+    if (s->kind == GR_STEP_HOST) return s->args[i].kind == GR_ARG_VALUE && s->args[i].value == s->out_value;
     return false;
 }
 

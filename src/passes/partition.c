@@ -55,6 +55,14 @@ fail:
     return GR_ERR_NOMEM;
 }
 
+gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out) {
+    memset(out, 0, sizeof *out);
+    if (steps->len == 0) return GR_OK;
+    GR_TRY(push_segment(out, 0, steps->len, true, NULL, -1));
+    for (int i = 0; i < steps->len; i++) steps->data[i].segment = 0;
+    return GR_OK;
+}
+
 void gr_segment_list_free(gr_segment_list *l) {
     for (int i = 0; i < l->len; i++) gr_strfree(l->data[i].break_reason);
     gr_vec_free(l);

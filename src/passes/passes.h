@@ -57,6 +57,17 @@ typedef struct {
     gr_karg literal;
 } gr_step_arg;
 
+/* What a HOST step's function gets: the device, the session stream and the
+ * resolved address of each of its args (device addresses). */
+struct gr_device;
+struct gr_stream;
+struct gr_step_host_ctx {
+    struct gr_device *dev;
+    struct gr_stream *stream;
+    int n_args;
+    void *addr[GR_KMAX_PARAMS];
+};
+
 typedef struct {
     gr_step_kind kind;
     gr_kernel *kernel;       /* KERNEL: owned */
@@ -66,6 +77,11 @@ typedef struct {
     int out_value;           /* ALIAS: the view */
     int node;                /* IR node it came from (-1 if synthesized) */
     char *reason;            /* HOST: why it could not be a device step (owned) */
+    /* HOST: the work, run on the host after the stream is drained (it may read
+     * device values, which is why it cannot sit inside a graph). args bind the
+     * values it reads and writes as for a kernel; addrs are resolved for it. */
+    gr_status (*host_fn)(void *user, const struct gr_step_host_ctx *ctx);
+    void *host_user;
     int segment;             /* set by partitioning */
 } gr_step;
 
@@ -148,6 +164,9 @@ typedef struct {
 typedef GR_VEC(gr_segment) gr_segment_list;
 
 gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_list *out);
+/* One segment holding every step, host steps included: what a runtime without
+ * partitioning would try to capture (debug option no_partition). */
+gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out);
 void gr_segment_list_free(gr_segment_list *l);
 
 /* ---- pass driver for `graft dump` -------------------------------------------------------------- */

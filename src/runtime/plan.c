@@ -42,6 +42,13 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
+static gr_rt_step_hook step_hook;
+static void *step_hook_user;
+void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user) {
+    step_hook = fn;
+    step_hook_user = user;
+}
+
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
     *out = NULL;
     double t0 = gr_now_us();
@@ -62,8 +69,10 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
     if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
     if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
+    if (step_hook && (st = step_hook(step_hook_user, p->g, &p->steps)) != GR_OK) goto fail;
     if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
-    if ((st = gr_pass_partition(p->g, &p->steps, &p->segs)) != GR_OK) goto fail;
+    st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
+    if (st != GR_OK) goto fail;
     p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;
@@ -186,8 +195,17 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
         return gr_dev_libcall(s->dev, s->stream, &st->call, args, st->n_args);
     case GR_STEP_HOST: {
         char where[512] = "";
-        if (st->node >= 0) gr_ir_node_where(p->g, &p->g->nodes.data[st->node], where, sizeof where);
-        return gr_error(GR_ERR_UNSUPPORTED, "%s: host step not executable: %s", where, st->reason ? st->reason : "?");
+        if (st->node >= 0 && st->node < p->g->nodes.len) gr_ir_node_where(p->g, &p->g->nodes.data[st->node], where, sizeof where);
+        if (!st->host_fn) return gr_error(GR_ERR_UNSUPPORTED, "%s: host step not executable: %s", where, st->reason ? st->reason : "?");
+        GR_TRY(gr_rt_step_args(s, p, i, args));
+        /* the host reads what the device wrote: drain the stream first (this
+         * synchronization is why a host step can never be inside a graph) */
+        GR_TRY(gr_dev_sync(s->dev, s->stream));
+        struct gr_step_host_ctx hc = {.dev = s->dev, .stream = s->stream, .n_args = st->n_args};
+        for (int a = 0; a < st->n_args; a++) hc.addr[a] = args[a].ptr;
+        gr_status rc = st->host_fn(st->host_user, &hc);
+        if (rc != GR_OK) return gr_error_prefix(rc, "%s: host step", where[0] ? where : "plan");
+        return GR_OK;
     }
     }
     return GR_ERR_INTERNAL;

@@ -85,6 +85,11 @@ gr_status gr_rt_step_args(gr_session_t s, gr_rt_plan *p, int i, gr_karg *args);
 /* Enqueues step i on the session stream. */
 gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i);
 
+/* Test hook: called on every new plan's steps after fusion, before memory
+ * planning (tests insert host steps with it). NULL disables. */
+typedef gr_status (*gr_rt_step_hook)(void *user, gr_graph *g, gr_step_list *steps);
+void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
+
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);

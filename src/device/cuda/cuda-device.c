@@ -742,9 +742,11 @@ static gr_status cuda_open(cuda_dev *d, const char *cache_dir) {
         if (fgets(kdrv, sizeof kdrv, f)) kdrv[strcspn(kdrv, "\n")] = 0;
         fclose(f);
     }
-    snprintf(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %s%sCUDA %d.%d)", dev_name, d->base.arch,
-             kdrv[0] ? kdrv : "", kdrv[0] ? ", " : "", d->base.driver_version / 1000,
-             d->base.driver_version % 1000 / 10);
+    /* the name may be cut at sizeof name: that is fine for a label */
+    int name_len = snprintf(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %s%sCUDA %d.%d)", dev_name, d->base.arch,
+                            kdrv[0] ? kdrv : "", kdrv[0] ? ", " : "", d->base.driver_version / 1000,
+                            d->base.driver_version % 1000 / 10);
+    if (name_len < 0) d->base.name[0] = 0;
     d->base.cache_dir = cache_dir ? gr_strdup(cache_dir) : default_cache_dir();
     /* the cuBLASLt workspace is allocated now, so that captures never allocate */
     return gr_cuda_blas_init(&d->base);
