@@ -110,7 +110,42 @@ static void run_case(gr_mode mode, int no_partition, float out[][6], int n_runs,
     gr_session_destroy(s);
 }
 
+/* A step that would write into the graph input in place is refused at compile
+ * time with the node named (the in-place input mutation hazard). */
+static gr_status write_into_input(void *user, gr_graph *g, gr_step_list *steps) {
+    (void)user;
+    int x = gr_ir_find_value(g, "x");
+    gr_step h;
+    memset(&h, 0, sizeof h);
+    h.kind = GR_STEP_HOST;
+    h.n_args = 1;
+    h.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = x};
+    h.out_value = x;
+    h.node = 0;
+    h.host_fn = normalize_on_host;
+    h.host_user = &state;
+    return gr_vec_push(steps, h);
+}
+
+static void test_input_mutation_refused(void) {
+    gr_rt_debug_set_step_hook(write_into_input, NULL);
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(model, "host.gir", NULL, &g));
+    if (!g) return;
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.mode = GR_MODE_GRAPH;
+    gr_session_t s = NULL;
+    CHECK_ERR(gr_session_create(g, &o, &s), GR_ERR_HAZARD, "writes into graph input 'x' in place");
+    CHECK(strstr(gr_last_error(), "node 'a' (mul) at host.gir:4:") != NULL);
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    gr_rt_debug_set_step_hook(NULL, NULL);
+}
+
 int main(void) {
+    test_input_mutation_refused();
     gr_rt_debug_set_step_hook(insert_host_step, NULL);
     enum { RUNS = 4 };
     float eager[RUNS][6], graph[RUNS][6], naive[RUNS][6];

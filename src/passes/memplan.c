@@ -134,6 +134,28 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
         out->values[v].alias_of = r;
         out->values[v].alias_elem_offset = off;
     }
+    /* Nothing may write into a graph input or a weight: an input placeholder
+     * changed in place would feed the next replay a different value than the
+     * caller set (and inputs are not re-copied when unchanged). */
+    for (int si = 0; si < steps->len; si++) {
+        const gr_step *s = &steps->data[si];
+        if (s->kind == GR_STEP_ALIAS) continue;
+        for (int a = 0; a < s->n_args; a++) {
+            if (s->args[a].kind != GR_ARG_VALUE || !param_written(s, a)) continue;
+            int r = root_of(out, s->args[a].value);
+            gr_storage_kind k = out->values[r].kind;
+            if (k != GR_STORE_INPUT && k != GR_STORE_CONST && k != GR_STORE_HOST) continue;
+            char where[512] = "plan";
+            if (s->node >= 0 && s->node < g->nodes.len) gr_ir_node_where(g, &g->nodes.data[s->node], where, sizeof where);
+            const char *what = k == GR_STORE_CONST ? "weight" : "graph input";
+            gr_status st = gr_error(GR_ERR_HAZARD,
+                                    "%s: writes into %s '%s' in place; graft refuses (the placeholder would hold a different "
+                                    "value at the next replay than the one the caller set)",
+                                    where, what, g->values.data[r].name);
+            gr_mem_plan_free(out);
+            return st;
+        }
+    }
     /* liveness of roots */
     for (int si = 0; si < steps->len; si++) {
         const gr_step *s = &steps->data[si];
