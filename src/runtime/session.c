@@ -61,15 +61,16 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
+    if (s->inputs) {
+        for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
+            if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
+        gr_free(s->inputs, 0);
+    }
     if (s->dev) {
         if (s->ev_start) s->dev->iface->event_destroy(s->dev->ctx, s->ev_start);
         if (s->ev_end) s->dev->iface->event_destroy(s->dev->ctx, s->ev_end);
         if (s->stream) s->dev->iface->stream_destroy(s->dev->ctx, s->stream);
         gr_device_destroy(s->dev);
-    }
-    if (s->inputs) {
-        for (int i = 0; s->graph && i < s->graph->inputs.len; i++) gr_free(s->inputs[i].data, s->inputs[i].cap);
-        gr_free(s->inputs, 0);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
@@ -118,9 +119,10 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     gr_rt_input *in = &s->inputs[i];
     if (s->pending && (need > in->cap || !in->data)) GR_TRY(gr_session_wait(s));
     if (need > in->cap || !in->data) {
-        void *p = gr_malloc(need ? need : 1);
-        if (!p) return GR_ERR_NOMEM;
-        gr_free(in->data, in->cap);
+        /* page-locked, so the copy into the placeholder is a true asynchronous DMA */
+        void *p = NULL;
+        GR_TRY(gr_dev_alloc(s->dev, GR_MEM_HOST_PINNED, need ? need : 1, &p));
+        if (in->data) gr_dev_free(s->dev, in->data);
         in->data = p;
         in->cap = need ? need : 1;
     }
