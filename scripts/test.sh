@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds graft and runs every test: a normal build (gcc), then the sanitizer
-# build (ASan + UBSan). Ends with ctest's summary line for each.
+# Builds graft and runs every test: a normal build (gcc), the sanitizer build
+# (ASan + UBSan), then a clang build (-Werror) with a bounded libFuzzer run of
+# the ONNX loader. Each stage ends with ctest's summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
