@@ -28,6 +28,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 ITERS, REPEATS, WARMUP = 100, 5, 20
+SIM = False
 
 
 def log(*a):
@@ -169,6 +170,18 @@ def run_workload(name, make, build, work):
     del model
     torch.cuda.empty_cache()
 
+    if SIM:
+        # the simulator: the same kernels interpreted on the CPU (correctness only, no timing)
+        outd = os.path.join(d, "out-sim")
+        t0 = time.perf_counter()
+        rc, so, se = graft(build, ["run", onnx_path, "--device", "sim", "--output-dir", outd] + in_args, timeout=1800)
+        if rc != 0:
+            res["sim"] = {"error": (se.strip().splitlines() or ["?"])[-1][:400]}
+        else:
+            outs = sorted(f for f in os.listdir(outd) if f.endswith(".npy"))
+            got = np.load(os.path.join(outd, outs[0]))
+            res["sim"] = {"rel_err_vs_torch": rel_err(got, ref.float().numpy()) if got.shape == tuple(ref.shape) else None,
+                          "host_s": round(time.perf_counter() - t0, 1)}
     for mode in ("eager", "graph"):
         key = "graft_" + mode
         outd = os.path.join(d, "out-" + mode)
@@ -224,6 +237,13 @@ def table(results, meta):
                          f"{100 * s.get('share_in_graphs', 0):.0f}% | {f('bytes_copied', '%d')} | {f('mem_mb', '%.1f')} | "
                          f"{f('compile_s', '%.1f')} | {('%.1e' % err) if err is not None else '–'} | {sp} |")
     lines += ["", "graft speedup = that PyTorch system's ms/iter over graft's best mode's ms/iter (>1: graft faster).", ""]
+    sims = [(r["workload"], r["sim"]) for r in results if "sim" in r]
+    if sims:
+        lines += ["graft on the simulator (CPU interpreter of the same kernels) vs PyTorch eager on the GPU:", ""]
+        for name, sm in sims:
+            lines.append(f"- {name}: " + (f"rel. err {sm['rel_err_vs_torch']:.1e} ({sm['host_s']} s on the host)"
+                                          if "error" not in sm else "fails: " + sm["error"]))
+        lines.append("")
     for name, why in W.PENDING.items():
         lines.append(f"- {name}: not run — {why}")
     return "\n".join(lines) + "\n"
@@ -235,7 +255,10 @@ def main():
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--work", default="/tmp/graft-bench")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--sim", action="store_true", help="also run graft on the simulator and check it against PyTorch")
     args = ap.parse_args()
+    global SIM
+    SIM = args.sim
     os.makedirs(args.out, exist_ok=True)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip().split(", ")
