@@ -13,6 +13,34 @@ if(GRAFT_ONNX_ENABLED)
     add_test(NAME onnx_pytest COMMAND ${GRAFT_PYTEST} -q ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_import.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_pytest PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # GPT-2 / BERT / T5 as PyTorch exports them: the saved fixtures in
+    # tests/data/onnx/hf always run (numpy only); the live exports skip
+    # themselves, saying why, where torch/transformers are not installed.
+    add_test(NAME onnx_hf_fixtures
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_hf_models.py -k "fixture"
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    add_test(NAME onnx_hf_torch
+             COMMAND ${GRAFT_PYTEST} -q -rs -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_hf_models.py -k "torch"
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_hf_fixtures onnx_hf_torch PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    set_tests_properties(onnx_hf_torch PROPERTIES TIMEOUT 900)
+  endif()
+
+  # ONNX's own node test cases for every op graft imports (tests/py/onnx_conformance.py):
+  # every case of a supported op must pass; prints "N passed, N failed, N skipped".
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import numpy, onnx"
+                    RESULT_VARIABLE graft_conformance_deps OUTPUT_QUIET ERROR_QUIET)
+  endif()
+  if(NOT Python3_FOUND OR NOT graft_conformance_deps EQUAL 0)
+    message(STATUS "graft: no Python 3 with numpy + onnx; onnx_conformance is skipped")
+  else()
+    add_test(NAME onnx_conformance
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/py/onnx_conformance.py
+                     --graft ${CMAKE_BINARY_DIR}/bin/graft --device sim
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_conformance PROPERTIES TIMEOUT 300)
   endif()
 endif()
 

@@ -254,6 +254,46 @@ static void test_bad_input(void) {
     }
 }
 
+/* ==== forms of unoptimized PyTorch exports ================================================ */
+static void test_exporter_forms(void) {
+    gr_graph *g = load("exporter_forms.onnx");
+    if (!g) return;
+    /* SplitToSequence(x, 3) on axis 1 -> split [3, 3]; SequenceAt(seq, 1) reads the second part */
+    const gr_ir_node *sp = first_op(g, GR_OP_SPLIT);
+    int64_t sizes[2] = {3, 3};
+    CHECK(sp && sp->n_out == 2 && ints_eq(g, sp, "split", sizes, 2) && attr_i(g, sp, "axis", -1) == 1);
+    const gr_ir_node *at = node_named(g, "at");
+    CHECK(at && at->op == GR_OP_IDENTITY && sp && at->in[0] == sp->out[1]);
+    /* CumSum of a constant folded: [1, 2, 3] -> [1, 3, 6] */
+    const gr_ir_value *c = value_named(g, "c");
+    CHECK(c && c->kind == GR_VAL_CONST && c->dtype == GR_I64 && c->ndim == 1 && c->dims[0].size == 3);
+    CHECK(c && ((int64_t *)c->data)[0] == 1 && ((int64_t *)c->data)[1] == 3 && ((int64_t *)c->data)[2] == 6);
+    /* CastLike takes the dtype of its second input, constant or computed */
+    const gr_ir_node *cl = node_named(g, "castlike"), *clr = node_named(g, "castlike_rt");
+    CHECK(cl && cl->op == GR_OP_CAST && clr && clr->op == GR_OP_CAST);
+    const gr_ir_value *xi = value_named(g, "xi");
+    CHECK(xi && xi->typed && xi->dtype == GR_I64);
+    /* GatherND(Transpose(d), [[2, 1], [0, 0]]) folded: [60, 10] */
+    const gr_ir_value *z = value_named(g, "z");
+    CHECK(z && z->kind == GR_VAL_CONST && z->ndim == 1 && z->dims[0].size == 2);
+    CHECK(z && ((float *)z->data)[0] == 60.0f && ((float *)z->data)[1] == 10.0f);
+    CHECK(gr_ir_find_value(g, "dt") < 0); /* the folded transpose never reaches the IR */
+    /* no split given, keepdims=0: size-1 parts with the axis squeezed; position -1 is the last */
+    int64_t wd[1] = {6};
+    CHECK(shape_is(g, "w", 1, wd));
+    CHECK(count_op(g, GR_OP_SQUEEZE) == 2);
+    CHECK_OK(gr_ir_verify(g));
+    gr_ir_graph_destroy(g);
+
+    gr_graph *bad = NULL;
+    CHECK_ERR(gr_onnx_load(DATA "sequence_misuse.onnx", &bad), GR_ERR_UNSUPPORTED,
+              "value 'seq' is a tensor sequence; graft reads sequences only through SequenceAt");
+    CHECK(bad == NULL);
+    CHECK_ERR(gr_onnx_load(DATA "cumsum_runtime.onnx", &bad), GR_ERR_UNSUPPORTED,
+              "CumSum is supported only on inputs known at import time");
+    CHECK(bad == NULL);
+}
+
 /* ==== allocation failure at every step leaks nothing ====================================== */
 static void test_alloc_failures(const char *name) {
     char *buf;
@@ -297,7 +337,9 @@ int main(void) {
     test_attention();
     test_unknown_dim();
     test_bad_input();
+    test_exporter_forms();
     test_alloc_failures("mlp.onnx");
+    test_alloc_failures("exporter_forms.onnx");
     test_alloc_failures("attention.onnx");
     test_alloc_failures("shape_chain.onnx");
     CHECK_MSG(gr_debug_live_allocs() == base, "%ld allocations leaked", gr_debug_live_allocs() - base);

@@ -526,6 +526,139 @@ static gr_status fold_expand(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
     return GR_OK;
 }
 
+/* ==== scans and N-d gathers (mask arithmetic of unoptimized exports) ========================== */
+
+/* CumSum(x, axis; exclusive, reverse) */
+static gr_status fold_cumsum(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
+    int64_t axis, exclusive, reverse;
+    int n;
+    GR_TRY(ox_need_ints(c, 1, "axis", &axis, 1, &n));
+    if (n != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'axis' must be a scalar");
+    GR_TRY(ox_attr_int(c, "exclusive", 0, &exclusive));
+    GR_TRY(ox_attr_int(c, "reverse", 0, &reverse));
+    if (x->ndim == 0) return ox_node_error(c, GR_ERR_SHAPE, "CumSum of a scalar");
+    axis = norm_axis(axis, x->ndim);
+    if (axis < 0 || axis >= x->ndim) return ox_node_error(c, GR_ERR_SHAPE, "axis out of range for rank %d", x->ndim);
+    if (x->dtype == GR_BOOL) return GR_ERR_UNSUPPORTED;
+    GR_TRY(ox_tensor_new(x->dtype, x->ndim, x->dims, out));
+    int64_t st[GR_MAX_DIMS], total = ox_tensor_numel(x), len = x->dims[axis];
+    strides_of(x->ndim, x->dims, st);
+    bool fl = gr_dtype_is_float(x->dtype);
+    /* one scan per line along the axis: start at every element whose axis index is 0 */
+    for (int64_t j = 0; j < total; j++) {
+        if ((j / st[axis]) % (len ? len : 1) != 0) continue;
+        double accf = 0;
+        int64_t acci = 0;
+        bool unknown = false;
+        for (int64_t k = 0; k < len; k++) {
+            int64_t e = j + (reverse ? len - 1 - k : k) * st[axis];
+            if (exclusive) {
+                if (fl) gr_store_f64((*out)->data, x->dtype, e, accf);
+                else gr_store_i64((*out)->data, x->dtype, e, acci);
+            }
+            if (fl) accf += gr_load_f64(x->data, x->dtype, e);
+            else acci = (int64_t)((uint64_t)acci + (uint64_t)gr_load_i64(x->data, x->dtype, e));
+            if (!exclusive) {
+                if (fl) gr_store_f64((*out)->data, x->dtype, e, accf);
+                else gr_store_i64((*out)->data, x->dtype, e, acci);
+            }
+            bool was_unknown = unknown;
+            unknown |= elem_unknown(x, e);
+            if ((exclusive ? was_unknown : unknown) && mark_unknown(*out, e) != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return GR_ERR_NOMEM;
+            }
+        }
+    }
+    return GR_OK;
+}
+
+/* Transpose(x; perm) */
+static gr_status fold_transpose(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
+    const int64_t *pa;
+    int np;
+    GR_TRY(ox_attr_ints(c, "perm", &pa, &np));
+    int64_t perm[GR_MAX_DIMS], dims[GR_MAX_DIMS], xs[GR_MAX_DIMS], oi[GR_MAX_DIMS];
+    if (np >= 0 && np != x->ndim) return ox_node_error(c, GR_ERR_SHAPE, "perm has %d entries for a rank-%d input", np, x->ndim);
+    bool seen[GR_MAX_DIMS] = {false};
+    for (int i = 0; i < x->ndim; i++) {
+        perm[i] = np < 0 ? x->ndim - 1 - i : pa[i];
+        if (perm[i] < 0 || perm[i] >= x->ndim || seen[perm[i]]) return ox_node_error(c, GR_ERR_SHAPE, "perm is not a permutation");
+        seen[perm[i]] = true;
+        dims[i] = x->dims[perm[i]];
+    }
+    strides_of(x->ndim, x->dims, xs);
+    GR_TRY(ox_tensor_new(x->dtype, x->ndim, dims, out));
+    int64_t n = ox_tensor_numel(x);
+    for (int64_t j = 0; j < n; j++) {
+        unravel(j, x->ndim, dims, oi);
+        int64_t src = 0;
+        for (int i = 0; i < x->ndim; i++) src += oi[i] * xs[perm[i]];
+        if (move_elem(*out, j, x, src) != GR_OK) {
+            ox_tensor_free(*out);
+            *out = NULL;
+            return GR_ERR_NOMEM;
+        }
+    }
+    return GR_OK;
+}
+
+/* GatherND(data, indices; batch_dims) */
+static gr_status fold_gather_nd(ox_ctx *c, const ox_tensor *data, const ox_tensor *idx, ox_tensor **out) {
+    int64_t b;
+    GR_TRY(ox_attr_int(c, "batch_dims", 0, &b));
+    if (idx->ndim < 1 || !gr_dtype_is_int(idx->dtype)) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
+    int64_t q = idx->ndim, r = data->ndim, last = idx->dims[q - 1];
+    if (b < 0 || b >= q || b >= r || last < 1 || last > r - b) return ox_node_error(c, GR_ERR_SHAPE, "batch_dims or indices' last dim out of range");
+    for (int64_t i = 0; i < b; i++)
+        if (data->dims[i] != idx->dims[i]) return ox_node_error(c, GR_ERR_SHAPE, "batch dims of data and indices differ");
+    int ndim = (int)(q - 1 + r - b - last);
+    if (ndim > GR_MAX_DIMS) return GR_ERR_UNSUPPORTED;
+    int64_t dims[GR_MAX_DIMS];
+    int k = 0;
+    for (int64_t i = 0; i < q - 1; i++) dims[k++] = idx->dims[i];
+    for (int64_t i = b + last; i < r; i++) dims[k++] = data->dims[i];
+    if (fold_too_big(ndim, dims)) return GR_ERR_UNSUPPORTED;
+    int64_t dst[GR_MAX_DIMS], ist[GR_MAX_DIMS];
+    strides_of(data->ndim, data->dims, dst);
+    strides_of(idx->ndim, idx->dims, ist);
+    int64_t slice = 1; /* elements copied per index tuple */
+    for (int64_t i = b + last; i < r; i++) slice *= data->dims[i];
+    GR_TRY(ox_tensor_new(data->dtype, ndim, dims, out));
+    int64_t tuples = ox_tensor_numel(*out) / (slice ? slice : 1), oi[GR_MAX_DIMS];
+    if (!slice) tuples = 0;
+    for (int64_t t = 0; t < tuples; t++) {
+        unravel(t, (int)(q - 1), idx->dims, oi);
+        int64_t src = 0, ibase = 0;
+        for (int64_t i = 0; i < q - 1; i++) ibase += oi[i] * ist[i];
+        for (int64_t i = 0; i < b; i++) src += oi[i] * dst[i];
+        for (int64_t i = 0; i < last; i++) {
+            if (elem_unknown(idx, ibase + i)) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return GR_ERR_UNSUPPORTED;
+            }
+            int64_t g = gr_load_i64(idx->data, idx->dtype, ibase + i), d = data->dims[b + i];
+            if (g < 0) g += d;
+            if (g < 0 || g >= d) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return ox_node_error(c, GR_ERR_SHAPE, "index %lld out of range for a dim of size %lld",
+                                     (long long)gr_load_i64(idx->data, idx->dtype, ibase + i), (long long)d);
+            }
+            src += g * dst[b + i];
+        }
+        for (int64_t e = 0; e < slice; e++)
+            if (move_elem(*out, t * slice + e, data, src + e) != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return GR_ERR_NOMEM;
+            }
+    }
+    return GR_OK;
+}
+
 /* ==== driver ============================================================================================ */
 static bool op_is(const ox_ctx *c, const char *name) { return !strcmp(c->node->op_type, name); }
 
@@ -606,7 +739,11 @@ static gr_status fold_one(ox_ctx *c, const ox_tensor *const *ins, int n_in, ox_t
         if (ox_dtype_from_onnx(c, (int32_t)to, "attribute 'to'", &dt) != GR_OK) return GR_ERR_UNSUPPORTED;
         return ox_tensor_cast(x, dt, out);
     }
+    if (op_is(c, "CastLike") && n_in == 2 && ins[1]) return ox_tensor_cast(x, ins[1]->dtype, out);
     bool data_ins = all_present(ins, n_in); /* ops whose inputs are all data */
+    if (op_is(c, "CumSum") && n_in == 2 && data_ins) return fold_cumsum(c, x, out);
+    if (op_is(c, "Transpose") && n_in == 1) return fold_transpose(c, x, out);
+    if (op_is(c, "GatherND") && n_in == 2 && data_ins) return fold_gather_nd(c, x, ins[1], out);
     if (op_is(c, "Gather") && n_in == 2 && data_ins) return fold_gather(c, x, ins[1], out);
     if (op_is(c, "Concat") && data_ins) return fold_concat(c, ins, n_in, out);
     if (op_is(c, "Slice")) return fold_slice(c, x, out);

@@ -44,6 +44,8 @@ typedef struct {
     int ir;             /* IR value index, -1 until materialized */
     ox_tensor *konst;   /* known at import time, or NULL */
     const char *unavailable; /* static reason why it cannot be used, or NULL */
+    int *seq;           /* a tensor sequence (SplitToSequence): IR values of its elements, owned */
+    int n_seq;
 } ox_value;
 
 typedef struct {
@@ -72,6 +74,8 @@ gr_status ox_ir(ox_ctx *c, int vi, int *out_ir);
 gr_status ox_define_const(ox_ctx *c, const char *name, ox_tensor *t);
 /* Binds an ONNX output name to an existing IR value (no copy). */
 gr_status ox_define_ir(ox_ctx *c, const char *name, int ir);
+/* Binds an ONNX output name to a sequence of IR values (copies irs). */
+gr_status ox_define_seq(ox_ctx *c, const char *name, const int *irs, int n);
 
 /* ---- onnx.c: tensors ---------------------------------------------------------------- */
 void ox_tensor_free(ox_tensor *t);

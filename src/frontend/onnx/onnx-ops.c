@@ -694,6 +694,113 @@ static gr_status cv_dropout(ox_ctx *c, gr_op op) {
     return bind_outputs(c, 1, &out, "is Dropout's mask output, which is not supported");
 }
 
+static gr_status cv_cast_like(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int vt = ox_in(c, 1);
+    if (vt < 0) return ox_node_error(c, GR_ERR_INVALID, "input 1 ('target_type') is required");
+    const ox_value *t = &c->vals.data[vt];
+    gr_dtype dt;
+    if (t->konst) {
+        dt = t->konst->dtype;
+    } else if (t->ir >= 0 && irv(c, t->ir)->typed) {
+        dt = irv(c, t->ir)->dtype;
+    } else {
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "the dtype of input 'target_type' (value '%s') is not known", t->name);
+    }
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr a = A_str("to", gr_dtype_name(dt));
+    return emit1(c, op, 1, &x, 1, &a);
+}
+
+/* Ops graft folds at import time (onnx-fold.c) but has no IR op for: reached
+ * only when an input is computed at run time. */
+static gr_status cv_fold_only(ox_ctx *c, gr_op op) {
+    (void)op;
+    return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                         "%s is supported only on inputs known at import time (constants and shape arithmetic); "
+                         "on a value computed at run time it is not supported",
+                         c->node->op_type);
+}
+
+/* ---- sequences: SplitToSequence read by SequenceAt (how exporters write torch.split) -------- */
+static gr_status cv_split_to_sequence(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 2, 1));
+    int64_t axis, keepdims;
+    GR_TRY(ox_attr_int(c, "axis", 0, &axis));
+    GR_TRY(ox_attr_int(c, "keepdims", 1, &keepdims));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int64_t ax = axis < 0 ? axis + xv->ndim : axis;
+    if (ax < 0 || ax >= xv->ndim) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, xv->ndim);
+    if (xv->dims[ax].sym != GR_SYM_NONE || xv->dims[ax].size < 0)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "splitting along a symbolic dim is not supported");
+    int64_t d = xv->dims[ax].size, sizes[64];
+    int n = 0;
+    bool squeeze = false;
+    if (ox_in(c, 1) >= 0) {
+        const ox_tensor *t;
+        GR_TRY(ox_need_const(c, 1, "split", &t));
+        if (!gr_dtype_is_int(t->dtype) || t->ndim > 1) return ox_node_error(c, GR_ERR_INVALID, "input 'split' must be an integer scalar or list");
+        int64_t ne = ox_tensor_numel(t);
+        if (t->ndim == 0) {
+            int64_t chunk = gr_load_i64(t->data, t->dtype, 0);
+            if (chunk <= 0) return ox_node_error(c, GR_ERR_INVALID, "split size must be positive");
+            for (int64_t left = d; left > 0; left -= chunk) {
+                if (n == 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 parts");
+                sizes[n++] = left < chunk ? left : chunk;
+            }
+        } else {
+            if (ne > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 parts");
+            int64_t sum = 0;
+            for (int64_t i = 0; i < ne; i++) {
+                sizes[n++] = gr_load_i64(t->data, t->dtype, i);
+                if (sizes[n - 1] < 0) return ox_node_error(c, GR_ERR_INVALID, "negative split size");
+                sum += sizes[n - 1];
+            }
+            if (sum != d) return ox_node_error(c, GR_ERR_SHAPE, "split sizes add up to %lld, the dim is %lld", (long long)sum, (long long)d);
+        }
+    } else {
+        if (d > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 parts");
+        for (int64_t i = 0; i < d; i++) sizes[n++] = 1;
+        squeeze = !keepdims;
+    }
+    if (n == 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "an empty sequence is not supported");
+    gr_ir_attr attrs[2] = {A_int("axis", ax), A_ints("split", sizes, n)};
+    int outs[64];
+    GR_TRY(emit(c, op, 1, &x, 2, attrs, n, NULL, false, outs));
+    for (int i = 0; squeeze && i < n; i++) {
+        gr_ir_attr a = A_ints("axes", &ax, 1);
+        GR_TRY(emit(c, GR_OP_SQUEEZE, 1, &outs[i], 1, &a, 1, NULL, false, &outs[i]));
+    }
+    const char *name = c->node->n_output ? S(c->node->output[0]) : "";
+    if (!*name) return GR_OK;
+    return ox_define_seq(c, name, outs, n);
+}
+
+static gr_status cv_sequence_at(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int vs = ox_in(c, 0);
+    if (vs < 0) return ox_node_error(c, GR_ERR_INVALID, "input 0 ('input_sequence') is required");
+    const ox_value *sv = &c->vals.data[vs];
+    if (!sv->seq)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "input 'input_sequence' (value '%s') is not a sequence graft knows: only SplitToSequence "
+                             "outputs are supported",
+                             sv->name);
+    int64_t pos;
+    int n;
+    GR_TRY(ox_need_ints(c, 1, "position", &pos, 1, &n));
+    if (n != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'position' must be a scalar");
+    if (pos < 0) pos += sv->n_seq;
+    if (pos < 0 || pos >= sv->n_seq)
+        return ox_node_error(c, GR_ERR_SHAPE, "position %lld out of range for a sequence of %d tensors", (long long)pos, sv->n_seq);
+    int x = sv->seq[pos];
+    return emit1(c, op, 1, &x, 0, NULL);
+}
+
 /* ---- Einsum: the batched-matmul forms transformer exports use --------------------------- */
 static gr_status einsum_unsupported(ox_ctx *c, const char *eq, const char *why) {
     return ox_node_error(c, GR_ERR_UNSUPPORTED,
@@ -703,9 +810,10 @@ static gr_status einsum_unsupported(ox_ctx *c, const char *eq, const char *why) 
 }
 
 static gr_status cv_einsum(ox_ctx *c, gr_op op) {
-    GR_TRY(check_arity(c, 2, 2, 1));
+    GR_TRY(check_arity(c, 1, 64, 1));
     char eq[128], sa[32], sb[32], so[32];
     GR_TRY(ox_attr_string(c, "equation", "", eq, sizeof eq));
+    if (ox_n_in(c) != 2) return einsum_unsupported(c, eq, "graft maps einsums of two operands only");
     /* strip spaces */
     size_t w = 0;
     for (size_t r = 0; eq[r]; r++)
@@ -797,6 +905,11 @@ static const struct {
     {"Or", GR_OP_OR, cv_simple},
     {"IsNaN", GR_OP_ISNAN, cv_simple},
     {"Cast", GR_OP_CAST, cv_cast},
+    {"CastLike", GR_OP_CAST, cv_cast_like},
+    {"CumSum", GR_OP_IDENTITY, cv_fold_only},
+    {"GatherND", GR_OP_IDENTITY, cv_fold_only},
+    {"SplitToSequence", GR_OP_SPLIT, cv_split_to_sequence},
+    {"SequenceAt", GR_OP_IDENTITY, cv_sequence_at},
     {"MatMul", GR_OP_MATMUL, cv_simple},
     {"Gemm", GR_OP_MATMUL, cv_gemm},
     {"Softmax", GR_OP_SOFTMAX, cv_softmax},

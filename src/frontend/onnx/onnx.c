@@ -310,9 +310,29 @@ gr_status ox_define_ir(ox_ctx *c, const char *name, int ir) {
     return GR_OK;
 }
 
+gr_status ox_define_seq(ox_ctx *c, const char *name, const int *irs, int n) {
+    int *copy = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!copy) return GR_ERR_NOMEM;
+    if (n) memcpy(copy, irs, sizeof(int) * (size_t)n);
+    int vi;
+    gr_status st = ox_define(c, name, &vi);
+    if (st != GR_OK) {
+        gr_free(copy, sizeof(int) * (size_t)(n ? n : 1));
+        return st;
+    }
+    c->vals.data[vi].seq = copy;
+    c->vals.data[vi].n_seq = n;
+    return GR_OK;
+}
+
 gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
     ox_value *v = &c->vals.data[vi];
     if (v->unavailable) return gr_error(GR_ERR_UNSUPPORTED, "value '%s' %s", v->name, v->unavailable);
+    if (v->seq)
+        return gr_error(GR_ERR_UNSUPPORTED,
+                        "value '%s' is a tensor sequence; graft reads sequences only through SequenceAt with a constant "
+                        "position (other uses of sequences are not supported)",
+                        v->name);
     if (v->ir >= 0) return *out_ir = v->ir, GR_OK;
     ox_tensor *t = v->konst;
     if (!t) return gr_error(GR_ERR_INTERNAL, "value '%s' has neither IR value nor data", v->name);
@@ -345,7 +365,10 @@ gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
 }
 
 static void ctx_free(ox_ctx *c) {
-    for (int i = 0; i < c->vals.len; i++) ox_tensor_free(c->vals.data[i].konst);
+    for (int i = 0; i < c->vals.len; i++) {
+        ox_tensor_free(c->vals.data[i].konst);
+        if (c->vals.data[i].seq) gr_free(c->vals.data[i].seq, sizeof(int) * (size_t)(c->vals.data[i].n_seq ? c->vals.data[i].n_seq : 1));
+    }
     gr_vec_free(&c->vals);
     gr_free(c->slots, (size_t)c->n_slots * sizeof(int));
     gr_strfree(c->node_name_owned);

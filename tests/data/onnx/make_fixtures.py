@@ -152,6 +152,8 @@ def main():
               [vi("x", F, [2, 4])], [vi("mean", F, [2, 1])], [helper.make_tensor("s", F, [4], [1, 1, 1, 1])])
     save(m, "layernorm_mean.onnx", check=False)
 
+    written += exporter_forms()
+
     # ---- bad input -------------------------------------------------------------
     good = open(os.path.join(HERE, "mlp.onnx"), "rb").read()
     with open(os.path.join(HERE, "truncated.onnx"), "wb") as f:
@@ -186,6 +188,36 @@ def main():
     for name in sorted(os.listdir(HERE)):
         if name.endswith(".onnx"):
             shutil.copy(os.path.join(HERE, name), os.path.join(CORPUS, name))
+
+
+def exporter_forms():
+    """Forms PyTorch's exporters write without their ONNX optimizer: torch.split
+    as SplitToSequence + SequenceAt, mask arithmetic on constants through
+    CastLike, CumSum, Transpose and GatherND (all folded at import time)."""
+    written = []
+    m = model([helper.make_node("SplitToSequence", ["x", "three"], ["seq"], name="split", axis=1),
+               helper.make_node("SequenceAt", ["seq", "one"], ["b"], name="at"),
+               helper.make_node("CumSum", ["k", "zero"], ["c"], name="cumsum"),
+               helper.make_node("CastLike", ["c", "x"], ["cf"], name="castlike"),
+               helper.make_node("Add", ["b", "cf"], ["y"], name="add"),
+               helper.make_node("Transpose", ["d"], ["dt"], name="tr", perm=[1, 0]),
+               helper.make_node("GatherND", ["dt", "idx"], ["z"], name="gnd"),
+               helper.make_node("CastLike", ["x", "k"], ["xi"], name="castlike_rt"),
+               helper.make_node("SplitToSequence", ["x"], ["seq1"], name="split1", axis=0, keepdims=0),
+               helper.make_node("SequenceAt", ["seq1", "minus_one"], ["w"], name="at1")],
+              [vi("x", F, [2, 6])], [vi("y", F, [2, 3]), vi("z", F, [2]), vi("xi", I64, [2, 6]), vi("w", F, [6])],
+              [i64("three", 3), i64("one", 1), i64("zero", 0), i64("minus_one", -1), i64("k", [1, 2, 3]),
+               numpy_helper.from_array(np.array([[10, 20, 30], [40, 50, 60]], np.float32), "d"),
+               i64("idx", [[2, 1], [0, 0]])])
+    written.append(save(m, "exporter_forms.onnx"))
+    m = model([helper.make_node("SplitToSequence", ["x"], ["seq"], name="split", axis=1),
+               helper.make_node("Relu", ["seq"], ["y"], name="relu")],
+              [vi("x", F, [2, 2])], [vi("y", F, None)])
+    save(m, "sequence_misuse.onnx", check=False)
+    m = model([helper.make_node("CumSum", ["x", "zero"], ["y"], name="cs")], [vi("x", F, [3])], [vi("y", F, [3])],
+              [i64("zero", 0)])
+    save(m, "cumsum_runtime.onnx", check=False)
+    return written
 
 
 if __name__ == "__main__":
