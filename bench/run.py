@@ -203,7 +203,9 @@ def run_workload(name, make, build, work):
         k = b.get("kernels_per_iter") or 0
         res["systems"][key] = {"ms": b["ms_per_iter"], "samples": b.get("ms_samples"), "gpu_ms": b.get("gpu_ms_per_iter"),
                                "kernels": k, "share_in_graphs": (b.get("kernels_in_graphs", 0) / k) if k else 0.0,
-                               "bytes_copied": b.get("bytes_copied_per_iter"), "mem_mb": b.get("device_bytes", 0) / 2**20,
+                               "bytes_copied": b.get("bytes_copied_per_iter"),
+                               # beyond the weights (arena, placeholders, graphs): comparable to what compiling adds in PyTorch
+                               "mem_mb": (b.get("device_bytes", 0) - b.get("weight_bytes", 0)) / 2**20,
                                "compile_s": (b.get("compile_ms", 0) + b.get("capture_ms", 0)) / 1e3,
                                "rel_err_vs_torch": err}
     return res
@@ -215,7 +217,7 @@ def table(results, meta):
              f"PyTorch {meta['torch']}; ms/iter = median of {REPEATS} repeats of {ITERS} iterations after {WARMUP} warm-up; "
              "fp32, TF32 off. GPU kernel time from the PyTorch profiler (PyTorch) or CUDA events around the "
              "iteration (graft). Command: `python3 bench/run.py` on the GPU machine.", "",
-             "| workload | system | ms/iter | GPU ms | kernels/iter | in graphs | bytes copied/iter | GPU MB | compile+capture s | rel. err vs eager | graft speedup |",
+             "| workload | system | ms/iter | GPU ms | kernels/iter | in graphs | bytes copied/iter | extra GPU MB | compile+capture s | rel. err | graft speedup |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
@@ -236,7 +238,10 @@ def table(results, meta):
             lines.append(f"| {r['workload']} | {c} | {s['ms']:.3f} | {f('gpu_ms', '%.3f')} | {f('kernels', '%.0f')} | "
                          f"{100 * s.get('share_in_graphs', 0):.0f}% | {f('bytes_copied', '%d')} | {f('mem_mb', '%.1f')} | "
                          f"{f('compile_s', '%.1f')} | {('%.1e' % err) if err is not None else '–'} | {sp} |")
-    lines += ["", "graft speedup = that PyTorch system's ms/iter over graft's best mode's ms/iter (>1: graft faster).", ""]
+    lines += ["", "graft speedup = that PyTorch system's ms/iter over graft's best mode's ms/iter (>1: graft faster). "
+              "extra GPU MB: PyTorch: device memory added by compiling (graphs, pools); graft: device memory the session "
+              "holds beyond the weights (activation arena, placeholders, graphs). rel. err: PyTorch compiled vs PyTorch eager; "
+              "graft vs PyTorch eager.", ""]
     sims = [(r["workload"], r["sim"]) for r in results if "sim" in r]
     if sims:
         lines += ["graft on the simulator (CPU interpreter of the same kernels) vs PyTorch eager on the GPU:", ""]
