@@ -25,6 +25,22 @@ echo "== gpucheck =="
 "$build/bin/gpucheck" 2>&1 | tee "$out/gpucheck.log" | tail -40
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpucheck FAILED"; fail=1; }
 
+echo "== device graph features on CUDA (conditional IF/IF_ELSE/WHILE, updatable nodes, node updates) =="
+if [ -x "$build/tests/test_devgraph" ]; then
+  "$build/tests/test_devgraph" cuda 2>&1 | tail -12 | tee "$out/devgraph.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_devgraph FAILED"; fail=1; }
+else
+  echo "test_devgraph not built (cmake --build $build --target test_devgraph)"; fail=1
+fi
+
+echo "== kernel cache: cold vs warm start =="
+export XDG_CACHE_HOME="$out/tmp/cache"; rm -rf "$XDG_CACHE_HOME"
+cold=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')
+n_cubins=$(ls "$XDG_CACHE_HOME"/graft/kernels 2>/dev/null | wc -l)
+warm=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')
+echo "cold: $cold; $n_cubins cubins cached"; echo "warm: $warm"
+unset XDG_CACHE_HOME
+
 for ex in mlp eos transformer; do
   m=examples/$ex.gir
   rm -rf "$out/tmp"; mkdir -p "$out/tmp"

@@ -1,0 +1,258 @@
+/* tests/test_devgraph — CUDA-graph features through the device vtable on any
+ * backend: conditional IF / IF_ELSE / WHILE nodes, device-updatable kernel
+ * nodes patched by a prelude kernel, exec kernel-node argument updates and
+ * exec update. Data moves only through copies, so the same test runs on the
+ * simulator (ctest) and on CUDA (`test_devgraph cuda`, in scripts/gpu-check.sh). */
+#include "check.h"
+#include "device/device.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const struct gr_device_i *IF;
+static gr_device *D;
+static gr_stream *S;
+
+#define OK(expr) CHECK_OK(expr)
+
+/* dst[0] = src[0] + add, or (src[0] > add) when compare; i32 */
+static gr_kfunc *i32_kernel(const char *name, int64_t add, bool compare) {
+    gr_kernel *k = NULL;
+    gr_kfunc *f = NULL;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    int ps, pd, nl, nc, nr;
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_I32, "src", &ps));
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_I32, "dst", &pd));
+    OK(gr_kx_load(k, ps, &acc, &nl));
+    OK(gr_kx_const_i(k, GR_I32, add, &nc));
+    if (compare) {
+        int nb;
+        OK(gr_kx_binary(k, GR_KB_GT, GR_BOOL, nl, nc, &nb));
+        OK(gr_kx_cast(k, GR_I32, nb, &nr));
+    } else {
+        OK(gr_kx_binary(k, GR_KB_ADD, GR_I32, nl, nc, &nr));
+    }
+    gr_kstage s = {.kind = GR_KS_STORE, .value = nr, .param = pd, .access = acc};
+    k->params[pd].written = true;
+    OK(gr_kernel_add_stage(k, &s));
+    OK(IF->kernel_prepare(D->ctx, k, &f));
+    gr_kernel_destroy(k);
+    return f;
+}
+
+/* out[i] = x[i] * a + b over n f32 */
+static gr_kfunc *axpb_kernel(int64_t n) {
+    gr_kernel *k = NULL;
+    gr_kfunc *f = NULL;
+    if (gr_kernel_create("axpb", &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = n;
+    int px, pa, pb, po, nx, na, nb, nm, ns;
+    gr_kaccess acc;
+    gr_kaccess_init(&acc);
+    acc.stride[0] = 1;
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &px));
+    OK(gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F32, "a", &pa));
+    OK(gr_kernel_add_param(k, GR_KP_SCALAR_F, GR_F32, "b", &pb));
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "out", &po));
+    OK(gr_kx_load(k, px, &acc, &nx));
+    OK(gr_kx_param(k, pa, &na));
+    OK(gr_kx_param(k, pb, &nb));
+    OK(gr_kx_binary(k, GR_KB_MUL, GR_F32, nx, na, &nm));
+    OK(gr_kx_binary(k, GR_KB_ADD, GR_F32, nm, nb, &ns));
+    gr_kstage s = {.kind = GR_KS_STORE, .value = ns, .param = po, .access = acc};
+    k->params[po].written = true;
+    OK(gr_kernel_add_stage(k, &s));
+    OK(IF->kernel_prepare(D->ctx, k, &f));
+    gr_kernel_destroy(k);
+    return f;
+}
+
+static void put_i32(void *dev, int32_t v) {
+    OK(gr_dev_memcpy(D, S, dev, &v, 4, GR_COPY_H2D));
+    OK(gr_dev_sync(D, S));
+}
+static int32_t get_i32(const void *dev) {
+    int32_t v = -12345;
+    OK(gr_dev_memcpy(D, S, &v, dev, 4, GR_COPY_D2H));
+    OK(gr_dev_sync(D, S));
+    return v;
+}
+
+static void test_conditionals(void) {
+    char *mem = NULL;
+    OK(gr_dev_alloc(D, GR_MEM_DEVICE, 256, (void **)&mem));
+    if (!mem) return;
+    void *fv = mem, *hits = mem + 4, *cnt = mem + 8, *hits_else = mem + 12;
+    gr_kfunc *fcopy = i32_kernel("copy_flag", 0, false), *finc = i32_kernel("inc", 1, false);
+    gr_kfunc *fdec = i32_kernel("dec", -1, false), *fgt = i32_kernel("more_left", 1, true);
+    gr_dgraph *g = NULL;
+    gr_dexec *x = NULL;
+    uint64_t h = 0;
+    /* IF: flag = fv; if (flag) hits++ */
+    OK(IF->capture_begin(D->ctx, S));
+    OK(IF->cond_create(D->ctx, S, GR_COND_IF, 0, &h));
+    gr_karg set[2] = {{.ptr = fv}, {.ptr = (void *)(uintptr_t)h}}, inc[2] = {{.ptr = hits}, {.ptr = hits}};
+    OK(gr_dev_launch(D, S, fcopy, set, 2));
+    OK(IF->cond_body_begin(D->ctx, S, h, 0));
+    OK(gr_dev_launch(D, S, finc, inc, 2));
+    OK(IF->cond_body_end(D->ctx, S, h, 0));
+    OK(IF->capture_end(D->ctx, S, &g));
+    OK(IF->graph_instantiate(D->ctx, g, &x));
+    put_i32(hits, 0);
+    const int32_t flags[] = {0, 1, 7, 0, 1};
+    int want = 0;
+    for (int i = 0; i < GR_ARRAY_LEN(flags); i++) {
+        put_i32(fv, flags[i]);
+        OK(IF->graph_launch(D->ctx, x, S));
+        want += flags[i] != 0;
+        int got = get_i32(hits);
+        CHECK_MSG(got == want, "IF flag %d: hits %d, want %d", flags[i], got, want);
+    }
+    IF->exec_destroy(D->ctx, x);
+    IF->graph_destroy(D->ctx, g);
+
+    /* IF_ELSE: then hits++, else hits_else += 2 */
+    OK(IF->capture_begin(D->ctx, S));
+    OK(IF->cond_create(D->ctx, S, GR_COND_IF_ELSE, 0, &h));
+    set[1].ptr = (void *)(uintptr_t)h;
+    gr_karg inc_else[2] = {{.ptr = hits_else}, {.ptr = hits_else}};
+    OK(gr_dev_launch(D, S, fcopy, set, 2));
+    OK(IF->cond_body_begin(D->ctx, S, h, 0));
+    OK(gr_dev_launch(D, S, finc, inc, 2));
+    OK(IF->cond_body_end(D->ctx, S, h, 0));
+    OK(IF->cond_body_begin(D->ctx, S, h, 1));
+    OK(gr_dev_launch(D, S, finc, inc_else, 2));
+    OK(gr_dev_launch(D, S, finc, inc_else, 2));
+    OK(IF->cond_body_end(D->ctx, S, h, 1));
+    OK(IF->capture_end(D->ctx, S, &g));
+    OK(IF->graph_instantiate(D->ctx, g, &x));
+    put_i32(hits, 0);
+    put_i32(hits_else, 0);
+    put_i32(fv, 0);
+    OK(IF->graph_launch(D->ctx, x, S));
+    CHECK_MSG(get_i32(hits) == 0 && get_i32(hits_else) == 2, "IF_ELSE(0): %d %d", get_i32(hits), get_i32(hits_else));
+    put_i32(fv, 1);
+    OK(IF->graph_launch(D->ctx, x, S));
+    CHECK_MSG(get_i32(hits) == 1 && get_i32(hits_else) == 2, "IF_ELSE(1): %d %d", get_i32(hits), get_i32(hits_else));
+    IF->exec_destroy(D->ctx, x);
+    IF->graph_destroy(D->ctx, g);
+
+    /* WHILE (default 1): body { flag = cnt > 1; hits++; cnt-- } runs cnt times */
+    OK(IF->capture_begin(D->ctx, S));
+    OK(IF->cond_create(D->ctx, S, GR_COND_WHILE, 1, &h));
+    gr_karg gt[2] = {{.ptr = cnt}, {.ptr = (void *)(uintptr_t)h}}, dec[2] = {{.ptr = cnt}, {.ptr = cnt}};
+    OK(IF->cond_body_begin(D->ctx, S, h, 0));
+    OK(gr_dev_launch(D, S, fgt, gt, 2));
+    OK(gr_dev_launch(D, S, finc, inc, 2));
+    OK(gr_dev_launch(D, S, fdec, dec, 2));
+    OK(IF->cond_body_end(D->ctx, S, h, 0));
+    OK(IF->capture_end(D->ctx, S, &g));
+    OK(IF->graph_instantiate(D->ctx, g, &x));
+    put_i32(hits, 0);
+    put_i32(cnt, 3);
+    OK(IF->graph_launch(D->ctx, x, S));
+    CHECK_MSG(get_i32(hits) == 3 && get_i32(cnt) == 0, "WHILE(3): hits %d cnt %d", get_i32(hits), get_i32(cnt));
+    put_i32(cnt, 5);
+    OK(IF->graph_launch(D->ctx, x, S));
+    CHECK_MSG(get_i32(hits) == 8 && get_i32(cnt) == 0, "WHILE(5): hits %d cnt %d", get_i32(hits), get_i32(cnt));
+    IF->exec_destroy(D->ctx, x);
+    IF->graph_destroy(D->ctx, g);
+    IF->kernel_release(D->ctx, fcopy);
+    IF->kernel_release(D->ctx, finc);
+    IF->kernel_release(D->ctx, fdec);
+    IF->kernel_release(D->ctx, fgt);
+    gr_dev_free(D, mem);
+}
+
+/* updatable node patched by a prelude kernel; set_args; exec_update */
+static void test_updates(void) {
+    enum { N = 1000 };
+    float *xs = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N);
+    char *mem = NULL;
+    OK(gr_dev_alloc(D, GR_MEM_DEVICE, sizeof(float) * N * 2 + 64, (void **)&mem));
+    if (!xs || !out || !mem) goto done;
+    float *dx = (float *)mem, *dy = (float *)mem + N;
+    double *value = (double *)((float *)mem + 2 * N);
+    for (int i = 0; i < N; i++) xs[i] = (float)i * 0.01f - 3.0f;
+    OK(gr_dev_memcpy(D, S, dx, xs, sizeof(float) * N, GR_COPY_H2D));
+    gr_kfunc *f = axpb_kernel(N);
+    gr_karg a[4] = {{.ptr = dx}, {.f = 2.0}, {.f = 1.0}, {.ptr = dy}};
+    gr_dgraph *g = NULL;
+    gr_dexec *x = NULL;
+    uint64_t h = 0;
+    OK(IF->capture_begin(D->ctx, S));
+    OK(gr_dev_launch(D, S, f, a, 4));
+    OK(IF->capture_mark_updatable(D->ctx, S, &h));
+    OK(IF->capture_end(D->ctx, S, &g));
+    OK(IF->graph_instantiate(D->ctx, g, &x));
+    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
+    OK(gr_dev_sync(D, S));
+    CHECK(out[7] == xs[7] * 2.0f + 1.0f);
+    /* prelude kernel writes arg slot 1 ("a") of the updatable node from device memory */
+    gr_kernel *k = NULL;
+    OK(gr_kernel_create("prelude", &k));
+    int ps, pd, nv;
+    gr_kaccess src, dst;
+    gr_kaccess_init(&src);
+    gr_kaccess_init(&dst);
+    dst.offset = 1;
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F64, "value", &ps));
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F64, "slots", &pd));
+    OK(gr_kx_load(k, ps, &src, &nv));
+    gr_kstage st = {.kind = GR_KS_STORE, .value = nv, .param = pd, .access = dst};
+    k->params[pd].written = true;
+    OK(gr_kernel_add_stage(k, &st));
+    gr_kfunc *pf = NULL;
+    OK(IF->kernel_prepare(D->ctx, k, &pf));
+    gr_kernel_destroy(k);
+    double five = 5.0;
+    OK(gr_dev_memcpy(D, S, value, &five, 8, GR_COPY_H2D));
+    gr_karg pa[2] = {{.ptr = value}, {.ptr = (void *)(uintptr_t)h}};
+    OK(gr_dev_launch(D, S, pf, pa, 2));
+    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
+    OK(gr_dev_sync(D, S));
+    CHECK_MSG(out[7] == xs[7] * 5.0f + 1.0f, "updatable node: %g, want %g", out[7], xs[7] * 5.0f + 1.0f);
+    /* exec kernel-node argument update: b = -4 */
+    gr_karg b[4] = {{.ptr = dx}, {.f = 5.0}, {.f = -4.0}, {.ptr = dy}};
+    int kernel_node = -1;
+    for (int n = 0; n < IF->graph_num_nodes(D->ctx, g); n++) {
+        gr_gnode_info info;
+        OK(IF->graph_node_info(D->ctx, g, n, &info));
+        if (info.kind == GR_GNODE_KERNEL && info.func == f) kernel_node = n;
+    }
+    CHECK(kernel_node >= 0);
+    OK(IF->exec_kernel_node_set_args(D->ctx, x, kernel_node, b, 4));
+    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
+    OK(gr_dev_sync(D, S));
+    CHECK_MSG(out[9] == xs[9] * 5.0f - 4.0f, "set_args: %g, want %g", out[9], xs[9] * 5.0f - 4.0f);
+    IF->kernel_release(D->ctx, pf);
+    IF->exec_destroy(D->ctx, x);
+    IF->graph_destroy(D->ctx, g);
+    IF->kernel_release(D->ctx, f);
+done:
+    if (mem) gr_dev_free(D, mem);
+    free(xs);
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    gr_device_kind kind = argc > 1 && !strcmp(argv[1], "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
+    gr_status st = gr_device_open(kind, NULL, 0, &D);
+    if (st != GR_OK) {
+        fprintf(stderr, "test_devgraph: cannot open device: %s\n", gr_last_error());
+        return 1;
+    }
+    IF = D->iface;
+    printf("test_devgraph on %s\n", IF->name(D->ctx));
+    OK(IF->stream_create(D->ctx, &S));
+    test_conditionals();
+    test_updates();
+    IF->stream_destroy(D->ctx, S);
+    gr_device_destroy(D);
+    return check_summary("test_devgraph");
+}
