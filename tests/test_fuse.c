@@ -697,6 +697,310 @@ static void test_oom(void) {
     free(xd);
 }
 
+/* ==== permuted matmul operands and results (fuse-matmul.c) ============================================ */
+
+typedef struct {
+    gr_graph *g;
+    void *data[16];
+    int n_data;
+} mmg;
+
+static int mm_in(mmg *m, gr_dtype t, int nd, const int64_t *dims) {
+    int64_t n = gr_shape_numel(nd, dims);
+    void *d = make_data(t, n, -1, 1, NULL);
+    m->data[m->n_data++] = d;
+    char name[16];
+    snprintf(name, sizeof name, "in%d", m->n_data);
+    return t_input(m->g, name, t, nd, dims, d);
+}
+
+static int mm_tr(mmg *m, int x, int nd, const int64_t *perm, const int64_t *out) {
+    gr_dtype t = m->g->values.data[x].dtype;
+    return t_node(m->g, GR_OP_TRANSPOSE, 1, &x, 1, (gr_ir_attr[]){A_INTS("perm", perm, nd)}, t, nd, out);
+}
+
+static int mm_rs(mmg *m, int x, int nd, const int64_t *out) {
+    return t_node(m->g, GR_OP_RESHAPE, 1, &x, 0, NULL, m->g->values.data[x].dtype, nd, out);
+}
+
+static int mm_mm(mmg *m, int a, int b, int ta, int tb, int nd, const int64_t *out) {
+    return t_node(m->g, GR_OP_MATMUL, 2, (int[]){a, b}, 2, (gr_ir_attr[]){A_INT("trans_a", ta), A_INT("trans_b", tb)},
+                  m->g->values.data[a].dtype, nd, out);
+}
+
+static void mm_begin(mmg *m) {
+    memset(m, 0, sizeof *m);
+    CHECK_OK(gr_ir_graph_create(&m->g));
+}
+
+static void mm_end(mmg *m) {
+    gr_ir_graph_destroy(m->g);
+    for (int i = 0; i < m->n_data; i++) free(m->data[i]);
+}
+
+/* Every libcall operand range (as the simulator computes it) lies inside its value. */
+static void check_libcall_ranges(const char *what, const gr_graph *g, const gr_step_list *l) {
+    for (int i = 0; i < l->len; i++) {
+        const gr_step *s = &l->data[i];
+        if (s->kind != GR_STEP_LIBCALL) continue;
+        const gr_libcall *c = &s->call;
+        for (int w = 0; w < 3; w++) {
+            bool tr = w == 0 ? c->trans_a : w == 1 ? c->trans_b : false;
+            int64_t rows = w == 0 ? (tr ? c->k : c->m) : w == 1 ? (tr ? c->n : c->k) : c->m;
+            int64_t cols = w == 0 ? (tr ? c->m : c->k) : w == 1 ? (tr ? c->k : c->n) : c->n;
+            int64_t ld = w == 0 ? c->lda : w == 1 ? c->ldb : c->ldc;
+            int64_t bs = w == 0 ? c->batch_stride_a : w == 1 ? c->batch_stride_b : c->batch_stride_c;
+            int64_t hi = s->args[w].elem_offset + (rows - 1) * ld + cols + (c->batch - 1) * bs;
+            int64_t have = gr_ir_value_numel(&g->values.data[s->args[w].value]);
+            CHECK_MSG(ld >= cols && bs >= 0 && hi <= have, "%s: %s operand %d reads [.., %lld) of %lld elements (ld %lld)",
+                      what, c->name, w, (long long)hi, (long long)have, (long long)ld);
+        }
+    }
+}
+
+/* Fused and unfused agree bit for bit, with these step counts; returns the fused steps. */
+static gr_step_list mm_check(const char *what, mmg *m, int want_unfused, int want_fused) {
+    check_fused(what, m->g, want_unfused, want_fused);
+    gr_step_list l = {0};
+    void *r = run_value(m->g, m->g->outputs.data[0], true, NULL, &l);
+    free(r);
+    check_libcall_ranges(what, m->g, &l);
+    return l;
+}
+
+static const gr_step *nth_libcall(const gr_step_list *l, int n) {
+    for (int i = 0; i < l->len; i++)
+        if (l->data[i].kind == GR_STEP_LIBCALL && n-- == 0) return &l->data[i];
+    return NULL;
+}
+
+static int count_kind(const gr_step_list *l, gr_step_kind k) {
+    int n = 0;
+    for (int i = 0; i < l->len; i++) n += l->data[i].kind == k;
+    return n;
+}
+
+/* The speech transformer's attention: q/k/v = x.view(b,n,h,d).permute(2,0,1,3).reshape(h*b,n,d),
+ * bmm(q, k^T), bmm(att, v), then .view(h,b,n,d).permute(1,2,0,3).reshape(b,n,h*d) into a linear. */
+static void test_mm_attention(gr_dtype t) {
+    const int64_t b = 1, n = 6, h = 3, d = 4;
+    mmg m;
+    mm_begin(&m);
+    int qkv[3];
+    for (int i = 0; i < 3; i++) {
+        int x = mm_in(&m, t, 3, DIMS(b, n, h * d));
+        int v4 = mm_rs(&m, x, 4, DIMS(b, n, h, d));
+        int p = mm_tr(&m, v4, 4, DIMS(2, 0, 1, 3), DIMS(h, b, n, d));
+        qkv[i] = mm_rs(&m, p, 3, DIMS(h * b, n, d));
+    }
+    int att = mm_mm(&m, qkv[0], qkv[1], 0, 1, 3, DIMS(h * b, n, n));
+    int o = mm_mm(&m, att, qkv[2], 0, 0, 3, DIMS(h * b, n, d));
+    int o4 = mm_rs(&m, o, 4, DIMS(h, b, n, d));
+    int op = mm_tr(&m, o4, 4, DIMS(1, 2, 0, 3), DIMS(b, n, h, d));
+    int o2 = mm_rs(&m, op, 2, DIMS(b * n, h * d));
+    int w = mm_in(&m, t, 2, DIMS(5, h * d));
+    int y = mm_mm(&m, o2, w, 0, 1, 2, DIMS(b * n, 5));
+    gr_ir_add_output(m.g, y);
+    const char *what = t == GR_F16 ? "attention f16" : "attention f32";
+    gr_step_list l = mm_check(what, &m, 7, 3);
+    CHECK(count_kind(&l, GR_STEP_KERNEL) == 0);
+    const gr_step *s0 = nth_libcall(&l, 0), *s1 = nth_libcall(&l, 1);
+    /* q: [h, n, d] read from x [n, h*d]: row stride h*d, head stride d */
+    CHECK(s0 && !s0->call.trans_a && s0->call.lda == h * d && s0->call.batch_stride_a == d);
+    CHECK(s0 && s0->call.trans_b && s0->call.ldb == h * d && s0->call.batch_stride_b == d);
+    /* att @ v writes [n, h, d] directly */
+    CHECK(s1 && s1->call.ldc == h * d && s1->call.batch_stride_c == d && s1->args[2].value == op);
+    gr_step_list_free(&l);
+    mm_end(&m);
+}
+
+/* Several permutations, with and without batch, with trans flags, a broadcast operand. */
+static void test_mm_permutations(void) {
+    mmg m;
+    /* A = X.permute(1,2,0): unit stride along A's rows: trans_a flips */
+    mm_begin(&m);
+    int x = mm_in(&m, GR_F32, 3, DIMS(5, 4, 3));
+    int a = mm_tr(&m, x, 3, DIMS(1, 2, 0), DIMS(4, 3, 5));
+    int yv = mm_in(&m, GR_F32, 3, DIMS(4, 6, 5));
+    int bt = mm_tr(&m, yv, 3, DIMS(0, 2, 1), DIMS(4, 5, 6));
+    gr_ir_add_output(m.g, mm_mm(&m, a, bt, 0, 0, 3, DIMS(4, 3, 6)));
+    gr_step_list l = mm_check("permuted A and B", &m, 3, 1);
+    const gr_step *s = nth_libcall(&l, 0);
+    CHECK(s && s->call.trans_a && s->call.lda == 12 && s->call.batch_stride_a == 3);
+    CHECK(s && s->call.trans_b && s->call.ldb == 5 && s->call.batch_stride_b == 30);
+    gr_step_list_free(&l);
+    mm_end(&m);
+
+    /* trans_b on a permuted operand: B' = Z.permute(1,0,2), op(B) = B'^T keeps trans_b */
+    mm_begin(&m);
+    int a2 = mm_in(&m, GR_F32, 3, DIMS(4, 3, 5));
+    int z = mm_in(&m, GR_F32, 3, DIMS(6, 4, 5));
+    int zb = mm_tr(&m, z, 3, DIMS(1, 0, 2), DIMS(4, 6, 5));
+    gr_ir_add_output(m.g, mm_mm(&m, a2, zb, 0, 1, 3, DIMS(4, 3, 6)));
+    l = mm_check("trans_b of a permuted B", &m, 2, 1);
+    s = nth_libcall(&l, 0);
+    CHECK(s && s->call.trans_b && s->call.ldb == 20 && s->call.batch_stride_b == 5);
+    gr_step_list_free(&l);
+    mm_end(&m);
+
+    /* no batch: trans_a of a transposed A cancels */
+    mm_begin(&m);
+    int w = mm_in(&m, GR_F64, 2, DIMS(3, 5));
+    int wt = mm_tr(&m, w, 2, DIMS(1, 0), DIMS(5, 3));
+    int b2 = mm_in(&m, GR_F64, 2, DIMS(5, 7));
+    gr_ir_add_output(m.g, mm_mm(&m, wt, b2, 1, 0, 2, DIMS(3, 7)));
+    l = mm_check("transposed A with trans_a", &m, 2, 1);
+    s = nth_libcall(&l, 0);
+    CHECK(s && !s->call.trans_a && s->call.lda == 5);
+    gr_step_list_free(&l);
+    mm_end(&m);
+
+    /* a transposed 2-D A broadcast over the batch of B, and a bf16 case */
+    for (int lowp = 0; lowp < 2; lowp++) {
+        gr_dtype t = lowp ? GR_BF16 : GR_F32;
+        mm_begin(&m);
+        int w2 = mm_in(&m, t, 2, DIMS(5, 3));
+        int a3 = mm_tr(&m, w2, 2, DIMS(1, 0), DIMS(3, 5));
+        int b3 = mm_in(&m, t, 3, DIMS(4, 5, 2));
+        gr_ir_add_output(m.g, mm_mm(&m, a3, b3, 0, 0, 3, DIMS(4, 3, 2)));
+        l = mm_check(lowp ? "broadcast permuted A bf16" : "broadcast permuted A", &m, 2, 1);
+        s = nth_libcall(&l, 0);
+        CHECK(s && s->call.trans_a && s->call.lda == 3 && s->call.batch_stride_a == 0);
+        gr_step_list_free(&l);
+        mm_end(&m);
+    }
+
+    /* GPT-2: slices of a fused qkv projection, then head transposes: a chain of copies */
+    {
+        const int64_t n = 5, h = 2, d = 3;
+        mm_begin(&m);
+        int qkv = mm_in(&m, GR_F32, 2, DIMS(n, 3 * h * d));
+        int parts[2];
+        for (int i = 0; i < 2; i++) {
+            int sl = t_node(m.g, GR_OP_SLICE, 1, &qkv, 3,
+                            (gr_ir_attr[]){A_INTS("starts", DIMS(i * h * d), 1), A_INTS("ends", DIMS((i + 1) * h * d), 1),
+                                           A_INTS("axes", DIMS(1), 1)},
+                            GR_F32, 2, DIMS(n, h * d));
+            int v3 = mm_rs(&m, sl, 3, DIMS(n, h, d));
+            parts[i] = i == 0 ? mm_tr(&m, v3, 3, DIMS(1, 0, 2), DIMS(h, n, d)) : mm_tr(&m, v3, 3, DIMS(1, 2, 0), DIMS(h, d, n));
+        }
+        gr_ir_add_output(m.g, mm_mm(&m, parts[0], parts[1], 0, 0, 3, DIMS(h, n, n)));
+        l = mm_check("sliced qkv", &m, 5, 1);
+        s = nth_libcall(&l, 0);
+        CHECK(s && !s->call.trans_a && s->call.lda == 3 * h * d && s->call.batch_stride_a == d && s->args[0].value == qkv &&
+              s->args[0].elem_offset == 0);
+        CHECK(s && s->call.trans_b && s->call.ldb == 3 * h * d && s->call.batch_stride_b == d && s->args[1].value == qkv &&
+              s->args[1].elem_offset == h * d);
+        gr_step_list_free(&l);
+        mm_end(&m);
+    }
+
+    /* a matmul result transposed into a graph output, and read back through a view */
+    mm_begin(&m);
+    int p = mm_in(&m, GR_F32, 3, DIMS(4, 3, 5));
+    int q = mm_in(&m, GR_F32, 3, DIMS(4, 5, 6));
+    int r = mm_mm(&m, p, q, 0, 0, 3, DIMS(4, 3, 6));
+    gr_ir_add_output(m.g, mm_tr(&m, r, 3, DIMS(1, 0, 2), DIMS(3, 4, 6)));
+    l = mm_check("result permuted into an output", &m, 2, 1);
+    s = nth_libcall(&l, 0);
+    CHECK(s && s->call.ldc == 24 && s->call.batch_stride_c == 6 && s->args[2].value == m.g->outputs.data[0]);
+    gr_step_list_free(&l);
+    mm_end(&m);
+}
+
+/* What must stay a copy. */
+static void test_mm_kept(void) {
+    mmg m;
+    /* the copy is also read by an elementwise op */
+    mm_begin(&m);
+    int x = mm_in(&m, GR_F32, 2, DIMS(5, 3));
+    int xt = mm_tr(&m, x, 2, DIMS(1, 0), DIMS(3, 5));
+    int b = mm_in(&m, GR_F32, 2, DIMS(5, 4));
+    int y = mm_mm(&m, xt, b, 0, 0, 2, DIMS(3, 4));
+    gr_ir_add_output(m.g, y);
+    gr_ir_add_output(m.g, un(m.g, GR_OP_EXP, xt, GR_F32, 2, DIMS(3, 5)));
+    gr_step_list l = mm_check("copy read by an elementwise op", &m, 3, 3);
+    CHECK(!nth_libcall(&l, 0)->call.trans_a);
+    gr_step_list_free(&l);
+    mm_end(&m);
+
+    /* the copy is a graph output */
+    mm_begin(&m);
+    x = mm_in(&m, GR_F32, 2, DIMS(5, 3));
+    xt = mm_tr(&m, x, 2, DIMS(1, 0), DIMS(3, 5));
+    b = mm_in(&m, GR_F32, 2, DIMS(5, 4));
+    gr_ir_add_output(m.g, mm_mm(&m, xt, b, 0, 0, 2, DIMS(3, 4)));
+    gr_ir_add_output(m.g, xt);
+    gr_step_list_free((l = mm_check("copy is an output", &m, 2, 2), &l));
+    mm_end(&m);
+
+    /* a broadcast (expand) copy */
+    mm_begin(&m);
+    int e = mm_in(&m, GR_F32, 3, DIMS(1, 5, 3));
+    int ex = t_node(m.g, GR_OP_EXPAND, 1, &e, 1, (gr_ir_attr[]){A_INTS("shape", DIMS(4, 5, 3), 3)}, GR_F32, 3, DIMS(4, 5, 3));
+    int a = mm_in(&m, GR_F32, 3, DIMS(4, 2, 5));
+    gr_ir_add_output(m.g, mm_mm(&m, a, ex, 0, 0, 3, DIMS(4, 2, 3)));
+    gr_step_list_free((l = mm_check("broadcast copy", &m, 2, 2), &l));
+    mm_end(&m);
+
+    /* batch dims that do not collapse: b = 2 in x.view(b,n,h,d).permute(2,0,1,3).reshape(h*b,n,d) */
+    mm_begin(&m);
+    int q = mm_in(&m, GR_F32, 4, DIMS(2, 4, 3, 5));
+    int qp = mm_rs(&m, mm_tr(&m, q, 4, DIMS(2, 0, 1, 3), DIMS(3, 2, 4, 5)), 3, DIMS(6, 4, 5));
+    int k = mm_in(&m, GR_F32, 3, DIMS(6, 5, 4));
+    gr_ir_add_output(m.g, mm_mm(&m, qp, k, 0, 0, 3, DIMS(6, 4, 4)));
+    gr_step_list_free((l = mm_check("batch dims that do not collapse", &m, 2, 2), &l));
+    mm_end(&m);
+
+    /* neither matrix dim has unit stride: A is every other column of s (slice step 2) */
+    mm_begin(&m);
+    int s = mm_in(&m, GR_F32, 2, DIMS(3, 10));
+    int ss = t_node(m.g, GR_OP_SLICE, 1, &s, 4,
+                    (gr_ir_attr[]){A_INTS("starts", DIMS(0), 1), A_INTS("ends", DIMS(10), 1), A_INTS("axes", DIMS(1), 1),
+                                   A_INTS("steps", DIMS(2), 1)},
+                    GR_F32, 2, DIMS(3, 5));
+    b = mm_in(&m, GR_F32, 2, DIMS(5, 4));
+    gr_ir_add_output(m.g, mm_mm(&m, ss, b, 0, 0, 2, DIMS(3, 4)));
+    gr_step_list_free((l = mm_check("no unit stride", &m, 2, 2), &l));
+    mm_end(&m);
+
+    /* a matmul result read by a partial copy (not a permutation of it) and by nothing else */
+    mm_begin(&m);
+    int p = mm_in(&m, GR_F32, 2, DIMS(3, 5));
+    int pq = mm_in(&m, GR_F32, 2, DIMS(5, 6));
+    int r = mm_mm(&m, p, pq, 0, 0, 2, DIMS(3, 6));
+    gr_ir_add_output(m.g, t_node(m.g, GR_OP_SLICE, 1, &r, 3,
+                                 (gr_ir_attr[]){A_INTS("starts", DIMS(1), 1), A_INTS("ends", DIMS(4), 1), A_INTS("axes", DIMS(1), 1)},
+                                 GR_F32, 2, DIMS(3, 3)));
+    gr_step_list_free((l = mm_check("result sliced", &m, 2, 2), &l));
+    mm_end(&m);
+
+    /* a result transposed with unit stride along m (would need C^T) */
+    mm_begin(&m);
+    p = mm_in(&m, GR_F32, 2, DIMS(3, 5));
+    pq = mm_in(&m, GR_F32, 2, DIMS(5, 6));
+    r = mm_mm(&m, p, pq, 0, 0, 2, DIMS(3, 6));
+    gr_ir_add_output(m.g, mm_tr(&m, r, 2, DIMS(1, 0), DIMS(6, 3)));
+    gr_step_list_free((l = mm_check("result transposed", &m, 2, 2), &l));
+    mm_end(&m);
+}
+
+static void test_mm_oom(void) {
+    const int64_t n = 4, h = 2, d = 3;
+    mmg m;
+    mm_begin(&m);
+    int qkv[2];
+    for (int i = 0; i < 2; i++) {
+        int x = mm_in(&m, GR_F32, 3, DIMS(1, n, h * d));
+        int p = mm_tr(&m, mm_rs(&m, x, 4, DIMS(1, n, h, d)), 4, DIMS(2, 0, 1, 3), DIMS(h, 1, n, d));
+        qkv[i] = mm_rs(&m, p, 3, DIMS(h, n, d));
+    }
+    int o = mm_mm(&m, qkv[0], qkv[1], 0, 1, 3, DIMS(h, n, n));
+    gr_ir_add_output(m.g, mm_tr(&m, o, 3, DIMS(1, 0, 2), DIMS(n, h, n)));
+    oom_loop("permuted matmul operands", m.g, false);
+    mm_end(&m);
+}
+
 int main(void) {
     test_eos();
     test_recompute();
@@ -705,5 +1009,10 @@ int main(void) {
     test_cse();
     test_fold_limit();
     test_oom();
+    test_mm_attention(GR_F32);
+    test_mm_attention(GR_F16);
+    test_mm_permutations();
+    test_mm_kept();
+    test_mm_oom();
     return check_summary("test_fuse");
 }

@@ -411,5 +411,7 @@ gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
         GR_TRY(fuse_sweep(g, steps, true, &n_multi));
         if (n_multi == 0) break;
     }
+    /* copies that only permute a matmul operand or result go into its descriptor */
+    GR_TRY(gr_pass_fuse_matmul_layouts(g, steps));
     return gr_pass_dce(g, steps);
 }

@@ -109,6 +109,14 @@ gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps);
  * 8 readers, runs gr_pass_cse_kernel on every kernel it builds, and
  * gr_pass_dce before and after; fuse.c has the rules.) */
 
+/* Lets matmul library calls read their A / B operands and write their C
+ * through the descriptor (leading dims, trans flags, batch strides, element
+ * offsets) instead of through pure copy kernels (transposes, permutes, the
+ * strided split of a fused projection) that only feed or drain them; the
+ * bypassed copies are removed. Results are bit-identical. gr_pass_fuse runs
+ * it before its final gr_pass_dce; fuse-matmul.c has the rules. */
+gr_status gr_pass_fuse_matmul_layouts(const gr_graph *g, gr_step_list *steps);
+
 /* Removes dead steps: kernel and library-call steps none of whose written
  * values is a graph output or read by a later live step, and ALIAS steps
  * whose view is unused (to a fixed point). HOST steps stay. gr_pass_fuse
