@@ -37,6 +37,8 @@ typedef struct {
     CUgraph parent;
     CUgraph bodies[2];
     gr_cond_kind kind;
+    bool placed;                   /* setter kernel + node added (at the first cond_body_begin) */
+    gr_dgraph *owner;              /* the captured graph holding it; NULL until capture_end */
 } cuda_cond;
 
 typedef struct {
@@ -47,6 +49,8 @@ typedef struct {
     CUmodule builtin;
     CUfunction fn_cond_set, fn_patch_args;
 } cuda_dev;
+
+static void conds_forget(cuda_dev *d, const gr_dgraph *owner);
 
 #define CU(c) ((c)->base.cu)
 
@@ -328,13 +332,26 @@ static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, c
 static gr_status cuda_capture_begin(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
     if (!s) return gr_error(GR_ERR_INVALID, "cuda: cannot capture the legacy default stream");
+    conds_forget(d, NULL);
     CK(CU(d)->cuStreamBeginCapture(s->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     return GR_OK;
 }
 
-static const cuda_cond *cond_of_node(cuda_dev *d, CUgraphNode n) {
+/* Forgets the conditionals owned by `owner` (NULL: those of captures that never
+ * ended). Node handles of destroyed graphs can be reused by the driver, so a
+ * stale entry must never match a new graph's node. */
+static void conds_forget(cuda_dev *d, const gr_dgraph *owner) {
+    int w = 0;
     for (int i = 0; i < d->conds.len; i++)
-        if (d->conds.data[i].node == n) return &d->conds.data[i];
+        if (d->conds.data[i].owner != owner) d->conds.data[w++] = d->conds.data[i];
+    d->conds.len = w;
+}
+
+static cuda_cond *cond_of_node(cuda_dev *d, CUgraphNode n, const gr_dgraph *dg) {
+    for (int i = 0; i < d->conds.len; i++) {
+        cuda_cond *c = &d->conds.data[i];
+        if (c->placed && c->node == n && (c->owner == NULL || c->owner == dg)) return c;
+    }
     return NULL;
 }
 
@@ -349,7 +366,8 @@ static gr_status collect_nodes(cuda_dev *d, gr_dgraph *dg, CUgraph g, int depth)
     gr_status st = check(d, CU(d)->cuGraphGetNodes(g, tmp, &n), "cuGraphGetNodes");
     for (size_t i = 0; i < n && st == GR_OK; i++) {
         st = gr_vec_push(&dg->nodes, tmp[i]);
-        const cuda_cond *c = st == GR_OK ? cond_of_node(d, tmp[i]) : NULL;
+        cuda_cond *c = st == GR_OK ? cond_of_node(d, tmp[i], dg) : NULL;
+        if (c) c->owner = dg;
         for (int b = 0; c && b < (c->kind == GR_COND_IF_ELSE ? 2 : 1) && st == GR_OK; b++)
             st = collect_nodes(d, dg, c->bodies[b], depth + 1);
     }
@@ -359,6 +377,7 @@ static gr_status collect_nodes(cuda_dev *d, gr_dgraph *dg, CUgraph g, int depth)
 
 static void dgraph_unref(cuda_dev *d, gr_dgraph *g) {
     if (!g || --g->refs > 0) return;
+    conds_forget(d, g);
     CU(d)->cuGraphDestroy(g->g);
     gr_vec_free(&g->nodes);
     gr_free(g, sizeof(*g));
@@ -615,19 +634,18 @@ static gr_status cuda_cond_create(void *ctx, gr_stream *s, gr_cond_kind kind, un
     GR_TRY(internal_alloc(d, &default_value, sizeof default_value, &flag));
     c.handle = (uint64_t)flag;
     CK(CU(d)->cuGraphConditionalHandleCreate(&c.cond, g, d->base.ctx, default_value, CU_GRAPH_COND_ASSIGN_DEFAULT));
-    /* the setter kernel, then the conditional node after it */
-    GR_TRY(launch_cond_set(d, s, &c));
-    GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
-    CUgraphNodeParams np;
-    memset(&np, 0, sizeof np);
-    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    np.conditional.handle = c.cond;
-    np.conditional.type = kind == GR_COND_WHILE ? CU_GRAPH_COND_TYPE_WHILE : CU_GRAPH_COND_TYPE_IF;
-    np.conditional.size = kind == GR_COND_IF_ELSE ? 2 : 1;
-    np.conditional.ctx = d->base.ctx;
-    CK(CU(d)->cuGraphAddNode(&c.node, g, deps, NULL, n_deps, &np));
-    for (unsigned b = 0; b < np.conditional.size; b++) c.bodies[b] = np.conditional.phGraph_out[b];
-    CK(CU(d)->cuStreamUpdateCaptureDependencies(cs(s), &c.node, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    /* every launch starts from the default value (as the simulator does): a
+     * memset node here, before any kernel that computes the flag */
+    unsigned char bytes[sizeof default_value];
+    memcpy(bytes, &default_value, sizeof bytes);
+    bool uniform = true;
+    for (unsigned b = 1; b < sizeof bytes; b++) uniform = uniform && bytes[b] == bytes[0];
+    if (uniform) CK(CU(d)->cuMemsetD8Async((CUdeviceptr)flag, bytes[0], sizeof bytes, cs(s)));
+    else
+        for (unsigned b = 0; b < sizeof bytes; b++) CK(CU(d)->cuMemsetD8Async((CUdeviceptr)(flag + b), bytes[b], 1, cs(s)));
+    /* the setter kernel and the node are placed at the first cond_body_begin, so
+     * work captured between cond_create and the body (the kernel computing the
+     * flag) runs before the condition is read */
     d->conds.data[d->conds.len++] = c;
     *out_handle = c.handle;
     return GR_OK;
@@ -644,6 +662,22 @@ static gr_status cuda_cond_body_begin(void *ctx, gr_stream *s, uint64_t handle, 
     CUgraph g;
     const CUgraphNode *deps;
     size_t n_deps;
+    if (!c->placed) {
+        if (branch != 0) return gr_error(GR_ERR_INVALID, "cuda: cond_body_begin: capture branch 0 first");
+        GR_TRY(launch_cond_set(d, s, c));
+        GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        np.conditional.handle = c->cond;
+        np.conditional.type = c->kind == GR_COND_WHILE ? CU_GRAPH_COND_TYPE_WHILE : CU_GRAPH_COND_TYPE_IF;
+        np.conditional.size = c->kind == GR_COND_IF_ELSE ? 2 : 1;
+        np.conditional.ctx = d->base.ctx;
+        CK(CU(d)->cuGraphAddNode(&c->node, g, deps, NULL, n_deps, &np));
+        for (unsigned b = 0; b < np.conditional.size; b++) c->bodies[b] = np.conditional.phGraph_out[b];
+        CK(CU(d)->cuStreamUpdateCaptureDependencies(cs(s), &c->node, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        c->placed = true;
+    }
     GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
     CUgraph ended = NULL;
     CK(CU(d)->cuStreamEndCapture(cs(s), &ended));
