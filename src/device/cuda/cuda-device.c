@@ -505,6 +505,24 @@ static gr_status cuda_exec_kernel_node_set_args(void *ctx, gr_dexec *e, int node
     p.kernelParams = params;
     p.extra = NULL;
     CK(CU(d)->cuGraphExecKernelNodeSetParams(e->e, n, &p));
+    /* A device-updatable node is re-patched from its argument block before every
+     * replay: write the new arguments into the block too, or they would be undone. */
+    size_t nd = 0;
+    CK(CU(d)->cuGraphNodeGetDependencies(n, NULL, NULL, &nd));
+    CUgraphNode deps[64];
+    if (nd > 64) nd = 0;
+    if (nd) CK(CU(d)->cuGraphNodeGetDependencies(n, deps, NULL, &nd));
+    for (size_t i = 0; i < nd; i++) {
+        CUgraphNodeType t;
+        CK(CU(d)->cuGraphNodeGetType(deps[i], &t));
+        if (t != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+        CUDA_KERNEL_NODE_PARAMS pp;
+        memset(&pp, 0, sizeof pp);
+        CK(CU(d)->cuGraphKernelNodeGetParams(deps[i], &pp));
+        if (pp.func != d->fn_patch_args || !pp.kernelParams) continue;
+        CUdeviceptr block = *(CUdeviceptr *)pp.kernelParams[1];
+        CK(CU(d)->cuMemcpyHtoD(block, args, sizeof(gr_karg) * (size_t)n_args));
+    }
     return GR_OK;
 }
 
