@@ -189,6 +189,10 @@ static gr_status put_const(printer *pr, const gr_graph *g, const gr_ir_value *v,
     gr_sb_puts(sb, ": ");
     put_type(sb, g, v);
     gr_sb_puts(sb, " = ");
+    if ((size_t)numel > pr->inline_limit && pr->side_path && !strcmp(pr->side_path, GR_GIR_ELIDE)) {
+        gr_sb_printf(sb, "...  # %lld elements elided\n", (long long)numel);
+        return GR_OK;
+    }
     if ((size_t)numel > pr->inline_limit && pr->side_path) {
         if (!pr->side && !(pr->side = fopen(pr->side_path, "ab")))
             return gr_error(GR_ERR_IO, "constant '%s': cannot open side file '%s': %s", v->name, pr->side_path, strerror(errno));
@@ -326,7 +330,7 @@ gr_status gr_gir_print(const gr_graph *g, size_t inline_limit, const char *side_
     gr_sb_init(&pr.sb);
     pr.inline_limit = inline_limit;
     pr.side_path = side_path && *side_path ? side_path : NULL;
-    if (pr.side_path) {
+    if (pr.side_path && strcmp(pr.side_path, GR_GIR_ELIDE)) {
         const char *slash = strrchr(pr.side_path, '/');
         pr.side_base = slash ? slash + 1 : pr.side_path;
         if (!*pr.side_base) return gr_error(GR_ERR_INVALID, "gr_gir_print: side path '%s' names a directory", side_path);

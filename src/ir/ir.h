@@ -191,6 +191,9 @@ gr_status gr_gir_load(const char *path, gr_graph **out);
  * inline; larger ones go to side_path (appended, offset recorded) if given,
  * else inline regardless. Returns a string freed with gr_strfree. */
 gr_status gr_gir_print(const gr_graph *g, size_t inline_limit, const char *side_path, char **out);
+/* side_path value that prints larger constants as `...  # N elements elided`
+ * (for human-readable dumps; the text does not parse back). */
+#define GR_GIR_ELIDE "\x01elide"
 
 /* ---- ONNX frontend ---------------------------------------------------------------------- */
 gr_status gr_onnx_load(const char *path, gr_graph **out);

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Constants longer than this are not printed inline. Their bytes go to
- * /dev/null: a dump shows the program, and a model's weights would bury it. */
+/* Constants longer than this are not printed, only their size: a dump shows
+ * the program, and a model's weights would bury it. */
 #define DUMP_INLINE_LIMIT 16
-#define DUMP_SIDE_SINK "/dev/null"
+#define DUMP_SIDE_SINK GR_GIR_ELIDE
 
 static gr_status put_ir(gr_strbuf *sb, const gr_graph *g, const char *pass) {
     char *text = NULL;
