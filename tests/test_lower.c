@@ -66,89 +66,9 @@ static int t_node(gr_graph *g, gr_op op, int n_in, const int *in, int n_attr, co
     return out;
 }
 
-/* ==== the test executor ==================================================================== */
-
-typedef struct {
-    gr_graph *g;
-    char **buf;     /* per value */
-    size_t *cap;    /* bytes available from buf[v] */
-    bool *owned;
-    const gr_step *step;
-    int bad_ranges;
-} exec_t;
-
-static gr_status range_check(void *user, int param, const void *base, int64_t lo, int64_t hi, bool write) {
-    exec_t *e = user;
-    const gr_step_arg *a = &e->step->args[param];
-    if (lo == hi) return GR_OK;
-    if (a->kind != GR_ARG_VALUE || lo < 0 || (size_t)hi > e->cap[a->value] - (size_t)a->elem_offset * gr_dtype_size(e->g->values.data[a->value].dtype)) {
-        e->bad_ranges++;
-        return gr_error(GR_ERR_INVALID, "kernel %s param %d: range [%lld,%lld) outside value '%s' (%zu bytes)",
-                        e->step->kernel->name, param, (long long)lo, (long long)hi, e->g->values.data[a->value].name,
-                        e->cap[a->value]);
-    }
-    return GR_OK;
-}
-
-static void exec_free(exec_t *e) {
-    if (!e->buf) return;
-    for (int v = 0; v < e->g->values.len; v++)
-        if (e->owned[v]) free(e->buf[v]);
-    free(e->buf);
-    free(e->cap);
-    free(e->owned);
-    e->buf = NULL;
-}
-
-static gr_status exec_run(exec_t *e, gr_graph *g, const gr_step_list *steps) {
-    memset(e, 0, sizeof *e);
-    e->g = g;
-    int nv = g->values.len;
-    e->buf = calloc((size_t)nv, sizeof(char *));
-    e->cap = calloc((size_t)nv, sizeof(size_t));
-    e->owned = calloc((size_t)nv, sizeof(bool));
-    for (int v = 0; v < nv; v++) {
-        const gr_ir_value *x = &g->values.data[v];
-        if (!x->typed) continue;
-        size_t bytes = (size_t)gr_ir_value_numel(x) * gr_dtype_size(x->dtype);
-        e->buf[v] = malloc(bytes + 16);
-        memset(e->buf[v], 0xA5, bytes + 16); /* garbage: a missed store shows */
-        e->cap[v] = bytes;
-        e->owned[v] = true;
-        if (x->kind == GR_VAL_CONST && bytes) memcpy(e->buf[v], x->data, bytes);
-        if (x->kind == GR_VAL_INPUT && v < MAXV && input_data[v] && bytes) memcpy(e->buf[v], input_data[v], bytes);
-    }
-    for (int s = 0; s < steps->len; s++) {
-        const gr_step *st = &steps->data[s];
-        e->step = st;
-        if (st->kind == GR_STEP_ALIAS) {
-            int src = st->args[0].value, dst = st->out_value;
-            if (e->owned[dst]) free(e->buf[dst]);
-            e->owned[dst] = false;
-            size_t off = (size_t)st->args[0].elem_offset * gr_dtype_size(g->values.data[src].dtype);
-            e->buf[dst] = e->buf[src] + off;
-            e->cap[dst] = e->cap[src] - off;
-            continue;
-        }
-        gr_karg args[GR_KMAX_PARAMS];
-        memset(args, 0, sizeof args);
-        for (int i = 0; i < st->n_args; i++) {
-            const gr_step_arg *a = &st->args[i];
-            if (a->kind == GR_ARG_LITERAL) args[i] = a->literal;
-            else if (a->kind == GR_ARG_VALUE)
-                args[i].ptr = e->buf[a->value] + (size_t)a->elem_offset * gr_dtype_size(g->values.data[a->value].dtype);
-            else {
-                gr_dtype t = g->values.data[a->value].dtype;
-                if (gr_dtype_is_float(t)) args[i].f = gr_load_f64(e->buf[a->value], t, 0);
-                else args[i].i = gr_load_i64(e->buf[a->value], t, 0);
-            }
-        }
-        gr_status r = st->kind == GR_STEP_KERNEL ? gr_kernel_interpret(st->kernel, args, st->n_args, range_check, e)
-                                                 : gr_libcall_reference(&st->call, args);
-        if (r != GR_OK) return r;
-    }
-    return GR_OK;
-}
+/* ==== the test executor (tests/host_exec.h) ================================================== */
+#include "host_exec.h"
+#define exec_run(e, g, steps) exec_run_with((e), (g), (steps), input_data, MAXV)
 
 static int count_kind(const gr_step_list *l, gr_step_kind k) {
     int n = 0;
