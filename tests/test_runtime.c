@@ -407,7 +407,58 @@ static void test_predicated_if(void) {
     }
 }
 
+/* Mode auto (selective graphs): each segment is timed eager and as a graph,
+ * then the faster stays. One small kernel: the graph launch costs more than
+ * an eager launch, eager stays. Several kernels: the graph wins. Outputs are
+ * the same bits as eager mode on every run, during and after the choice. */
+static void test_auto_mode(void) {
+    const char *one_kernel = "graft 1\ninput x: f32[64]\nc = fill(shape=[], value=2.0)\ny = mul(x, c)\noutput y\n";
+    const char *models[2] = {one_kernel, attn_gir};
+    for (int m = 0; m < 2; m++) {
+        gr_graph_t g;
+        CHECK_OK(gr_graph_parse(models[m], "auto.gir", NULL, &g));
+        if (!g) return;
+        gr_session_options oa = sim_opts(GR_MODE_AUTO), oe = sim_opts(GR_MODE_EAGER);
+        gr_session_t sa = NULL, se = NULL;
+        CHECK_OK(gr_session_create(g, &oa, &sa));
+        CHECK_OK(gr_session_create(g, &oe, &se));
+        gr_graph_destroy(g);
+        if (!sa || !se) goto next;
+        int64_t xd1[1] = {64}, xd2[2] = {4, 8};
+        for (int r = 0; r < 10; r++) {
+            float x[64], ya[64], ye[64], t = 1.0f + (float)r;
+            fill(x, 64, 100u + (unsigned)r);
+            for (int k = 0; k < 2; k++) {
+                gr_session_t s = k ? se : sa;
+                if (m == 0) {
+                    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 1, xd1, x, sizeof(float) * 64));
+                } else {
+                    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, xd2, x, sizeof(float) * 32));
+                    CHECK_OK(gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &t, sizeof t));
+                }
+                CHECK_OK(gr_session_run(s));
+                gr_output o;
+                CHECK_OK(gr_session_output(s, 0, &o));
+                CHECK_OK(gr_session_output_read(s, o, k ? ye : ya, gr_session_output_nbytes(s, o)));
+            }
+            CHECK_MSG(!memcmp(ya, ye, sizeof(float) * (m ? 32 : 64)), "model %d run %d: auto differs from eager", m, r);
+        }
+        gr_run_stats st;
+        CHECK_OK(gr_session_stats(sa, &st));
+        if (m == 0) CHECK_MSG(st.segments_in_graphs == 0 && st.graph_launches == 0, "one kernel: %d segments in graphs", st.segments_in_graphs);
+        else CHECK_MSG(st.segments_in_graphs == 1 && st.kernels_in_graphs == st.kernels, "attention: %d segments in graphs", st.segments_in_graphs);
+        char *text = NULL;
+        CHECK_OK(gr_session_explain(sa, &text));
+        CHECK(text && strstr(text, m == 0 ? "eager by choice: measured eager" : "selected by timing: graph"));
+        gr_free_string(text);
+    next:
+        gr_session_destroy(sa);
+        gr_session_destroy(se);
+    }
+}
+
 int main(void) {
+    test_auto_mode();
     test_predicated_if();
     test_host_buffers();
     test_api_build_and_errors();

@@ -70,7 +70,8 @@ static const char usage_inputs[] =
     "  --device sim|cuda|auto device (default: the library's, auto = cuda when\n"
     "                         available, else sim)\n"
     "  --mode eager|graph|auto  deployment mode (default: the library's; auto =\n"
-    "                         chosen per segment by profiling)\n"
+    "                         each segment timed eager and as a graph in its first\n"
+    "                         runs, the faster kept)\n"
     "  --verbose              progress and notes from the runtime on stderr\n";
 
 static const char usage_run[] =

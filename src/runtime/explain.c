@@ -9,6 +9,7 @@ static const char *seg_state_name(gr_seg_state s) {
     case GR_SEG_WARMUP: return "warming up";
     case GR_SEG_CAPTURED: return "captured";
     case GR_SEG_FALLBACK: return "eager (fallback)";
+    case GR_SEG_CHOSE_EAGER: return "eager (selected by timing)";
     }
     return "?";
 }
@@ -83,6 +84,14 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         if (!sg->graphable) gr_sb_printf(&sb, "NOT in a graph: %s\n", sg->break_reason ? sg->break_reason : "host work");
         else if (s->opt.mode == GR_MODE_EAGER) gr_sb_puts(&sb, "graphable (eager mode: not captured)\n");
         else if (st->state == GR_SEG_FALLBACK) gr_sb_printf(&sb, "NOT in a graph: %s\n", st->fallback_reason ? st->fallback_reason : "");
+        else if (st->state == GR_SEG_CHOSE_EAGER)
+            gr_sb_printf(&sb, "eager by choice: measured eager %.2f us <= graph %.2f us (mode auto)\n",
+                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]),
+                         GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]));
+        else if (st->state == GR_SEG_CAPTURED && st->decided)
+            gr_sb_printf(&sb, "in a graph (%d nodes), selected by timing: graph %.2f us < eager %.2f us (mode auto)\n", st->n_nodes,
+                         GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]),
+                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]));
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
                           st->n_nodes);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);

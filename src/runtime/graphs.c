@@ -154,16 +154,52 @@ static int captures_at_position(gr_session_t s, int seg) {
     return n;
 }
 
+/* Mode auto: one run of the segment between two events on an idle stream,
+ * so launch gaps count as they would for the caller. */
+typedef gr_status (*seg_runner)(gr_session_t s, gr_rt_plan *p, int seg);
+static gr_status timed(gr_session_t s, gr_rt_plan *p, int seg, seg_runner run, double *us) {
+    gr_device *d = s->dev;
+    const struct gr_device_i *io = d->iface;
+    if (!s->ev_seg_a) GR_TRY(io->event_create(d->ctx, &s->ev_seg_a));
+    if (!s->ev_seg_b) GR_TRY(io->event_create(d->ctx, &s->ev_seg_b));
+    GR_TRY(gr_dev_sync(d, s->stream));
+    GR_TRY(io->event_record(d->ctx, s->ev_seg_a, s->stream));
+    GR_TRY(run(s, p, seg));
+    GR_TRY(io->event_record(d->ctx, s->ev_seg_b, s->stream));
+    GR_TRY(gr_dev_sync(d, s->stream));
+    return io->event_elapsed_us(d->ctx, s->ev_seg_a, s->ev_seg_b, us);
+}
+
+static double min_of(const double *x, int n) {
+    double m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
+    return m;
+}
+
+static gr_status replay(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    GR_TRY(refresh_scalars(s, p, st));
+    return s->dev->iface->graph_launch(s->dev->ctx, st->exec, s->stream);
+}
+
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
     const gr_segment *sg = &p->segs.data[seg];
     long work = 0;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) work += is_work(&p->steps.data[i]);
     if (work == 0) return run_eager(s, p, seg);
+    bool auto_mode = s->opt.mode == GR_MODE_AUTO;
     switch (st->state) {
-    case GR_SEG_FALLBACK: return run_eager(s, p, seg);
+    case GR_SEG_FALLBACK:
+    case GR_SEG_CHOSE_EAGER: return run_eager(s, p, seg);
     case GR_SEG_EAGER:
     case GR_SEG_WARMUP:
+        if (auto_mode && st->n_eager_samples < GR_SCG_SAMPLES) {
+            /* the first timed eager run is the warm-up too */
+            st->state = GR_SEG_WARMUP;
+            st->warmups = GR_WARMUP_RUNS;
+            return timed(s, p, seg, run_eager, &st->eager_us[st->n_eager_samples++]);
+        }
         if (st->warmups < GR_WARMUP_RUNS) {
             st->warmups++;
             st->state = GR_SEG_WARMUP;
@@ -193,6 +229,37 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
         /* replay what was just captured */
         __attribute__((fallthrough));
     case GR_SEG_CAPTURED:
+        if (auto_mode && !st->decided) {
+            GR_TRY(timed(s, p, seg, replay, &st->graph_us[st->n_graph_samples++]));
+            if (st->n_graph_samples == GR_SCG_SAMPLES) {
+                st->decided = true;
+                double e = min_of(st->eager_us, st->n_eager_samples), g = min_of(st->graph_us, st->n_graph_samples);
+                if (s->opt.verbose)
+                    fprintf(stderr, "graft: segment %d: eager %.2f us, graph %.2f us: %s\n", seg, e, g, g < e ? "graph" : "eager");
+                if (!(g < e)) {
+                    /* the graph does not pay here: give it back and stay eager */
+                    int w = st->warmups;
+                    double es[GR_SCG_SAMPLES], gs[GR_SCG_SAMPLES];
+                    memcpy(es, st->eager_us, sizeof es);
+                    memcpy(gs, st->graph_us, sizeof gs);
+                    int records = st->records;
+                    gr_rt_segment_release(s, st);
+                    st->warmups = w;
+                    st->records = records;
+                    memcpy(st->eager_us, es, sizeof es);
+                    memcpy(st->graph_us, gs, sizeof gs);
+                    st->n_eager_samples = st->n_graph_samples = GR_SCG_SAMPLES;
+                    st->decided = true;
+                    st->state = GR_SEG_CHOSE_EAGER;
+                }
+            }
+            s->stats.kernels += work;
+            if (st->state == GR_SEG_CAPTURED) {
+                s->stats.kernels_in_graphs += work;
+                s->stats.graph_launches++;
+            }
+            return GR_OK;
+        }
         GR_TRY(refresh_scalars(s, p, st));
         GR_TRY(s->dev->iface->graph_launch(s->dev->ctx, st->exec, s->stream));
         s->stats.kernels += work;

@@ -17,7 +17,10 @@ typedef struct {
     uint64_t version; /* bumped by every set_input */
 } gr_rt_input;
 
-typedef enum { GR_SEG_EAGER = 0, GR_SEG_WARMUP, GR_SEG_CAPTURED, GR_SEG_FALLBACK } gr_seg_state;
+/* mode auto: timed runs per candidate (eager, graph) before a segment's mode is chosen */
+#define GR_SCG_SAMPLES 3
+
+typedef enum { GR_SEG_EAGER = 0, GR_SEG_WARMUP, GR_SEG_CAPTURED, GR_SEG_FALLBACK, GR_SEG_CHOSE_EAGER } gr_seg_state;
 
 /* Graph-manager state of one segment (graph mode). */
 typedef struct {
@@ -35,6 +38,10 @@ typedef struct {
     /* invariants checked before each replay */
     uint64_t input_key;     /* hash of the shapes/dtypes of inputs */
     char *fallback_reason;
+    /* mode auto (selective graphs): timed runs of each candidate, then the choice */
+    double eager_us[GR_SCG_SAMPLES], graph_us[GR_SCG_SAMPLES];
+    int n_eager_samples, n_graph_samples;
+    bool decided;
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -61,6 +68,7 @@ struct gr_session {
     gr_device *dev;
     gr_stream *stream;
     gr_event *ev_start, *ev_end;
+    gr_event *ev_seg_a, *ev_seg_b; /* mode auto: around one segment */
     gr_session_options opt;
     gr_graph *graph;        /* the session's own copy, symbolic dims intact */
     gr_rt_input *inputs;    /* per graph input */

@@ -69,6 +69,8 @@ void gr_session_destroy(gr_session_t s) {
     if (s->dev) {
         if (s->ev_start) s->dev->iface->event_destroy(s->dev->ctx, s->ev_start);
         if (s->ev_end) s->dev->iface->event_destroy(s->dev->ctx, s->ev_end);
+        if (s->ev_seg_a) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_a);
+        if (s->ev_seg_b) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_b);
         if (s->stream) s->dev->iface->stream_destroy(s->dev->ctx, s->stream);
         gr_device_destroy(s->dev);
     }
