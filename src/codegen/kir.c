@@ -513,3 +513,12 @@ uint64_t gr_kernel_hash(const gr_kernel *k) {
     }
     return h;
 }
+
+bool gr_kaccess_equal(const gr_kaccess *a, const gr_kaccess *b) {
+    if (a->offset != b->offset || a->index != b->index || a->index_stride != b->index_stride ||
+        a->index_extent != b->index_extent)
+        return false;
+    for (int d = 0; d < GR_MAX_DIMS; d++)
+        if (a->stride[d] != b->stride[d] || a->inner_stride[d] != b->inner_stride[d]) return false;
+    return true;
+}

@@ -171,6 +171,7 @@ gr_status gr_kx_select(gr_kernel *k, gr_dtype t, int cond, int a, int b, int *ou
 gr_status gr_kx_cast(gr_kernel *k, gr_dtype t, int a, int *out);
 gr_status gr_kernel_add_stage(gr_kernel *k, const gr_kstage *s);
 void gr_kaccess_init(gr_kaccess *a); /* zero strides, index = -1 */
+bool gr_kaccess_equal(const gr_kaccess *a, const gr_kaccess *b);
 
 int64_t gr_kernel_points(const gr_kernel *k);  /* prod(outer) */
 int64_t gr_kernel_inner_points(const gr_kernel *k); /* prod(inner), 1 if none */

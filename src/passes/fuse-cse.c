@@ -28,20 +28,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool cse_same_access(const gr_kaccess *a, const gr_kaccess *b) {
-    if (a->offset != b->offset || a->index != b->index || a->index_stride != b->index_stride ||
-        a->index_extent != b->index_extent)
-        return false;
-    for (int d = 0; d < GR_MAX_DIMS; d++)
-        if (a->stride[d] != b->stride[d] || a->inner_stride[d] != b->inner_stride[d]) return false;
-    return true;
-}
-
-static bool cse_same_binding(const gr_step_arg *a, const gr_step_arg *b) {
-    if (a->kind != b->kind) return false;
-    if (a->kind == GR_ARG_LITERAL) return a->literal.bits == b->literal.bits;
-    return a->value == b->value && a->elem_offset == b->elem_offset;
-}
 
 /* number of value operands (a, b, c) of an op */
 static int n_operands(gr_kexpr_op op) {
@@ -68,7 +54,7 @@ static bool expr_same(const gr_kexpr *x, const gr_kexpr *y) {
     case GR_KX_INDEX:
     case GR_KX_ACC: return x->which == y->which;
     case GR_KX_PARAM: return x->param == y->param;
-    case GR_KX_LOAD: return x->param == y->param && cse_same_access(&x->access, &y->access);
+    case GR_KX_LOAD: return x->param == y->param && gr_kaccess_equal(&x->access, &y->access);
     case GR_KX_UNARY: return x->fn == y->fn && x->a == y->a;
     case GR_KX_BINARY: return x->fn == y->fn && x->a == y->a && x->b == y->b;
     case GR_KX_SELECT: return x->a == y->a && x->b == y->b && x->c == y->c;
@@ -130,7 +116,7 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
         written[p] = k->params[p].written;
         for (int q = 0; q < p && premap[p] == p; q++)
             if (premap[q] == q && k->params[q].kind == k->params[p].kind && k->params[q].dtype == k->params[p].dtype &&
-                !k->params[q].written && !k->params[p].written && cse_same_binding(&args[q], &args[p]))
+                !k->params[q].written && !k->params[p].written && gr_step_arg_equal(&args[q], &args[p]))
                 premap[p] = q;
     }
     for (int s = 0; s < k->n_stages; s++)

@@ -63,16 +63,7 @@ typedef struct {
     int pmap[GR_KMAX_PARAMS];
 } fuse_ctx;
 
-static bool same_access(const gr_kaccess *a, const gr_kaccess *b) {
-    if (a->offset != b->offset || a->index != b->index || a->index_stride != b->index_stride ||
-        a->index_extent != b->index_extent)
-        return false;
-    for (int d = 0; d < GR_MAX_DIMS; d++)
-        if (a->stride[d] != b->stride[d] || a->inner_stride[d] != b->inner_stride[d]) return false;
-    return true;
-}
-
-static bool same_binding(const gr_step_arg *a, const gr_step_arg *b) {
+bool gr_step_arg_equal(const gr_step_arg *a, const gr_step_arg *b) {
     if (a->kind != b->kind) return false;
     if (a->kind == GR_ARG_LITERAL) return a->literal.bits == b->literal.bits;
     return a->value == b->value && a->elem_offset == b->elem_offset;
@@ -140,7 +131,7 @@ static bool plan_map(fuse_ctx *f) {
         if (e->op != GR_KX_LOAD && e->op != GR_KX_PARAM) continue;
         if (e->param < 0 || e->param >= GR_KMAX_PARAMS || !target[e->param]) continue;
         if (e->op != GR_KX_LOAD || e->access.index != -1 || e->access.offset != 0) return false;
-        if (acc && !same_access(acc, &e->access)) return false;
+        if (acc && !gr_kaccess_equal(acc, &e->access)) return false;
         acc = &e->access;
     }
     if (!acc) return false;
@@ -175,7 +166,7 @@ static int map_param(fuse_ctx *f, int pp) {
     for (int i = 0; i < f->n->n_params; i++) {
         const gr_kparam *q = &f->n->params[i];
         if (q->kind == src->kind && q->dtype == src->dtype && !q->written && !src->written &&
-            same_binding(&f->args[i], arg))
+            gr_step_arg_equal(&f->args[i], arg))
             return f->pmap[pp] = i;
     }
     if (f->n->n_params >= GR_KMAX_PARAMS) return -1;

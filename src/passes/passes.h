@@ -87,6 +87,9 @@ typedef struct {
 
 typedef GR_VEC(gr_step) gr_step_list;
 
+/* Two step arguments bind the same thing (same value and offset, or same literal bits). */
+bool gr_step_arg_equal(const gr_step_arg *a, const gr_step_arg *b);
+
 /* Lowers every node of a fully typed, concrete graph to steps. An op the
  * lowering cannot handle is GR_ERR_UNSUPPORTED naming the node.
  * Lowering may add typed temporary values to g (kind GR_VAL_NODE, producer =
