@@ -9,10 +9,15 @@
 /* ---- cost model (µs, bytes); every constant cites the anchor it comes from ---------- */
 typedef struct {
     double launch_host_us;      /* eager kernel launch, host side: eager_empty_submit 4.159 / DESIGN 4.1 */
+    double libcall_host_us;     /* eager cuBLASLt matmul call, host side: 13 us, from graft's H100 runs
+                                   (eager mlp 138.7 us = 8 x 4.1 + 8 x 13.2; transformer 115.6 us = 6 x 4.1
+                                   + 6 x 15.2; bench/gpu-check/2026-11-22-h100/auto-mode.log) */
     double kernel_min_us;       /* eager kernel minimum device time (brief: ~2 µs) */
     double mem_bytes_per_us;    /* HBM3 3.0 TB/s (H100 SXM spec) */
     double flops_per_us;        /* fp32 non-tensor ~50 TFLOP/s (H100 spec) */
-    double mm_flops_per_us;     /* matmul ~400 TFLOP/s (tf32/bf16 tensor cores, H100 spec) */
+    double mm_flops_per_us;     /* f16/bf16 matmul ~400 TFLOP/s (tensor cores, H100 spec) */
+    double mm_f32_flops_per_us; /* f32/f64 matmul, TF32 off: 12.3 TFLOP/s measured by graft on the H100
+                                   (256x512x512 f32 cuBLASLt matmul 10.9 us, bench/gpu-check/2026-11-22-h100) */
     double copy_host_us;        /* host side of an async copy / memset submit (part of d2d_copy_4096B 5.602) */
     double d2d_base_us;         /* d2d_copy_4096B 5.602, d2d_copy_16777216B 8.635: 5.58 + 1.81e-7 µs/B */
     double d2d_us_per_byte;

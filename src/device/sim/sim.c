@@ -11,10 +11,12 @@
 
 const gr_sim_costs gr_sim_cost = {
     .launch_host_us = 4.1,
+    .libcall_host_us = 13.0,
     .kernel_min_us = 2.0,
     .mem_bytes_per_us = 3.0e6,
     .flops_per_us = 50.0e6,
     .mm_flops_per_us = 400.0e6,
+    .mm_f32_flops_per_us = 12.3e6,
     .copy_host_us = 1.0,
     .d2d_base_us = 5.58,
     .d2d_us_per_byte = 1.81e-7,
@@ -44,7 +46,8 @@ double gr_sim_libcall_time(const gr_libcall *c) {
     double es = (double)gr_dtype_size(c->dtype);
     double bytes = (double)c->batch * es * (double)(c->m * c->k + c->k * c->n + c->m * c->n);
     double flops = 2.0 * (double)c->batch * (double)c->m * (double)c->n * (double)c->k;
-    return GR_MAX(bytes / gr_sim_cost.mem_bytes_per_us, flops / gr_sim_cost.mm_flops_per_us);
+    double rate = c->dtype == GR_F32 || c->dtype == GR_F64 ? gr_sim_cost.mm_f32_flops_per_us : gr_sim_cost.mm_flops_per_us;
+    return GR_MAX(bytes / gr_sim_cost.mem_bytes_per_us, flops / rate);
 }
 
 /* total time of a copy submitted on an idle stream and synchronized */
@@ -335,7 +338,7 @@ static gr_status sim_libcall(void *ctx, gr_stream *s, const gr_libcall *call, co
         return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
     if (s->capturing) return gr_sim_capture_libcall(c, s, call, args);
     GR_TRY(gr_sim_run_libcall(c, call, args, what));
-    advance(c, s, gr_sim_cost.launch_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));
+    advance(c, s, gr_sim_cost.libcall_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));
     return GR_OK;
 }
 
