@@ -2,9 +2,11 @@
  * gets its own host buffer (filled with garbage, so a missed store shows),
  * kernels run through the reference interpreter with a range check against
  * the value each parameter is bound to, matmuls through the reference call.
- * Shared by the lowering and fusion tests. */
+ * Shared by the lowering and fusion tests, with the graph-building helpers
+ * they use. Include once, from the test's main file. */
 #ifndef GR_TEST_HOST_EXEC_H
 #define GR_TEST_HOST_EXEC_H
+#include "check.h"
 #include "passes/passes.h"
 #include <stdlib.h>
 #include <string.h>
@@ -93,4 +95,39 @@ static gr_status exec_run_with(exec_t *e, const gr_graph *g, const gr_step_list 
     }
     return GR_OK;
 }
+
+/* ---- building small graphs by hand (types set directly, no shape pass) ---- */
+#define MAXV 4096
+static const void *input_data[MAXV]; /* data of input value v, copied in by exec_run */
+
+#define A_INT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INT, .i = (v)})
+#define A_FLOAT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_FLOAT, .f = (v)})
+#define A_STR(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_STRING, .s = (char *)(v)})
+#define A_INTS(nm, arr, cnt) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)(arr), .n = (cnt)})
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void set_type(gr_graph *g, int v, gr_dtype t, int nd, const int64_t *dims) {
+    gr_ir_value *x = &g->values.data[v];
+    x->dtype = t;
+    x->ndim = nd;
+    for (int i = 0; i < nd; i++) x->dims[i] = (gr_dim){dims[i], GR_SYM_NONE};
+    x->typed = true;
+}
+
+static int t_input(gr_graph *g, const char *name, gr_dtype t, int nd, const int64_t *dims, const void *data) {
+    gr_dim d[GR_MAX_DIMS];
+    for (int i = 0; i < nd; i++) d[i] = (gr_dim){dims[i], GR_SYM_NONE};
+    int v = -1;
+    CHECK_OK(gr_ir_add_input(g, name, t, nd, d, &v));
+    if (v >= 0 && v < MAXV) input_data[v] = data;
+    return v;
+}
+
+static int t_const(gr_graph *g, gr_dtype t, int nd, const int64_t *dims, const void *data) {
+    int v = -1;
+    CHECK_OK(gr_ir_add_const(g, NULL, t, nd, dims, data, &v));
+    return v;
+}
+
+#define exec_run(e, g, steps) exec_run_with((e), (g), (steps), input_data, MAXV)
 #endif

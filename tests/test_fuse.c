@@ -14,36 +14,7 @@
 
 /* ==== graph building ===================================================================== */
 
-#define MAXV 4096
-static const void *input_data[MAXV];
-
-#define A_INT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INT, .i = (v)})
-#define A_FLOAT(nm, v) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_FLOAT, .f = (v)})
-#define A_INTS(nm, arr, cnt) ((gr_ir_attr){.name = (char *)(nm), .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)(arr), .n = (cnt)})
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-
-static void set_type(gr_graph *g, int v, gr_dtype t, int nd, const int64_t *dims) {
-    gr_ir_value *x = &g->values.data[v];
-    x->dtype = t;
-    x->ndim = nd;
-    for (int i = 0; i < nd; i++) x->dims[i] = (gr_dim){dims[i], GR_SYM_NONE};
-    x->typed = true;
-}
-
-static int t_input(gr_graph *g, const char *name, gr_dtype t, int nd, const int64_t *dims, const void *data) {
-    gr_dim d[GR_MAX_DIMS];
-    for (int i = 0; i < nd; i++) d[i] = (gr_dim){dims[i], GR_SYM_NONE};
-    int v = -1;
-    CHECK_OK(gr_ir_add_input(g, name, t, nd, d, &v));
-    if (v >= 0 && v < MAXV) input_data[v] = data;
-    return v;
-}
-
-static int t_const(gr_graph *g, gr_dtype t, int nd, const int64_t *dims, const void *data) {
-    int v = -1;
-    CHECK_OK(gr_ir_add_const(g, NULL, t, nd, dims, data, &v));
-    return v;
-}
+#include "host_exec.h" /* MAXV, input_data, A_* attrs, set_type, t_input, t_const, the executor */
 
 static int t_node(gr_graph *g, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, gr_dtype t,
                   int nd, const int64_t *dims) {
@@ -81,9 +52,6 @@ static void *make_data(gr_dtype t, int64_t n, double lo, double hi, double *vals
     return b;
 }
 
-/* ==== the test executor (tests/host_exec.h) ================================================== */
-#include "host_exec.h"
-#define exec_run(e, g, steps) exec_run_with((e), (g), (steps), input_data, MAXV)
 
 static int count_compute(const gr_step_list *l) {
     int n = 0;

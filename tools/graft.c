@@ -839,14 +839,20 @@ static int save_inputs(const input_set *in, const char *dir) {
     return code;
 }
 
+/* load the model, bind inputs (files or generated), create the session, set them */
+static int open_session(const cli_opts *o, gr_graph_t *g, gr_session_t *sess, input_set *in) {
+    int code = load_graph(o->model, g);
+    if (!code) code = resolve_inputs(*g, o, in);
+    if (!code) code = create_session(*g, o, sess);
+    if (!code) code = set_inputs(*sess, in);
+    return code;
+}
+
 static int cmd_run(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
     input_set in = {0};
-    int code = load_graph(o->model, &g);
-    if (!code) code = resolve_inputs(g, o, &in);
-    if (!code) code = create_session(g, o, &sess);
-    if (!code) code = set_inputs(sess, &in);
+    int code = open_session(o, &g, &sess, &in);
     if (!code && o->save_inputs) code = save_inputs(&in, o->save_inputs);
     if (!code) {
         gr_status st = gr_session_run(sess);
@@ -1016,10 +1022,7 @@ static int cmd_explain(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
     input_set in = {0};
-    int code = load_graph(o->model, &g);
-    if (!code) code = resolve_inputs(g, o, &in);
-    if (!code) code = create_session(g, o, &sess);
-    if (!code) code = set_inputs(sess, &in);
+    int code = open_session(o, &g, &sess, &in);
     if (!code) {
         gr_status st = gr_session_run(sess);
         if (st != GR_OK) code = api_fail(st, o->model);
