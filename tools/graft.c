@@ -884,7 +884,9 @@ static int cmd_bench(const cli_opts *o) {
     double *samples = calloc((size_t)o->repeats, sizeof(double));
     double *walls = calloc((size_t)o->repeats, sizeof(double));
     int code = samples && walls ? 0 : (errorf("out of memory"), EXIT_RUNTIME);
+    double l0 = gr_now_us();
     if (!code) code = load_graph(o->model, &g);
+    double load_us = gr_now_us() - l0;
     if (!code) code = resolve_inputs(g, o, &in);
     double c0 = gr_now_us();
     if (!code) code = create_session(g, o, &sess);
@@ -950,6 +952,7 @@ static int cmd_bench(const cli_opts *o) {
         print_bytes("device bytes", stats.device_bytes);
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
         printf("captures             %ld\n", stats.captures);
+        printf("load                 %.1f ms (parse or import)\n", load_us / 1e3);
         printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
                stats.capture_us / 1e3);
         if (o->profile) {
@@ -980,6 +983,7 @@ static int cmd_bench(const cli_opts *o) {
                 fprintf(f, "  \"segments\": %d,\n  \"segments_in_graphs\": %d,\n  \"captures\": %ld,\n", stats.segments,
                         stats.segments_in_graphs, stats.captures);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
+                fprintf(f, "  \"load_ms\": %.3f,\n", load_us / 1e3);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);
                 if (fclose(f) != 0) {

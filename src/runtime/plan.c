@@ -63,14 +63,29 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
         goto fail;
     }
     if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
+    /* wall time per phase, printed with --verbose (bench/compile_time.py reads it) */
+    static const char *const phase_names[] = {"clone", "specialize", "predicate", "fold", "lower", "fuse",
+                                              "memplan", "partition", "prepare"};
+    enum { N_PHASES = sizeof phase_names / sizeof phase_names[0] };
+    double phase_us[N_PHASES] = {0};
+    int phase = 0;
+    double tp = gr_now_us();
+#define PHASE_DONE() (phase_us[phase++] = gr_now_us() - tp, tp = gr_now_us())
     if ((st = gr_ir_graph_clone(s->graph, &p->g)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_predicate_if(p->g)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
     if (step_hook && (st = step_hook(step_hook_user, p->g, &p->steps)) != GR_OK) goto fail;
+    PHASE_DONE();
     if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
+    PHASE_DONE();
     st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
     if (st != GR_OK) goto fail;
     p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
@@ -78,11 +93,19 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
         st = GR_ERR_NOMEM;
         goto fail;
     }
+    PHASE_DONE();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    PHASE_DONE();
+#undef PHASE_DONE
     p->compile_us = gr_now_us() - t0;
     if (s->opt.verbose)
         fprintf(stderr, "graft: compiled plan: %d steps (%ld kernels), %d segments, arena %zu B, weights %zu B, %.1f ms\n",
                 p->steps.len, p->n_kernels, p->segs.len, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    if (s->opt.verbose) {
+        fprintf(stderr, "graft: compile phases (ms):");
+        for (int i = 0; i < N_PHASES; i++) fprintf(stderr, " %s %.1f", phase_names[i], phase_us[i] / 1e3);
+        fprintf(stderr, "\n");
+    }
     *out = p;
     return GR_OK;
 fail:

@@ -21,7 +21,9 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     if (!out) return gr_error(GR_ERR_INVALID, "gr_session_create: out is NULL");
     *out = NULL;
     if (!graph) return gr_error(GR_ERR_INVALID, "gr_session_create: graph is NULL");
+    double t0 = gr_now_us();
     GR_TRY(gr_ir_verify(graph));
+    double t_verify = gr_now_us();
     if (graph->outputs.len == 0) return gr_error(GR_ERR_INVALID, "graph '%s' has no outputs", graph->origin ? graph->origin : "<api>");
     gr_session_t s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
@@ -30,7 +32,11 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     if (s->opt.max_rerecords <= 0) s->opt.max_rerecords = 8;
     gr_status st;
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
+    double t_clone = gr_now_us();
     if ((st = gr_pass_infer_shapes(s->graph)) != GR_OK) goto fail;
+    if (s->opt.verbose)
+        fprintf(stderr, "graft: session phases (ms): verify %.1f clone %.1f shapes %.1f\n", (t_verify - t0) / 1e3,
+                (t_clone - t_verify) / 1e3, (gr_now_us() - t_clone) / 1e3);
     s->inputs = gr_calloc((size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1), sizeof(gr_rt_input));
     if (!s->inputs) {
         st = GR_ERR_NOMEM;
