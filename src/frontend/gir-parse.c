@@ -475,17 +475,10 @@ static gr_status check_new_value(parser *p, scope *s, const gir_tok *t) {
     return perr(p, t, "value '%s' is already defined", txt(p, t));
 }
 
-/* The builder checks name uniqueness with linear scans, which makes a large
- * file quadratic; the tables above already did that check, so values and
- * nodes are added with automatic names and renamed here. The automatic-name
- * counter is restored so the graph looks as if named directly. */
-static gr_status rename_to(char **slot, const char *name) {
-    char *copy = gr_strdup(name);
-    if (!copy) return GR_ERR_NOMEM;
-    gr_strfree(*slot);
-    *slot = copy;
-    return GR_OK;
-}
+/* Values and nodes are added with automatic names and renamed
+ * (gr_ir_rename_*) once the parser's own tables have checked the names; the
+ * automatic-name counter is restored so the graph looks as if named
+ * directly. */
 
 /* ==== types and constant data ===================================================================== */
 typedef struct {
@@ -676,7 +669,8 @@ static gr_status stmt_input(parser *p, scope *s) {
     GR_TRY(gr_ir_add_input(s->g, NULL, ty.dtype, ty.ndim, ty.dims, &v));
     s->g->next_auto_name = auto_name;
     gr_ir_value *val = &s->g->values.data[v];
-    GR_TRY(rename_to(&val->name, txt(p, nt)));
+    GR_TRY(gr_ir_rename_value(s->g, v, txt(p, nt)));
+    val = &s->g->values.data[v];
     val->placement = ty.placement;
     val->line = nt->line;
     val->col = nt->col;
@@ -717,7 +711,8 @@ static gr_status stmt_const(parser *p, scope *s) {
     GR_TRY(gr_ir_add_const_owned(s->g, NULL, ty.dtype, ty.ndim, dims, data, nbytes, &v));
     s->g->next_auto_name = auto_name;
     gr_ir_value *val = &s->g->values.data[v];
-    GR_TRY(rename_to(&val->name, name));
+    GR_TRY(gr_ir_rename_value(s->g, v, name));
+    val = &s->g->values.data[v];
     val->placement = ty.placement;
     val->line = nt->line;
     val->col = nt->col;
@@ -849,6 +844,42 @@ static void arity_text(int lo, int hi, char *buf, size_t n) {
     else snprintf(buf, n, "%d to %d", lo, hi);
 }
 
+/* The outputs of one node read so far, by name (a node may have 10^5
+ * outputs: a hash set, not a scan per output). */
+typedef struct {
+    int *slots; /* output index + 1, 0 = empty */
+    size_t cap;
+} out_set;
+
+/* Adds output i of np; an error naming the earlier one if its name is taken. */
+static gr_status out_set_add(parser *p, out_set *set, const node_parts *np, int i) {
+    if (2 * (size_t)(i + 1) > set->cap) {
+        size_t cap = set->cap ? 2 * set->cap : 16;
+        int *slots = gr_calloc(cap, sizeof(int));
+        if (!slots) return GR_ERR_NOMEM;
+        gr_free(set->slots, set->cap * sizeof(int));
+        set->slots = slots;
+        set->cap = cap;
+        for (int j = 0; j < i; j++) { /* names are distinct so far */
+            const char *name = txt(p, np->outs.data[j]);
+            size_t h = gr_hash_bytes(name, strlen(name), 0) & (cap - 1);
+            while (slots[h]) h = (h + 1) & (cap - 1);
+            slots[h] = j + 1;
+        }
+    }
+    const char *name = txt(p, np->outs.data[i]);
+    for (size_t h = gr_hash_bytes(name, strlen(name), 0) & (set->cap - 1);; h = (h + 1) & (set->cap - 1)) {
+        if (!set->slots[h]) {
+            set->slots[h] = i + 1;
+            return GR_OK;
+        }
+        const gir_tok *first = np->outs.data[set->slots[h] - 1];
+        if (!strcmp(txt(p, first), name))
+            return perr(p, np->outs.data[i], "value '%s' is already defined at %s:%d:%d", name, p->origin, first->line,
+                        first->col);
+    }
+}
+
 /* [node] out, ... = op(in, ..., attr=value, ...) */
 static gr_status stmt_node_parts(parser *p, scope *s, node_parts *np, gir_tok **name_tok, gir_tok **op_tok) {
     char b[128];
@@ -857,17 +888,23 @@ static gr_status stmt_node_parts(parser *p, scope *s, node_parts *np, gir_tok **
         GR_TRY(take_name(p, "a node name after '['", name_tok));
         GR_TRY(expect(p, T_RBRACK, "']' after the node name"));
     }
+    out_set outs = {NULL, 0};
+    gr_status st = GR_OK;
     for (;;) {
         gir_tok *ot;
-        GR_TRY(take_name(p, "an output name", &ot));
-        GR_TRY(check_new_value(p, s, ot));
-        for (int i = 0; i < np->outs.len; i++)
-            if (!strcmp(txt(p, np->outs.data[i]), txt(p, ot))) return perr(p, ot, "value '%s' is already defined at %s:%d:%d", txt(p, ot), p->origin, np->outs.data[i]->line, np->outs.data[i]->col);
-        GR_TRY(gr_vec_push(&np->outs, ot));
+        if ((st = take_name(p, "an output name", &ot)) != GR_OK) break;
+        if ((st = check_new_value(p, s, ot)) != GR_OK) break;
+        if ((st = gr_vec_push(&np->outs, ot)) != GR_OK) break;
+        if ((st = out_set_add(p, &outs, np, np->outs.len - 1)) != GR_OK) break;
         gir_tok *sep = next(p);
         if (sep->kind == T_EQ) break;
-        if (sep->kind != T_COMMA) return perr(p, sep, "expected ',' or '=' after an output name, got %s", tok_desc(p, sep, b, sizeof b));
+        if (sep->kind != T_COMMA) {
+            st = perr(p, sep, "expected ',' or '=' after an output name, got %s", tok_desc(p, sep, b, sizeof b));
+            break;
+        }
     }
+    gr_free(outs.slots, outs.cap * sizeof(int));
+    GR_TRY(st);
     gir_tok *ot = *op_tok = next(p);
     if (ot->kind != T_NAME) return perr(p, ot, "expected an op name, got %s", tok_desc(p, ot, b, sizeof b));
     if (gr_op_from_name(txt(p, ot)) == GR_OP_COUNT) return perr(p, ot, "unknown op '%.60s'", txt(p, ot));
@@ -937,9 +974,9 @@ static gr_status stmt_node(parser *p, scope *s) {
     s->g->next_auto_name = auto_name;
     if (st != GR_OK) goto done;
     gr_ir_node *node = &s->g->nodes.data[ni];
-    if ((st = rename_to(&node->name, txt(p, nt))) != GR_OK) goto done;
+    if ((st = gr_ir_rename_node(s->g, ni, txt(p, nt))) != GR_OK) goto done;
     for (int i = 0; i < np.outs.len && st == GR_OK; i++)
-        st = rename_to(&s->g->values.data[node->out[i]].name, txt(p, np.outs.data[i]));
+        st = gr_ir_rename_value(s->g, node->out[i], txt(p, np.outs.data[i]));
     if (st != GR_OK) goto done;
     node->line = op_tok->line;
     node->col = op_tok->col;

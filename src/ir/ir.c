@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+static void index_free(gr_name_index *x);
+static void index_appended(const gr_graph *g, gr_name_index *x, bool nodes);
+
 /* ==== graph lifetime ============================================================== */
 gr_status gr_ir_graph_create(gr_graph **out) {
     *out = NULL;
@@ -43,6 +46,8 @@ void gr_ir_graph_destroy(gr_graph *g) {
     gr_vec_free(&g->outputs);
     gr_vec_free(&g->syms);
     gr_strfree(g->origin);
+    index_free(&g->value_index);
+    index_free(&g->node_index);
     gr_free(g, sizeof *g);
 }
 
@@ -129,6 +134,140 @@ gr_status gr_ir_attr_floats(const gr_graph *g, const gr_ir_node *n, const char *
     return attr_kind_error(g, n, a, "a list of floats");
 }
 
+/* ==== name indexes ==================================================================
+ * The tables live in the graph but are a cache: const lookups may build or
+ * rebuild them (hence the casts), and a lookup that meets an entry which
+ * no longer matches its array (a pass truncated or moved the array) rebuilds
+ * the table rather than trust it. Failure to allocate a table falls back to a
+ * linear scan. */
+static uint32_t name_hash(const char *s) { return (uint32_t)gr_hash_bytes(s, strlen(s), 0x5bd1e995u); }
+
+static void index_free(gr_name_index *x) {
+    gr_free(x->slots, x->cap * sizeof(int));
+    gr_free(x->hashes, x->cap * sizeof(uint32_t));
+    memset(x, 0, sizeof *x);
+}
+
+static const char *entry_name(const gr_graph *g, bool nodes, int i) {
+    return nodes ? g->nodes.data[i].name : g->values.data[i].name;
+}
+
+static int array_len(const gr_graph *g, bool nodes) { return nodes ? g->nodes.len : g->values.len; }
+
+/* Puts index i under its name, the later index winning a tie (lookups
+ * return the last value of a name, as the linear scan did). */
+static void index_put(const gr_graph *g, gr_name_index *x, bool nodes, int i) {
+    const char *name = entry_name(g, nodes, i);
+    if (!name) return;
+    uint32_t h = name_hash(name);
+    size_t mask = x->cap - 1;
+    for (size_t s = h & mask;; s = (s + 1) & mask) {
+        int e = x->slots[s] - 1;
+        if (e < 0) {
+            x->slots[s] = i + 1;
+            x->hashes[s] = h;
+            x->count++;
+            return;
+        }
+        if (x->hashes[s] == h && e < array_len(g, nodes) && entry_name(g, nodes, e) &&
+            !strcmp(entry_name(g, nodes, e), name)) {
+            if (i > e) x->slots[s] = i + 1;
+            return;
+        }
+    }
+}
+
+static bool index_build(const gr_graph *g, gr_name_index *x, bool nodes) {
+    int n = array_len(g, nodes);
+    size_t cap = 64;
+    while (cap < 2 * (size_t)n + 2) cap *= 2;
+    int *slots = gr_calloc(cap, sizeof(int));
+    uint32_t *hashes = gr_malloc(cap * sizeof(uint32_t));
+    if (!slots || !hashes) {
+        gr_free(slots, cap * sizeof(int));
+        gr_free(hashes, cap * sizeof(uint32_t));
+        return false;
+    }
+    index_free(x);
+    x->slots = slots;
+    x->hashes = hashes;
+    x->cap = cap;
+    for (int i = 0; i < n; i++) index_put(g, x, nodes, i);
+    x->len = n;
+    return true;
+}
+
+/* Records the entry just appended at index len - 1 (builder only). */
+static void index_appended(const gr_graph *g, gr_name_index *x, bool nodes) {
+    int n = array_len(g, nodes);
+    if (!x->cap || x->len < 0) return;
+    if (x->len != n - 1 || 2 * ((size_t)x->count + 1) > x->cap) { /* changed behind our back, or full */
+        x->len = -1;
+        return;
+    }
+    index_put(g, x, nodes, n - 1);
+    x->len = n;
+}
+
+/* Entry i was renamed (builder only). */
+static void index_renamed(const gr_graph *g, gr_name_index *x, bool nodes, int i) {
+    if (!x->cap || x->len != array_len(g, nodes) || 2 * ((size_t)x->count + 1) > x->cap) {
+        x->len = -1;
+        return;
+    }
+    index_put(g, x, nodes, i);
+}
+
+static int index_find(const gr_graph *cg, bool nodes, const char *name) {
+    gr_graph *g = (gr_graph *)cg; /* the index is a cache */
+    gr_name_index *x = nodes ? &g->node_index : &g->value_index;
+    int n = array_len(g, nodes);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if ((!x->cap || x->len != n) && !index_build(g, x, nodes)) {
+            for (int i = n - 1; i >= 0; i--)
+                if (entry_name(g, nodes, i) && !strcmp(entry_name(g, nodes, i), name)) return i;
+            return -1;
+        }
+        uint32_t h = name_hash(name);
+        size_t mask = x->cap - 1;
+        bool stale = false;
+        for (size_t s = h & mask;; s = (s + 1) & mask) {
+            int e = x->slots[s] - 1;
+            if (e < 0) break;
+            if (x->hashes[s] != h) continue;
+            if (e >= n || !entry_name(g, nodes, e) || name_hash(entry_name(g, nodes, e)) != h) {
+                stale = true; /* renamed or removed behind our back */
+                break;
+            }
+            if (!strcmp(entry_name(g, nodes, e), name)) return e;
+        }
+        if (!stale) return -1;
+        x->len = -1;
+    }
+    return -1;
+}
+
+int gr_ir_find_value(const gr_graph *g, const char *name) { return name ? index_find(g, false, name) : -1; }
+int gr_ir_find_node(const gr_graph *g, const char *name) { return name ? index_find(g, true, name) : -1; }
+
+gr_status gr_ir_rename_value(gr_graph *g, int v, const char *name) {
+    char *copy = gr_strdup(name);
+    if (!copy) return gr_nomem();
+    gr_strfree(g->values.data[v].name);
+    g->values.data[v].name = copy;
+    index_renamed(g, &g->value_index, false, v);
+    return GR_OK;
+}
+
+gr_status gr_ir_rename_node(gr_graph *g, int n, const char *name) {
+    char *copy = gr_strdup(name);
+    if (!copy) return gr_nomem();
+    gr_strfree(g->nodes.data[n].name);
+    g->nodes.data[n].name = copy;
+    index_renamed(g, &g->node_index, true, n);
+    return GR_OK;
+}
+
 /* ==== values ============================================================================ */
 gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out) {
     for (int i = 0; i < g->syms.len; i++)
@@ -143,11 +282,6 @@ gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out) {
     return GR_OK;
 }
 
-int gr_ir_find_value(const gr_graph *g, const char *name) {
-    for (int i = g->values.len - 1; i >= 0; i--)
-        if (g->values.data[i].name && !strcmp(g->values.data[i].name, name)) return i;
-    return -1;
-}
 
 gr_status gr_ir_add_value(gr_graph *g, const char *name, gr_value_kind kind, int *out) {
     gr_ir_value v;
@@ -165,6 +299,7 @@ gr_status gr_ir_add_value(gr_graph *g, const char *name, gr_value_kind kind, int
         gr_strfree(v.name);
         return GR_ERR_NOMEM;
     }
+    index_appended(g, &g->value_index, false);
     *out = g->values.len - 1;
     return GR_OK;
 }
@@ -240,9 +375,7 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
     const gr_op_info *info = gr_op_get(op);
     if (!info) return gr_error(GR_ERR_INVALID, "unknown op id %d", (int)op);
     const char *nm = name && *name ? name : NULL;
-    if (nm)
-        for (int i = 0; i < g->nodes.len; i++)
-            if (!strcmp(g->nodes.data[i].name, nm)) return gr_error(GR_ERR_INVALID, "node name '%s' is used twice", nm);
+    if (nm && gr_ir_find_node(g, nm) >= 0) return gr_error(GR_ERR_INVALID, "node name '%s' is used twice", nm);
     for (int i = 0; i < n_in; i++)
         if (in[i] < -1 || in[i] >= g->values.len)
             return gr_error(GR_ERR_INVALID, "node '%s' (%s): input %d refers to no value", nm ? nm : "?", info->name, i);
@@ -279,6 +412,7 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
         n.n_out++;
     }
     g->nodes.data[g->nodes.len++] = n;
+    index_appended(g, &g->node_index, true);
     if (out_node) *out_node = node_index;
     return GR_OK;
 nomem:

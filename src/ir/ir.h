@@ -114,6 +114,19 @@ typedef struct {
 } gr_ir_node;
 
 /* ---- graph -------------------------------------------------------------------------- */
+/* Name -> index hash table over a graph's values or nodes (ir.c), so that
+ * lookups and the uniqueness checks of the builder stay O(1) in graphs of
+ * 10^5 nodes. Built on the first lookup, kept up to date by the builder
+ * (gr_ir_add_*, gr_ir_rename_*); any other change to the arrays (a pass
+ * truncating or moving them) is noticed and the table is rebuilt. */
+typedef struct {
+    int *slots;       /* index + 1, 0 = empty */
+    uint32_t *hashes; /* hash of the slot's name */
+    size_t cap;       /* power of two, or 0 when not built */
+    int count;
+    int len;          /* array length the table reflects; -1 = stale */
+} gr_name_index;
+
 struct gr_graph {
     GR_VEC(gr_ir_value) values;
     GR_VEC(gr_ir_node) nodes;
@@ -123,6 +136,8 @@ struct gr_graph {
     struct gr_graph *parent;   /* enclosing graph of a subgraph, else NULL */
     char *origin;              /* file name or "<api>" for messages */
     int next_auto_name;
+    gr_name_index value_index; /* private to ir.c */
+    gr_name_index node_index;  /* private to ir.c */
 };
 typedef struct gr_graph gr_graph;
 
@@ -153,8 +168,13 @@ void gr_ir_remove_last_node(gr_graph *g);
  * `at` was) and frees node `at`; renumbers every value's producer. Used by
  * passes that expand a node into several (control-flow inlining). */
 void gr_ir_splice_nodes(gr_graph *g, int at, int first_new);
-/* Looks a value up by name; -1 if absent. */
+/* Looks a value up by name (the last one of that name); -1 if absent. */
 int gr_ir_find_value(const gr_graph *g, const char *name);
+/* Looks a node up by name; -1 if absent. */
+int gr_ir_find_node(const gr_graph *g, const char *name);
+/* Renames value v / node n (no uniqueness check: the caller has made sure). */
+gr_status gr_ir_rename_value(gr_graph *g, int v, const char *name);
+gr_status gr_ir_rename_node(gr_graph *g, int n, const char *name);
 
 /* Attribute access on a node: defaults when absent; a present attribute of the
  * wrong kind is an error naming the node. */

@@ -33,11 +33,21 @@ typedef struct {
     bool readonly;  /* a constant's data: kernels must not write it */
 } fold_buf;
 
+/* Host buffers by value index, kept for the whole pass and cleared after
+ * each node (only the entries it touched), so that folding a node costs what
+ * the node touches, not the size of the graph. */
+typedef struct {
+    fold_buf *bufs; /* n_bufs entries, all zero outside a node's folding */
+    int n_bufs;
+    GR_VEC(int) touched;
+} fold_state;
+
 typedef struct {
     gr_graph *g;
     int node;
     char where[512];
-    fold_buf *bufs; /* one per value index (values added by lowering included) */
+    fold_state *fs;
+    fold_buf *bufs; /* fs->bufs: one per value index (values added by lowering included) */
     int n_bufs;
     gr_step_list steps;
     int values_before; /* g->values.len before lowering: later values are temporaries */
@@ -98,6 +108,7 @@ static gr_status ensure_buf(fold_ctx *c, int v) {
     if (v < 0 || v >= c->n_bufs) return gr_error(GR_ERR_INTERNAL, "%s: folding: step refers to value %d", c->where, v);
     fold_buf *b = &c->bufs[v];
     if (b->base) return GR_OK;
+    GR_TRY(gr_vec_push(&c->fs->touched, v));
     gr_ir_value *val = &c->g->values.data[v];
     if (val->kind == GR_VAL_CONST) {
         b->base = val->data;
@@ -116,10 +127,32 @@ static gr_status ensure_buf(fold_ctx *c, int v) {
     return GR_OK;
 }
 
+/* Room for a buffer entry per value of g (temporaries included). */
+static gr_status state_fit(fold_state *fs, const gr_graph *g) {
+    if (g->values.len <= fs->n_bufs) return GR_OK;
+    int n = fs->n_bufs ? fs->n_bufs : 64;
+    while (n < g->values.len) n *= 2;
+    fold_buf *b = gr_realloc(fs->bufs, (size_t)fs->n_bufs * sizeof(fold_buf), (size_t)n * sizeof(fold_buf));
+    if (!b) return GR_ERR_NOMEM;
+    memset(b + fs->n_bufs, 0, (size_t)(n - fs->n_bufs) * sizeof(fold_buf));
+    fs->bufs = b;
+    fs->n_bufs = n;
+    return GR_OK;
+}
+
+static void state_free(fold_state *fs) {
+    gr_free(fs->bufs, (size_t)fs->n_bufs * sizeof(fold_buf));
+    gr_vec_free(&fs->touched);
+}
+
 static void free_bufs(fold_ctx *c) {
-    for (int i = 0; i < c->n_bufs; i++)
-        if (c->bufs[i].owned) gr_free(c->bufs[i].base, c->bufs[i].bytes ? c->bufs[i].bytes : 1);
-    gr_free(c->bufs, (size_t)c->n_bufs * sizeof(fold_buf));
+    fold_state *fs = c->fs;
+    for (int i = 0; i < fs->touched.len; i++) {
+        fold_buf *b = &fs->bufs[fs->touched.data[i]];
+        if (b->owned) gr_free(b->base, b->bytes ? b->bytes : 1);
+        memset(b, 0, sizeof *b);
+    }
+    fs->touched.len = 0;
     c->bufs = NULL;
     c->n_bufs = 0;
 }
@@ -193,6 +226,7 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
             return gr_error(GR_ERR_INTERNAL, "%s: folding: alias offset %lld outside value '%s'", c->where,
                             (long long)a->elem_offset, c->g->values.data[a->value].name);
         fold_buf *dst = &c->bufs[s->out_value];
+        if (!dst->base) GR_TRY(gr_vec_push(&c->fs->touched, s->out_value));
         if (dst->owned) gr_free(dst->base, dst->bytes ? dst->bytes : 1);
         *dst = (fold_buf){src->base + off, src->bytes - off, false, src->readonly};
         return GR_OK;
@@ -226,24 +260,36 @@ static void node_release(gr_ir_node *n) {
     gr_free(n->attrs, (size_t)n->n_attr * sizeof(gr_ir_attr));
 }
 
-/* Removes node ni; the values it produced must already be constants. */
-static void remove_node(gr_graph *g, int ni) {
-    node_release(&g->nodes.data[ni]);
-    memmove(&g->nodes.data[ni], &g->nodes.data[ni + 1], (size_t)(g->nodes.len - ni - 1) * sizeof(gr_ir_node));
-    g->nodes.len--;
-    for (int i = 0; i < g->values.len; i++) {
-        gr_ir_value *v = &g->values.data[i];
-        if (v->kind == GR_VAL_NODE && v->producer > ni) v->producer--;
+/* Removes the folded nodes (their outputs are constants already) in one
+ * pass, renumbering the producers of the values the others make. */
+static void remove_folded(gr_graph *g, const bool *folded) {
+    int kept = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        if (folded[i]) {
+            node_release(&g->nodes.data[i]);
+            continue;
+        }
+        if (kept != i) {
+            g->nodes.data[kept] = g->nodes.data[i];
+            for (int o = 0; o < g->nodes.data[kept].n_out; o++) {
+                int v = g->nodes.data[kept].out[o];
+                if (v >= 0 && v < g->values.len && g->values.data[v].kind == GR_VAL_NODE && g->values.data[v].producer == i)
+                    g->values.data[v].producer = kept;
+            }
+        }
+        kept++;
     }
+    g->nodes.len = kept;
 }
 
 /* ==== one node ================================================================================== */
-static gr_status fold_node(gr_graph *g, int ni, bool *folded) {
+static gr_status fold_node(gr_graph *g, fold_state *fs, int ni, bool *folded) {
     *folded = false;
     if (!foldable(g, &g->nodes.data[ni])) return GR_OK;
     fold_ctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
+    c.fs = fs;
     c.node = ni;
     c.values_before = g->values.len;
     gr_ir_node_where(g, &g->nodes.data[ni], c.where, sizeof c.where);
@@ -258,8 +304,10 @@ static gr_status fold_node(gr_graph *g, int ni, bool *folded) {
         goto done;
     }
     if (st != GR_OK) goto done;
-    c.bufs = gr_calloc((size_t)g->values.len, sizeof(fold_buf));
-    if (c.bufs) c.n_bufs = g->values.len;
+    if (state_fit(fs, g) == GR_OK) {
+        c.bufs = fs->bufs;
+        c.n_bufs = g->values.len;
+    }
     data = gr_calloc((size_t)n_out, sizeof(void *));
     nbytes = gr_calloc((size_t)n_out, sizeof(size_t));
     if (!c.bufs || !data || !nbytes) {
@@ -317,15 +365,25 @@ done:
     free_bufs(&c);
     gr_step_list_free(&c.steps);
     drop_temporaries(&c);
-    if (*folded) remove_node(g, ni);
     return st;
 }
 
 gr_status gr_pass_fold_constants(gr_graph *g) {
-    for (int i = 0; i < g->nodes.len;) {
-        bool folded = false;
-        GR_TRY(fold_node(g, i, &folded));
-        if (!folded) i++;
+    size_t n = (size_t)(g->nodes.len ? g->nodes.len : 1);
+    bool *folded = gr_calloc(n, sizeof(bool));
+    if (!folded) return gr_nomem();
+    fold_state fs;
+    memset(&fs, 0, sizeof fs);
+    gr_status st = GR_OK;
+    bool any = false;
+    /* Folded nodes stay in place until the end: removing each at once moved
+     * every later node and renumbered every value, quadratic in big graphs. */
+    for (int i = 0; i < g->nodes.len && st == GR_OK; i++) {
+        st = fold_node(g, &fs, i, &folded[i]);
+        any |= folded[i];
     }
-    return GR_OK;
+    if (any) remove_folded(g, folded);
+    state_free(&fs);
+    gr_free(folded, n * sizeof(bool));
+    return st;
 }

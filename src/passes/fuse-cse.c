@@ -82,11 +82,15 @@ static uint64_t expr_hash(const gr_kexpr *x) {
             h = mix(mix(h, (uint64_t)x->access.stride[d]), (uint64_t)x->access.inner_stride[d]);
         h = mix(mix(h, (uint64_t)(int64_t)x->access.index), (uint64_t)x->access.index_stride);
         return mix(h, (uint64_t)x->access.index_extent);
-    case GR_KX_RANDOM: h = mix(h, (uint64_t)x->i); break;
-    default: break;
+    case GR_KX_RANDOM: return mix(mix(h, (uint64_t)x->i), (uint64_t)(int64_t)x->a);
+    case GR_KX_CAST: return mix(h, (uint64_t)(int64_t)x->a);
+    case GR_KX_SELECT: return mix(mix(mix(h, (uint64_t)(int64_t)x->a), (uint64_t)(int64_t)x->b), (uint64_t)(int64_t)x->c);
+    case GR_KX_UNARY: return mix(mix(h, (uint64_t)(int64_t)x->fn), (uint64_t)(int64_t)x->a);
+    case GR_KX_BINARY: break;
     }
-    return mix(mix(mix(mix(h, (uint64_t)(int64_t)x->fn), (uint64_t)(int64_t)x->a), (uint64_t)(int64_t)x->b),
-               (uint64_t)(int64_t)x->c);
+    /* only what expr_same compares: an unused operand field must not keep
+     * equal nodes apart */
+    return mix(mix(mix(h, (uint64_t)(int64_t)x->fn), (uint64_t)(int64_t)x->a), (uint64_t)(int64_t)x->b);
 }
 
 /* ---- the pass ------------------------------------------------------------------------------- */

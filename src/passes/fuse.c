@@ -43,25 +43,12 @@
  * changes something. Dead steps are removed (gr_pass_dce) before fusing, so
  * a dead reader does not force a duplicate, and after, for what fusion left
  * unread. */
-#include "passes/passes.h"
+#include "passes/fuse-impl.h"
 #include <stdio.h>
 #include <string.h>
 
 #define FUSE_MAX_READERS 8    /* readers a producer may be recomputed in */
 #define FUSE_MAX_RECOMPUTE 64 /* nodes of a producer DAG that may be recomputed */
-
-typedef struct {
-    const gr_kernel *p;     /* producer */
-    const gr_step *ps;
-    const gr_kernel *c;     /* consumer */
-    const gr_step *cs;
-    int value;              /* the intermediate */
-    int64_t rs[GR_MAX_DIMS]; /* row-major strides of P's space */
-    int map[GR_MAX_DIMS];    /* P dim -> C index id (which), or -1 for an extent-1 dim */
-    gr_kernel *n;           /* result */
-    gr_step_arg args[GR_KMAX_PARAMS];
-    int pmap[GR_KMAX_PARAMS];
-} fuse_ctx;
 
 bool gr_step_arg_equal(const gr_step_arg *a, const gr_step_arg *b) {
     if (a->kind != b->kind) return false;
@@ -101,14 +88,8 @@ static bool step_reads(const gr_step *s, int v) {
     return false;
 }
 
-static bool is_graph_output(const gr_graph *g, int v) {
-    for (int i = 0; i < g->outputs.len; i++)
-        if (g->outputs.data[i] == v) return true;
-    return false;
-}
-
 /* Finds C's load access of v and the dim map; false if fusion does not apply. */
-static bool plan_map(fuse_ctx *f) {
+bool gr_fuse_plan_map(fuse_ctx *f) {
     const gr_kernel *c = f->c, *p = f->p;
     bool target[GR_KMAX_PARAMS] = {false};
     int n_target = 0;
@@ -158,22 +139,39 @@ static bool plan_map(fuse_ctx *f) {
 
 /* ---- building the fused kernel ---------------------------------------------------------------- */
 
+int gr_fuse_map_param(const gr_kparam *src, const gr_step_arg *arg, gr_kparam *params, gr_step_arg *args, int *n) {
+    for (int i = 0; i < *n; i++) {
+        const gr_kparam *q = &params[i];
+        if (q->kind == src->kind && q->dtype == src->dtype && !q->written && !src->written && gr_step_arg_equal(&args[i], arg))
+            return i;
+    }
+    if (*n >= GR_KMAX_PARAMS) return -1;
+    int i = (*n)++;
+    params[i] = *src;
+    args[i] = *arg;
+    return i;
+}
+
 /* Index of the fused kernel's param for P's param pp (added on first use). -1: no room. */
 static int map_param(fuse_ctx *f, int pp) {
     if (f->pmap[pp] >= 0) return f->pmap[pp];
-    const gr_kparam *src = &f->p->params[pp];
-    const gr_step_arg *arg = &f->ps->args[pp];
-    for (int i = 0; i < f->n->n_params; i++) {
-        const gr_kparam *q = &f->n->params[i];
-        if (q->kind == src->kind && q->dtype == src->dtype && !q->written && !src->written &&
-            gr_step_arg_equal(&f->args[i], arg))
-            return f->pmap[pp] = i;
+    int q = gr_fuse_map_param(&f->p->params[pp], &f->ps->args[pp], f->n->params, f->args, &f->n->n_params);
+    return q < 0 ? -1 : (f->pmap[pp] = q);
+}
+
+void gr_fuse_producer_cone(const gr_kernel *p, bool *cone) {
+    int sv = p->stages[0].value;
+    cone[sv] = true;
+    for (int j = sv; j >= 0; j--) {
+        if (!cone[j]) continue;
+        const gr_kexpr *x = &p->nodes.data[j];
+        const int32_t ops[4] = {x->a, x->b, x->c, x->op == GR_KX_LOAD ? x->access.index : -1};
+        int nops = x->op == GR_KX_UNARY || x->op == GR_KX_CAST || x->op == GR_KX_RANDOM ? 1
+                 : x->op == GR_KX_BINARY ? 2 : x->op == GR_KX_SELECT ? 3 : 0;
+        for (int q = 0; q < nops; q++)
+            if (ops[q] >= 0 && ops[q] < j) cone[ops[q]] = true;
+        if (ops[3] >= 0 && ops[3] < j) cone[ops[3]] = true;
     }
-    if (f->n->n_params >= GR_KMAX_PARAMS) return -1;
-    int i = f->n->n_params++;
-    f->n->params[i] = *src;
-    f->args[i] = *arg;
-    return f->pmap[pp] = i;
 }
 
 /* Appends P's DAG (the cone of its stored value) to the fused kernel; *root = substitute of v. */
@@ -188,17 +186,7 @@ static gr_status copy_producer(fuse_ctx *f, int *root, bool *no_room) {
         goto done;
     }
     int sv = p->stages[0].value;
-    cone[sv] = true;
-    for (int j = sv; j >= 0; j--) {
-        if (!cone[j]) continue;
-        const gr_kexpr *x = &p->nodes.data[j];
-        const int32_t ops[4] = {x->a, x->b, x->c, x->op == GR_KX_LOAD ? x->access.index : -1};
-        int nops = x->op == GR_KX_UNARY || x->op == GR_KX_CAST || x->op == GR_KX_RANDOM ? 1
-                 : x->op == GR_KX_BINARY ? 2 : x->op == GR_KX_SELECT ? 3 : 0;
-        for (int q = 0; q < nops; q++)
-            if (ops[q] >= 0 && ops[q] < j) cone[ops[q]] = true;
-        if (ops[3] >= 0 && ops[3] < j) cone[ops[3]] = true;
-    }
+    gr_fuse_producer_cone(p, cone);
     for (int j = 0; j < np; j++) {
         pm[j] = -1;
         if (!cone[j]) continue;
@@ -239,10 +227,10 @@ static gr_status copy_producer(fuse_ctx *f, int *root, bool *no_room) {
             }
             break;
         }
-        default:
-            if (e.a >= 0) e.a = pm[e.a];
-            if (e.b >= 0) e.b = pm[e.b];
-            if (e.c >= 0) e.c = pm[e.c];
+        default: /* operands only: other fields are unused here and stay as they are */
+            if (e.a >= 0 && e.op != GR_KX_CONST && e.op != GR_KX_ACC) e.a = pm[e.a];
+            if (e.b >= 0 && (e.op == GR_KX_BINARY || e.op == GR_KX_SELECT)) e.b = pm[e.b];
+            if (e.c >= 0 && e.op == GR_KX_SELECT) e.c = pm[e.c];
             break;
         }
         st = gr_kernel_add_expr(f->n, &e, &pm[j]);
@@ -316,31 +304,165 @@ static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
     return st;
 }
 
+/* ==== sweeps ====================================================================================== */
+
+/* Test hook: every fusion copies its consumer (the reference the growing
+ * fusion must match, tests/test_compile_scale.c). */
+static bool copy_always;
+void gr_pass_fuse_debug_copy_always(bool on) { copy_always = on; }
+
+typedef struct {
+    int step, next;
+} ref_link;
+
+/* One sweep's state. Which steps bind each value (any arg) is indexed once
+ * per sweep (CSR), and a fusion chains the consumer's new bindings on, so a
+ * producer's readers are found without scanning every step. Entries may be
+ * stale (the step no longer binds the value, or was fused away): every use
+ * re-checks the step. Fused-away producers are marked dead and the list is
+ * compacted at the end of the sweep, instead of moving every later step. */
+typedef struct {
+    const gr_graph *g;
+    gr_step_list *steps;
+    const bool *is_output; /* per value */
+    int nv;
+    int *ref_start, *ref_steps; /* CSR over values */
+    int *extra_head;            /* per value: chain in extra, -1 = none */
+    GR_VEC(ref_link) extra;
+    bool *dead;                 /* per step */
+    gr_fuse_wk **wk;            /* per step: kernel being grown, or NULL */
+    int *stamp;                 /* per step: last producer that looked at it */
+    int n_steps;
+} sweep_ctx;
+
+static bool binds(const gr_step *s, int v) {
+    for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++)
+        if (s->args[a].value == v) return true;
+    return false;
+}
+
+static gr_status add_refs(sweep_ctx *sc, int j) {
+    const gr_step *s = &sc->steps->data[j];
+    GR_TRY(gr_vec_reserve(&sc->extra, sc->extra.len + GR_KMAX_PARAMS));
+    for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++) {
+        int v = s->args[a].value;
+        if (v < 0 || v >= sc->nv) continue;
+        sc->extra.data[sc->extra.len] = (ref_link){j, sc->extra_head[v]};
+        sc->extra_head[v] = sc->extra.len++;
+    }
+    return GR_OK;
+}
+
+static void sweep_free(sweep_ctx *sc) {
+    size_t nv1 = (size_t)sc->nv + 1, ns = (size_t)(sc->n_steps ? sc->n_steps : 1);
+    gr_free(sc->ref_start, sizeof(int) * nv1);
+    if (sc->ref_start) gr_free(sc->ref_steps, sizeof(int) * (size_t)(sc->ref_start[sc->nv] ? sc->ref_start[sc->nv] : 1));
+    gr_free(sc->extra_head, sizeof(int) * nv1);
+    gr_vec_free(&sc->extra);
+    gr_free(sc->dead, sizeof(bool) * ns);
+    gr_free(sc->wk, sizeof(gr_fuse_wk *) * ns);
+    gr_free(sc->stamp, sizeof(int) * ns);
+}
+
+static gr_status sweep_init(sweep_ctx *sc, const gr_graph *g, gr_step_list *steps, const bool *is_output) {
+    memset(sc, 0, sizeof *sc);
+    sc->g = g;
+    sc->steps = steps;
+    sc->is_output = is_output;
+    sc->nv = g->values.len;
+    sc->n_steps = steps->len;
+    size_t nv1 = (size_t)sc->nv + 1, ns = (size_t)(steps->len ? steps->len : 1);
+    sc->ref_start = gr_calloc(nv1, sizeof(int));
+    sc->extra_head = gr_malloc(sizeof(int) * nv1);
+    sc->dead = gr_calloc(ns, sizeof(bool));
+    sc->wk = gr_calloc(ns, sizeof(gr_fuse_wk *));
+    sc->stamp = gr_malloc(sizeof(int) * ns);
+    if (!sc->ref_start || !sc->extra_head || !sc->dead || !sc->wk || !sc->stamp) {
+        sweep_free(sc);
+        return gr_nomem();
+    }
+    for (int v = 0; v < sc->nv; v++) sc->extra_head[v] = -1;
+    for (int j = 0; j < steps->len; j++) sc->stamp[j] = -1;
+    for (int j = 0; j < steps->len; j++) {
+        const gr_step *s = &steps->data[j];
+        for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++)
+            if (s->args[a].value >= 0 && s->args[a].value < sc->nv) sc->ref_start[s->args[a].value + 1]++;
+    }
+    for (int v = 0; v < sc->nv; v++) sc->ref_start[v + 1] += sc->ref_start[v];
+    int total = sc->ref_start[sc->nv];
+    sc->ref_steps = gr_malloc(sizeof(int) * (size_t)(total ? total : 1));
+    int *fill = gr_malloc(sizeof(int) * nv1);
+    if (!sc->ref_steps || !fill) {
+        gr_free(fill, sizeof(int) * nv1);
+        sweep_free(sc);
+        return gr_nomem();
+    }
+    memcpy(fill, sc->ref_start, sizeof(int) * nv1);
+    for (int j = 0; j < steps->len; j++) {
+        const gr_step *s = &steps->data[j];
+        for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++)
+            if (s->args[a].value >= 0 && s->args[a].value < sc->nv) sc->ref_steps[fill[s->args[a].value]++] = j;
+    }
+    gr_free(fill, sizeof(int) * nv1);
+    return GR_OK;
+}
+
+/* Applies the checks of a step j that binds v: *stop when fusion of step i
+ * is off (another writer, an earlier or non-kernel reader, too many readers). */
+static void judge_step(const gr_step_list *steps, int i, int j, int v, int limit, int *readers, int *n_readers, bool *stop) {
+    const gr_step *s = &steps->data[j];
+    for (int a = 0; a < s->n_args && s->kind == GR_STEP_KERNEL && s->kernel; a++)
+        if (a < s->kernel->n_params && s->kernel->params[a].written && s->args[a].kind == GR_ARG_VALUE &&
+            s->args[a].value == v) {
+            *stop = true; /* another writer */
+            return;
+        }
+    if (s->kind == GR_STEP_LIBCALL && s->n_args > 2 && s->args[2].value == v) {
+        *stop = true;
+        return;
+    }
+    if (!step_reads(s, v)) return;
+    if (j <= i || s->kind != GR_STEP_KERNEL || !s->kernel || *n_readers == limit) {
+        *stop = true;
+        return;
+    }
+    readers[(*n_readers)++] = j;
+}
+
 /* Tries to fuse step i into all of its readers (into its only one unless
  * `recompute`); *fused tells whether it did. */
-static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool recompute, bool *fused) {
+static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     *fused = false;
+    gr_step_list *steps = sc->steps;
+    const gr_graph *g = sc->g;
     gr_step *ps = &steps->data[i];
     int v = producer_value(ps);
-    if (v < 0 || is_graph_output(g, v)) return GR_OK;
-    if (v < g->values.len && g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
-    int readers[FUSE_MAX_READERS], n_readers = 0;
-    for (int j = 0; j < steps->len; j++) {
-        if (j == i) continue;
-        const gr_step *s = &steps->data[j];
-        for (int a = 0; a < s->n_args && s->kind == GR_STEP_KERNEL && s->kernel; a++)
-            if (a < s->kernel->n_params && s->kernel->params[a].written && s->args[a].kind == GR_ARG_VALUE &&
-                s->args[a].value == v)
-                return GR_OK; /* another writer */
-        if (s->kind == GR_STEP_LIBCALL && s->n_args > 2 && s->args[2].value == v) return GR_OK;
-        if (!step_reads(s, v)) continue;
-        if (j <= i || s->kind != GR_STEP_KERNEL || !s->kernel) return GR_OK;
-        if (n_readers == (recompute ? FUSE_MAX_READERS : 1)) return GR_OK; /* too many copies */
-        readers[n_readers++] = j;
+    if (v < 0 || v >= sc->nv || sc->is_output[v]) return GR_OK;
+    if (g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
+    int readers[FUSE_MAX_READERS], n_readers = 0, limit = recompute ? FUSE_MAX_READERS : 1;
+    bool stop = false;
+    for (int e = sc->ref_start[v]; e < sc->ref_start[v + 1] && !stop; e++) {
+        int j = sc->ref_steps[e];
+        if (j == i || sc->dead[j] || sc->stamp[j] == i || !binds(&steps->data[j], v)) continue;
+        sc->stamp[j] = i;
+        judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
     }
-    if (n_readers == 0) return GR_OK; /* dead: left to gr_pass_dce */
+    for (int e = sc->extra_head[v]; e >= 0 && !stop; e = sc->extra.data[e].next) {
+        int j = sc->extra.data[e].step;
+        if (j == i || sc->dead[j] || sc->stamp[j] == i || !binds(&steps->data[j], v)) continue;
+        sc->stamp[j] = i;
+        judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
+    }
+    if (stop || n_readers == 0) return GR_OK; /* no readers: dead, left to gr_pass_dce */
+    for (int a = 1; a < n_readers; a++) /* in list order, as a scan of the steps finds them */
+        for (int b = a; b > 0 && readers[b] < readers[b - 1]; b--) {
+            int t = readers[b];
+            readers[b] = readers[b - 1];
+            readers[b - 1] = t;
+        }
     if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
     fuse_ctx f[FUSE_MAX_READERS];
+    gr_fuse_wk *made[FUSE_MAX_READERS] = {NULL};
     memset(f, 0, sizeof f);
     for (int r = 0; r < n_readers; r++) {
         f[r].p = ps->kernel;
@@ -348,60 +470,122 @@ static gr_status try_fuse(const gr_graph *g, gr_step_list *steps, int i, bool re
         f[r].c = steps->data[readers[r]].kernel;
         f[r].cs = &steps->data[readers[r]];
         f[r].value = v;
-        if (!plan_map(&f[r])) return GR_OK;
+        gr_fuse_wk *w = sc->wk[readers[r]];
+        if (!(w ? gr_fuse_wk_plan_map(w, &f[r]) : gr_fuse_plan_map(&f[r]))) return GR_OK;
     }
+    /* build every reader's result first (nothing changes yet), then commit */
     gr_status st = GR_OK;
     bool all = true;
-    for (int r = 0; r < n_readers && all; r++) {
+    for (int r = 0; r < n_readers && all && st == GR_OK; r++) {
+        int j = readers[r];
+        if (sc->wk[j]) {
+            bool fits, copy;
+            st = gr_fuse_wk_prepare(sc->wk[j], &f[r], &fits, &copy);
+            if (st != GR_OK || !fits) {
+                all = false;
+                break;
+            }
+            if (!copy) continue;
+            /* growing cannot match copying here: back to ordinary form, then copy */
+            gr_fuse_ctx_release(&f[r]);
+            st = gr_fuse_wk_finish(sc->wk[j], &steps->data[j]);
+            sc->wk[j] = NULL;
+            if (st != GR_OK || !gr_fuse_plan_map(&f[r])) {
+                all = false;
+                break;
+            }
+        }
         bool applied = false;
         st = fuse_pair(&f[r], &applied);
         all = st == GR_OK && applied;
+        if (all && !copy_always) {
+            st = gr_fuse_wk_create(f[r].n, &made[r]);
+            all = st == GR_OK;
+        }
     }
-    if (!all) {
-        for (int r = 0; r < n_readers; r++) gr_kernel_destroy(f[r].n);
+    if (all && st == GR_OK) st = gr_vec_reserve(&sc->extra, sc->extra.len + n_readers * GR_KMAX_PARAMS);
+    if (!all || st != GR_OK) {
+        for (int r = 0; r < n_readers; r++) {
+            gr_fuse_wk_destroy(made[r]);
+            gr_kernel_destroy(f[r].n);
+            gr_fuse_ctx_release(&f[r]);
+        }
         return st;
     }
     /* commit: nothing below fails */
     for (int r = 0; r < n_readers; r++) {
-        gr_step *cs = &steps->data[readers[r]];
-        gr_kernel_destroy(cs->kernel);
-        cs->kernel = f[r].n;
-        cs->n_args = f[r].n->n_params;
-        memset(cs->args, 0, sizeof cs->args);
-        memcpy(cs->args, f[r].args, sizeof(gr_step_arg) * (size_t)f[r].n->n_params);
+        int j = readers[r];
+        gr_step *cs = &steps->data[j];
+        if (f[r].n) {
+            gr_kernel_destroy(cs->kernel);
+            cs->kernel = f[r].n;
+            cs->n_args = f[r].n->n_params;
+            memset(cs->args, 0, sizeof cs->args);
+            memcpy(cs->args, f[r].args, sizeof(gr_step_arg) * (size_t)f[r].n->n_params);
+            sc->wk[j] = made[r];
+        } else {
+            gr_fuse_wk_apply(sc->wk[j], &f[r], cs);
+        }
+        gr_fuse_ctx_release(&f[r]);
+        (void)add_refs(sc, j); /* room reserved above */
     }
     gr_kernel_destroy(ps->kernel);
+    ps->kernel = NULL;
     gr_strfree(ps->reason);
-    memmove(&steps->data[i], &steps->data[i + 1], sizeof(gr_step) * (size_t)(steps->len - i - 1));
-    steps->len--;
+    ps->reason = NULL;
+    sc->dead[i] = true;
     *fused = true;
     return GR_OK;
 }
 
-/* One sweep over the producers, last to first; *n_fused counts the fusions. */
-static gr_status fuse_sweep(const gr_graph *g, gr_step_list *steps, bool recompute, int *n_fused) {
+/* One sweep over the producers, last to first; *n_fused counts the fusions.
+ * Whatever happens, grown kernels are finished and the list compacted, so
+ * the list stays valid after an error. */
+static gr_status fuse_sweep(const gr_graph *g, gr_step_list *steps, const bool *is_output, bool recompute, int *n_fused) {
     *n_fused = 0;
-    for (int i = steps->len - 1; i >= 0; i--) {
+    sweep_ctx sc;
+    GR_TRY(sweep_init(&sc, g, steps, is_output));
+    gr_status st = GR_OK;
+    for (int i = steps->len - 1; i >= 0 && st == GR_OK; i--) {
         bool fused;
-        GR_TRY(try_fuse(g, steps, i, recompute, &fused)); /* a fused step i is gone; i - 1 is unaffected */
+        st = try_fuse(&sc, i, recompute, &fused);
         *n_fused += fused;
     }
-    return GR_OK;
+    for (int j = 0; j < steps->len; j++) {
+        if (!sc.wk[j]) continue;
+        gr_status fs = gr_fuse_wk_finish(sc.wk[j], &steps->data[j]);
+        sc.wk[j] = NULL;
+        if (st == GR_OK) st = fs;
+    }
+    int kept = 0;
+    for (int j = 0; j < steps->len; j++)
+        if (!sc.dead[j]) steps->data[kept++] = steps->data[j];
+    steps->len = kept;
+    sweep_free(&sc);
+    return st;
 }
 
 gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
     if (!g || !steps) return gr_error(GR_ERR_INVALID, "gr_pass_fuse: NULL argument");
     GR_TRY(gr_pass_dce(g, steps));
+    size_t nv = (size_t)(g->values.len ? g->values.len : 1);
+    bool *is_output = gr_calloc(nv, sizeof(bool));
+    if (!is_output) return gr_nomem();
+    for (int o = 0; o < g->outputs.len; o++)
+        if (g->outputs.data[o] >= 0 && g->outputs.data[o] < g->values.len) is_output[g->outputs.data[o]] = true;
     /* A single-reader sweep first, so that a producer considered for
      * recomputation is a maximal group (what will be copied is all there and
      * counted), then a sweep that may recompute; repeated while that changes
      * something (merging readers can make a value single-reader again). */
+    gr_status st = GR_OK;
     for (;;) {
         int n_single, n_multi;
-        GR_TRY(fuse_sweep(g, steps, false, &n_single));
-        GR_TRY(fuse_sweep(g, steps, true, &n_multi));
+        if ((st = fuse_sweep(g, steps, is_output, false, &n_single)) != GR_OK) break;
+        if ((st = fuse_sweep(g, steps, is_output, true, &n_multi)) != GR_OK) break;
         if (n_multi == 0) break;
     }
+    gr_free(is_output, nv * sizeof(bool));
+    GR_TRY(st);
     /* copies that only permute a matmul operand or result go into its descriptor */
     GR_TRY(gr_pass_fuse_matmul_layouts(g, steps));
     return gr_pass_dce(g, steps);

@@ -112,6 +112,10 @@ gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps);
  * 8 readers, runs gr_pass_cse_kernel on every kernel it builds, and
  * gr_pass_dce before and after; fuse.c has the rules.) */
 
+/* Test hook: fusion copies the consumer at every step instead of growing it
+ * in place (fuse-impl.h); results must be identical either way. */
+void gr_pass_fuse_debug_copy_always(bool on);
+
 /* Lets matmul library calls read their A / B operands and write their C
  * through the descriptor (leading dims, trans flags, batch strides, element
  * offsets) instead of through pure copy kernels (transposes, permutes, the

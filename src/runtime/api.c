@@ -150,10 +150,7 @@ gr_status gr_graph_set_output(gr_graph_t g, gr_value_t v, const char *name) {
     if (v < 0 || v >= g->values.len) return gr_error(GR_ERR_INVALID, "gr_graph_set_output: value %d does not exist", v);
     if (name && *name && strcmp(name, g->values.data[v].name)) {
         if (gr_ir_find_value(g, name) >= 0) return gr_error(GR_ERR_INVALID, "output name '%s' is already used by another value", name);
-        char *nn = gr_strdup(name);
-        if (!nn) return GR_ERR_NOMEM;
-        gr_strfree(g->values.data[v].name);
-        g->values.data[v].name = nn;
+        GR_TRY(gr_ir_rename_value(g, v, name));
     }
     return gr_ir_add_output(g, v);
 }

@@ -1,0 +1,75 @@
+/* passes/fuse-impl — what fuse.c and fuse-grow.c share: one producer →
+ * consumer fusion being planned (fuse_ctx), and kernels grown in place
+ * (gr_fuse_wk, fuse-grow.c). */
+#ifndef GR_FUSE_IMPL_H
+#define GR_FUSE_IMPL_H
+
+#include "passes/passes.h"
+
+typedef struct {
+    const gr_kernel *p;     /* producer */
+    const gr_step *ps;
+    const gr_kernel *c;     /* consumer */
+    const gr_step *cs;
+    int value;              /* the intermediate */
+    int64_t rs[GR_MAX_DIMS]; /* row-major strides of P's space */
+    int map[GR_MAX_DIMS];    /* P dim -> C index id (which), or -1 for an extent-1 dim */
+    gr_kernel *n;           /* result (copying fusion) */
+    gr_step_arg args[GR_KMAX_PARAMS];
+    int pmap[GR_KMAX_PARAMS];
+    /* growing fusion (fuse-grow.c): the plan made by gr_fuse_wk_prepare */
+    int n_new_params;              /* P params appended to C: P param new_params[i] */
+    int new_params[GR_KMAX_PARAMS];
+    int n_targets;                 /* C's param slots bound to the intermediate */
+    int targets[GR_KMAX_PARAMS];
+    int first_load;                /* the first load of the intermediate in C's order */
+    bool *cone;                    /* P's nodes the substitute needs (owned) */
+    int *pm;                       /* P node -> C pool id while splicing (owned) */
+} fuse_ctx;
+
+/* Dim map of P's space onto C's loop nest and C's one access of the
+ * intermediate (fuse.c, for a kernel in ordinary form). */
+bool gr_fuse_plan_map(fuse_ctx *f);
+/* The nodes of P the value it stores depends on: cone[j] (np entries). */
+void gr_fuse_producer_cone(const gr_kernel *p, bool *cone);
+/* Looks up or appends the consumer param for P's param pp in params[0..*n)
+ * / args (what the copying fusion's map_param does); -1 when there is no room. */
+int gr_fuse_map_param(const gr_kparam *src, const gr_step_arg *arg, gr_kparam *params, gr_step_arg *args, int *n);
+
+/* ---- kernels grown in place --------------------------------------------------------------
+ * Fusing a producer into a consumer by copying the consumer costs the size
+ * of the consumer, which a chain of N fusions makes quadratic. A growing
+ * kernel instead keeps its nodes in a pool that only grows, ordered by a
+ * linked list (with order labels to compare positions), and a fusion
+ * splices the producer's nodes in before the first load of the
+ * intermediate, forwarding every such load to the substitute. Node params
+ * are stable slots, mapped to param indices when the kernel is finished.
+ * CSE runs once, at the finish: merging duplicates keeps first occurrences
+ * in order, so merging after the last splice gives the same kernel as
+ * merging after every one (every splice point is the first occurrence of
+ * a load; nothing becomes dead), and the params (at most 32) are kept
+ * exactly as the copying fusion keeps them after each step: appended,
+ * unused ones dropped, names made unique. The result is the copying
+ * fusion's kernel, node for node (tests/test_compile_scale.c checks). */
+typedef struct gr_fuse_wk gr_fuse_wk;
+
+/* Starts growing kernel k (in ordinary form, merged by CSE). k stays owned by its step. */
+gr_status gr_fuse_wk_create(gr_kernel *k, gr_fuse_wk **out);
+void gr_fuse_wk_destroy(gr_fuse_wk *w);
+/* gr_fuse_plan_map for a growing consumer (f->c is its kernel). */
+bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f);
+/* Plans fusing f->p into w after gr_fuse_wk_plan_map: *fits = false when C
+ * has no room for P's params (the copying fusion fails the same way);
+ * *copy = true when growing cannot reproduce the copying fusion (the
+ * caller finishes w and copies). Reserves all memory the apply needs;
+ * changes nothing. Free what it made with gr_fuse_ctx_release. */
+gr_status gr_fuse_wk_prepare(gr_fuse_wk *w, fuse_ctx *f, bool *fits, bool *copy);
+/* Splices the prepared fusion in; cs is C's step (its args follow the params). Cannot fail. */
+void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs);
+/* Back to ordinary form (nodes in order, params by index), then CSE and
+ * verify. Destroys w. The kernel is valid and computes the same values
+ * even when this fails (out of memory in CSE leaves duplicates). */
+gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs);
+void gr_fuse_ctx_release(fuse_ctx *f);
+
+#endif
