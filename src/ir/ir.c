@@ -435,29 +435,28 @@ void gr_ir_remove_last_node(gr_graph *g) {
     g->nodes.len--;
 }
 
-void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
-    int n = g->nodes.len, moved = n - first_new;
-    if (at < 0 || at >= first_new || first_new > n) return;
-    gr_ir_node removed = g->nodes.data[at];
-    gr_ir_node *tail = g->nodes.data + first_new;
-    /* rotate: [at+1, first_new) shifts right by moved-1 after the new nodes land at `at` */
-    gr_ir_node tmp;
-    for (int m = 0; m < moved; m++) {
-        /* bubble tail[m] (at index first_new + m) down to at + m */
-        for (int i = first_new + m; i > at + m; i--) {
-            tmp = g->nodes.data[i];
-            g->nodes.data[i] = g->nodes.data[i - 1];
-            g->nodes.data[i - 1] = tmp;
-        }
+static void reverse_nodes(gr_ir_node *a, int n) {
+    for (int i = 0, j = n - 1; i < j; i++, j--) {
+        gr_ir_node t = a[i];
+        a[i] = a[j];
+        a[j] = t;
     }
-    (void)tail;
-    /* the old node now sits right after the moved ones */
-    int old_pos = at + moved;
-    node_free(&g->nodes.data[old_pos]);
-    (void)removed;
-    memmove(&g->nodes.data[old_pos], &g->nodes.data[old_pos + 1], sizeof(gr_ir_node) * (size_t)(n - old_pos - 1));
-    g->nodes.len--;
-    for (int i = 0; i < g->nodes.len; i++)
+}
+
+void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
+    int n = g->nodes.len;
+    if (at < 0 || at >= first_new || first_new > n) return;
+    /* drop node `at`, then rotate [at, n-1) so the new nodes (now at
+     * first_new-1 ..) come first: three reversals, O(n - at), no memory */
+    node_free(&g->nodes.data[at]);
+    memmove(&g->nodes.data[at], &g->nodes.data[at + 1], sizeof(gr_ir_node) * (size_t)(n - at - 1));
+    g->nodes.len = --n;
+    gr_ir_node *seg = g->nodes.data + at;
+    int before = first_new - 1 - at, moved = n - (first_new - 1);
+    reverse_nodes(seg, before);
+    reverse_nodes(seg + before, moved);
+    reverse_nodes(seg, before + moved);
+    for (int i = at; i < g->nodes.len; i++)
         for (int o = 0; o < g->nodes.data[i].n_out; o++) {
             gr_ir_value *v = &g->values.data[g->nodes.data[i].out[o]];
             v->producer = i;

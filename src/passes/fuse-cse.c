@@ -93,6 +93,18 @@ static uint64_t expr_hash(const gr_kexpr *x) {
     return mix(mix(mix(h, (uint64_t)(int64_t)x->fn), (uint64_t)(int64_t)x->a), (uint64_t)(int64_t)x->b);
 }
 
+/* The table takes the low bits of the hash, which mix() leaves poor for
+ * inputs that differ only in high bits (f32 constants widened to double
+ * have 29 zero low bits): without this, 10^4 distinct constants fell into
+ * one probe cluster and CSE went quadratic. (splitmix64's finalizer.) */
+static uint64_t spread(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
@@ -158,7 +170,7 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
             e.param = premap[e.param];
         if (e.op == GR_KX_LOAD && e.access.index >= 0 && e.access.index < j) e.access.index = rep[e.access.index];
         bool mergeable = !(e.op == GR_KX_LOAD && e.param >= 0 && e.param < k->n_params && written[e.param]);
-        size_t slot = (size_t)expr_hash(&e) & (cap - 1);
+        size_t slot = (size_t)spread(expr_hash(&e)) & (cap - 1);
         if (mergeable)
             for (; table[slot] >= 0; slot = (slot + 1) & (cap - 1))
                 if (expr_same(&out.data[table[slot]], &e)) break;

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #define FM_VIEW_DIMS 3 /* batch, rows, cols */
+#define FM_MAX_OPERANDS 16 /* matmul operands one copy may be folded into */
 
 /* ---- strided views ----------------------------------------------------------------- */
 
@@ -179,22 +180,48 @@ static bool parse_copy(const gr_graph *g, const gr_step *s, fm_copy *c) {
 /* ---- value facts ---------------------------------------------------------------------------- */
 
 typedef struct {
+    int step, next;
+} fm_link;
+
+typedef struct {
     const gr_graph *g;
     gr_step_list *steps;
     int nv;
     int *view_of;         /* ALIAS source of a view, -1 for a root */
     int64_t *view_off;    /* its elem offset in the source */
+    int *root;            /* root_of, computed once per value */
+    int64_t *root_off;
     bool *is_output;      /* per root: it or one of its views is a graph output */
+    /* Per round: the steps touching each root (step_touches_root), so a copy
+     * finds its readers without scanning every step. Chains may hold stale
+     * entries (a step rebound since, or removed): users re-check each step. */
+    int *touch_head;      /* per root: chain in links, -1 = none */
+    GR_VEC(fm_link) links;
+    bool *dead;           /* per step: removed this round (compacted after it) */
+    int *n_host;          /* n_host[j]: HOST steps among steps [0, j) */
+    int *stamp;           /* per step: last query that met it */
+    int stamp_now;
+    int cap_steps;
 } fm_ctx;
 
 /* Root of v through views; *off (optional) accumulates the elem offset. */
 static int root_of(const fm_ctx *c, int v, int64_t *off) {
+    if (v >= 0 && v < c->nv) {
+        if (off) *off = c->root_off[v];
+        return c->root[v];
+    }
+    if (off) *off = 0;
+    return v;
+}
+
+/* The walk root_of's table is made of (views of views, with a guard against cycles). */
+static int walk_root(const fm_ctx *c, int v, int64_t *off) {
     int64_t o = 0;
     for (int guard = 0; v >= 0 && v < c->nv && c->view_of[v] >= 0 && guard <= c->nv; guard++) {
         o += c->view_off[v];
         v = c->view_of[v];
     }
-    if (off) *off = o;
+    *off = o;
     return v;
 }
 
@@ -229,6 +256,47 @@ static bool step_touches_root(const fm_ctx *c, const gr_step *s, int root) {
     }
     return false;
 }
+
+static void touch_add(fm_ctx *c, int root, int step) {
+    if (root < 0 || root >= c->nv) return;
+    c->links.data[c->links.len] = (fm_link){step, c->touch_head[root]};
+    c->touch_head[root] = c->links.len++;
+}
+
+/* Room for the links one rebinding may add (callers reserve before they commit). */
+static gr_status touch_reserve(fm_ctx *c) { return gr_vec_reserve(&c->links, c->links.len + FM_MAX_OPERANDS + 1); }
+
+static gr_status touch_build(fm_ctx *c) {
+    gr_step_list *steps = c->steps;
+    c->links.len = 0;
+    for (int v = 0; v < c->nv; v++) c->touch_head[v] = -1;
+    c->n_host[0] = 0;
+    for (int j = 0; j < steps->len; j++) {
+        const gr_step *s = &steps->data[j];
+        c->dead[j] = false;
+        c->stamp[j] = -1;
+        c->n_host[j + 1] = c->n_host[j] + (s->kind == GR_STEP_HOST);
+        if (s->kind == GR_STEP_ALIAS) continue;
+        int extra = s->kind == GR_STEP_HOST && s->node >= 0 && s->node < c->g->nodes.len ? c->g->nodes.data[s->node].n_in : 0;
+        GR_TRY(gr_vec_reserve(&c->links, c->links.len + s->n_args + extra));
+        for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++)
+            if (s->args[a].kind == GR_ARG_VALUE || s->args[a].kind == GR_ARG_HOST_SCALAR)
+                touch_add(c, root_of(c, s->args[a].value, NULL), j);
+        for (int i = 0; i < extra; i++)
+            if (c->g->nodes.data[s->node].in[i] >= 0) touch_add(c, root_of(c, c->g->nodes.data[s->node].in[i], NULL), j);
+    }
+    return GR_OK;
+}
+
+/* Runs the statement after it with j = every live step other than `skip`
+ * that touches root, each once (in no particular order: every use decides
+ * on the set of such steps, not on their order). */
+#define FOR_TOUCHING(c, root, skip, j)                                                                            \
+    for (int e_ = (root) >= 0 && (root) < (c)->nv ? (c)->touch_head[(root)] : -1, j = -1, q_ = ++(c)->stamp_now; \
+         e_ >= 0; e_ = (c)->links.data[e_].next)                                                                  \
+        if ((j = (c)->links.data[e_].step) == (skip) || (c)->dead[j] || (c)->stamp[j] == q_ ||                  \
+            ((c)->stamp[j] = q_, !step_touches_root((c), &(c)->steps->data[j], (root)))) {                        \
+        } else
 
 /* A root value a pass may retarget: a device node value, not a view, no graph
  * output among it and its views. */
@@ -279,8 +347,6 @@ static bool plan_operand(const gr_step *s, int which, int64_t off, int64_t v_num
     return true;
 }
 
-#define FM_MAX_OPERANDS 16
-
 /* Rebinds every reader of copy step i's output to its source; true when done. */
 static bool try_operands(fm_ctx *c, int i) {
     const gr_step_list *steps = c->steps;
@@ -291,10 +357,8 @@ static bool try_operands(fm_ctx *c, int i) {
     if (src_root == cp.dst) return false;
     fm_operand ops[FM_MAX_OPERANDS];
     int n_ops = 0, last = i;
-    for (int j = 0; j < steps->len; j++) {
-        if (j == i) continue;
+    FOR_TOUCHING(c, cp.dst, i, j) {
         const gr_step *s = &steps->data[j];
-        if (!step_touches_root(c, s, cp.dst)) continue;
         if (s->kind != GR_STEP_LIBCALL || j < i || s->n_args < 3) return false;
         for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++) {
             const gr_step_arg *arg = &s->args[a];
@@ -305,14 +369,18 @@ static bool try_operands(fm_ctx *c, int i) {
             if (!plan_operand(s, a, off + arg->elem_offset, numel, &cp, &ops[n_ops])) return false;
             ops[n_ops++].step = j;
         }
-        last = j;
+        if (j > last) last = j;
     }
     if (n_ops == 0) return false;
-    /* u must hold the same data until the last reader (which must not write it either) */
-    for (int j = i + 1; j <= last; j++)
-        if (step_writes_root(c, &steps->data[j], src_root)) return false;
+    /* u must hold the same data until the last reader (which must not write it
+     * either): no step in (i, last] writes its root, and no host step (which
+     * may write anything) lies between */
+    if (c->n_host[last + 1] - c->n_host[i + 1] > 0) return false;
+    FOR_TOUCHING(c, src_root, -1, j)
+        if (j > i && j <= last && step_writes_root(c, &steps->data[j], src_root)) return false;
     for (int q = 0; q < n_ops; q++) {
         gr_step *s = &steps->data[ops[q].step];
+        touch_add(c, src_root, ops[q].step); /* room reserved by the caller */
         s->args[ops[q].which] = ops[q].arg;
         if (ops[q].which == 0) {
             s->call.trans_a = ops[q].trans;
@@ -345,14 +413,12 @@ static bool try_output(fm_ctx *c, int i) {
     if (numel <= 0 || gr_ir_value_numel(&c->g->values.data[v2]) != numel) return false;
     /* v1: one writer M (a matmul, before i), one reader (step i); v2: one writer (step i) */
     int m_step = -1;
-    for (int j = 0; j < steps->len; j++) {
-        if (j == i) continue;
+    FOR_TOUCHING(c, v2, i, j) {
+        if (j < i) return false;
+        if (step_writes_root(c, &steps->data[j], v2)) return false;
+    }
+    FOR_TOUCHING(c, v1, i, j) {
         const gr_step *s = &steps->data[j];
-        if (step_touches_root(c, s, v2)) {
-            if (j < i) return false;
-            if (step_writes_root(c, s, v2)) return false;
-        }
-        if (!step_touches_root(c, s, v1)) continue;
         if (s->kind != GR_STEP_LIBCALL || m_step >= 0 || j > i || s->n_args < 3) return false;
         for (int a = 0; a < s->n_args && a < GR_KMAX_PARAMS; a++)
             if (a != 2 && (s->args[a].kind == GR_ARG_VALUE || s->args[a].kind == GR_ARG_HOST_SCALAR) &&
@@ -386,11 +452,13 @@ static bool try_output(fm_ctx *c, int i) {
     ms->args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = v2, .elem_offset = 0};
     ms->call.ldc = call->m > 1 ? ns[1] : call->n;
     if (call->batch > 1) ms->call.batch_stride_c = ns[0];
+    touch_add(c, v2, m_step); /* room reserved by the caller */
     gr_step *ks = &steps->data[i];
     gr_kernel_destroy(ks->kernel);
+    ks->kernel = NULL;
     gr_strfree(ks->reason);
-    memmove(&steps->data[i], &steps->data[i + 1], sizeof(gr_step) * (size_t)(steps->len - i - 1));
-    steps->len--;
+    ks->reason = NULL;
+    c->dead[i] = true; /* the list is compacted after the round */
     return true;
 }
 
@@ -404,11 +472,19 @@ gr_status gr_pass_fuse_matmul_layouts(const gr_graph *g, gr_step_list *steps) {
     c.steps = steps;
     c.nv = g->values.len;
     size_t nv = (size_t)(c.nv ? c.nv : 1);
+    size_t ns = (size_t)steps->len + 1;
     c.view_of = gr_malloc(nv * sizeof(int));
     c.view_off = gr_malloc(nv * sizeof(int64_t));
+    c.root = gr_malloc(nv * sizeof(int));
+    c.root_off = gr_malloc(nv * sizeof(int64_t));
     c.is_output = gr_calloc(nv, sizeof(bool));
+    c.touch_head = gr_malloc(nv * sizeof(int));
+    c.dead = gr_calloc(ns, sizeof(bool));
+    c.n_host = gr_malloc(ns * sizeof(int));
+    c.stamp = gr_malloc(ns * sizeof(int));
     gr_status st = GR_OK;
-    if (!c.view_of || !c.view_off || !c.is_output) {
+    if (!c.view_of || !c.view_off || !c.root || !c.root_off || !c.is_output || !c.touch_head || !c.dead || !c.n_host ||
+        !c.stamp) {
         st = gr_nomem();
         goto done;
     }
@@ -419,25 +495,38 @@ gr_status gr_pass_fuse_matmul_layouts(const gr_graph *g, gr_step_list *steps) {
         c.view_of[s->out_value] = s->args[0].value;
         c.view_off[s->out_value] = s->args[0].elem_offset;
     }
+    for (int v = 0; v < c.nv; v++) c.root[v] = walk_root(&c, v, &c.root_off[v]);
     for (int o = 0; o < g->outputs.len; o++) {
         int v = g->outputs.data[o];
         if (v >= 0 && v < c.nv) c.is_output[root_of(&c, v, NULL)] = true;
     }
     /* Each sweep leaves the copies it bypassed dead; removing them lets the next
      * sweep see the copy before (split → transpose → matmul) as read by matmuls only. */
-    for (int round = 0; round < 16; round++) {
+    for (int round = 0; round < 16 && st == GR_OK; round++) {
         bool changed = false;
-        for (int i = steps->len - 1; i >= 0; i--) {
-            if (i >= steps->len) continue;
+        st = touch_build(&c);
+        for (int i = steps->len - 1; i >= 0 && st == GR_OK; i--) {
+            if (c.dead[i]) continue;
+            if ((st = touch_reserve(&c)) != GR_OK) break;
             if (try_operands(&c, i) || try_output(&c, i)) changed = true;
         }
-        if (!changed) break;
+        int kept = 0;
+        for (int i = 0; i < steps->len; i++)
+            if (!c.dead[i]) steps->data[kept++] = steps->data[i];
+        steps->len = kept;
+        if (!changed || st != GR_OK) break;
         st = gr_pass_dce(g, steps);
-        if (st != GR_OK) break;
     }
 done:
     gr_free(c.view_of, nv * sizeof(int));
     gr_free(c.view_off, nv * sizeof(int64_t));
+    gr_free(c.root, nv * sizeof(int));
+    gr_free(c.root_off, nv * sizeof(int64_t));
     gr_free(c.is_output, nv * sizeof(bool));
+    gr_free(c.touch_head, nv * sizeof(int));
+    gr_vec_free(&c.links);
+    gr_free(c.dead, ns * sizeof(bool));
+    gr_free(c.n_host, ns * sizeof(int));
+    gr_free(c.stamp, ns * sizeof(int));
     return st;
 }

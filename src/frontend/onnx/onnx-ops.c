@@ -148,11 +148,7 @@ static gr_status scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir) {
 }
 
 /* ==== emitting IR nodes ========================================================================== */
-static bool node_name_taken(const gr_graph *g, const char *name) {
-    for (int i = 0; i < g->nodes.len; i++)
-        if (!strcmp(g->nodes.data[i].name, name)) return true;
-    return false;
-}
+static bool node_name_taken(const gr_graph *g, const char *name) { return gr_ir_find_node(g, name) >= 0; }
 
 /* Adds an IR node for the current ONNX node. `last` nodes carry the ONNX
  * node's name and its output names; helper nodes before them are named
