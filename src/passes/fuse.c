@@ -355,8 +355,8 @@ static gr_status add_refs(sweep_ctx *sc, int j) {
 
 static void sweep_free(sweep_ctx *sc) {
     size_t nv1 = (size_t)sc->nv + 1, ns = (size_t)(sc->n_steps ? sc->n_steps : 1);
-    gr_free(sc->ref_start, sizeof(int) * nv1);
     if (sc->ref_start) gr_free(sc->ref_steps, sizeof(int) * (size_t)(sc->ref_start[sc->nv] ? sc->ref_start[sc->nv] : 1));
+    gr_free(sc->ref_start, sizeof(int) * nv1);
     gr_free(sc->extra_head, sizeof(int) * nv1);
     gr_vec_free(&sc->extra);
     gr_free(sc->dead, sizeof(bool) * ns);

@@ -523,3 +523,25 @@ def test_explain_symbolic_needs_a_shape(tmp_path, sym_model):
     expect_fail(run_graft("explain", sym_model), USAGE, "'N'", "--dim")
     p = expect_ok(run_graft("explain", sym_model, "--dim", "N=3", "--device", "sim"))
     assert p.stdout.strip()
+
+
+def test_bench_reports_load_and_compile_phases(tmp_path):
+    """bench prints load and compile times and writes them to --json; --verbose
+    prints the time of each compile phase (bench/compile_time.py reads both)."""
+    js = tmp_path / "r.json"
+    p = expect_ok(run_graft("bench", example("mlp"), "--device", "sim", "--iters", "1", "--warmup", "0",
+                            "--verbose", "--json", str(js)))
+    load = float(re.search(r"^load\s+([0-9.]+) ms", p.stdout, re.M).group(1))
+    compile_ms = float(re.search(r"^compile\s+([0-9.]+) ms", p.stdout, re.M).group(1))
+    assert load >= 0 and compile_ms > 0
+    import json
+    j = json.load(open(js))
+    assert j["load_ms"] >= 0 and j["compile_ms"] > 0 and j["session_create_ms"] >= j["compile_ms"]
+    session = re.search(r"graft: session phases \(ms\):((?: \w+ [0-9.]+)+)$", p.stderr, re.M)
+    plan = re.search(r"graft: compile phases \(ms\):((?: \w+ [0-9.]+)+)$", p.stderr, re.M)
+    assert session and plan, p.stderr
+    names = plan.group(1).split()[::2]
+    assert names == ["clone", "specialize", "predicate", "fold", "lower", "fuse", "memplan", "partition", "prepare"]
+    assert session.group(1).split()[::2] == ["verify", "clone", "shapes"]
+    # the phases are parts of the compile time
+    assert sum(float(x) for x in plan.group(1).split()[1::2]) <= compile_ms * 1.05 + 0.5
