@@ -336,6 +336,62 @@ def markdown(label, meta, results):
     return "\n".join(out) + "\n"
 
 
+def comparison(data):
+    """One table of total compile time per (shape, N) across every label, oldest first."""
+    labels = list(data)
+    rows = {}
+    for label in labels:
+        for r in data[label]["results"]:
+            rows.setdefault((r["shape"], r["size"]), {})[label] = r
+    out = ["## total compile time (ms) by label", "",
+           "| shape | N | nodes | " + " | ".join(labels) + (" | speedup |" if len(labels) > 1 else ""),
+           "|---|---:|---:|" + "---:|" * len(labels) + ("---:|" if len(labels) > 1 else "")]
+
+    def cell(r):
+        if r is None:
+            return ""
+        st = r.get("status", "")
+        if st == "timeout":
+            return "timeout (> %.0f s)" % (r["wall_ms"] / 1e3)
+        if st.startswith("skipped"):
+            return "skipped²"
+        if st != "ok":
+            return st
+        return "%.1f" % r["total_ms"]
+
+    for (shape, size), by in rows.items():
+        nodes = next((r.get("nodes") for r in by.values() if r.get("nodes")), "")
+        line = "| %s | %d | %s | " % (shape, size, nodes) + " | ".join(cell(by.get(l)) for l in labels) + " |"
+        if len(labels) > 1:
+            a, b = by.get(labels[0]), by.get(labels[-1])
+            sp = ""
+            if a and b and b.get("status") == "ok":
+                if a.get("status") == "ok":
+                    x = a["total_ms"] / max(b["total_ms"], 1e-3)
+                    sp = ("%.1f×" if x < 10 else "%.0f×") % x
+                elif a.get("status") == "timeout":
+                    sp = "> %.0f×" % (a["wall_ms"] / max(b["total_ms"], 1e-3))
+            line += " %s |" % sp
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def write_results(out, data):
+    with open(out + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write("# graft compile time against graph size\n\nProduced by `python3 bench/compile_time.py` "
+                "(see its docstring for the shapes). total = load (parse or ONNX import) + session create "
+                "(verify, shape inference, the plan's passes, kernel preparation on the simulator); "
+                "phase columns in ms.\n\n")
+        f.write(comparison(data) + "\n")
+        f.write("¹ per node; per output for `split` (one node with N outputs). N is the number of layers "
+                "for `transformer`.  \n² not run: a smaller N of the shape took longer than --skip-after "
+                "(60 s in the runs here) or timed out.\n\n")
+        for label, d in data.items():
+            f.write(markdown(label, d["meta"], d["results"]) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of: " + ", ".join(SHAPES))
@@ -346,6 +402,7 @@ def main():
                     help="skip larger sizes of a shape once one takes longer than this many seconds")
     ap.add_argument("--label", default="run", help="name of this run in the results (e.g. before, after)")
     ap.add_argument("--out", default=None, help="results path without extension (default bench/compile-time/<date>-cpu)")
+    ap.add_argument("--md-only", action="store_true", help="rewrite <out>.md from <out>.json without running")
     args = ap.parse_args()
     args.shapes = [s for s in args.shapes.split(",") if s]
     for s in args.shapes:
@@ -362,22 +419,12 @@ def main():
                            text=True).stdout.strip()
     meta = {"date": date, "commit": commit + ("+dirty" if dirty else ""),
             "machine": "%d CPUs (%s), simulator device" % (os.cpu_count(), os.uname().machine)}
-    results = run(args)
     data = {}
     if os.path.exists(out + ".json"):
         data = json.load(open(out + ".json"))
-    data[args.label] = {"meta": meta, "results": results}
-    with open(out + ".json", "w") as f:
-        json.dump(data, f, indent=1)
-    with open(out + ".md", "w") as f:
-        f.write("# graft compile time against graph size\n\nProduced by `python3 bench/compile_time.py` "
-                "(see its docstring for the shapes). total = load (parse or ONNX import) + session create "
-                "(verify, shape inference, the plan's passes, kernel preparation on the simulator); "
-                "phase columns in ms.\n\n")
-        f.write("¹ per node; per output for `split` (one node with N outputs). N is the number of layers "
-                "for `transformer`.\n\n")
-        for label, d in data.items():
-            f.write(markdown(label, d["meta"], d["results"]) + "\n")
+    if not args.md_only:
+        data[args.label] = {"meta": meta, "results": run(args)}
+    write_results(out, data)
     print("wrote %s.json and %s.md" % (os.path.relpath(out), os.path.relpath(out)))
 
 
