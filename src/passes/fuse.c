@@ -32,10 +32,17 @@
  * appended to C's (deduplicated when bound identically). The substitute is
  * cast to v's dtype, so rounding (f16, bf16) and wrapping (narrow ints) stay
  * exactly as when v was stored: fused and unfused results are bit-identical.
- * Each fused kernel then goes through gr_pass_cse_kernel (fuse-cse.c), which
- * merges repeated subexpressions so that repeated substitution keeps DAGs
- * linear. A fused kernel keeps C's name and step, and the smaller of the
+ * A fused kernel goes through gr_pass_cse_kernel (fuse-cse.c), which merges
+ * repeated subexpressions so that repeated substitution keeps DAGs linear.
+ * A fused kernel keeps C's name and step, and the smaller of the
  * source_nodes (the first of the group).
+ *
+ * Cost: the first fusion into a kernel in a sweep copies it (as described);
+ * later ones splice P's nodes into it in place (fuse-grow.c), and CSE runs
+ * once when the sweep ends, giving node for node the kernel that copying and
+ * merging at every step gives, so a chain of N fusions costs O(N), not
+ * O(N^2). A producer's readers come from an index of the steps binding each
+ * value, and fused-away steps are compacted once per sweep.
  *
  * Each sweep visits producers from last to first, so that a value read by
  * several nodes of one chain (x*x + b*x) has a single reader once those
