@@ -128,9 +128,9 @@ gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) {
     GR_TRY(gr_ir_graph_clone(g, &c));
     gr_status st = put_ir(sb, c, "input");
     if (st == GR_OK) st = gr_ir_verify(c);
-    if (st == GR_OK) st = gr_pass_specialize(c, NULL); /* no symbols left: binds nothing, infers all */
+    if (st == GR_OK) st = gr_ir_specialize(c, NULL); /* no symbols left: binds nothing, infers all */
     if (st == GR_OK) st = put_ir(sb, c, "specialize");
-    if (st == GR_OK) st = gr_pass_infer_shapes(c);
+    if (st == GR_OK) st = gr_ir_infer_shapes(c);
     if (st == GR_OK) st = put_ir(sb, c, "infer_shapes");
     if (st == GR_OK) st = gr_pass_predicate_if(c);
     if (st == GR_OK) st = put_ir(sb, c, "predicate_if");

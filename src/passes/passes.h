@@ -1,28 +1,20 @@
 /* passes — shape inference, specialization, constant folding, lowering to
  * kernels, fusion, memory planning, partitioning.
  *
- * Pipeline for one concrete shape key (runtime/session.c drives it):
- *   clone graph → specialize symbolic dims → infer shapes → fold constants
- *   → lower (one or more steps per node) → fuse elementwise chains
- *   → memory plan (arena offsets from liveness) → partition into segments
+ * Pipeline for one concrete shape key (gr_pass_pipeline below; the session
+ * and `graft dump` both run it):
+ *   clone graph → specialize symbolic dims (ir) → predicate ifs → fold
+ *   constants → lower (one or more steps per node) → fuse → memory plan
+ *   (arena offsets from liveness) → partition into segments
+ *
+ * Shape inference is a service of the IR (ir/ir.h: gr_ir_infer_*), used by
+ * the frontends as well as by these passes.
  */
 #ifndef GR_PASSES_H
 #define GR_PASSES_H
 
 #include "ir/ir.h"
 #include "codegen/kir.h"
-
-/* ---- shape inference ------------------------------------------------------------ */
-/* Types the outputs of node `node` from its inputs (dtype, shape, placement).
- * With symbolic input dims it types what it can; if an output shape cannot be
- * expressed it leaves the output untyped and returns GR_OK. A real mismatch
- * (broadcast failure, bad axis, wrong dtype) is GR_ERR_SHAPE naming the node. */
-gr_status gr_pass_infer_node(gr_graph *g, int node);
-gr_status gr_pass_infer_shapes(gr_graph *g); /* all nodes, in order */
-
-/* Replaces every symbolic dim by its value (sym_values[sym] for sym in
- * 0..g->syms.len) in inputs and re-infers all shapes. */
-gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values);
 
 /* Replaces every `if` by both branches inlined and where(cond, then, else)
  * per output (GraphMend's predication: no host read of the condition, no

@@ -64,7 +64,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     }
     if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
     if ((st = gr_ir_graph_clone(s->graph, &p->g)) != GR_OK) goto fail;
-    if ((st = gr_pass_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
+    if ((st = gr_ir_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
     if ((st = gr_pass_predicate_if(p->g)) != GR_OK) goto fail;
     if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
     if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
