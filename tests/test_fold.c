@@ -229,14 +229,27 @@ static void test_dump(void) {
     gr_ir_add_output(g, z);
     gr_strbuf sb;
     gr_sb_init(&sb);
-    CHECK_OK(gr_pass_dump(g, &sb));
+    CHECK_OK(gr_pass_dump(g, NULL, false, &sb));
     char *text = gr_sb_take(&sb);
     CHECK(text != NULL);
+    /* dump observes the session's pipeline: the same memory plan and segments */
+    gr_compiled comp;
+    CHECK_OK(gr_pass_pipeline(g, NULL, NULL, &comp));
+    char arena_line[128], seg_line[128];
+    snprintf(arena_line, sizeof arena_line, "== after plan_memory: arena %zu B, weights %zu B ==", comp.mem.arena_bytes,
+             comp.mem.const_bytes);
+    snprintf(seg_line, sizeof seg_line, "== after partition: %d segment%s ==", comp.segs.len, comp.segs.len == 1 ? "" : "s");
     if (text) {
-        const char *heads[] = {"== after input ==", "== after specialize ==", "== after infer_shapes ==",
-                               "== after fold_constants ==", "== after lower: ", "== after fuse: "};
+        CHECK_MSG(strstr(text, arena_line) != NULL, "dump lacks \"%s\"", arena_line);
+        CHECK_MSG(strstr(text, seg_line) != NULL, "dump lacks \"%s\"", seg_line);
+    }
+    gr_compiled_free(&comp);
+    if (text) {
+        const char *heads[] = {"== after input ==",          "== after specialize ==", "== after predicate_if ==",
+                               "== after fold_constants ==", "== after lower: ",       "== after fuse: ",
+                               "== after plan_memory: ",     "== after partition: "};
         const char *prev = text;
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < 8; i++) {
             const char *at = strstr(prev, heads[i]);
             CHECK_MSG(at != NULL, "dump lacks \"%s\" in order", heads[i]);
             if (at) prev = at;
@@ -260,7 +273,13 @@ static void test_dump(void) {
     z = node1(g, GR_OP_RELU, "z", 1, (int[]){x}, 0, NULL);
     gr_ir_add_output(g, z);
     gr_sb_init(&sb);
-    CHECK_ERR(gr_pass_dump(g, &sb), GR_ERR_SHAPE, "1 unresolved symbolic dim: N (of 'x')");
+    CHECK_ERR(gr_pass_dump(g, NULL, false, &sb), GR_ERR_SHAPE, "1 unresolved symbolic dim: N (of 'x')");
+    gr_sb_free(&sb);
+    /* bound, it compiles for that shape: x is [3,2] */
+    gr_sb_init(&sb);
+    int64_t n_is_3 = 3;
+    CHECK_OK(gr_pass_dump(g, &n_is_3, false, &sb));
+    CHECK(!sb.failed && sb.data && strstr(sb.data, "input x: f32[3, 2]") != NULL);
     gr_sb_free(&sb);
     gr_ir_graph_destroy(g);
 }

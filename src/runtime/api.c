@@ -196,7 +196,7 @@ gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) {
     if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes: NULL argument");
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_pass_dump(g, &sb);
+    gr_status st = gr_pass_dump(g, NULL, false, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;
