@@ -210,7 +210,7 @@ static gr_status scalar_cond(pred_ctx *pc, int cond, int *out) {
     gr_status st = gr_ir_add_node(g, GR_OP_RESHAPE, name, 1, &cond, 1, NULL, 1, &shape, &node);
     gr_strfree(name);
     GR_TRY(st);
-    GR_TRY(gr_pass_infer_node(g, node));
+    GR_TRY(gr_ir_infer_node(g, node));
     *out = g->nodes.data[node].out[0];
     return GR_OK;
 }
