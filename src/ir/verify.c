@@ -20,7 +20,7 @@ static bool input_optional(gr_op op, int slot) {
     }
 }
 
-static const char *origin_of(const gr_graph *g) { return g->origin ? g->origin : "<api>"; }
+static const char *origin_of(const gr_graph *g) { return g && g->origin ? g->origin : "<api>"; }
 
 /* A name visible in an enclosing graph (captures of a subgraph). */
 static bool name_in_ancestors(const gr_graph *outer, const char *name) {

@@ -46,6 +46,32 @@ typedef struct {
     int zero[GR_DTYPE_COUNT]; /* per branch: 0-d zero index constants, made on first use */
 } pred_ctx;
 
+static bool node_name_used(const gr_graph *g, const char *name) {
+    for (int i = 0; i < g->nodes.len; i++)
+        if (!strcmp(g->nodes.data[i].name, name)) return true;
+    return false;
+}
+
+/* base (taken over; NULL = no memory), made unique among g's node names
+ * (node) or value names (!node) with a ".2", ".3", ... suffix: names made
+ * here must not collide with the user's or with earlier inlining (nested
+ * ifs). Returns a string to free with gr_strfree, or NULL. */
+static char *fresh_name(const gr_graph *g, bool node, char *base) {
+    char *s = base;
+    for (int k = 2; s && (node ? node_name_used(g, s) : gr_ir_find_value(g, s) >= 0); k++) {
+        char *next = gr_sprintf("%s.%d", base, k);
+        if (s != base) gr_strfree(s);
+        s = next;
+    }
+    if (s != base) gr_strfree(base);
+    return s;
+}
+
+/* prefix.tag.name, unique among g's nodes or values */
+static char *inlined_name(const gr_graph *g, bool node, const char *prefix, const char *tag, const char *name) {
+    return fresh_name(g, node, gr_sprintf("%s.%s.%s", prefix, tag, name));
+}
+
 static gr_graph *branch_of(const gr_ir_node *n, const char *name) {
     const gr_ir_attr *a = gr_ir_attr_find(n, name);
     return a && a->kind == GR_IR_ATTR_GRAPH ? a->graph : NULL;
@@ -95,14 +121,18 @@ static gr_status guard_index(pred_ctx *pc, const char *tag, bool then_branch, co
     if ((unsigned)t >= GR_DTYPE_COUNT)
         return gr_error(GR_ERR_INTERNAL, "%s: %s branch node '%s' has an untyped index", pc->where, tag, node_name);
     if (pc->zero[t] < 0) {
-        char *name = gr_sprintf("%s.%s.zero_%s", pc->if_name, tag, gr_dtype_name(t));
+        char zname[32];
+        snprintf(zname, sizeof zname, "zero_%s", gr_dtype_name(t));
+        char *name = inlined_name(g, false, pc->if_name, tag, zname);
         if (!name) return GR_ERR_NOMEM;
         unsigned char bytes[8] = {0}; /* 0 in any index dtype */
         gr_status st = gr_ir_add_const(g, name, t, 0, NULL, bytes, &pc->zero[t]);
         gr_strfree(name);
         GR_TRY(st);
     }
-    char *name = gr_sprintf("%s.%s.%s.guard", pc->if_name, tag, node_name);
+    char *gname = gr_sprintf("guard.%s", node_name);
+    char *name = gname ? inlined_name(g, true, pc->if_name, tag, gname) : NULL;
+    gr_strfree(gname);
     if (!name) return GR_ERR_NOMEM;
     int in[3] = {pc->cond, then_branch ? idx : pc->zero[t], then_branch ? pc->zero[t] : idx};
     int node;
@@ -121,10 +151,13 @@ static gr_status inline_node(pred_ctx *pc, const char *tag, bool then_branch, co
                         pc->where, tag, gr_op_get(n->op)->name, n->name);
     int *in = gr_malloc(sizeof(int) * (size_t)(n->n_in ? n->n_in : 1));
     char **names = gr_calloc((size_t)(n->n_out ? n->n_out : 1), sizeof(char *));
-    char *node_name = gr_sprintf("%s.%s.%s", pc->if_name, tag, n->name);
+    char *node_name = inlined_name(g, true, pc->if_name, tag, n->name);
     gr_status st = in && names && node_name ? GR_OK : GR_ERR_NOMEM;
-    for (int k = 0; k < n->n_out && st == GR_OK; k++)
-        if (!(names[k] = gr_sprintf("%s.%s.%s", pc->if_name, tag, b->values.data[n->out[k]].name))) st = GR_ERR_NOMEM;
+    for (int k = 0; k < n->n_out && st == GR_OK; k++) {
+        if (!(names[k] = inlined_name(g, false, pc->if_name, tag, b->values.data[n->out[k]].name))) st = GR_ERR_NOMEM;
+        for (int j = 0; j < k && st == GR_OK; j++) /* two outputs may not take the same fresh name */
+            if (!strcmp(names[j], names[k])) st = gr_error(GR_ERR_INVALID, "%s: node '%s' names two outputs alike", pc->where, n->name);
+    }
     for (int k = 0; k < n->n_in && st == GR_OK; k++) {
         in[k] = n->in[k] < 0 ? -1 : map[n->in[k]];
         if (n->in[k] >= 0 && in[k] < 0)
@@ -173,7 +206,7 @@ static gr_status inline_branch(pred_ctx *pc, bool then_branch, const gr_graph *b
                 st = gr_error(GR_ERR_INVALID, "%s: %s branch reads '%s', which no enclosing graph defines", pc->where, tag,
                               val->name);
         } else if (val->kind == GR_VAL_CONST) {
-            char *name = gr_sprintf("%s.%s.%s", pc->if_name, tag, val->name);
+            char *name = inlined_name(g, false, pc->if_name, tag, val->name);
             int64_t dims[GR_MAX_DIMS];
             for (int d = 0; d < val->ndim; d++) dims[d] = val->dims[d].size;
             st = name ? gr_ir_add_const(g, name, val->dtype, val->ndim, dims, val->data, &map[v]) : GR_ERR_NOMEM;
@@ -203,7 +236,7 @@ static gr_status scalar_cond(pred_ctx *pc, int cond, int *out) {
     gr_graph *g = pc->g;
     const gr_ir_value *c = &g->values.data[cond];
     if (c->typed && c->ndim == 0) return *out = cond, GR_OK;
-    char *name = gr_sprintf("%s.cond", pc->if_name);
+    char *name = fresh_name(g, true, gr_sprintf("%s.cond", pc->if_name));
     if (!name) return GR_ERR_NOMEM;
     gr_ir_attr shape = {.name = (char *)"shape", .kind = GR_IR_ATTR_INTS, .n = 0};
     int node;
@@ -267,7 +300,7 @@ static gr_status predicate_one(gr_graph *g, int k) {
     int selects_from = g->nodes.len;
     for (int o = 0; o < n_out && st == GR_OK; o++) {
         int in[3] = {pc.cond, tmap[o], emap[o]};
-        char *nm = gr_sprintf("%s.select%d", pc.if_name, o);
+        char *nm = fresh_name(g, true, gr_sprintf("%s.select%d", pc.if_name, o));
         int node = -1;
         st = nm ? gr_ir_add_node(g, GR_OP_WHERE, nm, 3, in, 1, NULL, 0, NULL, &node) : GR_ERR_NOMEM;
         gr_strfree(nm);
