@@ -138,6 +138,40 @@ static void test_predicate_pass_direct(void) {
     gr_ir_graph_destroy(g);
 }
 
+/* Every allocation of the predication pass fails in turn: out-of-memory or
+ * success, never a crash, and nothing leaks (the undo path drops every node
+ * and value the failed inlining appended). */
+static void test_predicate_alloc_failures(void) {
+    char *text = nested_gir();
+    if (!text) return;
+    gr_graph *g = NULL;
+    CHECK_OK(gr_gir_parse(text, "nested.gir", NULL, &g));
+    gr_strfree(text);
+    if (!g) return;
+    CHECK_OK(gr_ir_infer_shapes(g));
+    long base = gr_debug_live_allocs();
+    int failures = 0, done = 0;
+    for (long n = 1; n < 20000 && !done; n++) {
+        gr_graph *copy = NULL;
+        gr_status st = gr_ir_graph_clone(g, &copy); /* before failures start: the pass alone is under test */
+        gr_debug_fail_alloc_after(n);
+        if (st == GR_OK) st = gr_pass_predicate_if(copy);
+        long made = gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) CHECK_OK(gr_ir_verify(copy));
+        gr_ir_graph_destroy(copy);
+        if (st != GR_OK && st != GR_ERR_NOMEM) {
+            CHECK_MSG(0, "n=%ld: unexpected %s: %s", n, gr_status_name(st), gr_last_error());
+            break;
+        }
+        failures += st == GR_ERR_NOMEM;
+        CHECK_MSG(gr_debug_live_allocs() == base, "n=%ld: %ld live allocations, expected %ld", n, gr_debug_live_allocs(), base);
+        if (st == GR_OK && made < n) done = 1;
+    }
+    CHECK(done);
+    CHECK(failures > 100);
+    gr_ir_graph_destroy(g);
+}
+
 /* ==== 4. an untaken branch's gather cannot fail the run ======================================== */
 static const char *oob_gir =
     "graft 1\n"
@@ -483,6 +517,7 @@ static void test_small_cases(void) {
 int main(void) {
     test_nested_long_branches();
     test_predicate_pass_direct();
+    test_predicate_alloc_failures();
     test_untaken_branch_gather();
     test_gather_error_names_node();
     test_numel_checked();
