@@ -13,41 +13,23 @@
 
 #include "util/util.h"
 
-/* ---- ops (append-only) ------------------------------------------------------ */
+/* ---- ops: one table, ir/ops.def (append-only) -------------------------------------- */
 typedef enum {
-    GR_OP_IDENTITY = 0,
-    /* elementwise binary, numpy broadcasting */
-    GR_OP_ADD, GR_OP_SUB, GR_OP_MUL, GR_OP_DIV, GR_OP_POW, GR_OP_MIN, GR_OP_MAX,
-    /* comparisons and logic -> bool */
-    GR_OP_EQUAL, GR_OP_LESS, GR_OP_LESS_EQUAL, GR_OP_GREATER, GR_OP_GREATER_EQUAL,
-    GR_OP_AND, GR_OP_OR, GR_OP_NOT,
-    /* elementwise unary */
-    GR_OP_NEG, GR_OP_ABS, GR_OP_EXP, GR_OP_LOG, GR_OP_SQRT, GR_OP_RSQRT, GR_OP_RECIPROCAL,
-    GR_OP_TANH, GR_OP_SIGMOID, GR_OP_ERF, GR_OP_RELU, GR_OP_GELU, GR_OP_SELU, GR_OP_SILU,
-    GR_OP_SIN, GR_OP_COS, GR_OP_ISNAN,
-    /* other elementwise */
-    GR_OP_WHERE, GR_OP_CAST,
-    /* reductions and normalizations */
-    GR_OP_REDUCE_SUM, GR_OP_REDUCE_MEAN, GR_OP_REDUCE_MAX, GR_OP_REDUCE_MIN,
-    GR_OP_SOFTMAX, GR_OP_LAYER_NORM,
-    /* linear algebra (library call) */
-    GR_OP_MATMUL,
-    /* data movement */
-    GR_OP_RESHAPE, GR_OP_TRANSPOSE, GR_OP_EXPAND, GR_OP_SQUEEZE, GR_OP_UNSQUEEZE,
-    GR_OP_SLICE, GR_OP_CONCAT, GR_OP_SPLIT, GR_OP_GATHER, GR_OP_GATHER_ELEMENTS, GR_OP_TRILU,
-    /* generators */
-    GR_OP_FILL, GR_OP_RANGE, GR_OP_RANDOM_UNIFORM, GR_OP_RANDOM_NORMAL,
-    /* control flow (held in the IR; executed by later passes) */
-    GR_OP_IF, GR_OP_LOOP,
+#define GR_OP_DEF(id, ...) GR_OP_##id,
+#include "ir/ops.def"
+#undef GR_OP_DEF
     GR_OP_COUNT
 } gr_op;
 
+/* Op kinds: unary/binary/compare are elementwise (one kernel over the output);
+ * reduce reduces or normalizes along axes; move only moves data; gen makes
+ * data from attributes; control holds subgraphs. */
 enum { GR_OPK_UNARY = 1, GR_OPK_BINARY, GR_OPK_COMPARE, GR_OPK_REDUCE, GR_OPK_MOVE, GR_OPK_GEN, GR_OPK_OTHER, GR_OPK_CONTROL };
 
 typedef struct {
     const char *name;  /* text name in .gir: "add", "reduce_sum", ... */
     int kind;          /* GR_OPK_* */
-    int min_in, max_in;   /* max_in = -1: variadic */
+    int min_in, max_in;   /* max_in = -1: variadic; inputs from min_in on are optional (-1) */
     int min_out, max_out; /* max_out = -1: variadic */
     /* Attribute schema: "name:kind name:kind ..." (kinds: int float string ints
      * floats graph dtype), "" for none. The verifier refuses any other name or
