@@ -2,6 +2,7 @@
  * pipeline, device memory (arena, constants, input placeholders), kernel
  * preparation; and the per-step argument binding used by every mode. */
 #include "runtime/runtime-impl.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,11 +43,23 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
+/* Process-wide debug hook (tests). Set before sessions are used; the lock
+ * keeps fn and user a matching pair for a plan built on another thread. */
+static pthread_mutex_t step_hook_lock = PTHREAD_MUTEX_INITIALIZER;
 static gr_rt_step_hook step_hook;
 static void *step_hook_user;
 void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user) {
+    pthread_mutex_lock(&step_hook_lock);
     step_hook = fn;
     step_hook_user = user;
+    pthread_mutex_unlock(&step_hook_lock);
+}
+static gr_rt_step_hook get_step_hook(void **user) {
+    pthread_mutex_lock(&step_hook_lock);
+    gr_rt_step_hook fn = step_hook;
+    *user = step_hook_user;
+    pthread_mutex_unlock(&step_hook_lock);
+    return fn;
 }
 
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
@@ -69,7 +82,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
     if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
     if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
-    if (step_hook && (st = step_hook(step_hook_user, p->g, &p->steps)) != GR_OK) goto fail;
+    void *hook_user;
+    gr_rt_step_hook hook = get_step_hook(&hook_user);
+    if (hook && (st = hook(hook_user, p->g, &p->steps)) != GR_OK) goto fail;
     if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
     st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
     if (st != GR_OK) goto fail;
