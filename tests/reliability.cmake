@@ -12,7 +12,7 @@ endif()
 # `ctest --test-dir build -L slow --output-on-failure`.
 add_executable(test_soak tests/test_soak.c)
 target_link_libraries(test_soak graft)
-target_include_directories(test_soak PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_include_directories(test_soak PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
 set_target_properties(test_soak PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_test(NAME soak COMMAND test_soak WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(soak PROPERTIES LABELS slow TIMEOUT 7200)
