@@ -51,7 +51,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     gr_strbuf sb;
     gr_sb_init(&sb);
     const char *mode = s->opt.mode == GR_MODE_EAGER ? "eager" : s->opt.mode == GR_MODE_GRAPH ? "graph" : "auto";
-    gr_sb_printf(&sb, "device: %s\nmode: %s\n", s->dev->iface->name(s->dev->ctx), mode);
+    gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
         for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k], (long long)p->sym_values[k]);

@@ -28,13 +28,13 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (st->kind != GR_STORE_CONST || !st->bytes) continue;
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
-    GR_TRY(gr_dev_sync(d, s->stream));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
     p->funcs = gr_calloc((size_t)(p->steps.len ? p->steps.len : 1), sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
-            gr_status rc = d->iface->kernel_prepare(d->ctx, st->kernel, &p->funcs[i]);
+            gr_status rc = gr_dev_kernel_prepare(d, st->kernel, &p->funcs[i]);
             if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
@@ -99,7 +99,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     }
     if (p->funcs) {
         for (int i = 0; i < p->steps.len; i++)
-            if (p->funcs[i]) d->iface->kernel_release(d->ctx, p->funcs[i]);
+            gr_dev_kernel_release(d, p->funcs[i]);
         gr_free(p->funcs, 0);
     }
     if (p->input_dev) {
@@ -189,7 +189,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
     case GR_STEP_ALIAS: return GR_OK;
     case GR_STEP_KERNEL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
-        return gr_dev_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
+        return gr_dev_kernel_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
     case GR_STEP_LIBCALL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
         return gr_dev_libcall(s->dev, s->stream, &st->call, args, st->n_args);
@@ -200,7 +200,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
         GR_TRY(gr_rt_step_args(s, p, i, args));
         /* the host reads what the device wrote: drain the stream first (this
          * synchronization is why a host step can never be inside a graph) */
-        GR_TRY(gr_dev_sync(s->dev, s->stream));
+        GR_TRY(gr_dev_stream_sync(s->dev, s->stream));
         struct gr_step_host_ctx hc = {.dev = s->dev, .stream = s->stream, .n_args = st->n_args};
         for (int a = 0; a < st->n_args; a++) hc.addr[a] = args[a].ptr;
         gr_status rc = st->host_fn(st->host_user, &hc);

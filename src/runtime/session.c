@@ -37,10 +37,10 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         goto fail;
     }
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
-    if ((st = s->dev->iface->stream_create(s->dev->ctx, &s->stream)) != GR_OK) goto fail;
-    if (s->dev->iface->event_create) {
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_start)) != GR_OK) goto fail;
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_end)) != GR_OK) goto fail;
+    if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
+    if (gr_dev_caps_get(s->dev).events) {
+        if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
+        if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
     }
     /* a graph without symbolic dims compiles now, so errors surface at creation */
     if (graph_is_concrete(s->graph)) {
@@ -55,7 +55,7 @@ fail:
 
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
-    if (s->pending && s->dev && s->stream) gr_dev_sync(s->dev, s->stream);
+    if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
@@ -67,18 +67,18 @@ void gr_session_destroy(gr_session_t s) {
         gr_free(s->inputs, 0);
     }
     if (s->dev) {
-        if (s->ev_start) s->dev->iface->event_destroy(s->dev->ctx, s->ev_start);
-        if (s->ev_end) s->dev->iface->event_destroy(s->dev->ctx, s->ev_end);
-        if (s->ev_seg_a) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_a);
-        if (s->ev_seg_b) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_b);
-        if (s->stream) s->dev->iface->stream_destroy(s->dev->ctx, s->stream);
+        gr_dev_event_destroy(s->dev, s->ev_start);
+        gr_dev_event_destroy(s->dev, s->ev_end);
+        gr_dev_event_destroy(s->dev, s->ev_seg_a);
+        gr_dev_event_destroy(s->dev, s->ev_seg_b);
+        gr_dev_stream_destroy(s->dev, s->stream);
         gr_device_destroy(s->dev);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
 }
 
-const char *gr_session_device_name(gr_session_t s) { return s && s->dev ? s->dev->iface->name(s->dev->ctx) : "?"; }
+const char *gr_session_device_name(gr_session_t s) { return s ? gr_dev_name(s->dev) : "?"; }
 
 /* ==== inputs ================================================================================ */
 static int find_input(const gr_graph *g, const char *name) {
@@ -238,9 +238,9 @@ gr_status gr_session_run(gr_session_t s) {
     s->generation++;
     s->has_run = false;
     memset(&s->stats, 0, sizeof s->stats);
-    s->run_t0 = d->iface->clock_us(d->ctx);
+    s->run_t0 = gr_dev_clock_us(d);
     gr_status st = GR_OK;
-    if (s->ev_start) st = d->iface->event_record(d->ctx, s->ev_start, s->stream);
+    if (s->ev_start) st = gr_dev_event_record(d, s->ev_start, s->stream);
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
     for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
@@ -256,10 +256,10 @@ gr_status gr_session_run(gr_session_t s) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = run_segment_eager(s, p, seg);
     }
-    if (st == GR_OK && s->ev_end) st = d->iface->event_record(d->ctx, s->ev_end, s->stream);
+    if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK) {
         /* the device may hold partial work: drain it; placeholders must be re-filled */
-        gr_dev_sync(d, s->stream);
+        gr_dev_stream_sync(d, s->stream);
         for (int i = 0; i < p->g->inputs.len; i++) p->input_version[i] = 0;
         return st;
     }
@@ -282,18 +282,18 @@ gr_status gr_session_wait(gr_session_t s) {
     if (!s->pending) return GR_OK;
     gr_device *d = s->dev;
     s->pending = false;
-    gr_status st = gr_dev_sync(d, s->stream);
+    gr_status st = gr_dev_stream_sync(d, s->stream);
     if (st != GR_OK) {
         s->has_run = false; /* outputs of a failed run are not readable */
         return st;
     }
-    s->stats.time_us = d->iface->clock_us(d->ctx) - s->run_t0;
-    if (s->ev_start && s->ev_end) d->iface->event_elapsed_us(d->ctx, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
-    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
+    s->stats.time_us = gr_dev_clock_us(d) - s->run_t0;
+    if (s->ev_start && s->ev_end) gr_dev_event_elapsed_us(d, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
+    s->stats.device_bytes = gr_dev_mem_in_use(d);
     return GR_OK;
 }
 
-double gr_session_clock_us(gr_session_t s) { return s && s->dev ? s->dev->iface->clock_us(s->dev->ctx) : 0.0; }
+double gr_session_clock_us(gr_session_t s) { return s && s->dev ? gr_dev_clock_us(s->dev) : 0.0; }
 
 /* ==== outputs ===================================================================================== */
 static gr_status check_output(gr_session_t s, gr_output o) {
@@ -358,7 +358,7 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
         return GR_OK;
     }
     GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, need, GR_COPY_D2H));
-    return gr_dev_sync(s->dev, s->stream);
+    return gr_dev_stream_sync(s->dev, s->stream);
 }
 
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {
