@@ -135,6 +135,9 @@ void gr_session_options_init(gr_session_options *o);
 gr_status gr_session_create(gr_graph_t g, const gr_session_options *opt, gr_session_t *out);
 void gr_session_destroy(gr_session_t s);
 const char *gr_session_device_name(gr_session_t s);
+/* The kind of device the session runs on: GR_DEVICE_SIM or GR_DEVICE_CUDA (auto is
+ * resolved when the session is created). GR_DEVICE_AUTO only for a NULL session. */
+gr_device_kind gr_session_device_kind(gr_session_t s);
 
 /* Copies host data into the named input (checked against dtype and shape).
  * Symbolic dims of the graph are bound by the shapes given here. */

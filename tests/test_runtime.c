@@ -213,6 +213,30 @@ out:
     gr_session_destroy(se);
 }
 
+/* The session reports the device kind it resolved to: what the CLI uses to label
+ * simulated timings, instead of guessing from the device's name. */
+static void test_device_kind(void) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(attn_gir, "attn.gir", NULL, &g));
+    if (!g) return;
+    CHECK(gr_session_device_kind(NULL) == GR_DEVICE_AUTO);
+    gr_session_options o = sim_opts(GR_MODE_EAGER);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK(gr_session_device_kind(s) == GR_DEVICE_SIM);
+    gr_session_destroy(s);
+    /* auto resolves to a concrete kind: CUDA where a GPU is usable, else the simulator */
+    o.device = GR_DEVICE_AUTO;
+    s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_device_kind k = gr_session_device_kind(s);
+    CHECK(k == GR_DEVICE_SIM || k == GR_DEVICE_CUDA);
+    CHECK_MSG((k == GR_DEVICE_SIM) == !strcmp(gr_session_device_name(s), "sim"), "kind %d for device '%s'", (int)k,
+              gr_session_device_name(s));
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+}
+
 static void test_api_build_and_errors(void) {
     gr_graph_t g;
     CHECK_OK(gr_graph_create(&g));
@@ -509,6 +533,7 @@ int main(void) {
     test_predicated_if();
     test_host_buffers();
     test_api_build_and_errors();
+    test_device_kind();
     test_eager_vs_graph_and_stale_scalar();
     test_generation_tags();
     test_bad_inputs();

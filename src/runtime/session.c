@@ -79,6 +79,7 @@ void gr_session_destroy(gr_session_t s) {
 }
 
 const char *gr_session_device_name(gr_session_t s) { return s ? gr_dev_name(s->dev) : "?"; }
+gr_device_kind gr_session_device_kind(gr_session_t s) { return s && s->dev ? s->dev->kind : GR_DEVICE_AUTO; }
 
 /* ==== inputs ================================================================================ */
 static int find_input(const gr_graph *g, const char *name) {
