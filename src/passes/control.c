@@ -23,7 +23,7 @@ static gr_graph *branch_of(const gr_ir_node *n, const char *name) {
  * receives the parent value of each branch output. */
 static gr_status inline_branch(gr_graph *g, const gr_ir_node *ifn, const char *tag, const gr_graph *b, int *out_map) {
     int nv = b->values.len;
-    int *map = gr_malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+    int *map = gr_malloc(sizeof(int) * (size_t)nv);
     if (!map) return GR_ERR_NOMEM;
     for (int v = 0; v < nv; v++) map[v] = -1;
     gr_status st = GR_OK;
@@ -79,7 +79,7 @@ static gr_status inline_branch(gr_graph *g, const gr_ir_node *ifn, const char *t
         out_map[o] = map[b->outputs.data[o]];
         if (out_map[o] < 0) st = gr_error(GR_ERR_INVALID, "%s: %s branch output %d is not defined", where, tag, o);
     }
-    gr_free(map, 0);
+    gr_free(map, sizeof(int) * (size_t)nv);
     return st;
 }
 
@@ -120,10 +120,10 @@ static gr_status predicate_one(gr_graph *g, int k) {
     int n_out = ifn->n_out;
     int cond = ifn->in[0];
     char *if_name = gr_strdup(ifn->name);
-    int *outs = gr_malloc(sizeof(int) * (size_t)(n_out ? n_out : 1) * 3);
+    int *outs = gr_malloc(sizeof(int) * (size_t)n_out * 3);
     if (!if_name || !outs) {
         gr_strfree(if_name);
-        gr_free(outs, 0);
+        gr_free(outs, sizeof(int) * (size_t)n_out * 3);
         return GR_ERR_NOMEM;
     }
     for (int o = 0; o < n_out; o++) outs[o] = g->nodes.data[k].out[o];
@@ -153,12 +153,12 @@ static gr_status predicate_one(gr_graph *g, int k) {
         /* undo: drop every appended node (their values are the last ones) */
         while (g->nodes.len > first_new) {
             gr_ir_node *last = &g->nodes.data[g->nodes.len - 1];
-            if (last->op == GR_OP_WHERE) last->n_out = 0; /* its output is the if's: keep it */
+            if (last->op == GR_OP_WHERE) last->out[0] = -1; /* its output is the if's: keep it */
             gr_ir_remove_last_node(g);
         }
     }
     gr_strfree(if_name);
-    gr_free(outs, 0);
+    gr_free(outs, sizeof(int) * (size_t)n_out * 3);
     return st;
 }
 

@@ -25,9 +25,9 @@ void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
     gr_dev_exec_destroy(d, st->exec);
     gr_dev_graph_destroy(d, st->graph);
-    gr_free(st->scalar_node, 0);
-    gr_free(st->scalar_step, 0);
-    gr_free(st->scalar_args, 0);
+    gr_free(st->scalar_node, sizeof(int) * (size_t)st->scalar_cap);
+    gr_free(st->scalar_step, sizeof(int) * (size_t)st->scalar_cap);
+    gr_free(st->scalar_args, sizeof(gr_karg) * (size_t)st->scalar_cap * GR_KMAX_PARAMS);
     gr_strfree(st->fallback_reason);
     memset(st, 0, sizeof *st);
 }
@@ -68,6 +68,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
         if (is_work(&p->steps.data[i]) && has_host_scalar(&p->steps.data[i])) n_scalar++;
     if (n_scalar) {
+        st->scalar_cap = n_scalar;
         st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
         st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
         st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));

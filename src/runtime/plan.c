@@ -12,9 +12,9 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
     if (p->mem.const_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.const_bytes, &p->consts));
     int ni = g->inputs.len;
-    p->input_dev = gr_calloc((size_t)(ni ? ni : 1), sizeof(void *));
-    p->input_bytes = gr_calloc((size_t)(ni ? ni : 1), sizeof(size_t));
-    p->input_version = gr_calloc((size_t)(ni ? ni : 1), sizeof(uint64_t));
+    p->input_dev = gr_calloc((size_t)ni, sizeof(void *));
+    p->input_bytes = gr_calloc((size_t)ni, sizeof(size_t));
+    p->input_version = gr_calloc((size_t)ni, sizeof(uint64_t));
     if (!p->input_dev || !p->input_bytes || !p->input_version) return GR_ERR_NOMEM;
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
@@ -29,7 +29,7 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
     GR_TRY(gr_dev_stream_sync(d, s->stream));
-    p->funcs = gr_calloc((size_t)(p->steps.len ? p->steps.len : 1), sizeof(gr_kfunc *));
+    p->funcs = gr_calloc((size_t)p->steps.len, sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
@@ -57,7 +57,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     gr_status st;
     int n_syms = s->graph->syms.len;
     p->n_syms = n_syms;
-    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1));
+    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)n_syms);
     if (!p->sym_values) {
         st = GR_ERR_NOMEM;
         goto fail;
@@ -73,7 +73,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
     st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
     if (st != GR_OK) goto fail;
-    p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
+    p->seg_state = gr_calloc((size_t)p->segs.len, sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;
         goto fail;
@@ -95,27 +95,27 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
     if (p->seg_state) {
         for (int i = 0; i < p->segs.len; i++) gr_rt_segment_release(s, &p->seg_state[i]);
-        gr_free(p->seg_state, 0);
+        gr_free(p->seg_state, (size_t)p->segs.len * sizeof(gr_rt_segment));
     }
     if (p->funcs) {
         for (int i = 0; i < p->steps.len; i++)
             gr_dev_kernel_release(d, p->funcs[i]);
-        gr_free(p->funcs, 0);
+        gr_free(p->funcs, (size_t)p->steps.len * sizeof(gr_kfunc *));
     }
-    if (p->input_dev) {
-        for (int i = 0; p->g && i < p->g->inputs.len; i++)
-            if (p->input_dev[i]) gr_dev_free(d, p->input_dev[i]);
-        gr_free(p->input_dev, 0);
-    }
-    gr_free(p->input_bytes, 0);
-    gr_free(p->input_version, 0);
+    /* allocated after p->g, per input of p->g */
+    int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
+    if (p->input_dev)
+        for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
+    gr_free(p->input_dev, (size_t)ni * sizeof(void *));
+    gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
+    gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
     if (p->arena) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
     gr_mem_plan_free(&p->mem);
     gr_step_list_free(&p->steps);
     gr_ir_graph_destroy(p->g);
-    gr_free(p->sym_values, 0);
+    gr_free(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms);
     gr_free(p, sizeof *p);
 }
 

@@ -26,7 +26,7 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
     if (!caps.events) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no events", gr_dev_name(d));
     int n = p->steps.len;
     gr_event **ev = gr_calloc(2, sizeof(gr_event *));
-    step_time *times = gr_calloc((size_t)(n ? n : 1), sizeof(step_time));
+    step_time *times = gr_calloc((size_t)n, sizeof(step_time));
     gr_status st = ev && times ? GR_OK : GR_ERR_NOMEM;
     for (int i = 0; i < 2 && st == GR_OK; i++) st = gr_dev_event_create(d, &ev[i]);
     /* Each kernel is captured R times into a graph of its own and replayed
@@ -35,7 +35,7 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
      * graphs fall back to events around eager launches (an upper bound). */
     bool graphs = caps.graphs;
     enum { R = 10 };
-    double *per = gr_calloc((size_t)(n ? n : 1), sizeof(double));
+    double *per = gr_calloc((size_t)n, sizeof(double));
     if (!per && st == GR_OK) st = GR_ERR_NOMEM;
     for (int i = 0; i < n && st == GR_OK; i++) {
         const gr_step *step = &p->steps.data[i];
@@ -96,9 +96,9 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
     if (ev)
         for (int i = 0; i < 2; i++)
             gr_dev_event_destroy(d, ev[i]);
-    gr_free(ev, 0);
-    gr_free(times, 0);
-    gr_free(per, 0);
+    gr_free(ev, 2 * sizeof(gr_event *));
+    gr_free(times, (size_t)n * sizeof(step_time));
+    gr_free(per, (size_t)n * sizeof(double));
     /* the profile run rewrote activations: outputs of the last run stay valid
      * (same plan, same inputs), so nothing else changes */
     return st;

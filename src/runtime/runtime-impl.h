@@ -32,6 +32,7 @@ typedef struct {
     int n_nodes;
     /* host scalars baked into kernel nodes: (node, step, value seen at capture) */
     int n_scalar_nodes;
+    int scalar_cap;         /* entries allocated in the three arrays below */
     int *scalar_node;       /* graph node index */
     int *scalar_step;       /* step index */
     gr_karg *scalar_args;   /* captured argument arrays, GR_KMAX_PARAMS per node */

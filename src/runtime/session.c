@@ -31,7 +31,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     gr_status st;
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
     if ((st = gr_pass_infer_shapes(s->graph)) != GR_OK) goto fail;
-    s->inputs = gr_calloc((size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1), sizeof(gr_rt_input));
+    s->inputs = gr_calloc((size_t)s->graph->inputs.len, sizeof(gr_rt_input));
     if (!s->inputs) {
         st = GR_ERR_NOMEM;
         goto fail;
@@ -64,7 +64,7 @@ void gr_session_destroy(gr_session_t s) {
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
-        gr_free(s->inputs, 0);
+        gr_free(s->inputs, (size_t)s->graph->inputs.len * sizeof(gr_rt_input));
     }
     if (s->dev) {
         gr_dev_event_destroy(s->dev, s->ev_start);
@@ -144,7 +144,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
 /* Shape key from the bound inputs: each symbolic dim's value, checked for consistency. */
 static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     const gr_graph *g = s->graph;
-    int *from = gr_malloc(sizeof(int) * (size_t)(g->syms.len ? g->syms.len : 1));
+    int *from = gr_malloc(sizeof(int) * (size_t)g->syms.len);
     if (!from) return GR_ERR_NOMEM;
     for (int k = 0; k < g->syms.len; k++) syms[k] = -1, from[k] = -1;
     gr_status st = GR_OK;
@@ -170,17 +170,17 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     }
     for (int k = 0; k < g->syms.len && st == GR_OK; k++)
         if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k]);
-    gr_free(from, 0);
+    gr_free(from, sizeof(int) * (size_t)g->syms.len);
     return st;
 }
 
 static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int n = s->graph->syms.len;
-    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
     gr_status st = resolve_syms(s, syms);
     if (st != GR_OK) {
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
     gr_rt_plan *prev = NULL;
@@ -191,7 +191,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
             p->next = s->plans;
             s->plans = p;
         }
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         *out = p;
         return GR_OK;
     }
@@ -202,7 +202,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     }
     gr_rt_plan *p;
     st = gr_rt_plan_build(s, syms, &p);
-    gr_free(syms, 0);
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
     if (st != GR_OK) return st;
     p->next = s->plans;
     s->plans = p;
