@@ -1,10 +1,11 @@
 /* runtime/graphs — the graph manager: per segment warm-up → capture →
- * instantiate → replay (torch.compile's CUDA-graph discipline, done in C).
+ * instantiate → replay (torch.compile's CUDA-graph discipline, done in C); in
+ * mode auto each segment is timed eager and replayed and the faster kept.
  *
  * What keeps replays correct:
  * - Activations live at fixed arena offsets and external inputs are copied
- *   into per-plan placeholders before the replay, outside the graph, so no
- *   captured pointer ever goes stale.
+ *   into per-plan placeholders before the replay (when set again since the
+ *   last copy), outside the graph, so no captured pointer ever goes stale.
  * - A host scalar read by a kernel (GR_ARG_HOST_SCALAR) is baked into the
  *   captured kernel node by value. Before each replay the current value is
  *   compared with the captured one and, if it changed, the exec node's

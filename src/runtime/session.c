@@ -1,5 +1,6 @@
-/* runtime/session — the public session API: create, bind inputs, run, read
- * outputs (generation-tagged), stats, explain. */
+/* runtime/session — the public session API: create, bind inputs, run (asynchronous;
+ * gr_session_wait), read outputs (generation-tagged), stats. explain.c and profile.c
+ * hold gr_session_explain and gr_session_profile. */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
