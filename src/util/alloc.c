@@ -1,6 +1,7 @@
 /* util/alloc — the one host allocator hook; failure injection and free-size
  * checking for tests. */
 #include "util/util.h"
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +16,17 @@ static void *default_alloc(void *user, void *ptr, size_t old_size, size_t new_si
     return realloc(ptr, new_size);
 }
 
+/* Process-wide, set before sessions are used (graft.h): plain globals, read
+ * by every allocation on every thread and written only while no other thread
+ * is inside graft. */
 static gr_alloc_fn alloc_fn = default_alloc;
 static void *alloc_user;
-/* Test hooks. Plain globals: failure injection and size checking are
- * single-threaded test facilities. */
-static long fail_countdown; /* >0: the allocation that brings it to 0 fails */
-static long alloc_count;
-static long live_allocs;
+/* Counters for tests, shared by all threads: atomic, so sessions on several
+ * threads keep gr_debug_live_allocs exact. Relaxed order: they are counts,
+ * nothing is published through them. */
+static atomic_long fail_countdown; /* >0: the allocation that brings it to 0 fails */
+static atomic_long alloc_count;
+static atomic_long live_allocs;
 
 void gr_set_allocator(gr_alloc_fn fn, void *user) {
     alloc_fn = fn ? fn : default_alloc;
@@ -29,17 +34,21 @@ void gr_set_allocator(gr_alloc_fn fn, void *user) {
 }
 
 long gr_debug_fail_alloc_after(long n) {
-    long made = alloc_count;
-    alloc_count = 0;
-    fail_countdown = n;
+    long made = atomic_exchange_explicit(&alloc_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&fail_countdown, n > 0 ? n : 0, memory_order_relaxed);
     return made;
 }
 
-long gr_debug_live_allocs(void) { return live_allocs; }
+long gr_debug_live_allocs(void) { return atomic_load_explicit(&live_allocs, memory_order_relaxed); }
 
+/* Exactly one allocation fails per armed countdown, whichever thread makes it. */
 static bool injected_failure(void) {
-    alloc_count++;
-    if (fail_countdown > 0 && --fail_countdown == 0) return true;
+    atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+    long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    while (left > 0)
+        if (atomic_compare_exchange_weak_explicit(&fail_countdown, &left, left - 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return left == 1;
     return false;
 }
 
@@ -49,17 +58,25 @@ static bool injected_failure(void) {
  * each live allocation's size sits in an open-addressing table keyed by address
  * (linear probing, deletion by backward shift); a size that differs is reported on
  * stderr and counted. The table uses plain malloc: it must neither count as a graft
- * allocation nor fail through injection. Addresses allocated before checking was
- * turned on are unknown and not checked. */
+ * allocation nor fail through injection. One lock guards it (sessions may run on
+ * several threads; this is a test facility, a spin lock is enough). Addresses
+ * allocated before checking was turned on are unknown and not checked. */
 typedef struct {
     void *ptr; /* NULL: empty slot */
     size_t size;
 } size_rec;
 
-static bool sizes_on;
-static size_rec *size_tab;
-static size_t size_cap, size_len; /* cap is a power of two */
-static long size_errors;
+static atomic_bool sizes_on;
+static atomic_flag size_lock = ATOMIC_FLAG_INIT;
+static size_rec *size_tab;          /* guarded by size_lock, like the two below */
+static size_t size_cap, size_len;   /* cap is a power of two */
+static atomic_long size_errors;
+
+static void size_lock_take(void) {
+    while (atomic_flag_test_and_set_explicit(&size_lock, memory_order_acquire)) {
+    }
+}
+static void size_lock_give(void) { atomic_flag_clear_explicit(&size_lock, memory_order_release); }
 
 static size_t size_slot(const void *p) {
     uint64_t h = (uint64_t)(uintptr_t)p;
@@ -69,11 +86,10 @@ static size_t size_slot(const void *p) {
     return (size_t)h & (size_cap - 1);
 }
 
-static void sizes_off(void) {
+static void size_table_free(void) {
     free(size_tab);
     size_tab = NULL;
     size_cap = size_len = 0;
-    sizes_on = false;
 }
 
 static void size_put(void *p, size_t n);
@@ -92,10 +108,12 @@ static bool size_grow(void) {
     return true;
 }
 
+/* Under size_lock. */
 static void size_put(void *p, size_t n) {
     if ((size_len + 1) * 2 > size_cap && !size_grow()) {
         fprintf(stderr, "graft: free-size check: out of memory for its table; checking turned off\n");
-        sizes_off();
+        atomic_store(&sizes_on, false);
+        size_table_free();
         return;
     }
     size_t i = size_slot(p);
@@ -104,7 +122,7 @@ static void size_put(void *p, size_t n) {
     size_tab[i] = (size_rec){p, n};
 }
 
-/* Removes p; its recorded size in *n. False when p is not in the table. */
+/* Under size_lock. Removes p; its recorded size in *n. False when p is not in the table. */
 static bool size_take(const void *p, size_t *n) {
     if (!size_cap) return false;
     size_t i = size_slot(p);
@@ -128,21 +146,32 @@ static bool size_take(const void *p, size_t *n) {
     return true;
 }
 
+static void size_record(void *p, size_t n) {
+    size_lock_take();
+    if (atomic_load(&sizes_on)) size_put(p, n);
+    size_lock_give();
+}
+
 static void size_check(const void *p, size_t n, const char *what) {
-    size_t had;
+    size_t had = 0;
+    size_lock_take();
+    bool known = atomic_load(&sizes_on) && size_take(p, &had);
+    size_lock_give();
     /* a 0-byte request is a 1-byte block: freeing it with 0 or 1 is the same */
-    if (!size_take(p, &had) || (had ? had : 1) == (n ? n : 1)) return;
-    size_errors++;
+    if (!known || (had ? had : 1) == (n ? n : 1)) return;
+    atomic_fetch_add(&size_errors, 1);
     fprintf(stderr, "graft: %s(%p, %zu): the block was allocated with %zu bytes\n", what, p, n, had);
 }
 
 void gr_debug_check_free_sizes(int on) {
-    sizes_off();
-    size_errors = 0;
-    sizes_on = on != 0;
+    size_lock_take();
+    size_table_free();
+    atomic_store(&size_errors, 0);
+    atomic_store(&sizes_on, on != 0);
+    size_lock_give();
 }
 
-long gr_debug_free_size_errors(void) { return size_errors; }
+long gr_debug_free_size_errors(void) { return atomic_load(&size_errors); }
 
 /* ==== the allocator ========================================================================
  * A request for 0 bytes gets 1 (a distinct non-NULL block); callers still free it
@@ -157,8 +186,8 @@ void *gr_malloc(size_t n) {
         gr_nomem();
         return NULL;
     }
-    live_allocs++;
-    if (sizes_on) size_put(p, n);
+    atomic_fetch_add_explicit(&live_allocs, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&sizes_on, memory_order_relaxed)) size_record(p, n);
     return p;
 }
 
@@ -178,21 +207,22 @@ void *gr_realloc(void *p, size_t old_n, size_t new_n) {
         gr_nomem();
         return NULL;
     }
-    if (sizes_on) size_check(p, old_n, "gr_realloc");
+    bool checking = atomic_load_explicit(&sizes_on, memory_order_relaxed);
+    if (checking) size_check(p, old_n, "gr_realloc");
     void *q = alloc_fn(alloc_user, p, old_n ? old_n : 1, new_n ? new_n : 1);
     if (!q) {
-        if (sizes_on) size_put(p, old_n); /* p stays allocated */
+        if (checking) size_record(p, old_n); /* p stays allocated */
         gr_nomem();
         return NULL;
     }
-    if (sizes_on) size_put(q, new_n);
+    if (checking) size_record(q, new_n);
     return q;
 }
 
 void gr_free(void *p, size_t n) {
     if (!p) return;
-    live_allocs--;
-    if (sizes_on) size_check(p, n, "gr_free");
+    atomic_fetch_sub_explicit(&live_allocs, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&sizes_on, memory_order_relaxed)) size_check(p, n, "gr_free");
     alloc_fn(alloc_user, p, n ? n : 1, 0);
 }
 
