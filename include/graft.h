@@ -73,7 +73,9 @@ GR_API gr_status gr_dtype_parse(const char *name, gr_dtype *out);
 
 /* ---- host allocator hook (tests inject failures through it) ---------------- */
 typedef void *(*gr_alloc_fn)(void *user, void *ptr, size_t old_size, size_t new_size);
-/* fn(user, NULL, 0, n) allocates; fn(user, p, o, n) reallocates; fn(user, p, o, 0) frees.
+/* fn(user, NULL, 0, n) allocates; fn(user, p, o, n) reallocates; fn(user, p, o, 0) frees;
+ * o is always the size p was allocated (or last reallocated) with. A 0-byte request
+ * reaches the hook as 1 byte, so o and an allocating n are never 0.
  * NULL restores the default (malloc/realloc/free). */
 GR_API void gr_set_allocator(gr_alloc_fn fn, void *user);
 /* The Nth host allocation from now (1-based) fails; 0 disables. Returns the
@@ -81,6 +83,12 @@ GR_API void gr_set_allocator(gr_alloc_fn fn, void *user);
 GR_API long gr_debug_fail_alloc_after(long n);
 /* Live host allocations made through graft's allocator (for leak tests). */
 GR_API long gr_debug_live_allocs(void);
+/* Non-zero: from now on, check that every free (and realloc) of a block passes the
+ * size the block was allocated with; each mismatch is reported on stderr and
+ * counted. Zero: stop checking. Either resets the count. For tests. */
+GR_API void gr_debug_check_free_sizes(int on);
+/* Mismatched sizes seen since gr_debug_check_free_sizes was last called. */
+GR_API long gr_debug_free_size_errors(void);
 
 /* ---- graphs: build with the API or load from a file ------------------------ */
 typedef struct gr_graph *gr_graph_t;
@@ -159,6 +167,9 @@ GR_API void gr_session_options_init(gr_session_options *o);
 GR_API gr_status gr_session_create(gr_graph_t g, const gr_session_options *opt, gr_session_t *out);
 GR_API void gr_session_destroy(gr_session_t s);
 GR_API const char *gr_session_device_name(gr_session_t s);
+/* The kind of device the session runs on: GR_DEVICE_SIM or GR_DEVICE_CUDA (auto is
+ * resolved when the session is created). GR_DEVICE_AUTO only for a NULL session. */
+GR_API gr_device_kind gr_session_device_kind(gr_session_t s);
 
 /* Copies host data into the named input (checked against dtype and shape).
  * Symbolic dims of the graph are bound by the shapes given here. */

@@ -213,6 +213,60 @@ out:
     gr_session_destroy(se);
 }
 
+/* The session reports the device kind it resolved to: what the CLI uses to label
+ * simulated timings, instead of guessing from the device's name. */
+static void test_device_kind(void) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(attn_gir, "attn.gir", NULL, &g));
+    if (!g) return;
+    CHECK(gr_session_device_kind(NULL) == GR_DEVICE_AUTO);
+    gr_session_options o = sim_opts(GR_MODE_EAGER);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK(gr_session_device_kind(s) == GR_DEVICE_SIM);
+    gr_session_destroy(s);
+    /* auto resolves to a concrete kind: CUDA where a GPU is usable, else the simulator */
+    o.device = GR_DEVICE_AUTO;
+    s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_device_kind k = gr_session_device_kind(s);
+    CHECK(k == GR_DEVICE_SIM || k == GR_DEVICE_CUDA);
+    CHECK_MSG((k == GR_DEVICE_SIM) == !strcmp(gr_session_device_name(s), "sim"), "kind %d for device '%s'", (int)k,
+              gr_session_device_name(s));
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+}
+
+/* Per-kernel profile: each kernel replayed in a graph of its own between events. */
+static void test_profile(void) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(attn_gir, "attn.gir", NULL, &g));
+    if (!g) return;
+    gr_session_options o = sim_opts(GR_MODE_GRAPH);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_graph_destroy(g);
+    if (!s) return;
+    char *text = NULL;
+    double sum = -1;
+    CHECK_ERR(gr_session_profile(s, &text, &sum), GR_ERR_INVALID, "run the session once first");
+    float x[32], y[32];
+    fill(x, 32, 7);
+    CHECK_OK(run_attn(s, x, 2.0f, y));
+    CHECK_OK(gr_session_profile(s, &text, &sum));
+    CHECK_MSG(text && strstr(text, "(sim; each kernel replayed 10 times in a graph of its own)") && strstr(text, " us  "),
+              "profile: %s", text ? text : "(none)");
+    CHECK(sum > 0);
+    gr_free_string(text);
+    /* the profile leaves the outputs of the last run readable and unchanged */
+    gr_output out;
+    float y2[32];
+    CHECK_OK(gr_session_output(s, 0, &out));
+    CHECK_OK(gr_session_output_read(s, out, y2, sizeof y2));
+    CHECK(!memcmp(y, y2, sizeof y));
+    gr_session_destroy(s);
+}
+
 static void test_api_build_and_errors(void) {
     gr_graph_t g;
     CHECK_OK(gr_graph_create(&g));
@@ -509,6 +563,8 @@ int main(void) {
     test_predicated_if();
     test_host_buffers();
     test_api_build_and_errors();
+    test_device_kind();
+    test_profile();
     test_eager_vs_graph_and_stale_scalar();
     test_generation_tags();
     test_bad_inputs();

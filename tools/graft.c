@@ -659,14 +659,6 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     return 0;
 }
 
-static bool device_is_sim(gr_session_t s) {
-    const char *name = gr_session_device_name(s);
-    if (!name) return true;
-    for (const char *p = name; *p; p++)
-        if (!strncasecmp(p, "sim", 3)) return true;
-    return false;
-}
-
 /* ==== run ================================================================================== */
 static void sanitize_name(const char *name, char *out, size_t n) {
     size_t j = 0;
@@ -917,7 +909,7 @@ static int cmd_bench(const cli_opts *o) {
         if (o->warmup == 0 && r == 0) first = stats;
     }
     if (!code) {
-        bool sim = device_is_sim(sess);
+        bool sim = gr_session_device_kind(sess) == GR_DEVICE_SIM;
         const char *mode = o->mode == GR_MODE_EAGER ? "eager"
                            : o->mode == GR_MODE_GRAPH ? "graph"
                            : o->mode == GR_MODE_AUTO  ? "auto"

@@ -50,7 +50,9 @@
 
 typedef enum {
     GR_KP_BUFFER = 0,
-    GR_KP_BUFFER_INDIRECT,
+    GR_KP_BUFFER_INDIRECT, /* no lowering emits it yet: parameter indirection for the "generic"
+                              many-shapes policy and zero-copy inputs (with device-updatable
+                              nodes, device.h); exercised by test_interp, test_render, gpucheck */
     GR_KP_SCALAR_F,
     GR_KP_SCALAR_I,
     GR_KP_SHAPE,

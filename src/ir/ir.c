@@ -25,7 +25,7 @@ static void node_free(gr_ir_node *n) {
     gr_strfree(n->name);
     gr_free(n->in, (size_t)n->n_in * sizeof(int));
     gr_free(n->out, (size_t)n->n_out * sizeof(int));
-    for (int i = 0; i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
+    for (int i = 0; n->attrs && i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
     gr_free(n->attrs, (size_t)n->n_attr * sizeof(gr_ir_attr));
 }
 
@@ -56,11 +56,11 @@ gr_status gr_ir_attr_copy(gr_ir_attr *dst, const gr_ir_attr *src) {
     if (!(dst->name = gr_strdup(src->name ? src->name : ""))) goto nomem;
     if (src->s && !(dst->s = gr_strdup(src->s))) goto nomem;
     if (src->kind == GR_IR_ATTR_INTS) {
-        if (!(dst->ints = gr_malloc((size_t)src->n * sizeof(int64_t) + 1))) goto nomem;
+        if (!(dst->ints = gr_malloc((size_t)src->n * sizeof(int64_t)))) goto nomem;
         if (src->n) memcpy(dst->ints, src->ints, (size_t)src->n * sizeof(int64_t));
     }
     if (src->kind == GR_IR_ATTR_FLOATS) {
-        if (!(dst->floats = gr_malloc((size_t)src->n * sizeof(double) + 1))) goto nomem;
+        if (!(dst->floats = gr_malloc((size_t)src->n * sizeof(double)))) goto nomem;
         if (src->n) memcpy(dst->floats, src->floats, (size_t)src->n * sizeof(double));
     }
     if (src->graph && gr_ir_graph_clone(src->graph, &dst->graph) != GR_OK) goto nomem;
@@ -265,16 +265,14 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
     memset(&n, 0, sizeof n);
     n.op = op;
     n.name = nm ? gr_strdup(nm) : gr_sprintf("%s_%d", info->name, g->nodes.len);
-    n.in = gr_malloc(sizeof(int) * (size_t)(n_in ? n_in : 1));
-    n.out = gr_malloc(sizeof(int) * (size_t)(n_out ? n_out : 1));
-    n.attrs = gr_calloc((size_t)(n_attr ? n_attr : 1), sizeof(gr_ir_attr));
+    n.in = gr_malloc(sizeof(int) * (size_t)n_in);
+    n.out = gr_malloc(sizeof(int) * (size_t)n_out);
+    n.attrs = gr_calloc((size_t)n_attr, sizeof(gr_ir_attr));
+    n.n_in = n_in, n.n_out = n_out, n.n_attr = n_attr; /* the sizes node_free frees (attrs zeroed until copied) */
     if (!n.name || !n.in || !n.out || !n.attrs) goto nomem;
-    n.n_in = n_in;
     if (n_in) memcpy(n.in, in, sizeof(int) * (size_t)n_in);
-    for (int i = 0; i < n_attr; i++) {
+    for (int i = 0; i < n_attr; i++)
         if (gr_ir_attr_copy(&n.attrs[i], &attrs[i]) != GR_OK) goto nomem;
-        n.n_attr++;
-    }
     if (gr_vec_reserve(&g->nodes, g->nodes.len + 1) != GR_OK) goto nomem;
     int node_index = g->nodes.len;
     int first_new = g->values.len;
@@ -290,7 +288,6 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
         g->values.data[v].producer = node_index;
         g->values.data[v].out_slot = i;
         n.out[i] = v;
-        n.n_out++;
     }
     g->nodes.data[g->nodes.len++] = n;
     if (out_node) *out_node = node_index;
@@ -384,17 +381,15 @@ gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
         d->line = s->line;
         d->col = s->col;
         d->name = gr_strdup(s->name);
-        d->in = gr_malloc(sizeof(int) * (size_t)(s->n_in ? s->n_in : 1));
-        d->out = gr_malloc(sizeof(int) * (size_t)(s->n_out ? s->n_out : 1));
-        d->attrs = gr_calloc((size_t)(s->n_attr ? s->n_attr : 1), sizeof(gr_ir_attr));
+        d->in = gr_malloc(sizeof(int) * (size_t)s->n_in);
+        d->out = gr_malloc(sizeof(int) * (size_t)s->n_out);
+        d->attrs = gr_calloc((size_t)s->n_attr, sizeof(gr_ir_attr));
+        d->n_in = s->n_in, d->n_out = s->n_out, d->n_attr = s->n_attr; /* the sizes node_free frees */
         if (!d->name || !d->in || !d->out || !d->attrs) goto nomem;
-        d->n_in = s->n_in;
-        d->n_out = s->n_out;
         memcpy(d->in, s->in, sizeof(int) * (size_t)s->n_in);
         memcpy(d->out, s->out, sizeof(int) * (size_t)s->n_out);
         for (int a = 0; a < s->n_attr; a++) {
             if (gr_ir_attr_copy(&d->attrs[a], &s->attrs[a]) != GR_OK) goto nomem;
-            d->n_attr++;
             if (d->attrs[a].graph) d->attrs[a].graph->parent = c;
         }
     }

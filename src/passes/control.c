@@ -318,7 +318,8 @@ static gr_status predicate_one(gr_graph *g, int k) {
         gr_ir_splice_nodes(g, k, first_node);
     } else {
         /* the selects' outputs are the if's own values: detach them before undoing */
-        for (int i = selects_from; i < g->nodes.len; i++) g->nodes.data[i].n_out = 0;
+        for (int i = selects_from; i < g->nodes.len; i++)
+            for (int j = 0; j < g->nodes.data[i].n_out; j++) g->nodes.data[i].out[j] = -1;
         undo(g, first_node, first_value);
     }
     gr_strfree((char *)pc.if_name);

@@ -187,11 +187,11 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
     int n_arena = 0;
     for (int v = 0; v < nv; v++)
         if (out->values[v].kind == GR_STORE_ARENA) n_arena++;
-    sized_value *order = gr_malloc(sizeof(sized_value) * (size_t)(n_arena ? n_arena : 1));
-    int *placed = gr_malloc(sizeof(int) * (size_t)(n_arena ? n_arena : 1));
+    sized_value *order = gr_malloc(sizeof(sized_value) * (size_t)n_arena);
+    int *placed = gr_malloc(sizeof(int) * (size_t)n_arena);
     if (!order || !placed) {
-        gr_free(order, 0);
-        gr_free(placed, 0);
+        gr_free(order, sizeof(sized_value) * (size_t)n_arena);
+        gr_free(placed, sizeof(int) * (size_t)n_arena);
         gr_mem_plan_free(out);
         return GR_ERR_NOMEM;
     }
@@ -228,8 +228,8 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
         placed[n_placed++] = order[i].value;
     }
     out->arena_bytes = arena;
-    gr_free(order, 0);
-    gr_free(placed, 0);
+    gr_free(order, sizeof(sized_value) * (size_t)n_arena);
+    gr_free(placed, sizeof(int) * (size_t)n_arena);
     return GR_OK;
 bad_step:
     gr_mem_plan_free(out);

@@ -111,7 +111,7 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
     if (n_out < info->min_out || (info->max_out >= 0 && n_out > info->max_out))
         return gr_error(GR_ERR_INVALID, "node '%s' (%s): %d outputs asked, op gives %d..%d", name ? name : "?", op, n_out,
                         info->min_out, info->max_out < 0 ? 99 : info->max_out);
-    gr_ir_attr *ia = gr_calloc((size_t)(n_attr ? n_attr : 1), sizeof(gr_ir_attr));
+    gr_ir_attr *ia = gr_calloc((size_t)n_attr, sizeof(gr_ir_attr));
     if (!ia) return GR_ERR_NOMEM;
     for (int i = 0; i < n_attr; i++) {
         const gr_attr *a = &attrs[i];
@@ -125,20 +125,20 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
         case GR_ATTR_FLOATS: ia[i].kind = GR_IR_ATTR_FLOATS; ia[i].floats = (double *)a->floats; break;
         default:
             free_attrs(ia, n_attr);
-            gr_free(ia, 0);
+            gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
             return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has an unknown kind", name ? name : "?", op,
                             a->name ? a->name : "?");
         }
         if ((a->kind == GR_ATTR_INTS && a->n > 0 && !a->ints) || (a->kind == GR_ATTR_FLOATS && a->n > 0 && !a->floats)) {
             free_attrs(ia, n_attr);
-            gr_free(ia, 0);
+            gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
             return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has n=%d but no array", name ? name : "?", op, a->name, a->n);
         }
     }
     int node;
     gr_status st = gr_ir_add_node(g, o, name, n_in, in, n_out, NULL, n_attr, ia, &node);
     free_attrs(ia, n_attr);
-    gr_free(ia, 0);
+    gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
     if (st != GR_OK) return st;
     st = gr_ir_infer_node(g, node);
     if (st != GR_OK) {

@@ -13,9 +13,9 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
     if (p->mem.const_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.const_bytes, &p->consts));
     int ni = g->inputs.len;
-    p->input_dev = gr_calloc((size_t)(ni ? ni : 1), sizeof(void *));
-    p->input_bytes = gr_calloc((size_t)(ni ? ni : 1), sizeof(size_t));
-    p->input_version = gr_calloc((size_t)(ni ? ni : 1), sizeof(uint64_t));
+    p->input_dev = gr_calloc((size_t)ni, sizeof(void *));
+    p->input_bytes = gr_calloc((size_t)ni, sizeof(size_t));
+    p->input_version = gr_calloc((size_t)ni, sizeof(uint64_t));
     if (!p->input_dev || !p->input_bytes || !p->input_version) return GR_ERR_NOMEM;
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
@@ -29,13 +29,13 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (st->kind != GR_STORE_CONST || !st->bytes) continue;
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
-    GR_TRY(gr_dev_sync(d, s->stream));
-    p->funcs = gr_calloc((size_t)(p->steps.len ? p->steps.len : 1), sizeof(gr_kfunc *));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    p->funcs = gr_calloc((size_t)p->steps.len, sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
-            gr_status rc = d->iface->kernel_prepare(d->ctx, st->kernel, &p->funcs[i]);
+            gr_status rc = gr_dev_kernel_prepare(d, st->kernel, &p->funcs[i]);
             if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
@@ -82,7 +82,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     gr_status st;
     int n_syms = s->graph->syms.len;
     p->n_syms = n_syms;
-    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1));
+    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)n_syms);
     if (!p->sym_values) {
         st = GR_ERR_NOMEM;
         goto fail;
@@ -97,7 +97,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     p->steps = c.steps;
     p->mem = c.mem;
     p->segs = c.segs;
-    p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
+    p->seg_state = gr_calloc((size_t)p->segs.len, sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;
         goto fail;
@@ -119,27 +119,27 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
     if (p->seg_state) {
         for (int i = 0; i < p->segs.len; i++) gr_rt_segment_release(s, &p->seg_state[i]);
-        gr_free(p->seg_state, 0);
+        gr_free(p->seg_state, (size_t)p->segs.len * sizeof(gr_rt_segment));
     }
     if (p->funcs) {
         for (int i = 0; i < p->steps.len; i++)
-            if (p->funcs[i]) d->iface->kernel_release(d->ctx, p->funcs[i]);
-        gr_free(p->funcs, 0);
+            gr_dev_kernel_release(d, p->funcs[i]);
+        gr_free(p->funcs, (size_t)p->steps.len * sizeof(gr_kfunc *));
     }
-    if (p->input_dev) {
-        for (int i = 0; p->g && i < p->g->inputs.len; i++)
-            if (p->input_dev[i]) gr_dev_free(d, p->input_dev[i]);
-        gr_free(p->input_dev, 0);
-    }
-    gr_free(p->input_bytes, 0);
-    gr_free(p->input_version, 0);
+    /* allocated after p->g, per input of p->g */
+    int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
+    if (p->input_dev)
+        for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
+    gr_free(p->input_dev, (size_t)ni * sizeof(void *));
+    gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
+    gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
     if (p->arena) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
     gr_mem_plan_free(&p->mem);
     gr_step_list_free(&p->steps);
     gr_ir_graph_destroy(p->g);
-    gr_free(p->sym_values, 0);
+    gr_free(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms);
     gr_free(p, sizeof *p);
 }
 
@@ -213,7 +213,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
     case GR_STEP_ALIAS: return GR_OK;
     case GR_STEP_KERNEL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
-        return gr_dev_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
+        return gr_dev_kernel_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
     case GR_STEP_LIBCALL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
         return gr_dev_libcall(s->dev, s->stream, &st->call, args, st->n_args);
@@ -224,7 +224,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
         GR_TRY(gr_rt_step_args(s, p, i, args));
         /* the host reads what the device wrote: drain the stream first (this
          * synchronization is why a host step can never be inside a graph) */
-        GR_TRY(gr_dev_sync(s->dev, s->stream));
+        GR_TRY(gr_dev_stream_sync(s->dev, s->stream));
         struct gr_step_host_ctx hc = {.dev = s->dev, .stream = s->stream, .n_args = st->n_args};
         for (int a = 0; a < st->n_args; a++) hc.addr[a] = args[a].ptr;
         gr_status rc = st->host_fn(st->host_user, &hc);

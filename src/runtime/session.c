@@ -1,5 +1,6 @@
-/* runtime/session — the public session API: create, bind inputs, run, read
- * outputs (generation-tagged), stats, explain. */
+/* runtime/session — the public session API: create, bind inputs, run (asynchronous;
+ * gr_session_wait), read outputs (generation-tagged), stats. explain.c and profile.c
+ * hold gr_session_explain and gr_session_profile. */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -31,16 +32,16 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     gr_status st;
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
     if ((st = gr_ir_infer_shapes(s->graph)) != GR_OK) goto fail;
-    s->inputs = gr_calloc((size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1), sizeof(gr_rt_input));
+    s->inputs = gr_calloc((size_t)s->graph->inputs.len, sizeof(gr_rt_input));
     if (!s->inputs) {
         st = GR_ERR_NOMEM;
         goto fail;
     }
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
-    if ((st = s->dev->iface->stream_create(s->dev->ctx, &s->stream)) != GR_OK) goto fail;
-    if (s->dev->iface->event_create) {
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_start)) != GR_OK) goto fail;
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_end)) != GR_OK) goto fail;
+    if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
+    if (gr_dev_caps_get(s->dev).events) {
+        if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
+        if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
     }
     /* a graph without symbolic dims compiles now, so errors surface at creation */
     if (graph_is_concrete(s->graph)) {
@@ -55,7 +56,7 @@ fail:
 
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
-    if (s->pending && s->dev && s->stream) gr_dev_sync(s->dev, s->stream);
+    if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
@@ -64,21 +65,22 @@ void gr_session_destroy(gr_session_t s) {
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
-        gr_free(s->inputs, 0);
+        gr_free(s->inputs, (size_t)s->graph->inputs.len * sizeof(gr_rt_input));
     }
     if (s->dev) {
-        if (s->ev_start) s->dev->iface->event_destroy(s->dev->ctx, s->ev_start);
-        if (s->ev_end) s->dev->iface->event_destroy(s->dev->ctx, s->ev_end);
-        if (s->ev_seg_a) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_a);
-        if (s->ev_seg_b) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_b);
-        if (s->stream) s->dev->iface->stream_destroy(s->dev->ctx, s->stream);
+        gr_dev_event_destroy(s->dev, s->ev_start);
+        gr_dev_event_destroy(s->dev, s->ev_end);
+        gr_dev_event_destroy(s->dev, s->ev_seg_a);
+        gr_dev_event_destroy(s->dev, s->ev_seg_b);
+        gr_dev_stream_destroy(s->dev, s->stream);
         gr_device_destroy(s->dev);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
 }
 
-const char *gr_session_device_name(gr_session_t s) { return s && s->dev ? s->dev->iface->name(s->dev->ctx) : "?"; }
+const char *gr_session_device_name(gr_session_t s) { return s ? gr_dev_name(s->dev) : "?"; }
+gr_device_kind gr_session_device_kind(gr_session_t s) { return s && s->dev ? s->dev->kind : GR_DEVICE_AUTO; }
 
 /* ==== inputs ================================================================================ */
 static int find_input(const gr_graph *g, const char *name) {
@@ -146,7 +148,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
 /* Shape key from the bound inputs: each symbolic dim's value, checked for consistency. */
 static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     const gr_graph *g = s->graph;
-    int *from = gr_malloc(sizeof(int) * (size_t)(g->syms.len ? g->syms.len : 1));
+    int *from = gr_malloc(sizeof(int) * (size_t)g->syms.len);
     if (!from) return GR_ERR_NOMEM;
     for (int k = 0; k < g->syms.len; k++) syms[k] = -1, from[k] = -1;
     gr_status st = GR_OK;
@@ -172,17 +174,17 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     }
     for (int k = 0; k < g->syms.len && st == GR_OK; k++)
         if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k]);
-    gr_free(from, 0);
+    gr_free(from, sizeof(int) * (size_t)g->syms.len);
     return st;
 }
 
 static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int n = s->graph->syms.len;
-    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
     gr_status st = resolve_syms(s, syms);
     if (st != GR_OK) {
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
     gr_rt_plan *prev = NULL;
@@ -193,7 +195,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
             p->next = s->plans;
             s->plans = p;
         }
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         *out = p;
         return GR_OK;
     }
@@ -204,7 +206,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     }
     gr_rt_plan *p;
     st = gr_rt_plan_build(s, syms, &p);
-    gr_free(syms, 0);
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
     if (st != GR_OK) return st;
     p->next = s->plans;
     s->plans = p;
@@ -244,10 +246,10 @@ gr_status gr_session_run(gr_session_t s) {
     s->generation++;
     s->has_run = false;
     memset(&s->stats, 0, sizeof s->stats);
-    s->run_t0 = d->iface->clock_us(d->ctx);
+    s->run_t0 = gr_dev_clock_us(d);
     gr_status st = GR_OK;
     gr_error_set_node(-1);
-    if (s->ev_start) st = d->iface->event_record(d->ctx, s->ev_start, s->stream);
+    if (s->ev_start) st = gr_dev_event_record(d, s->ev_start, s->stream);
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
     for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
@@ -263,7 +265,7 @@ gr_status gr_session_run(gr_session_t s) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = run_segment_eager(s, p, seg);
     }
-    if (st == GR_OK && s->ev_end) st = d->iface->event_record(d->ctx, s->ev_end, s->stream);
+    if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
         /* a kernel of a replayed graph failed: name the node it is about */
         char where[512];
@@ -273,7 +275,7 @@ gr_status gr_session_run(gr_session_t s) {
     }
     if (st != GR_OK) {
         /* the device may hold partial work: drain it; placeholders must be re-filled */
-        gr_dev_sync(d, s->stream);
+        gr_dev_stream_sync(d, s->stream);
         for (int i = 0; i < p->g->inputs.len; i++) p->input_version[i] = 0;
         return st;
     }
@@ -296,18 +298,18 @@ gr_status gr_session_wait(gr_session_t s) {
     if (!s->pending) return GR_OK;
     gr_device *d = s->dev;
     s->pending = false;
-    gr_status st = gr_dev_sync(d, s->stream);
+    gr_status st = gr_dev_stream_sync(d, s->stream);
     if (st != GR_OK) {
         s->has_run = false; /* outputs of a failed run are not readable */
         return st;
     }
-    s->stats.time_us = d->iface->clock_us(d->ctx) - s->run_t0;
-    if (s->ev_start && s->ev_end) d->iface->event_elapsed_us(d->ctx, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
-    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
+    s->stats.time_us = gr_dev_clock_us(d) - s->run_t0;
+    if (s->ev_start && s->ev_end) gr_dev_event_elapsed_us(d, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
+    s->stats.device_bytes = gr_dev_mem_in_use(d);
     return GR_OK;
 }
 
-double gr_session_clock_us(gr_session_t s) { return s && s->dev ? s->dev->iface->clock_us(s->dev->ctx) : 0.0; }
+double gr_session_clock_us(gr_session_t s) { return s && s->dev ? gr_dev_clock_us(s->dev) : 0.0; }
 
 /* ==== outputs ===================================================================================== */
 static gr_status check_output(gr_session_t s, gr_output o) {
@@ -372,7 +374,7 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
         return GR_OK;
     }
     GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, need, GR_COPY_D2H));
-    return gr_dev_sync(s->dev, s->stream);
+    return gr_dev_stream_sync(s->dev, s->stream);
 }
 
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {

@@ -13,7 +13,7 @@
 void *gr_malloc(size_t n);            /* NULL on failure; sets GR_ERR_NOMEM message */
 void *gr_calloc(size_t count, size_t size);
 void *gr_realloc(void *p, size_t old_n, size_t new_n); /* NULL on failure, p unchanged */
-void gr_free(void *p, size_t n);       /* n = size given at allocation (0 if unknown) */
+void gr_free(void *p, size_t n);       /* n = the size given at allocation, exactly (checked in tests) */
 char *gr_strdup(const char *s);
 char *gr_strndup(const char *s, size_t n);
 void gr_strfree(char *s);             /* frees a string from gr_strdup / gr_strndup / gr_sprintf */

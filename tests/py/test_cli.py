@@ -1,6 +1,7 @@
 """The graft command line: every error class gives a non-zero exit and a
 message naming the right place; run / bench / dump / explain on the examples;
 graph mode bit-identical to eager mode."""
+import json
 import os
 import re
 import shutil
@@ -332,6 +333,15 @@ def test_symbolic_bench_and_zero_size(tmp_path, sym_model):
     out = tmp_path / "o"
     p = expect_ok(run_graft("run", sym_model, "--dim", "N=0", "--output-dir", str(out)))
     assert np.load(out / "z.npy").shape == (0, 4) and "empty" in p.stdout
+
+
+def test_bench_labels_timings_by_device_kind(tmp_path, small_model):
+    """the simulator's timings are labelled simulated, from the session's device kind"""
+    js = tmp_path / "b.json"
+    p = expect_ok(run_graft("bench", small_model, "--device", "sim", "--iters", "2", "--warmup", "0", "--json", str(js)))
+    assert "simulated clock" in p.stdout and "host wall/iter" in p.stdout
+    rec = json.loads(js.read_text())
+    assert rec["sim"] is True and rec["device"] == "sim"
 
 
 # ==== outputs ===================================================================================

@@ -21,8 +21,7 @@ static gr_cuda_cache kernel_cache(const gr_cuda_ctx *c) {
 /* ==== prepare / release =========================================================================== */
 
 static gr_status load_module(gr_cuda_ctx *c, const void *image, CUmodule *mod) {
-    CUresult r = c->cu->cuModuleLoadData(mod, image);
-    if (r != CUDA_SUCCESS) return gr_cuda_fail(c->cu, r, "cuModuleLoadData");
+    GR_CU_CHECK(c->cu->cuModuleLoadData(mod, image));
     return GR_OK;
 }
 
@@ -68,9 +67,8 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **
             goto fail;
         }
     }
-    CUresult r = c->cu->cuModuleGetFunction(&f->fn, f->module, k->name);
-    if (r != CUDA_SUCCESS) {
-        st = gr_cuda_fail(c->cu, r, "cuModuleGetFunction");
+    st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&f->fn, f->module, k->name));
+    if (st != GR_OK) {
         gr_error_prefix(st, "kernel %s", k->name);
         goto fail;
     }

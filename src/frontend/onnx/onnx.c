@@ -20,15 +20,25 @@ typedef struct {
     bool failed;
 } pb_alloc_state;
 
+/* protobuf-c frees without a size: each block carries its size in a header */
+#define PB_HEADER sizeof(max_align_t)
 static void *pb_alloc(void *user, size_t n) {
-    void *p = gr_malloc(n);
-    if (!p) ((pb_alloc_state *)user)->failed = true;
-    return p;
+    char *block = n <= SIZE_MAX - PB_HEADER ? gr_malloc(n + PB_HEADER) : NULL;
+    if (!block) {
+        ((pb_alloc_state *)user)->failed = true;
+        return NULL;
+    }
+    memcpy(block, &n, sizeof n);
+    return block + PB_HEADER;
 }
 
 static void pb_free(void *user, void *p) {
     (void)user;
-    gr_free(p, 0);
+    if (!p) return;
+    char *block = (char *)p - PB_HEADER;
+    size_t n;
+    memcpy(&n, block, sizeof n);
+    gr_free(block, n + PB_HEADER);
 }
 
 /* ==== messages ======================================================================= */
