@@ -95,8 +95,8 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
     return GR_OK;
 }
 
-/* Names of the symbolic dims the graph's inputs still have, comma-separated. */
-static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) {
+/* Names of the symbolic dims the graph's inputs still have (with no value in sym_values), comma-separated. */
+static void unresolved_syms(const gr_graph *g, const int64_t *sym_values, char *buf, size_t n, int *count) {
     bool seen[256] = {false};
     size_t pos = 0;
     buf[0] = 0;
@@ -106,7 +106,7 @@ static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) 
         if (v->kind == GR_VAL_NODE || !v->typed) continue;
         for (int d = 0; d < v->ndim; d++) {
             int s = v->dims[d].sym;
-            if (s == GR_SYM_NONE || s < 0 || s >= g->syms.len) continue;
+            if (s == GR_SYM_NONE || s < 0 || s >= g->syms.len || (sym_values && sym_values[s] >= 0)) continue;
             if (s < 256 && seen[s]) continue;
             if (s < 256) seen[s] = true;
             pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "", g->syms.data[s],
@@ -116,19 +116,21 @@ static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) 
     }
 }
 
-gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) {
+gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) { return gr_pass_dump_bound(g, NULL, sb); }
+
+gr_status gr_pass_dump_bound(const gr_graph *g, const int64_t *sym_values, gr_strbuf *sb) {
     char syms[1024];
     int n_syms;
-    unresolved_syms(g, syms, sizeof syms, &n_syms);
+    unresolved_syms(g, sym_values, syms, sizeof syms, &n_syms);
     if (n_syms)
-        return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first", n_syms,
+        return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first (graft dump --dim NAME=VALUE)", n_syms,
                         n_syms > 1 ? "s" : "", syms);
     gr_graph *c = NULL;
     gr_step_list steps = {0};
     GR_TRY(gr_ir_graph_clone(g, &c));
     gr_status st = put_ir(sb, c, "input");
     if (st == GR_OK) st = gr_ir_verify(c);
-    if (st == GR_OK) st = gr_pass_specialize(c, NULL); /* no symbols left: binds nothing, infers all */
+    if (st == GR_OK) st = gr_pass_specialize(c, sym_values); /* binds the given values, infers all */
     if (st == GR_OK) st = put_ir(sb, c, "specialize");
     if (st == GR_OK) st = gr_pass_infer_shapes(c);
     if (st == GR_OK) st = put_ir(sb, c, "infer_shapes");

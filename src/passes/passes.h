@@ -184,5 +184,8 @@ void gr_segment_list_free(gr_segment_list *l);
 /* Runs the pipeline on a copy of g (symbolic dims must be concrete or are
  * reported), appending the IR after each pass and the kernels to sb. */
 gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb);
+/* The same with symbolic dims bound: sym_values[sym] for sym in 0..g->syms.len, -1 = unbound
+ * (NULL: none bound). Specialize substitutes them, as for a session's shape key. */
+gr_status gr_pass_dump_bound(const gr_graph *g, const int64_t *sym_values, gr_strbuf *sb);
 
 #endif
