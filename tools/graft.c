@@ -36,6 +36,8 @@ static void put_escaped(FILE *f, const char *text, bool multiline) {
     free(big);
 }
 
+static void print_text(const char *text);
+
 static void vmessage(const char *prefix, const char *fmt, va_list ap) {
     char raw[8192];
     vsnprintf(raw, sizeof raw, fmt, ap);
@@ -1102,7 +1104,7 @@ static int cmd_bench(const cli_opts *o) {
             char *text = NULL;
             gr_status pst = gr_session_profile(sess, &text, &kernel_sum_us);
             if (pst != GR_OK) code = api_fail(pst, "--profile");
-            else printf("kernel time sum      %.3f us\n%s", kernel_sum_us, text);
+            else printf("kernel time sum      %.3f us\n", kernel_sum_us), print_text(text);
             gr_free_string(text);
         }
         if (o->json_path) {

@@ -673,6 +673,11 @@ def test_model_names_are_escaped_everywhere(tmp_path):
     assert "-> y__2J__.npy" in run.stdout
     assert "input 'x\\x1b[31m\"q\"' not given" in run.stderr
     assert "node\\x1b]0;pwned\\x07" in runs[1].stdout + runs[2].stdout
+    # a symbolic dim's name in the runtime's verbose notes, and the profile's text
+    gir2 = write(tmp_path / "esc2.gir", 'graft 1\ninput x: f32["N\\x1b[1m", 2]\n["k\\x1b[7m"] y = neg(x)\noutput y\n')
+    p = expect_ok(run_graft("bench", gir2, "--dim", "N\x1b[1m=3", "--verbose", "--profile", "--iters", "1"))
+    no_raw_controls(p.stdout + p.stderr)
+    assert "new shape key (N\\x1b[1m=3)" in p.stderr, p.stderr
     # errors that name the input, and the library's own errors
     bad = npy(tmp_path, "bad.npy", np.zeros(3, np.float64))
     for p in (run_graft("run", gir, "--input", "x\x1b[31m\"q\"=" + bad),
