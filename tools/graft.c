@@ -1175,6 +1175,31 @@ static int cmd_dump(const cli_opts *o) {
                 code = (errorf("--dim: '%s' given twice with different values", show(names[k])), EXIT_USAGE);
     }
     if (!code) code = load_graph(o->model, &g);
+    /* as for run: every --dim names a symbolic dim of an input, and every symbolic dim of an input
+     * needs a value (the message says how to give one) */
+    for (int k = 0; k < n && !code; k++) {
+        bool known = false;
+        for (int i = 0; i < gr_graph_num_inputs(g) && !known; i++) {
+            gr_value_info info;
+            if (gr_graph_input_info(g, i, &info) != GR_OK) continue;
+            for (int d = 0; d < info.ndim && !known; d++) known = info.sym_names[d] && !strcmp(info.sym_names[d], names[k]);
+        }
+        if (!known)
+            code = (errorf("--dim: the model's inputs have no symbolic dim named '%s'", show(names[k])), EXIT_USAGE);
+    }
+    for (int i = 0; !code && i < gr_graph_num_inputs(g); i++) {
+        gr_value_info info;
+        if (gr_graph_input_info(g, i, &info) != GR_OK) continue; /* the dump reports it */
+        for (int d = 0; d < info.ndim && !code; d++) {
+            const char *sym = info.sym_names[d];
+            bool bound = !sym;
+            for (int k = 0; k < n && !bound; k++) bound = !strcmp(names[k], sym);
+            if (!bound)
+                code = (errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --dim %s=VALUE", show(info.name),
+                               show(sym), show(sym)),
+                        EXIT_USAGE);
+        }
+    }
     if (!code) {
         char *text = NULL;
         gr_status st = gr_graph_dump_passes_dims(g, n, (const char *const *)names, values, &text);

@@ -1,4 +1,5 @@
-/* ir/ops — the op table and the reference semantics of every op.
+/* ir/ops — the op table (rows in ir/ops.def) and the reference semantics of
+ * every op.
  *
  * Semantics (the simulator's kernels implement exactly this; numpy/ONNX names
  * in brackets are the independent references the tests compare with):
@@ -58,67 +59,13 @@
 #include "ir/ir.h"
 #include <string.h>
 
-static const gr_op_info op_table[GR_OP_COUNT] = {
-    [GR_OP_IDENTITY] = {"identity", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ADD] = {"add", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_SUB] = {"sub", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MUL] = {"mul", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_DIV] = {"div", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_POW] = {"pow", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MIN] = {"min", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MAX] = {"max", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_EQUAL] = {"equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_LESS] = {"less", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_LESS_EQUAL] = {"less_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_GREATER] = {"greater", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_GREATER_EQUAL] = {"greater_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_AND] = {"and", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_OR] = {"or", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_NOT] = {"not", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_NEG] = {"neg", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ABS] = {"abs", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_EXP] = {"exp", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_LOG] = {"log", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SQRT] = {"sqrt", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RSQRT] = {"rsqrt", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RECIPROCAL] = {"reciprocal", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_TANH] = {"tanh", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SIGMOID] = {"sigmoid", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ERF] = {"erf", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RELU] = {"relu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_GELU] = {"gelu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SELU] = {"selu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SILU] = {"silu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SIN] = {"sin", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_COS] = {"cos", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ISNAN] = {"isnan", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_WHERE] = {"where", GR_OPK_OTHER, 3, 3, 1, 1},
-    [GR_OP_CAST] = {"cast", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_REDUCE_SUM] = {"reduce_sum", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MEAN] = {"reduce_mean", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MAX] = {"reduce_max", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MIN] = {"reduce_min", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_SOFTMAX] = {"softmax", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_LAYER_NORM] = {"layer_norm", GR_OPK_REDUCE, 2, 3, 1, 1},
-    [GR_OP_MATMUL] = {"matmul", GR_OPK_OTHER, 2, 3, 1, 1},
-    [GR_OP_RESHAPE] = {"reshape", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_TRANSPOSE] = {"transpose", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_EXPAND] = {"expand", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_SQUEEZE] = {"squeeze", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_UNSQUEEZE] = {"unsqueeze", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_SLICE] = {"slice", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_CONCAT] = {"concat", GR_OPK_MOVE, 1, -1, 1, 1},
-    [GR_OP_SPLIT] = {"split", GR_OPK_MOVE, 1, 1, 1, -1},
-    [GR_OP_GATHER] = {"gather", GR_OPK_MOVE, 2, 2, 1, 1},
-    [GR_OP_GATHER_ELEMENTS] = {"gather_elements", GR_OPK_MOVE, 2, 2, 1, 1},
-    [GR_OP_TRILU] = {"trilu", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_FILL] = {"fill", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANGE] = {"range", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANDOM_UNIFORM] = {"random_uniform", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANDOM_NORMAL] = {"random_normal", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_IF] = {"if", GR_OPK_CONTROL, 1, -1, 1, -1},
-    [GR_OP_LOOP] = {"loop", GR_OPK_CONTROL, 2, -1, 1, -1},
+static const gr_op_info op_table[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn) \
+    [GR_OP_##id] = {name, kind, min_in, max_in, min_out, max_out},
+#include "ir/ops.def"
+#undef GR_OP_DEF
 };
+_Static_assert(sizeof op_table / sizeof op_table[0] == GR_OP_COUNT, "ir/ops.def: one row per op");
 
 const gr_op_info *gr_op_get(gr_op op) { return (unsigned)op < GR_OP_COUNT ? &op_table[op] : NULL; }
 

@@ -27,7 +27,7 @@ gr_status gr_graph_load(const char *path, gr_graph_t *out) {
     gr_status st = ends_with(path, ".onnx") ? gr_onnx_load(path, out) : gr_gir_load(path, out);
     if (st != GR_OK) return st;
     st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -39,7 +39,7 @@ gr_status gr_graph_parse(const char *text, const char *origin, const char *base_
     if (!text || !out) return gr_error(GR_ERR_INVALID, "gr_graph_parse: NULL argument");
     GR_TRY(gr_gir_parse(text, origin ? origin : "<string>", base_dir, out));
     gr_status st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -136,7 +136,7 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
     free_attrs(ia, n_attr);
     gr_free(ia, 0);
     if (st != GR_OK) return st;
-    st = gr_pass_infer_node(g, node);
+    st = gr_ir_infer_node(g, node);
     if (st != GR_OK) {
         gr_ir_remove_last_node(g);
         return st;
@@ -229,7 +229,8 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
     }
     gr_strbuf sb;
     gr_sb_init(&sb);
-    if (st == GR_OK) st = gr_pass_dump_bound(g, sym_values, &sb);
+    /* with nothing bound, the dump itself lists every unresolved symbolic dim */
+    if (st == GR_OK) st = gr_pass_dump(g, n_dims ? sym_values : NULL, false, &sb);
     gr_free(sym_values, values_size);
     if (st != GR_OK) {
         gr_sb_free(&sb);

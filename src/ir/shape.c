@@ -1,4 +1,6 @@
-/* passes/shape — shape and dtype inference, specialization of symbolic dims.
+/* ir/shape — shape and dtype inference, specialization of symbolic dims: a
+ * service of the IR that the frontends (typing as they import) and the passes
+ * (after every rewrite) both use.
  *
  * Every rule follows the op semantics in ir/ops.c. A shape is a list of
  * gr_dim: concrete (size >= 0, sym NONE) or symbolic (size -1, sym >= 0).
@@ -11,7 +13,7 @@
  * Nothing here allocates except the capture binding of subgraphs, so the
  * error messages are formatted into stack buffers.
  */
-#include "passes/passes.h"
+#include "ir/ir.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -225,32 +227,61 @@ static gr_status infer_elementwise(ctx_t *c, int n_bcast, gr_dtype out_t) {
     return GR_OK;
 }
 
-static gr_status infer_unary(ctx_t *c) {
-    const gr_ir_value *x = in_val(c, 0);
-    gr_dtype t = x->dtype, out_t = t;
-    shape_t s = shape_of(x);
-    switch (c->n->op) {
-    case GR_OP_IDENTITY: break;
-    case GR_OP_NOT: GR_TRY(need_dtype(c, 0, t == GR_BOOL, "bool")); break;
-    case GR_OP_ISNAN:
-        GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t), "a float dtype"));
-        out_t = GR_BOOL;
-        break;
-    case GR_OP_NEG:
-    case GR_OP_ABS:
-    case GR_OP_RELU: GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t) || gr_dtype_is_int(t), "a numeric dtype")); break;
-    case GR_OP_CAST: GR_TRY(attr_dtype(c, "to", true, GR_F32, &out_t)); break;
-    default: GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t), "a float dtype")); break;
-    }
-    if (c->n->op == GR_OP_GELU) {
-        const char *approx;
-        GR_TRY(gr_ir_attr_string(c->g, c->n, "approximate", "none", &approx));
-        if (!approx || (strcmp(approx, "none") && strcmp(approx, "tanh")))
-            return fail(c, GR_ERR_INVALID, "attribute 'approximate' must be \"none\" or \"tanh\", got \"%s\"",
-                        approx ? approx : "");
-    }
+static gr_status unary_out(ctx_t *c, gr_dtype out_t) {
+    shape_t s = shape_of(in_val(c, 0));
     set_out(c, 0, out_t, &s);
     return GR_OK;
+}
+static gr_status infer_unary_any(ctx_t *c) { return unary_out(c, in_val(c, 0)->dtype); }
+static gr_status infer_unary_float(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
+    return unary_out(c, in_val(c, 0)->dtype);
+}
+static gr_status infer_unary_numeric(ctx_t *c) {
+    gr_dtype t = in_val(c, 0)->dtype;
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t) || gr_dtype_is_int(t), "a numeric dtype"));
+    return unary_out(c, t);
+}
+static gr_status infer_not(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    return unary_out(c, GR_BOOL);
+}
+static gr_status infer_isnan(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
+    return unary_out(c, GR_BOOL);
+}
+static gr_status infer_cast(ctx_t *c) {
+    gr_dtype out_t;
+    GR_TRY(attr_dtype(c, "to", true, GR_F32, &out_t));
+    return unary_out(c, out_t);
+}
+static gr_status infer_gelu(ctx_t *c) {
+    const char *approx;
+    GR_TRY(gr_ir_attr_string(c->g, c->n, "approximate", "none", &approx));
+    if (!approx || (strcmp(approx, "none") && strcmp(approx, "tanh")))
+        return fail(c, GR_ERR_INVALID, "attribute 'approximate' must be \"none\" or \"tanh\", got \"%s\"",
+                    approx ? approx : "");
+    return infer_unary_float(c);
+}
+
+/* ==== elementwise binary, comparisons, logic, where ================================== */
+static gr_status infer_arith(ctx_t *c) {
+    GR_TRY(same_dtype(c, 0, 1));
+    return infer_elementwise(c, 2, in_val(c, 0)->dtype);
+}
+static gr_status infer_compare(ctx_t *c) {
+    GR_TRY(same_dtype(c, 0, 1));
+    return infer_elementwise(c, 2, GR_BOOL);
+}
+static gr_status infer_logic(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    GR_TRY(need_dtype(c, 1, in_val(c, 1)->dtype == GR_BOOL, "bool"));
+    return infer_elementwise(c, 2, GR_BOOL);
+}
+static gr_status infer_where(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    GR_TRY(same_dtype(c, 1, 2));
+    return infer_elementwise(c, 3, in_val(c, 1)->dtype);
 }
 
 /* ==== reductions and normalizations =================================================== */
@@ -838,7 +869,7 @@ static gr_status infer_subgraph(gr_graph *outer, gr_graph *sub) {
             v->dims[d] = od;
         }
     }
-    return gr_pass_infer_shapes(sub);
+    return gr_ir_infer_shapes(sub);
 }
 
 /* Do two values (of possibly different graphs) have the same type? */
@@ -923,7 +954,16 @@ static gr_status infer_loop(ctx_t *c) {
 }
 
 /* ==== driver ================================================================================= */
-gr_status gr_pass_infer_node(gr_graph *g, int node) {
+/* One shape rule per op: the `shape` column of ir/ops.def. */
+typedef gr_status (*shape_rule)(ctx_t *c);
+static const shape_rule shape_rules[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn) [GR_OP_##id] = infer_##shape,
+#include "ir/ops.def"
+#undef GR_OP_DEF
+};
+_Static_assert(sizeof shape_rules / sizeof shape_rules[0] == GR_OP_COUNT, "ir/ops.def: a shape rule per op");
+
+gr_status gr_ir_infer_node(gr_graph *g, int node) {
     if (node < 0 || node >= g->nodes.len) return gr_error(GR_ERR_INVALID, "infer: node %d of %d", node, g->nodes.len);
     ctx_t c;
     c.g = g;
@@ -941,7 +981,8 @@ gr_status gr_pass_infer_node(gr_graph *g, int node) {
     bool all_typed = true;
     for (int i = 0; i < c.n->n_in; i++) {
         int v = c.n->in[i];
-        bool optional = i == 2 && (c.n->op == GR_OP_LAYER_NORM || c.n->op == GR_OP_MATMUL);
+        /* ops.def: inputs past min_in of a fixed-arity op are optional */
+        bool optional = i >= info->min_in && info->max_in >= 0;
         if (v < -1 || v >= g->values.len) return fail(&c, GR_ERR_INVALID, "input %d refers to no value", i);
         if (v == -1) {
             if (!optional) return fail(&c, GR_ERR_INVALID, "input %d is required but missing", i);
@@ -953,46 +994,11 @@ gr_status gr_pass_infer_node(gr_graph *g, int node) {
         all_untyped(&c);
         return GR_OK;
     }
-    switch (c.n->op) {
-    case GR_OP_ADD: case GR_OP_SUB: case GR_OP_MUL: case GR_OP_DIV: case GR_OP_POW: case GR_OP_MIN: case GR_OP_MAX:
-        GR_TRY(same_dtype(&c, 0, 1));
-        return infer_elementwise(&c, 2, in_val(&c, 0)->dtype);
-    case GR_OP_EQUAL: case GR_OP_LESS: case GR_OP_LESS_EQUAL: case GR_OP_GREATER: case GR_OP_GREATER_EQUAL:
-        GR_TRY(same_dtype(&c, 0, 1));
-        return infer_elementwise(&c, 2, GR_BOOL);
-    case GR_OP_AND: case GR_OP_OR:
-        GR_TRY(need_dtype(&c, 0, in_val(&c, 0)->dtype == GR_BOOL, "bool"));
-        GR_TRY(need_dtype(&c, 1, in_val(&c, 1)->dtype == GR_BOOL, "bool"));
-        return infer_elementwise(&c, 2, GR_BOOL);
-    case GR_OP_WHERE:
-        GR_TRY(need_dtype(&c, 0, in_val(&c, 0)->dtype == GR_BOOL, "bool"));
-        GR_TRY(same_dtype(&c, 1, 2));
-        return infer_elementwise(&c, 3, in_val(&c, 1)->dtype);
-    case GR_OP_REDUCE_SUM: case GR_OP_REDUCE_MEAN: case GR_OP_REDUCE_MAX: case GR_OP_REDUCE_MIN: return infer_reduce(&c);
-    case GR_OP_SOFTMAX: return infer_softmax(&c);
-    case GR_OP_LAYER_NORM: return infer_layer_norm(&c);
-    case GR_OP_MATMUL: return infer_matmul(&c);
-    case GR_OP_RESHAPE: return infer_reshape(&c);
-    case GR_OP_TRANSPOSE: return infer_transpose(&c);
-    case GR_OP_EXPAND: return infer_expand(&c);
-    case GR_OP_SQUEEZE: return infer_squeeze(&c);
-    case GR_OP_UNSQUEEZE: return infer_unsqueeze(&c);
-    case GR_OP_SLICE: return infer_slice(&c);
-    case GR_OP_CONCAT: return infer_concat(&c);
-    case GR_OP_SPLIT: return infer_split(&c);
-    case GR_OP_GATHER: case GR_OP_GATHER_ELEMENTS: return infer_gather(&c);
-    case GR_OP_TRILU: return infer_trilu(&c);
-    case GR_OP_FILL: case GR_OP_RANGE: case GR_OP_RANDOM_UNIFORM: case GR_OP_RANDOM_NORMAL: return infer_generator(&c);
-    case GR_OP_IF: return infer_if(&c);
-    case GR_OP_LOOP: return infer_loop(&c);
-    default:
-        if (info->kind == GR_OPK_UNARY) return infer_unary(&c);
-        return fail(&c, GR_ERR_UNSUPPORTED, "no shape rule for this op");
-    }
+    return shape_rules[c.n->op](&c);
 }
 
-gr_status gr_pass_infer_shapes(gr_graph *g) {
-    for (int i = 0; i < g->nodes.len; i++) GR_TRY(gr_pass_infer_node(g, i));
+gr_status gr_ir_infer_shapes(gr_graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) GR_TRY(gr_ir_infer_node(g, i));
     return GR_OK;
 }
 
@@ -1031,7 +1037,7 @@ static gr_status specialize_graph(gr_graph *g, const int64_t *sym_values, const 
     return GR_OK;
 }
 
-gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values) {
+gr_status gr_ir_specialize(gr_graph *g, const int64_t *sym_values) {
     GR_TRY(specialize_graph(g, sym_values, g));
-    return gr_pass_infer_shapes(g);
+    return gr_ir_infer_shapes(g);
 }
