@@ -262,23 +262,15 @@ static int parse_prefix(const unsigned char *buf, size_t n, uint64_t file_size, 
     return 0;
 }
 
-/* Bytes of data the header promises, with checked arithmetic: the element count (also of the
- * non-zero dims when one dim is 0) and the byte count must fit int64. */
+/* Bytes of data the header promises. The element count is held to graft's one size limit
+ * (gr_shape_numel_checked: the non-zero dims' product at most GR_MAX_NUMEL, so a 0 dim cannot
+ * hide huge ones); the byte count then fits size_t without further checks. */
 static int data_bytes(const npy_array *a, const char *origin, size_t *out, char *err) {
-    uint64_t numel = 1, bytes;
-    bool empty = false;
-    for (int i = 0; i < a->ndim; i++) {
-        if (a->dims[i] == 0) {
-            empty = true;
-            continue;
-        }
-        if (__builtin_mul_overflow(numel, (uint64_t)a->dims[i], &numel) || numel > (uint64_t)INT64_MAX)
-            return npy_fail(err, origin, "shape is too large: the element count overflows");
-    }
-    if (__builtin_mul_overflow(numel, (uint64_t)gr_dtype_size(a->dtype), &bytes) || bytes > (uint64_t)INT64_MAX ||
-        bytes > SIZE_MAX)
-        return npy_fail(err, origin, "shape is too large: the byte count overflows");
-    *out = empty ? 0 : (size_t)bytes;
+    int64_t numel;
+    if (!gr_shape_numel_checked(a->ndim, a->dims, &numel))
+        return npy_fail(err, origin, "shape is too large: its element count overflows graft's limit of %lld elements",
+                        (long long)GR_MAX_NUMEL);
+    *out = (size_t)numel * gr_dtype_size(a->dtype);
     return 0;
 }
 
@@ -297,7 +289,7 @@ static int check_data_size(size_t nbytes, uint64_t avail, const char *origin, ch
 int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array *out, char *err) {
     memset(out, 0, sizeof *out);
     npy_array a = {0};
-    size_t prefix, hlen, nbytes;
+    size_t prefix, hlen, nbytes = 0;
     if (parse_prefix(buf, n, n, origin, &prefix, &hlen, err)) return -1;
     if (parse_header((const char *)buf + prefix, hlen, origin, &a, err)) return -1;
     if (data_bytes(&a, origin, &nbytes, err) || check_data_size(nbytes, n - prefix - hlen, origin, err)) return -1;

@@ -403,9 +403,12 @@ static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a) {
         int64_t ext = a->index_extent;
         for (int l = 0; l < nl; l++) {
             int64_t v = ix[l] < 0 ? ix[l] + ext : ix[l];
-            if (v < 0 || v >= ext)
-                return gr_error(GR_ERR_INVALID, "kernel %s: gather index %lld out of range [%lld, %lld) (node %d)",
-                                k->name, (long long)ix[l], (long long)-ext, (long long)ext, a->index);
+            if (v < 0 || v >= ext) {
+                gr_status st = gr_error(GR_ERR_INVALID, "kernel %s: gather index %lld out of range [%lld, %lld)", k->name,
+                                        (long long)ix[l], (long long)-ext, (long long)ext);
+                gr_error_set_node(a->origin); /* the runtime names the gather's node, not the fused kernel's */
+                return st;
+            }
             c->addr[l] += v * a->index_stride;
         }
     }

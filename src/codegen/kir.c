@@ -66,6 +66,7 @@ gr_status gr_kernel_add_expr(gr_kernel *k, const gr_kexpr *e, int *out) {
 void gr_kaccess_init(gr_kaccess *a) {
     memset(a, 0, sizeof(*a));
     a->index = -1;
+    a->origin = -1;
 }
 
 static void kx_init(gr_kexpr *e, gr_kexpr_op op, gr_dtype t) {

@@ -21,7 +21,9 @@
  *   addr = offset + sum_d stride[d]*o[d] + sum_d inner_stride[d]*r[d]
  *          + (index >= 0 ? wrap(value(index)) * index_stride : 0)
  *   wrap(i) = i < 0 ? i + index_extent : i;  0 <= wrap(i) < index_extent is required
- *   (the simulator reports a violation as an error naming the kernel).
+ *   (the simulator reports a violation as an error naming the kernel and, through
+ *   gr_error_node, the IR node in access.origin; rendered CUDA code clamps
+ *   wrap(i) into [0, index_extent) so a bad index never reads out of bounds).
  *
  * Arithmetic: a node's dtype is its logical type. f16/bf16 are computed in f32
  * and rounded when stored or cast; f32 in f32; f64 in f64; integers and bool in
@@ -116,6 +118,8 @@ typedef struct {
     int32_t index;                     /* expression node giving a gather index, or -1 */
     int64_t index_stride;
     int64_t index_extent;
+    int32_t origin;                    /* gather: the IR node it lowers (for messages), -1 if none;
+                                          no effect on code, hashes or equality */
 } gr_kaccess;
 
 typedef struct {

@@ -39,7 +39,9 @@ static const char prelude[] =
     "GR_DI double gr_dinf() { return __longlong_as_double(0x7ff0000000000000LL); }\n"
     "GR_DI float gr_fnan() { return __int_as_float(0x7fc00000); }\n"
     "GR_DI double gr_dnan() { return __longlong_as_double(0x7ff8000000000000LL); }\n"
-    "GR_DI long long gr_wrap(long long i, long long n) { return i < 0 ? i + n : i; }\n"
+    /* an out-of-range gather index is clamped: never an out-of-bounds read
+     * (the simulator reports it as an error; kir.h) */
+    "GR_DI long long gr_wrap(long long i, long long n) { i = i < 0 ? i + n : i; return i < 0 ? 0 : i >= n ? n - 1 : i; }\n"
     "#define GR_F1(name, ff, fd) \\\n"
     "  GR_DI float name(float x) { return ff(x); } \\\n"
     "  GR_DI double name(double x) { return fd(x); } \\\n"

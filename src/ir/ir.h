@@ -31,11 +31,24 @@ typedef struct {
     int kind;          /* GR_OPK_* */
     int min_in, max_in;   /* max_in = -1: variadic; inputs from min_in on are optional (-1) */
     int min_out, max_out; /* max_out = -1: variadic */
+    /* Attribute schema: "name:kind name:kind ..." (kinds: int float string ints
+     * floats graph dtype), "" for none. The verifier refuses any other name or
+     * kind on every path (.gir, ONNX, C API); an absent attribute takes the
+     * op's default (ops.c). float accepts an int, ints an int, floats a float,
+     * dtype an int (gr_dtype) or a string ("f16"). */
+    const char *attrs;
 } gr_op_info;
 
 const gr_op_info *gr_op_get(gr_op op);
 /* Returns GR_OP_COUNT if unknown. */
 gr_op gr_op_from_name(const char *name);
+
+/* One axis of ONNX Slice as numpy (and onnx.reference) compute it: starts and
+ * ends below zero count from the end, then clamp to [0, dim] (positive step)
+ * or [-1, dim-1] (negative step); *count = elements taken, *first = the index
+ * of the first (meaningful when *count > 0). No intermediate overflows for any
+ * int64 start, end and step != 0. Returns false when step == 0. */
+bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first, int64_t *count);
 
 /* ---- values -------------------------------------------------------------------- */
 #define GR_SYM_NONE (-1)
@@ -153,7 +166,10 @@ void gr_ir_attr_free(gr_ir_attr *a);
 
 /* Concrete shape of a typed value (fails with GR_ERR_SHAPE if a dim is symbolic). */
 gr_status gr_ir_value_shape(const gr_graph *g, int v, int64_t *dims);
-int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic */
+int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic or above GR_MAX_NUMEL */
+/* The concrete dims (symbolic ones are skipped) hold at most GR_MAX_NUMEL
+ * elements (gr_shape_numel_checked's rule). */
+bool gr_ir_dims_fit(int ndim, const gr_dim *dims);
 bool gr_ir_value_concrete(const gr_ir_value *v);
 
 /* Human-readable type: "f32[256,512]", "f32[N,512]@host" into buf. */
@@ -164,6 +180,10 @@ void gr_ir_node_where(const gr_graph *g, const gr_ir_node *n, char *buf, size_t 
 /* Structural checks: indices in range, arity per op, each value defined once
  * before use, outputs defined, subgraphs valid. Message names the node. */
 gr_status gr_ir_verify(const gr_graph *g);
+/* Attribute names and kinds of node n against its op's schema (gr_op_info.attrs);
+ * an unknown name or a wrong kind is GR_ERR_INVALID naming the node and the
+ * attributes the op takes. Part of gr_ir_verify; shape inference runs it too. */
+gr_status gr_ir_check_attrs(const gr_graph *g, const gr_ir_node *n);
 
 /* ---- shape inference ------------------------------------------------------------ */
 /* Types the outputs of node `node` from its inputs (dtype, shape, placement).

@@ -37,12 +37,15 @@
  * squeeze(x; axes=[...]): removes the listed size-1 dims (all size-1 dims when
  *   absent). unsqueeze(x; axes=[...]): axes index the output.
  * slice(x; starts, ends, axes=[0..], steps=[1..]): ONNX Slice semantics
- *   (negative indices, clamping, negative steps).
+ *   (negative indices, clamping, negative steps) as numpy and onnx.reference
+ *   compute them, for every int64 start, end and step (gr_ir_slice_axis).
  * concat(x0, x1, ...; axis): [np.concatenate].
  * split(x; axis=0, split=[sizes]): sizes absent = equal parts, one per output
  *   [ONNX Split].
  * gather(data, indices; axis=0): [np.take]; negative indices count from the end;
- *   out-of-range indices are an error at run time (simulator) [ONNX Gather].
+ *   out-of-range indices are an error at run time naming the node (simulator;
+ *   the CUDA kernels clamp them and never read out of bounds) [ONNX Gather].
+ *   Gathering a non-empty index from a zero-size axis is a compile-time error.
  * gather_elements(data, indices; axis=0): [np.take_along_axis].
  * trilu(x; upper=1, k=0): keeps the upper (or lower) triangle of the last two
  *   dims, relative to diagonal k [np.triu / np.tril].
@@ -53,15 +56,19 @@
  * random_normal(; shape, dtype="f32", seed=0, mean=0, std=1): deterministic
  *   counter-based generator (kir.h, GR_KX_RANDOM); normal via Box-Muller from
  *   the uniforms at counters 2i and 2i+1. Same bits on every device.
- * if(cond; then_branch=graph, else_branch=graph), loop(...; body=graph): held,
- *   verified and printed; executed by the control-flow passes (later).
+ * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
+ *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
+ *   held, verified and printed; not executed yet.
+ * Attributes: each op takes exactly those of its schema (the attrs column of
+ *   ir/ops.def); any other name is refused by the verifier.
+ * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).
  */
 #include "ir/ir.h"
 #include <string.h>
 
 static const gr_op_info op_table[] = {
-#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn) \
-    [GR_OP_##id] = {name, kind, min_in, max_in, min_out, max_out},
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) \
+    [GR_OP_##id] = {name, kind, min_in, max_in, min_out, max_out, attrs},
 #include "ir/ops.def"
 #undef GR_OP_DEF
 };
@@ -73,4 +80,42 @@ gr_op gr_op_from_name(const char *name) {
     for (int i = 0; i < GR_OP_COUNT; i++)
         if (op_table[i].name && !strcmp(op_table[i].name, name)) return (gr_op)i;
     return GR_OP_COUNT;
+}
+
+/* numpy's slice index adjustment (PySlice_AdjustIndices), which
+ * onnx.reference's Slice uses. (The ONNX spec's text clamps a negative-step
+ * start below -dim to 0 instead of -1; the reference, numpy and graft agree.)
+ * After clamping, start and end lie in [-1, dim], so end - start cannot
+ * overflow; the count is (span - 1) / |step| + 1, which cannot either, and
+ * |INT64_MIN| is taken in unsigned arithmetic. */
+bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first, int64_t *count) {
+    *first = 0;
+    *count = 0;
+    if (step == 0 || dim < 0) return step != 0;
+    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? dim - 1 : dim;
+    if (start < 0) {
+        start += dim; /* start >= INT64_MIN and dim >= 0: no overflow */
+        if (start < 0) start = lo;
+    } else if (start >= dim) {
+        start = hi;
+    }
+    if (end < 0) {
+        end += dim;
+        if (end < 0) end = lo;
+    } else if (end >= dim) {
+        end = hi;
+    }
+    uint64_t span, mag;
+    if (step > 0) {
+        if (end <= start) return true;
+        span = (uint64_t)(end - start);
+        mag = (uint64_t)step;
+    } else {
+        if (start <= end) return true;
+        span = (uint64_t)(start - end);
+        mag = (uint64_t)0 - (uint64_t)step;
+    }
+    *first = start;
+    *count = (int64_t)((span - 1) / mag + 1);
+    return true;
 }

@@ -10,14 +10,17 @@
 /* Expression node reading input value v, broadcast to the kernel's outer space. */
 static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
     const gr_ir_value *x = lw_val(c, v);
-    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST) {
-        int p;
-        GR_TRY(lw_param_host_scalar(b, v, x->dtype, &p));
-        return gr_kx_param(b->k, p, out);
-    }
+    /* a constant first, whatever its placement: its value is known now, so an
+     * @host constant is a literal too (a host scalar param exists for values
+     * that change between runs: host inputs) */
     if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data) {
         if (gr_dtype_is_float(x->dtype)) return gr_kx_const_f(b->k, x->dtype, gr_load_f64(x->data, x->dtype, 0), out);
         return gr_kx_const_i(b->k, x->dtype, gr_load_i64(x->data, x->dtype, 0), out);
+    }
+    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST && x->kind == GR_VAL_INPUT) {
+        int p;
+        GR_TRY(lw_param_host_scalar(b, v, x->dtype, &p));
+        return gr_kx_param(b->k, p, out);
     }
     gr_kaccess acc;
     gr_kaccess_init(&acc);
@@ -28,7 +31,7 @@ static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
 /* The `kfn` column of ir/ops.def: the kernel function of a plain elementwise
  * op (-1 where elementwise_expr builds the expression itself). */
 static const int op_kfn[] = {
-#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn) [GR_OP_##id] = kfn,
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) [GR_OP_##id] = kfn,
 #include "ir/ops.def"
 #undef GR_OP_DEF
 };

@@ -183,6 +183,12 @@ gr_status lw_emit_alias(gr_lctx *c, int src, int64_t elem_offset, int dst) {
 }
 
 gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, int *out) {
+    int64_t numel;
+    /* a temporary (a matmul operand broadcast to the output's batch) can be
+     * larger than every value of the graph: the size limit holds here too */
+    if (ndim < 0 || ndim > GR_MAX_DIMS || !gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "%s: an intermediate of more than %lld elements would be needed", c->where,
+                        (long long)GR_MAX_NUMEL);
     int v;
     GR_TRY(gr_ir_add_value(c->g, NULL, GR_VAL_NODE, &v));
     gr_ir_value *x = lw_val(c, v); /* values may have moved */
@@ -260,7 +266,7 @@ gr_status lw_lower_control(gr_lctx *c) {
 /* The `lower` column of ir/ops.def. */
 typedef gr_status (*lowering)(gr_lctx *c);
 static const lowering lowerings[] = {
-#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn) [GR_OP_##id] = lw_lower_##lower,
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) [GR_OP_##id] = lw_lower_##lower,
 #include "ir/ops.def"
 #undef GR_OP_DEF
 };

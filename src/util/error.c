@@ -5,9 +5,16 @@
 
 #define GR_ERRMSG_MAX 4096
 static _Thread_local char last_error[GR_ERRMSG_MAX];
+static _Thread_local int last_error_node = -1;
+
+void gr_error_set_node(int node) { last_error_node = node; }
+int gr_error_node(void) { return last_error_node; }
 
 const char *gr_last_error(void) { return last_error; }
-void gr_error_clear(void) { last_error[0] = 0; }
+void gr_error_clear(void) {
+    last_error[0] = 0;
+    last_error_node = -1;
+}
 
 /* ---- escaping ------------------------------------------------------------------------ */
 /* Length of the well-formed UTF-8 sequence at c (RFC 3629: no overlongs, surrogates or code
@@ -61,6 +68,7 @@ size_t gr_escape_text(char *dst, size_t dst_size, const char *src, bool multilin
 /* Every message is escaped on the way in: model-provided names reach it through %s. */
 gr_status gr_errorv(gr_status st, const char *fmt, va_list ap) {
     char raw[GR_ERRMSG_MAX]; /* not last_error: an argument may be gr_last_error() itself */
+    last_error_node = -1;
     vsnprintf(raw, sizeof raw, fmt, ap);
     gr_escape_text(last_error, sizeof last_error, raw, true);
     return st;
@@ -102,6 +110,7 @@ gr_status gr_error_prefix(gr_status st, const char *fmt, ...) {
 static const char nomem_message[] = "out of host memory";
 gr_status gr_nomem(void) {
     memcpy(last_error, nomem_message, sizeof nomem_message);
+    last_error_node = -1;
     return GR_ERR_NOMEM;
 }
 

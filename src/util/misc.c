@@ -24,6 +24,22 @@ int64_t gr_shape_numel(int ndim, const int64_t *dims) {
     return n;
 }
 
+bool gr_shape_numel_checked(int ndim, const int64_t *dims, int64_t *numel) {
+    int64_t nonzero = 1;
+    bool empty = false;
+    *numel = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 0) return false;
+        if (dims[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (gr_mul_overflow(nonzero, dims[i], &nonzero) || nonzero > GR_MAX_NUMEL) return false;
+    }
+    *numel = empty ? 0 : nonzero;
+    return true;
+}
+
 /* What a path that is not a regular file is, for messages. */
 static const char *file_kind(mode_t mode) {
     if (S_ISDIR(mode)) return "a directory";

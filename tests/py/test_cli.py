@@ -572,8 +572,8 @@ def npy_bytes(header, data=b"", version=1):
     ("count_overflow_with_zero", npy_bytes("{'descr': '<f4', 'fortran_order': False, "
                                            "'shape': (0, 4294967296, 4294967296, 4294967296), }"),
      "element count overflows"),
-    ("byte_overflow", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,), }"),
-     "byte count overflows"),
+    ("over_size_limit", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627777,), }"),
+     "limit of 1099511627776 elements"),
     ("huge_header", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + " " * 70000, bytes(24),
                               version=2), "header of 70"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
