@@ -223,8 +223,12 @@ GR_API gr_status gr_session_profile(gr_session_t s, char **out_text, double *ker
 
 /* Human-readable description of the compiled plan (graft explain). */
 GR_API gr_status gr_session_explain(gr_session_t s, char **out_text);
-/* IR after each pass (graft dump). */
+/* IR after each pass (graft dump). The graph must have no symbolic dims, or: */
 GR_API gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
+/* ... with symbolic dims bound by name: dim_names[i] = dim_values[i] (graft dump --dim N=4).
+ * An unknown name is GR_ERR_NOT_FOUND, listing the graph's symbolic dims. */
+GR_API gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names,
+                                           const int64_t *dim_values, char **out_text);
 
 #ifdef __cplusplus
 }

@@ -557,7 +557,53 @@ static void test_oom_leaves_session_usable(void) {
     gr_session_destroy(s);
 }
 
+/* gr_graph_dump_passes_dims: symbolic dims bound by name reach the specialize pass (graft dump --dim) */
+static void test_dump_with_dims(void) {
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse("graft 1\ninput x: f32[N, 4]\ninput y: f32[N, M]\nz = add(x, y)\noutput z\n", "sym.gir", NULL, &g));
+    if (!g) return;
+    long live = gr_debug_live_allocs();
+    char *text = (char *)&text;
+    CHECK_ERR(gr_graph_dump_passes(g, &text), GR_ERR_SHAPE, "unresolved symbolic dims: N (of 'x'), M (of 'y')");
+    CHECK(text == NULL);
+    const char *names[] = {"N", "M", "N"};
+    int64_t values[] = {3, 4, 3};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, names, values, &text), GR_ERR_INVALID, "no value for symbolic dim 'M' (of value 'y')");
+    CHECK_OK(gr_graph_dump_passes_dims(g, 3, names, values, &text));
+    CHECK(text && strstr(text, "== after input ==\ngraft 1\ninput x: f32[N, 4]") &&
+          strstr(text, "== after specialize ==\ngraft 1\ninput x: f32[3, 4]\ninput y: f32[3, 4]"));
+    gr_free_string(text);
+    text = NULL;
+    const char *bad_names[] = {"K"};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, bad_names, values, &text), GR_ERR_NOT_FOUND,
+              "no symbolic dim named 'K' (symbolic dims: 'N', 'M')");
+    int64_t conflict[] = {3, 4, 5};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 3, names, conflict, &text), GR_ERR_INVALID, "'N' given twice with different values");
+    int64_t negative[] = {-2};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, names, negative, &text), GR_ERR_INVALID, "negative");
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, NULL, values, &text), GR_ERR_INVALID, "NULL");
+    /* a value that makes the graph wrong is the graph's error, as in a session */
+    int64_t mismatch[] = {3, 5};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 2, names, mismatch, &text), GR_ERR_SHAPE, "add");
+    CHECK(text == NULL && gr_debug_live_allocs() == live);
+    /* allocation failures: an error, no leak */
+    long k = 1;
+    for (; k < 5000; k++) {
+        gr_debug_fail_alloc_after(k);
+        gr_status st = gr_graph_dump_passes_dims(g, 2, names, values, &text);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            gr_free_string(text);
+            break;
+        }
+        CHECK_MSG(st == GR_ERR_NOMEM && text == NULL, "failing allocation %ld: %s", k, gr_last_error());
+    }
+    CHECK(k > 1 && k < 5000 && gr_debug_live_allocs() == live);
+    gr_graph_destroy(g);
+}
+
 int main(void) {
+    test_dump_with_dims();
     test_oom_leaves_session_usable();
     test_auto_mode();
     test_predicated_if();

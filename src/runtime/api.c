@@ -196,11 +196,46 @@ gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out) {
     return GR_OK;
 }
 
-gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) {
-    if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes: NULL argument");
+gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) { return gr_graph_dump_passes_dims(g, 0, NULL, NULL, out_text); }
+
+gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                    char **out_text) {
+    if (out_text) *out_text = NULL;
+    if (!g || !out_text || n_dims < 0 || (n_dims && (!dim_names || !dim_values)))
+        return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes_dims: NULL argument or negative count");
+    int n_syms = g->syms.len;
+    size_t values_size = sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1);
+    int64_t *sym_values = gr_malloc(values_size);
+    if (!sym_values) return GR_ERR_NOMEM;
+    for (int k = 0; k < n_syms; k++) sym_values[k] = -1; /* unbound */
+    gr_status st = GR_OK;
+    for (int i = 0; i < n_dims && st == GR_OK; i++) {
+        const char *name = dim_names[i] ? dim_names[i] : "";
+        int sym = -1;
+        for (int k = 0; k < n_syms; k++)
+            if (!strcmp(g->syms.data[k], name)) sym = k;
+        if (sym < 0) {
+            gr_strbuf known;
+            gr_sb_init(&known);
+            for (int k = 0; k < n_syms; k++) gr_sb_printf(&known, "%s'%s'", k ? ", " : "", g->syms.data[k]);
+            st = known.failed ? gr_nomem()
+                              : gr_error(GR_ERR_NOT_FOUND, "the graph has no symbolic dim named '%s' (symbolic dims: %s)", name,
+                                         n_syms ? known.data : "none");
+            gr_sb_free(&known);
+        } else if (dim_values[i] < 0) {
+            st = gr_error(GR_ERR_INVALID, "symbolic dim '%s': value %lld is negative", name, (long long)dim_values[i]);
+        } else if (sym_values[sym] >= 0 && sym_values[sym] != dim_values[i]) {
+            st = gr_error(GR_ERR_INVALID, "symbolic dim '%s' given twice with different values (%lld and %lld)", name,
+                          (long long)sym_values[sym], (long long)dim_values[i]);
+        } else {
+            sym_values[sym] = dim_values[i];
+        }
+    }
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_pass_dump(g, NULL, false, &sb);
+    /* with nothing bound, the dump itself lists every unresolved symbolic dim */
+    if (st == GR_OK) st = gr_pass_dump(g, n_dims ? sym_values : NULL, false, &sb);
+    gr_free(sym_values, values_size);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;

@@ -201,7 +201,11 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     }
     if (s->opt.verbose && n) {
         fprintf(stderr, "graft: new shape key (");
-        for (int k = 0; k < n; k++) fprintf(stderr, "%s%s=%lld", k ? ", " : "", s->graph->syms.data[k], (long long)syms[k]);
+        for (int k = 0; k < n; k++) {
+            char name[256]; /* a model's name: no terminal escapes */
+            gr_escape_text(name, sizeof name, s->graph->syms.data[k], false);
+            fprintf(stderr, "%s%s=%lld", k ? ", " : "", name, (long long)syms[k]);
+        }
         fprintf(stderr, "): compiling a plan\n");
     }
     gr_rt_plan *p;
