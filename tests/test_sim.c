@@ -194,7 +194,7 @@ static void test_facade_empty_backend(void) {
     gr_dev_exec_destroy(d, (gr_dexec *)p);
     gr_dev_caps none = gr_dev_caps_get(d);
     CHECK(!none.events && !none.graphs && !none.graph_nodes && !none.node_set_args && !none.exec_update &&
-          !none.updatable_nodes && !none.conditional_nodes);
+          !none.updatable_nodes && !none.conditional_nodes && !none.pinned_memory);
     /* no device at all */
     CHECK_ERR(gr_dev_stream_sync(NULL, NULL), GR_ERR_INVALID, "stream_sync: no device");
     CHECK(strcmp(gr_dev_name(NULL), "?") == 0);
@@ -205,7 +205,8 @@ static void test_facade_empty_backend(void) {
     OK(gr_device_open(GR_DEVICE_SIM, NULL, 0, &sim));
     gr_dev_caps all = gr_dev_caps_get(sim);
     CHECK(all.events && all.graphs && all.graph_nodes && all.node_set_args && all.exec_update && all.updatable_nodes &&
-          all.conditional_nodes);
+          all.conditional_nodes && all.pinned_memory);
+    CHECK(gr_dev_has_mem_kind(sim, GR_MEM_HOST) && gr_dev_has_mem_kind(sim, GR_MEM_DEVICE));
     CHECK(sim->kind == GR_DEVICE_SIM);
     gr_device view = *sim; /* a device over a copy of sim's vtable, some entries removed */
     struct gr_device_i partial = *view.iface;
@@ -215,6 +216,9 @@ static void test_facade_empty_backend(void) {
     gr_dev_caps some = gr_dev_caps_get(&sim2);
     CHECK(!some.conditional_nodes && !some.events);
     CHECK(some.graphs && some.graph_nodes && some.node_set_args && some.exec_update && some.updatable_nodes);
+    partial.has_mem_kind = NULL; /* no memory kinds declared: device memory only */
+    some = gr_dev_caps_get(&sim2);
+    CHECK(!some.pinned_memory && gr_dev_has_mem_kind(&sim2, GR_MEM_DEVICE) && !gr_dev_has_mem_kind(&sim2, GR_MEM_HOST));
     partial.capture_end = NULL; /* no graphs: no graph feature either */
     some = gr_dev_caps_get(&sim2);
     CHECK(!some.graphs && !some.graph_nodes && !some.node_set_args && !some.exec_update && !some.updatable_nodes);

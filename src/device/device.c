@@ -58,6 +58,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
     c.exec_update = c.graphs && i->exec_update;
     c.updatable_nodes = c.graphs && i->capture_mark_updatable;
     c.conditional_nodes = c.graphs && i->cond_create && i->cond_body_begin && i->cond_body_end;
+    c.pinned_memory = gr_dev_has_mem_kind(d, GR_MEM_HOST_PINNED);
     return c;
 }
 
@@ -65,7 +66,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 34 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 35 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -92,6 +93,12 @@ gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out)
 
 void gr_dev_free(gr_device *d, void *p) {
     if (p && GR_DEV_HAS(d, free)) d->iface->free(d->ctx, p);
+}
+
+bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind) {
+    if (!d || !d->iface || !d->iface->alloc) return false;
+    if (!d->iface->has_mem_kind) return kind == GR_MEM_DEVICE;
+    return d->iface->has_mem_kind(d->ctx, kind);
 }
 
 size_t gr_dev_mem_in_use(const gr_device *d) { return GR_DEV_HAS(d, mem_in_use) ? d->iface->mem_in_use(d->ctx) : 0; }

@@ -48,6 +48,9 @@ struct gr_device_i {
     /* memory */
     gr_status (*alloc)(void *ctx, gr_mem_kind kind, size_t bytes, void **out);
     void (*free)(void *ctx, void *ptr);
+    /* Optional: whether alloc serves memory of this kind (absent: device memory only,
+     * which is what a backend without host-visible memory offers). */
+    bool (*has_mem_kind)(void *ctx, gr_mem_kind kind);
     size_t (*mem_in_use)(void *ctx);            /* device bytes currently allocated */
 
     /* streams and events */
@@ -149,6 +152,8 @@ typedef struct {
     bool exec_update;       /* exec_update: refresh an exec from a graph of the same topology */
     bool updatable_nodes;   /* capture_mark_updatable: device-updatable kernel nodes */
     bool conditional_nodes; /* cond_create/body_begin/body_end: IF / IF_ELSE / WHILE nodes */
+    bool pinned_memory;     /* alloc(GR_MEM_HOST_PINNED): page-locked host buffers, so input copies are
+                               true asynchronous DMA (sessions fall back to pageable host memory) */
 } gr_dev_caps;
 gr_dev_caps gr_dev_caps_get(const gr_device *d); /* all false for NULL */
 
@@ -157,6 +162,7 @@ const char *gr_dev_name(const gr_device *d); /* default "device"; "?" for NULL *
 /* memory */
 gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out);
 void gr_dev_free(gr_device *d, void *p);
+bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind); /* default: GR_MEM_DEVICE only */
 size_t gr_dev_mem_in_use(const gr_device *d); /* default 0: the backend does not count */
 
 /* streams and events */

@@ -126,9 +126,12 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     gr_rt_input *in = &s->inputs[i];
     if (s->pending && (need > in->cap || !in->data)) GR_TRY(gr_session_wait(s));
     if (need > in->cap || !in->data) {
-        /* page-locked, so the copy into the placeholder is a true asynchronous DMA */
+        /* page-locked where the device has it, so the copy into the placeholder
+         * is a true asynchronous DMA; else pageable host memory (still copied
+         * outside any graph, so capture is unaffected) */
         void *p = NULL;
-        GR_TRY(gr_dev_alloc(s->dev, GR_MEM_HOST_PINNED, need ? need : 1, &p));
+        gr_mem_kind kind = gr_dev_caps_get(s->dev).pinned_memory ? GR_MEM_HOST_PINNED : GR_MEM_HOST;
+        GR_TRY(gr_dev_alloc(s->dev, kind, need ? need : 1, &p));
         if (in->data) gr_dev_free(s->dev, in->data);
         in->data = p;
         in->cap = need ? need : 1;

@@ -702,11 +702,18 @@ static double cuda_clock_us(void *ctx) {
     return gr_now_us();
 }
 
+/* device memory (cuMemAlloc), page-locked host memory (cuMemHostAlloc), pageable host memory */
+static bool cuda_has_mem_kind(void *ctx, gr_mem_kind kind) {
+    (void)ctx;
+    return kind == GR_MEM_DEVICE || kind == GR_MEM_HOST_PINNED || kind == GR_MEM_HOST;
+}
+
 static const struct gr_device_i cuda_iface = {
     .name = cuda_name,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .has_mem_kind = cuda_has_mem_kind,
     .mem_in_use = cuda_mem_in_use,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
