@@ -20,9 +20,10 @@ Shapes (N counts the nodes of the graph):
                  about 27 nodes per layer); --sizes gives L for this shape
 
 Phases: load (parse or ONNX import and folding), session (verify, clone, shape
-inference), then the plan's passes as `graft: compile phases` prints them
-(clone, specialize, predicate, fold, lower, fuse, memplan, partition, prepare =
-kernel preparation on the simulator). A run that passes --timeout is recorded
+inference), then the plan's passes as `graft: compile phases` prints them (the
+pass pipeline's names: clone, specialize, predicate_if, fold_constants, lower,
+fuse, plan_memory, partition; then prepare = kernel preparation on the
+simulator). A run that passes --timeout is recorded
 as such, and larger sizes of that shape are skipped.
 
 Results: <out>.json (appended to: one entry per label) and <out>.md (a table
@@ -269,6 +270,7 @@ def measure(path, timeout):
             if m:
                 toks = m.group(2).split()
                 for k, v in zip(toks[::2], toks[1::2]):
+                    k = PHASE_ALIASES.get(k, k)  # the pipeline's pass names
                     phases[("plan_" if m.group(1) == "compile" else "") + k] = float(v)
         r["phases_ms"] = phases
         # load + session create (verify, shapes, plan) = everything before the first run
@@ -308,6 +310,7 @@ def run(args):
     return results
 
 
+PHASE_ALIASES = {"predicate_if": "predicate", "fold_constants": "fold", "plan_memory": "memplan"}
 PHASE_COLS = ["load", "verify", "shapes", "plan_fold", "plan_lower", "plan_fuse", "plan_memplan", "plan_partition",
               "plan_prepare"]
 

@@ -17,6 +17,7 @@
  *     repeated one.
  * Timings are for bench/compile_time.py; nothing here measures time. */
 #include "check.h"
+#include "frontend/frontend.h"
 #include "passes/passes.h"
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ typedef struct {
     int n;
     void *data[64];
     int n_data;
+    int idx; /* i64[8] input in [0, 8): gather indices along axis 1 */
 } rgraph;
 
 static const int64_t *shape_dims(int s, int *nd) {
@@ -87,6 +89,12 @@ static gr_graph *random_graph(rgraph *r, int n_ops, int n_consts) {
         r->data[r->n_data++] = buf;
         rg_add(r, t_input(g, s == 0 ? "x" : s == 1 ? "row" : "col", GR_F32, nd, d, buf), s);
     }
+    {
+        int64_t *idx = malloc(sizeof(int64_t) * 8);
+        for (int i = 0; i < 8; i++) idx[i] = (int64_t)rnd(8);
+        r->data[r->n_data++] = idx;
+        r->idx = t_input(g, "idx", GR_I64, 1, DIMS(8), idx);
+    }
     int consts[64];
     for (int i = 0; i < n_consts && i < 64; i++) {
         float v = 0.25f + 0.125f * (float)i;
@@ -119,9 +127,13 @@ static gr_graph *random_graph(rgraph *r, int n_ops, int n_consts) {
             ys = sa == 0 || sb == 0 || sa != sb ? 0 : sa;
             break;
         }
-        case 8: { /* a reduction or a softmax of a full value */
+        case 8: { /* a reduction, a softmax or a gather of a full value */
             a = pick(r, &sa, true);
-            if (rnd(2)) {
+            if (rnd(3) == 0) {
+                gr_ir_attr at[] = {A_INT("axis", 1)};
+                y = rg_node(r, GR_OP_GATHER, 2, (int[]){a, r->idx}, 1, at);
+                ys = 0;
+            } else if (rnd(2)) {
                 int64_t axes[] = {1};
                 gr_ir_attr at[] = {A_INTS("axes", axes, 1), A_INT("keepdims", 1)};
                 y = rg_node(r, rnd(2) ? GR_OP_REDUCE_SUM : GR_OP_REDUCE_MAX, 1, &a, 2, at);
@@ -147,7 +159,7 @@ static gr_graph *random_graph(rgraph *r, int n_ops, int n_consts) {
         int s, v = pick(r, &s, false);
         if (g->values.data[v].kind == GR_VAL_NODE) CHECK_OK(gr_ir_add_output(g, v));
     }
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     return g;
 }
 
@@ -169,7 +181,10 @@ static char *steps_text(const gr_step_list *l) {
         gr_sb_puts(&sb, "\n");
         if (s->kind == GR_STEP_KERNEL) {
             gr_kernel_print(s->kernel, &sb);
-            gr_sb_printf(&sb, "source %d\n", s->kernel->source_node);
+            gr_sb_printf(&sb, "source %d origins", s->kernel->source_node);
+            for (int n = 0; n < s->kernel->nodes.len; n++)
+                if (s->kernel->nodes.data[n].op == GR_KX_LOAD) gr_sb_printf(&sb, " %d", s->kernel->nodes.data[n].access.origin);
+            gr_sb_puts(&sb, "\n");
         }
     }
     char *t = gr_strdup(sb.data ? sb.data : "");
@@ -255,7 +270,7 @@ static void test_fusion_long(void) {
         v = g->nodes.data[node].out[0];
     }
     CHECK_OK(gr_ir_add_output(g, v));
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     check_grow_matches_copy("3000-op chain", g);
     gr_step_list steps;
     char *t = fused_text(g, false, &steps);

@@ -1,4 +1,4 @@
-/* tests/test_devgraph — CUDA-graph features through the device vtable on any
+/* tests/test_devgraph — CUDA-graph features through the gr_dev_* façade on any
  * backend: conditional IF / IF_ELSE / WHILE nodes, device-updatable kernel
  * nodes patched by a prelude kernel, exec kernel-node argument updates and
  * exec update. Data moves only through copies, so the same test runs on the
@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct gr_device_i *IF;
 static gr_device *D;
 static gr_stream *S;
 
@@ -37,7 +36,7 @@ static gr_kfunc *i32_kernel(const char *name, int64_t add, bool compare) {
     gr_kstage s = {.kind = GR_KS_STORE, .value = nr, .param = pd, .access = acc};
     k->params[pd].written = true;
     OK(gr_kernel_add_stage(k, &s));
-    OK(IF->kernel_prepare(D->ctx, k, &f));
+    OK(gr_dev_kernel_prepare(D, k, &f));
     gr_kernel_destroy(k);
     return f;
 }
@@ -65,19 +64,19 @@ static gr_kfunc *axpb_kernel(int64_t n) {
     gr_kstage s = {.kind = GR_KS_STORE, .value = ns, .param = po, .access = acc};
     k->params[po].written = true;
     OK(gr_kernel_add_stage(k, &s));
-    OK(IF->kernel_prepare(D->ctx, k, &f));
+    OK(gr_dev_kernel_prepare(D, k, &f));
     gr_kernel_destroy(k);
     return f;
 }
 
 static void put_i32(void *dev, int32_t v) {
     OK(gr_dev_memcpy(D, S, dev, &v, 4, GR_COPY_H2D));
-    OK(gr_dev_sync(D, S));
+    OK(gr_dev_stream_sync(D, S));
 }
 static int32_t get_i32(const void *dev) {
     int32_t v = -12345;
     OK(gr_dev_memcpy(D, S, &v, dev, 4, GR_COPY_D2H));
-    OK(gr_dev_sync(D, S));
+    OK(gr_dev_stream_sync(D, S));
     return v;
 }
 
@@ -92,78 +91,78 @@ static void test_conditionals(void) {
     gr_dexec *x = NULL;
     uint64_t h = 0;
     /* IF: flag = fv; if (flag) hits++ */
-    OK(IF->capture_begin(D->ctx, S));
-    OK(IF->cond_create(D->ctx, S, GR_COND_IF, 0, &h));
+    OK(gr_dev_capture_begin(D, S));
+    OK(gr_dev_cond_create(D, S, GR_COND_IF, 0, &h));
     gr_karg set[2] = {{.ptr = fv}, {.ptr = (void *)(uintptr_t)h}}, inc[2] = {{.ptr = hits}, {.ptr = hits}};
-    OK(gr_dev_launch(D, S, fcopy, set, 2));
-    OK(IF->cond_body_begin(D->ctx, S, h, 0));
-    OK(gr_dev_launch(D, S, finc, inc, 2));
-    OK(IF->cond_body_end(D->ctx, S, h, 0));
-    OK(IF->capture_end(D->ctx, S, &g));
-    OK(IF->graph_instantiate(D->ctx, g, &x));
+    OK(gr_dev_kernel_launch(D, S, fcopy, set, 2));
+    OK(gr_dev_cond_body_begin(D, S, h, 0));
+    OK(gr_dev_kernel_launch(D, S, finc, inc, 2));
+    OK(gr_dev_cond_body_end(D, S, h, 0));
+    OK(gr_dev_capture_end(D, S, &g));
+    OK(gr_dev_graph_instantiate(D, g, &x));
     put_i32(hits, 0);
     const int32_t flags[] = {0, 1, 7, 0, 1};
     int want = 0;
     for (int i = 0; i < GR_ARRAY_LEN(flags); i++) {
         put_i32(fv, flags[i]);
-        OK(IF->graph_launch(D->ctx, x, S));
+        OK(gr_dev_graph_launch(D, x, S));
         want += flags[i] != 0;
         int got = get_i32(hits);
         CHECK_MSG(got == want, "IF flag %d: hits %d, want %d", flags[i], got, want);
     }
-    IF->exec_destroy(D->ctx, x);
-    IF->graph_destroy(D->ctx, g);
+    gr_dev_exec_destroy(D, x);
+    gr_dev_graph_destroy(D, g);
 
     /* IF_ELSE: then hits++, else hits_else += 2 */
-    OK(IF->capture_begin(D->ctx, S));
-    OK(IF->cond_create(D->ctx, S, GR_COND_IF_ELSE, 0, &h));
+    OK(gr_dev_capture_begin(D, S));
+    OK(gr_dev_cond_create(D, S, GR_COND_IF_ELSE, 0, &h));
     set[1].ptr = (void *)(uintptr_t)h;
     gr_karg inc_else[2] = {{.ptr = hits_else}, {.ptr = hits_else}};
-    OK(gr_dev_launch(D, S, fcopy, set, 2));
-    OK(IF->cond_body_begin(D->ctx, S, h, 0));
-    OK(gr_dev_launch(D, S, finc, inc, 2));
-    OK(IF->cond_body_end(D->ctx, S, h, 0));
-    OK(IF->cond_body_begin(D->ctx, S, h, 1));
-    OK(gr_dev_launch(D, S, finc, inc_else, 2));
-    OK(gr_dev_launch(D, S, finc, inc_else, 2));
-    OK(IF->cond_body_end(D->ctx, S, h, 1));
-    OK(IF->capture_end(D->ctx, S, &g));
-    OK(IF->graph_instantiate(D->ctx, g, &x));
+    OK(gr_dev_kernel_launch(D, S, fcopy, set, 2));
+    OK(gr_dev_cond_body_begin(D, S, h, 0));
+    OK(gr_dev_kernel_launch(D, S, finc, inc, 2));
+    OK(gr_dev_cond_body_end(D, S, h, 0));
+    OK(gr_dev_cond_body_begin(D, S, h, 1));
+    OK(gr_dev_kernel_launch(D, S, finc, inc_else, 2));
+    OK(gr_dev_kernel_launch(D, S, finc, inc_else, 2));
+    OK(gr_dev_cond_body_end(D, S, h, 1));
+    OK(gr_dev_capture_end(D, S, &g));
+    OK(gr_dev_graph_instantiate(D, g, &x));
     put_i32(hits, 0);
     put_i32(hits_else, 0);
     put_i32(fv, 0);
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_graph_launch(D, x, S));
     CHECK_MSG(get_i32(hits) == 0 && get_i32(hits_else) == 2, "IF_ELSE(0): %d %d", get_i32(hits), get_i32(hits_else));
     put_i32(fv, 1);
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_graph_launch(D, x, S));
     CHECK_MSG(get_i32(hits) == 1 && get_i32(hits_else) == 2, "IF_ELSE(1): %d %d", get_i32(hits), get_i32(hits_else));
-    IF->exec_destroy(D->ctx, x);
-    IF->graph_destroy(D->ctx, g);
+    gr_dev_exec_destroy(D, x);
+    gr_dev_graph_destroy(D, g);
 
     /* WHILE (default 1): body { flag = cnt > 1; hits++; cnt-- } runs cnt times */
-    OK(IF->capture_begin(D->ctx, S));
-    OK(IF->cond_create(D->ctx, S, GR_COND_WHILE, 1, &h));
+    OK(gr_dev_capture_begin(D, S));
+    OK(gr_dev_cond_create(D, S, GR_COND_WHILE, 1, &h));
     gr_karg gt[2] = {{.ptr = cnt}, {.ptr = (void *)(uintptr_t)h}}, dec[2] = {{.ptr = cnt}, {.ptr = cnt}};
-    OK(IF->cond_body_begin(D->ctx, S, h, 0));
-    OK(gr_dev_launch(D, S, fgt, gt, 2));
-    OK(gr_dev_launch(D, S, finc, inc, 2));
-    OK(gr_dev_launch(D, S, fdec, dec, 2));
-    OK(IF->cond_body_end(D->ctx, S, h, 0));
-    OK(IF->capture_end(D->ctx, S, &g));
-    OK(IF->graph_instantiate(D->ctx, g, &x));
+    OK(gr_dev_cond_body_begin(D, S, h, 0));
+    OK(gr_dev_kernel_launch(D, S, fgt, gt, 2));
+    OK(gr_dev_kernel_launch(D, S, finc, inc, 2));
+    OK(gr_dev_kernel_launch(D, S, fdec, dec, 2));
+    OK(gr_dev_cond_body_end(D, S, h, 0));
+    OK(gr_dev_capture_end(D, S, &g));
+    OK(gr_dev_graph_instantiate(D, g, &x));
     put_i32(hits, 0);
     put_i32(cnt, 3);
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_graph_launch(D, x, S));
     CHECK_MSG(get_i32(hits) == 3 && get_i32(cnt) == 0, "WHILE(3): hits %d cnt %d", get_i32(hits), get_i32(cnt));
     put_i32(cnt, 5);
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_graph_launch(D, x, S));
     CHECK_MSG(get_i32(hits) == 8 && get_i32(cnt) == 0, "WHILE(5): hits %d cnt %d", get_i32(hits), get_i32(cnt));
-    IF->exec_destroy(D->ctx, x);
-    IF->graph_destroy(D->ctx, g);
-    IF->kernel_release(D->ctx, fcopy);
-    IF->kernel_release(D->ctx, finc);
-    IF->kernel_release(D->ctx, fdec);
-    IF->kernel_release(D->ctx, fgt);
+    gr_dev_exec_destroy(D, x);
+    gr_dev_graph_destroy(D, g);
+    gr_dev_kernel_release(D, fcopy);
+    gr_dev_kernel_release(D, finc);
+    gr_dev_kernel_release(D, fdec);
+    gr_dev_kernel_release(D, fgt);
     gr_dev_free(D, mem);
 }
 
@@ -187,14 +186,14 @@ static void test_updates(void) {
     gr_dgraph *g = NULL;
     gr_dexec *x = NULL;
     uint64_t h = 0;
-    OK(IF->capture_begin(D->ctx, S));
-    OK(gr_dev_launch(D, S, f, a, 4));
-    OK(IF->capture_mark_updatable(D->ctx, S, &h));
-    OK(IF->capture_end(D->ctx, S, &g));
-    OK(IF->graph_instantiate(D->ctx, g, &x));
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_capture_begin(D, S));
+    OK(gr_dev_kernel_launch(D, S, f, a, 4));
+    OK(gr_dev_capture_mark_updatable(D, S, &h));
+    OK(gr_dev_capture_end(D, S, &g));
+    OK(gr_dev_graph_instantiate(D, g, &x));
+    OK(gr_dev_graph_launch(D, x, S));
     OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
-    OK(gr_dev_sync(D, S));
+    OK(gr_dev_stream_sync(D, S));
     CHECK(near(out[7], xs[7] * 2.0f + 1.0f));
     /* prelude kernel writes arg slot 1 ("a") of the updatable node from device memory */
     gr_kernel *k = NULL;
@@ -211,34 +210,34 @@ static void test_updates(void) {
     k->params[pd].written = true;
     OK(gr_kernel_add_stage(k, &st));
     gr_kfunc *pf = NULL;
-    OK(IF->kernel_prepare(D->ctx, k, &pf));
+    OK(gr_dev_kernel_prepare(D, k, &pf));
     gr_kernel_destroy(k);
     double five = 5.0;
     OK(gr_dev_memcpy(D, S, value, &five, 8, GR_COPY_H2D));
     gr_karg pa[2] = {{.ptr = value}, {.ptr = (void *)(uintptr_t)h}};
-    OK(gr_dev_launch(D, S, pf, pa, 2));
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_kernel_launch(D, S, pf, pa, 2));
+    OK(gr_dev_graph_launch(D, x, S));
     OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
-    OK(gr_dev_sync(D, S));
+    OK(gr_dev_stream_sync(D, S));
     CHECK_MSG(near(out[7], xs[7] * 5.0f + 1.0f), "updatable node: %g, want %g", out[7], xs[7] * 5.0f + 1.0f);
     /* exec kernel-node argument update: b = -4 */
     gr_karg b[4] = {{.ptr = dx}, {.f = 5.0}, {.f = -4.0}, {.ptr = dy}};
     int kernel_node = -1;
-    for (int n = 0; n < IF->graph_num_nodes(D->ctx, g); n++) {
+    for (int n = 0; n < gr_dev_graph_num_nodes(D, g); n++) {
         gr_gnode_info info;
-        OK(IF->graph_node_info(D->ctx, g, n, &info));
+        OK(gr_dev_graph_node_info(D, g, n, &info));
         if (info.kind == GR_GNODE_KERNEL && info.func == f) kernel_node = n;
     }
     CHECK(kernel_node >= 0);
-    OK(IF->exec_kernel_node_set_args(D->ctx, x, kernel_node, b, 4));
-    OK(IF->graph_launch(D->ctx, x, S));
+    OK(gr_dev_exec_kernel_node_set_args(D, x, kernel_node, b, 4));
+    OK(gr_dev_graph_launch(D, x, S));
     OK(gr_dev_memcpy(D, S, out, dy, sizeof(float) * N, GR_COPY_D2H));
-    OK(gr_dev_sync(D, S));
+    OK(gr_dev_stream_sync(D, S));
     CHECK_MSG(near(out[9], xs[9] * 5.0f - 4.0f), "set_args: %g, want %g", out[9], xs[9] * 5.0f - 4.0f);
-    IF->kernel_release(D->ctx, pf);
-    IF->exec_destroy(D->ctx, x);
-    IF->graph_destroy(D->ctx, g);
-    IF->kernel_release(D->ctx, f);
+    gr_dev_kernel_release(D, pf);
+    gr_dev_exec_destroy(D, x);
+    gr_dev_graph_destroy(D, g);
+    gr_dev_kernel_release(D, f);
 done:
     if (mem) gr_dev_free(D, mem);
     free(xs);
@@ -252,12 +251,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_devgraph: cannot open device: %s\n", gr_last_error());
         return 1;
     }
-    IF = D->iface;
-    printf("test_devgraph on %s\n", IF->name(D->ctx));
-    OK(IF->stream_create(D->ctx, &S));
+    printf("test_devgraph on %s\n", gr_dev_name(D));
+    OK(gr_dev_stream_create(D, &S));
     test_conditionals();
     test_updates();
-    IF->stream_destroy(D->ctx, S);
+    gr_dev_stream_destroy(D, S);
     gr_device_destroy(D);
     return check_summary("test_devgraph");
 }

@@ -2,13 +2,15 @@
  * files, every error class with its location, round trips (inline and side
  * files), a no-crash loop over truncated and mutated inputs, and allocation
  * failure injection. Runs from the source root (tests/data/gir/...). */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include "check.h"
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DATA "tests/data/gir"
@@ -284,6 +286,48 @@ static void test_side_file(void) {
         CHECK(e == -2);
         gr_ir_graph_destroy(g);
     }
+}
+
+/* ==== files that are not regular files: refused, never blocked on or read without end ======== */
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_gir: timed out: a read blocked (FIFO?)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+static void test_special_files(void) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/graft-test-gir-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char fifo[300], model[300];
+    snprintf(fifo, sizeof fifo, "%s/pipe.bin", dir);
+    snprintf(model, sizeof model, "%s/pipe.gir", dir);
+    CHECK(mkfifo(fifo, 0600) == 0 && mkfifo(model, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(60); /* a blocking open of the FIFO would hang here */
+    gr_graph *g = NULL;
+    long live = gr_debug_live_allocs();
+    /* the model itself */
+    CHECK_ERR(gr_gir_load(model, &g), GR_ERR_IO, "FIFO");
+    CHECK(g == NULL && strstr(gr_last_error(), "pipe.gir"));
+    /* side files: a FIFO, an endless device, a directory */
+    CHECK_ERR(gr_gir_parse("graft 1\nconst w: f32[4] = file(\"pipe.bin\")\noutput w\n", "m.gir", dir, &g), GR_ERR_IO,
+              "m.gir:2:19: constant 'w': side file: cannot read");
+    CHECK(strstr(gr_last_error(), "FIFO") && strstr(gr_last_error(), "pipe.bin"));
+    CHECK_ERR(gr_gir_parse("graft 1\nconst w: f32[4] = file(\"/dev/zero\")\noutput w\n", "m.gir", dir, &g), GR_ERR_IO,
+              "character device");
+    CHECK_ERR(gr_gir_parse("graft 1\nconst w: f32[4] = file(\".\")\noutput w\n", "m.gir", dir, &g), GR_ERR_IO,
+              "a directory");
+    CHECK(g == NULL && gr_debug_live_allocs() == live);
+    alarm(0);
+    unlink(fifo);
+    unlink(model);
+    rmdir(dir);
 }
 
 /* ==== errors: each file in tests/data/gir/bad carries "# expect: STATUS line:col text" ================== */
@@ -671,6 +715,7 @@ int main(void) {
     test_control();
     test_dtypes();
     test_side_file();
+    test_special_files();
     test_bad_files();
     test_errors_inline();
     test_round_trip("basic.gir", true);

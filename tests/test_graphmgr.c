@@ -28,7 +28,7 @@ static gr_status normalize_on_host(void *user, const struct gr_step_host_ctx *c)
     host_state *hs = user;
     float a[6];
     GR_TRY(gr_dev_memcpy(c->dev, c->stream, a, c->addr[0], sizeof a, GR_COPY_D2H));
-    GR_TRY(gr_dev_sync(c->dev, c->stream));
+    GR_TRY(gr_dev_stream_sync(c->dev, c->stream));
     float mx = a[0];
     for (int i = 1; i < 6; i++) mx = a[i] > mx ? a[i] : mx;
     for (int i = 0; i < 6; i++) a[i] /= mx;

@@ -3,11 +3,17 @@
  * external data, symbolic dims, import-time folding of shape chains, each
  * class of bad input with its message, and allocation failure at every step. */
 #include "check.h"
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include "util/util.h"
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define DATA "tests/data/onnx/"
 
@@ -166,6 +172,126 @@ static void test_external(void) {
     CHECK(strstr(gr_last_error(), "Wext") != NULL);
     CHECK_ERR(gr_onnx_load(DATA "external_escape.onnx", &g), GR_ERR_INVALID, "relative path inside");
     CHECK(g == NULL);
+}
+
+/* ==== external data that is hostile: links out of the model's folder, NUL bytes, FIFOs ======== */
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_onnx: timed out: a read blocked (FIFO?)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+static bool put_file(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(data, 1, n, f) == n;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+/* external.onnx with its 18-byte location "external.onnx.data" replaced by another of 18 bytes */
+static char *with_location(const char *model, size_t n, const char *loc18) {
+    const char *at = memmem(model, n, "external.onnx.data", 18);
+    char *m = at ? gr_malloc(n) : NULL;
+    if (m) {
+        memcpy(m, model, n);
+        memcpy(m + (at - model), loc18, 18);
+    }
+    return m;
+}
+
+static void test_external_hostile(void) {
+    char *model = NULL, *data = NULL, *patched = NULL;
+    size_t model_n = 0, data_n = 0;
+    char real_data[PATH_MAX], dir[256], outside[256];
+    snprintf(dir, sizeof dir, "%s/graft-test-onnx-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(outside, sizeof outside, "%s/graft-test-onnx-out-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (gr_read_file(DATA "external.onnx", &model, &model_n) != GR_OK ||
+        gr_read_file(DATA "external.onnx.data", &data, &data_n) != GR_OK || !realpath(DATA "external.onnx.data", real_data) ||
+        !mkdtemp(dir) || !mkdtemp(outside)) {
+        CHECK(!"external.onnx fixtures, temporary folders");
+        goto out;
+    }
+    char path[PATH_MAX], data_path[PATH_MAX], sub[PATH_MAX], sub_data[PATH_MAX], alias[PATH_MAX], alias_model[PATH_MAX],
+        link_dir[PATH_MAX], out_data[PATH_MAX];
+    snprintf(path, sizeof path, "%s/m.onnx", dir);
+    snprintf(data_path, sizeof data_path, "%s/external.onnx.data", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(sub_data, sizeof sub_data, "%s/sub/real.data", dir);
+    snprintf(alias, sizeof alias, "%s/alias", dir);
+    snprintf(alias_model, sizeof alias_model, "%s/alias/m.onnx", dir);
+    snprintf(link_dir, sizeof link_dir, "%s/o", dir);
+    snprintf(out_data, sizeof out_data, "%s/data-outside.bin", outside); /* 16 bytes of name */
+    CHECK(put_file(path, model, model_n) && mkdir(sub, 0700) == 0 && put_file(sub_data, data, data_n) &&
+          put_file(out_data, data, data_n));
+    gr_graph *g = NULL;
+
+    /* a copy of the data next to the model loads, also when the folder is reached through a link */
+    CHECK(put_file(data_path, data, data_n));
+    CHECK_OK(gr_onnx_load(path, &g));
+    gr_ir_graph_destroy(g), g = NULL;
+    CHECK(symlink(dir, alias) == 0);
+    CHECK_OK(gr_onnx_load(alias_model, &g));
+    gr_ir_graph_destroy(g), g = NULL;
+    /* a link that stays inside the folder is followed */
+    CHECK(unlink(data_path) == 0 && symlink("sub/real.data", data_path) == 0);
+    CHECK_OK(gr_onnx_load(path, &g));
+    gr_ir_graph_destroy(g), g = NULL;
+
+    /* a link out of the folder is refused, though the location is a plain relative name */
+    CHECK(unlink(data_path) == 0 && symlink(real_data, data_path) == 0);
+    CHECK_ERR(gr_onnx_load(path, &g), GR_ERR_INVALID, "outside the model's directory");
+    CHECK(g == NULL && strstr(gr_last_error(), "Wext") && strstr(gr_last_error(), real_data));
+    CHECK(unlink(data_path) == 0);
+
+    /* so is a linked folder on the way: location "o/data-outside.bin", o -> another folder */
+    patched = with_location(model, model_n, "o/data-outside.bin");
+    CHECK(patched != NULL);
+    if (patched) {
+        CHECK(mkdir(link_dir, 0700) == 0); /* o a real folder first: the location itself is fine */
+        snprintf(sub_data, sizeof sub_data, "%s/o/data-outside.bin", dir);
+        CHECK(put_file(sub_data, data, data_n));
+        CHECK_OK(gr_onnx_load_buffer(patched, model_n, "inside.onnx", dir, &g));
+        gr_ir_graph_destroy(g), g = NULL;
+        CHECK(unlink(sub_data) == 0 && rmdir(link_dir) == 0 && symlink(outside, link_dir) == 0);
+        CHECK_ERR(gr_onnx_load_buffer(patched, model_n, "linked.onnx", dir, &g), GR_ERR_INVALID,
+                  "outside the model's directory");
+        CHECK(g == NULL);
+        gr_free(patched, model_n);
+    }
+    snprintf(sub_data, sizeof sub_data, "%s/sub/real.data", dir);
+
+    /* a NUL byte in the location is refused, not cut at: "external.onnx\0data" would read the
+     * model itself (external.onnx exists) as the weights */
+    patched = with_location(model, model_n, "external.onnx\0data");
+    CHECK(patched != NULL);
+    if (patched) {
+        CHECK_ERR(gr_onnx_load_buffer(patched, model_n, "nul.onnx", DATA, &g), GR_ERR_INVALID, "NUL byte at byte 13 of 18");
+        CHECK(g == NULL && strstr(gr_last_error(), "Wext") && strstr(gr_last_error(), "location"));
+        gr_free(patched, model_n);
+    }
+
+    /* a FIFO as the data file: refused at once, not waited on */
+    CHECK(mkfifo(data_path, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(60);
+    CHECK_ERR(gr_onnx_load(path, &g), GR_ERR_IO, "FIFO");
+    CHECK(g == NULL && strstr(gr_last_error(), "Wext"));
+    alarm(0);
+
+    unlink(data_path);
+    unlink(sub_data);
+    rmdir(sub);
+    unlink(alias);
+    unlink(link_dir);
+    unlink(path);
+    rmdir(dir);
+    unlink(out_data);
+    rmdir(outside);
+out:
+    if (model) gr_free(model, model_n + 1);
+    if (data) gr_free(data, data_n + 1);
 }
 
 static void test_attention(void) {
@@ -334,6 +460,7 @@ int main(void) {
     test_shape_chain();
     test_dtypes();
     test_external();
+    test_external_hostile();
     test_attention();
     test_unknown_dim();
     test_bad_input();

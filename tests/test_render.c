@@ -214,7 +214,8 @@ static void test_gather(gr_dtype it, gr_dtype t) {
     OK_OR_FAIL(gr_kx_load(k, table, &at, &lt));
     OK_OR_FAIL(store(k, out, lt, &a, false));
     {
-        const char *needles[] = {"gr_wrap(", NULL};
+        /* an out-of-range index is clamped into the table, never read out of bounds (kir.h) */
+        const char *needles[] = {"gr_wrap(", "return i < 0 ? 0 : i >= n ? n - 1 : i;", NULL};
         render_compile(k, needles);
     }
     return;
@@ -478,7 +479,37 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* The one error style of the CUDA backend: the call as written from the library
+ * function on, the library's error name, and the status class. No GPU needed. */
+static CUresult cuStandIn(CUresult r) { return r; } /* a driver call that returns r */
+static gr_status cu_fails(CUresult r) {
+    GR_CU_CHECK(cuStandIn(r));
+    return GR_OK;
+}
+
+static void test_error_style(void) {
+    CHECK(gr_cuda_status(CUDA_SUCCESS, "cuInit(0)") == GR_OK);
+    CHECK_ERR(gr_cuda_status(CUDA_ERROR_OUT_OF_MEMORY, "CU(d)->cuMemAlloc(&p, bytes)"), GR_ERR_NOMEM,
+              "out of device memory: cuMemAlloc(&p, bytes): ");
+    CHECK_ERR(gr_cuda_status(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "c->cu->cuMemcpyHtoD(p, src, n)"), GR_ERR_HAZARD,
+              "cuMemcpyHtoD(p, src, n): ");
+    CHECK_ERR(gr_cuda_status(CUDA_ERROR_INVALID_VALUE, "cu->cuGraphLaunch(e->e, cs(s))"), GR_ERR_DEVICE, "cuGraphLaunch(e->e, cs(s)): ");
+    CHECK(strncmp(gr_last_error(), "cuGraphLaunch", 13) == 0);
+    /* the macro returns the status from the enclosing function */
+    CHECK_ERR(cu_fails(CUDA_ERROR_LAUNCH_FAILED), GR_ERR_DEVICE, "cuStandIn(r): ");
+    CHECK(cu_fails(CUDA_SUCCESS) == GR_OK);
+    CHECK(gr_nvrtc_status(NVRTC_SUCCESS, "nvrtcVersion(&a, &b)") == GR_OK);
+    CHECK_ERR(gr_nvrtc_status(NVRTC_ERROR_OUT_OF_MEMORY, "nv->nvrtcCompileProgram(prog, 3, opts)"), GR_ERR_NOMEM,
+              "nvrtcCompileProgram(prog, 3, opts): ");
+    CHECK_ERR(gr_nvrtc_status(NVRTC_ERROR_INVALID_INPUT, "nv->nvrtcCreateProgram(&p, src, n, 0, NULL, NULL)"), GR_ERR_DEVICE,
+              "nvrtcCreateProgram(&p, src, n, 0, NULL, NULL): ");
+    CHECK(gr_lt_status(CUBLAS_STATUS_SUCCESS, "lt->cublasLtCreate(&h)") == GR_OK);
+    CHECK_ERR(gr_lt_status(CUBLAS_STATUS_ALLOC_FAILED, "lt->cublasLtCreate(&h)"), GR_ERR_NOMEM, "cuBLASLt: cublasLtCreate(&h): ");
+    CHECK_ERR(gr_lt_status(CUBLAS_STATUS_NOT_SUPPORTED, "s->lt->cublasLtMatmul(h, d)"), GR_ERR_DEVICE, "cuBLASLt: cublasLtMatmul(h, d): ");
+}
+
 int main(void) {
+    test_error_style();
     const gr_nvrtc_api *nv = NULL;
     nvrtc_present = gr_cuda_load_nvrtc(&nv) == GR_OK;
     if (!nvrtc_present) printf("test_render: NVRTC compilation skipped: NVRTC not found (%s)\n", gr_last_error());

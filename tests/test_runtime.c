@@ -213,6 +213,60 @@ out:
     gr_session_destroy(se);
 }
 
+/* The session reports the device kind it resolved to: what the CLI uses to label
+ * simulated timings, instead of guessing from the device's name. */
+static void test_device_kind(void) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(attn_gir, "attn.gir", NULL, &g));
+    if (!g) return;
+    CHECK(gr_session_device_kind(NULL) == GR_DEVICE_AUTO);
+    gr_session_options o = sim_opts(GR_MODE_EAGER);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK(gr_session_device_kind(s) == GR_DEVICE_SIM);
+    gr_session_destroy(s);
+    /* auto resolves to a concrete kind: CUDA where a GPU is usable, else the simulator */
+    o.device = GR_DEVICE_AUTO;
+    s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_device_kind k = gr_session_device_kind(s);
+    CHECK(k == GR_DEVICE_SIM || k == GR_DEVICE_CUDA);
+    CHECK_MSG((k == GR_DEVICE_SIM) == !strcmp(gr_session_device_name(s), "sim"), "kind %d for device '%s'", (int)k,
+              gr_session_device_name(s));
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+}
+
+/* Per-kernel profile: each kernel replayed in a graph of its own between events. */
+static void test_profile(void) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse(attn_gir, "attn.gir", NULL, &g));
+    if (!g) return;
+    gr_session_options o = sim_opts(GR_MODE_GRAPH);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_graph_destroy(g);
+    if (!s) return;
+    char *text = NULL;
+    double sum = -1;
+    CHECK_ERR(gr_session_profile(s, &text, &sum), GR_ERR_INVALID, "run the session once first");
+    float x[32], y[32];
+    fill(x, 32, 7);
+    CHECK_OK(run_attn(s, x, 2.0f, y));
+    CHECK_OK(gr_session_profile(s, &text, &sum));
+    CHECK_MSG(text && strstr(text, "(sim; each kernel replayed 10 times in a graph of its own)") && strstr(text, " us  "),
+              "profile: %s", text ? text : "(none)");
+    CHECK(sum > 0);
+    gr_free_string(text);
+    /* the profile leaves the outputs of the last run readable and unchanged */
+    gr_output out;
+    float y2[32];
+    CHECK_OK(gr_session_output(s, 0, &out));
+    CHECK_OK(gr_session_output_read(s, out, y2, sizeof y2));
+    CHECK(!memcmp(y, y2, sizeof y));
+    gr_session_destroy(s);
+}
+
 static void test_api_build_and_errors(void) {
     gr_graph_t g;
     CHECK_OK(gr_graph_create(&g));
@@ -503,12 +557,60 @@ static void test_oom_leaves_session_usable(void) {
     gr_session_destroy(s);
 }
 
+/* gr_graph_dump_passes_dims: symbolic dims bound by name reach the specialize pass (graft dump --dim) */
+static void test_dump_with_dims(void) {
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse("graft 1\ninput x: f32[N, 4]\ninput y: f32[N, M]\nz = add(x, y)\noutput z\n", "sym.gir", NULL, &g));
+    if (!g) return;
+    long live = gr_debug_live_allocs();
+    char *text = (char *)&text;
+    CHECK_ERR(gr_graph_dump_passes(g, &text), GR_ERR_SHAPE, "unresolved symbolic dims: N (of 'x'), M (of 'y')");
+    CHECK(text == NULL);
+    const char *names[] = {"N", "M", "N"};
+    int64_t values[] = {3, 4, 3};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, names, values, &text), GR_ERR_INVALID, "no value for symbolic dim 'M' (of value 'y')");
+    CHECK_OK(gr_graph_dump_passes_dims(g, 3, names, values, &text));
+    CHECK(text && strstr(text, "== after input ==\ngraft 1\ninput x: f32[N, 4]") &&
+          strstr(text, "== after specialize ==\ngraft 1\ninput x: f32[3, 4]\ninput y: f32[3, 4]"));
+    gr_free_string(text);
+    text = NULL;
+    const char *bad_names[] = {"K"};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, bad_names, values, &text), GR_ERR_NOT_FOUND,
+              "no symbolic dim named 'K' (symbolic dims: 'N', 'M')");
+    int64_t conflict[] = {3, 4, 5};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 3, names, conflict, &text), GR_ERR_INVALID, "'N' given twice with different values");
+    int64_t negative[] = {-2};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, names, negative, &text), GR_ERR_INVALID, "negative");
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 1, NULL, values, &text), GR_ERR_INVALID, "NULL");
+    /* a value that makes the graph wrong is the graph's error, as in a session */
+    int64_t mismatch[] = {3, 5};
+    CHECK_ERR(gr_graph_dump_passes_dims(g, 2, names, mismatch, &text), GR_ERR_SHAPE, "add");
+    CHECK(text == NULL && gr_debug_live_allocs() == live);
+    /* allocation failures: an error, no leak */
+    long k = 1;
+    for (; k < 5000; k++) {
+        gr_debug_fail_alloc_after(k);
+        gr_status st = gr_graph_dump_passes_dims(g, 2, names, values, &text);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            gr_free_string(text);
+            break;
+        }
+        CHECK_MSG(st == GR_ERR_NOMEM && text == NULL, "failing allocation %ld: %s", k, gr_last_error());
+    }
+    CHECK(k > 1 && k < 5000 && gr_debug_live_allocs() == live);
+    gr_graph_destroy(g);
+}
+
 int main(void) {
+    test_dump_with_dims();
     test_oom_leaves_session_usable();
     test_auto_mode();
     test_predicated_if();
     test_host_buffers();
     test_api_build_and_errors();
+    test_device_kind();
+    test_profile();
     test_eager_vs_graph_and_stale_scalar();
     test_generation_tags();
     test_bad_inputs();

@@ -23,24 +23,106 @@
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 /* ==== messages ======================================================================= */
+/* Everything graft prints goes through gr_escape_text: names come from the model, and a model
+ * must not be able to send escape sequences to the terminal. Messages may span lines (a
+ * compiler log, a dump); a name never does, so show() also escapes '\n' and '\t' in names. */
+static void put_escaped(FILE *f, const char *text, bool multiline) {
+    char buf[4096];
+    if (!text) text = "";
+    size_t need = gr_escape_text(buf, sizeof buf, text, multiline);
+    char *big = need < sizeof buf ? NULL : malloc(need + 1);
+    if (big) gr_escape_text(big, need + 1, text, multiline);
+    fputs(big ? big : buf, f); /* cut short only when out of memory */
+    free(big);
+}
+
+static void print_text(const char *text);
+
+static void vmessage(const char *prefix, const char *fmt, va_list ap) {
+    char raw[8192];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    fputs(prefix, stderr);
+    put_escaped(stderr, raw, true);
+    fputc('\n', stderr);
+}
+
 static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void errorf(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("graft: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmessage("graft: ", fmt, ap);
     va_end(ap);
 }
 
-/* Reports a failed API call with the library's message. */
+static void notef(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notef(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("graft: note: ", fmt, ap);
+    va_end(ap);
+}
+
+/* A name (from the model or argv; len bytes, or all of it when len is SIZE_MAX) escaped for one
+ * line of a message, cut with "..." past ~500 bytes. Returns one of 8 rotating buffers, so a
+ * message may show up to 8 names. */
+static const char *show_n(const char *name, size_t len) {
+    static char ring[8][512], raw[2048];
+    static int next;
+    char *buf = ring[next++ % 8];
+    if (!name) name = "";
+    size_t n = len == SIZE_MAX ? strlen(name) : strnlen(name, len);
+    bool cut = n >= sizeof raw;
+    if (cut) n = sizeof raw - 1;
+    memcpy(raw, name, n);
+    raw[n] = 0;
+    if (gr_escape_text(buf, sizeof ring[0] - 3, raw, false) >= sizeof ring[0] - 3 || cut) strcat(buf, "...");
+    return buf;
+}
+static const char *show(const char *name) { return show_n(name, SIZE_MAX); }
+
+/* Reports a failed API call with the library's message (escaped there already). */
 static int api_fail(gr_status st, const char *context) {
     const char *msg = gr_last_error();
     if (!msg || !*msg) msg = gr_status_name(st);
+    char ctx[1024];
+    if (context) gr_escape_text(ctx, sizeof ctx, context, true);
     /* the library's messages usually name the file already */
-    if (context && !strstr(msg, context)) errorf("%s: %s", context, msg);
+    if (context && !strstr(msg, ctx)) errorf("%s: %s", ctx, msg);
     else errorf("%s", msg);
     return EXIT_RUNTIME;
+}
+
+/* Writes s as a JSON string: quotes, backslashes and control characters (C0, DEL, C1) escaped;
+ * a byte that is not UTF-8 becomes U+FFFD, so the file stays valid JSON whatever a path holds. */
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const char *c = s ? s : ""; *c;) {
+        unsigned char u = (unsigned char)*c;
+        int n = gr_utf8_seq_len(c);
+        if (n == 0) {
+            fputs("\\ufffd", f);
+            c++;
+        } else if (n == 2 && u == 0xc2 && (unsigned char)c[1] < 0xa0) {
+            fprintf(f, "\\u%04x", (unsigned char)c[1]);
+            c += 2;
+        } else if (n > 1) {
+            fwrite(c, 1, (size_t)n, f);
+            c += n;
+        } else {
+            switch (u) {
+            case '"': fputs("\\\"", f); break;
+            case '\\': fputs("\\\\", f); break;
+            case '\n': fputs("\\n", f); break;
+            case '\r': fputs("\\r", f); break;
+            case '\t': fputs("\\t", f); break;
+            default:
+                if (u < 0x20 || u == 0x7f) fprintf(f, "\\u%04x", u);
+                else fputc(u, f);
+            }
+            c++;
+        }
+    }
+    fputc('"', f);
 }
 
 /* ==== help ============================================================================= */
@@ -79,12 +161,14 @@ static const char usage_run[] =
     "\n"
     "Runs MODEL once, writes each output as DIR/<name>.npy (characters outside\n"
     "[A-Za-z0-9_.-] in a name become '_'; bf16 outputs are written as f32) and\n"
-    "prints one line per output: name, dtype, shape, min/max/mean and an FNV-1a\n"
-    "checksum of the output's bytes.\n"
+    "prints one line per output: name, dtype, shape, min/max/mean, an FNV-1a\n"
+    "checksum of the output's bytes and the file it went to. Names that map to\n"
+    "the same file (also ignoring case) get a suffix _2, _3, ... in order, with a note.\n"
     "\n"
     "options:\n"
     "  --output-dir DIR       where outputs go (default: out/, created if missing)\n"
-    "  --save-inputs DIR      also write the inputs used (given or generated) as DIR/<name>.npy\n";
+    "  --save-inputs DIR      also write the inputs used (given or generated) as DIR/<name>.npy\n"
+    "                         (named as outputs are; in the output dir, outputs come second)\n";
 
 static const char usage_bench[] =
     "usage: graft bench MODEL [options]\n"
@@ -106,9 +190,13 @@ static const char usage_bench[] =
     "benchmarks do; inputs are set once, so their placeholders are not refilled.\n";
 
 static const char usage_dump[] =
-    "usage: graft dump MODEL\n"
+    "usage: graft dump MODEL [--dim NAME=VALUE ...]\n"
     "\n"
-    "Prints the IR of MODEL after each compiler pass.\n";
+    "Prints the IR of MODEL after each compiler pass. A model with symbolic dims\n"
+    "needs a value for each (the specialize pass substitutes them).\n"
+    "\n"
+    "options:\n"
+    "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n";
 
 static const char usage_explain[] =
     "usage: graft explain MODEL [options]\n"
@@ -127,7 +215,7 @@ typedef struct {
     const char *value;
 } kv_arg;
 
-enum { OPT_INPUTS = 1, OPT_OUTDIR = 2, OPT_BENCH = 4 };
+enum { OPT_INPUTS = 1, OPT_OUTDIR = 2, OPT_BENCH = 4, OPT_DIM = 8 };
 
 typedef struct {
     const char *cmd;
@@ -175,7 +263,7 @@ static int parse_kv(const char *opt, const char *arg, kv_arg *out) {
         return EXIT_USAGE;
     }
     if (eq == arg) {
-        errorf("%s expects NAME=..., got '%s' (empty name)", opt, arg);
+        errorf("%s expects NAME=..., got '%s' (empty name)", opt, show(arg));
         return EXIT_USAGE;
     }
     if (!eq[1]) {
@@ -233,9 +321,11 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
 
         bool takes_value = true;
         int need = 0;
-        if (!strcmp(optname, "--input") || !strcmp(optname, "--dim") || !strcmp(optname, "--device") ||
-            !strcmp(optname, "--mode") || !strcmp(optname, "--seed"))
+        if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
+            !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
+        else if (!strcmp(optname, "--dim"))
+            need = OPT_DIM;
         else if (!strcmp(optname, "--output-dir"))
             need = OPT_OUTDIR;
         else if (!strcmp(optname, "--iters") || !strcmp(optname, "--warmup") || !strcmp(optname, "--repeats") ||
@@ -380,7 +470,7 @@ static void input_set_free(input_set *s) {
 static void shape_str(char *buf, size_t n, gr_dtype t, int ndim, const int64_t *dims, const char *const *syms) {
     size_t pos = (size_t)snprintf(buf, n, "%s[", gr_dtype_name(t));
     for (int i = 0; i < ndim && pos < n; i++) {
-        if (syms && syms[i]) pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", i ? "," : "", syms[i]);
+        if (syms && syms[i]) pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", i ? "," : "", show(syms[i]));
         else pos += (size_t)snprintf(buf + pos, n - pos, "%s%lld", i ? "," : "", (long long)dims[i]);
     }
     if (pos < n) snprintf(buf + pos, n - pos, "]");
@@ -423,7 +513,7 @@ static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_c
     char err[NPY_ERR_LEN];
     npy_array a;
     if (npy_read(path, &a, err)) {
-        errorf("input '%s': %s", b->info.name, err);
+        errorf("input '%s': %s", show(b->info.name), err);
         return *exit_code = EXIT_RUNTIME, -1;
     }
     char want[256], got[256];
@@ -431,13 +521,13 @@ static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_c
     shape_str(got, sizeof got, a.dtype, a.ndim, a.dims, NULL);
     bool bf16_from_f32 = b->info.dtype == GR_BF16 && a.dtype == GR_F32;
     if (a.dtype != b->info.dtype && !bf16_from_f32) {
-        errorf("input '%s': %s has dtype %s, the model expects %s (%s)", b->info.name, path, gr_dtype_name(a.dtype),
+        errorf("input '%s': %s has dtype %s, the model expects %s (%s)", show(b->info.name), path, gr_dtype_name(a.dtype),
                gr_dtype_name(b->info.dtype), want);
         npy_free(&a);
         return *exit_code = EXIT_RUNTIME, -1;
     }
     if (a.ndim != b->info.ndim) {
-        errorf("input '%s': %s has shape %s (rank %d), the model expects %s (rank %d)", b->info.name, path, got,
+        errorf("input '%s': %s has shape %s (rank %d), the model expects %s (rank %d)", show(b->info.name), path, got,
                a.ndim, want, b->info.ndim);
         npy_free(&a);
         return *exit_code = EXIT_RUNTIME, -1;
@@ -454,8 +544,8 @@ static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_c
         } else {
             sym_binding *sb = find_sym(s, sym);
             if (sb && sb->value != a.dims[d]) {
-                errorf("input '%s': %s has shape %s, but symbolic dim '%s' is already %lld (from %s)", b->info.name,
-                       path, got, sym, (long long)sb->value, sb->source);
+                errorf("input '%s': %s has shape %s, but symbolic dim '%s' is already %lld (from %s)", show(b->info.name),
+                       path, got, show(sym), (long long)sb->value, show(sb->source));
                 npy_free(&a);
                 return *exit_code = EXIT_RUNTIME, -1;
             }
@@ -496,7 +586,7 @@ static int generate_input(input_set *s, bound_input *b, uint64_t *rng, uint64_t 
         sym_binding *sb = find_sym(s, sym);
         if (!sb) {
             errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --input %s=FILE.npy or --dim %s=VALUE",
-                   b->info.name, sym, b->info.name, sym);
+                   show(b->info.name), show(sym), show(b->info.name), show(sym));
             return *exit_code = EXIT_USAGE, -1;
         }
         b->dims[d] = sb->value;
@@ -504,14 +594,14 @@ static int generate_input(input_set *s, bound_input *b, uint64_t *rng, uint64_t 
     bool overflow;
     size_t nbytes = shape_bytes(b->info.dtype, b->info.ndim, b->dims, &overflow);
     if (overflow || nbytes > ((size_t)1 << 40)) {
-        errorf("input '%s': the shape is too large to generate", b->info.name);
+        errorf("input '%s': the shape is too large to generate", show(b->info.name));
         return *exit_code = EXIT_RUNTIME, -1;
     }
     b->dtype = b->info.dtype;
     b->nbytes = nbytes;
     b->data = nbytes ? malloc(nbytes) : NULL;
     if (nbytes && !b->data) {
-        errorf("input '%s': out of memory (%zu bytes)", b->info.name, nbytes);
+        errorf("input '%s': out of memory (%zu bytes)", show(b->info.name), nbytes);
         return *exit_code = EXIT_RUNTIME, -1;
     }
     size_t numel = nbytes / gr_dtype_size(b->dtype);
@@ -534,8 +624,7 @@ static int generate_input(input_set *s, bound_input *b, uint64_t *rng, uint64_t 
     b->resolved = true;
     char shape[256];
     shape_str(shape, sizeof shape, b->dtype, b->info.ndim, b->dims, NULL);
-    fprintf(stderr, "graft: note: input '%s' not given; generated %s %s (seed %llu)\n", b->info.name, shape, what,
-            (unsigned long long)seed);
+    notef("input '%s' not given; generated %s %s (seed %llu)", show(b->info.name), shape, what, (unsigned long long)seed);
     return 0;
 }
 
@@ -565,15 +654,15 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
             char names[1024] = "";
             size_t pos = 0;
             for (int i = 0; i < n && pos < sizeof names; i++)
-                pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", i ? ", " : "", s->in[i].info.name);
-            errorf("--input: the model has no input named '%.*s' (inputs: %s)", (int)GR_MIN(o->inputs[k].name_len, 200),
-                   o->inputs[k].name, n ? names : "none");
+                pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", i ? ", " : "", show(s->in[i].info.name));
+            errorf("--input: the model has no input named '%s' (inputs: %s)", show_n(o->inputs[k].name, o->inputs[k].name_len),
+                   n ? names : "none");
             return EXIT_USAGE;
         }
         for (int j = 0; j < k; j++)
             if (o->inputs[j].name_len == o->inputs[k].name_len &&
                 !strncmp(o->inputs[j].name, o->inputs[k].name, o->inputs[k].name_len)) {
-                errorf("--input: input '%.*s' given twice", (int)o->inputs[k].name_len, o->inputs[k].name);
+                errorf("--input: input '%s' given twice", show_n(o->inputs[k].name, o->inputs[k].name_len));
                 return EXIT_USAGE;
             }
     }
@@ -585,8 +674,7 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
                 if (s->in[i].info.sym_names[d] && name_eq(&o->dims[k], s->in[i].info.sym_names[d]))
                     known = s->in[i].info.sym_names[d];
         if (!known) {
-            errorf("--dim: the model's inputs have no symbolic dim named '%.*s'", (int)o->dims[k].name_len,
-                   o->dims[k].name);
+            errorf("--dim: the model's inputs have no symbolic dim named '%s'", show_n(o->dims[k].name, o->dims[k].name_len));
             return EXIT_USAGE;
         }
         sym_binding *sb = find_sym(s, known);
@@ -596,7 +684,7 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
             return EXIT_USAGE;
         }
         if (sb && sb->value != v) {
-            errorf("--dim: '%s' given twice with different values", known);
+            errorf("--dim: '%s' given twice with different values", show(known));
             return EXIT_USAGE;
         }
         if (!sb) s->syms[s->n_syms++] = (sym_binding){known, v, "--dim"};
@@ -619,7 +707,7 @@ static int set_inputs(gr_session_t sess, input_set *s) {
         gr_status st = gr_session_set_input(sess, b->info.name, b->dtype, b->info.ndim, b->dims, b->data, b->nbytes);
         if (st != GR_OK) {
             char ctx[512];
-            snprintf(ctx, sizeof ctx, "input '%s'%s%s", b->info.name, b->file ? " from " : "", b->file ? b->file : "");
+            snprintf(ctx, sizeof ctx, "input '%s'%s%s", show(b->info.name), b->file ? " from " : "", b->file ? b->file : "");
             return api_fail(st, ctx);
         }
     }
@@ -660,15 +748,30 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     return 0;
 }
 
-static bool device_is_sim(gr_session_t s) {
-    const char *name = gr_session_device_name(s);
-    if (!name) return true;
-    for (const char *p = name; *p; p++)
-        if (!strncasecmp(p, "sim", 3)) return true;
-    return false;
+/* ==== run ================================================================================== */
+/* ---- file names: one file per name, never two names on one file ---- */
+#define FILE_BASE_MAX 224 /* the sanitised name is cut at 200 bytes; a suffix _N fits after it */
+
+typedef struct {
+    char base[FILE_BASE_MAX]; /* file name without ".npy" */
+    const char *kind;         /* "input" or "output" */
+    int index;
+    const char *name; /* the model's name (alive as long as the graph and session) */
+} file_slot;
+
+/* The files given out in one directory. */
+typedef struct {
+    file_slot *slots;
+    int n, cap;
+} file_names;
+
+static void file_names_free(file_names *fn) {
+    free(fn->slots);
+    memset(fn, 0, sizeof *fn);
 }
 
-/* ==== run ================================================================================== */
+/* Characters outside [A-Za-z0-9_.-] become '_': no '/' survives, so no name (not "../../x"
+ * either) leads outside the directory. */
 static void sanitize_name(const char *name, char *out, size_t n) {
     size_t j = 0;
     for (size_t i = 0; name[i] && j + 1 < n; i++) {
@@ -678,6 +781,54 @@ static void sanitize_name(const char *name, char *out, size_t n) {
         out[j++] = ok ? c : '_';
     }
     out[j] = 0;
+}
+
+static const file_slot *file_taken(const file_names *fn, const char *base) {
+    for (int i = 0; i < fn->n; i++)
+        if (!strcasecmp(fn->slots[i].base, base)) return &fn->slots[i]; /* case-insensitive file systems */
+    return NULL;
+}
+
+/* Picks the file <base>.npy for the name of input/output `index`: the sanitised name ("<kind>_<index>"
+ * when nothing is left), or, when another name already has that file in this directory, the first
+ * free <base>_2, <base>_3, ... with a note naming both. Deterministic: it depends on the order
+ * only. Returns the base, or NULL when out of memory. */
+static const char *pick_file(file_names *fn, const char *kind, int index, const char *name) {
+    if (fn->n == fn->cap) {
+        int cap = fn->cap ? fn->cap * 2 : 16;
+        file_slot *ns = realloc(fn->slots, sizeof *ns * (size_t)cap);
+        if (!ns) return NULL;
+        fn->slots = ns;
+        fn->cap = cap;
+    }
+    file_slot *slot = &fn->slots[fn->n];
+    char want[208]; /* 200 bytes of name, or "output_<index>" */
+    sanitize_name(name ? name : "", want, 201);
+    if (!want[0]) snprintf(want, sizeof want, "%s_%d", kind, index);
+    const file_slot *owner = file_taken(fn, want);
+    snprintf(slot->base, sizeof slot->base, "%s", want);
+    for (int k = 2; file_taken(fn, slot->base); k++) /* ends: at most n bases are taken */
+        snprintf(slot->base, sizeof slot->base, "%s_%d", want, k);
+    if (owner)
+        notef("%s %d '%s' is written to %s.npy: %s.npy already holds %s %d '%s'", kind, index, show(name), slot->base, want,
+              owner->kind, owner->index, show(owner->name));
+    slot->kind = kind;
+    slot->index = index;
+    slot->name = name;
+    fn->n++;
+    return slot->base;
+}
+
+static bool same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static char *join_path(const char *dir, const char *base) {
+    size_t n = strlen(dir) + strlen(base) + 6;
+    char *path = malloc(n);
+    if (path) snprintf(path, n, "%s/%s.npy", dir, base);
+    return path;
 }
 
 /* mkdir -p */
@@ -710,7 +861,8 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
-static void summarize(const char *name, const gr_value_info *info, const void *data, size_t nbytes, bool bf16_as_f32) {
+static void summarize(const char *name, const gr_value_info *info, const void *data, size_t nbytes, bool bf16_as_f32,
+                      const char *file) {
     size_t esize = gr_dtype_size(info->dtype);
     size_t numel = esize ? nbytes / esize : 0;
     double mn = INFINITY, mx = -INFINITY, sum = 0;
@@ -728,23 +880,22 @@ static void summarize(const char *name, const gr_value_info *info, const void *d
     }
     char shape[256];
     shape_str(shape, sizeof shape, info->dtype, info->ndim, info->dims, NULL);
-    printf("%s  %s", name, shape);
+    put_escaped(stdout, name, false);
+    printf("  %s", shape);
     if (finite) printf("  min=%.6g max=%.6g mean=%.6g", mn, mx, sum / (double)finite);
     else if (!numel) printf("  (empty)");
     if (nan_count) printf("  nan=%zu", nan_count);
     printf("  checksum=%016llx", (unsigned long long)gr_hash_bytes(data, nbytes, 0));
     if (bf16_as_f32) printf("  (bf16 written as f32)");
-    printf("\n");
+    printf("  -> %s.npy\n", file);
 }
 
-static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out) {
+/* input_files: the files --save-inputs wrote; outputs continue that list when both go to one directory. */
+static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out, file_names *input_files) {
     int code = make_dirs(o->out_dir);
     if (code) return code;
-    char (*used)[256] = calloc((size_t)(n_out ? n_out : 1), sizeof *used);
-    if (!used) {
-        errorf("out of memory");
-        return EXIT_RUNTIME;
-    }
+    file_names own = {0};
+    file_names *files = o->save_inputs && same_dir(o->save_inputs, o->out_dir) ? input_files : &own;
     for (int i = 0; i < n_out && !code; i++) {
         gr_output out;
         gr_value_info info;
@@ -757,30 +908,20 @@ static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out) {
         size_t nbytes = gr_session_output_nbytes(sess, out);
         void *data = nbytes ? malloc(nbytes) : NULL;
         if (nbytes && !data) {
-            errorf("output '%s': out of memory (%zu bytes)", info.name, nbytes);
+            errorf("output '%s': out of memory (%zu bytes)", show(info.name), nbytes);
             code = EXIT_RUNTIME;
             break;
         }
         st = gr_session_output_read(sess, out, data, nbytes);
         if (st != GR_OK) {
             free(data);
-            char ctx[300];
-            snprintf(ctx, sizeof ctx, "output '%s'", info.name);
+            char ctx[600];
+            snprintf(ctx, sizeof ctx, "output '%s'", show(info.name));
             code = api_fail(st, ctx);
             break;
         }
-        char base[256];
-        sanitize_name(info.name ? info.name : "", base, 200);
-        if (!base[0]) snprintf(base, sizeof base, "output_%d", i);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(used[j], base)) {
-                size_t l = strlen(base);
-                snprintf(base + l, sizeof base - l, "_%d", i);
-                break;
-            }
-        memcpy(used[i], base, sizeof base);
-        size_t plen = strlen(o->out_dir) + strlen(base) + 8;
-        char *path = malloc(plen);
+        const char *base = pick_file(files, "output", i, info.name);
+        char *path = base ? join_path(o->out_dir, base) : NULL;
         void *to_write = data;
         float *f32 = NULL;
         bool bf16 = info.dtype == GR_BF16;
@@ -795,44 +936,41 @@ static int write_outputs(gr_session_t sess, const cli_opts *o, int n_out) {
             errorf("out of memory");
             code = EXIT_RUNTIME;
         } else {
-            snprintf(path, plen, "%s/%s.npy", o->out_dir, base);
             char err[NPY_ERR_LEN];
             if (npy_write(path, bf16 ? GR_F32 : info.dtype, info.ndim, info.dims, to_write,
                           bf16 ? numel * sizeof(float) : nbytes, err)) {
-                errorf("output '%s': %s", info.name, err);
+                errorf("output '%s': %s", show(info.name), err);
                 code = EXIT_RUNTIME;
             } else {
-                summarize(info.name, &info, data, nbytes, bf16);
+                summarize(info.name, &info, data, nbytes, bf16, base);
             }
         }
         free(path);
         free(f32);
         free(data);
     }
-    free(used);
+    file_names_free(&own);
     return code;
 }
 
-static int save_inputs(const input_set *in, const char *dir) {
+static int save_inputs(const input_set *in, const char *dir, file_names *files) {
     int code = make_dirs(dir);
     for (int i = 0; i < in->n && !code; i++) {
         const bound_input *b = &in->in[i];
         if (!b->resolved) continue;
-        char base[256];
-        sanitize_name(b->info.name ? b->info.name : "", base, 200);
-        size_t plen = strlen(dir) + strlen(base) + 8;
-        char *path = malloc(plen);
+        if (b->dtype == GR_BF16) {
+            errorf("--save-inputs: input '%s' is bf16, which .npy cannot hold", show(b->info.name));
+            return EXIT_RUNTIME;
+        }
+        const char *base = pick_file(files, "input", i, b->info.name);
+        char *path = base ? join_path(dir, base) : NULL;
         if (!path) {
             errorf("out of memory");
             return EXIT_RUNTIME;
         }
-        snprintf(path, plen, "%s/%s.npy", dir, base);
         char err[NPY_ERR_LEN];
-        if (b->dtype == GR_BF16) {
-            errorf("--save-inputs: input '%s' is bf16, which .npy cannot hold", b->info.name);
-            code = EXIT_RUNTIME;
-        } else if (npy_write(path, b->dtype, b->info.ndim, b->dims, b->data, b->nbytes, err)) {
-            errorf("--save-inputs: input '%s': %s", b->info.name, err);
+        if (npy_write(path, b->dtype, b->info.ndim, b->dims, b->data, b->nbytes, err)) {
+            errorf("--save-inputs: input '%s': %s", show(b->info.name), err);
             code = EXIT_RUNTIME;
         }
         free(path);
@@ -853,13 +991,15 @@ static int cmd_run(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
     input_set in = {0};
+    file_names input_files = {0};
     int code = open_session(o, &g, &sess, &in);
-    if (!code && o->save_inputs) code = save_inputs(&in, o->save_inputs);
+    if (!code && o->save_inputs) code = save_inputs(&in, o->save_inputs, &input_files);
     if (!code) {
         gr_status st = gr_session_run(sess);
         if (st != GR_OK) code = api_fail(st, o->model);
     }
-    if (!code) code = write_outputs(sess, o, gr_graph_num_outputs(g));
+    if (!code) code = write_outputs(sess, o, gr_graph_num_outputs(g), &input_files);
+    file_names_free(&input_files);
     if (sess) gr_session_destroy(sess);
     if (g) gr_graph_destroy(g);
     input_set_free(&in);
@@ -920,7 +1060,7 @@ static int cmd_bench(const cli_opts *o) {
         if (o->warmup == 0 && r == 0) first = stats;
     }
     if (!code) {
-        bool sim = device_is_sim(sess);
+        bool sim = gr_session_device_kind(sess) == GR_DEVICE_SIM;
         const char *mode = o->mode == GR_MODE_EAGER ? "eager"
                            : o->mode == GR_MODE_GRAPH ? "graph"
                            : o->mode == GR_MODE_AUTO  ? "auto"
@@ -934,8 +1074,8 @@ static int cmd_bench(const cli_opts *o) {
         double median = sorted ? sorted[o->repeats / 2] : samples[0];
         double tmin = sorted ? sorted[0] : samples[0], tmax = sorted ? sorted[o->repeats - 1] : samples[0];
         free(sorted);
-        printf("model                %s\n", o->model);
-        printf("device               %s\n", gr_session_device_name(sess));
+        printf("model                %s\n", show(o->model));
+        printf("device               %s\n", show(gr_session_device_name(sess)));
         printf("mode                 %s\n", mode);
         printf("iterations           %ld x %ld repeats (warmup %ld)\n", o->iters, o->repeats, o->warmup);
         printf("time/iter            %.3f us (%s; median of repeats, min %.3f, max %.3f)\n", median,
@@ -960,7 +1100,7 @@ static int cmd_bench(const cli_opts *o) {
             char *text = NULL;
             gr_status pst = gr_session_profile(sess, &text, &kernel_sum_us);
             if (pst != GR_OK) code = api_fail(pst, "--profile");
-            else printf("kernel time sum      %.3f us\n%s", kernel_sum_us, text);
+            else printf("kernel time sum      %.3f us\n", kernel_sum_us), print_text(text);
             gr_free_string(text);
         }
         if (o->json_path) {
@@ -969,8 +1109,13 @@ static int cmd_bench(const cli_opts *o) {
                 errorf("--json: cannot write '%s': %s", o->json_path, strerror(errno));
                 code = EXIT_RUNTIME;
             } else {
-                fprintf(f, "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"sim\": %s,\n  \"mode\": \"%s\",\n", o->model,
-                        gr_session_device_name(sess), sim ? "true" : "false", mode);
+                fputs("{\n  \"model\": ", f);
+                json_string(f, o->model);
+                fputs(",\n  \"device\": ", f);
+                json_string(f, gr_session_device_name(sess));
+                fprintf(f, ",\n  \"sim\": %s,\n  \"mode\": ", sim ? "true" : "false");
+                json_string(f, mode);
+                fputs(",\n", f);
                 fprintf(f, "  \"iters\": %ld,\n  \"repeats\": %ld,\n  \"warmup\": %ld,\n", o->iters, o->repeats, o->warmup);
                 fprintf(f, "  \"ms_per_iter\": %.6f,\n  \"ms_samples\": [", median / 1e3);
                 for (long r = 0; r < o->repeats; r++) fprintf(f, "%s%.6f", r ? ", " : "", samples[r] / 1e3);
@@ -1003,22 +1148,66 @@ static int cmd_bench(const cli_opts *o) {
 }
 
 /* ==== dump, explain ============================================================================ */
+/* dump and explain text holds the model's names: escaped like every message */
 static void print_text(const char *text) {
     if (!text || !*text) return;
-    fputs(text, stdout);
+    put_escaped(stdout, text, true);
     if (text[strlen(text) - 1] != '\n') fputc('\n', stdout);
 }
 
 static int cmd_dump(const cli_opts *o) {
     gr_graph_t g = NULL;
-    int code = load_graph(o->model, &g);
+    int n = o->n_dims;
+    char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+    int64_t *values = calloc((size_t)(n ? n : 1), sizeof *values);
+    int code = names && values ? 0 : (errorf("out of memory"), EXIT_RUNTIME);
+    for (int k = 0; k < n && !code; k++) {
+        long v = 0;
+        parse_long(o->dims[k].value, &v); /* checked by parse_args */
+        values[k] = v;
+        if (!(names[k] = malloc(o->dims[k].name_len + 1))) code = (errorf("out of memory"), EXIT_RUNTIME);
+        else memcpy(names[k], o->dims[k].name, o->dims[k].name_len), names[k][o->dims[k].name_len] = 0;
+        for (int j = 0; j < k && !code; j++)
+            if (!strcmp(names[j], names[k]) && values[j] != values[k])
+                code = (errorf("--dim: '%s' given twice with different values", show(names[k])), EXIT_USAGE);
+    }
+    if (!code) code = load_graph(o->model, &g);
+    /* as for run: every --dim names a symbolic dim of an input, and every symbolic dim of an input
+     * needs a value (the message says how to give one) */
+    for (int k = 0; k < n && !code; k++) {
+        bool known = false;
+        for (int i = 0; i < gr_graph_num_inputs(g) && !known; i++) {
+            gr_value_info info;
+            if (gr_graph_input_info(g, i, &info) != GR_OK) continue;
+            for (int d = 0; d < info.ndim && !known; d++) known = info.sym_names[d] && !strcmp(info.sym_names[d], names[k]);
+        }
+        if (!known)
+            code = (errorf("--dim: the model's inputs have no symbolic dim named '%s'", show(names[k])), EXIT_USAGE);
+    }
+    for (int i = 0; !code && i < gr_graph_num_inputs(g); i++) {
+        gr_value_info info;
+        if (gr_graph_input_info(g, i, &info) != GR_OK) continue; /* the dump reports it */
+        for (int d = 0; d < info.ndim && !code; d++) {
+            const char *sym = info.sym_names[d];
+            bool bound = !sym;
+            for (int k = 0; k < n && !bound; k++) bound = !strcmp(names[k], sym);
+            if (!bound)
+                code = (errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --dim %s=VALUE", show(info.name),
+                               show(sym), show(sym)),
+                        EXIT_USAGE);
+        }
+    }
     if (!code) {
         char *text = NULL;
-        gr_status st = gr_graph_dump_passes(g, &text);
-        if (st != GR_OK) code = api_fail(st, o->model);
+        gr_status st = gr_graph_dump_passes_dims(g, n, (const char *const *)names, values, &text);
+        if (st == GR_ERR_NOT_FOUND) code = (errorf("--dim: %s", gr_last_error()), EXIT_USAGE);
+        else if (st != GR_OK) code = api_fail(st, o->model);
         else print_text(text);
         if (text) gr_free_string(text);
     }
+    for (int k = 0; names && k < n; k++) free(names[k]);
+    free(names);
+    free(values);
     if (g) gr_graph_destroy(g);
     return code;
 }
@@ -1071,10 +1260,10 @@ int main(int argc, char **argv) {
     }
     int allowed;
     int (*fn)(const cli_opts *);
-    if (!strcmp(cmd, "run")) allowed = OPT_INPUTS | OPT_OUTDIR, fn = cmd_run;
-    else if (!strcmp(cmd, "bench")) allowed = OPT_INPUTS | OPT_BENCH, fn = cmd_bench;
-    else if (!strcmp(cmd, "dump")) allowed = 0, fn = cmd_dump;
-    else if (!strcmp(cmd, "explain")) allowed = OPT_INPUTS, fn = cmd_explain;
+    if (!strcmp(cmd, "run")) allowed = OPT_INPUTS | OPT_DIM | OPT_OUTDIR, fn = cmd_run;
+    else if (!strcmp(cmd, "bench")) allowed = OPT_INPUTS | OPT_DIM | OPT_BENCH, fn = cmd_bench;
+    else if (!strcmp(cmd, "dump")) allowed = OPT_DIM, fn = cmd_dump;
+    else if (!strcmp(cmd, "explain")) allowed = OPT_INPUTS | OPT_DIM, fn = cmd_explain;
     else {
         if (cmd[0] == '-') errorf("unknown option '%s' (see graft --help)", cmd);
         else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);

@@ -6,6 +6,7 @@
  * literals NumPy writes (strings, True/False, tuples of integers) and reports
  * anything else with the byte offset inside the header. */
 #include "npy.h"
+#include "util/util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -50,6 +52,12 @@ static int npy_fail(char *err, const char *origin, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err + len + 2, NPY_ERR_LEN - len - 2, fmt, ap);
     va_end(ap);
+    return -1;
+}
+
+/* The library's message (gr_open_regular, gr_read_at) names the file already. */
+static int npy_lib_fail(char *err) {
+    snprintf(err, NPY_ERR_LEN, "%s", gr_last_error());
     return -1;
 }
 
@@ -223,42 +231,68 @@ static int parse_header(const char *s, size_t n, const char *origin, npy_array *
 }
 
 /* ---- reading ------------------------------------------------------------------------ */
+/* NumPy itself refuses headers past 10000 bytes unless told otherwise; graft's dtypes and at
+ * most 8 dims need far less. Bounding it bounds what a hostile header can make graft read. */
+#define NPY_HEADER_MAX 65536
+
 static uint32_t rd_le(const unsigned char *b, int n) {
     uint32_t v = 0;
     for (int i = n - 1; i >= 0; i--) v = (v << 8) | b[i];
     return v;
 }
 
-int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array *out, char *err) {
-    memset(out, 0, sizeof *out);
-    npy_array a = {0};
+/* Magic, version and header length from the first bytes (n of them, at most 12 needed). */
+static int parse_prefix(const unsigned char *buf, size_t n, uint64_t file_size, const char *origin, size_t *prefix,
+                        size_t *hlen, char *err) {
     if (n < 8 || memcmp(buf, npy_magic, 6) != 0)
         return npy_fail(err, origin, "not a .npy file (bad magic; expected \\x93NUMPY)");
     int major = buf[6], minor = buf[7];
-    size_t prefix;
-    if (major == 1) prefix = 10;
-    else if (major == 2 || major == 3) prefix = 12;
+    if (major == 1) *prefix = 10;
+    else if (major == 2 || major == 3) *prefix = 12;
     else return npy_fail(err, origin, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)", major, minor);
     if (minor != 0)
         return npy_fail(err, origin, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)", major, minor);
-    if (n < prefix) return npy_fail(err, origin, "truncated header (file has %zu bytes)", n);
-    size_t hlen = rd_le(buf + 8, major == 1 ? 2 : 4);
-    if (hlen > n - prefix)
-        return npy_fail(err, origin, "truncated header: it declares %zu bytes, the file has %zu after the prefix", hlen,
-                        n - prefix);
-    if (parse_header((const char *)buf + prefix, hlen, origin, &a, err)) return -1;
+    if (n < *prefix) return npy_fail(err, origin, "truncated header (file has %zu bytes)", n);
+    *hlen = rd_le(buf + 8, major == 1 ? 2 : 4);
+    if (*hlen > file_size - *prefix)
+        return npy_fail(err, origin, "truncated header: it declares %zu bytes, the file has %llu after the prefix", *hlen,
+                        (unsigned long long)(file_size - *prefix));
+    if (*hlen > NPY_HEADER_MAX)
+        return npy_fail(err, origin, "header of %zu bytes is larger than graft reads (%d)", *hlen, NPY_HEADER_MAX);
+    return 0;
+}
 
-    size_t esize = gr_dtype_size(a.dtype);
-    size_t nbytes = esize;
-    for (int i = 0; i < a.ndim; i++) {
-        uint64_t d = (uint64_t)a.dims[i];
-        if (d != 0 && nbytes > SIZE_MAX / d)
-            return npy_fail(err, origin, "shape is too large: the byte count overflows");
-        nbytes *= (size_t)d;
-    }
-    size_t avail = n - prefix - hlen;
+/* Bytes of data the header promises. The element count is held to graft's one size limit
+ * (gr_shape_numel_checked: the non-zero dims' product at most GR_MAX_NUMEL, so a 0 dim cannot
+ * hide huge ones); the byte count then fits size_t without further checks. */
+static int data_bytes(const npy_array *a, const char *origin, size_t *out, char *err) {
+    int64_t numel;
+    if (!gr_shape_numel_checked(a->ndim, a->dims, &numel))
+        return npy_fail(err, origin, "shape is too large: its element count overflows graft's limit of %lld elements",
+                        (long long)GR_MAX_NUMEL);
+    *out = (size_t)numel * gr_dtype_size(a->dtype);
+    return 0;
+}
+
+/* The data must fill the file exactly: fewer bytes is truncation, more is something the
+ * header does not describe (a second array appended, a wrong shape). */
+static int check_data_size(size_t nbytes, uint64_t avail, const char *origin, char *err) {
     if (avail < nbytes)
-        return npy_fail(err, origin, "data truncated: the shape needs %zu bytes, the file has %zu", nbytes, avail);
+        return npy_fail(err, origin, "data truncated: the shape needs %zu bytes, the file has %llu", nbytes,
+                        (unsigned long long)avail);
+    if (avail > nbytes)
+        return npy_fail(err, origin, "the file has %llu bytes of data, its header's shape describes %zu",
+                        (unsigned long long)avail, nbytes);
+    return 0;
+}
+
+int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array *out, char *err) {
+    memset(out, 0, sizeof *out);
+    npy_array a = {0};
+    size_t prefix, hlen, nbytes = 0;
+    if (parse_prefix(buf, n, n, origin, &prefix, &hlen, err)) return -1;
+    if (parse_header((const char *)buf + prefix, hlen, origin, &a, err)) return -1;
+    if (data_bytes(&a, origin, &nbytes, err) || check_data_size(nbytes, n - prefix - hlen, origin, err)) return -1;
     if (nbytes) {
         a.data = malloc(nbytes);
         if (!a.data) return npy_fail(err, origin, "out of memory (%zu bytes)", nbytes);
@@ -269,37 +303,54 @@ int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array 
     return 0;
 }
 
+/* Reads no more than the header promises and the file holds: a FIFO, a device (/dev/zero) or a
+ * directory is refused before anything is read (gr_open_regular), and the data must fill the
+ * file exactly as fstat measured it. */
 int npy_read(const char *path, npy_array *out, char *err) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return npy_fail(err, path, "cannot open: %s", strerror(errno));
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 1 << 16;
-            unsigned char *nb = realloc(buf, ncap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return npy_fail(err, path, "out of memory while reading");
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
+    int fd;
+    uint64_t size;
+    if (gr_open_regular(path, &fd, &size) != GR_OK) return npy_lib_fail(err);
+    npy_array a = {0};
+    unsigned char head[12];
+    char *header = NULL;
+    size_t got = size < sizeof head ? (size_t)size : sizeof head, prefix, hlen, nbytes = 0;
+    int rc = -1;
+    if (gr_read_at(fd, path, head, got, 0) != GR_OK) {
+        npy_lib_fail(err);
+        goto done;
     }
-    int ioerr = ferror(f);
-    fclose(f);
-    if (ioerr) {
-        free(buf);
-        return npy_fail(err, path, "read error (is it a directory?)");
+    if (parse_prefix(head, got, size, path, &prefix, &hlen, err)) goto done;
+    if (!(header = malloc(hlen ? hlen : 1))) {
+        npy_fail(err, path, "out of memory");
+        goto done;
     }
-    int rc = npy_parse(buf, len, path, out, err);
-    free(buf);
-    return rc;
+    if (gr_read_at(fd, path, header, hlen, prefix) != GR_OK) {
+        npy_lib_fail(err);
+        goto done;
+    }
+    if (parse_header(header, hlen, path, &a, err) || data_bytes(&a, path, &nbytes, err) ||
+        check_data_size(nbytes, size - prefix - hlen, path, err))
+        goto done;
+    if (nbytes && !(a.data = malloc(nbytes))) {
+        npy_fail(err, path, "out of memory (%zu bytes)", nbytes);
+        goto done;
+    }
+    if (nbytes && gr_read_at(fd, path, a.data, nbytes, prefix + hlen) != GR_OK) {
+        npy_lib_fail(err);
+        goto done;
+    }
+    rc = 0;
+done:
+    close(fd);
+    free(header);
+    if (rc) {
+        free(a.data);
+        return -1;
+    }
+    a.nbytes = nbytes;
+    *out = a;
+    return 0;
 }
 
 void npy_free(npy_array *a) {

@@ -25,7 +25,9 @@ typedef struct {
 } npy_array;
 
 /* Returns 0 on success; on failure fills err (NPY_ERR_LEN bytes) and returns -1.
- * On failure *out is left empty (nothing to free). */
+ * On failure *out is left empty (nothing to free). Only a regular file is read (a FIFO or a
+ * device is refused without blocking), the header is at most 64 KiB, its element and byte
+ * counts must fit int64, and the data must fill the rest of the file exactly. */
 int npy_read(const char *path, npy_array *out, char *err);
 /* Parses an in-memory .npy image; `origin` names it in messages. */
 int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array *out, char *err);

@@ -1,21 +1,36 @@
-/* device — opening a backend and the NULL-safe wrappers over its vtable. */
+/* device — opening a backend, and the façade: the only code outside the
+ * backends that reads the vtable (see device.h). */
 #include "device/device.h"
 #include <stdio.h>
+#include <string.h>
+
+/* ==== opening ================================================================================ */
+
+static gr_status check_kind(gr_status st, gr_device **out) {
+    /* the kind is what the CLI and gr_session_device_kind report: a backend must set it */
+    if (st == GR_OK && (*out)->kind != GR_DEVICE_SIM && (*out)->kind != GR_DEVICE_CUDA) {
+        gr_status bad = gr_error(GR_ERR_INTERNAL, "device '%s' did not record its kind (%d)", gr_dev_name(*out), (int)(*out)->kind);
+        gr_device_destroy(*out);
+        *out = NULL;
+        return bad;
+    }
+    return st;
+}
 
 gr_status gr_device_open(gr_device_kind kind, const char *cache_dir, int verbose, gr_device **out) {
     *out = NULL;
     switch (kind) {
-    case GR_DEVICE_SIM: return gr_device_sim_create(out);
-    case GR_DEVICE_CUDA: return gr_device_cuda_create(cache_dir, out);
+    case GR_DEVICE_SIM: return check_kind(gr_device_sim_create(out), out);
+    case GR_DEVICE_CUDA: return check_kind(gr_device_cuda_create(cache_dir, out), out);
     case GR_DEVICE_AUTO: {
         gr_status st = gr_device_cuda_create(cache_dir, out);
-        if (st == GR_OK) return GR_OK;
+        if (st == GR_OK) return check_kind(st, out);
         if (st == GR_ERR_NOMEM) return st;
         /* always said: a user asking for the best device must know it is the simulator */
         (void)verbose;
         fprintf(stderr, "graft: note: no usable CUDA device (%s); running on the simulator\n", gr_last_error());
         gr_error_clear();
-        return gr_device_sim_create(out);
+        return check_kind(gr_device_sim_create(out), out);
     }
     }
     return gr_error(GR_ERR_INVALID, "unknown device kind %d", (int)kind);
@@ -28,18 +43,48 @@ void gr_device_destroy(gr_device *d) {
     gr_free(d, sizeof(*d));
 }
 
-static const char *dev_name(gr_device *d) {
+/* ==== capabilities =========================================================================== */
+
+gr_dev_caps gr_dev_caps_get(const gr_device *d) {
+    gr_dev_caps c;
+    memset(&c, 0, sizeof c);
+    if (!d || !d->iface) return c;
+    const struct gr_device_i *i = d->iface;
+    c.events = i->event_create && i->event_destroy && i->event_record && i->event_elapsed_us;
+    c.graphs = i->capture_begin && i->capture_end && i->graph_instantiate && i->graph_launch && i->graph_destroy &&
+               i->exec_destroy;
+    c.graph_nodes = c.graphs && i->graph_num_nodes && i->graph_node_info;
+    c.node_set_args = c.graphs && i->exec_kernel_node_set_args;
+    c.exec_update = c.graphs && i->exec_update;
+    c.updatable_nodes = c.graphs && i->capture_mark_updatable;
+    c.conditional_nodes = c.graphs && i->cond_create && i->cond_body_begin && i->cond_body_end;
+    c.pinned_memory = gr_dev_has_mem_kind(d, GR_MEM_HOST_PINNED);
+    return c;
+}
+
+/* ==== wrappers ================================================================================ */
+
+/* A new vtable entry needs its wrapper below (and a capability if optional): this
+ * trips when the struct grows. */
+_Static_assert(sizeof(struct gr_device_i) == 35 * sizeof(void (*)(void)),
+               "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
+
+const char *gr_dev_name(const gr_device *d) {
+    if (!d || !d->iface) return "?";
     return d->iface->name ? d->iface->name(d->ctx) : "device";
 }
 
-#define GR_DEV_REQUIRE(d, entry)                                                                \
-    do {                                                                                        \
-        if (!(d) || !(d)->iface)                                                                \
-            return gr_error(GR_ERR_INVALID, "%s: no device", #entry);                           \
-        if (!(d)->iface->entry)                                                                 \
-            return gr_error(GR_ERR_UNSUPPORTED, "device %s does not support %s", dev_name(d), #entry); \
+#define GR_DEV_REQUIRE(d, entry)                                                                     \
+    do {                                                                                             \
+        if (!(d) || !(d)->iface) return gr_error(GR_ERR_INVALID, "%s: no device", #entry);           \
+        if (!(d)->iface->entry)                                                                      \
+            return gr_error(GR_ERR_UNSUPPORTED, "device %s does not support %s", gr_dev_name(d), #entry); \
     } while (0)
 
+/* for the void entries: nothing to release, or nothing to release it with */
+#define GR_DEV_HAS(d, entry) ((d) && (d)->iface && (d)->iface->entry)
+
+/* ---- memory ---- */
 gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out) {
     *out = NULL;
     GR_DEV_REQUIRE(d, alloc);
@@ -47,16 +92,76 @@ gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out)
 }
 
 void gr_dev_free(gr_device *d, void *p) {
-    if (!d || !d->iface || !d->iface->free || !p) return;
-    d->iface->free(d->ctx, p);
+    if (p && GR_DEV_HAS(d, free)) d->iface->free(d->ctx, p);
 }
 
+bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind) {
+    if (!d || !d->iface || !d->iface->alloc) return false;
+    if (!d->iface->has_mem_kind) return kind == GR_MEM_DEVICE;
+    return d->iface->has_mem_kind(d->ctx, kind);
+}
+
+size_t gr_dev_mem_in_use(const gr_device *d) { return GR_DEV_HAS(d, mem_in_use) ? d->iface->mem_in_use(d->ctx) : 0; }
+
+/* ---- streams and events ---- */
+gr_status gr_dev_stream_create(gr_device *d, gr_stream **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, stream_create);
+    return d->iface->stream_create(d->ctx, out);
+}
+
+void gr_dev_stream_destroy(gr_device *d, gr_stream *s) {
+    if (s && GR_DEV_HAS(d, stream_destroy)) d->iface->stream_destroy(d->ctx, s);
+}
+
+gr_status gr_dev_stream_sync(gr_device *d, gr_stream *s) {
+    GR_DEV_REQUIRE(d, stream_sync);
+    return d->iface->stream_sync(d->ctx, s);
+}
+
+gr_status gr_dev_event_create(gr_device *d, gr_event **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, event_create);
+    return d->iface->event_create(d->ctx, out);
+}
+
+void gr_dev_event_destroy(gr_device *d, gr_event *e) {
+    if (e && GR_DEV_HAS(d, event_destroy)) d->iface->event_destroy(d->ctx, e);
+}
+
+gr_status gr_dev_event_record(gr_device *d, gr_event *e, gr_stream *s) {
+    GR_DEV_REQUIRE(d, event_record);
+    return d->iface->event_record(d->ctx, e, s);
+}
+
+gr_status gr_dev_event_elapsed_us(gr_device *d, gr_event *start, gr_event *end, double *out) {
+    *out = 0;
+    GR_DEV_REQUIRE(d, event_elapsed_us);
+    return d->iface->event_elapsed_us(d->ctx, start, end, out);
+}
+
+/* ---- work ---- */
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind) {
     GR_DEV_REQUIRE(d, memcpy_async);
     return d->iface->memcpy_async(d->ctx, s, dst, src, bytes, kind);
 }
 
-gr_status gr_dev_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args) {
+gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t bytes) {
+    GR_DEV_REQUIRE(d, memset_async);
+    return d->iface->memset_async(d->ctx, s, dst, value, bytes);
+}
+
+gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, kernel_prepare);
+    return d->iface->kernel_prepare(d->ctx, k, out);
+}
+
+void gr_dev_kernel_release(gr_device *d, gr_kfunc *f) {
+    if (f && GR_DEV_HAS(d, kernel_release)) d->iface->kernel_release(d->ctx, f);
+}
+
+gr_status gr_dev_kernel_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args) {
     GR_DEV_REQUIRE(d, kernel_launch);
     return d->iface->kernel_launch(d->ctx, s, f, args, n_args);
 }
@@ -66,7 +171,84 @@ gr_status gr_dev_libcall(gr_device *d, gr_stream *s, const gr_libcall *c, const 
     return d->iface->libcall(d->ctx, s, c, args, n_args);
 }
 
-gr_status gr_dev_sync(gr_device *d, gr_stream *s) {
-    GR_DEV_REQUIRE(d, stream_sync);
-    return d->iface->stream_sync(d->ctx, s);
+/* ---- CUDA graphs ---- */
+gr_status gr_dev_capture_begin(gr_device *d, gr_stream *s) {
+    GR_DEV_REQUIRE(d, capture_begin);
+    return d->iface->capture_begin(d->ctx, s);
 }
+
+gr_status gr_dev_capture_end(gr_device *d, gr_stream *s, gr_dgraph **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, capture_end);
+    return d->iface->capture_end(d->ctx, s, out);
+}
+
+void gr_dev_graph_destroy(gr_device *d, gr_dgraph *g) {
+    if (g && GR_DEV_HAS(d, graph_destroy)) d->iface->graph_destroy(d->ctx, g);
+}
+
+gr_status gr_dev_graph_instantiate(gr_device *d, gr_dgraph *g, gr_dexec **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, graph_instantiate);
+    return d->iface->graph_instantiate(d->ctx, g, out);
+}
+
+void gr_dev_exec_destroy(gr_device *d, gr_dexec *e) {
+    if (e && GR_DEV_HAS(d, exec_destroy)) d->iface->exec_destroy(d->ctx, e);
+}
+
+gr_status gr_dev_graph_upload(gr_device *d, gr_dexec *e, gr_stream *s) {
+    if (!d || !d->iface) return gr_error(GR_ERR_INVALID, "graph_upload: no device");
+    /* optional: without it the first launch uploads the graph */
+    return d->iface->graph_upload ? d->iface->graph_upload(d->ctx, e, s) : GR_OK;
+}
+
+gr_status gr_dev_graph_launch(gr_device *d, gr_dexec *e, gr_stream *s) {
+    GR_DEV_REQUIRE(d, graph_launch);
+    return d->iface->graph_launch(d->ctx, e, s);
+}
+
+int gr_dev_graph_num_nodes(gr_device *d, gr_dgraph *g) {
+    return GR_DEV_HAS(d, graph_num_nodes) ? d->iface->graph_num_nodes(d->ctx, g) : 0;
+}
+
+gr_status gr_dev_graph_node_info(gr_device *d, gr_dgraph *g, int node, gr_gnode_info *out) {
+    memset(out, 0, sizeof *out);
+    GR_DEV_REQUIRE(d, graph_node_info);
+    return d->iface->graph_node_info(d->ctx, g, node, out);
+}
+
+gr_status gr_dev_exec_kernel_node_set_args(gr_device *d, gr_dexec *e, int node, const gr_karg *args, int n_args) {
+    GR_DEV_REQUIRE(d, exec_kernel_node_set_args);
+    return d->iface->exec_kernel_node_set_args(d->ctx, e, node, args, n_args);
+}
+
+gr_status gr_dev_exec_update(gr_device *d, gr_dexec *e, gr_dgraph *g) {
+    GR_DEV_REQUIRE(d, exec_update);
+    return d->iface->exec_update(d->ctx, e, g);
+}
+
+gr_status gr_dev_capture_mark_updatable(gr_device *d, gr_stream *s, uint64_t *out_handle) {
+    *out_handle = 0;
+    GR_DEV_REQUIRE(d, capture_mark_updatable);
+    return d->iface->capture_mark_updatable(d->ctx, s, out_handle);
+}
+
+gr_status gr_dev_cond_create(gr_device *d, gr_stream *s, gr_cond_kind kind, unsigned default_value, uint64_t *out_handle) {
+    *out_handle = 0;
+    GR_DEV_REQUIRE(d, cond_create);
+    return d->iface->cond_create(d->ctx, s, kind, default_value, out_handle);
+}
+
+gr_status gr_dev_cond_body_begin(gr_device *d, gr_stream *s, uint64_t handle, int branch) {
+    GR_DEV_REQUIRE(d, cond_body_begin);
+    return d->iface->cond_body_begin(d->ctx, s, handle, branch);
+}
+
+gr_status gr_dev_cond_body_end(gr_device *d, gr_stream *s, uint64_t handle, int branch) {
+    GR_DEV_REQUIRE(d, cond_body_end);
+    return d->iface->cond_body_end(d->ctx, s, handle, branch);
+}
+
+/* ---- time ---- */
+double gr_dev_clock_us(const gr_device *d) { return GR_DEV_HAS(d, clock_us) ? d->iface->clock_us(d->ctx) : gr_now_us(); }

@@ -1,13 +1,16 @@
-/* device — one vtable, two backends (sim, cuda).
+/* device — one vtable, two backends (sim, cuda), and the façade over it.
  *
- * A backend is `struct gr_device { const struct gr_device_i *iface; void *ctx; }`.
- * Entries return gr_status; optional entries may be NULL and the wrappers in
- * device.c return GR_ERR_UNSUPPORTED with a message naming the backend.
+ * A backend is `struct gr_device { const struct gr_device_i *iface; void *ctx;
+ * gr_device_kind kind; }`. Entries return gr_status; optional entries may be NULL.
+ * Only src/device touches the vtable: everyone else calls the gr_dev_* wrappers
+ * (end of this file), which report a missing entry as GR_ERR_UNSUPPORTED naming
+ * the backend, and asks gr_dev_caps_get what a device can do (a ctest greps
+ * for `iface->` outside src/device).
  *
  * Semantics follow CUDA: streams are in-order queues; work is asynchronous
  * until a synchronize; while a stream is capturing, kernel launches, library
- * calls and async copies on it are recorded into a graph instead of running,
- * and each recorded kernel node keeps a by-value copy of its argument array.
+ * calls, async copies and memsets on it are recorded into a graph instead of
+ * running, and each recorded kernel node keeps a by-value copy of its argument array.
  */
 #ifndef GR_DEVICE_H
 #define GR_DEVICE_H
@@ -45,6 +48,9 @@ struct gr_device_i {
     /* memory */
     gr_status (*alloc)(void *ctx, gr_mem_kind kind, size_t bytes, void **out);
     void (*free)(void *ctx, void *ptr);
+    /* Optional: whether alloc serves memory of this kind (absent: device memory only,
+     * which is what a backend without host-visible memory offers). */
+    bool (*has_mem_kind)(void *ctx, gr_mem_kind kind);
     size_t (*mem_in_use)(void *ctx);            /* device bytes currently allocated */
 
     /* streams and events */
@@ -76,7 +82,10 @@ struct gr_device_i {
     gr_status (*graph_node_info)(void *ctx, gr_dgraph *g, int node, gr_gnode_info *out);
     /* cudaGraphExecKernelNodeSetParams: replace node's by-value args in the exec graph */
     gr_status (*exec_kernel_node_set_args)(void *ctx, gr_dexec *e, int node, const gr_karg *args, int n_args);
-    /* cudaGraphExecUpdate: update exec e from graph g of the same topology */
+    /* cudaGraphExecUpdate: update exec e from graph g of the same topology.
+     * No production caller yet: it is for the "update" many-shapes policy (one exec
+     * per segment, refreshed from a new shape's capture instead of re-instantiated).
+     * Exercised by tests/test_devgraph.c. */
     gr_status (*exec_update)(void *ctx, gr_dexec *e, gr_dgraph *g);
     /* Device-updatable kernel nodes: during capture, mark the last captured
      * kernel node updatable and get a device handle a prelude kernel can patch.
@@ -84,7 +93,11 @@ struct gr_device_i {
      * 8-byte gr_karg slots initialised with the captured args; every execution of the
      * node (in any exec instantiated from the graph) reads its args from there, so a
      * kernel storing slot i (or a device copy into it) changes arg i for later
-     * executions. exec_kernel_node_set_args and exec_update rewrite the block too. */
+     * executions. exec_kernel_node_set_args and exec_update rewrite the block too.
+     * No production caller yet: with BUFFER_INDIRECT params it is the parameter
+     * indirection of the "generic" many-shapes policy (one graph for many shapes) and
+     * of zero-copy inputs (a prelude kernel points nodes at the caller's buffers).
+     * Exercised by tests/test_devgraph.c. */
     gr_status (*capture_mark_updatable)(void *ctx, gr_stream *s, uint64_t *out_handle);
     /* Conditional nodes: create a condition handle (device-resident flag set by a
      * kernel), then capture a body into the conditional node (IF / IF+ELSE / WHILE).
@@ -94,7 +107,10 @@ struct gr_device_i {
      * handle (during capture); the conditional node is placed where body_begin(h, 0) is
      * called, branch 1 must follow branch 0 directly. At each graph launch the value is
      * reset to default_value; IF runs body 0 when it is non-zero, IF_ELSE body 0 or 1,
-     * WHILE tests it before each iteration of body 0. */
+     * WHILE tests it before each iteration of body 0.
+     * No production caller yet: they are for ONNX If/Loop control flow kept on the
+     * device and for the decode loop as one graph with a device-side WHILE.
+     * Exercised by tests/test_devgraph.c. */
     gr_status (*cond_create)(void *ctx, gr_stream *s, gr_cond_kind kind, unsigned default_value, uint64_t *out_handle);
     gr_status (*cond_body_begin)(void *ctx, gr_stream *s, uint64_t handle, int branch);
     gr_status (*cond_body_end)(void *ctx, gr_stream *s, uint64_t handle, int branch);
@@ -106,7 +122,7 @@ struct gr_device_i {
 typedef struct gr_device {
     const struct gr_device_i *iface;
     void *ctx;
-    int kind; /* gr_device_kind */
+    gr_device_kind kind; /* GR_DEVICE_SIM or GR_DEVICE_CUDA, set by the backend's create */
 } gr_device;
 
 /* Ownership: a backend's create gr_mallocs the gr_device struct on its own (not inside
@@ -114,16 +130,77 @@ typedef struct gr_device {
 gr_status gr_device_sim_create(gr_device **out);
 /* Fails with a clear message where no driver or GPU is present. */
 gr_status gr_device_cuda_create(const char *cache_dir, gr_device **out);
-/* auto: CUDA when usable, else the simulator with a note on stderr when verbose. */
+/* auto: CUDA when usable, else the simulator (always with a note on stderr). */
 gr_status gr_device_open(gr_device_kind kind, const char *cache_dir, int verbose, gr_device **out);
-void gr_device_destroy(gr_device *d);
+void gr_device_destroy(gr_device *d); /* the `destroy` entry */
 
-/* Wrappers: NULL-safe for optional entries. */
+/* ==== the façade ===========================================================================
+ * Code above the device layer (runtime, tools, tests) reaches a backend only through
+ * these: one wrapper per vtable entry, named after it (memcpy_async and memset_async
+ * lose the suffix). An entry the backend leaves NULL gives GR_ERR_UNSUPPORTED with
+ * "device <name> does not support <entry>", except where a default is documented
+ * below. Destroy/release/free wrappers ignore a NULL object and a missing entry.
+ * Whether an optional feature is there is asked through gr_dev_caps, never by
+ * testing entries. */
+
+/* What a device can do, derived from its vtable in one place (gr_dev_caps_get). */
+typedef struct {
+    bool events;            /* event_create/destroy/record/elapsed_us: device-side timing */
+    bool graphs;            /* capture_begin/end, graph_instantiate/launch/destroy, exec_destroy */
+    bool graph_nodes;       /* graph_num_nodes + graph_node_info: a captured graph's nodes can be listed */
+    bool node_set_args;     /* exec_kernel_node_set_args: patch a kernel node's arguments in an exec */
+    bool exec_update;       /* exec_update: refresh an exec from a graph of the same topology */
+    bool updatable_nodes;   /* capture_mark_updatable: device-updatable kernel nodes */
+    bool conditional_nodes; /* cond_create/body_begin/body_end: IF / IF_ELSE / WHILE nodes */
+    bool pinned_memory;     /* alloc(GR_MEM_HOST_PINNED): page-locked host buffers, so input copies are
+                               true asynchronous DMA (sessions fall back to pageable host memory) */
+} gr_dev_caps;
+gr_dev_caps gr_dev_caps_get(const gr_device *d); /* all false for NULL */
+
+const char *gr_dev_name(const gr_device *d); /* default "device"; "?" for NULL */
+
+/* memory */
 gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out);
 void gr_dev_free(gr_device *d, void *p);
+bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind); /* default: GR_MEM_DEVICE only */
+size_t gr_dev_mem_in_use(const gr_device *d); /* default 0: the backend does not count */
+
+/* streams and events */
+gr_status gr_dev_stream_create(gr_device *d, gr_stream **out);
+void gr_dev_stream_destroy(gr_device *d, gr_stream *s);
+gr_status gr_dev_stream_sync(gr_device *d, gr_stream *s);
+gr_status gr_dev_event_create(gr_device *d, gr_event **out);
+void gr_dev_event_destroy(gr_device *d, gr_event *e);
+gr_status gr_dev_event_record(gr_device *d, gr_event *e, gr_stream *s);
+gr_status gr_dev_event_elapsed_us(gr_device *d, gr_event *start, gr_event *end, double *out);
+
+/* work */
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
-gr_status gr_dev_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
+gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t bytes);
+gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out);
+void gr_dev_kernel_release(gr_device *d, gr_kfunc *f);
+gr_status gr_dev_kernel_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
 gr_status gr_dev_libcall(gr_device *d, gr_stream *s, const gr_libcall *c, const gr_karg *args, int n_args);
-gr_status gr_dev_sync(gr_device *d, gr_stream *s);
+
+/* CUDA graphs */
+gr_status gr_dev_capture_begin(gr_device *d, gr_stream *s);
+gr_status gr_dev_capture_end(gr_device *d, gr_stream *s, gr_dgraph **out);
+void gr_dev_graph_destroy(gr_device *d, gr_dgraph *g);
+gr_status gr_dev_graph_instantiate(gr_device *d, gr_dgraph *g, gr_dexec **out);
+void gr_dev_exec_destroy(gr_device *d, gr_dexec *e);
+/* default: nothing to do (the graph is uploaded by its first launch) */
+gr_status gr_dev_graph_upload(gr_device *d, gr_dexec *e, gr_stream *s);
+gr_status gr_dev_graph_launch(gr_device *d, gr_dexec *e, gr_stream *s);
+int gr_dev_graph_num_nodes(gr_device *d, gr_dgraph *g); /* default 0: nodes cannot be listed */
+gr_status gr_dev_graph_node_info(gr_device *d, gr_dgraph *g, int node, gr_gnode_info *out);
+gr_status gr_dev_exec_kernel_node_set_args(gr_device *d, gr_dexec *e, int node, const gr_karg *args, int n_args);
+gr_status gr_dev_exec_update(gr_device *d, gr_dexec *e, gr_dgraph *g);
+gr_status gr_dev_capture_mark_updatable(gr_device *d, gr_stream *s, uint64_t *out_handle);
+gr_status gr_dev_cond_create(gr_device *d, gr_stream *s, gr_cond_kind kind, unsigned default_value, uint64_t *out_handle);
+gr_status gr_dev_cond_body_begin(gr_device *d, gr_stream *s, uint64_t handle, int branch);
+gr_status gr_dev_cond_body_end(gr_device *d, gr_stream *s, uint64_t handle, int branch);
+
+/* time */
+double gr_dev_clock_us(const gr_device *d); /* default: the host's wall clock */
 
 #endif

@@ -7,7 +7,7 @@
  * call or a data list may span lines; inside { } they are significant again.
  * Name lookups go through per-graph hash tables (ir.c's lookups are linear).
  */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 /* Nesting of ( [ { together; bounds the parser's recursion on any input. */
 #define GIR_MAX_NEST 64
@@ -522,6 +523,8 @@ static gr_status parse_type(parser *p, gr_graph *g, gir_type *ty) {
             if (sep->kind != T_COMMA) return perr(p, sep, "expected ',' or ']' in shape, got %s", tok_desc(p, sep, b, sizeof b));
         }
     }
+    if (!gr_ir_dims_fit(ty->ndim, ty->dims))
+        return perr(p, dt, "shape holds more than %lld elements", (long long)GR_MAX_NUMEL);
     if (peek(p)->kind == T_AT) {
         next(p);
         gir_tok *pl = next(p);
@@ -621,30 +624,29 @@ static gr_status parse_file_ref(parser *p, const char *cname, size_t nbytes, voi
     if (!path) return GR_ERR_NOMEM;
     gr_status st = GR_OK;
     void *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        st = gr_error(GR_ERR_IO, "%s:%d:%d: constant '%s': cannot open side file '%s': %s", p->origin, ft->line, ft->col, cname,
-                      path, strerror(errno));
+    int fd = -1;
+    uint64_t size = 0;
+    /* a regular file only (a FIFO or /dev/zero cannot block or feed the load), read within its measured size */
+    if ((st = gr_open_regular(path, &fd, &size)) != GR_OK) {
+        st = gr_error_prefix(st, "%s:%d:%d: constant '%s': side file", p->origin, ft->line, ft->col, cname);
         goto done;
     }
-    off_t size = fseeko(f, 0, SEEK_END) == 0 ? ftello(f) : -1;
-    if (size < 0 || offset > (int64_t)size || nbytes > (uint64_t)(size - offset)) {
-        st = gr_error(GR_ERR_IO, "%s:%d:%d: constant '%s': side file '%s' is too short (%lld bytes; need %zu at offset %lld)",
-                      p->origin, ft->line, ft->col, cname, path, (long long)size, nbytes, (long long)offset);
+    if ((uint64_t)offset > size || nbytes > size - (uint64_t)offset) {
+        st = gr_error(GR_ERR_IO, "%s:%d:%d: constant '%s': side file '%s' is too short (%llu bytes; need %zu at offset %lld)",
+                      p->origin, ft->line, ft->col, cname, path, (unsigned long long)size, nbytes, (long long)offset);
         goto done;
     }
     if (!(buf = gr_malloc(nbytes))) {
         st = GR_ERR_NOMEM;
         goto done;
     }
-    if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(buf, 1, nbytes, f) != nbytes) {
-        st = gr_error(GR_ERR_IO, "%s:%d:%d: constant '%s': cannot read %zu bytes at offset %lld of side file '%s'", p->origin,
-                      ft->line, ft->col, cname, nbytes, (long long)offset, path);
+    if ((st = gr_read_at(fd, path, buf, nbytes, (uint64_t)offset)) != GR_OK) {
+        st = gr_error_prefix(st, "%s:%d:%d: constant '%s'", p->origin, ft->line, ft->col, cname);
         gr_free(buf, nbytes);
         buf = NULL;
     }
 done:
-    if (f) fclose(f);
+    if (fd >= 0) close(fd);
     gr_strfree(path);
     if (st == GR_OK) {
         *out = buf;

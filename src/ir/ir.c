@@ -28,7 +28,7 @@ static void node_free(gr_ir_node *n) {
     gr_strfree(n->name);
     gr_free(n->in, (size_t)n->n_in * sizeof(int));
     gr_free(n->out, (size_t)n->n_out * sizeof(int));
-    for (int i = 0; i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
+    for (int i = 0; n->attrs && i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
     gr_free(n->attrs, (size_t)n->n_attr * sizeof(gr_ir_attr));
 }
 
@@ -61,11 +61,11 @@ gr_status gr_ir_attr_copy(gr_ir_attr *dst, const gr_ir_attr *src) {
     if (!(dst->name = gr_strdup(src->name ? src->name : ""))) goto nomem;
     if (src->s && !(dst->s = gr_strdup(src->s))) goto nomem;
     if (src->kind == GR_IR_ATTR_INTS) {
-        if (!(dst->ints = gr_malloc((size_t)src->n * sizeof(int64_t) + 1))) goto nomem;
+        if (!(dst->ints = gr_malloc((size_t)src->n * sizeof(int64_t)))) goto nomem;
         if (src->n) memcpy(dst->ints, src->ints, (size_t)src->n * sizeof(int64_t));
     }
     if (src->kind == GR_IR_ATTR_FLOATS) {
-        if (!(dst->floats = gr_malloc((size_t)src->n * sizeof(double) + 1))) goto nomem;
+        if (!(dst->floats = gr_malloc((size_t)src->n * sizeof(double)))) goto nomem;
         if (src->n) memcpy(dst->floats, src->floats, (size_t)src->n * sizeof(double));
     }
     if (src->graph && gr_ir_graph_clone(src->graph, &dst->graph) != GR_OK) goto nomem;
@@ -308,6 +308,12 @@ gr_status gr_ir_add_input(gr_graph *g, const char *name, gr_dtype t, int ndim, c
     if ((unsigned)t >= GR_DTYPE_COUNT) return gr_error(GR_ERR_INVALID, "input '%s': bad dtype %d", name ? name : "?", (int)t);
     if (ndim < 0 || ndim > GR_MAX_DIMS)
         return gr_error(GR_ERR_INVALID, "input '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (dims[i].sym == GR_SYM_NONE && dims[i].size < 0)
+            return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative (%lld)", name ? name : "?", i, (long long)dims[i].size);
+    if (!gr_ir_dims_fit(ndim, dims))
+        return gr_error(GR_ERR_SHAPE, "input '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
     int v;
     GR_TRY(gr_ir_add_value(g, name, GR_VAL_INPUT, &v));
     if (gr_vec_push(&g->inputs, v) != GR_OK) {
@@ -336,7 +342,11 @@ gr_status gr_ir_add_const_owned(gr_graph *g, const char *name, gr_dtype t, int n
             gr_free(data, nbytes);
             return gr_error(GR_ERR_SHAPE, "constant '%s': dim %d is negative (%lld)", name ? name : "?", i, (long long)dims[i]);
         }
-        numel *= dims[i];
+    }
+    if (!gr_shape_numel_checked(ndim, dims, &numel)) {
+        gr_free(data, nbytes);
+        return gr_error(GR_ERR_SHAPE, "constant '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
     }
     if ((size_t)numel * gr_dtype_size(t) != nbytes) {
         gr_free(data, nbytes);
@@ -361,8 +371,12 @@ gr_status gr_ir_add_const_owned(gr_graph *g, const char *name, gr_dtype t, int n
 }
 
 gr_status gr_ir_add_const(gr_graph *g, const char *name, gr_dtype t, int ndim, const int64_t *dims, const void *data, int *out) {
-    int64_t numel = 1;
-    for (int i = 0; i < ndim && i < GR_MAX_DIMS; i++) numel *= dims[i] < 0 ? 0 : dims[i];
+    int64_t numel = 0;
+    if ((unsigned)t >= GR_DTYPE_COUNT || ndim < 0 || ndim > GR_MAX_DIMS)
+        return gr_error(GR_ERR_INVALID, "constant '%s': bad dtype or rank", name ? name : "?");
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "constant '%s': a dim is negative or the shape holds more than %lld elements",
+                        name ? name : "?", (long long)GR_MAX_NUMEL);
     size_t nbytes = (size_t)numel * gr_dtype_size(t);
     void *copy = gr_malloc(nbytes);
     if (!copy) return GR_ERR_NOMEM;
@@ -384,16 +398,14 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
     memset(&n, 0, sizeof n);
     n.op = op;
     n.name = nm ? gr_strdup(nm) : gr_sprintf("%s_%d", info->name, g->nodes.len);
-    n.in = gr_malloc(sizeof(int) * (size_t)(n_in ? n_in : 1));
-    n.out = gr_malloc(sizeof(int) * (size_t)(n_out ? n_out : 1));
-    n.attrs = gr_calloc((size_t)(n_attr ? n_attr : 1), sizeof(gr_ir_attr));
+    n.in = gr_malloc(sizeof(int) * (size_t)n_in);
+    n.out = gr_malloc(sizeof(int) * (size_t)n_out);
+    n.attrs = gr_calloc((size_t)n_attr, sizeof(gr_ir_attr));
+    n.n_in = n_in, n.n_out = n_out, n.n_attr = n_attr; /* the sizes node_free frees (attrs zeroed until copied) */
     if (!n.name || !n.in || !n.out || !n.attrs) goto nomem;
-    n.n_in = n_in;
     if (n_in) memcpy(n.in, in, sizeof(int) * (size_t)n_in);
-    for (int i = 0; i < n_attr; i++) {
+    for (int i = 0; i < n_attr; i++)
         if (gr_ir_attr_copy(&n.attrs[i], &attrs[i]) != GR_OK) goto nomem;
-        n.n_attr++;
-    }
     if (gr_vec_reserve(&g->nodes, g->nodes.len + 1) != GR_OK) goto nomem;
     int node_index = g->nodes.len;
     int first_new = g->values.len;
@@ -409,7 +421,6 @@ gr_status gr_ir_add_node(gr_graph *g, gr_op op, const char *name, int n_in, cons
         g->values.data[v].producer = node_index;
         g->values.data[v].out_slot = i;
         n.out[i] = v;
-        n.n_out++;
     }
     g->nodes.data[g->nodes.len++] = n;
     index_appended(g, &g->node_index, true);
@@ -503,17 +514,15 @@ gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
         d->line = s->line;
         d->col = s->col;
         d->name = gr_strdup(s->name);
-        d->in = gr_malloc(sizeof(int) * (size_t)(s->n_in ? s->n_in : 1));
-        d->out = gr_malloc(sizeof(int) * (size_t)(s->n_out ? s->n_out : 1));
-        d->attrs = gr_calloc((size_t)(s->n_attr ? s->n_attr : 1), sizeof(gr_ir_attr));
+        d->in = gr_malloc(sizeof(int) * (size_t)s->n_in);
+        d->out = gr_malloc(sizeof(int) * (size_t)s->n_out);
+        d->attrs = gr_calloc((size_t)s->n_attr, sizeof(gr_ir_attr));
+        d->n_in = s->n_in, d->n_out = s->n_out, d->n_attr = s->n_attr; /* the sizes node_free frees */
         if (!d->name || !d->in || !d->out || !d->attrs) goto nomem;
-        d->n_in = s->n_in;
-        d->n_out = s->n_out;
         memcpy(d->in, s->in, sizeof(int) * (size_t)s->n_in);
         memcpy(d->out, s->out, sizeof(int) * (size_t)s->n_out);
         for (int a = 0; a < s->n_attr; a++) {
             if (gr_ir_attr_copy(&d->attrs[a], &s->attrs[a]) != GR_OK) goto nomem;
-            d->n_attr++;
             if (d->attrs[a].graph) d->attrs[a].graph->parent = c;
         }
     }
@@ -539,10 +548,19 @@ bool gr_ir_value_concrete(const gr_ir_value *v) {
 }
 
 int64_t gr_ir_value_numel(const gr_ir_value *v) {
-    if (!gr_ir_value_concrete(v)) return -1;
-    int64_t n = 1;
-    for (int i = 0; i < v->ndim; i++) n *= v->dims[i].size;
-    return n;
+    if (!gr_ir_value_concrete(v) || v->ndim > GR_MAX_DIMS) return -1;
+    int64_t dims[GR_MAX_DIMS], n;
+    for (int i = 0; i < v->ndim; i++) dims[i] = v->dims[i].size;
+    return gr_shape_numel_checked(v->ndim, dims, &n) ? n : -1;
+}
+
+bool gr_ir_dims_fit(int ndim, const gr_dim *dims) {
+    int64_t concrete[GR_MAX_DIMS], n;
+    int nc = 0;
+    if (ndim < 0 || ndim > GR_MAX_DIMS) return false;
+    for (int i = 0; i < ndim; i++)
+        if (dims[i].sym == GR_SYM_NONE) concrete[nc++] = dims[i].size;
+    return gr_shape_numel_checked(nc, concrete, &n);
 }
 
 gr_status gr_ir_value_shape(const gr_graph *g, int vi, int64_t *dims) {

@@ -386,6 +386,7 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs) {
                 na.index = a.index >= 0 ? pm[a.index] : -1;
                 na.index_stride = a.index_stride;
                 na.index_extent = a.index_extent;
+                na.origin = a.origin;
                 for (int d = 0; d < p->n_outer; d++) {
                     int m = f->map[d];
                     if (m < 0) continue;

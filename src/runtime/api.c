@@ -27,7 +27,7 @@ gr_status gr_graph_load(const char *path, gr_graph_t *out) {
     gr_status st = ends_with(path, ".onnx") ? gr_onnx_load(path, out) : gr_gir_load(path, out);
     if (st != GR_OK) return st;
     st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -39,7 +39,7 @@ gr_status gr_graph_parse(const char *text, const char *origin, const char *base_
     if (!text || !out) return gr_error(GR_ERR_INVALID, "gr_graph_parse: NULL argument");
     GR_TRY(gr_gir_parse(text, origin ? origin : "<string>", base_dir, out));
     gr_status st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -80,7 +80,11 @@ gr_status gr_graph_add_constant(gr_graph_t g, const char *name, gr_dtype dtype, 
     if (ndim < 0 || ndim > GR_MAX_DIMS) return gr_error(GR_ERR_INVALID, "constant '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (dims[i] < 0) return gr_error(GR_ERR_SHAPE, "constant '%s': dim %d is negative", name ? name : "?", i);
-    if (gr_shape_numel(ndim, dims) > 0 && !data) return gr_error(GR_ERR_INVALID, "constant '%s': data is NULL", name ? name : "?");
+    int64_t numel;
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "constant '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
+    if (numel > 0 && !data) return gr_error(GR_ERR_INVALID, "constant '%s': data is NULL", name ? name : "?");
     int v;
     GR_TRY(gr_ir_add_const(g, name, dtype, ndim, dims, data, &v));
     *out = v;
@@ -107,7 +111,7 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
     if (n_out < info->min_out || (info->max_out >= 0 && n_out > info->max_out))
         return gr_error(GR_ERR_INVALID, "node '%s' (%s): %d outputs asked, op gives %d..%d", name ? name : "?", op, n_out,
                         info->min_out, info->max_out < 0 ? 99 : info->max_out);
-    gr_ir_attr *ia = gr_calloc((size_t)(n_attr ? n_attr : 1), sizeof(gr_ir_attr));
+    gr_ir_attr *ia = gr_calloc((size_t)n_attr, sizeof(gr_ir_attr));
     if (!ia) return GR_ERR_NOMEM;
     for (int i = 0; i < n_attr; i++) {
         const gr_attr *a = &attrs[i];
@@ -121,22 +125,22 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
         case GR_ATTR_FLOATS: ia[i].kind = GR_IR_ATTR_FLOATS; ia[i].floats = (double *)a->floats; break;
         default:
             free_attrs(ia, n_attr);
-            gr_free(ia, 0);
+            gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
             return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has an unknown kind", name ? name : "?", op,
                             a->name ? a->name : "?");
         }
         if ((a->kind == GR_ATTR_INTS && a->n > 0 && !a->ints) || (a->kind == GR_ATTR_FLOATS && a->n > 0 && !a->floats)) {
             free_attrs(ia, n_attr);
-            gr_free(ia, 0);
+            gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
             return gr_error(GR_ERR_INVALID, "node '%s' (%s): attribute '%s' has n=%d but no array", name ? name : "?", op, a->name, a->n);
         }
     }
     int node;
     gr_status st = gr_ir_add_node(g, o, name, n_in, in, n_out, NULL, n_attr, ia, &node);
     free_attrs(ia, n_attr);
-    gr_free(ia, 0);
+    gr_free(ia, (size_t)n_attr * sizeof(gr_ir_attr));
     if (st != GR_OK) return st;
-    st = gr_pass_infer_node(g, node);
+    st = gr_ir_infer_node(g, node);
     if (st != GR_OK) {
         gr_ir_remove_last_node(g);
         return st;
@@ -189,11 +193,46 @@ gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out) {
     return GR_OK;
 }
 
-gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) {
-    if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes: NULL argument");
+gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) { return gr_graph_dump_passes_dims(g, 0, NULL, NULL, out_text); }
+
+gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                    char **out_text) {
+    if (out_text) *out_text = NULL;
+    if (!g || !out_text || n_dims < 0 || (n_dims && (!dim_names || !dim_values)))
+        return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes_dims: NULL argument or negative count");
+    int n_syms = g->syms.len;
+    size_t values_size = sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1);
+    int64_t *sym_values = gr_malloc(values_size);
+    if (!sym_values) return GR_ERR_NOMEM;
+    for (int k = 0; k < n_syms; k++) sym_values[k] = -1; /* unbound */
+    gr_status st = GR_OK;
+    for (int i = 0; i < n_dims && st == GR_OK; i++) {
+        const char *name = dim_names[i] ? dim_names[i] : "";
+        int sym = -1;
+        for (int k = 0; k < n_syms; k++)
+            if (!strcmp(g->syms.data[k], name)) sym = k;
+        if (sym < 0) {
+            gr_strbuf known;
+            gr_sb_init(&known);
+            for (int k = 0; k < n_syms; k++) gr_sb_printf(&known, "%s'%s'", k ? ", " : "", g->syms.data[k]);
+            st = known.failed ? gr_nomem()
+                              : gr_error(GR_ERR_NOT_FOUND, "the graph has no symbolic dim named '%s' (symbolic dims: %s)", name,
+                                         n_syms ? known.data : "none");
+            gr_sb_free(&known);
+        } else if (dim_values[i] < 0) {
+            st = gr_error(GR_ERR_INVALID, "symbolic dim '%s': value %lld is negative", name, (long long)dim_values[i]);
+        } else if (sym_values[sym] >= 0 && sym_values[sym] != dim_values[i]) {
+            st = gr_error(GR_ERR_INVALID, "symbolic dim '%s' given twice with different values (%lld and %lld)", name,
+                          (long long)sym_values[sym], (long long)dim_values[i]);
+        } else {
+            sym_values[sym] = dim_values[i];
+        }
+    }
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_pass_dump(g, &sb);
+    /* with nothing bound, the dump itself lists every unresolved symbolic dim */
+    if (st == GR_OK) st = gr_pass_dump(g, n_dims ? sym_values : NULL, false, &sb);
+    gr_free(sym_values, values_size);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;

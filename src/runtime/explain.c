@@ -51,7 +51,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     gr_strbuf sb;
     gr_sb_init(&sb);
     const char *mode = s->opt.mode == GR_MODE_EAGER ? "eager" : s->opt.mode == GR_MODE_GRAPH ? "graph" : "auto";
-    gr_sb_printf(&sb, "device: %s\nmode: %s\n", s->dev->iface->name(s->dev->ctx), mode);
+    gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
         for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k], (long long)p->sym_values[k]);
@@ -69,11 +69,12 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
             gr_sb_printf(&sb, "  %-20s %-24s host value: read by value at launch, no copy\n", v->name, t);
         } else {
             if (v->placement == GR_PLACE_HOST) gr_sb_printf(&sb, "  %-20s %-24s host value read as a buffer: mirrored to the device\n", v->name, t);
-            gr_sb_printf(&sb, "  %-20s %-24s placeholder of %zu bytes, copied in before each run/replay\n", v->name, t, p->input_bytes[i]);
+            gr_sb_printf(&sb, "  %-20s %-24s placeholder of %zu bytes, copied in before a run/replay when set again\n", v->name, t,
+                         p->input_bytes[i]);
             placeholder_bytes += p->input_bytes[i];
         }
     }
-    gr_sb_printf(&sb, "bytes copied per replay: %zu\n", placeholder_bytes);
+    gr_sb_printf(&sb, "bytes copied per replay: %zu (all inputs set again; an input not set again is not copied)\n", placeholder_bytes);
     for (int seg = 0; seg < p->segs.len; seg++) {
         const gr_segment *sg = &p->segs.data[seg];
         const gr_rt_segment *st = &p->seg_state[seg];

@@ -1,10 +1,11 @@
 /* runtime/graphs — the graph manager: per segment warm-up → capture →
- * instantiate → replay (torch.compile's CUDA-graph discipline, done in C).
+ * instantiate → replay (torch.compile's CUDA-graph discipline, done in C); in
+ * mode auto each segment is timed eager and replayed and the faster kept.
  *
  * What keeps replays correct:
  * - Activations live at fixed arena offsets and external inputs are copied
- *   into per-plan placeholders before the replay, outside the graph, so no
- *   captured pointer ever goes stale.
+ *   into per-plan placeholders before the replay (when set again since the
+ *   last copy), outside the graph, so no captured pointer ever goes stale.
  * - A host scalar read by a kernel (GR_ARG_HOST_SCALAR) is baked into the
  *   captured kernel node by value. Before each replay the current value is
  *   compared with the captured one and, if it changed, the exec node's
@@ -23,11 +24,11 @@
 
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
-    if (st->exec) d->iface->exec_destroy(d->ctx, st->exec);
-    if (st->graph) d->iface->graph_destroy(d->ctx, st->graph);
-    gr_free(st->scalar_node, 0);
-    gr_free(st->scalar_step, 0);
-    gr_free(st->scalar_args, 0);
+    gr_dev_exec_destroy(d, st->exec);
+    gr_dev_graph_destroy(d, st->graph);
+    gr_free(st->scalar_node, sizeof(int) * (size_t)st->scalar_cap);
+    gr_free(st->scalar_step, sizeof(int) * (size_t)st->scalar_cap);
+    gr_free(st->scalar_args, sizeof(gr_karg) * (size_t)st->scalar_cap * GR_KMAX_PARAMS);
     gr_strfree(st->fallback_reason);
     memset(st, 0, sizeof *st);
 }
@@ -61,21 +62,20 @@ static void fall_back(gr_session_t s, gr_rt_plan *p, int seg, const char *why) {
 /* Records the segment into a graph, instantiates and uploads it. */
 static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
-    const struct gr_device_i *io = d->iface;
     gr_rt_segment *st = &p->seg_state[seg];
     const gr_segment *sg = &p->segs.data[seg];
-    if (!io->capture_begin || !io->capture_end || !io->graph_instantiate || !io->graph_launch)
-        return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", io->name(d->ctx));
+    if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
     int n_scalar = 0;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
         if (is_work(&p->steps.data[i]) && has_host_scalar(&p->steps.data[i])) n_scalar++;
     if (n_scalar) {
+        st->scalar_cap = n_scalar;
         st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
         st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
         st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
         if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
     }
-    GR_TRY(io->capture_begin(d->ctx, s->stream));
+    GR_TRY(gr_dev_capture_begin(d, s->stream));
     gr_status rc = GR_OK;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
         const gr_step *step = &p->steps.data[i];
@@ -87,19 +87,20 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         rc = gr_rt_step_args(s, p, i, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS]);
     }
     gr_dgraph *graph = NULL;
-    gr_status end_rc = io->capture_end(d->ctx, s->stream, &graph);
+    gr_status end_rc = gr_dev_capture_end(d, s->stream, &graph);
     if (rc == GR_OK) rc = end_rc;
     if (rc != GR_OK) {
-        if (graph) io->graph_destroy(d->ctx, graph);
+        gr_dev_graph_destroy(d, graph);
         return rc;
     }
     st->graph = graph;
-    st->n_nodes = io->graph_num_nodes ? io->graph_num_nodes(d->ctx, graph) : 0;
+    st->n_nodes = gr_dev_graph_num_nodes(d, graph);
     /* A library call may add several nodes (cuBLASLt), so graph nodes are
      * matched to steps by their kernel, not by position. Kernel steps that
      * share a prepared kernel are taken in capture order. */
     if (st->n_scalar_nodes) {
-        if (!io->graph_node_info) return gr_error(GR_ERR_UNSUPPORTED, "device cannot enumerate graph nodes");
+        if (!gr_dev_caps_get(d).graph_nodes)
+            return gr_error(GR_ERR_UNSUPPORTED, "device '%s' cannot enumerate graph nodes", gr_dev_name(d));
         int next = 0;
         for (int k = 0; k < st->n_scalar_nodes; k++) {
             const gr_step *step = &p->steps.data[st->scalar_step[k]];
@@ -107,7 +108,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
                 return gr_error(GR_ERR_UNSUPPORTED, "segment %d: a library call reads host scalar; cannot patch it in a graph", seg);
             for (int n = next; n < st->n_nodes; n++) {
                 gr_gnode_info info;
-                GR_TRY(io->graph_node_info(d->ctx, graph, n, &info));
+                GR_TRY(gr_dev_graph_node_info(d, graph, n, &info));
                 if (info.kind == GR_GNODE_KERNEL && info.func == p->funcs[st->scalar_step[k]]) {
                     st->scalar_node[k] = n;
                     next = n + 1;
@@ -118,8 +119,8 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
                 return gr_error(GR_ERR_INTERNAL, "segment %d: no graph node found for kernel '%s'", seg, step->kernel->name);
         }
     }
-    GR_TRY(io->graph_instantiate(d->ctx, graph, &st->exec));
-    if (io->graph_upload) GR_TRY(io->graph_upload(d->ctx, st->exec, s->stream));
+    GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
+    GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
     st->records++;
     s->total_captures++;
     st->state = GR_SEG_CAPTURED;
@@ -138,10 +139,10 @@ static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *s
         gr_karg *was = &st->scalar_args[(size_t)k * GR_KMAX_PARAMS];
         int n = p->steps.data[i].n_args;
         if (!memcmp(now, was, sizeof(gr_karg) * (size_t)n)) continue;
-        if (!d->iface->exec_kernel_node_set_args)
+        if (!gr_dev_caps_get(d).node_set_args)
             return gr_error(GR_ERR_HAZARD, "step %d: a host scalar changed since capture and device '%s' cannot patch graph nodes",
-                            i, d->iface->name(d->ctx));
-        GR_TRY(d->iface->exec_kernel_node_set_args(d->ctx, st->exec, st->scalar_node[k], now, n));
+                            i, gr_dev_name(d));
+        GR_TRY(gr_dev_exec_kernel_node_set_args(d, st->exec, st->scalar_node[k], now, n));
         memcpy(was, now, sizeof(gr_karg) * (size_t)n);
     }
     return GR_OK;
@@ -159,15 +160,14 @@ static int captures_at_position(gr_session_t s, int seg) {
 typedef gr_status (*seg_runner)(gr_session_t s, gr_rt_plan *p, int seg);
 static gr_status timed(gr_session_t s, gr_rt_plan *p, int seg, seg_runner run, double *us) {
     gr_device *d = s->dev;
-    const struct gr_device_i *io = d->iface;
-    if (!s->ev_seg_a) GR_TRY(io->event_create(d->ctx, &s->ev_seg_a));
-    if (!s->ev_seg_b) GR_TRY(io->event_create(d->ctx, &s->ev_seg_b));
-    GR_TRY(gr_dev_sync(d, s->stream));
-    GR_TRY(io->event_record(d->ctx, s->ev_seg_a, s->stream));
+    if (!s->ev_seg_a) GR_TRY(gr_dev_event_create(d, &s->ev_seg_a));
+    if (!s->ev_seg_b) GR_TRY(gr_dev_event_create(d, &s->ev_seg_b));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    GR_TRY(gr_dev_event_record(d, s->ev_seg_a, s->stream));
     GR_TRY(run(s, p, seg));
-    GR_TRY(io->event_record(d->ctx, s->ev_seg_b, s->stream));
-    GR_TRY(gr_dev_sync(d, s->stream));
-    return io->event_elapsed_us(d->ctx, s->ev_seg_a, s->ev_seg_b, us);
+    GR_TRY(gr_dev_event_record(d, s->ev_seg_b, s->stream));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    return gr_dev_event_elapsed_us(d, s->ev_seg_a, s->ev_seg_b, us);
 }
 
 static double min_of(const double *x, int n) {
@@ -179,7 +179,7 @@ static double min_of(const double *x, int n) {
 static gr_status replay(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
     GR_TRY(refresh_scalars(s, p, st));
-    return s->dev->iface->graph_launch(s->dev->ctx, st->exec, s->stream);
+    return gr_dev_graph_launch(s->dev, st->exec, s->stream);
 }
 
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
@@ -261,7 +261,7 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             return GR_OK;
         }
         GR_TRY(refresh_scalars(s, p, st));
-        GR_TRY(s->dev->iface->graph_launch(s->dev->ctx, st->exec, s->stream));
+        GR_TRY(gr_dev_graph_launch(s->dev, st->exec, s->stream));
         s->stats.kernels += work;
         s->stats.kernels_in_graphs += work;
         s->stats.graph_launches++;

@@ -2,6 +2,7 @@
  * pipeline, device memory (arena, constants, input placeholders), kernel
  * preparation; and the per-step argument binding used by every mode. */
 #include "runtime/runtime-impl.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,9 +13,9 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
     if (p->mem.const_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.const_bytes, &p->consts));
     int ni = g->inputs.len;
-    p->input_dev = gr_calloc((size_t)(ni ? ni : 1), sizeof(void *));
-    p->input_bytes = gr_calloc((size_t)(ni ? ni : 1), sizeof(size_t));
-    p->input_version = gr_calloc((size_t)(ni ? ni : 1), sizeof(uint64_t));
+    p->input_dev = gr_calloc((size_t)ni, sizeof(void *));
+    p->input_bytes = gr_calloc((size_t)ni, sizeof(size_t));
+    p->input_version = gr_calloc((size_t)ni, sizeof(uint64_t));
     if (!p->input_dev || !p->input_bytes || !p->input_version) return GR_ERR_NOMEM;
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
@@ -28,13 +29,13 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (st->kind != GR_STORE_CONST || !st->bytes) continue;
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
-    GR_TRY(gr_dev_sync(d, s->stream));
-    p->funcs = gr_calloc((size_t)(p->steps.len ? p->steps.len : 1), sizeof(gr_kfunc *));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    p->funcs = gr_calloc((size_t)p->steps.len, sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
-            gr_status rc = d->iface->kernel_prepare(d->ctx, st->kernel, &p->funcs[i]);
+            gr_status rc = gr_dev_kernel_prepare(d, st->kernel, &p->funcs[i]);
             if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
@@ -42,11 +43,55 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
+/* Process-wide debug hook (tests). Set before sessions are used; the lock
+ * keeps fn and user a matching pair for a plan built on another thread. */
+static pthread_mutex_t step_hook_lock = PTHREAD_MUTEX_INITIALIZER;
 static gr_rt_step_hook step_hook;
 static void *step_hook_user;
 void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user) {
+    pthread_mutex_lock(&step_hook_lock);
     step_hook = fn;
     step_hook_user = user;
+    pthread_mutex_unlock(&step_hook_lock);
+}
+static gr_rt_step_hook get_step_hook(void **user) {
+    pthread_mutex_lock(&step_hook_lock);
+    gr_rt_step_hook fn = step_hook;
+    *user = step_hook_user;
+    pthread_mutex_unlock(&step_hook_lock);
+    return fn;
+}
+
+/* What the plan build watches the pipeline for: the test hook, which
+ * rewrites the fused steps before memory planning, inside the one pipeline
+ * (it lets tests insert host steps that no op lowers to yet), and the wall
+ * time of each pass, which --verbose prints (bench/compile_time.py reads it). */
+#define PLAN_MAX_PHASES 16
+typedef struct {
+    gr_rt_step_hook fn; /* taken once per plan */
+    void *user;
+    double t_last;
+    int n;
+    const char *name[PLAN_MAX_PHASES];
+    double us[PLAN_MAX_PHASES];
+} plan_observer;
+
+static void phase_done(plan_observer *o, const char *name) {
+    double now = gr_now_us();
+    if (o->n < PLAN_MAX_PHASES) {
+        o->name[o->n] = name;
+        o->us[o->n++] = now - o->t_last;
+    }
+    o->t_last = now;
+}
+
+static gr_status after_pass(void *user, const char *pass, gr_compiled *c) {
+    plan_observer *o = user;
+    phase_done(o, strcmp(pass, "input") ? pass : "clone"); /* "input": the graph as cloned */
+    if (!o->fn || strcmp(pass, "fuse")) return GR_OK;
+    gr_status st = o->fn(o->user, c->g, &c->steps);
+    o->t_last = gr_now_us(); /* the hook's time is nobody's phase */
+    return st;
 }
 
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
@@ -57,53 +102,38 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     gr_status st;
     int n_syms = s->graph->syms.len;
     p->n_syms = n_syms;
-    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)(n_syms ? n_syms : 1));
+    p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)n_syms);
     if (!p->sym_values) {
         st = GR_ERR_NOMEM;
         goto fail;
     }
     if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
-    /* wall time per phase, printed with --verbose (bench/compile_time.py reads it) */
-    static const char *const phase_names[] = {"clone", "specialize", "predicate", "fold", "lower", "fuse",
-                                              "memplan", "partition", "prepare"};
-    enum { N_PHASES = sizeof phase_names / sizeof phase_names[0] };
-    double phase_us[N_PHASES] = {0};
-    int phase = 0;
-    double tp = gr_now_us();
-#define PHASE_DONE() (phase_us[phase++] = gr_now_us() - tp, tp = gr_now_us())
-    if ((st = gr_ir_graph_clone(s->graph, &p->g)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_predicate_if(p->g)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
-    if (step_hook && (st = step_hook(step_hook_user, p->g, &p->steps)) != GR_OK) goto fail;
-    PHASE_DONE();
-    if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
-    PHASE_DONE();
-    st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
-    if (st != GR_OK) goto fail;
-    p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
+    plan_observer obs;
+    memset(&obs, 0, sizeof obs);
+    obs.fn = get_step_hook(&obs.user);
+    obs.t_last = gr_now_us();
+    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs};
+    gr_compiled c;
+    if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
+    p->g = c.g;
+    p->steps = c.steps;
+    p->mem = c.mem;
+    p->segs = c.segs;
+    p->seg_state = gr_calloc((size_t)p->segs.len, sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;
         goto fail;
     }
-    PHASE_DONE();
+    obs.t_last = gr_now_us();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
-    PHASE_DONE();
-#undef PHASE_DONE
+    phase_done(&obs, "prepare");
     p->compile_us = gr_now_us() - t0;
     if (s->opt.verbose)
         fprintf(stderr, "graft: compiled plan: %d steps (%ld kernels), %d segments, arena %zu B, weights %zu B, %.1f ms\n",
                 p->steps.len, p->n_kernels, p->segs.len, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
     if (s->opt.verbose) {
         fprintf(stderr, "graft: compile phases (ms):");
-        for (int i = 0; i < N_PHASES; i++) fprintf(stderr, " %s %.1f", phase_names[i], phase_us[i] / 1e3);
+        for (int i = 0; i < obs.n; i++) fprintf(stderr, " %s %.1f", obs.name[i], obs.us[i] / 1e3);
         fprintf(stderr, "\n");
     }
     *out = p;
@@ -118,27 +148,27 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
     if (p->seg_state) {
         for (int i = 0; i < p->segs.len; i++) gr_rt_segment_release(s, &p->seg_state[i]);
-        gr_free(p->seg_state, 0);
+        gr_free(p->seg_state, (size_t)p->segs.len * sizeof(gr_rt_segment));
     }
     if (p->funcs) {
         for (int i = 0; i < p->steps.len; i++)
-            if (p->funcs[i]) d->iface->kernel_release(d->ctx, p->funcs[i]);
-        gr_free(p->funcs, 0);
+            gr_dev_kernel_release(d, p->funcs[i]);
+        gr_free(p->funcs, (size_t)p->steps.len * sizeof(gr_kfunc *));
     }
-    if (p->input_dev) {
-        for (int i = 0; p->g && i < p->g->inputs.len; i++)
-            if (p->input_dev[i]) gr_dev_free(d, p->input_dev[i]);
-        gr_free(p->input_dev, 0);
-    }
-    gr_free(p->input_bytes, 0);
-    gr_free(p->input_version, 0);
+    /* allocated after p->g, per input of p->g */
+    int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
+    if (p->input_dev)
+        for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
+    gr_free(p->input_dev, (size_t)ni * sizeof(void *));
+    gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
+    gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
     if (p->arena) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
     gr_mem_plan_free(&p->mem);
     gr_step_list_free(&p->steps);
     gr_ir_graph_destroy(p->g);
-    gr_free(p->sym_values, 0);
+    gr_free(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms);
     gr_free(p, sizeof *p);
 }
 
@@ -212,7 +242,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
     case GR_STEP_ALIAS: return GR_OK;
     case GR_STEP_KERNEL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
-        return gr_dev_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
+        return gr_dev_kernel_launch(s->dev, s->stream, p->funcs[i], args, st->n_args);
     case GR_STEP_LIBCALL:
         GR_TRY(gr_rt_step_args(s, p, i, args));
         return gr_dev_libcall(s->dev, s->stream, &st->call, args, st->n_args);
@@ -223,7 +253,7 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i) {
         GR_TRY(gr_rt_step_args(s, p, i, args));
         /* the host reads what the device wrote: drain the stream first (this
          * synchronization is why a host step can never be inside a graph) */
-        GR_TRY(gr_dev_sync(s->dev, s->stream));
+        GR_TRY(gr_dev_stream_sync(s->dev, s->stream));
         struct gr_step_host_ctx hc = {.dev = s->dev, .stream = s->stream, .n_args = st->n_args};
         for (int a = 0; a < st->n_args; a++) hc.addr[a] = args[a].ptr;
         gr_status rc = st->host_fn(st->host_user, &hc);

@@ -4,6 +4,7 @@
 #define GR_RUNTIME_IMPL_H
 
 #include "device/device.h"
+#include "frontend/frontend.h"
 #include "passes/passes.h"
 
 /* one graph input as bound by the caller */
@@ -12,8 +13,10 @@ typedef struct {
     gr_dtype dtype;
     int ndim;
     int64_t dims[GR_MAX_DIMS];
-    void *data; /* host copy (gr_malloc) */
-    size_t nbytes, cap;
+    void *data;       /* the caller's data, copied into page-locked host memory
+                         (gr_dev_alloc GR_MEM_HOST_PINNED, freed with gr_dev_free), so the
+                         copy into the placeholder is a true asynchronous DMA */
+    size_t nbytes, cap; /* bytes bound now; bytes allocated */
     uint64_t version; /* bumped by every set_input */
 } gr_rt_input;
 
@@ -32,6 +35,7 @@ typedef struct {
     int n_nodes;
     /* host scalars baked into kernel nodes: (node, step, value seen at capture) */
     int n_scalar_nodes;
+    int scalar_cap;         /* entries allocated in the three arrays below */
     int *scalar_node;       /* graph node index */
     int *scalar_step;       /* step index */
     gr_karg *scalar_args;   /* captured argument arrays, GR_KMAX_PARAMS per node */
@@ -55,8 +59,9 @@ typedef struct gr_rt_plan {
     gr_kfunc **funcs;    /* per step (KERNEL), else NULL */
     void *arena;
     void *consts;
-    void **input_dev;    /* per graph input: device placeholder (NULL for @host inputs) */
-    size_t *input_bytes;
+    void **input_dev;    /* per graph input: device placeholder (NULL for @host inputs read
+                            only by value: those are read from gr_rt_input.data at launch) */
+    size_t *input_bytes; /* per graph input: its bytes for this shape key */
     uint64_t *input_version; /* version of each input last copied into its placeholder (0 = never) */
     long n_kernels;      /* kernel + libcall steps */
     double compile_us;

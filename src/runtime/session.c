@@ -1,5 +1,6 @@
-/* runtime/session — the public session API: create, bind inputs, run, read
- * outputs (generation-tagged), stats, explain. */
+/* runtime/session — the public session API: create, bind inputs, run (asynchronous;
+ * gr_session_wait), read outputs (generation-tagged), stats. explain.c and profile.c
+ * hold gr_session_explain and gr_session_profile. */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -33,20 +34,20 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     gr_status st;
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
     double t_clone = gr_now_us();
-    if ((st = gr_pass_infer_shapes(s->graph)) != GR_OK) goto fail;
+    if ((st = gr_ir_infer_shapes(s->graph)) != GR_OK) goto fail;
     if (s->opt.verbose)
         fprintf(stderr, "graft: session phases (ms): verify %.1f clone %.1f shapes %.1f\n", (t_verify - t0) / 1e3,
                 (t_clone - t_verify) / 1e3, (gr_now_us() - t_clone) / 1e3);
-    s->inputs = gr_calloc((size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1), sizeof(gr_rt_input));
+    s->inputs = gr_calloc((size_t)s->graph->inputs.len, sizeof(gr_rt_input));
     if (!s->inputs) {
         st = GR_ERR_NOMEM;
         goto fail;
     }
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
-    if ((st = s->dev->iface->stream_create(s->dev->ctx, &s->stream)) != GR_OK) goto fail;
-    if (s->dev->iface->event_create) {
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_start)) != GR_OK) goto fail;
-        if ((st = s->dev->iface->event_create(s->dev->ctx, &s->ev_end)) != GR_OK) goto fail;
+    if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
+    if (gr_dev_caps_get(s->dev).events) {
+        if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
+        if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
     }
     /* a graph without symbolic dims compiles now, so errors surface at creation */
     if (graph_is_concrete(s->graph)) {
@@ -61,7 +62,7 @@ fail:
 
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
-    if (s->pending && s->dev && s->stream) gr_dev_sync(s->dev, s->stream);
+    if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
@@ -70,21 +71,22 @@ void gr_session_destroy(gr_session_t s) {
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
-        gr_free(s->inputs, 0);
+        gr_free(s->inputs, (size_t)s->graph->inputs.len * sizeof(gr_rt_input));
     }
     if (s->dev) {
-        if (s->ev_start) s->dev->iface->event_destroy(s->dev->ctx, s->ev_start);
-        if (s->ev_end) s->dev->iface->event_destroy(s->dev->ctx, s->ev_end);
-        if (s->ev_seg_a) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_a);
-        if (s->ev_seg_b) s->dev->iface->event_destroy(s->dev->ctx, s->ev_seg_b);
-        if (s->stream) s->dev->iface->stream_destroy(s->dev->ctx, s->stream);
+        gr_dev_event_destroy(s->dev, s->ev_start);
+        gr_dev_event_destroy(s->dev, s->ev_end);
+        gr_dev_event_destroy(s->dev, s->ev_seg_a);
+        gr_dev_event_destroy(s->dev, s->ev_seg_b);
+        gr_dev_stream_destroy(s->dev, s->stream);
         gr_device_destroy(s->dev);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
 }
 
-const char *gr_session_device_name(gr_session_t s) { return s && s->dev ? s->dev->iface->name(s->dev->ctx) : "?"; }
+const char *gr_session_device_name(gr_session_t s) { return s ? gr_dev_name(s->dev) : "?"; }
+gr_device_kind gr_session_device_kind(gr_session_t s) { return s && s->dev ? s->dev->kind : GR_DEVICE_AUTO; }
 
 /* ==== inputs ================================================================================ */
 static int find_input(const gr_graph *g, const char *name) {
@@ -114,12 +116,15 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (ndim != v->ndim)
         return gr_error(GR_ERR_SHAPE, "input '%s': rank %d given, graph expects %s", name, ndim, want);
     int64_t numel = 1;
+    if (ndim > 0 && !dims) return gr_error(GR_ERR_INVALID, "input '%s': dims is NULL", name);
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0) return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative", name, d);
         if (v->dims[d].sym == GR_SYM_NONE && dims[d] != v->dims[d].size)
             return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, graph expects %s", name, d, (long long)dims[d], want);
-        numel *= dims[d];
     }
+    /* checked: a wrapped count could match a small buffer and bind a huge shape */
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "input '%s': the shape holds more than %lld elements", name, (long long)GR_MAX_NUMEL);
     size_t need = (size_t)numel * gr_dtype_size(dtype);
     if (nbytes != need)
         return gr_error(GR_ERR_SHAPE, "input '%s': %zu bytes given, shape needs %zu", name, nbytes, need);
@@ -127,9 +132,12 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     gr_rt_input *in = &s->inputs[i];
     if (s->pending && (need > in->cap || !in->data)) GR_TRY(gr_session_wait(s));
     if (need > in->cap || !in->data) {
-        /* page-locked, so the copy into the placeholder is a true asynchronous DMA */
+        /* page-locked where the device has it, so the copy into the placeholder
+         * is a true asynchronous DMA; else pageable host memory (still copied
+         * outside any graph, so capture is unaffected) */
         void *p = NULL;
-        GR_TRY(gr_dev_alloc(s->dev, GR_MEM_HOST_PINNED, need ? need : 1, &p));
+        gr_mem_kind kind = gr_dev_caps_get(s->dev).pinned_memory ? GR_MEM_HOST_PINNED : GR_MEM_HOST;
+        GR_TRY(gr_dev_alloc(s->dev, kind, need ? need : 1, &p));
         if (in->data) gr_dev_free(s->dev, in->data);
         in->data = p;
         in->cap = need ? need : 1;
@@ -149,7 +157,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
 /* Shape key from the bound inputs: each symbolic dim's value, checked for consistency. */
 static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     const gr_graph *g = s->graph;
-    int *from = gr_malloc(sizeof(int) * (size_t)(g->syms.len ? g->syms.len : 1));
+    int *from = gr_malloc(sizeof(int) * (size_t)g->syms.len);
     if (!from) return GR_ERR_NOMEM;
     for (int k = 0; k < g->syms.len; k++) syms[k] = -1, from[k] = -1;
     gr_status st = GR_OK;
@@ -175,17 +183,17 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     }
     for (int k = 0; k < g->syms.len && st == GR_OK; k++)
         if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k]);
-    gr_free(from, 0);
+    gr_free(from, sizeof(int) * (size_t)g->syms.len);
     return st;
 }
 
 static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int n = s->graph->syms.len;
-    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
     gr_status st = resolve_syms(s, syms);
     if (st != GR_OK) {
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
     gr_rt_plan *prev = NULL;
@@ -196,18 +204,22 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
             p->next = s->plans;
             s->plans = p;
         }
-        gr_free(syms, 0);
+        gr_free(syms, sizeof(int64_t) * (size_t)n);
         *out = p;
         return GR_OK;
     }
     if (s->opt.verbose && n) {
         fprintf(stderr, "graft: new shape key (");
-        for (int k = 0; k < n; k++) fprintf(stderr, "%s%s=%lld", k ? ", " : "", s->graph->syms.data[k], (long long)syms[k]);
+        for (int k = 0; k < n; k++) {
+            char name[256]; /* a model's name: no terminal escapes */
+            gr_escape_text(name, sizeof name, s->graph->syms.data[k], false);
+            fprintf(stderr, "%s%s=%lld", k ? ", " : "", name, (long long)syms[k]);
+        }
         fprintf(stderr, "): compiling a plan\n");
     }
     gr_rt_plan *p;
     st = gr_rt_plan_build(s, syms, &p);
-    gr_free(syms, 0);
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
     if (st != GR_OK) return st;
     p->next = s->plans;
     s->plans = p;
@@ -221,10 +233,13 @@ static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
         gr_status st = gr_rt_step_launch(s, p, i);
         if (st != GR_OK) {
-            const gr_step *step = &p->steps.data[i];
-            if (step->node >= 0 && step->node < p->g->nodes.len) {
+            /* the node the error is about (a gather fused into this step's
+             * kernel names its own node), else the step's */
+            int node = gr_error_node() >= 0 ? gr_error_node() : p->steps.data[i].node;
+            gr_error_set_node(-1); /* named here: gr_session_run must not name it again */
+            if (node >= 0 && node < p->g->nodes.len) {
                 char where[512];
-                gr_ir_node_where(p->g, &p->g->nodes.data[step->node], where, sizeof where);
+                gr_ir_node_where(p->g, &p->g->nodes.data[node], where, sizeof where);
                 return gr_error_prefix(st, "%s", where);
             }
             return st;
@@ -244,9 +259,10 @@ gr_status gr_session_run(gr_session_t s) {
     s->generation++;
     s->has_run = false;
     memset(&s->stats, 0, sizeof s->stats);
-    s->run_t0 = d->iface->clock_us(d->ctx);
+    s->run_t0 = gr_dev_clock_us(d);
     gr_status st = GR_OK;
-    if (s->ev_start) st = d->iface->event_record(d->ctx, s->ev_start, s->stream);
+    gr_error_set_node(-1);
+    if (s->ev_start) st = gr_dev_event_record(d, s->ev_start, s->stream);
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
     for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
@@ -262,10 +278,17 @@ gr_status gr_session_run(gr_session_t s) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = run_segment_eager(s, p, seg);
     }
-    if (st == GR_OK && s->ev_end) st = d->iface->event_record(d->ctx, s->ev_end, s->stream);
+    if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
+    if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
+        /* a kernel of a replayed graph failed: name the node it is about */
+        char where[512];
+        gr_ir_node_where(p->g, &p->g->nodes.data[gr_error_node()], where, sizeof where);
+        gr_error_set_node(-1);
+        gr_error_prefix(st, "%s", where);
+    }
     if (st != GR_OK) {
         /* the device may hold partial work: drain it; placeholders must be re-filled */
-        gr_dev_sync(d, s->stream);
+        gr_dev_stream_sync(d, s->stream);
         for (int i = 0; i < p->g->inputs.len; i++) p->input_version[i] = 0;
         return st;
     }
@@ -288,18 +311,18 @@ gr_status gr_session_wait(gr_session_t s) {
     if (!s->pending) return GR_OK;
     gr_device *d = s->dev;
     s->pending = false;
-    gr_status st = gr_dev_sync(d, s->stream);
+    gr_status st = gr_dev_stream_sync(d, s->stream);
     if (st != GR_OK) {
         s->has_run = false; /* outputs of a failed run are not readable */
         return st;
     }
-    s->stats.time_us = d->iface->clock_us(d->ctx) - s->run_t0;
-    if (s->ev_start && s->ev_end) d->iface->event_elapsed_us(d->ctx, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
-    if (d->iface->mem_in_use) s->stats.device_bytes = d->iface->mem_in_use(d->ctx);
+    s->stats.time_us = gr_dev_clock_us(d) - s->run_t0;
+    if (s->ev_start && s->ev_end) gr_dev_event_elapsed_us(d, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
+    s->stats.device_bytes = gr_dev_mem_in_use(d);
     return GR_OK;
 }
 
-double gr_session_clock_us(gr_session_t s) { return s && s->dev ? s->dev->iface->clock_us(s->dev->ctx) : 0.0; }
+double gr_session_clock_us(gr_session_t s) { return s && s->dev ? gr_dev_clock_us(s->dev) : 0.0; }
 
 /* ==== outputs ===================================================================================== */
 static gr_status check_output(gr_session_t s, gr_output o) {
@@ -364,7 +387,7 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
         return GR_OK;
     }
     GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, need, GR_COPY_D2H));
-    return gr_dev_sync(s->dev, s->stream);
+    return gr_dev_stream_sync(s->dev, s->stream);
 }
 
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {

@@ -1,5 +1,7 @@
-/* util/alloc — the one host allocator hook; failure injection for tests. */
+/* util/alloc — the one host allocator hook; failure injection and free-size
+ * checking for tests. */
 #include "util/util.h"
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +16,17 @@ static void *default_alloc(void *user, void *ptr, size_t old_size, size_t new_si
     return realloc(ptr, new_size);
 }
 
+/* Process-wide, set before sessions are used (graft.h): plain globals, read
+ * by every allocation on every thread and written only while no other thread
+ * is inside graft. */
 static gr_alloc_fn alloc_fn = default_alloc;
 static void *alloc_user;
-/* Test hooks. Plain globals: failure injection is a single-threaded test facility. */
-static long fail_countdown; /* >0: the allocation that brings it to 0 fails */
-static long alloc_count;
-static long live_allocs;
+/* Counters for tests, shared by all threads: atomic, so sessions on several
+ * threads keep gr_debug_live_allocs exact. Relaxed order: they are counts,
+ * nothing is published through them. */
+static atomic_long fail_countdown; /* >0: the allocation that brings it to 0 fails */
+static atomic_long alloc_count;
+static atomic_long live_allocs;
 
 void gr_set_allocator(gr_alloc_fn fn, void *user) {
     alloc_fn = fn ? fn : default_alloc;
@@ -27,32 +34,160 @@ void gr_set_allocator(gr_alloc_fn fn, void *user) {
 }
 
 long gr_debug_fail_alloc_after(long n) {
-    long made = alloc_count;
-    alloc_count = 0;
-    fail_countdown = n;
+    long made = atomic_exchange_explicit(&alloc_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&fail_countdown, n > 0 ? n : 0, memory_order_relaxed);
     return made;
 }
 
-long gr_debug_live_allocs(void) { return live_allocs; }
+long gr_debug_live_allocs(void) { return atomic_load_explicit(&live_allocs, memory_order_relaxed); }
 
+/* Exactly one allocation fails per armed countdown, whichever thread makes it. */
 static bool injected_failure(void) {
-    alloc_count++;
-    if (fail_countdown > 0 && --fail_countdown == 0) return true;
+    atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+    long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    while (left > 0)
+        if (atomic_compare_exchange_weak_explicit(&fail_countdown, &left, left - 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return left == 1;
     return false;
 }
 
+/* ==== free-size checking ==================================================================
+ * gr_free(p, n) and gr_realloc(p, old_n, ...) promise the size p was allocated with,
+ * and the hook receives it (a custom allocator may rely on it). While checking is on,
+ * each live allocation's size sits in an open-addressing table keyed by address
+ * (linear probing, deletion by backward shift); a size that differs is reported on
+ * stderr and counted. The table uses plain malloc: it must neither count as a graft
+ * allocation nor fail through injection. One lock guards it (sessions may run on
+ * several threads; this is a test facility, a spin lock is enough). Addresses
+ * allocated before checking was turned on are unknown and not checked. */
+typedef struct {
+    void *ptr; /* NULL: empty slot */
+    size_t size;
+} size_rec;
+
+static atomic_bool sizes_on;
+static atomic_flag size_lock = ATOMIC_FLAG_INIT;
+static size_rec *size_tab;          /* guarded by size_lock, like the two below */
+static size_t size_cap, size_len;   /* cap is a power of two */
+static atomic_long size_errors;
+
+static void size_lock_take(void) {
+    while (atomic_flag_test_and_set_explicit(&size_lock, memory_order_acquire)) {
+    }
+}
+static void size_lock_give(void) { atomic_flag_clear_explicit(&size_lock, memory_order_release); }
+
+static size_t size_slot(const void *p) {
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (size_t)h & (size_cap - 1);
+}
+
+static void size_table_free(void) {
+    free(size_tab);
+    size_tab = NULL;
+    size_cap = size_len = 0;
+}
+
+static void size_put(void *p, size_t n);
+
+static bool size_grow(void) {
+    size_rec *old = size_tab;
+    size_t old_cap = size_cap, cap = size_cap ? size_cap * 2 : 1024;
+    size_rec *tab = calloc(cap, sizeof *tab);
+    if (!tab) return false;
+    size_tab = tab;
+    size_cap = cap;
+    size_len = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].ptr) size_put(old[i].ptr, old[i].size);
+    free(old);
+    return true;
+}
+
+/* Under size_lock. */
+static void size_put(void *p, size_t n) {
+    if ((size_len + 1) * 2 > size_cap && !size_grow()) {
+        fprintf(stderr, "graft: free-size check: out of memory for its table; checking turned off\n");
+        atomic_store(&sizes_on, false);
+        size_table_free();
+        return;
+    }
+    size_t i = size_slot(p);
+    while (size_tab[i].ptr && size_tab[i].ptr != p) i = (i + 1) & (size_cap - 1);
+    if (!size_tab[i].ptr) size_len++;
+    size_tab[i] = (size_rec){p, n};
+}
+
+/* Under size_lock. Removes p; its recorded size in *n. False when p is not in the table. */
+static bool size_take(const void *p, size_t *n) {
+    if (!size_cap) return false;
+    size_t i = size_slot(p);
+    while (size_tab[i].ptr != p) {
+        if (!size_tab[i].ptr) return false;
+        i = (i + 1) & (size_cap - 1);
+    }
+    *n = size_tab[i].size;
+    /* backward shift: pull later entries of the probe run into the hole */
+    size_t hole = i;
+    for (size_t j = (i + 1) & (size_cap - 1); size_tab[j].ptr; j = (j + 1) & (size_cap - 1)) {
+        size_t home = size_slot(size_tab[j].ptr);
+        bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
+        if (movable) {
+            size_tab[hole] = size_tab[j];
+            hole = j;
+        }
+    }
+    size_tab[hole].ptr = NULL;
+    size_len--;
+    return true;
+}
+
+static void size_record(void *p, size_t n) {
+    size_lock_take();
+    if (atomic_load(&sizes_on)) size_put(p, n);
+    size_lock_give();
+}
+
+static void size_check(const void *p, size_t n, const char *what) {
+    size_t had = 0;
+    size_lock_take();
+    bool known = atomic_load(&sizes_on) && size_take(p, &had);
+    size_lock_give();
+    /* a 0-byte request is a 1-byte block: freeing it with 0 or 1 is the same */
+    if (!known || (had ? had : 1) == (n ? n : 1)) return;
+    atomic_fetch_add(&size_errors, 1);
+    fprintf(stderr, "graft: %s(%p, %zu): the block was allocated with %zu bytes\n", what, p, n, had);
+}
+
+void gr_debug_check_free_sizes(int on) {
+    size_lock_take();
+    size_table_free();
+    atomic_store(&size_errors, 0);
+    atomic_store(&sizes_on, on != 0);
+    size_lock_give();
+}
+
+long gr_debug_free_size_errors(void) { return atomic_load(&size_errors); }
+
+/* ==== the allocator ========================================================================
+ * A request for 0 bytes gets 1 (a distinct non-NULL block); callers still free it
+ * with the size they asked for, and the hook sees the size it allocated. */
 void *gr_malloc(size_t n) {
-    if (n == 0) n = 1;
     if (injected_failure()) {
         gr_nomem();
         return NULL;
     }
-    void *p = alloc_fn(alloc_user, NULL, 0, n);
+    void *p = alloc_fn(alloc_user, NULL, 0, n ? n : 1);
     if (!p) {
         gr_nomem();
         return NULL;
     }
-    live_allocs++;
+    atomic_fetch_add_explicit(&live_allocs, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&sizes_on, memory_order_relaxed)) size_record(p, n);
     return p;
 }
 
@@ -68,23 +203,27 @@ void *gr_calloc(size_t count, size_t size) {
 
 void *gr_realloc(void *p, size_t old_n, size_t new_n) {
     if (!p) return gr_malloc(new_n);
-    if (new_n == 0) new_n = 1;
     if (injected_failure()) {
         gr_nomem();
         return NULL;
     }
-    void *q = alloc_fn(alloc_user, p, old_n, new_n);
+    bool checking = atomic_load_explicit(&sizes_on, memory_order_relaxed);
+    if (checking) size_check(p, old_n, "gr_realloc");
+    void *q = alloc_fn(alloc_user, p, old_n ? old_n : 1, new_n ? new_n : 1);
     if (!q) {
+        if (checking) size_record(p, old_n); /* p stays allocated */
         gr_nomem();
         return NULL;
     }
+    if (checking) size_record(q, new_n);
     return q;
 }
 
 void gr_free(void *p, size_t n) {
     if (!p) return;
-    live_allocs--;
-    alloc_fn(alloc_user, p, n, 0);
+    atomic_fetch_sub_explicit(&live_allocs, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&sizes_on, memory_order_relaxed)) size_check(p, n, "gr_free");
+    alloc_fn(alloc_user, p, n ? n : 1, 0);
 }
 
 char *gr_strndup(const char *s, size_t n) {

@@ -13,7 +13,7 @@
 void *gr_malloc(size_t n);            /* NULL on failure; sets GR_ERR_NOMEM message */
 void *gr_calloc(size_t count, size_t size);
 void *gr_realloc(void *p, size_t old_n, size_t new_n); /* NULL on failure, p unchanged */
-void gr_free(void *p, size_t n);       /* n = size given at allocation (0 if unknown) */
+void gr_free(void *p, size_t n);       /* n = the size given at allocation, exactly (checked in tests) */
 char *gr_strdup(const char *s);
 char *gr_strndup(const char *s, size_t n);
 void gr_strfree(char *s);             /* frees a string from gr_strdup / gr_strndup / gr_sprintf */
@@ -28,7 +28,24 @@ gr_status gr_errorv(gr_status st, const char *fmt, va_list ap);
  * Returns st unchanged. */
 gr_status gr_error_prefix(gr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gr_error_clear(void);
+/* Copies src to dst (dst_size bytes, always NUL-terminated when dst_size > 0) with every byte a
+ * terminal could act on written as \xNN: C0 controls (except '\n' and '\t' when multiline),
+ * DEL, UTF-8-encoded C1 controls (U+0080..U+009F) and bytes that are not valid UTF-8. Valid
+ * UTF-8 text otherwise passes unchanged, and escaping escaped text changes nothing. Returns the
+ * length the escaped text needs (excluding the NUL), like snprintf. gr_error applies it to every
+ * message, so names from a model cannot send escape sequences to a terminal. */
+size_t gr_escape_text(char *dst, size_t dst_size, const char *src, bool multiline);
+/* Length of the well-formed UTF-8 sequence starting at s (1..4), 0 when s does not start one
+ * (s must be NUL-terminated; the NUL itself is not a sequence). */
+int gr_utf8_seq_len(const char *s);
 gr_status gr_nomem(void); /* prepared out-of-memory message */
+/* The IR node (an index into the graph being run) that the last error is
+ * about, or -1. Layers below the IR that know a node only by number (a
+ * kernel's gather bounds check) set it after gr_error, so the runtime can name
+ * the user's node even when the failing access was fused into another node's
+ * kernel. gr_error, gr_errorv and gr_nomem reset it; gr_error_prefix keeps it. */
+void gr_error_set_node(int node);
+int gr_error_node(void);
 
 #define GR_TRY(expr)                               \
     do {                                           \
@@ -73,11 +90,33 @@ int64_t gr_load_i64(const void *buf, gr_dtype t, int64_t i);
 void gr_store_f64(void *buf, gr_dtype t, int64_t i, double v);
 void gr_store_i64(void *buf, gr_dtype t, int64_t i, int64_t v);
 
+/* ---- checked arithmetic for sizes ----------------------------------------------------
+ * GR_MAX_NUMEL bounds the element count of every tensor graft handles (inputs,
+ * constants, every inferred shape, lowering temporaries, bound inputs). The
+ * bound applies to the product of the non-zero dims, so a zero-size tensor
+ * cannot hide huge dims; every partial product of dims, every row-major
+ * stride and every byte count (numel * dtype size <= 2^43) then fits in
+ * int64_t and size_t without further checks. */
+#define GR_MAX_NUMEL ((int64_t)1 << 40)
+/* a * b and a + b into *out; true when the exact result does not fit (as __builtin_*_overflow). */
+static inline bool gr_mul_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool gr_add_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
+/* Element count of dims (each >= 0) into *numel; false when a dim is negative
+ * or the product of the non-zero dims exceeds GR_MAX_NUMEL. */
+bool gr_shape_numel_checked(int ndim, const int64_t *dims, int64_t *numel);
+
 /* ---- misc ---------------------------------------------------------------------------- */
 uint64_t gr_hash_bytes(const void *p, size_t n, uint64_t seed); /* FNV-1a 64 */
-int64_t gr_shape_numel(int ndim, const int64_t *dims);
-/* Reads a whole file; the buffer is NUL-terminated (n excludes the NUL). */
+int64_t gr_shape_numel(int ndim, const int64_t *dims); /* unchecked: for shapes already within GR_MAX_NUMEL */
+/* Reads a whole regular file (as gr_open_regular); the buffer is NUL-terminated (n excludes the NUL).
+ * The read is bounded by the size fstat reports. */
 gr_status gr_read_file(const char *path, char **out, size_t *out_n);
+/* Opens an existing file for reading only when it is a regular file: O_NONBLOCK so that a FIFO
+ * cannot block the open, then fstat refuses a FIFO, directory, device or socket by name. Every
+ * file graft reads goes through here. Returns the descriptor (close it) and the size in bytes. */
+gr_status gr_open_regular(const char *path, int *out_fd, uint64_t *out_size);
+/* Reads exactly n bytes at offset (pread); GR_ERR_IO naming path on a short read. */
+gr_status gr_read_at(int fd, const char *path, void *dst, size_t n, uint64_t offset);
 double gr_now_us(void); /* monotonic wall clock */
 
 #define GR_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))

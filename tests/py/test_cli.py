@@ -1,6 +1,7 @@
 """The graft command line: every error class gives a non-zero exit and a
 message naming the right place; run / bench / dump / explain on the examples;
 graph mode bit-identical to eager mode."""
+import json
 import os
 import re
 import shutil
@@ -334,6 +335,15 @@ def test_symbolic_bench_and_zero_size(tmp_path, sym_model):
     assert np.load(out / "z.npy").shape == (0, 4) and "empty" in p.stdout
 
 
+def test_bench_labels_timings_by_device_kind(tmp_path, small_model):
+    """the simulator's timings are labelled simulated, from the session's device kind"""
+    js = tmp_path / "b.json"
+    p = expect_ok(run_graft("bench", small_model, "--device", "sim", "--iters", "2", "--warmup", "0", "--json", str(js)))
+    assert "simulated clock" in p.stdout and "host wall/iter" in p.stdout
+    rec = json.loads(js.read_text())
+    assert rec["sim"] is True and rec["device"] == "sim"
+
+
 # ==== outputs ===================================================================================
 def test_output_names_sanitized_and_summary(tmp_path):
     path = write(tmp_path / "m.gir", 'graft 1\ninput x: f32[2, 2]\n"a/b:c" = neg(x)\nr = relu(x)\n'
@@ -541,7 +551,198 @@ def test_bench_reports_load_and_compile_phases(tmp_path):
     plan = re.search(r"graft: compile phases \(ms\):((?: \w+ [0-9.]+)+)$", p.stderr, re.M)
     assert session and plan, p.stderr
     names = plan.group(1).split()[::2]
-    assert names == ["clone", "specialize", "predicate", "fold", "lower", "fuse", "memplan", "partition", "prepare"]
+    assert names == ["clone", "specialize", "predicate_if", "fold_constants", "lower", "fuse", "plan_memory", "partition",
+                     "prepare"]
     assert session.group(1).split()[::2] == ["verify", "clone", "shapes"]
     # the phases are parts of the compile time
     assert sum(float(x) for x in plan.group(1).split()[1::2]) <= compile_ms * 1.05 + 0.5
+
+
+# ==== hostile input: files that are not what they claim (issue 17) =============================
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "directory", "symlink_to_dev_zero"])
+def test_input_file_not_regular(tmp_path, small_model, kind):
+    """An --input that is a device, FIFO or directory is refused at once: no endless read, no wait."""
+    path = str(tmp_path / "in.npy")
+    if kind == "dev_zero":
+        path = "/dev/zero"
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        os.mkdir(path)
+    else:
+        os.symlink("/dev/zero", path)
+    want = {"dev_zero": "character device", "fifo": "FIFO", "directory": "directory",
+            "symlink_to_dev_zero": "character device"}[kind]
+    p = run_graft("run", small_model, "--input", "x=" + path, "--output-dir", str(tmp_path / "o"), timeout=60)
+    expect_fail(p, RUNTIME, "'x'", path, want)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink_to_dev_zero"])
+def test_model_file_not_regular(tmp_path, kind):
+    path = str(tmp_path / "m.gir")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    for cmd in ("run", "dump"):
+        expect_fail(run_graft(cmd, path, timeout=60), RUNTIME, path, "FIFO" if kind == "fifo" else "character device")
+
+
+def npy_bytes(header, data=b"", version=1):
+    """A .npy image with the given header dict text, padded as NumPy pads it."""
+    h = header.encode()
+    pre = 10 if version == 1 else 12
+    h += b" " * ((-(pre + len(h) + 1)) % 64) + b"\n"
+    size = len(h).to_bytes(2 if version == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([version, 0]) + size + h + data
+
+
+@pytest.mark.parametrize("name,image,frag", [
+    ("trailing", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", bytes(24) + b"more"),
+     "28 bytes of data, its header's shape describes 24"),
+    ("short", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", bytes(20)),
+     "data truncated: the shape needs 24 bytes, the file has 20"),
+    ("count_overflow_with_zero", npy_bytes("{'descr': '<f4', 'fortran_order': False, "
+                                           "'shape': (0, 4294967296, 4294967296, 4294967296), }"),
+     "element count overflows"),
+    ("over_size_limit", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627777,), }"),
+     "limit of 1099511627776 elements"),
+    ("huge_header", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + " " * 70000, bytes(24),
+                              version=2), "header of 70"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
+def test_npy_size_must_match_header(tmp_path, small_model, name, image, frag):
+    path = tmp_path / (name + ".npy")
+    path.write_bytes(image)
+    expect_fail(run_graft("run", small_model, "--input", "x=%s" % path, "--output-dir", str(tmp_path / "o")),
+                RUNTIME, str(path), frag)
+
+
+# ==== output and saved-input files: one file per name, inside the directory ========================
+def collide_model(tmp_path):
+    """Outputs y_2, y, y (the same value twice), a/b and a_b, Y (y ignoring case), ../../esc, .."""
+    return write(tmp_path / "c.gir",
+                 'graft 1\ninput "a/b": f32[2]\ninput a_b: f32[2]\n'
+                 'y_2 = neg("a/b")\ny = relu("a/b")\n"o/p" = neg(a_b)\no_p = relu(a_b)\nY = add("a/b", a_b)\n'
+                 '"../../esc" = sub("a/b", a_b)\n".." = mul("a/b", a_b)\n'
+                 'output y_2, y, y, "o/p", o_p, Y, "../../esc", ".."\n')
+
+
+def test_output_names_never_share_a_file(tmp_path):
+    gir = collide_model(tmp_path)
+    a = npy(tmp_path, "a.npy", np.array([1, -2], np.float32))
+    b = npy(tmp_path, "b.npy", np.array([3, 4], np.float32))
+    out = tmp_path / "deep" / "o"
+    args = ("run", gir, "--input", "a/b=" + a, "--input", "a_b=" + b, "--output-dir", str(out))
+    p = expect_ok(run_graft(*args))
+    lines = p.stdout.strip().splitlines()
+    files = [re.search(r"-> (\S+)$", ln).group(1) for ln in lines]
+    assert files == ["y_2.npy", "y.npy", "y_3.npy", "o_p.npy", "o_p_2.npy", "Y_4.npy", ".._.._esc.npy", "...npy"], files
+    assert sorted(os.listdir(out)) == sorted(files)       # one file each, nothing lost
+    assert not os.path.exists(tmp_path / "esc.npy") and not os.path.exists(tmp_path / "deep" / "esc.npy")
+    x, w = np.load(a), np.load(b)
+    want = [-x, np.maximum(x, 0), np.maximum(x, 0), -w, np.maximum(w, 0), x + w, x - w, x * w]
+    for f, v, ln in zip(files, want, lines):
+        assert_exact(np.load(out / f), v, ln)
+    # every renamed file has a note naming both outputs; the same run names the same files
+    for frag in ("output 2 'y' is written to y_3.npy: y.npy already holds output 1 'y'",
+                 "output 4 'o_p' is written to o_p_2.npy: o_p.npy already holds output 3 'o/p'",
+                 "output 5 'Y' is written to Y_4.npy"):
+        assert frag in p.stderr, p.stderr
+    assert expect_ok(run_graft(*args)).stdout == p.stdout
+
+
+def test_saved_inputs_never_share_a_file(tmp_path):
+    gir = collide_model(tmp_path)
+    a = npy(tmp_path, "a.npy", np.array([1, -2], np.float32))
+    b = npy(tmp_path, "b.npy", np.array([3, 4], np.float32))
+    saved = tmp_path / "in"
+    expect_ok(run_graft("run", gir, "--input", "a/b=" + a, "--input", "a_b=" + b, "--save-inputs", str(saved),
+                        "--output-dir", str(tmp_path / "o")))
+    assert sorted(os.listdir(saved)) == ["a_b.npy", "a_b_2.npy"]
+    assert_exact(np.load(saved / "a_b.npy"), np.load(a), "input a/b")
+    assert_exact(np.load(saved / "a_b_2.npy"), np.load(b), "input a_b")
+
+
+def test_inputs_and_outputs_in_one_directory(tmp_path):
+    """--save-inputs DIR --output-dir DIR: an output does not overwrite a saved input of the same name."""
+    path = write(tmp_path / "m.gir", "graft 1\ninput x: f32[2]\ny = neg(x)\noutput y, x\n")
+    x = npy(tmp_path, "x.npy", np.array([1, 2], np.float32))
+    d = tmp_path / "same"
+    for out in (str(d), str(d / ".")):  # the same directory, however it is spelled
+        p = expect_ok(run_graft("run", path, "--input", "x=" + x, "--save-inputs", str(d), "--output-dir", out))
+        assert sorted(os.listdir(d)) == ["x.npy", "x_2.npy", "y.npy"]
+        assert "output 1 'x' is written to x_2.npy: x.npy already holds input 0 'x'" in p.stderr
+        assert_exact(np.load(d / "x.npy"), np.load(x), "saved input")
+        assert_exact(np.load(d / "x_2.npy"), np.load(x), "output x")
+    # apart, each directory has its own names
+    expect_ok(run_graft("run", path, "--input", "x=" + x, "--save-inputs", str(tmp_path / "i"),
+                        "--output-dir", str(tmp_path / "o")))
+    assert sorted(os.listdir(tmp_path / "o")) == ["x.npy", "y.npy"]
+
+
+# ==== names from the model cannot drive the terminal =====================================================
+ESC_MODEL = ('graft 1\ninput "x\\x1b[31m\\"q\\"": f32[N]\n'
+             '["node\\x1b]0;pwned\\x07"] "y\\x1b[2J\\xc2\\x9b" = neg("x\\x1b[31m\\"q\\"")\n'
+             'output "y\\x1b[2J\\xc2\\x9b"\n')
+
+
+def no_raw_controls(text):
+    bad = [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0]
+    assert not bad, "raw control characters %r in %r" % (bad, text)
+
+
+def test_model_names_are_escaped_everywhere(tmp_path):
+    gir = write(tmp_path / "esc.gir", ESC_MODEL)
+    out = tmp_path / "o"
+    runs = [run_graft("run", gir, "--dim", "N=3", "--output-dir", str(out)),
+            run_graft("explain", gir, "--dim", "N=3", "--device", "sim"),
+            run_graft("dump", gir, "--dim", "N=3"),
+            run_graft("bench", gir, "--dim", "N=3", "--iters", "1", "--warmup", "0")]
+    for p in runs:
+        expect_ok(p)
+        no_raw_controls(p.stdout + p.stderr)
+    run = runs[0]
+    assert run.stdout.startswith("y\\x1b[2J\\xc2\\x9b  f32[3]"), run.stdout
+    assert "-> y__2J__.npy" in run.stdout
+    assert "input 'x\\x1b[31m\"q\"' not given" in run.stderr
+    assert "node\\x1b]0;pwned\\x07" in runs[1].stdout + runs[2].stdout
+    # a symbolic dim's name in the runtime's verbose notes, and the profile's text
+    gir2 = write(tmp_path / "esc2.gir", 'graft 1\ninput x: f32["N\\x1b[1m", 2]\n["k\\x1b[7m"] y = neg(x)\noutput y\n')
+    p = expect_ok(run_graft("bench", gir2, "--dim", "N\x1b[1m=3", "--verbose", "--profile", "--iters", "1"))
+    no_raw_controls(p.stdout + p.stderr)
+    assert "new shape key (N\\x1b[1m=3)" in p.stderr, p.stderr
+    # errors that name the input, and the library's own errors
+    bad = npy(tmp_path, "bad.npy", np.zeros(3, np.float64))
+    for p in (run_graft("run", gir, "--input", "x\x1b[31m\"q\"=" + bad),
+              run_graft("run", gir),
+              run_graft("run", write(tmp_path / "bad.gir", 'graft 1\ninput "a\\x1b[5m": f32[2]\ny = neg("b\\x1b[5m")\n'
+                                                          'output y\n'))):
+        assert p.returncode != 0
+        no_raw_controls(p.stderr)
+        assert "\\x1b[" in p.stderr, p.stderr
+
+
+def test_bench_json_escapes_strings(tmp_path, small_model):
+    import json
+    name = 'we"ird\\na\x1bme\n.gir'
+    model = tmp_path / name
+    shutil.copy(small_model, model)
+    jf = tmp_path / "b.json"
+    expect_ok(run_graft("bench", str(model), "--iters", "1", "--warmup", "0", "--json", str(jf)))
+    doc = json.loads(jf.read_text())
+    assert doc["model"] == str(model) and doc["device"] and doc["mode"]
+    assert "\x1b" not in jf.read_text()
+
+
+# ==== dump binds symbolic dims =====================================================================
+def test_dump_binds_symbolic_dims(sym_model):
+    p = run_graft("dump", sym_model)
+    expect_fail(p, USAGE, "input 'x' has symbolic dim 'N'", "--dim N=VALUE")
+    p = expect_ok(run_graft("dump", sym_model, "--dim", "N=4"))
+    assert "input x: f32[N, 4]" in p.stdout                      # the input as written
+    spec = p.stdout.split("== after specialize ==", 1)[1]
+    assert "input x: f32[4, 4]" in spec and "f32[N" not in spec   # bound from specialize on
+    expect_fail(run_graft("dump", sym_model, "--dim", "M=4"), USAGE, "no symbolic dim named 'M'")
+    expect_fail(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "M=4"), USAGE, "no symbolic dim named 'M'")
+    expect_fail(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "N=5"), USAGE, "'N'", "twice")
+    expect_ok(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "N=4"))

@@ -73,23 +73,23 @@ static gr_status run_on(devctx *d, const gr_kernel *k, const gr_libcall *call, i
         if (st == GR_OK && k && k->params[i].kind == GR_KP_BUFFER_INDIRECT) {
             st = gr_dev_alloc(d->dev, GR_MEM_DEVICE, sizeof(void *), &slots[i]);
             if (st == GR_OK) st = gr_dev_memcpy(d->dev, d->s, slots[i], &dbuf[i], sizeof(void *), GR_COPY_H2D);
-            if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+            if (st == GR_OK) st = gr_dev_stream_sync(d->dev, d->s);
             args[i].ptr = slots[i];
         }
     }
-    if (st == GR_OK && k) st = d->dev->iface->kernel_prepare(d->dev->ctx, k, &f);
-    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+    if (st == GR_OK && k) st = gr_dev_kernel_prepare(d->dev, k, &f);
+    if (st == GR_OK) st = gr_dev_stream_sync(d->dev, d->s);
     double t0 = gr_now_us();
-    if (st == GR_OK) st = k ? gr_dev_launch(d->dev, d->s, f, args, n_args) : gr_dev_libcall(d->dev, d->s, call, args, n_args);
-    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
+    if (st == GR_OK) st = k ? gr_dev_kernel_launch(d->dev, d->s, f, args, n_args) : gr_dev_libcall(d->dev, d->s, call, args, n_args);
+    if (st == GR_OK) st = gr_dev_stream_sync(d->dev, d->s);
     if (launch_us) *launch_us = gr_now_us() - t0;
     for (int i = 0; i < nbuf && st == GR_OK; i++) {
         size_t bytes = (size_t)specs[i].n * gr_dtype_size(specs[i].t);
         outs[i] = malloc(bytes ? bytes : 1);
         if (bytes) st = gr_dev_memcpy(d->dev, d->s, outs[i], dbuf[i], bytes, GR_COPY_D2H);
     }
-    if (st == GR_OK) st = gr_dev_sync(d->dev, d->s);
-    if (f) d->dev->iface->kernel_release(d->dev->ctx, f);
+    if (st == GR_OK) st = gr_dev_stream_sync(d->dev, d->s);
+    if (f) gr_dev_kernel_release(d->dev, f);
     for (int i = 0; i < nbuf; i++) {
         gr_dev_free(d->dev, dbuf[i]);
         gr_dev_free(d->dev, slots[i]);
@@ -163,11 +163,10 @@ static void kreduce(gr_kernel *k, gr_kreduce fn, int value) {
     gr_kernel_add_stage(k, &s);
 }
 
-static const char *const unary_names[GR_KU_COUNT] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip",
-                                                     "tanh", "sigmoid", "erf", "relu", "gelu", "gelu_tanh", "selu",
-                                                     "silu", "sin", "cos", "isnan", "not", "floor", "ceil"};
-static const char *const binary_names[GR_KB_COUNT] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
+#define unary_names gr_kunary_names
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
                                                       "lt", "le", "gt", "ge", "and", "or", "mod"};
+_Static_assert(sizeof binary_names / sizeof binary_names[0] == GR_KB_COUNT, "a name per binary function");
 
 static double dtype_tol(gr_dtype t, bool transcendental) {
     if (t == GR_F16) return 1e-3;
@@ -452,7 +451,6 @@ static gr_kernel *make_add(const char *name, int64_t n) {
 static void capture_and_time(devctx *cu) {
     const char *name = "capture_replay";
     gr_device *dev = cu->dev;
-    const struct gr_device_i *I = dev->iface;
     const int64_t N = 1 << 20, BIG = 64ll << 20;
     gr_kernel *k = make_add("graft_add", N), *kbig = make_add("graft_add_big", BIG);
     gr_kfunc *f = NULL, *fbig = NULL;
@@ -464,8 +462,8 @@ static void capture_and_time(devctx *cu) {
     gr_status st = (k && kbig && hx && h1 && h2) ? GR_OK : GR_ERR_NOMEM;
     DIE_IF(st, "setup");
     for (int64_t i = 0; i < N; i++) hx[i] = (float)(urand() * 2 - 1);
-    DIE_IF(I->kernel_prepare(dev->ctx, k, &f), "prepare");
-    DIE_IF(I->kernel_prepare(dev->ctx, kbig, &fbig), "prepare big");
+    DIE_IF(gr_dev_kernel_prepare(dev, k, &f), "prepare");
+    DIE_IF(gr_dev_kernel_prepare(dev, kbig, &fbig), "prepare big");
     DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &x), "alloc");
     DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &z), "alloc");
     DIE_IF(gr_dev_alloc(dev, GR_MEM_DEVICE, (size_t)BIG * 4, &y), "alloc");
@@ -474,75 +472,75 @@ static void capture_and_time(devctx *cu) {
     DIE_IF(gr_dev_memcpy(dev, cu->s, z, hx, (size_t)N * 4, GR_COPY_H2D), "h2d");
     gr_karg args[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = N}};
     /* eager */
-    DIE_IF(gr_dev_launch(dev, cu->s, f, args, 4), "eager launch");
+    DIE_IF(gr_dev_kernel_launch(dev, cu->s, f, args, 4), "eager launch");
     DIE_IF(gr_dev_memcpy(dev, cu->s, h1, y, (size_t)N * 4, GR_COPY_D2H), "d2h");
-    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     /* captured, replayed into another output through exec_kernel_node_set_args */
-    DIE_IF(I->capture_begin(dev->ctx, cu->s), "capture_begin");
-    DIE_IF(gr_dev_launch(dev, cu->s, f, args, 4), "captured launch");
-    DIE_IF(I->capture_end(dev->ctx, cu->s, &g), "capture_end");
-    DIE_IF(I->graph_instantiate(dev->ctx, g, &e), "instantiate");
+    DIE_IF(gr_dev_capture_begin(dev, cu->s), "capture_begin");
+    DIE_IF(gr_dev_kernel_launch(dev, cu->s, f, args, 4), "captured launch");
+    DIE_IF(gr_dev_capture_end(dev, cu->s, &g), "capture_end");
+    DIE_IF(gr_dev_graph_instantiate(dev, g, &e), "instantiate");
     gr_karg args2[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y2}, {.i = N}};
-    DIE_IF(I->exec_kernel_node_set_args(dev->ctx, e, 0, args2, 4), "set args");
-    DIE_IF(I->graph_launch(dev->ctx, e, cu->s), "graph launch");
+    DIE_IF(gr_dev_exec_kernel_node_set_args(dev, e, 0, args2, 4), "set args");
+    DIE_IF(gr_dev_graph_launch(dev, e, cu->s), "graph launch");
     DIE_IF(gr_dev_memcpy(dev, cu->s, h2, y2, (size_t)N * 4, GR_COPY_D2H), "d2h");
-    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     bool same = !memcmp(h1, h2, (size_t)N * 4);
     printf("%s %-34s replay %s eager bits (%d graph nodes)\n", same ? "PASS" : "FAIL", name, same ? "==" : "!=",
-           I->graph_num_nodes(dev->ctx, g));
+           gr_dev_graph_num_nodes(dev, g));
     same ? n_pass++ : n_fail++;
 
     /* eager launch overhead (tiny kernel, launch + sync amortized) */
     gr_karg tiny[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = 1}};
     const int R = 5000;
     double t0 = gr_now_us();
-    for (int i = 0; i < R; i++) gr_dev_launch(dev, cu->s, f, tiny, 4);
-    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    for (int i = 0; i < R; i++) gr_dev_kernel_launch(dev, cu->s, f, tiny, 4);
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     printf("TIME eager_launch_per_kernel           %8.2f us\n", (gr_now_us() - t0) / R);
     /* graph replay per node: 100 tiny kernels */
-    DIE_IF(I->capture_begin(dev->ctx, cu->s), "capture_begin");
-    for (int i = 0; i < 100; i++) gr_dev_launch(dev, cu->s, f, tiny, 4);
-    DIE_IF(I->capture_end(dev->ctx, cu->s, &g100), "capture_end");
-    DIE_IF(I->graph_instantiate(dev->ctx, g100, &e100), "instantiate");
-    DIE_IF(I->graph_upload(dev->ctx, e100, cu->s), "upload");
-    DIE_IF(I->graph_launch(dev->ctx, e100, cu->s), "warm");
-    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    DIE_IF(gr_dev_capture_begin(dev, cu->s), "capture_begin");
+    for (int i = 0; i < 100; i++) gr_dev_kernel_launch(dev, cu->s, f, tiny, 4);
+    DIE_IF(gr_dev_capture_end(dev, cu->s, &g100), "capture_end");
+    DIE_IF(gr_dev_graph_instantiate(dev, g100, &e100), "instantiate");
+    DIE_IF(gr_dev_graph_upload(dev, e100, cu->s), "upload");
+    DIE_IF(gr_dev_graph_launch(dev, e100, cu->s), "warm");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     t0 = gr_now_us();
-    for (int i = 0; i < 200; i++) I->graph_launch(dev->ctx, e100, cu->s);
-    DIE_IF(gr_dev_sync(dev, cu->s), "sync");
+    for (int i = 0; i < 200; i++) gr_dev_graph_launch(dev, e100, cu->s);
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     printf("TIME graph_replay_per_node             %8.2f us\n", (gr_now_us() - t0) / (200.0 * 100));
     /* bandwidth: 64M-element f32 add vs a D2D copy of the same bytes */
-    DIE_IF(I->event_create(dev->ctx, &ev0), "event");
-    DIE_IF(I->event_create(dev->ctx, &ev1), "event");
+    DIE_IF(gr_dev_event_create(dev, &ev0), "event");
+    DIE_IF(gr_dev_event_create(dev, &ev1), "event");
     gr_karg bargs[4] = {{.ptr = x}, {.ptr = z}, {.ptr = y}, {.i = BIG}};
-    DIE_IF(gr_dev_launch(dev, cu->s, fbig, bargs, 4), "big launch");
-    DIE_IF(I->event_record(dev->ctx, ev0, cu->s), "record");
-    for (int i = 0; i < 10; i++) gr_dev_launch(dev, cu->s, fbig, bargs, 4);
-    DIE_IF(I->event_record(dev->ctx, ev1, cu->s), "record");
+    DIE_IF(gr_dev_kernel_launch(dev, cu->s, fbig, bargs, 4), "big launch");
+    DIE_IF(gr_dev_event_record(dev, ev0, cu->s), "record");
+    for (int i = 0; i < 10; i++) gr_dev_kernel_launch(dev, cu->s, fbig, bargs, 4);
+    DIE_IF(gr_dev_event_record(dev, ev1, cu->s), "record");
     double us = 0;
-    DIE_IF(I->event_elapsed_us(dev->ctx, ev0, ev1, &us), "elapsed");
+    DIE_IF(gr_dev_event_elapsed_us(dev, ev0, ev1, &us), "elapsed");
     double add_gbs = 3.0 * 4.0 * (double)BIG / (us / 10) / 1e3;
-    DIE_IF(I->event_record(dev->ctx, ev0, cu->s), "record");
+    DIE_IF(gr_dev_event_record(dev, ev0, cu->s), "record");
     for (int i = 0; i < 10; i++) gr_dev_memcpy(dev, cu->s, y, x, (size_t)BIG * 4, GR_COPY_D2D);
-    DIE_IF(I->event_record(dev->ctx, ev1, cu->s), "record");
+    DIE_IF(gr_dev_event_record(dev, ev1, cu->s), "record");
     double us_copy = 0;
-    DIE_IF(I->event_elapsed_us(dev->ctx, ev0, ev1, &us_copy), "elapsed");
+    DIE_IF(gr_dev_event_elapsed_us(dev, ev0, ev1, &us_copy), "elapsed");
     double copy_gbs = 2.0 * 4.0 * (double)BIG / (us_copy / 10) / 1e3;
     printf("TIME add_f32_64M                       %8.1f us  %7.1f GB/s (read 2 + write 1)\n", us / 10, add_gbs);
     printf("TIME memcpy_d2d_256MB                  %8.1f us  %7.1f GB/s (read 1 + write 1)\n", us_copy / 10, copy_gbs);
 done:
-    if (ev0) I->event_destroy(dev->ctx, ev0);
-    if (ev1) I->event_destroy(dev->ctx, ev1);
-    if (e) I->exec_destroy(dev->ctx, e);
-    if (e100) I->exec_destroy(dev->ctx, e100);
-    if (g) I->graph_destroy(dev->ctx, g);
-    if (g100) I->graph_destroy(dev->ctx, g100);
+    if (ev0) gr_dev_event_destroy(dev, ev0);
+    if (ev1) gr_dev_event_destroy(dev, ev1);
+    if (e) gr_dev_exec_destroy(dev, e);
+    if (e100) gr_dev_exec_destroy(dev, e100);
+    if (g) gr_dev_graph_destroy(dev, g);
+    if (g100) gr_dev_graph_destroy(dev, g100);
     gr_dev_free(dev, x);
     gr_dev_free(dev, z);
     gr_dev_free(dev, y);
     gr_dev_free(dev, y2);
-    if (f) I->kernel_release(dev->ctx, f);
-    if (fbig) I->kernel_release(dev->ctx, fbig);
+    if (f) gr_dev_kernel_release(dev, f);
+    if (fbig) gr_dev_kernel_release(dev, fbig);
     gr_kernel_destroy(k);
     gr_kernel_destroy(kbig);
     free(hx);
@@ -564,9 +562,9 @@ int main(int argc, char **argv) {
         printf("gpucheck: simulator: %s\n", gr_last_error());
         return 2;
     }
-    printf("gpucheck on %s\n", cu.dev->iface->name(cu.dev->ctx));
-    if (cu.dev->iface->stream_create(cu.dev->ctx, &cu.s) != GR_OK ||
-        sim.dev->iface->stream_create(sim.dev->ctx, &sim.s) != GR_OK) {
+    printf("gpucheck on %s\n", gr_dev_name(cu.dev));
+    if (gr_dev_stream_create(cu.dev, &cu.s) != GR_OK ||
+        gr_dev_stream_create(sim.dev, &sim.s) != GR_OK) {
         printf("gpucheck: stream_create: %s\n", gr_last_error());
         return 2;
     }
@@ -613,8 +611,8 @@ int main(int argc, char **argv) {
     }
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);
-    cu.dev->iface->stream_destroy(cu.dev->ctx, cu.s);
-    sim.dev->iface->stream_destroy(sim.dev->ctx, sim.s);
+    gr_dev_stream_destroy(cu.dev, cu.s);
+    gr_dev_stream_destroy(sim.dev, sim.s);
     gr_device_destroy(cu.dev);
     gr_device_destroy(sim.dev);
     return n_fail ? 1 : 0;

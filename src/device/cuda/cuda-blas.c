@@ -32,24 +32,10 @@ struct gr_cuda_lt {
     GR_VEC(lt_entry) cache;
 };
 
-static gr_status lt_fail(const gr_lt_api *lt, cublasStatus_t s, const char *what, const char *name) {
-    if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return gr_error(GR_ERR_NOMEM, "cuBLASLt: %s (matmul %s): %s", what, name, lt->cublasLtGetStatusName(s));
-    return gr_error(GR_ERR_DEVICE, "cuBLASLt: %s (matmul %s): %s", what, name, lt->cublasLtGetStatusName(s));
-}
-#define LT_CK(expr)                                                        \
-    do {                                                                   \
-        cublasStatus_t lt_s_ = (expr);                                     \
-        if (lt_s_ != CUBLAS_STATUS_SUCCESS) {                              \
-            st = lt_fail(lt, lt_s_, #expr, call->name);                    \
-            goto fail;                                                     \
-        }                                                                  \
-    } while (0)
-
 gr_status gr_cuda_blas_init(gr_cuda_ctx *c) {
     /* cuBLASLt is loaded on first use; the workspace now, so capture never allocates */
-    CUresult r = c->cu->cuMemAlloc(&c->lt_workspace, GR_LT_WORKSPACE);
-    if (r != CUDA_SUCCESS) return gr_cuda_fail(c->cu, r, "cuMemAlloc (cuBLASLt workspace)");
+    gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&c->lt_workspace, GR_LT_WORKSPACE));
+    if (st != GR_OK) return gr_error_prefix(st, "cuBLASLt workspace");
     c->lt_workspace_bytes = GR_LT_WORKSPACE;
     return GR_OK;
 }
@@ -83,10 +69,10 @@ static gr_status lt_state(gr_cuda_ctx *c, gr_cuda_lt **out) {
     gr_cuda_lt *s = gr_calloc(1, sizeof(*s));
     if (!s) return GR_ERR_NOMEM;
     s->lt = lt;
-    cublasStatus_t r = lt->cublasLtCreate(&s->handle);
-    if (r != CUBLAS_STATUS_SUCCESS) {
+    gr_status st = GR_LT_STATUS(lt->cublasLtCreate(&s->handle));
+    if (st != GR_OK) {
         gr_free(s, sizeof(*s));
-        return gr_error(GR_ERR_DEVICE, "cublasLtCreate: %s", lt->cublasLtGetStatusName(r));
+        return st;
     }
     c->lt = s;
     *out = s;
@@ -126,12 +112,10 @@ static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **ou
     return st;
 }
 
-static gr_status entry_make(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
+/* Fills e (descriptors, layouts, algorithm); on failure e holds what was made so far. */
+static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
     const gr_lt_api *lt = s->lt;
     const gr_libcall *call = &key->call;
-    gr_status st = GR_OK;
-    memset(e, 0, sizeof(*e));
-    e->key = *key;
     cudaDataType_t dt;
     cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
     cudaDataType_t scale = CUDA_R_32F;
@@ -144,76 +128,105 @@ static gr_status entry_make(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt
         comp = CUBLAS_COMPUTE_64F;
         scale = CUDA_R_64F;
         break;
-    default: return gr_error(GR_ERR_UNSUPPORTED, "cuda: matmul %s: dtype %s", call->name, gr_dtype_name(call->dtype));
+    default: return gr_error(GR_ERR_UNSUPPORTED, "cuBLASLt: dtype %s is not supported", gr_dtype_name(call->dtype));
     }
     /* column-major view: D^T [n, m] = op(B)^T [n, k] @ op(A)^T [k, m] */
     cublasOperation_t ta = call->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* first operand: B */
     cublasOperation_t tb = call->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; /* second operand: A */
     uint64_t m = (uint64_t)call->n, n = (uint64_t)call->m, kk = (uint64_t)call->k;
-    LT_CK(lt->cublasLtMatmulDescCreate(&e->desc, comp, scale));
-    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    GR_LT_CHECK(lt->cublasLtMatmulDescCreate(&e->desc, comp, scale));
+    GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     bool relu = call->epilogue == GR_EPI_RELU;
     if (call->bias == GR_BIAS_ROW) epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     else if (relu) epi = CUBLASLT_EPILOGUE_RELU;
-    LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (call->bias == GR_BIAS_ROW && call->batch > 1) {
         int64_t bs = call->batch_stride_bias;
-        LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bs, sizeof bs));
+        GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bs, sizeof bs));
     }
     /* stored shapes in the column-major view (rows, cols) before op */
     uint64_t a_rows = ta == CUBLAS_OP_N ? m : kk, a_cols = ta == CUBLAS_OP_N ? kk : m;
     uint64_t b_rows = tb == CUBLAS_OP_N ? kk : n, b_cols = tb == CUBLAS_OP_N ? n : kk;
-    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->la, dt, a_rows, a_cols, call->ldb));
-    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->lb, dt, b_rows, b_cols, call->lda));
-    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->lc, dt, m, n, call->ldc));
-    LT_CK(lt->cublasLtMatrixLayoutCreate(&e->ld, dt, m, n, call->ldc));
+    GR_LT_CHECK(lt->cublasLtMatrixLayoutCreate(&e->la, dt, a_rows, a_cols, call->ldb));
+    GR_LT_CHECK(lt->cublasLtMatrixLayoutCreate(&e->lb, dt, b_rows, b_cols, call->lda));
+    GR_LT_CHECK(lt->cublasLtMatrixLayoutCreate(&e->lc, dt, m, n, call->ldc));
+    GR_LT_CHECK(lt->cublasLtMatrixLayoutCreate(&e->ld, dt, m, n, call->ldc));
     if (call->batch > 1) {
         int32_t bc = (int32_t)call->batch;
         int64_t sa = call->batch_stride_b, sb = call->batch_stride_a, sd = call->batch_stride_c,
                 sc = call->bias == GR_BIAS_FULL ? call->batch_stride_bias : call->batch_stride_c;
         const struct { cublasLtMatrixLayout_t l; int64_t stride; } ls[4] = {{e->la, sa}, {e->lb, sb}, {e->lc, sc}, {e->ld, sd}};
         for (int i = 0; i < 4; i++) {
-            LT_CK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
-            LT_CK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+            GR_LT_CHECK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+            GR_LT_CHECK(lt->cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                        &ls[i].stride, sizeof ls[i].stride));
         }
     }
     cublasLtMatmulPreference_t pref = NULL;
-    LT_CK(lt->cublasLtMatmulPreferenceCreate(&pref));
+    GR_LT_CHECK(lt->cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_workspace_bytes;
-    cublasStatus_t ps = lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (ps == CUBLAS_STATUS_SUCCESS && !key->align16) {
+    gr_status st = GR_LT_STATUS(lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    if (st == GR_OK && !key->align16) {
         uint32_t al = (uint32_t)gr_dtype_size(call->dtype);
         const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        for (int i = 0; i < 4 && ps == CUBLAS_STATUS_SUCCESS; i++)
-            ps = lt->cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &al, sizeof al);
+        for (int i = 0; i < 4 && st == GR_OK; i++)
+            st = GR_LT_STATUS(lt->cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &al, sizeof al));
     }
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int found = 0;
-    if (ps == CUBLAS_STATUS_SUCCESS)
-        ps = lt->cublasLtMatmulAlgoGetHeuristic(s->handle, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res, &found);
+    if (st == GR_OK)
+        st = GR_LT_STATUS(lt->cublasLtMatmulAlgoGetHeuristic(s->handle, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res, &found));
     lt->cublasLtMatmulPreferenceDestroy(pref);
-    LT_CK(ps);
-    if (found < 1) {
-        st = gr_error(GR_ERR_UNSUPPORTED, "cuBLASLt: no algorithm for matmul %s (%s, m=%lld n=%lld k=%lld, batch %lld)",
-                      call->name, gr_dtype_name(call->dtype), (long long)call->m, (long long)call->n,
-                      (long long)call->k, (long long)call->batch);
-        goto fail;
-    }
+    GR_TRY(st);
+    if (found < 1)
+        return gr_error(GR_ERR_UNSUPPORTED, "cuBLASLt: no algorithm (%s, m=%lld n=%lld k=%lld, batch %lld)",
+                        gr_dtype_name(call->dtype), (long long)call->m, (long long)call->n, (long long)call->k,
+                        (long long)call->batch);
     e->algo = res.algo;
-    if (call->epilogue == GR_EPI_GELU) {
-        st = make_gelu(c, call, &e->gelu);
-        if (st != GR_OK) goto fail;
+    if (call->epilogue == GR_EPI_GELU) GR_TRY(make_gelu(c, call, &e->gelu));
+    return GR_OK;
+}
+
+/* The cached descriptors for one call shape; errors name the matmul. */
+static gr_status entry_make(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
+    memset(e, 0, sizeof(*e));
+    e->key = *key;
+    gr_status st = entry_build(c, s, key, e);
+    if (st == GR_OK) return GR_OK;
+    entry_free(c, s->lt, e);
+    return gr_error_prefix(st, "matmul %s", key->call.name);
+}
+
+/* One matmul with the cached entry e: cuBLASLt, then the GELU kernel if any. */
+static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, lt_entry *e, const gr_libcall *call,
+                               const gr_karg *args, const void *bias) {
+    const gr_lt_api *lt = s->lt;
+    if (call->bias == GR_BIAS_ROW) {
+        const void *bp = bias;
+        GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    }
+    float alpha32 = (float)call->alpha, beta32 = call->bias == GR_BIAS_FULL ? 1.0f : 0.0f;
+    double alpha64 = call->alpha, beta64 = beta32;
+    const void *alpha = call->dtype == GR_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+    const void *beta = call->dtype == GR_F64 ? (const void *)&beta64 : (const void *)&beta32;
+    const void *cptr = call->bias == GR_BIAS_FULL ? bias : args[2].ptr;
+    GR_LT_CHECK(lt->cublasLtMatmul(s->handle, e->desc, alpha, args[1].ptr, e->la, args[0].ptr, e->lb, beta, cptr, e->lc,
+                                   args[2].ptr, e->ld, &e->algo, (void *)(uintptr_t)c->lt_workspace, c->lt_workspace_bytes,
+                                   (cudaStream_t)stream));
+    if (e->gelu) {
+        gr_karg ga = {.ptr = args[2].ptr};
+        void *params[1] = {&ga};
+        unsigned grid, block;
+        gr_cuda_kernel_dims(c, e->gelu, &ga, &grid, &block);
+        gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(e->gelu->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL));
+        if (st != GR_OK) return gr_error_prefix(st, "GELU epilogue");
     }
     return GR_OK;
-fail:
-    entry_free(c, lt, e);
-    return st;
 }
 
 gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
@@ -226,7 +239,6 @@ gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call
                         (long long)call->batch);
     gr_cuda_lt *s = NULL;
     GR_TRY(lt_state(c, &s));
-    const gr_lt_api *lt = s->lt;
     lt_key key;
     memset(&key, 0, sizeof key);
     key.call = *call;
@@ -243,28 +255,6 @@ gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call
         GR_TRY(entry_make(c, s, &key, &s->cache.data[s->cache.len]));
         e = &s->cache.data[s->cache.len++];
     }
-    gr_status st = GR_OK;
-    if (call->bias == GR_BIAS_ROW) {
-        const void *bp = bias;
-        LT_CK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-    }
-    float alpha32 = (float)call->alpha, beta32 = call->bias == GR_BIAS_FULL ? 1.0f : 0.0f;
-    double alpha64 = call->alpha, beta64 = beta32;
-    const void *alpha = call->dtype == GR_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
-    const void *beta = call->dtype == GR_F64 ? (const void *)&beta64 : (const void *)&beta32;
-    const void *cptr = call->bias == GR_BIAS_FULL ? bias : args[2].ptr;
-    LT_CK(lt->cublasLtMatmul(s->handle, e->desc, alpha, args[1].ptr, e->la, args[0].ptr, e->lb, beta, cptr, e->lc,
-                             args[2].ptr, e->ld, &e->algo, (void *)(uintptr_t)c->lt_workspace, c->lt_workspace_bytes,
-                             (cudaStream_t)stream));
-    if (e->gelu) {
-        gr_karg ga = {.ptr = args[2].ptr};
-        void *params[1] = {&ga};
-        unsigned grid, block;
-        gr_cuda_kernel_dims(c, e->gelu, &ga, &grid, &block);
-        CUresult r = c->cu->cuLaunchKernel(e->gelu->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL);
-        if (r != CUDA_SUCCESS) return gr_cuda_fail(c->cu, r, "cuLaunchKernel (matmul GELU epilogue)");
-    }
-    return GR_OK;
-fail:
-    return st;
+    gr_status st = matmul_launch(c, stream, s, e, call, args, bias);
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "matmul %s", call->name);
 }

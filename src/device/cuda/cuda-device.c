@@ -54,11 +54,6 @@ static void conds_forget(cuda_dev *d, const gr_dgraph *owner);
 
 #define CU(c) ((c)->base.cu)
 
-static gr_status check(cuda_dev *d, CUresult r, const char *what) {
-    return r == CUDA_SUCCESS ? GR_OK : gr_cuda_fail(CU(d), r, what);
-}
-#define CK(expr) GR_TRY(check(d, (expr), #expr))
-
 /* ==== built-in kernels =========================================================================== */
 
 static const char builtin_src[] =
@@ -80,11 +75,11 @@ static gr_status builtin_load(cuda_dev *d) {
     void *img;
     size_t n;
     GR_TRY(gr_cuda_nvrtc_compile(builtin_src, "graft_builtin", d->base.arch, false, &img, &n));
-    CUresult r = CU(d)->cuModuleLoadData(&d->builtin, img);
+    gr_status st = GR_CU_STATUS(CU(d)->cuModuleLoadData(&d->builtin, img));
     gr_free(img, n);
-    CK(r);
-    CK(CU(d)->cuModuleGetFunction(&d->fn_cond_set, d->builtin, "gr_cond_set"));
-    CK(CU(d)->cuModuleGetFunction(&d->fn_patch_args, d->builtin, "gr_patch_args"));
+    GR_TRY(st);
+    GR_CU_CHECK(CU(d)->cuModuleGetFunction(&d->fn_cond_set, d->builtin, "gr_cond_set"));
+    GR_CU_CHECK(CU(d)->cuModuleGetFunction(&d->fn_patch_args, d->builtin, "gr_patch_args"));
     return GR_OK;
 }
 
@@ -95,12 +90,12 @@ static gr_status internal_alloc(cuda_dev *d, const void *init, size_t bytes, CUd
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (CU(d)->cuThreadExchangeStreamCaptureMode) CU(d)->cuThreadExchangeStreamCaptureMode(&mode);
     CUdeviceptr p = 0;
-    CUresult r = CU(d)->cuMemAlloc(&p, bytes);
-    if (r == CUDA_SUCCESS) r = CU(d)->cuMemcpyHtoD(p, init, bytes);
+    gr_status st = GR_CU_STATUS(CU(d)->cuMemAlloc(&p, bytes));
+    if (st == GR_OK) st = GR_CU_STATUS(CU(d)->cuMemcpyHtoD(p, init, bytes));
     if (CU(d)->cuThreadExchangeStreamCaptureMode) CU(d)->cuThreadExchangeStreamCaptureMode(&mode);
-    if (r != CUDA_SUCCESS) {
+    if (st != GR_OK) {
         if (p) CU(d)->cuMemFree(p);
-        return gr_cuda_fail(CU(d), r, "internal device allocation");
+        return gr_error_prefix(st, "cuda: internal device allocation of %zu bytes", bytes);
     }
     d->internal.data[d->internal.len++] = p;
     *out = p;
@@ -146,19 +141,14 @@ static gr_status cuda_alloc(void *ctx, gr_mem_kind kind, size_t bytes, void **ou
     void *p = NULL;
     if (kind == GR_MEM_DEVICE) {
         CUdeviceptr dp;
-        CUresult r = CU(d)->cuMemAlloc(&dp, bytes);
-        if (r != CUDA_SUCCESS) {
-            gr_status st = gr_cuda_fail(CU(d), r, "cuMemAlloc");
-            return gr_error_prefix(st, "allocating %zu bytes of device memory", bytes);
-        }
+        gr_status st = GR_CU_STATUS(CU(d)->cuMemAlloc(&dp, bytes));
+        if (st != GR_OK) return gr_error_prefix(st, "allocating %zu bytes of device memory", bytes);
         p = (void *)(uintptr_t)dp;
         d->base.mem_in_use += bytes;
     } else if (kind == GR_MEM_HOST_PINNED) {
-        CUresult r = CU(d)->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE);
-        if (r != CUDA_SUCCESS) {
-            gr_status st = gr_cuda_fail(CU(d), r, "cuMemHostAlloc");
-            return gr_error_prefix(st == GR_ERR_DEVICE ? GR_ERR_NOMEM : st, "allocating %zu bytes of pinned memory", bytes);
-        }
+        gr_status st = GR_CU_STATUS(CU(d)->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE));
+        /* the driver reports exhausted page-locked memory in several ways: all are out of memory */
+        if (st != GR_OK) return gr_error_prefix(st == GR_ERR_DEVICE ? GR_ERR_NOMEM : st, "allocating %zu bytes of pinned memory", bytes);
     } else if (kind == GR_MEM_HOST) {
         p = gr_malloc(bytes);
         if (!p) return GR_ERR_NOMEM;
@@ -201,10 +191,10 @@ static gr_status cuda_stream_create(void *ctx, gr_stream **out) {
     *out = NULL;
     gr_stream *s = gr_calloc(1, sizeof(*s));
     if (!s) return GR_ERR_NOMEM;
-    CUresult r = CU(d)->cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING);
-    if (r != CUDA_SUCCESS) {
+    gr_status st = GR_CU_STATUS(CU(d)->cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING));
+    if (st != GR_OK) {
         gr_free(s, sizeof(*s));
-        return gr_cuda_fail(CU(d), r, "cuStreamCreate");
+        return st;
     }
     *out = s;
     return GR_OK;
@@ -219,7 +209,7 @@ static void cuda_stream_destroy(void *ctx, gr_stream *s) {
 
 static gr_status cuda_stream_sync(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
-    CK(CU(d)->cuStreamSynchronize(cs(s)));
+    GR_CU_CHECK(CU(d)->cuStreamSynchronize(cs(s)));
     return GR_OK;
 }
 
@@ -228,10 +218,10 @@ static gr_status cuda_event_create(void *ctx, gr_event **out) {
     *out = NULL;
     gr_event *e = gr_calloc(1, sizeof(*e));
     if (!e) return GR_ERR_NOMEM;
-    CUresult r = CU(d)->cuEventCreate(&e->e, CU_EVENT_DEFAULT);
-    if (r != CUDA_SUCCESS) {
+    gr_status st = GR_CU_STATUS(CU(d)->cuEventCreate(&e->e, CU_EVENT_DEFAULT));
+    if (st != GR_OK) {
         gr_free(e, sizeof(*e));
-        return gr_cuda_fail(CU(d), r, "cuEventCreate");
+        return st;
     }
     *out = e;
     return GR_OK;
@@ -246,16 +236,16 @@ static void cuda_event_destroy(void *ctx, gr_event *e) {
 
 static gr_status cuda_event_record(void *ctx, gr_event *e, gr_stream *s) {
     cuda_dev *d = ctx;
-    CK(CU(d)->cuEventRecord(e->e, cs(s)));
+    GR_CU_CHECK(CU(d)->cuEventRecord(e->e, cs(s)));
     return GR_OK;
 }
 
 static gr_status cuda_event_elapsed_us(void *ctx, gr_event *start, gr_event *end, double *out) {
     cuda_dev *d = ctx;
     *out = 0;
-    CK(CU(d)->cuEventSynchronize(end->e));
+    GR_CU_CHECK(CU(d)->cuEventSynchronize(end->e));
     float ms = 0;
-    CK(CU(d)->cuEventElapsedTime(&ms, start->e, end->e));
+    GR_CU_CHECK(CU(d)->cuEventElapsedTime(&ms, start->e, end->e));
     *out = (double)ms * 1000.0;
     return GR_OK;
 }
@@ -268,10 +258,10 @@ static gr_status cuda_memcpy_async(void *ctx, gr_stream *s, void *dst, const voi
     if (bytes == 0) return GR_OK;
     CUdeviceptr dd = (CUdeviceptr)(uintptr_t)dst, sd = (CUdeviceptr)(uintptr_t)src;
     switch (kind) {
-    case GR_COPY_H2D: CK(CU(d)->cuMemcpyHtoDAsync(dd, src, bytes, cs(s))); break;
-    case GR_COPY_D2H: CK(CU(d)->cuMemcpyDtoHAsync(dst, sd, bytes, cs(s))); break;
-    case GR_COPY_D2D: CK(CU(d)->cuMemcpyDtoDAsync(dd, sd, bytes, cs(s))); break;
-    case GR_COPY_H2H: CK(CU(d)->cuMemcpyAsync(dd, sd, bytes, cs(s))); break;
+    case GR_COPY_H2D: GR_CU_CHECK(CU(d)->cuMemcpyHtoDAsync(dd, src, bytes, cs(s))); break;
+    case GR_COPY_D2H: GR_CU_CHECK(CU(d)->cuMemcpyDtoHAsync(dst, sd, bytes, cs(s))); break;
+    case GR_COPY_D2D: GR_CU_CHECK(CU(d)->cuMemcpyDtoDAsync(dd, sd, bytes, cs(s))); break;
+    case GR_COPY_H2H: GR_CU_CHECK(CU(d)->cuMemcpyAsync(dd, sd, bytes, cs(s))); break;
     default: return gr_error(GR_ERR_INVALID, "cuda: memcpy: bad copy kind %d", (int)kind);
     }
     return GR_OK;
@@ -280,7 +270,7 @@ static gr_status cuda_memcpy_async(void *ctx, gr_stream *s, void *dst, const voi
 static gr_status cuda_memset_async(void *ctx, gr_stream *s, void *dst, int value, size_t bytes) {
     cuda_dev *d = ctx;
     if (bytes == 0) return GR_OK;
-    CK(CU(d)->cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, bytes, cs(s)));
+    GR_CU_CHECK(CU(d)->cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, bytes, cs(s)));
     return GR_OK;
 }
 
@@ -313,12 +303,8 @@ static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const 
     for (int i = 0; i < n_args; i++) params[i] = (void *)&args[i];
     unsigned grid, block;
     gr_cuda_kernel_dims(&d->base, f, args, &grid, &block);
-    CUresult r = CU(d)->cuLaunchKernel(f->fn, grid, 1, 1, block, 1, 1, 0, cs(s), params, NULL);
-    if (r != CUDA_SUCCESS) {
-        gr_status st = gr_cuda_fail(CU(d), r, "cuLaunchKernel");
-        return gr_error_prefix(st, "kernel %s", f->kernel->name);
-    }
-    return GR_OK;
+    gr_status st = GR_CU_STATUS(CU(d)->cuLaunchKernel(f->fn, grid, 1, 1, block, 1, 1, 0, cs(s), params, NULL));
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "kernel %s", f->kernel->name);
 }
 
 static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
@@ -333,7 +319,7 @@ static gr_status cuda_capture_begin(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
     if (!s) return gr_error(GR_ERR_INVALID, "cuda: cannot capture the legacy default stream");
     conds_forget(d, NULL);
-    CK(CU(d)->cuStreamBeginCapture(s->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    GR_CU_CHECK(CU(d)->cuStreamBeginCapture(s->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     return GR_OK;
 }
 
@@ -359,11 +345,11 @@ static cuda_cond *cond_of_node(cuda_dev *d, CUgraphNode n, const gr_dgraph *dg) 
 static gr_status collect_nodes(cuda_dev *d, gr_dgraph *dg, CUgraph g, int depth) {
     if (depth > 16) return gr_error(GR_ERR_UNSUPPORTED, "cuda: conditionals nested too deeply");
     size_t n = 0;
-    CK(CU(d)->cuGraphGetNodes(g, NULL, &n));
+    GR_CU_CHECK(CU(d)->cuGraphGetNodes(g, NULL, &n));
     if (n == 0) return GR_OK;
     CUgraphNode *tmp = gr_malloc(n * sizeof(*tmp));
     if (!tmp) return GR_ERR_NOMEM;
-    gr_status st = check(d, CU(d)->cuGraphGetNodes(g, tmp, &n), "cuGraphGetNodes");
+    gr_status st = GR_CU_STATUS(CU(d)->cuGraphGetNodes(g, tmp, &n));
     for (size_t i = 0; i < n && st == GR_OK; i++) {
         st = gr_vec_push(&dg->nodes, tmp[i]);
         cuda_cond *c = st == GR_OK ? cond_of_node(d, tmp[i], dg) : NULL;
@@ -387,13 +373,11 @@ static gr_status cuda_capture_end(void *ctx, gr_stream *s, gr_dgraph **out) {
     cuda_dev *d = ctx;
     *out = NULL;
     CUgraph g = NULL;
-    CUresult r = CU(d)->cuStreamEndCapture(s->s, &g);
-    if (r != CUDA_SUCCESS) {
+    gr_status st = GR_CU_STATUS(CU(d)->cuStreamEndCapture(s->s, &g));
+    if (st != GR_OK) {
         if (g) CU(d)->cuGraphDestroy(g);
-        if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-            return gr_error(GR_ERR_HAZARD, "cuda: stream capture was invalidated by an operation a graph cannot hold (%s)",
-                            gr_cuda_err_name(r));
-        return gr_cuda_fail(CU(d), r, "cuStreamEndCapture");
+        if (st == GR_ERR_HAZARD) return gr_error_prefix(st, "cuda: stream capture was invalidated by an operation a graph cannot hold");
+        return st;
     }
     gr_dgraph *dg = gr_calloc(1, sizeof(*dg));
     if (!dg) {
@@ -402,7 +386,7 @@ static gr_status cuda_capture_end(void *ctx, gr_stream *s, gr_dgraph **out) {
     }
     dg->g = g;
     dg->refs = 1;
-    gr_status st = collect_nodes(d, dg, g, 0);
+    st = collect_nodes(d, dg, g, 0);
     if (st != GR_OK) {
         dgraph_unref(d, dg);
         return st;
@@ -418,10 +402,10 @@ static gr_status cuda_graph_instantiate(void *ctx, gr_dgraph *g, gr_dexec **out)
     *out = NULL;
     gr_dexec *e = gr_calloc(1, sizeof(*e));
     if (!e) return GR_ERR_NOMEM;
-    CUresult r = CU(d)->cuGraphInstantiate(&e->e, g->g, 0);
-    if (r != CUDA_SUCCESS) {
+    gr_status st = GR_CU_STATUS(CU(d)->cuGraphInstantiate(&e->e, g->g, 0));
+    if (st != GR_OK) {
         gr_free(e, sizeof(*e));
-        return gr_cuda_fail(CU(d), r, "cuGraphInstantiate");
+        return st;
     }
     e->g = g;
     g->refs++;
@@ -439,13 +423,13 @@ static void cuda_exec_destroy(void *ctx, gr_dexec *e) {
 
 static gr_status cuda_graph_upload(void *ctx, gr_dexec *e, gr_stream *s) {
     cuda_dev *d = ctx;
-    CK(CU(d)->cuGraphUpload(e->e, cs(s)));
+    GR_CU_CHECK(CU(d)->cuGraphUpload(e->e, cs(s)));
     return GR_OK;
 }
 
 static gr_status cuda_graph_launch(void *ctx, gr_dexec *e, gr_stream *s) {
     cuda_dev *d = ctx;
-    CK(CU(d)->cuGraphLaunch(e->e, cs(s)));
+    GR_CU_CHECK(CU(d)->cuGraphLaunch(e->e, cs(s)));
     return GR_OK;
 }
 
@@ -467,12 +451,12 @@ static gr_status cuda_graph_node_info(void *ctx, gr_dgraph *g, int node, gr_gnod
         return gr_error(GR_ERR_INVALID, "cuda: graph node %d does not exist (%d nodes)", node, g ? g->nodes.len : 0);
     CUgraphNode n = g->nodes.data[node];
     CUgraphNodeType t;
-    CK(CU(d)->cuGraphNodeGetType(n, &t));
+    GR_CU_CHECK(CU(d)->cuGraphNodeGetType(n, &t));
     switch (t) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
         CUDA_KERNEL_NODE_PARAMS p;
         memset(&p, 0, sizeof p);
-        CK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
+        GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
         gr_kfunc *f = kfunc_of(d, p.func);
         out->kind = f ? GR_GNODE_KERNEL : GR_GNODE_LIBCALL; /* cuBLASLt's or graft's built-in kernels */
         out->func = f;
@@ -494,7 +478,7 @@ static gr_status cuda_exec_kernel_node_set_args(void *ctx, gr_dexec *e, int node
     CUgraphNode n = e->g->nodes.data[node];
     CUDA_KERNEL_NODE_PARAMS p;
     memset(&p, 0, sizeof p);
-    CK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
+    GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
     gr_kfunc *f = kfunc_of(d, p.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: graph node %d is not a graft kernel", node);
     if (n_args != f->kernel->n_params)
@@ -504,24 +488,24 @@ static gr_status cuda_exec_kernel_node_set_args(void *ctx, gr_dexec *e, int node
     for (int i = 0; i < n_args; i++) params[i] = (void *)&args[i];
     p.kernelParams = params;
     p.extra = NULL;
-    CK(CU(d)->cuGraphExecKernelNodeSetParams(e->e, n, &p));
+    GR_CU_CHECK(CU(d)->cuGraphExecKernelNodeSetParams(e->e, n, &p));
     /* A device-updatable node is re-patched from its argument block before every
      * replay: write the new arguments into the block too, or they would be undone. */
     size_t nd = 0;
-    CK(CU(d)->cuGraphNodeGetDependencies(n, NULL, NULL, &nd));
+    GR_CU_CHECK(CU(d)->cuGraphNodeGetDependencies(n, NULL, NULL, &nd));
     CUgraphNode deps[64];
     if (nd > 64) nd = 0;
-    if (nd) CK(CU(d)->cuGraphNodeGetDependencies(n, deps, NULL, &nd));
+    if (nd) GR_CU_CHECK(CU(d)->cuGraphNodeGetDependencies(n, deps, NULL, &nd));
     for (size_t i = 0; i < nd; i++) {
         CUgraphNodeType t;
-        CK(CU(d)->cuGraphNodeGetType(deps[i], &t));
+        GR_CU_CHECK(CU(d)->cuGraphNodeGetType(deps[i], &t));
         if (t != CU_GRAPH_NODE_TYPE_KERNEL) continue;
         CUDA_KERNEL_NODE_PARAMS pp;
         memset(&pp, 0, sizeof pp);
-        CK(CU(d)->cuGraphKernelNodeGetParams(deps[i], &pp));
+        GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(deps[i], &pp));
         if (pp.func != d->fn_patch_args || !pp.kernelParams) continue;
         CUdeviceptr block = *(CUdeviceptr *)pp.kernelParams[1];
-        CK(CU(d)->cuMemcpyHtoD(block, args, sizeof(gr_karg) * (size_t)n_args));
+        GR_CU_CHECK(CU(d)->cuMemcpyHtoD(block, args, sizeof(gr_karg) * (size_t)n_args));
     }
     return GR_OK;
 }
@@ -530,10 +514,8 @@ static gr_status cuda_exec_update(void *ctx, gr_dexec *e, gr_dgraph *g) {
     cuda_dev *d = ctx;
     CUgraphExecUpdateResultInfo info;
     memset(&info, 0, sizeof info);
-    CUresult r = CU(d)->cuGraphExecUpdate(e->e, g->g, &info);
-    if (r != CUDA_SUCCESS)
-        return gr_error(GR_ERR_DEVICE, "cuGraphExecUpdate: %s (update result %d: topology or node types differ)",
-                        gr_cuda_err_name(r), (int)info.result);
+    gr_status st = GR_CU_STATUS(CU(d)->cuGraphExecUpdate(e->e, g->g, &info));
+    if (st != GR_OK) return gr_error_prefix(st, "cuda: exec_update (update result %d: topology or node types differ)", (int)info.result);
     return GR_OK;
 }
 
@@ -542,7 +524,7 @@ static gr_status capture_info(cuda_dev *d, gr_stream *s, CUgraph *g, const CUgra
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
     const CUgraphEdgeData *edges = NULL;
-    CK(CU(d)->cuStreamGetCaptureInfo(cs(s), &status, &id, g, deps, &edges, n_deps));
+    GR_CU_CHECK(CU(d)->cuStreamGetCaptureInfo(cs(s), &status, &id, g, deps, &edges, n_deps));
     if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
         return gr_error(status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? GR_ERR_HAZARD : GR_ERR_INVALID,
                         "cuda: the stream is not capturing%s",
@@ -561,7 +543,7 @@ static gr_status add_kernel_node(cuda_dev *d, CUgraph g, const CUgraphNode *deps
     np.kernel.blockDimY = np.kernel.blockDimZ = 1;
     np.kernel.kernelParams = params;
     if (!CU(d)->cuGraphAddNode) return gr_error(GR_ERR_UNSUPPORTED, "cuda: the driver lacks cuGraphAddNode");
-    CK(CU(d)->cuGraphAddNode(out, g, deps, NULL, n_deps, &np));
+    GR_CU_CHECK(CU(d)->cuGraphAddNode(out, g, deps, NULL, n_deps, &np));
     return GR_OK;
 }
 
@@ -574,13 +556,13 @@ static gr_status cuda_capture_mark_updatable(void *ctx, gr_stream *s, uint64_t *
     size_t n_deps;
     GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
     CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
-    if (n_deps == 1) CK(CU(d)->cuGraphNodeGetType(deps[0], &t));
+    if (n_deps == 1) GR_CU_CHECK(CU(d)->cuGraphNodeGetType(deps[0], &t));
     if (n_deps != 1 || t != CU_GRAPH_NODE_TYPE_KERNEL)
         return gr_error(GR_ERR_INVALID, "cuda: capture_mark_updatable: the last captured node is not a kernel");
     CUgraphNode node = deps[0];
     CUDA_KERNEL_NODE_PARAMS kp;
     memset(&kp, 0, sizeof kp);
-    CK(CU(d)->cuGraphKernelNodeGetParams(node, &kp));
+    GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(node, &kp));
     gr_kfunc *f = kfunc_of(d, kp.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: capture_mark_updatable: the last node is not a graft kernel");
     int n_args = f->kernel->n_params;
@@ -593,15 +575,15 @@ static gr_status cuda_capture_mark_updatable(void *ctx, gr_stream *s, uint64_t *
     CUlaunchAttributeValue v;
     memset(&v, 0, sizeof v);
     v.deviceUpdatableKernelNode.deviceUpdatable = 1;
-    CK(CU(d)->cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v));
-    CK(CU(d)->cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v));
+    GR_CU_CHECK(CU(d)->cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v));
+    GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v));
     CUgraphDeviceNode dev_node = v.deviceUpdatableKernelNode.devNode;
     /* insert the patch kernel between the node and its dependencies */
     size_t nd = 0;
-    CK(CU(d)->cuGraphNodeGetDependencies(node, NULL, NULL, &nd));
+    GR_CU_CHECK(CU(d)->cuGraphNodeGetDependencies(node, NULL, NULL, &nd));
     CUgraphNode node_deps[64];
     if (nd > 64) return gr_error(GR_ERR_UNSUPPORTED, "cuda: capture_mark_updatable: node has %zu dependencies", nd);
-    if (nd) CK(CU(d)->cuGraphNodeGetDependencies(node, node_deps, NULL, &nd));
+    if (nd) GR_CU_CHECK(CU(d)->cuGraphNodeGetDependencies(node, node_deps, NULL, &nd));
     long long n_ll = n_args;
     void *pargs[3] = {&dev_node, &block, &n_ll};
     CUgraphNode patch;
@@ -609,9 +591,9 @@ static gr_status cuda_capture_mark_updatable(void *ctx, gr_stream *s, uint64_t *
     if (nd) {
         CUgraphNode to[64];
         for (size_t i = 0; i < nd; i++) to[i] = node;
-        CK(CU(d)->cuGraphRemoveDependencies(g, node_deps, to, NULL, nd));
+        GR_CU_CHECK(CU(d)->cuGraphRemoveDependencies(g, node_deps, to, NULL, nd));
     }
-    CK(CU(d)->cuGraphAddDependencies(g, &patch, &node, NULL, 1));
+    GR_CU_CHECK(CU(d)->cuGraphAddDependencies(g, &patch, &node, NULL, 1));
     *out_handle = (uint64_t)block;
     return GR_OK;
 }
@@ -627,7 +609,7 @@ static gr_status launch_cond_set(cuda_dev *d, gr_stream *s, const cuda_cond *c) 
     unsigned long long h = c->cond;
     CUdeviceptr flag = (CUdeviceptr)c->handle;
     void *params[2] = {&h, &flag};
-    CK(CU(d)->cuLaunchKernel(d->fn_cond_set, 1, 1, 1, 1, 1, 1, 0, cs(s), params, NULL));
+    GR_CU_CHECK(CU(d)->cuLaunchKernel(d->fn_cond_set, 1, 1, 1, 1, 1, 1, 0, cs(s), params, NULL));
     return GR_OK;
 }
 
@@ -651,16 +633,16 @@ static gr_status cuda_cond_create(void *ctx, gr_stream *s, gr_cond_kind kind, un
     CUdeviceptr flag;
     GR_TRY(internal_alloc(d, &default_value, sizeof default_value, &flag));
     c.handle = (uint64_t)flag;
-    CK(CU(d)->cuGraphConditionalHandleCreate(&c.cond, g, d->base.ctx, default_value, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    GR_CU_CHECK(CU(d)->cuGraphConditionalHandleCreate(&c.cond, g, d->base.ctx, default_value, CU_GRAPH_COND_ASSIGN_DEFAULT));
     /* every launch starts from the default value (as the simulator does): a
      * memset node here, before any kernel that computes the flag */
     unsigned char bytes[sizeof default_value];
     memcpy(bytes, &default_value, sizeof bytes);
     bool uniform = true;
     for (unsigned b = 1; b < sizeof bytes; b++) uniform = uniform && bytes[b] == bytes[0];
-    if (uniform) CK(CU(d)->cuMemsetD8Async((CUdeviceptr)flag, bytes[0], sizeof bytes, cs(s)));
+    if (uniform) GR_CU_CHECK(CU(d)->cuMemsetD8Async((CUdeviceptr)flag, bytes[0], sizeof bytes, cs(s)));
     else
-        for (unsigned b = 0; b < sizeof bytes; b++) CK(CU(d)->cuMemsetD8Async((CUdeviceptr)(flag + b), bytes[b], 1, cs(s)));
+        for (unsigned b = 0; b < sizeof bytes; b++) GR_CU_CHECK(CU(d)->cuMemsetD8Async((CUdeviceptr)(flag + b), bytes[b], 1, cs(s)));
     /* the setter kernel and the node are placed at the first cond_body_begin, so
      * work captured between cond_create and the body (the kernel computing the
      * flag) runs before the condition is read */
@@ -691,15 +673,15 @@ static gr_status cuda_cond_body_begin(void *ctx, gr_stream *s, uint64_t handle, 
         np.conditional.type = c->kind == GR_COND_WHILE ? CU_GRAPH_COND_TYPE_WHILE : CU_GRAPH_COND_TYPE_IF;
         np.conditional.size = c->kind == GR_COND_IF_ELSE ? 2 : 1;
         np.conditional.ctx = d->base.ctx;
-        CK(CU(d)->cuGraphAddNode(&c->node, g, deps, NULL, n_deps, &np));
+        GR_CU_CHECK(CU(d)->cuGraphAddNode(&c->node, g, deps, NULL, n_deps, &np));
         for (unsigned b = 0; b < np.conditional.size; b++) c->bodies[b] = np.conditional.phGraph_out[b];
-        CK(CU(d)->cuStreamUpdateCaptureDependencies(cs(s), &c->node, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        GR_CU_CHECK(CU(d)->cuStreamUpdateCaptureDependencies(cs(s), &c->node, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
         c->placed = true;
     }
     GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
     CUgraph ended = NULL;
-    CK(CU(d)->cuStreamEndCapture(cs(s), &ended));
-    CK(CU(d)->cuStreamBeginCaptureToGraph(cs(s), c->bodies[branch], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    GR_CU_CHECK(CU(d)->cuStreamEndCapture(cs(s), &ended));
+    GR_CU_CHECK(CU(d)->cuStreamBeginCaptureToGraph(cs(s), c->bodies[branch], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     return GR_OK;
 }
 
@@ -709,11 +691,9 @@ static gr_status cuda_cond_body_end(void *ctx, gr_stream *s, uint64_t handle, in
     if (!c) return gr_error(GR_ERR_INVALID, "cuda: cond_body_end: unknown condition handle 0x%llx", (unsigned long long)handle);
     if (c->kind == GR_COND_WHILE) GR_TRY(launch_cond_set(d, s, c)); /* re-evaluate after each iteration */
     CUgraph ended = NULL;
-    CUresult r = CU(d)->cuStreamEndCapture(cs(s), &ended);
-    if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-        return gr_error(GR_ERR_HAZARD, "cuda: capture of conditional body %d was invalidated", branch);
-    CK(r);
-    CK(CU(d)->cuStreamBeginCaptureToGraph(cs(s), c->parent, &c->node, NULL, 1, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    gr_status st = GR_CU_STATUS(CU(d)->cuStreamEndCapture(cs(s), &ended));
+    if (st != GR_OK) return gr_error_prefix(st, "cuda: capture of conditional body %d", branch);
+    GR_CU_CHECK(CU(d)->cuStreamBeginCaptureToGraph(cs(s), c->parent, &c->node, NULL, 1, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     return GR_OK;
 }
 
@@ -722,11 +702,18 @@ static double cuda_clock_us(void *ctx) {
     return gr_now_us();
 }
 
+/* device memory (cuMemAlloc), page-locked host memory (cuMemHostAlloc), pageable host memory */
+static bool cuda_has_mem_kind(void *ctx, gr_mem_kind kind) {
+    (void)ctx;
+    return kind == GR_MEM_DEVICE || kind == GR_MEM_HOST_PINNED || kind == GR_MEM_HOST;
+}
+
 static const struct gr_device_i cuda_iface = {
     .name = cuda_name,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .has_mem_kind = cuda_has_mem_kind,
     .mem_in_use = cuda_mem_in_use,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
@@ -771,22 +758,22 @@ static char *default_cache_dir(void) {
 
 static gr_status cuda_open(cuda_dev *d, const char *cache_dir) {
     const gr_cu_api *cu = CU(d);
-    CUresult r = cu->cuInit(0);
-    if (r == CUDA_ERROR_NO_DEVICE) return gr_error(GR_ERR_DEVICE, "no CUDA device");
-    if (r != CUDA_SUCCESS) return gr_error(GR_ERR_DEVICE, "no CUDA device (cuInit: %s)", gr_cuda_err_name(r));
+    gr_status st = GR_CU_STATUS(cu->cuInit(0));
+    if (st != GR_OK) return gr_error_prefix(GR_ERR_DEVICE, "no CUDA device");
     int count = 0;
-    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) return gr_error(GR_ERR_DEVICE, "no CUDA device");
-    CK(cu->cuDeviceGet(&d->base.dev, 0));
-    CK(cu->cuDevicePrimaryCtxRetain(&d->base.ctx, d->base.dev));
-    CK(cu->cuCtxSetCurrent(d->base.ctx));
+    GR_CU_CHECK(cu->cuDeviceGetCount(&count));
+    if (count == 0) return gr_error(GR_ERR_DEVICE, "no CUDA device");
+    GR_CU_CHECK(cu->cuDeviceGet(&d->base.dev, 0));
+    GR_CU_CHECK(cu->cuDevicePrimaryCtxRetain(&d->base.ctx, d->base.dev));
+    GR_CU_CHECK(cu->cuCtxSetCurrent(d->base.ctx));
     int major = 0, minor = 0;
-    CK(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->base.dev));
-    CK(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->base.dev));
-    CK(cu->cuDeviceGetAttribute(&d->base.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->base.dev));
+    GR_CU_CHECK(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->base.dev));
+    GR_CU_CHECK(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->base.dev));
+    GR_CU_CHECK(cu->cuDeviceGetAttribute(&d->base.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->base.dev));
     d->base.arch = major * 10 + minor;
-    CK(cu->cuDriverGetVersion(&d->base.driver_version));
+    GR_CU_CHECK(cu->cuDriverGetVersion(&d->base.driver_version));
     char dev_name[200] = "CUDA device";
-    cu->cuDeviceGetName(dev_name, sizeof dev_name, d->base.dev);
+    (void)cu->cuDeviceGetName(dev_name, sizeof dev_name, d->base.dev); /* best effort: a label */
     /* the kernel driver's version (580.xx) is in /proc; the CUDA version from the API */
     char kdrv[64] = "";
     FILE *f = fopen("/sys/module/nvidia/version", "r");

@@ -65,6 +65,27 @@ typedef struct {
 #undef GR_LT_FIELD
 } gr_lt_api;
 
+/* ---- errors: one style for every driver, NVRTC and cuBLASLt call ----
+ * gr_cuda_status / gr_nvrtc_status / gr_lt_status turn a library result into a
+ * gr_status and, on failure, set the message "<call>: <error name> (<library's
+ * message>)", the call as written at the call site, from its function name on. Out of
+ * memory becomes GR_ERR_NOMEM; a driver error that a stream capture cannot hold
+ * becomes GR_ERR_HAZARD (the capture is invalidated, as on the simulator); anything
+ * else GR_ERR_DEVICE. Use:
+ *   GR_CU_CHECK(expr)            return the status from the enclosing function on failure
+ *   st = GR_CU_STATUS(expr)      where cleanup or a prefix (gr_error_prefix) comes first
+ * and GR_NVRTC_CHECK/STATUS, GR_LT_CHECK/STATUS for NVRTC and cuBLASLt. Release paths
+ * (destroy, free, unload) ignore results: there is nobody to report them to. */
+gr_status gr_cuda_status(CUresult r, const char *call);
+gr_status gr_nvrtc_status(nvrtcResult r, const char *call);
+gr_status gr_lt_status(cublasStatus_t r, const char *call);
+#define GR_CU_STATUS(expr) gr_cuda_status((expr), #expr)
+#define GR_CU_CHECK(expr) GR_TRY(GR_CU_STATUS(expr))
+#define GR_NVRTC_STATUS(expr) gr_nvrtc_status((expr), #expr)
+#define GR_NVRTC_CHECK(expr) GR_TRY(GR_NVRTC_STATUS(expr))
+#define GR_LT_STATUS(expr) gr_lt_status((expr), #expr)
+#define GR_LT_CHECK(expr) GR_TRY(GR_LT_STATUS(expr))
+
 /* ---- loading (cuda-load.c) ---- */
 /* Process-wide, loaded once (thread-safe); the libraries stay open until exit. */
 gr_status gr_cuda_load_driver(const gr_cu_api **out);
@@ -106,13 +127,6 @@ struct gr_cuda_alloc {
     gr_mem_kind kind;
 };
 
-/* Sets the error for a failed driver call: "what: CUDA_ERROR_X (message)". */
-gr_status gr_cuda_fail(const gr_cu_api *cu, CUresult r, const char *what);
-#define GR_CU_CHECK(c, expr)                                                     \
-    do {                                                                         \
-        CUresult gr_cu_r_ = (expr);                                              \
-        if (gr_cu_r_ != CUDA_SUCCESS) return gr_cuda_fail((c)->cu, gr_cu_r_, #expr); \
-    } while (0)
 
 /* ---- kernels (cuda-kernel.c) ---- */
 struct gr_kfunc {

@@ -1,5 +1,6 @@
 /* device/cuda/cuda-load — dlopen of the driver, NVRTC and cuBLASLt; NVRTC compilation. */
 #include "device/cuda/cuda-impl.h"
+#include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -54,14 +55,30 @@ const char *gr_cuda_err_name(CUresult r) {
     return buf;
 }
 
-gr_status gr_cuda_fail(const gr_cu_api *cu, CUresult r, const char *what) {
-    (void)cu;
+/* ==== errors (the GR_*_CHECK / GR_*_STATUS macros of cuda-impl.h) =========================== */
+
+/* The call as written, from the library function's name on: "CU(d)->cuMemAlloc(&p, n)"
+ * reads "cuMemAlloc(&p, n)". Every driver, NVRTC and cuBLASLt function starts with
+ * "cu" or "nvrtc". */
+static const char *call_text(const char *call) {
+    for (const char *p = call; *p; p++) {
+        bool starts = p == call || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        if (!starts || (strncmp(p, "cu", 2) && strncmp(p, "nvrtc", 5))) continue;
+        const char *e = p;
+        while (isalnum((unsigned char)*e) || *e == '_') e++;
+        if (*e == '(') return p;
+    }
+    return call;
+}
+
+gr_status gr_cuda_status(CUresult r, const char *call) {
+    if (r == CUDA_SUCCESS) return GR_OK;
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return gr_error(GR_ERR_NOMEM, "out of device memory: %s: %s", what, gr_cuda_err_name(r));
+        return gr_error(GR_ERR_NOMEM, "out of device memory: %s: %s", call_text(call), gr_cuda_err_name(r));
     /* an operation a stream capture cannot hold: the capture is invalidated, as on the simulator */
     if (r >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && r <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
-        return gr_error(GR_ERR_HAZARD, "%s during stream capture: %s", what, gr_cuda_err_name(r));
-    return gr_error(GR_ERR_DEVICE, "%s: %s", what, gr_cuda_err_name(r));
+        return gr_error(GR_ERR_HAZARD, "%s: %s", call_text(call), gr_cuda_err_name(r));
+    return gr_error(GR_ERR_DEVICE, "%s: %s", call_text(call), gr_cuda_err_name(r));
 }
 
 static gr_status load_driver_locked(void) {
@@ -149,13 +166,22 @@ static gr_status load_nvrtc_locked(void) {
     }
     GR_NVRTC_FUNCS(GR_NVRTC_RESOLVE)
 #undef GR_NVRTC_RESOLVE
-    if (api.nvrtcVersion(&api.major, &api.minor) != NVRTC_SUCCESS) {
-        snprintf(nvrtc_error, sizeof nvrtc_error, "nvrtcVersion failed");
+    gr_status st = GR_NVRTC_STATUS(api.nvrtcVersion(&api.major, &api.minor));
+    if (st != GR_OK) {
+        snprintf(nvrtc_error, sizeof nvrtc_error, "%s", gr_last_error()); /* kept for later callers */
         dlclose(h);
-        return GR_ERR_DEVICE;
+        return st;
     }
     nvrtc_api = api;
     return GR_OK;
+}
+
+gr_status gr_nvrtc_status(nvrtcResult r, const char *call) {
+    if (r == NVRTC_SUCCESS) return GR_OK;
+    const char *name = nvrtc_loaded ? nvrtc_api.nvrtcGetErrorString(r) : NULL;
+    char code[32];
+    if (!name) snprintf(code, sizeof code, "nvrtcResult %d", (int)r), name = code;
+    return gr_error(r == NVRTC_ERROR_OUT_OF_MEMORY ? GR_ERR_NOMEM : GR_ERR_DEVICE, "%s: %s", call_text(call), name);
 }
 
 gr_status gr_cuda_load_nvrtc(const gr_nvrtc_api **out) {
@@ -186,43 +212,34 @@ gr_status gr_cuda_nvrtc_compile(const char *source, const char *kernel_name, int
     char file_name[96];
     snprintf(file_name, sizeof file_name, "%s.cu", kernel_name);
     nvrtcProgram prog;
-    nvrtcResult r = nv->nvrtcCreateProgram(&prog, source, file_name, 0, NULL, NULL);
-    if (r != NVRTC_SUCCESS)
-        return gr_error(r == NVRTC_ERROR_OUT_OF_MEMORY ? GR_ERR_NOMEM : GR_ERR_DEVICE,
-                        "NVRTC: cannot create program for kernel %s: %s", kernel_name, nv->nvrtcGetErrorString(r));
-    nvrtcResult cr = nv->nvrtcCompileProgram(prog, GR_ARRAY_LEN(opts), opts);
-    gr_status st = GR_OK;
-    if (cr != NVRTC_SUCCESS) {
+    gr_status st = GR_NVRTC_STATUS(nv->nvrtcCreateProgram(&prog, source, file_name, 0, NULL, NULL));
+    if (st != GR_OK) return gr_error_prefix(st, "NVRTC: kernel %s", kernel_name);
+    st = GR_NVRTC_STATUS(nv->nvrtcCompileProgram(prog, GR_ARRAY_LEN(opts), opts));
+    if (st != GR_OK) {
+        /* the compiler's log is the message that matters: after the call's */
+        char why[256];
+        snprintf(why, sizeof why, "%s", gr_last_error());
         size_t log_n = 0;
         char *log = NULL;
-        if (nv->nvrtcGetProgramLogSize(prog, &log_n) == NVRTC_SUCCESS && log_n > 0 && (log = gr_malloc(log_n + 1))) {
-            if (nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = 0;
+        if (GR_NVRTC_STATUS(nv->nvrtcGetProgramLogSize(prog, &log_n)) == GR_OK && log_n > 0 && (log = gr_malloc(log_n + 1))) {
+            if (GR_NVRTC_STATUS(nv->nvrtcGetProgramLog(prog, log)) != GR_OK) log[0] = 0;
             log[log_n] = 0;
         }
-        st = gr_error(GR_ERR_DEVICE, "NVRTC failed to compile kernel %s (%s, %s): %s\n%s", kernel_name,
-                      nv->nvrtcGetErrorString(cr), arch_opt, log ? log : "", log ? "" : "(no log)");
+        st = gr_error(st, "NVRTC failed to compile kernel %s (%s, %s)\n%s", kernel_name, arch_opt, why, log ? log : "(no log)");
         if (log) gr_free(log, log_n + 1);
         nv->nvrtcDestroyProgram(&prog);
         return st;
     }
     size_t n = 0;
-    r = ptx ? nv->nvrtcGetPTXSize(prog, &n) : nv->nvrtcGetCUBINSize(prog, &n);
-    if (r != NVRTC_SUCCESS || n == 0) {
-        nv->nvrtcDestroyProgram(&prog);
-        return gr_error(GR_ERR_DEVICE, "NVRTC: no %s for kernel %s: %s", ptx ? "PTX" : "cubin", kernel_name,
-                        nv->nvrtcGetErrorString(r));
-    }
-    void *buf = gr_malloc(n);
-    if (!buf) {
-        nv->nvrtcDestroyProgram(&prog);
-        return GR_ERR_NOMEM;
-    }
-    r = ptx ? nv->nvrtcGetPTX(prog, buf) : nv->nvrtcGetCUBIN(prog, buf);
+    st = ptx ? GR_NVRTC_STATUS(nv->nvrtcGetPTXSize(prog, &n)) : GR_NVRTC_STATUS(nv->nvrtcGetCUBINSize(prog, &n));
+    if (st == GR_OK && n == 0) st = gr_error(GR_ERR_DEVICE, "NVRTC produced an empty %s", ptx ? "PTX" : "cubin");
+    void *buf = st == GR_OK ? gr_malloc(n) : NULL;
+    if (st == GR_OK && !buf) st = GR_ERR_NOMEM;
+    if (st == GR_OK) st = ptx ? GR_NVRTC_STATUS(nv->nvrtcGetPTX(prog, buf)) : GR_NVRTC_STATUS(nv->nvrtcGetCUBIN(prog, buf));
     nv->nvrtcDestroyProgram(&prog);
-    if (r != NVRTC_SUCCESS) {
+    if (st != GR_OK) {
         gr_free(buf, n);
-        return gr_error(GR_ERR_DEVICE, "NVRTC: cannot read the output for kernel %s: %s", kernel_name,
-                        nv->nvrtcGetErrorString(r));
+        return st == GR_ERR_NOMEM ? st : gr_error_prefix(st, "NVRTC: kernel %s", kernel_name);
     }
     *out = buf;
     *out_size = n;
@@ -261,6 +278,14 @@ static gr_status load_lt_locked(void) {
 #undef GR_LT_RESOLVE
     lt_api = api;
     return GR_OK;
+}
+
+gr_status gr_lt_status(cublasStatus_t r, const char *call) {
+    if (r == CUBLAS_STATUS_SUCCESS) return GR_OK;
+    const char *name = lt_loaded ? lt_api.cublasLtGetStatusName(r) : NULL;
+    char code[32];
+    if (!name) snprintf(code, sizeof code, "cublasStatus_t %d", (int)r), name = code;
+    return gr_error(r == CUBLAS_STATUS_ALLOC_FAILED ? GR_ERR_NOMEM : GR_ERR_DEVICE, "cuBLASLt: %s: %s", call_text(call), name);
 }
 
 gr_status gr_cuda_load_cublaslt(const gr_lt_api **out) {

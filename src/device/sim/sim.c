@@ -526,11 +526,18 @@ static void sim_destroy(void *ctx) {
     gr_free(c, sizeof(*c));
 }
 
+/* every kind: the simulator's memory is host memory tagged with its kind */
+static bool sim_has_mem_kind(void *ctx, gr_mem_kind kind) {
+    (void)ctx;
+    return kind == GR_MEM_DEVICE || kind == GR_MEM_HOST_PINNED || kind == GR_MEM_HOST;
+}
+
 static const struct gr_device_i sim_iface = {
     .name = sim_name,
     .destroy = sim_destroy,
     .alloc = sim_alloc,
     .free = sim_free,
+    .has_mem_kind = sim_has_mem_kind,
     .mem_in_use = sim_mem_in_use,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,

@@ -7,11 +7,13 @@
  * are known, else converted by onnx-ops.c), graph outputs.
  */
 #include "frontend/onnx/onnx-impl.h"
-#include "passes/passes.h"
+#include "frontend/frontend.h"
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *S(const char *s) { return s ? s : ""; }
 
@@ -20,15 +22,25 @@ typedef struct {
     bool failed;
 } pb_alloc_state;
 
+/* protobuf-c frees without a size: each block carries its size in a header */
+#define PB_HEADER sizeof(max_align_t)
 static void *pb_alloc(void *user, size_t n) {
-    void *p = gr_malloc(n);
-    if (!p) ((pb_alloc_state *)user)->failed = true;
-    return p;
+    char *block = n <= SIZE_MAX - PB_HEADER ? gr_malloc(n + PB_HEADER) : NULL;
+    if (!block) {
+        ((pb_alloc_state *)user)->failed = true;
+        return NULL;
+    }
+    memcpy(block, &n, sizeof n);
+    return block + PB_HEADER;
 }
 
 static void pb_free(void *user, void *p) {
     (void)user;
-    gr_free(p, 0);
+    if (!p) return;
+    char *block = (char *)p - PB_HEADER;
+    size_t n;
+    memcpy(&n, block, sizeof n);
+    gr_free(block, n + PB_HEADER);
 }
 
 /* ==== messages ======================================================================= */
@@ -141,48 +153,100 @@ static gr_status parse_u64(const char *text, int64_t *out) {
     return GR_OK;
 }
 
+/* An external_data entry is `key` exactly (bytes: the length is known, a NUL cannot hide a tail). */
+static bool entry_key_is(const Onnx__StringStringEntryProto *e, const char *key) {
+    size_t n = strlen(key);
+    return e->has_key && e->key.len == n && (n == 0 || !memcmp(e->key.data, key, n));
+}
+
+/* The entry's value as a C string (free with gr_strfree); an embedded NUL byte is refused, not cut at. */
+static gr_status entry_value(const Onnx__StringStringEntryProto *e, const char *what, const char *key, char **out) {
+    *out = NULL;
+    size_t n = e->has_value ? e->value.len : 0;
+    const char *data = n ? (const char *)e->value.data : "";
+    const char *nul = n ? memchr(data, 0, n) : NULL;
+    if (nul)
+        return gr_error(GR_ERR_INVALID, "%s: external data %s has a NUL byte at byte %zu of %zu (\"%.*s\" would be cut there)",
+                        what, key, (size_t)(nul - data), n, (int)GR_MIN(n - (size_t)(nul - data) - 1, 200), nul + 1);
+    *out = gr_strndup(data, n);
+    return *out ? GR_OK : GR_ERR_NOMEM;
+}
+
+/* Opens base_dir/location for reading only when its real path (every symbolic link resolved)
+ * lies inside the real path of the model's directory: the lexical check on `location` cannot
+ * see a link that points out. The file must be a regular one (a FIFO cannot block the load). */
+static gr_status open_inside(const char *base_dir, const char *location, const char *what, int *fd, uint64_t *size) {
+    const char *dir = base_dir && *base_dir ? base_dir : ".";
+    char real_dir[PATH_MAX], real_file[PATH_MAX];
+    if (!realpath(dir, real_dir))
+        return gr_error(GR_ERR_IO, "%s: cannot resolve the model's directory '%s': %s", what, dir, strerror(errno));
+    char *path = gr_sprintf("%s/%s", dir, location);
+    if (!path) return GR_ERR_NOMEM;
+    gr_status st = GR_OK;
+    size_t dlen = strlen(real_dir);
+    if (!realpath(path, real_file)) {
+        st = gr_error(GR_ERR_IO, "%s: cannot open external data file '%s': %s", what, path, strerror(errno));
+    } else if (strncmp(real_file, real_dir, dlen) != 0 || (real_dir[dlen - 1] != '/' && real_file[dlen] != '/')) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data file '%s' resolves to '%s', outside the model's directory '%s'", what,
+                      path, real_file, real_dir);
+    } else if ((st = gr_open_regular(real_file, fd, size)) != GR_OK) {
+        st = gr_error_prefix(st, "%s: external data file '%s'", what, path);
+    }
+    gr_strfree(path);
+    return st;
+}
+
 static gr_status read_external(ox_ctx *c, const Onnx__TensorProto *tp, const char *what, void *dst, size_t nbytes) {
-    const char *location = NULL, *offset_s = NULL, *length_s = NULL;
+    const Onnx__StringStringEntryProto *loc_e = NULL, *off_e = NULL, *len_e = NULL;
     for (size_t i = 0; i < tp->n_external_data; i++) {
         const Onnx__StringStringEntryProto *e = tp->external_data[i];
-        const char *k = S(e->key);
-        if (!strcmp(k, "location")) location = S(e->value);
-        else if (!strcmp(k, "offset")) offset_s = S(e->value);
-        else if (!strcmp(k, "length")) length_s = S(e->value);
+        if (entry_key_is(e, "location")) loc_e = e;
+        else if (entry_key_is(e, "offset")) off_e = e;
+        else if (entry_key_is(e, "length")) len_e = e;
     }
-    if (!location || !*location) return gr_error(GR_ERR_INVALID, "%s: external data without a location", what);
-    if (!safe_relative_path(location))
-        return gr_error(GR_ERR_INVALID, "%s: external data location '%s' must be a relative path inside the model's directory",
-                        what, location);
-    int64_t offset = 0, length = (int64_t)nbytes;
-    if (offset_s && parse_u64(offset_s, &offset) != GR_OK)
-        return gr_error(GR_ERR_INVALID, "%s: external data offset '%s' is not a number", what, offset_s);
-    if (length_s && parse_u64(length_s, &length) != GR_OK)
-        return gr_error(GR_ERR_INVALID, "%s: external data length '%s' is not a number", what, length_s);
-    if ((uint64_t)length != nbytes)
-        return gr_error(GR_ERR_INVALID, "%s: external data length %lld does not match its shape and type (%zu bytes)", what,
-                        (long long)length, nbytes);
-    char *path = c->base_dir && *c->base_dir ? gr_sprintf("%s/%s", c->base_dir, location) : gr_strdup(location);
-    if (!path) return GR_ERR_NOMEM;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gr_status st = gr_error(GR_ERR_IO, "%s: cannot open external data file '%s': %s", what, path, strerror(errno));
-        gr_strfree(path);
-        return st;
-    }
+    char *location = NULL, *offset_s = NULL, *length_s = NULL;
     gr_status st = GR_OK;
-    long long file_size = -1;
-    if (fseeko(f, 0, SEEK_END) == 0) file_size = (long long)ftello(f);
-    if (file_size < 0) {
-        st = gr_error(GR_ERR_IO, "%s: cannot read external data file '%s'", what, path);
-    } else if ((uint64_t)offset > (uint64_t)file_size || (uint64_t)file_size - (uint64_t)offset < nbytes) {
-        st = gr_error(GR_ERR_IO, "%s: external data file '%s' is too short: needs %zu bytes at offset %lld, file has %lld bytes",
-                      what, path, nbytes, (long long)offset, file_size);
-    } else if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, nbytes, f) != nbytes) {
-        st = gr_error(GR_ERR_IO, "%s: short read from external data file '%s'", what, path);
+    if (loc_e) st = entry_value(loc_e, what, "location", &location);
+    if (st == GR_OK && off_e) st = entry_value(off_e, what, "offset", &offset_s);
+    if (st == GR_OK && len_e) st = entry_value(len_e, what, "length", &length_s);
+    int64_t offset = 0, length = (int64_t)nbytes;
+    int fd = -1;
+    uint64_t file_size = 0;
+    if (st != GR_OK) goto done;
+    if (!location || !*location) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data without a location", what);
+        goto done;
     }
-    fclose(f);
-    gr_strfree(path);
+    if (!safe_relative_path(location)) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data location '%s' must be a relative path inside the model's directory",
+                      what, location);
+        goto done;
+    }
+    if (offset_s && parse_u64(offset_s, &offset) != GR_OK) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data offset '%s' is not a number", what, offset_s);
+        goto done;
+    }
+    if (length_s && parse_u64(length_s, &length) != GR_OK) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data length '%s' is not a number", what, length_s);
+        goto done;
+    }
+    if ((uint64_t)length != nbytes) {
+        st = gr_error(GR_ERR_INVALID, "%s: external data length %lld does not match its shape and type (%zu bytes)", what,
+                      (long long)length, nbytes);
+        goto done;
+    }
+    if ((st = open_inside(c->base_dir, location, what, &fd, &file_size)) != GR_OK) goto done;
+    if ((uint64_t)offset > file_size || file_size - (uint64_t)offset < nbytes) {
+        st = gr_error(GR_ERR_IO, "%s: external data file '%s' is too short: needs %zu bytes at offset %lld, file has %llu bytes",
+                      what, location, nbytes, (long long)offset, (unsigned long long)file_size);
+        goto done;
+    }
+    if ((st = gr_read_at(fd, location, dst, nbytes, (uint64_t)offset)) != GR_OK) st = gr_error_prefix(st, "%s: external data", what);
+done:
+    if (fd >= 0) close(fd);
+    gr_strfree(location);
+    gr_strfree(offset_s);
+    gr_strfree(length_s);
     return st;
 }
 
