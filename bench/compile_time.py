@@ -386,7 +386,9 @@ def write_results(out, data):
         f.write("# graft compile time against graph size\n\nProduced by `python3 bench/compile_time.py` "
                 "(see its docstring for the shapes). total = load (parse or ONNX import) + session create "
                 "(verify, shape inference, the plan's passes, kernel preparation on the simulator); "
-                "phase columns in ms.\n\n")
+                "phase columns in ms. Measured on a machine shared with other jobs (2 cores; the `before` run "
+                "under a load average near 12, the `after` run near 4): read the growth with N, not the ratios at "
+                "small N.\n\n")
         f.write(comparison(data) + "\n")
         f.write("¹ per node; per output for `split` (one node with N outputs). N is the number of layers "
                 "for `transformer`.  \n² not run: a smaller N of the shape took longer than --skip-after "
