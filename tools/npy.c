@@ -289,7 +289,7 @@ static int check_data_size(size_t nbytes, uint64_t avail, const char *origin, ch
 int npy_parse(const unsigned char *buf, size_t n, const char *origin, npy_array *out, char *err) {
     memset(out, 0, sizeof *out);
     npy_array a = {0};
-    size_t prefix, hlen, nbytes = 0;
+    size_t prefix = 0, hlen = 0, nbytes = 0;
     if (parse_prefix(buf, n, n, origin, &prefix, &hlen, err)) return -1;
     if (parse_header((const char *)buf + prefix, hlen, origin, &a, err)) return -1;
     if (data_bytes(&a, origin, &nbytes, err) || check_data_size(nbytes, n - prefix - hlen, origin, err)) return -1;
@@ -314,7 +314,7 @@ int npy_read(const char *path, npy_array *out, char *err) {
     npy_array a = {0};
     unsigned char head[12];
     char *header = NULL;
-    size_t got = size < sizeof head ? (size_t)size : sizeof head, prefix, hlen, nbytes = 0;
+    size_t got = size < sizeof head ? (size_t)size : sizeof head, prefix = 0, hlen = 0, nbytes = 0;
     int rc = -1;
     if (gr_read_at(fd, path, head, got, 0) != GR_OK) {
         npy_lib_fail(err);

@@ -204,7 +204,7 @@ gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, i
 }
 
 gr_status lw_materialize(gr_lctx *c, int src, gr_dtype t, int ndim, const int64_t *dims, int *out) {
-    int v;
+    int v = -1; /* set by lw_temp_value (initialised: -O3 cannot see through its failure paths) */
     GR_TRY(lw_temp_value(c, t, ndim, dims, &v));
     *out = v;
     if (gr_shape_numel(ndim, dims) == 0) return GR_OK;

@@ -486,7 +486,7 @@ static gr_status cv_axis_op(ox_ctx *c, gr_op op) {
 static gr_status cv_slice(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 3, 5, 1));
     int64_t starts[GR_MAX_DIMS], ends[GR_MAX_DIMS], axes[GR_MAX_DIMS], steps[GR_MAX_DIMS];
-    int ns, ne, na = -1, nst = -1;
+    int ns = 0, ne = 0, na = -1, nst = -1;
     GR_TRY(ox_need_ints(c, 1, "starts", starts, GR_MAX_DIMS, &ns));
     GR_TRY(ox_need_ints(c, 2, "ends", ends, GR_MAX_DIMS, &ne));
     if (ox_in(c, 3) >= 0) GR_TRY(ox_need_ints(c, 3, "axes", axes, GR_MAX_DIMS, &na));

@@ -253,7 +253,7 @@ done:
 gr_status ox_tensor_from_proto(ox_ctx *c, const Onnx__TensorProto *tp, const char *what, ox_tensor **out) {
     *out = NULL;
     int32_t onnx_type = tp->has_data_type ? tp->data_type : 0;
-    gr_dtype dt;
+    gr_dtype dt = GR_F32;
     GR_TRY(ox_dtype_from_onnx(c, onnx_type, what, &dt));
     if (tp->n_dims > GR_MAX_DIMS)
         return gr_error(GR_ERR_UNSUPPORTED, "%s: rank %zu (graft supports up to %d)", what, tp->n_dims, GR_MAX_DIMS);
@@ -469,7 +469,7 @@ static gr_status add_graph_input(ox_ctx *c, const Onnx__GraphProto *gp, const On
     if (!vi->type || !vi->type->tensor_type)
         return gr_error(GR_ERR_UNSUPPORTED, "%s is not a tensor (sequences, maps and optionals are not supported)", what);
     const Onnx__TypeProto__Tensor *tt = vi->type->tensor_type;
-    gr_dtype dt;
+    gr_dtype dt = GR_F32;
     GR_TRY(ox_dtype_from_onnx(c, tt->has_elem_type ? tt->elem_type : 0, what, &dt));
     if (!tt->shape) return gr_error(GR_ERR_UNSUPPORTED, "%s has no shape (unknown rank)", what);
     if (tt->shape->n_dim > GR_MAX_DIMS)
