@@ -10,14 +10,16 @@
 /* Expression node reading input value v, broadcast to the kernel's outer space. */
 static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
     const gr_ir_value *x = lw_val(c, v);
+    /* constants first: a 1-element `const ... @host` is known now, and the
+     * runtime only reads host scalars from bound inputs (found by diff_fuzz) */
+    if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data) {
+        if (gr_dtype_is_float(x->dtype)) return gr_kx_const_f(b->k, x->dtype, gr_load_f64(x->data, x->dtype, 0), out);
+        return gr_kx_const_i(b->k, x->dtype, gr_load_i64(x->data, x->dtype, 0), out);
+    }
     if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST) {
         int p;
         GR_TRY(lw_param_host_scalar(b, v, x->dtype, &p));
         return gr_kx_param(b->k, p, out);
-    }
-    if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data) {
-        if (gr_dtype_is_float(x->dtype)) return gr_kx_const_f(b->k, x->dtype, gr_load_f64(x->data, x->dtype, 0), out);
-        return gr_kx_const_i(b->k, x->dtype, gr_load_i64(x->data, x->dtype, 0), out);
     }
     gr_kaccess acc;
     gr_kaccess_init(&acc);
