@@ -4,7 +4,8 @@
 # Needs protoc-c (Debian: protobuf-c-compiler) and libprotobuf-c (libprotobuf-c-dev).
 # The .pb-c.c/.h are generated at build time from graft's own onnx_subset.proto.
 # When either is missing it says so and leaves GRAFT_ONNX_ENABLED off; the
-# top level then builds src/frontend/onnx-stub instead.
+# top level then builds src/frontend/onnx-stub instead. This file only finds
+# the tools and generates the protobuf-c sources.
 
 set(GRAFT_ONNX_ENABLED OFF)
 
@@ -37,12 +38,7 @@ add_custom_command(
   COMMENT "protoc-c onnx_subset.proto"
   VERBATIM)
 
-file(GLOB graft_onnx_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/frontend/onnx/*.c)
-add_library(graft_onnx OBJECT ${graft_onnx_srcs} ${GRAFT_ONNX_GEN_DIR}/onnx_subset.pb-c.c)
-set_target_properties(graft_onnx PROPERTIES POSITION_INDEPENDENT_CODE ON)
-target_include_directories(graft_onnx PRIVATE ${GRAFT_ONNX_GEN_DIR} ${GRAFT_PROTOBUFC_INCLUDE})
-
-list(APPEND GRAFT_LAYERS graft_onnx)
-list(APPEND GRAFT_LIBS ${GRAFT_PROTOBUFC_LIB})
+# The frontend layer (top-level CMakeLists.txt) compiles src/frontend/onnx/*.c
+# and the generated .pb-c.c with GRAFT_ONNX_GEN_DIR on its include path.
 set(GRAFT_ONNX_ENABLED ON)
 message(STATUS "graft: ONNX frontend enabled (${GRAFT_PROTOC_C}, ${GRAFT_PROTOBUFC_LIB})")

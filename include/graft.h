@@ -14,6 +14,14 @@
 extern "C" {
 #endif
 
+/* Every function declared here is exported from libgraft.so; nothing else is
+ * (the library is built with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define GR_API __attribute__((visibility("default")))
+#else
+#define GR_API
+#endif
+
 #define GR_MAX_DIMS 8
 
 /* ---- status --------------------------------------------------------------- */
@@ -33,8 +41,8 @@ typedef enum {
 } gr_status;
 
 /* Message of the last failing call on this thread ("" if none). */
-const char *gr_last_error(void);
-const char *gr_status_name(gr_status s);
+GR_API const char *gr_last_error(void);
+GR_API const char *gr_status_name(gr_status s);
 
 /* ---- dtypes ----------------------------------------------------------------- */
 typedef enum {
@@ -42,42 +50,42 @@ typedef enum {
     GR_DTYPE_COUNT
 } gr_dtype;
 
-const char *gr_dtype_name(gr_dtype t);   /* "f32", "f16", ... */
-size_t gr_dtype_size(gr_dtype t);
+GR_API const char *gr_dtype_name(gr_dtype t);   /* "f32", "f16", ... */
+GR_API size_t gr_dtype_size(gr_dtype t);
 /* Parses "f32", "float32", "float", ...; returns GR_ERR_INVALID if unknown. */
-gr_status gr_dtype_parse(const char *name, gr_dtype *out);
+GR_API gr_status gr_dtype_parse(const char *name, gr_dtype *out);
 
 /* ---- host allocator hook (tests inject failures through it) ---------------- */
 typedef void *(*gr_alloc_fn)(void *user, void *ptr, size_t old_size, size_t new_size);
 /* fn(user, NULL, 0, n) allocates; fn(user, p, o, n) reallocates; fn(user, p, o, 0) frees.
  * NULL restores the default (malloc/realloc/free). */
-void gr_set_allocator(gr_alloc_fn fn, void *user);
+GR_API void gr_set_allocator(gr_alloc_fn fn, void *user);
 /* The Nth host allocation from now (1-based) fails; 0 disables. Returns the
  * number of allocations made since the last call. For tests. */
-long gr_debug_fail_alloc_after(long n);
+GR_API long gr_debug_fail_alloc_after(long n);
 /* Live host allocations made through graft's allocator (for leak tests). */
-long gr_debug_live_allocs(void);
+GR_API long gr_debug_live_allocs(void);
 
 /* ---- graphs: build with the API or load from a file ------------------------ */
 typedef struct gr_graph *gr_graph_t;
 typedef int32_t gr_value_t; /* a value of a graph; -1 = none (optional input) */
 
-gr_status gr_graph_create(gr_graph_t *out);
-void gr_graph_destroy(gr_graph_t g);
+GR_API gr_status gr_graph_create(gr_graph_t *out);
+GR_API void gr_graph_destroy(gr_graph_t g);
 
 /* Loads .gir (graft text IR) or .onnx, by extension. */
-gr_status gr_graph_load(const char *path, gr_graph_t *out);
+GR_API gr_status gr_graph_load(const char *path, gr_graph_t *out);
 /* Parses .gir text; `origin` names it in error messages, `base_dir` resolves side files. */
-gr_status gr_graph_parse(const char *text, const char *origin, const char *base_dir, gr_graph_t *out);
+GR_API gr_status gr_graph_parse(const char *text, const char *origin, const char *base_dir, gr_graph_t *out);
 /* Prints the graph as .gir text into a malloc'd string (free with gr_free_string). */
-gr_status gr_graph_print(gr_graph_t g, char **out_text);
-void gr_free_string(char *s);
+GR_API gr_status gr_graph_print(gr_graph_t g, char **out_text);
+GR_API void gr_free_string(char *s);
 
 /* dims[i] >= 0 is concrete; dims[i] < 0 is symbolic and named by sym_names[i]. */
-gr_status gr_graph_add_input(gr_graph_t g, const char *name, gr_dtype dtype, int ndim,
+GR_API gr_status gr_graph_add_input(gr_graph_t g, const char *name, gr_dtype dtype, int ndim,
                              const int64_t *dims, const char *const *sym_names, gr_value_t *out);
 /* Weights / constants; data is copied. */
-gr_status gr_graph_add_constant(gr_graph_t g, const char *name, gr_dtype dtype, int ndim,
+GR_API gr_status gr_graph_add_constant(gr_graph_t g, const char *name, gr_dtype dtype, int ndim,
                                 const int64_t *dims, const void *data, gr_value_t *out);
 
 typedef enum { GR_ATTR_INT, GR_ATTR_FLOAT, GR_ATTR_STRING, GR_ATTR_INTS, GR_ATTR_FLOATS } gr_attr_kind;
@@ -94,15 +102,15 @@ typedef struct {
 
 /* Adds a node; op is an IR op name ("add", "matmul", ...). Output values are
  * created, typed by shape inference, and returned in out[0..n_out). */
-gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int n_in, const gr_value_t *in,
+GR_API gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int n_in, const gr_value_t *in,
                             int n_attr, const gr_attr *attrs, int n_out, gr_value_t *out);
-gr_status gr_graph_set_output(gr_graph_t g, gr_value_t v, const char *name);
+GR_API gr_status gr_graph_set_output(gr_graph_t g, gr_value_t v, const char *name);
 /* Runs the verifier; returns GR_ERR_INVALID with a message naming the node. */
-gr_status gr_graph_verify(gr_graph_t g);
+GR_API gr_status gr_graph_verify(gr_graph_t g);
 
 /* Introspection */
-int gr_graph_num_inputs(gr_graph_t g);
-int gr_graph_num_outputs(gr_graph_t g);
+GR_API int gr_graph_num_inputs(gr_graph_t g);
+GR_API int gr_graph_num_outputs(gr_graph_t g);
 typedef struct {
     const char *name;
     gr_dtype dtype;
@@ -110,8 +118,8 @@ typedef struct {
     int64_t dims[GR_MAX_DIMS];         /* -1 where symbolic */
     const char *sym_names[GR_MAX_DIMS]; /* NULL where concrete */
 } gr_value_info;
-gr_status gr_graph_input_info(gr_graph_t g, int i, gr_value_info *out);
-gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out);
+GR_API gr_status gr_graph_input_info(gr_graph_t g, int i, gr_value_info *out);
+GR_API gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out);
 
 /* ---- sessions: a graph compiled for a device ------------------------------- */
 typedef struct gr_session *gr_session_t;
@@ -129,26 +137,26 @@ typedef struct {
                                failure that partitioning avoids (the segment falls back to eager) */
 } gr_session_options;
 
-void gr_session_options_init(gr_session_options *o);
+GR_API void gr_session_options_init(gr_session_options *o);
 
 /* The session keeps its own copy of what it needs; the graph may be destroyed after. */
-gr_status gr_session_create(gr_graph_t g, const gr_session_options *opt, gr_session_t *out);
-void gr_session_destroy(gr_session_t s);
-const char *gr_session_device_name(gr_session_t s);
+GR_API gr_status gr_session_create(gr_graph_t g, const gr_session_options *opt, gr_session_t *out);
+GR_API void gr_session_destroy(gr_session_t s);
+GR_API const char *gr_session_device_name(gr_session_t s);
 
 /* Copies host data into the named input (checked against dtype and shape).
  * Symbolic dims of the graph are bound by the shapes given here. */
-gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim,
+GR_API gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim,
                                const int64_t *dims, const void *data, size_t nbytes);
 /* Enqueues one run and returns without waiting for the device: back-to-back
  * runs pipeline like framework calls do. Reading an output, gr_session_stats
  * and gr_session_wait wait for it. Inputs not set again since the last run
  * are not copied again (their placeholders still hold them). */
-gr_status gr_session_run(gr_session_t s);
+GR_API gr_status gr_session_run(gr_session_t s);
 /* Waits for the last run to finish; returns its device error if any. */
-gr_status gr_session_wait(gr_session_t s);
+GR_API gr_status gr_session_wait(gr_session_t s);
 /* The device's clock in µs: simulated on sim, wall clock on CUDA. */
-double gr_session_clock_us(gr_session_t s);
+GR_API double gr_session_clock_us(gr_session_t s);
 
 /* Output handles carry the generation of the run that made them; using one
  * after a later run returns GR_ERR_STALE. */
@@ -156,11 +164,11 @@ typedef struct {
     uint64_t generation;
     int index;
 } gr_output;
-gr_status gr_session_output(gr_session_t s, int i, gr_output *out);
-gr_status gr_session_output_info(gr_session_t s, gr_output o, gr_value_info *info);
+GR_API gr_status gr_session_output(gr_session_t s, int i, gr_output *out);
+GR_API gr_status gr_session_output_info(gr_session_t s, gr_output o, gr_value_info *info);
 /* Copies the output to host memory (nbytes must be at least its size). */
-gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t nbytes);
-size_t gr_session_output_nbytes(gr_session_t s, gr_output o);
+GR_API gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t nbytes);
+GR_API size_t gr_session_output_nbytes(gr_session_t s, gr_output o);
 
 typedef struct {
     double time_us;          /* last run: simulated clock on sim, wall clock on CUDA */
@@ -179,17 +187,17 @@ typedef struct {
     double compile_us;       /* compiling the current plan (passes, kernels, uploads) */
     double capture_us;       /* capturing + instantiating graphs so far, this plan */
 } gr_run_stats;
-gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
+GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 
 /* Runs the current plan once eagerly with device events around every step
  * and reports each kernel's time (GPU time on CUDA, simulated on sim), slowest
  * first, plus their sum. Needs one run before. */
-gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum_us);
+GR_API gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum_us);
 
 /* Human-readable description of the compiled plan (graft explain). */
-gr_status gr_session_explain(gr_session_t s, char **out_text);
+GR_API gr_status gr_session_explain(gr_session_t s, char **out_text);
 /* IR after each pass (graft dump). */
-gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
+GR_API gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
 
 #ifdef __cplusplus
 }

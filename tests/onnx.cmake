@@ -3,9 +3,8 @@
 # does not depend on the state of the other passes.
 if(GRAFT_ONNX_ENABLED)
   graft_test(test_onnx
-    SOURCES tests/test_onnx.c src/ir/ir.c src/ir/ops.c src/ir/verify.c src/passes/shape.c
-    LAYERS graft_util graft_onnx)
-  target_link_libraries(test_onnx ${GRAFT_PROTOBUFC_LIB})
+    SOURCES tests/test_onnx.c
+    LAYERS graft_util graft_ir graft_frontend)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
@@ -49,10 +48,12 @@ if(GRAFT_FUZZ AND GRAFT_ONNX_ENABLED AND CMAKE_C_COMPILER_ID MATCHES "Clang")
   # The loader's sources are compiled again for the fuzzer (with coverage), so the
   # shared object libraries other targets link stay uninstrumented.
   file(GLOB fuzz_util_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/util/*.c)
-  file(GLOB fuzz_onnx_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/frontend/onnx/*.c)
-  add_executable(onnx_fuzz tests/fuzz/onnx_fuzz.c src/ir/ir.c src/ir/ops.c src/ir/verify.c src/passes/shape.c
-                 src/frontend/gir-print.c ${fuzz_util_srcs} ${fuzz_onnx_srcs} ${GRAFT_ONNX_GEN_DIR}/onnx_subset.pb-c.c)
-  target_include_directories(onnx_fuzz PRIVATE ${GRAFT_ONNX_GEN_DIR} ${GRAFT_PROTOBUFC_INCLUDE})
+  file(GLOB fuzz_ir_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/ir/*.c)
+  file(GLOB fuzz_onnx_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/frontend/*.c ${CMAKE_SOURCE_DIR}/src/frontend/onnx/*.c)
+  add_executable(onnx_fuzz tests/fuzz/onnx_fuzz.c ${fuzz_ir_srcs} ${fuzz_util_srcs} ${fuzz_onnx_srcs}
+                 ${GRAFT_ONNX_GEN_DIR}/onnx_subset.pb-c.c)
+  target_include_directories(onnx_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/include ${GRAFT_VIEWS}/graft_frontend
+                             ${GRAFT_ONNX_GEN_DIR} ${GRAFT_PROTOBUFC_INCLUDE})
   target_compile_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
   target_link_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(onnx_fuzz ${GRAFT_PROTOBUFC_LIB} m)

@@ -46,7 +46,7 @@ static void test_chain(void) {
     int s = node1(g, GR_OP_REDUCE_SUM, "s", 1, (int[]){e}, 1, (gr_ir_attr[]){AI("keepdims", 0)});
     gr_ir_add_output(g, f);
     gr_ir_add_output(g, s);
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     CHECK_OK(gr_pass_fold_constants(g));
     CHECK(g->nodes.len == 1);
     CHECK(g->nodes.len >= 1 && !strcmp(g->nodes.data[0].name, "f"));
@@ -86,7 +86,7 @@ static void test_ops(void) {
     int r = node1(g, GR_OP_RANGE, "rg", 0, NULL, 4, (gr_ir_attr[]){AF("start", 10), AF("limit", 0), AF("delta", -3), AS("dtype", "i64")});
     node1(g, GR_OP_CAST, "ca", 1, (int[]){r}, 1, (gr_ir_attr[]){AS("to", "f32")});
     node1(g, GR_OP_FILL, "fi", 0, NULL, 3, (gr_ir_attr[]){AIS("shape", 2, 2), AF("value", 2.5), AS("dtype", "f16")});
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     CHECK_OK(gr_pass_fold_constants(g));
     CHECK(g->nodes.len == 0);
     const gr_ir_value *v;
@@ -139,11 +139,11 @@ static void test_random(void) {
     const int64_t N = 100000;
     gr_graph *g1 = random_graph(GR_OP_RANDOM_NORMAL, 42, N, "f32"), *g2 = random_graph(GR_OP_RANDOM_NORMAL, 42, N, "f32"),
              *g3 = random_graph(GR_OP_RANDOM_NORMAL, 43, N, "f32");
-    CHECK_OK(gr_pass_infer_shapes(g1));
+    CHECK_OK(gr_ir_infer_shapes(g1));
     CHECK_OK(gr_pass_fold_constants(g1));
-    CHECK_OK(gr_pass_infer_shapes(g2));
+    CHECK_OK(gr_ir_infer_shapes(g2));
     CHECK_OK(gr_pass_fold_constants(g2));
-    CHECK_OK(gr_pass_infer_shapes(g3));
+    CHECK_OK(gr_ir_infer_shapes(g3));
     CHECK_OK(gr_pass_fold_constants(g3));
     const gr_ir_value *r1 = val(g1, "r"), *r2 = val(g2, "r"), *r3 = val(g3, "r");
     CHECK(r1 && r1->kind == GR_VAL_CONST && r1->nbytes == (size_t)N * 4);
@@ -171,7 +171,7 @@ static void test_random(void) {
 
     /* uniform in [-2, 3): y = low + (high - low) * u */
     gr_graph *g = random_graph(GR_OP_RANDOM_UNIFORM, 7, 1000, "f32");
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     CHECK_OK(gr_pass_fold_constants(g));
     const gr_ir_value *r = val(g, "r");
     CHECK(r && r->kind == GR_VAL_CONST && r->nbytes == 4000);
@@ -186,7 +186,7 @@ static void test_random(void) {
     }
     gr_ir_graph_destroy(g);
     g = random_graph(GR_OP_RANDOM_UNIFORM, 7, 16, "f64");
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     CHECK_OK(gr_pass_fold_constants(g));
     r = val(g, "r");
     CHECK(r && r->kind == GR_VAL_CONST && r->nbytes == 16 * 8);
@@ -206,8 +206,8 @@ static void test_not_folded(void) {
     /* larger than 64M elements: left for run time (never allocated here) */
     node1(g, GR_OP_FILL, "big", 0, NULL, 1, (gr_ir_attr[]){AIS("shape", 8192, 8193)});
     /* an untyped output (inference not run on it) is left alone too */
-    CHECK_OK(gr_pass_infer_node(g, 0));
-    CHECK_OK(gr_pass_infer_node(g, 1));
+    CHECK_OK(gr_ir_infer_node(g, 0));
+    CHECK_OK(gr_ir_infer_node(g, 1));
     node1(g, GR_OP_NEG, "ng", 1, (int[]){c}, 0, NULL); /* bool neg: never inferred */
     CHECK_OK(gr_pass_fold_constants(g));
     CHECK(g->nodes.len == 3);
@@ -229,14 +229,27 @@ static void test_dump(void) {
     gr_ir_add_output(g, z);
     gr_strbuf sb;
     gr_sb_init(&sb);
-    CHECK_OK(gr_pass_dump(g, &sb));
+    CHECK_OK(gr_pass_dump(g, NULL, false, &sb));
     char *text = gr_sb_take(&sb);
     CHECK(text != NULL);
+    /* dump observes the session's pipeline: the same memory plan and segments */
+    gr_compiled comp;
+    CHECK_OK(gr_pass_pipeline(g, NULL, NULL, &comp));
+    char arena_line[128], seg_line[128];
+    snprintf(arena_line, sizeof arena_line, "== after plan_memory: arena %zu B, weights %zu B ==", comp.mem.arena_bytes,
+             comp.mem.const_bytes);
+    snprintf(seg_line, sizeof seg_line, "== after partition: %d segment%s ==", comp.segs.len, comp.segs.len == 1 ? "" : "s");
     if (text) {
-        const char *heads[] = {"== after input ==", "== after specialize ==", "== after infer_shapes ==",
-                               "== after fold_constants ==", "== after lower: ", "== after fuse: "};
+        CHECK_MSG(strstr(text, arena_line) != NULL, "dump lacks \"%s\"", arena_line);
+        CHECK_MSG(strstr(text, seg_line) != NULL, "dump lacks \"%s\"", seg_line);
+    }
+    gr_compiled_free(&comp);
+    if (text) {
+        const char *heads[] = {"== after input ==",          "== after specialize ==", "== after predicate_if ==",
+                               "== after fold_constants ==", "== after lower: ",       "== after fuse: ",
+                               "== after plan_memory: ",     "== after partition: "};
         const char *prev = text;
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < 8; i++) {
             const char *at = strstr(prev, heads[i]);
             CHECK_MSG(at != NULL, "dump lacks \"%s\" in order", heads[i]);
             if (at) prev = at;
@@ -260,7 +273,13 @@ static void test_dump(void) {
     z = node1(g, GR_OP_RELU, "z", 1, (int[]){x}, 0, NULL);
     gr_ir_add_output(g, z);
     gr_sb_init(&sb);
-    CHECK_ERR(gr_pass_dump(g, &sb), GR_ERR_SHAPE, "1 unresolved symbolic dim: N (of 'x')");
+    CHECK_ERR(gr_pass_dump(g, NULL, false, &sb), GR_ERR_SHAPE, "1 unresolved symbolic dim: N (of 'x')");
+    gr_sb_free(&sb);
+    /* bound, it compiles for that shape: x is [3,2] */
+    gr_sb_init(&sb);
+    int64_t n_is_3 = 3;
+    CHECK_OK(gr_pass_dump(g, &n_is_3, false, &sb));
+    CHECK(!sb.failed && sb.data && strstr(sb.data, "input x: f32[3, 2]") != NULL);
     gr_sb_free(&sb);
     gr_ir_graph_destroy(g);
 }
@@ -281,7 +300,7 @@ static void test_alloc_failures(void) {
     int o = node1(g, GR_OP_ADD, "o", 2, (int[]){x, tr}, 0, NULL);
     gr_ir_add_output(g, o);
     gr_ir_add_output(g, rs);
-    CHECK_OK(gr_pass_infer_shapes(g));
+    CHECK_OK(gr_ir_infer_shapes(g));
     long base = gr_debug_live_allocs();
     int failures = 0, done = 0;
     for (long n = 1; n < 20000 && !done; n++) {

@@ -2,7 +2,7 @@
  * files, every error class with its location, round trips (inline and side
  * files), a no-crash loop over truncated and mutated inputs, and allocation
  * failure injection. Runs from the source root (tests/data/gir/...). */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include "check.h"
 #include <dirent.h>
 #include <math.h>

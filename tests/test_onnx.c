@@ -3,7 +3,7 @@
  * external data, symbolic dims, import-time folding of shape chains, each
  * class of bad input with its message, and allocation failure at every step. */
 #include "check.h"
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include "util/util.h"
 #include <math.h>
 #include <stdio.h>

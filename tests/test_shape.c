@@ -57,7 +57,7 @@ static int add(gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *
         *st = s;
         return -1;
     }
-    *st = gr_pass_infer_node(G, node);
+    *st = gr_ir_infer_node(G, node);
     return node;
 }
 
@@ -237,7 +237,7 @@ static void test_matmul(void) {
         CHECK_OK(gr_ir_add_node(G, GR_OP_MATMUL, "h", 2, (int[]){a, a}, 1, NULL, 0, NULL, &node));
         G->nodes.data[node].line = 4;
         G->nodes.data[node].col = 1;
-        gr_status st = gr_pass_infer_node(G, node);
+        gr_status st = gr_ir_infer_node(G, node);
         CHECK(st == GR_ERR_SHAPE);
         CHECK_MSG(!strcmp(gr_last_error(), "node 'h' (matmul) at mlp.gir:4:1: inner dims differ: f32[256,512] @ f32[256,512]"),
                   "got: %s", gr_last_error());
@@ -466,14 +466,14 @@ static void test_control_and_specialize(void) {
     int x = inp(GR_F32, "N,4"), c = inp(GR_BOOL, ""), w = inp(GR_F32, "4,8");
     int node;
     CHECK_OK(add_if(G, c, branch(G, "%0", GR_OP_NEG), branch(G, "%0", GR_OP_EXP), &node));
-    CHECK_OK(gr_pass_infer_node(G, node));
+    CHECK_OK(gr_ir_infer_node(G, node));
     char t[256];
     type_of(G->nodes.data[node].out[0], t);
     CHECK_MSG(!strcmp(t, "f32[N,4]"), "if output: %s", t);
     CHECK_OK(gr_ir_verify(G));
     /* branches that disagree: untyped output */
     CHECK_OK(add_if(G, c, branch(G, "%0", GR_OP_NEG), branch(G, "%2", GR_OP_NEG), &node));
-    CHECK_OK(gr_pass_infer_node(G, node));
+    CHECK_OK(gr_ir_infer_node(G, node));
     type_of(G->nodes.data[node].out[0], t);
     CHECK_MSG(!strcmp(t, "?"), "if output: %s", t);
     (void)x;
@@ -492,14 +492,14 @@ static void test_control_and_specialize(void) {
     gr_graph *copy = NULL;
     CHECK_OK(gr_ir_graph_clone(G, &copy));
     int64_t vals[2] = {2, 3}; /* N = 2, T = 3 (symbols in order of creation) */
-    CHECK_OK(gr_pass_specialize(G, vals));
+    CHECK_OK(gr_ir_specialize(G, vals));
     expect_out_(__LINE__, mm, 0, GR_OK, "f32[2,3,8]");
     expect_out_(__LINE__, rs, 0, GR_OK, "f32[6,8]");
     expect_out_(__LINE__, sm, 0, GR_OK, "f32[6,8]");
     type_of(s, t);
     CHECK_MSG(!strcmp(t, "f32[2,3,4]"), "input after specialize: %s", t);
     int64_t missing[2] = {2, -1};
-    CHECK_ERR(gr_pass_specialize(copy, missing), GR_ERR_INVALID, "no value for symbolic dim 'T'");
+    CHECK_ERR(gr_ir_specialize(copy, missing), GR_ERR_INVALID, "no value for symbolic dim 'T'");
     gr_ir_graph_destroy(copy);
 
     /* N vs 3 is unknown until specialized; N = 3 works, N = 2 is a broadcast error */
@@ -510,10 +510,10 @@ static void test_control_and_specialize(void) {
         int add_node = add(GR_OP_ADD, INS(s, b), NOATTR, 1, &st);
         expect_out_(__LINE__, add_node, 0, st, "?");
         if (pass == 0) {
-            CHECK_OK(gr_pass_specialize(G, (int64_t[]){3}));
+            CHECK_OK(gr_ir_specialize(G, (int64_t[]){3}));
             expect_out_(__LINE__, add_node, 0, GR_OK, "f32[3,4]");
         } else {
-            CHECK_ERR(gr_pass_specialize(G, (int64_t[]){2}), GR_ERR_SHAPE, "shapes do not broadcast: f32[2,4] and f32[3,4]");
+            CHECK_ERR(gr_ir_specialize(G, (int64_t[]){2}), GR_ERR_SHAPE, "shapes do not broadcast: f32[2,4] and f32[3,4]");
         }
     }
 }
@@ -555,7 +555,7 @@ static void test_verify(void) {
     {
         gr_graph *g = good_graph(NULL);
         CHECK_OK(gr_ir_verify(g));
-        CHECK_OK(gr_pass_infer_shapes(g));
+        CHECK_OK(gr_ir_infer_shapes(g));
         CHECK_OK(gr_ir_verify(g));
         gr_ir_graph_destroy(g);
     }
@@ -619,7 +619,7 @@ static void test_verify(void) {
         gr_ir_add_input(g, "c", GR_BOOL, 0, NULL, &c);
         CHECK_OK(add_if(g, c, branch(g, "x", GR_OP_NEG), branch(g, "av", GR_OP_EXP), &n));
         CHECK_OK(gr_ir_verify(g));
-        CHECK_OK(gr_pass_infer_shapes(g));
+        CHECK_OK(gr_ir_infer_shapes(g));
         char t[256];
         gr_ir_type_str(g, &g->values.data[g->nodes.data[n].out[0]], t, sizeof t);
         CHECK_MSG(!strcmp(t, "f32[2,3]"), "if: %s", t);
@@ -655,9 +655,9 @@ static void test_alloc_failures(void) {
         gr_graph *copy = NULL;
         gr_debug_fail_alloc_after(n);
         st = gr_ir_graph_clone(G, &copy);
-        if (st == GR_OK) st = gr_pass_infer_shapes(copy);
+        if (st == GR_OK) st = gr_ir_infer_shapes(copy);
         if (st == GR_OK) st = gr_ir_verify(copy);
-        if (st == GR_OK) st = gr_pass_specialize(copy, (int64_t[]){2, 5});
+        if (st == GR_OK) st = gr_ir_specialize(copy, (int64_t[]){2, 5});
         if (st == GR_OK) {
             char t[256];
             int last = copy->nodes.data[copy->nodes.len - 1].out[0];

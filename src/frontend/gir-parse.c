@@ -7,7 +7,7 @@
  * call or a data list may span lines; inside { } they are significant again.
  * Name lookups go through per-graph hash tables (ir.c's lookups are linear).
  */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

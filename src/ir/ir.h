@@ -183,20 +183,26 @@ void gr_ir_node_where(const gr_graph *g, const gr_ir_node *n, char *buf, size_t 
  * before use, outputs defined, subgraphs valid. Message names the node. */
 gr_status gr_ir_verify(const gr_graph *g);
 
-/* ---- text format (.gir) ------------------------------------------------------------- */
-/* Parses .gir text. base_dir resolves `file(...)` side files (NULL = cwd). */
-gr_status gr_gir_parse(const char *text, const char *origin, const char *base_dir, gr_graph **out);
-gr_status gr_gir_load(const char *path, gr_graph **out);
-/* Prints a graph. Constants with at most inline_limit elements are printed
- * inline; larger ones go to side_path (appended, offset recorded) if given,
- * else inline regardless. Returns a string freed with gr_strfree. */
+/* ---- shape inference ------------------------------------------------------------ */
+/* Types the outputs of node `node` from its inputs (dtype, shape, placement).
+ * With symbolic input dims it types what it can; if an output shape cannot be
+ * expressed it leaves the output untyped and returns GR_OK. A real mismatch
+ * (broadcast failure, bad axis, wrong dtype) is GR_ERR_SHAPE naming the node. */
+gr_status gr_ir_infer_node(gr_graph *g, int node);
+gr_status gr_ir_infer_shapes(gr_graph *g); /* all nodes, in order */
+
+/* Replaces every symbolic dim by its value (sym_values[sym] for sym in
+ * 0..g->syms.len) in inputs and re-infers all shapes. */
+gr_status gr_ir_specialize(gr_graph *g, const int64_t *sym_values);
+
+/* ---- text form -------------------------------------------------------------------------- */
+/* Prints a graph as .gir text (docs/gir.md; the parser is in frontend/).
+ * Constants with at most inline_limit elements are printed inline; larger
+ * ones go to side_path (appended, offset recorded) if given, else inline
+ * regardless. Returns a string freed with gr_strfree. */
 gr_status gr_gir_print(const gr_graph *g, size_t inline_limit, const char *side_path, char **out);
 /* side_path value that prints larger constants as `...  # N elements elided`
  * (for human-readable dumps; the text does not parse back). */
 #define GR_GIR_ELIDE "\x01elide"
-
-/* ---- ONNX frontend ---------------------------------------------------------------------- */
-gr_status gr_onnx_load(const char *path, gr_graph **out);
-gr_status gr_onnx_load_buffer(const void *data, size_t n, const char *origin, const char *base_dir, gr_graph **out);
 
 #endif

@@ -170,5 +170,5 @@ gr_status gr_pass_predicate_if(gr_graph *g) {
         changed = true;
         k--; /* node k is now the first inlined node: rescan from there */
     }
-    return changed ? gr_pass_infer_shapes(g) : GR_OK;
+    return changed ? gr_ir_infer_shapes(g) : GR_OK;
 }

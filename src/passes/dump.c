@@ -1,9 +1,9 @@
-/* passes/dump — the pass pipeline with the IR after each pass (`graft dump`).
+/* passes/dump — `graft dump`: an observer of gr_pass_pipeline.
  *
- * Works on a clone: specialize (the graph must have no unresolved symbolic
- * dims), infer shapes, fold constants, lower, fuse. The IR is printed with
- * gr_gir_print after the graph passes and the step list (kernels in kernel-IR
- * form, library calls, views, host steps) after lowering and after fusion.
+ * The pipeline the session runs (pipeline.c) calls back after each pass; the
+ * IR is printed with gr_gir_print after the graph passes, the step list
+ * (kernels in kernel-IR form, library calls, views, host steps) after
+ * lowering and after fusion, then the memory plan and the segments.
  */
 #include "passes/passes.h"
 #include <stdio.h>
@@ -116,32 +116,66 @@ static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) 
     }
 }
 
-gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb) {
-    char syms[1024];
-    int n_syms;
-    unresolved_syms(g, syms, sizeof syms, &n_syms);
-    if (n_syms)
-        return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first", n_syms,
-                        n_syms > 1 ? "s" : "", syms);
-    gr_graph *c = NULL;
-    gr_step_list steps = {0};
-    GR_TRY(gr_ir_graph_clone(g, &c));
-    gr_status st = put_ir(sb, c, "input");
-    if (st == GR_OK) st = gr_ir_verify(c);
-    if (st == GR_OK) st = gr_pass_specialize(c, NULL); /* no symbols left: binds nothing, infers all */
-    if (st == GR_OK) st = put_ir(sb, c, "specialize");
-    if (st == GR_OK) st = gr_pass_infer_shapes(c);
-    if (st == GR_OK) st = put_ir(sb, c, "infer_shapes");
-    if (st == GR_OK) st = gr_pass_predicate_if(c);
-    if (st == GR_OK) st = put_ir(sb, c, "predicate_if");
-    if (st == GR_OK) st = gr_pass_fold_constants(c);
-    if (st == GR_OK) st = put_ir(sb, c, "fold_constants");
-    if (st == GR_OK) st = gr_pass_lower(c, &steps);
-    if (st == GR_OK) st = put_steps(sb, c, &steps, "lower");
-    if (st == GR_OK) st = gr_pass_fuse(c, &steps);
-    if (st == GR_OK) st = put_steps(sb, c, &steps, "fuse");
-    if (st == GR_OK && sb->failed) st = gr_nomem();
-    gr_step_list_free(&steps);
-    gr_ir_graph_destroy(c);
-    return st;
+static const char *const store_names[] = {"none", "input", "const", "arena", "alias", "host"};
+
+static void put_mem(gr_strbuf *sb, const gr_graph *g, const gr_mem_plan *m) {
+    gr_sb_printf(sb, "== after plan_memory: arena %zu B, weights %zu B ==\n", m->arena_bytes, m->const_bytes);
+    for (int v = 0; v < m->n_values && v < g->values.len; v++) {
+        const gr_value_store *st = &m->values[v];
+        if (st->kind == GR_STORE_NONE) continue;
+        gr_sb_printf(sb, "%%%s: %s", value_name(g, v), (unsigned)st->kind < 6 ? store_names[st->kind] : "?");
+        switch (st->kind) {
+        case GR_STORE_ARENA:
+            gr_sb_printf(sb, " [%zu, %zu) live steps %d..%d", st->offset, st->offset + st->bytes, st->first_step,
+                         st->last_step);
+            break;
+        case GR_STORE_CONST: gr_sb_printf(sb, " [%zu, %zu)", st->offset, st->offset + st->bytes); break;
+        case GR_STORE_INPUT: gr_sb_printf(sb, " #%zu, %zu B", st->offset, st->bytes); break;
+        case GR_STORE_ALIAS:
+            gr_sb_printf(sb, " of %%%s +%lld", value_name(g, st->alias_of), (long long)st->alias_elem_offset);
+            break;
+        default: break;
+        }
+        gr_sb_puts(sb, "\n");
+    }
+}
+
+static void put_segments(gr_strbuf *sb, const gr_graph *g, const gr_segment_list *segs) {
+    gr_sb_printf(sb, "== after partition: %d segment%s ==\n", segs->len, segs->len == 1 ? "" : "s");
+    for (int i = 0; i < segs->len; i++) {
+        const gr_segment *sg = &segs->data[i];
+        gr_sb_printf(sb, "segment %d: steps %d..%d, %s", i, sg->first_step, sg->first_step + sg->n_steps - 1,
+                     sg->graphable ? "graphable" : "not graphable");
+        if (sg->break_reason)
+            gr_sb_printf(sb, "; starts after a break at node %s: %s", node_name(g, sg->break_node), sg->break_reason);
+        gr_sb_puts(sb, "\n");
+    }
+}
+
+static gr_status observe(void *user, const char *pass, gr_compiled *c) {
+    gr_strbuf *sb = user;
+    if (!strcmp(pass, "lower") || !strcmp(pass, "fuse")) GR_TRY(put_steps(sb, c->g, &c->steps, pass));
+    else if (!strcmp(pass, "plan_memory")) put_mem(sb, c->g, &c->mem);
+    else if (!strcmp(pass, "partition")) put_segments(sb, c->g, &c->segs);
+    else {
+        if (!strcmp(pass, "input")) GR_TRY(gr_ir_verify(c->g));
+        GR_TRY(put_ir(sb, c->g, pass));
+    }
+    return sb->failed ? gr_nomem() : GR_OK;
+}
+
+gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb) {
+    if (!sym_values) {
+        char syms[1024];
+        int n_syms;
+        unresolved_syms(g, syms, sizeof syms, &n_syms);
+        if (n_syms)
+            return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first",
+                            n_syms, n_syms > 1 ? "s" : "", syms);
+    }
+    gr_pipeline_opts o = {.no_partition = no_partition, .after_pass = observe, .user = sb};
+    gr_compiled c;
+    GR_TRY(gr_pass_pipeline(g, sym_values, &o, &c));
+    gr_compiled_free(&c);
+    return sb->failed ? gr_nomem() : GR_OK;
 }

@@ -1,28 +1,20 @@
 /* passes — shape inference, specialization, constant folding, lowering to
  * kernels, fusion, memory planning, partitioning.
  *
- * Pipeline for one concrete shape key (runtime/session.c drives it):
- *   clone graph → specialize symbolic dims → infer shapes → fold constants
- *   → lower (one or more steps per node) → fuse elementwise chains
- *   → memory plan (arena offsets from liveness) → partition into segments
+ * Pipeline for one concrete shape key (gr_pass_pipeline below; the session
+ * and `graft dump` both run it):
+ *   clone graph → specialize symbolic dims (ir) → predicate ifs → fold
+ *   constants → lower (one or more steps per node) → fuse → memory plan
+ *   (arena offsets from liveness) → partition into segments
+ *
+ * Shape inference is a service of the IR (ir/ir.h: gr_ir_infer_*), used by
+ * the frontends as well as by these passes.
  */
 #ifndef GR_PASSES_H
 #define GR_PASSES_H
 
 #include "ir/ir.h"
 #include "codegen/kir.h"
-
-/* ---- shape inference ------------------------------------------------------------ */
-/* Types the outputs of node `node` from its inputs (dtype, shape, placement).
- * With symbolic input dims it types what it can; if an output shape cannot be
- * expressed it leaves the output untyped and returns GR_OK. A real mismatch
- * (broadcast failure, bad axis, wrong dtype) is GR_ERR_SHAPE naming the node. */
-gr_status gr_pass_infer_node(gr_graph *g, int node);
-gr_status gr_pass_infer_shapes(gr_graph *g); /* all nodes, in order */
-
-/* Replaces every symbolic dim by its value (sym_values[sym] for sym in
- * 0..g->syms.len) in inputs and re-infers all shapes. */
-gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values);
 
 /* Replaces every `if` by both branches inlined and where(cond, then, else)
  * per output (GraphMend's predication: no host read of the condition, no
@@ -180,9 +172,40 @@ gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_l
 gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out);
 void gr_segment_list_free(gr_segment_list *l);
 
-/* ---- pass driver for `graft dump` -------------------------------------------------------------- */
-/* Runs the pipeline on a copy of g (symbolic dims must be concrete or are
- * reported), appending the IR after each pass and the kernels to sb. */
-gr_status gr_pass_dump(const gr_graph *g, gr_strbuf *sb);
+/* ---- the pipeline ----------------------------------------------------------------------------- */
+/* What one run of the pipeline produces for one concrete shape key. */
+typedef struct {
+    gr_graph *g;          /* specialized, folded, lowered (owns the temporaries lowering added) */
+    gr_step_list steps;
+    gr_mem_plan mem;
+    gr_segment_list segs;
+} gr_compiled;
+
+typedef struct {
+    bool no_partition;    /* one segment holding every step (gr_pass_partition_none) */
+    /* Called after each pass with the pass's name ("input", "specialize",
+     * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
+     * "partition") and the state so far (steps, mem and segs are empty until
+     * their pass ran). An observer (graft dump) prints; a test hook may
+     * rewrite the steps after "fuse". A non-OK status stops the pipeline. */
+    gr_status (*after_pass)(void *user, const char *pass, gr_compiled *state);
+    void *user;
+} gr_pipeline_opts;
+
+/* THE pass pipeline, the only place its order is written: clone src, bind
+ * the symbolic dims (sym_values[sym] for sym in 0..src->syms.len; NULL when
+ * src has none) and re-infer shapes, predicate data-dependent ifs, fold
+ * constants, lower, fuse, plan memory, partition. The session
+ * (runtime/plan.c) and `graft dump` both run it. On failure *out is empty. */
+gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
+                           gr_compiled *out);
+void gr_compiled_free(gr_compiled *c);
+
+/* ---- `graft dump` ---------------------------------------------------------------------------------- */
+/* Runs gr_pass_pipeline on g (symbolic dims must be bound by sym_values or
+ * are reported) and appends to sb the IR after each graph pass, the steps
+ * after lowering and fusion, the memory plan and the segments: what a
+ * session compiles for that shape. */
+gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb);
 
 #endif

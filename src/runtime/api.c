@@ -27,7 +27,7 @@ gr_status gr_graph_load(const char *path, gr_graph_t *out) {
     gr_status st = ends_with(path, ".onnx") ? gr_onnx_load(path, out) : gr_gir_load(path, out);
     if (st != GR_OK) return st;
     st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -39,7 +39,7 @@ gr_status gr_graph_parse(const char *text, const char *origin, const char *base_
     if (!text || !out) return gr_error(GR_ERR_INVALID, "gr_graph_parse: NULL argument");
     GR_TRY(gr_gir_parse(text, origin ? origin : "<string>", base_dir, out));
     gr_status st = gr_ir_verify(*out);
-    if (st == GR_OK) st = gr_pass_infer_shapes(*out);
+    if (st == GR_OK) st = gr_ir_infer_shapes(*out);
     if (st != GR_OK) {
         gr_ir_graph_destroy(*out);
         *out = NULL;
@@ -136,7 +136,7 @@ gr_status gr_graph_add_node(gr_graph_t g, const char *op, const char *name, int 
     free_attrs(ia, n_attr);
     gr_free(ia, 0);
     if (st != GR_OK) return st;
-    st = gr_pass_infer_node(g, node);
+    st = gr_ir_infer_node(g, node);
     if (st != GR_OK) {
         gr_ir_remove_last_node(g);
         return st;
@@ -196,7 +196,7 @@ gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) {
     if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes: NULL argument");
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_pass_dump(g, &sb);
+    gr_status st = gr_pass_dump(g, NULL, false, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;

@@ -49,6 +49,14 @@ void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user) {
     step_hook_user = user;
 }
 
+/* The test hook rewrites the fused steps before memory planning, inside the
+ * one pipeline (it lets tests insert host steps that no op lowers to yet). */
+static gr_status after_pass(void *user, const char *pass, gr_compiled *c) {
+    (void)user;
+    if (step_hook && !strcmp(pass, "fuse")) return step_hook(step_hook_user, c->g, &c->steps);
+    return GR_OK;
+}
+
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
     *out = NULL;
     double t0 = gr_now_us();
@@ -63,16 +71,13 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
         goto fail;
     }
     if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
-    if ((st = gr_ir_graph_clone(s->graph, &p->g)) != GR_OK) goto fail;
-    if ((st = gr_pass_specialize(p->g, p->sym_values)) != GR_OK) goto fail;
-    if ((st = gr_pass_predicate_if(p->g)) != GR_OK) goto fail;
-    if ((st = gr_pass_fold_constants(p->g)) != GR_OK) goto fail;
-    if ((st = gr_pass_lower(p->g, &p->steps)) != GR_OK) goto fail;
-    if ((st = gr_pass_fuse(p->g, &p->steps)) != GR_OK) goto fail;
-    if (step_hook && (st = step_hook(step_hook_user, p->g, &p->steps)) != GR_OK) goto fail;
-    if ((st = gr_pass_plan_memory(p->g, &p->steps, &p->mem)) != GR_OK) goto fail;
-    st = s->opt.no_partition ? gr_pass_partition_none(&p->steps, &p->segs) : gr_pass_partition(p->g, &p->steps, &p->segs);
-    if (st != GR_OK) goto fail;
+    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = NULL};
+    gr_compiled c;
+    if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
+    p->g = c.g;
+    p->steps = c.steps;
+    p->mem = c.mem;
+    p->segs = c.segs;
     p->seg_state = gr_calloc((size_t)(p->segs.len ? p->segs.len : 1), sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;

@@ -4,6 +4,7 @@
 #define GR_RUNTIME_IMPL_H
 
 #include "device/device.h"
+#include "frontend/frontend.h"
 #include "passes/passes.h"
 
 /* one graph input as bound by the caller */

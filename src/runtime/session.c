@@ -30,7 +30,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     if (s->opt.max_rerecords <= 0) s->opt.max_rerecords = 8;
     gr_status st;
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
-    if ((st = gr_pass_infer_shapes(s->graph)) != GR_OK) goto fail;
+    if ((st = gr_ir_infer_shapes(s->graph)) != GR_OK) goto fail;
     s->inputs = gr_calloc((size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1), sizeof(gr_rt_input));
     if (!s->inputs) {
         st = GR_ERR_NOMEM;

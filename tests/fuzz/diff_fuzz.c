@@ -15,7 +15,6 @@
  * bound (inputs, constants, intermediates and outputs alike). */
 #include "graft.h"
 #include "ir/ir.h"
-#include "passes/passes.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +89,7 @@ static bool small_enough(const gr_graph *g, const int64_t *sym_values) {
     gr_graph *c = NULL;
     if (gr_ir_graph_clone(g, &c) != GR_OK) return false;
     bool ok = true;
-    if (gr_pass_specialize(c, sym_values) == GR_OK) {
+    if (gr_ir_specialize(c, sym_values) == GR_OK) {
         int64_t total = 0;
         ok = elems_within(c, &total);
     }

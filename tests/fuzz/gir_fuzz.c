@@ -13,8 +13,7 @@
  *  - graft's allocator holds as many live blocks after the input as before.
  * Side files resolve against a directory that does not exist, so relative
  * `file(...)` references fail cleanly without reading anything. */
-#include "ir/ir.h"
-#include "passes/passes.h"
+#include "frontend/frontend.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
 
         st = gr_ir_verify(g);
-        if (st == GR_OK) st = gr_pass_infer_shapes(g);
+        if (st == GR_OK) st = gr_ir_infer_shapes(g);
         if (st != GR_OK) check_error(st, "verify / infer shapes");
         /* typed or not, the graph prints; the types are comments, so the text
          * reads back to the untyped graph's print */

@@ -1,7 +1,7 @@
 /* libFuzzer target: any bytes through the ONNX loader. Bad input must come
  * back as a status, never a crash, leak or sanitizer report. External data
  * resolves against a directory that does not exist, so no file is read. */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* frontend/onnx-stub — compiled instead of src/frontend/onnx when protobuf-c
  * is missing: the loaders exist and say why they cannot work. */
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 
 gr_status gr_onnx_load(const char *path, gr_graph **out) {
     if (out) *out = NULL;

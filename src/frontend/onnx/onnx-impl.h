@@ -15,7 +15,7 @@
 #ifndef GR_ONNX_IMPL_H
 #define GR_ONNX_IMPL_H
 
-#include "ir/ir.h"
+#include "frontend/frontend.h"
 #include "onnx_subset.pb-c.h"
 
 /* Graft imports opsets 13..21 of the default domain. */

@@ -8,7 +8,6 @@
  * zeros of Reshape, Shape of a computed value) can read its type.
  */
 #include "frontend/onnx/onnx-impl.h"
-#include "passes/passes.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -179,7 +178,7 @@ static gr_status emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, 
     gr_strfree(name);
     if (st != GR_OK) return st;
     for (int i = 0; i < n_out; i++) outs[i] = c->g->nodes.data[node].out[i];
-    return gr_pass_infer_node(c->g, node);
+    return gr_ir_infer_node(c->g, node);
 }
 
 /* Binds the ONNX outputs [0, n) to IR values; further non-empty outputs are

@@ -7,7 +7,7 @@
  * are known, else converted by onnx-ops.c), graph outputs.
  */
 #include "frontend/onnx/onnx-impl.h"
-#include "passes/passes.h"
+#include "frontend/frontend.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
-/* passes/shape — shape and dtype inference, specialization of symbolic dims.
+/* ir/shape — shape and dtype inference, specialization of symbolic dims: a
+ * service of the IR that the frontends (typing as they import) and the passes
+ * (after every rewrite) both use.
  *
  * Every rule follows the op semantics in ir/ops.c. A shape is a list of
  * gr_dim: concrete (size >= 0, sym NONE) or symbolic (size -1, sym >= 0).
@@ -11,7 +13,7 @@
  * Nothing here allocates except the capture binding of subgraphs, so the
  * error messages are formatted into stack buffers.
  */
-#include "passes/passes.h"
+#include "ir/ir.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -838,7 +840,7 @@ static gr_status infer_subgraph(gr_graph *outer, gr_graph *sub) {
             v->dims[d] = od;
         }
     }
-    return gr_pass_infer_shapes(sub);
+    return gr_ir_infer_shapes(sub);
 }
 
 /* Do two values (of possibly different graphs) have the same type? */
@@ -923,7 +925,7 @@ static gr_status infer_loop(ctx_t *c) {
 }
 
 /* ==== driver ================================================================================= */
-gr_status gr_pass_infer_node(gr_graph *g, int node) {
+gr_status gr_ir_infer_node(gr_graph *g, int node) {
     if (node < 0 || node >= g->nodes.len) return gr_error(GR_ERR_INVALID, "infer: node %d of %d", node, g->nodes.len);
     ctx_t c;
     c.g = g;
@@ -991,8 +993,8 @@ gr_status gr_pass_infer_node(gr_graph *g, int node) {
     }
 }
 
-gr_status gr_pass_infer_shapes(gr_graph *g) {
-    for (int i = 0; i < g->nodes.len; i++) GR_TRY(gr_pass_infer_node(g, i));
+gr_status gr_ir_infer_shapes(gr_graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) GR_TRY(gr_ir_infer_node(g, i));
     return GR_OK;
 }
 
@@ -1031,7 +1033,7 @@ static gr_status specialize_graph(gr_graph *g, const int64_t *sym_values, const 
     return GR_OK;
 }
 
-gr_status gr_pass_specialize(gr_graph *g, const int64_t *sym_values) {
+gr_status gr_ir_specialize(gr_graph *g, const int64_t *sym_values) {
     GR_TRY(specialize_graph(g, sym_values, g));
-    return gr_pass_infer_shapes(g);
+    return gr_ir_infer_shapes(g);
 }

@@ -1,4 +1,5 @@
-/* frontend/gir-print — writer of the .gir text format (docs/gir.md).
+/* ir/print — the IR's text form: writer of the .gir format (docs/gir.md; the
+ * parser is frontend/gir-parse.c).
  *
  * The output is canonical: inputs, then constants, then nodes in graph
  * order, then outputs, so that parse(print(g)) prints identically. Floats are

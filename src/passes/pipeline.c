@@ -1,0 +1,52 @@
+/* passes/pipeline — the one place the pass order is written.
+ *
+ * The session (runtime/plan.c) compiles every shape key through
+ * gr_pass_pipeline and `graft dump` observes the very same run through the
+ * after_pass callback, so what dump shows is what a session executes.
+ */
+#include "passes/passes.h"
+#include <string.h>
+
+void gr_compiled_free(gr_compiled *c) {
+    if (!c) return;
+    gr_segment_list_free(&c->segs);
+    gr_mem_plan_free(&c->mem);
+    gr_step_list_free(&c->steps);
+    gr_ir_graph_destroy(c->g);
+    memset(c, 0, sizeof *c);
+}
+
+static gr_status after(const gr_pipeline_opts *o, const char *pass, gr_compiled *c) {
+    return o && o->after_pass ? o->after_pass(o->user, pass, c) : GR_OK;
+}
+
+gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
+                           gr_compiled *out) {
+    memset(out, 0, sizeof *out);
+    gr_compiled c;
+    memset(&c, 0, sizeof c);
+    gr_status st = gr_ir_graph_clone(src, &c.g);
+    if (st == GR_OK) st = after(opts, "input", &c);
+    if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
+    if (st == GR_OK) st = after(opts, "specialize", &c);
+    if (st == GR_OK) st = gr_pass_predicate_if(c.g);
+    if (st == GR_OK) st = after(opts, "predicate_if", &c);
+    if (st == GR_OK) st = gr_pass_fold_constants(c.g);
+    if (st == GR_OK) st = after(opts, "fold_constants", &c);
+    if (st == GR_OK) st = gr_pass_lower(c.g, &c.steps);
+    if (st == GR_OK) st = after(opts, "lower", &c);
+    if (st == GR_OK) st = gr_pass_fuse(c.g, &c.steps);
+    if (st == GR_OK) st = after(opts, "fuse", &c);
+    if (st == GR_OK) st = gr_pass_plan_memory(c.g, &c.steps, &c.mem);
+    if (st == GR_OK) st = after(opts, "plan_memory", &c);
+    if (st == GR_OK)
+        st = opts && opts->no_partition ? gr_pass_partition_none(&c.steps, &c.segs)
+                                        : gr_pass_partition(c.g, &c.steps, &c.segs);
+    if (st == GR_OK) st = after(opts, "partition", &c);
+    if (st != GR_OK) {
+        gr_compiled_free(&c);
+        return st;
+    }
+    *out = c;
+    return GR_OK;
+}
