@@ -374,6 +374,43 @@ static void test_host_constants(void) {
     }
 }
 
+/* Gathering a non-empty result along an axis of size 0 is a clear error
+ * naming the node (it was GR_ERR_INTERNAL, "lowering made a bad kernel");
+ * gathering nothing from it is an empty result. */
+static void test_gather_empty_axis(void) {
+    static const char *bad[] = {
+        "graft 1\ninput x: f32[0, 3]\nconst i: i64[2] = [0, 1]\ny = gather(x, i, axis=0)\noutput y\n",
+        "graft 1\ninput x: f32[2, 0]\ninput i: i64[2, 1]\ny = gather_elements(x, i, axis=1)\noutput y\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        gr_graph_t g;
+        CHECK_OK(gr_graph_parse(bad[k], "empty-axis.gir", NULL, &g));
+        if (!g) continue;
+        gr_session_options o = sim_opts(GR_MODE_EAGER);
+        gr_session_t s = NULL;
+        CHECK_ERR(gr_session_create(g, &o, &s), GR_ERR_INVALID, "node 'y' (gather");
+        CHECK(strstr(gr_last_error(), "which has size 0: every index is out of range") != NULL);
+        CHECK(s == NULL);
+        gr_graph_destroy(g);
+    }
+    gr_graph_t g;
+    CHECK_OK(gr_graph_parse("graft 1\ninput x: f32[0, 3]\nconst i: i64[0] = []\ny = gather(x, i, axis=0)\noutput y\n",
+                            "empty-axis.gir", NULL, &g));
+    if (!g) return;
+    gr_session_options o = sim_opts(GR_MODE_GRAPH);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_graph_destroy(g);
+    if (!s) return;
+    int64_t xd[2] = {0, 3};
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, xd, NULL, 0));
+    CHECK_OK(gr_session_run(s));
+    gr_output out;
+    CHECK_OK(gr_session_output(s, 0, &out));
+    CHECK(gr_session_output_nbytes(s, out) == 0);
+    gr_session_destroy(s);
+}
+
 /* A data-dependent if stays on the device (predicated into where): both
  * conditions give the branch's result, graph mode equals eager, one segment. */
 static const char *if_gir =
@@ -551,6 +588,7 @@ int main(void) {
     test_predicated_if();
     test_host_buffers();
     test_host_constants();
+    test_gather_empty_axis();
     test_api_build_and_errors();
     test_eager_vs_graph_and_stale_scalar();
     test_generation_tags();

@@ -222,6 +222,13 @@ gr_status lw_lower_split(gr_lctx *c) {
 
 /* ==== gather / gather_elements ============================================================================ */
 
+/* A non-empty result read along an axis of size 0: every index is out of
+ * range, whatever the indices hold; said now rather than as a malformed
+ * kernel (the kernel's wrap() needs a positive extent; found by diff_fuzz). */
+static gr_status gather_from_empty_axis(const gr_lctx *c, int axis) {
+    return gr_error(GR_ERR_INVALID, "%s: gathers along axis %d, which has size 0: every index is out of range", c->where, axis);
+}
+
 gr_status lw_lower_gather(gr_lctx *c) {
     int data = lw_in(c, 0), idx = lw_in(c, 1), y = lw_out(c, 0);
     gr_dtype it = lw_val(c, idx)->dtype;
@@ -246,6 +253,7 @@ gr_status lw_lower_gather(gr_lctx *c) {
         if (want != yd[d]) return shape_mismatch(c, d, want, yd[d]);
     }
     if (gr_shape_numel(ny, yd) == 0) return GR_OK;
+    if (dd[a] == 0) return gather_from_empty_axis(c, a);
     da.index_stride = drs[a];
     da.index_extent = dd[a];
     gr_lkb b;
@@ -285,6 +293,7 @@ gr_status lw_lower_gather_elements(gr_lctx *c) {
         da.stride[d] = dd[d] == 1 ? 0 : drs[d];
     }
     if (gr_shape_numel(ny, yd) == 0) return GR_OK;
+    if (dd[a] == 0) return gather_from_empty_axis(c, a);
     da.index_stride = drs[a];
     da.index_extent = dd[a];
     gr_lkb b;
