@@ -3,6 +3,22 @@
  * Opaque handles, status codes, one last-error string per thread.
  * Every call returns a gr_status (GR_OK = 0, negative = error); results come
  * back through the final out-pointer. Nothing here aborts the process.
+ *
+ * Threads (tests/test_threads.c, run under ThreadSanitizer):
+ * - One session per thread is safe: sessions on different threads share no
+ *   mutable state and give the same bits as the same runs made one after the
+ *   other. Several sessions may be created at once from one graph, as long as
+ *   no thread modifies that graph meanwhile.
+ * - One session (or graph) used from several threads is not safe unless the
+ *   caller serialises every call on it (a mutex around each call).
+ * - gr_last_error() is per thread: it reports the last failure of a call made
+ *   on the calling thread.
+ * - The allocator hook (gr_set_allocator) and the runtime's debug hooks are
+ *   process-wide: set them before sessions are created, while no other thread
+ *   is inside graft. The failure-injection and live-allocation counters
+ *   (gr_debug_*) are process-wide and exact with any number of threads.
+ * - The CUDA kernel cache directory may be shared by threads and processes:
+ *   entries are written atomically and validated when read.
  */
 #ifndef GRAFT_H
 #define GRAFT_H

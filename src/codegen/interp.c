@@ -188,8 +188,44 @@ static void convert_into(interp_ctx *c, gr_dtype t, const double *sf, const int6
     default: break;                                                                                    \
     }
 
-static void unary_f32(int fn, const double *a, double *r, int nl) { UNARY_FLOAT(float, FN_F) }
-static void unary_f64(int fn, const double *a, double *r, int nl) { UNARY_FLOAT(double, FN_D) }
+/* The functions kunary.def writes as expressions. Their math helpers pick the
+ * float or double function by the argument's type, as CUDA's overloads do. */
+#define gr_exp(x) _Generic((x), float: expf, default: exp)(x)
+#define gr_log(x) _Generic((x), float: logf, default: log)(x)
+#define gr_log1p(x) _Generic((x), float: log1pf, default: log1p)(x)
+#define gr_expm1(x) _Generic((x), float: expm1f, default: expm1)(x)
+#define gr_sqrt(x) _Generic((x), float: sqrtf, default: sqrt)(x)
+#define gr_tanh(x) _Generic((x), float: tanhf, default: tanh)(x)
+#define gr_erf(x) _Generic((x), float: erff, default: erf)(x)
+#define gr_sin(x) _Generic((x), float: sinf, default: sin)(x)
+#define gr_cos(x) _Generic((x), float: cosf, default: cos)(x)
+#define gr_tan(x) _Generic((x), float: tanf, default: tan)(x)
+#define gr_atan(x) _Generic((x), float: atanf, default: atan)(x)
+#define gr_floor(x) _Generic((x), float: floorf, default: floor)(x)
+#define gr_ceil(x) _Generic((x), float: ceilf, default: ceil)(x)
+#define gr_fabs(x) _Generic((x), float: fabsf, default: fabs)(x)
+
+#define GR_KU_HAND(id, name)
+#define GR_KU_EXPR(id, name, expr) \
+    case GR_KU_##id: LOOP1(T, expr); break;
+static void unary_f32(int fn, const double *a, double *r, int nl) {
+    UNARY_FLOAT(float, FN_F)
+    typedef float T;
+    switch (fn) {
+#include "codegen/kunary.def"
+    default: break;
+    }
+}
+static void unary_f64(int fn, const double *a, double *r, int nl) {
+    UNARY_FLOAT(double, FN_D)
+    typedef double T;
+    switch (fn) {
+#include "codegen/kunary.def"
+    default: break;
+    }
+}
+#undef GR_KU_HAND
+#undef GR_KU_EXPR
 
 static void eval_unary(interp_ctx *c, int j, const gr_kexpr *e) {
     int nl = c->nl, fn = e->fn;
@@ -367,9 +403,12 @@ static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a) {
         int64_t ext = a->index_extent;
         for (int l = 0; l < nl; l++) {
             int64_t v = ix[l] < 0 ? ix[l] + ext : ix[l];
-            if (v < 0 || v >= ext)
-                return gr_error(GR_ERR_INVALID, "kernel %s: gather index %lld out of range [%lld, %lld) (node %d)",
-                                k->name, (long long)ix[l], (long long)-ext, (long long)ext, a->index);
+            if (v < 0 || v >= ext) {
+                gr_status st = gr_error(GR_ERR_INVALID, "kernel %s: gather index %lld out of range [%lld, %lld)", k->name,
+                                        (long long)ix[l], (long long)-ext, (long long)ext);
+                gr_error_set_node(a->origin); /* the runtime names the gather's node, not the fused kernel's */
+                return st;
+            }
             c->addr[l] += v * a->index_stride;
         }
     }

@@ -66,6 +66,7 @@ gr_status gr_kernel_add_expr(gr_kernel *k, const gr_kexpr *e, int *out) {
 void gr_kaccess_init(gr_kaccess *a) {
     memset(a, 0, sizeof(*a));
     a->index = -1;
+    a->origin = -1;
 }
 
 static void kx_init(gr_kexpr *e, gr_kexpr_op op, gr_dtype t) {
@@ -180,13 +181,23 @@ int64_t gr_kernel_inner_points(const gr_kernel *k) { return gr_shape_numel(k->n_
 
 static const char *const op_names[] = {"const", "index", "param", "load", "acc",
                                        "unary", "binary", "select", "cast", "random"};
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip",
-                                          "tanh", "sigmoid", "erf", "relu", "gelu", "gelu_tanh", "selu",
-                                          "silu", "sin", "cos", "isnan", "not", "floor", "ceil"};
+_Static_assert(sizeof op_names / sizeof op_names[0] == GR_KX_RANDOM + 1, "a name per kernel expression op");
+const char *const gr_kunary_names[] = {
+#define GR_KU_HAND(id, name) [GR_KU_##id] = #name,
+#define GR_KU_EXPR(id, name, expr) [GR_KU_##id] = #name,
+#include "codegen/kunary.def"
+#undef GR_KU_HAND
+#undef GR_KU_EXPR
+};
+_Static_assert(sizeof gr_kunary_names / sizeof gr_kunary_names[0] == GR_KU_COUNT, "kunary.def: a name per function");
+#define unary_names gr_kunary_names
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
                                            "lt", "le", "gt", "ge", "and", "or", "mod"};
+_Static_assert(sizeof binary_names / sizeof binary_names[0] == GR_KB_COUNT, "a name per binary function");
 static const char *const reduce_names[] = {"sum", "max", "min", "prod"};
+_Static_assert(sizeof reduce_names / sizeof reduce_names[0] == GR_KR_COUNT, "a name per reduction");
 static const char *const param_kind_names[] = {"buffer", "buffer_indirect", "scalar_f", "scalar_i", "shape"};
+_Static_assert(sizeof param_kind_names / sizeof param_kind_names[0] == GR_KP_SHAPE + 1, "a name per param kind");
 
 static bool is_buffer_param(const gr_kernel *k, int p) {
     return p >= 0 && p < k->n_params &&

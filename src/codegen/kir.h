@@ -21,7 +21,9 @@
  *   addr = offset + sum_d stride[d]*o[d] + sum_d inner_stride[d]*r[d]
  *          + (index >= 0 ? wrap(value(index)) * index_stride : 0)
  *   wrap(i) = i < 0 ? i + index_extent : i;  0 <= wrap(i) < index_extent is required
- *   (the simulator reports a violation as an error naming the kernel).
+ *   (the simulator reports a violation as an error naming the kernel and, through
+ *   gr_error_node, the IR node in access.origin; rendered CUDA code clamps
+ *   wrap(i) into [0, index_extent) so a bad index never reads out of bounds).
  *
  * Arithmetic: a node's dtype is its logical type. f16/bf16 are computed in f32
  * and rounded when stored or cast; f32 in f32; f64 in f64; integers and bool in
@@ -86,12 +88,17 @@ typedef enum {
 #define GR_KIDX_INNER 16
 #define GR_KIDX_LINEAR 32
 
+/* Unary functions: one row each in codegen/kunary.def. */
 typedef enum {
-    GR_KU_NEG = 0, GR_KU_ABS, GR_KU_EXP, GR_KU_LOG, GR_KU_SQRT, GR_KU_RSQRT, GR_KU_RECIP,
-    GR_KU_TANH, GR_KU_SIGMOID, GR_KU_ERF, GR_KU_RELU, GR_KU_GELU, GR_KU_GELU_TANH, GR_KU_SELU,
-    GR_KU_SILU, GR_KU_SIN, GR_KU_COS, GR_KU_ISNAN, GR_KU_NOT, GR_KU_FLOOR, GR_KU_CEIL,
+#define GR_KU_HAND(id, name) GR_KU_##id,
+#define GR_KU_EXPR(id, name, expr) GR_KU_##id,
+#include "codegen/kunary.def"
+#undef GR_KU_HAND
+#undef GR_KU_EXPR
     GR_KU_COUNT
 } gr_kunary;
+/* Names of the unary functions ("neg", ... as in kunary.def), for printing. */
+extern const char *const gr_kunary_names[GR_KU_COUNT];
 
 typedef enum {
     GR_KB_ADD = 0, GR_KB_SUB, GR_KB_MUL, GR_KB_DIV, GR_KB_POW, GR_KB_MIN, GR_KB_MAX,
@@ -111,6 +118,8 @@ typedef struct {
     int32_t index;                     /* expression node giving a gather index, or -1 */
     int64_t index_stride;
     int64_t index_extent;
+    int32_t origin;                    /* gather: the IR node it lowers (for messages), -1 if none;
+                                          no effect on code, hashes or equality */
 } gr_kaccess;
 
 typedef struct {

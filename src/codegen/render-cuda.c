@@ -39,13 +39,18 @@ static const char prelude[] =
     "GR_DI double gr_dinf() { return __longlong_as_double(0x7ff0000000000000LL); }\n"
     "GR_DI float gr_fnan() { return __int_as_float(0x7fc00000); }\n"
     "GR_DI double gr_dnan() { return __longlong_as_double(0x7ff8000000000000LL); }\n"
-    "GR_DI long long gr_wrap(long long i, long long n) { return i < 0 ? i + n : i; }\n"
+    /* an out-of-range gather index is clamped: never an out-of-bounds read
+     * (the simulator reports it as an error; kir.h) */
+    "GR_DI long long gr_wrap(long long i, long long n) { i = i < 0 ? i + n : i; return i < 0 ? 0 : i >= n ? n - 1 : i; }\n"
     "#define GR_F1(name, ff, fd) \\\n"
     "  GR_DI float name(float x) { return ff(x); } \\\n"
     "  GR_DI double name(double x) { return fd(x); } \\\n"
     "  GR_DI long long name(long long x) { return (long long)fd((double)x); }\n"
     "GR_F1(gr_exp, expf, exp) GR_F1(gr_log, logf, log) GR_F1(gr_sqrt, sqrtf, sqrt) GR_F1(gr_rsqrt, rsqrtf, rsqrt)\n"
     "GR_F1(gr_tanh, tanhf, tanh) GR_F1(gr_erf, erff, erf) GR_F1(gr_sin, sinf, sin) GR_F1(gr_cos, cosf, cos)\n"
+    "GR_F1(gr_log1p, log1pf, log1p) GR_F1(gr_expm1, expm1f, expm1) GR_F1(gr_tan, tanf, tan) GR_F1(gr_atan, atanf, atan)\n"
+    "GR_DI float gr_fabs(float x) { return fabsf(x); }\n"
+    "GR_DI double gr_fabs(double x) { return fabs(x); }\n"
     "GR_DI float gr_floor(float x) { return floorf(x); }\n"
     "GR_DI double gr_floor(double x) { return floor(x); }\n"
     "GR_DI float gr_ceil(float x) { return ceilf(x); }\n"
@@ -74,6 +79,15 @@ static const char prelude[] =
     "template <typename T> GR_DI long long gr_not(T x) { return x == (T)0; }\n"
     "GR_DI long long gr_floor(long long x) { return x; }\n"
     "GR_DI long long gr_ceil(long long x) { return x; }\n"
+/* the unary functions kunary.def writes as expressions: one template for
+ * float and double, integers through double (as the simulator does) */
+#define GR_KU_HAND(id, name)
+#define GR_KU_EXPR(id, name, expr)                                                  \
+    "template <typename T> GR_DI T gr_" #name "(T x) { return " #expr "; }\n"      \
+    "GR_DI long long gr_" #name "(long long x) { return (long long)gr_" #name "((double)x); }\n"
+#include "codegen/kunary.def"
+#undef GR_KU_HAND
+#undef GR_KU_EXPR
     "template <typename T> GR_DI T gr_add(T a, T b) { return a + b; }\n"
     "template <typename T> GR_DI T gr_sub(T a, T b) { return a - b; }\n"
     "template <typename T> GR_DI T gr_mul(T a, T b) { return a * b; }\n"
@@ -354,21 +368,21 @@ static void sb_address(gr_strbuf *sb, const gr_kernel *k, const gr_kaccess *a) {
     gr_sb_puts(sb, ")");
 }
 
-static const char *const unary_fn[GR_KU_COUNT] = {
-    [GR_KU_NEG] = "gr_neg",       [GR_KU_ABS] = "gr_abs",     [GR_KU_EXP] = "gr_exp",
-    [GR_KU_LOG] = "gr_log",       [GR_KU_SQRT] = "gr_sqrt",   [GR_KU_RSQRT] = "gr_rsqrt",
-    [GR_KU_RECIP] = "gr_recip",   [GR_KU_TANH] = "gr_tanh",   [GR_KU_SIGMOID] = "gr_sigmoid",
-    [GR_KU_ERF] = "gr_erf",       [GR_KU_RELU] = "gr_relu",   [GR_KU_GELU] = "gr_gelu",
-    [GR_KU_GELU_TANH] = "gr_gelu_tanh", [GR_KU_SELU] = "gr_selu", [GR_KU_SILU] = "gr_silu",
-    [GR_KU_SIN] = "gr_sin",       [GR_KU_COS] = "gr_cos",     [GR_KU_ISNAN] = "gr_isnan",
-    [GR_KU_NOT] = "gr_not",       [GR_KU_FLOOR] = "gr_floor", [GR_KU_CEIL] = "gr_ceil",
+static const char *const unary_fn[] = {
+#define GR_KU_HAND(id, name) [GR_KU_##id] = "gr_" #name,
+#define GR_KU_EXPR(id, name, expr) [GR_KU_##id] = "gr_" #name,
+#include "codegen/kunary.def"
+#undef GR_KU_HAND
+#undef GR_KU_EXPR
 };
-static const char *const binary_fn[GR_KB_COUNT] = {
+_Static_assert(sizeof unary_fn / sizeof unary_fn[0] == GR_KU_COUNT, "kunary.def: a CUDA function per unary");
+static const char *const binary_fn[] = {
     [GR_KB_ADD] = "gr_add", [GR_KB_SUB] = "gr_sub", [GR_KB_MUL] = "gr_mul", [GR_KB_DIV] = "gr_div",
     [GR_KB_POW] = "gr_pow", [GR_KB_MIN] = "gr_min", [GR_KB_MAX] = "gr_max", [GR_KB_EQ] = "gr_eq",
     [GR_KB_LT] = "gr_lt",   [GR_KB_LE] = "gr_le",   [GR_KB_GT] = "gr_gt",   [GR_KB_GE] = "gr_ge",
     [GR_KB_AND] = "gr_and", [GR_KB_OR] = "gr_or",   [GR_KB_MOD] = "gr_mod",
 };
+_Static_assert(sizeof binary_fn / sizeof binary_fn[0] == GR_KB_COUNT, "a CUDA function per binary");
 
 static bool binary_is_predicate(int fn) {
     return fn == GR_KB_EQ || fn == GR_KB_LT || fn == GR_KB_LE || fn == GR_KB_GT || fn == GR_KB_GE ||
@@ -606,8 +620,9 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
     gr_sb_puts(sb, "  }\n");
 }
 
-static const char *const fold_name[GR_KR_COUNT] = {
+static const char *const fold_name[] = {
     [GR_KR_SUM] = "gr_fold_sum", [GR_KR_MAX] = "gr_fold_max", [GR_KR_MIN] = "gr_fold_min", [GR_KR_PROD] = "gr_fold_prod"};
+_Static_assert(sizeof fold_name / sizeof fold_name[0] == GR_KR_COUNT, "a fold functor per reduction");
 
 static void sb_fold_init(gr_strbuf *sb, gr_kreduce r, ctype c) {
     switch (r) {

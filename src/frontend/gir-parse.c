@@ -529,6 +529,8 @@ static gr_status parse_type(parser *p, gr_graph *g, gir_type *ty) {
             if (sep->kind != T_COMMA) return perr(p, sep, "expected ',' or ']' in shape, got %s", tok_desc(p, sep, b, sizeof b));
         }
     }
+    if (!gr_ir_dims_fit(ty->ndim, ty->dims))
+        return perr(p, dt, "shape holds more than %lld elements", (long long)GR_MAX_NUMEL);
     if (peek(p)->kind == T_AT) {
         next(p);
         gir_tok *pl = next(p);

@@ -173,6 +173,12 @@ gr_status gr_ir_add_input(gr_graph *g, const char *name, gr_dtype t, int ndim, c
     if ((unsigned)t >= GR_DTYPE_COUNT) return gr_error(GR_ERR_INVALID, "input '%s': bad dtype %d", name ? name : "?", (int)t);
     if (ndim < 0 || ndim > GR_MAX_DIMS)
         return gr_error(GR_ERR_INVALID, "input '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (dims[i].sym == GR_SYM_NONE && dims[i].size < 0)
+            return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative (%lld)", name ? name : "?", i, (long long)dims[i].size);
+    if (!gr_ir_dims_fit(ndim, dims))
+        return gr_error(GR_ERR_SHAPE, "input '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
     int v;
     GR_TRY(gr_ir_add_value(g, name, GR_VAL_INPUT, &v));
     if (gr_vec_push(&g->inputs, v) != GR_OK) {
@@ -201,7 +207,11 @@ gr_status gr_ir_add_const_owned(gr_graph *g, const char *name, gr_dtype t, int n
             gr_free(data, nbytes);
             return gr_error(GR_ERR_SHAPE, "constant '%s': dim %d is negative (%lld)", name ? name : "?", i, (long long)dims[i]);
         }
-        numel *= dims[i];
+    }
+    if (!gr_shape_numel_checked(ndim, dims, &numel)) {
+        gr_free(data, nbytes);
+        return gr_error(GR_ERR_SHAPE, "constant '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
     }
     if ((size_t)numel * gr_dtype_size(t) != nbytes) {
         gr_free(data, nbytes);
@@ -226,8 +236,12 @@ gr_status gr_ir_add_const_owned(gr_graph *g, const char *name, gr_dtype t, int n
 }
 
 gr_status gr_ir_add_const(gr_graph *g, const char *name, gr_dtype t, int ndim, const int64_t *dims, const void *data, int *out) {
-    int64_t numel = 1;
-    for (int i = 0; i < ndim && i < GR_MAX_DIMS; i++) numel *= dims[i] < 0 ? 0 : dims[i];
+    int64_t numel = 0;
+    if ((unsigned)t >= GR_DTYPE_COUNT || ndim < 0 || ndim > GR_MAX_DIMS)
+        return gr_error(GR_ERR_INVALID, "constant '%s': bad dtype or rank", name ? name : "?");
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "constant '%s': a dim is negative or the shape holds more than %lld elements",
+                        name ? name : "?", (long long)GR_MAX_NUMEL);
     size_t nbytes = (size_t)numel * gr_dtype_size(t);
     void *copy = gr_malloc(nbytes);
     if (!copy) return GR_ERR_NOMEM;
@@ -406,10 +420,19 @@ bool gr_ir_value_concrete(const gr_ir_value *v) {
 }
 
 int64_t gr_ir_value_numel(const gr_ir_value *v) {
-    if (!gr_ir_value_concrete(v)) return -1;
-    int64_t n = 1;
-    for (int i = 0; i < v->ndim; i++) n *= v->dims[i].size;
-    return n;
+    if (!gr_ir_value_concrete(v) || v->ndim > GR_MAX_DIMS) return -1;
+    int64_t dims[GR_MAX_DIMS], n;
+    for (int i = 0; i < v->ndim; i++) dims[i] = v->dims[i].size;
+    return gr_shape_numel_checked(v->ndim, dims, &n) ? n : -1;
+}
+
+bool gr_ir_dims_fit(int ndim, const gr_dim *dims) {
+    int64_t concrete[GR_MAX_DIMS], n;
+    int nc = 0;
+    if (ndim < 0 || ndim > GR_MAX_DIMS) return false;
+    for (int i = 0; i < ndim; i++)
+        if (dims[i].sym == GR_SYM_NONE) concrete[nc++] = dims[i].size;
+    return gr_shape_numel_checked(nc, concrete, &n);
 }
 
 gr_status gr_ir_value_shape(const gr_graph *g, int vi, int64_t *dims) {

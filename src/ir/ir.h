@@ -13,47 +13,42 @@
 
 #include "util/util.h"
 
-/* ---- ops (append-only) ------------------------------------------------------ */
+/* ---- ops: one table, ir/ops.def (append-only) -------------------------------------- */
 typedef enum {
-    GR_OP_IDENTITY = 0,
-    /* elementwise binary, numpy broadcasting */
-    GR_OP_ADD, GR_OP_SUB, GR_OP_MUL, GR_OP_DIV, GR_OP_POW, GR_OP_MIN, GR_OP_MAX,
-    /* comparisons and logic -> bool */
-    GR_OP_EQUAL, GR_OP_LESS, GR_OP_LESS_EQUAL, GR_OP_GREATER, GR_OP_GREATER_EQUAL,
-    GR_OP_AND, GR_OP_OR, GR_OP_NOT,
-    /* elementwise unary */
-    GR_OP_NEG, GR_OP_ABS, GR_OP_EXP, GR_OP_LOG, GR_OP_SQRT, GR_OP_RSQRT, GR_OP_RECIPROCAL,
-    GR_OP_TANH, GR_OP_SIGMOID, GR_OP_ERF, GR_OP_RELU, GR_OP_GELU, GR_OP_SELU, GR_OP_SILU,
-    GR_OP_SIN, GR_OP_COS, GR_OP_ISNAN,
-    /* other elementwise */
-    GR_OP_WHERE, GR_OP_CAST,
-    /* reductions and normalizations */
-    GR_OP_REDUCE_SUM, GR_OP_REDUCE_MEAN, GR_OP_REDUCE_MAX, GR_OP_REDUCE_MIN,
-    GR_OP_SOFTMAX, GR_OP_LAYER_NORM,
-    /* linear algebra (library call) */
-    GR_OP_MATMUL,
-    /* data movement */
-    GR_OP_RESHAPE, GR_OP_TRANSPOSE, GR_OP_EXPAND, GR_OP_SQUEEZE, GR_OP_UNSQUEEZE,
-    GR_OP_SLICE, GR_OP_CONCAT, GR_OP_SPLIT, GR_OP_GATHER, GR_OP_GATHER_ELEMENTS, GR_OP_TRILU,
-    /* generators */
-    GR_OP_FILL, GR_OP_RANGE, GR_OP_RANDOM_UNIFORM, GR_OP_RANDOM_NORMAL,
-    /* control flow (held in the IR; executed by later passes) */
-    GR_OP_IF, GR_OP_LOOP,
+#define GR_OP_DEF(id, ...) GR_OP_##id,
+#include "ir/ops.def"
+#undef GR_OP_DEF
     GR_OP_COUNT
 } gr_op;
 
+/* Op kinds: unary/binary/compare are elementwise (one kernel over the output);
+ * reduce reduces or normalizes along axes; move only moves data; gen makes
+ * data from attributes; control holds subgraphs. */
 enum { GR_OPK_UNARY = 1, GR_OPK_BINARY, GR_OPK_COMPARE, GR_OPK_REDUCE, GR_OPK_MOVE, GR_OPK_GEN, GR_OPK_OTHER, GR_OPK_CONTROL };
 
 typedef struct {
     const char *name;  /* text name in .gir: "add", "reduce_sum", ... */
     int kind;          /* GR_OPK_* */
-    int min_in, max_in;   /* max_in = -1: variadic */
+    int min_in, max_in;   /* max_in = -1: variadic; inputs from min_in on are optional (-1) */
     int min_out, max_out; /* max_out = -1: variadic */
+    /* Attribute schema: "name:kind name:kind ..." (kinds: int float string ints
+     * floats graph dtype), "" for none. The verifier refuses any other name or
+     * kind on every path (.gir, ONNX, C API); an absent attribute takes the
+     * op's default (ops.c). float accepts an int, ints an int, floats a float,
+     * dtype an int (gr_dtype) or a string ("f16"). */
+    const char *attrs;
 } gr_op_info;
 
 const gr_op_info *gr_op_get(gr_op op);
 /* Returns GR_OP_COUNT if unknown. */
 gr_op gr_op_from_name(const char *name);
+
+/* One axis of ONNX Slice as numpy (and onnx.reference) compute it: starts and
+ * ends below zero count from the end, then clamp to [0, dim] (positive step)
+ * or [-1, dim-1] (negative step); *count = elements taken, *first = the index
+ * of the first (meaningful when *count > 0). No intermediate overflows for any
+ * int64 start, end and step != 0. Returns false when step == 0. */
+bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first, int64_t *count);
 
 /* ---- values -------------------------------------------------------------------- */
 #define GR_SYM_NONE (-1)
@@ -171,7 +166,10 @@ void gr_ir_attr_free(gr_ir_attr *a);
 
 /* Concrete shape of a typed value (fails with GR_ERR_SHAPE if a dim is symbolic). */
 gr_status gr_ir_value_shape(const gr_graph *g, int v, int64_t *dims);
-int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic */
+int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic or above GR_MAX_NUMEL */
+/* The concrete dims (symbolic ones are skipped) hold at most GR_MAX_NUMEL
+ * elements (gr_shape_numel_checked's rule). */
+bool gr_ir_dims_fit(int ndim, const gr_dim *dims);
 bool gr_ir_value_concrete(const gr_ir_value *v);
 
 /* Human-readable type: "f32[256,512]", "f32[N,512]@host" into buf. */
@@ -182,6 +180,10 @@ void gr_ir_node_where(const gr_graph *g, const gr_ir_node *n, char *buf, size_t 
 /* Structural checks: indices in range, arity per op, each value defined once
  * before use, outputs defined, subgraphs valid. Message names the node. */
 gr_status gr_ir_verify(const gr_graph *g);
+/* Attribute names and kinds of node n against its op's schema (gr_op_info.attrs);
+ * an unknown name or a wrong kind is GR_ERR_INVALID naming the node and the
+ * attributes the op takes. Part of gr_ir_verify; shape inference runs it too. */
+gr_status gr_ir_check_attrs(const gr_graph *g, const gr_ir_node *n);
 
 /* ---- shape inference ------------------------------------------------------------ */
 /* Types the outputs of node `node` from its inputs (dtype, shape, placement).

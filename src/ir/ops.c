@@ -1,4 +1,5 @@
-/* ir/ops — the op table and the reference semantics of every op.
+/* ir/ops — the op table (rows in ir/ops.def) and the reference semantics of
+ * every op.
  *
  * Semantics (the simulator's kernels implement exactly this; numpy/ONNX names
  * in brackets are the independent references the tests compare with):
@@ -36,12 +37,15 @@
  * squeeze(x; axes=[...]): removes the listed size-1 dims (all size-1 dims when
  *   absent). unsqueeze(x; axes=[...]): axes index the output.
  * slice(x; starts, ends, axes=[0..], steps=[1..]): ONNX Slice semantics
- *   (negative indices, clamping, negative steps).
+ *   (negative indices, clamping, negative steps) as numpy and onnx.reference
+ *   compute them, for every int64 start, end and step (gr_ir_slice_axis).
  * concat(x0, x1, ...; axis): [np.concatenate].
  * split(x; axis=0, split=[sizes]): sizes absent = equal parts, one per output
  *   [ONNX Split].
  * gather(data, indices; axis=0): [np.take]; negative indices count from the end;
- *   out-of-range indices are an error at run time (simulator) [ONNX Gather].
+ *   out-of-range indices are an error at run time naming the node (simulator;
+ *   the CUDA kernels clamp them and never read out of bounds) [ONNX Gather].
+ *   Gathering a non-empty index from a zero-size axis is a compile-time error.
  * gather_elements(data, indices; axis=0): [np.take_along_axis].
  * trilu(x; upper=1, k=0): keeps the upper (or lower) triangle of the last two
  *   dims, relative to diagonal k [np.triu / np.tril].
@@ -52,73 +56,23 @@
  * random_normal(; shape, dtype="f32", seed=0, mean=0, std=1): deterministic
  *   counter-based generator (kir.h, GR_KX_RANDOM); normal via Box-Muller from
  *   the uniforms at counters 2i and 2i+1. Same bits on every device.
- * if(cond; then_branch=graph, else_branch=graph), loop(...; body=graph): held,
- *   verified and printed; executed by the control-flow passes (later).
+ * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
+ *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
+ *   held, verified and printed; not executed yet.
+ * Attributes: each op takes exactly those of its schema (the attrs column of
+ *   ir/ops.def); any other name is refused by the verifier.
+ * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).
  */
 #include "ir/ir.h"
 #include <string.h>
 
-static const gr_op_info op_table[GR_OP_COUNT] = {
-    [GR_OP_IDENTITY] = {"identity", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ADD] = {"add", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_SUB] = {"sub", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MUL] = {"mul", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_DIV] = {"div", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_POW] = {"pow", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MIN] = {"min", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_MAX] = {"max", GR_OPK_BINARY, 2, 2, 1, 1},
-    [GR_OP_EQUAL] = {"equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_LESS] = {"less", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_LESS_EQUAL] = {"less_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_GREATER] = {"greater", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_GREATER_EQUAL] = {"greater_equal", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_AND] = {"and", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_OR] = {"or", GR_OPK_COMPARE, 2, 2, 1, 1},
-    [GR_OP_NOT] = {"not", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_NEG] = {"neg", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ABS] = {"abs", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_EXP] = {"exp", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_LOG] = {"log", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SQRT] = {"sqrt", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RSQRT] = {"rsqrt", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RECIPROCAL] = {"reciprocal", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_TANH] = {"tanh", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SIGMOID] = {"sigmoid", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ERF] = {"erf", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_RELU] = {"relu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_GELU] = {"gelu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SELU] = {"selu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SILU] = {"silu", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_SIN] = {"sin", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_COS] = {"cos", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_ISNAN] = {"isnan", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_WHERE] = {"where", GR_OPK_OTHER, 3, 3, 1, 1},
-    [GR_OP_CAST] = {"cast", GR_OPK_UNARY, 1, 1, 1, 1},
-    [GR_OP_REDUCE_SUM] = {"reduce_sum", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MEAN] = {"reduce_mean", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MAX] = {"reduce_max", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_REDUCE_MIN] = {"reduce_min", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_SOFTMAX] = {"softmax", GR_OPK_REDUCE, 1, 1, 1, 1},
-    [GR_OP_LAYER_NORM] = {"layer_norm", GR_OPK_REDUCE, 2, 3, 1, 1},
-    [GR_OP_MATMUL] = {"matmul", GR_OPK_OTHER, 2, 3, 1, 1},
-    [GR_OP_RESHAPE] = {"reshape", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_TRANSPOSE] = {"transpose", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_EXPAND] = {"expand", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_SQUEEZE] = {"squeeze", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_UNSQUEEZE] = {"unsqueeze", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_SLICE] = {"slice", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_CONCAT] = {"concat", GR_OPK_MOVE, 1, -1, 1, 1},
-    [GR_OP_SPLIT] = {"split", GR_OPK_MOVE, 1, 1, 1, -1},
-    [GR_OP_GATHER] = {"gather", GR_OPK_MOVE, 2, 2, 1, 1},
-    [GR_OP_GATHER_ELEMENTS] = {"gather_elements", GR_OPK_MOVE, 2, 2, 1, 1},
-    [GR_OP_TRILU] = {"trilu", GR_OPK_MOVE, 1, 1, 1, 1},
-    [GR_OP_FILL] = {"fill", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANGE] = {"range", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANDOM_UNIFORM] = {"random_uniform", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_RANDOM_NORMAL] = {"random_normal", GR_OPK_GEN, 0, 0, 1, 1},
-    [GR_OP_IF] = {"if", GR_OPK_CONTROL, 1, -1, 1, -1},
-    [GR_OP_LOOP] = {"loop", GR_OPK_CONTROL, 2, -1, 1, -1},
+static const gr_op_info op_table[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) \
+    [GR_OP_##id] = {name, kind, min_in, max_in, min_out, max_out, attrs},
+#include "ir/ops.def"
+#undef GR_OP_DEF
 };
+_Static_assert(sizeof op_table / sizeof op_table[0] == GR_OP_COUNT, "ir/ops.def: one row per op");
 
 const gr_op_info *gr_op_get(gr_op op) { return (unsigned)op < GR_OP_COUNT ? &op_table[op] : NULL; }
 
@@ -126,4 +80,42 @@ gr_op gr_op_from_name(const char *name) {
     for (int i = 0; i < GR_OP_COUNT; i++)
         if (op_table[i].name && !strcmp(op_table[i].name, name)) return (gr_op)i;
     return GR_OP_COUNT;
+}
+
+/* numpy's slice index adjustment (PySlice_AdjustIndices), which
+ * onnx.reference's Slice uses. (The ONNX spec's text clamps a negative-step
+ * start below -dim to 0 instead of -1; the reference, numpy and graft agree.)
+ * After clamping, start and end lie in [-1, dim], so end - start cannot
+ * overflow; the count is (span - 1) / |step| + 1, which cannot either, and
+ * |INT64_MIN| is taken in unsigned arithmetic. */
+bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first, int64_t *count) {
+    *first = 0;
+    *count = 0;
+    if (step == 0 || dim < 0) return step != 0;
+    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? dim - 1 : dim;
+    if (start < 0) {
+        start += dim; /* start >= INT64_MIN and dim >= 0: no overflow */
+        if (start < 0) start = lo;
+    } else if (start >= dim) {
+        start = hi;
+    }
+    if (end < 0) {
+        end += dim;
+        if (end < 0) end = lo;
+    } else if (end >= dim) {
+        end = hi;
+    }
+    uint64_t span, mag;
+    if (step > 0) {
+        if (end <= start) return true;
+        span = (uint64_t)(end - start);
+        mag = (uint64_t)step;
+    } else {
+        if (start <= end) return true;
+        span = (uint64_t)(start - end);
+        mag = (uint64_t)0 - (uint64_t)step;
+    }
+    *first = start;
+    *count = (int64_t)((span - 1) / mag + 1);
+    return true;
 }

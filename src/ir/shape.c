@@ -96,13 +96,23 @@ static void set_untyped(ctx_t *c, int slot) {
     v->placement = GR_PLACE_DEVICE;
 }
 
-static void set_out(ctx_t *c, int slot, gr_dtype t, const shape_t *s) {
+/* Types output `slot`. Every inferred shape passes here, so this is where the
+ * size limit holds for all of them (GR_MAX_NUMEL; see util.h). */
+static gr_status set_out(ctx_t *c, int slot, gr_dtype t, const shape_t *s) {
+    if (!gr_ir_dims_fit(s->ndim, s->d)) {
+        char ss[512];
+        shape_str(c, s, ss, sizeof ss);
+        set_untyped(c, slot);
+        return fail(c, GR_ERR_SHAPE, "output %d would be %s%s, more than %lld elements", slot, gr_dtype_name(t), ss,
+                    (long long)GR_MAX_NUMEL);
+    }
     gr_ir_value *v = &c->g->values.data[c->n->out[slot]];
     v->typed = true;
     v->dtype = t;
     v->ndim = s->ndim;
     for (int i = 0; i < s->ndim; i++) v->dims[i] = s->d[i];
     v->placement = GR_PLACE_DEVICE;
+    return GR_OK;
 }
 
 static void all_untyped(ctx_t *c) {
@@ -223,36 +233,64 @@ static gr_status infer_elementwise(ctx_t *c, int n_bcast, gr_dtype out_t) {
     bool known = false;
     GR_TRY(broadcast_inputs(c, n_bcast, &s, &known));
     if (!known) set_untyped(c, 0);
-    else set_out(c, 0, out_t, &s);
+    else GR_TRY(set_out(c, 0, out_t, &s));
     return GR_OK;
 }
 
-static gr_status infer_unary(ctx_t *c) {
-    const gr_ir_value *x = in_val(c, 0);
-    gr_dtype t = x->dtype, out_t = t;
-    shape_t s = shape_of(x);
-    switch (c->n->op) {
-    case GR_OP_IDENTITY: break;
-    case GR_OP_NOT: GR_TRY(need_dtype(c, 0, t == GR_BOOL, "bool")); break;
-    case GR_OP_ISNAN:
-        GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t), "a float dtype"));
-        out_t = GR_BOOL;
-        break;
-    case GR_OP_NEG:
-    case GR_OP_ABS:
-    case GR_OP_RELU: GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t) || gr_dtype_is_int(t), "a numeric dtype")); break;
-    case GR_OP_CAST: GR_TRY(attr_dtype(c, "to", true, GR_F32, &out_t)); break;
-    default: GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t), "a float dtype")); break;
-    }
-    if (c->n->op == GR_OP_GELU) {
-        const char *approx;
-        GR_TRY(gr_ir_attr_string(c->g, c->n, "approximate", "none", &approx));
-        if (!approx || (strcmp(approx, "none") && strcmp(approx, "tanh")))
-            return fail(c, GR_ERR_INVALID, "attribute 'approximate' must be \"none\" or \"tanh\", got \"%s\"",
-                        approx ? approx : "");
-    }
-    set_out(c, 0, out_t, &s);
-    return GR_OK;
+static gr_status unary_out(ctx_t *c, gr_dtype out_t) {
+    shape_t s = shape_of(in_val(c, 0));
+    return set_out(c, 0, out_t, &s);
+}
+static gr_status infer_unary_any(ctx_t *c) { return unary_out(c, in_val(c, 0)->dtype); }
+static gr_status infer_unary_float(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
+    return unary_out(c, in_val(c, 0)->dtype);
+}
+static gr_status infer_unary_numeric(ctx_t *c) {
+    gr_dtype t = in_val(c, 0)->dtype;
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(t) || gr_dtype_is_int(t), "a numeric dtype"));
+    return unary_out(c, t);
+}
+static gr_status infer_not(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    return unary_out(c, GR_BOOL);
+}
+static gr_status infer_isnan(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
+    return unary_out(c, GR_BOOL);
+}
+static gr_status infer_cast(ctx_t *c) {
+    gr_dtype out_t;
+    GR_TRY(attr_dtype(c, "to", true, GR_F32, &out_t));
+    return unary_out(c, out_t);
+}
+static gr_status infer_gelu(ctx_t *c) {
+    const char *approx;
+    GR_TRY(gr_ir_attr_string(c->g, c->n, "approximate", "none", &approx));
+    if (!approx || (strcmp(approx, "none") && strcmp(approx, "tanh")))
+        return fail(c, GR_ERR_INVALID, "attribute 'approximate' must be \"none\" or \"tanh\", got \"%s\"",
+                    approx ? approx : "");
+    return infer_unary_float(c);
+}
+
+/* ==== elementwise binary, comparisons, logic, where ================================== */
+static gr_status infer_arith(ctx_t *c) {
+    GR_TRY(same_dtype(c, 0, 1));
+    return infer_elementwise(c, 2, in_val(c, 0)->dtype);
+}
+static gr_status infer_compare(ctx_t *c) {
+    GR_TRY(same_dtype(c, 0, 1));
+    return infer_elementwise(c, 2, GR_BOOL);
+}
+static gr_status infer_logic(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    GR_TRY(need_dtype(c, 1, in_val(c, 1)->dtype == GR_BOOL, "bool"));
+    return infer_elementwise(c, 2, GR_BOOL);
+}
+static gr_status infer_where(ctx_t *c) {
+    GR_TRY(need_dtype(c, 0, in_val(c, 0)->dtype == GR_BOOL, "bool"));
+    GR_TRY(same_dtype(c, 1, 2));
+    return infer_elementwise(c, 3, in_val(c, 1)->dtype);
 }
 
 /* ==== reductions and normalizations =================================================== */
@@ -280,7 +318,7 @@ static gr_status infer_reduce(ctx_t *c) {
         if (!reduced[i]) s.d[s.ndim++] = x->dims[i];
         else if (keepdims) s.d[s.ndim++] = dim_c(1);
     }
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -293,7 +331,7 @@ static gr_status infer_softmax(ctx_t *c) {
     if (x->ndim == 0) return fail(c, GR_ERR_SHAPE, "softmax of a 0-d tensor");
     GR_TRY(norm_axis(c, axis, x->ndim, "axis", &a));
     shape_t s = shape_of(x);
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -330,7 +368,7 @@ static gr_status infer_layer_norm(ctx_t *c) {
     GR_TRY(check_norm_param(c, 1, a, "scale"));
     if (in_val(c, 2)) GR_TRY(check_norm_param(c, 2, a, "bias"));
     shape_t s = shape_of(x);
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -402,7 +440,7 @@ static gr_status infer_matmul(ctx_t *c) {
         }
     }
     if (!known) set_untyped(c, 0);
-    else set_out(c, 0, a->dtype, &out);
+    else GR_TRY(set_out(c, 0, a->dtype, &out));
     return GR_OK;
 }
 
@@ -417,7 +455,8 @@ static gr_status infer_reshape(ctx_t *c) {
     type_str(c, x, tx);
     if (n > GR_MAX_DIMS) return fail(c, GR_ERR_INVALID, "shape %s has more than %d dims", sspec, GR_MAX_DIMS);
     int infer_at = -1;
-    int64_t known_prod = 1;
+    int64_t known[GR_MAX_DIMS], known_prod = 1;
+    int n_known = 0;
     for (int i = 0; i < n; i++) {
         if (spec[i] == -1) {
             if (infer_at >= 0) return fail(c, GR_ERR_INVALID, "shape %s has more than one -1", sspec);
@@ -425,16 +464,21 @@ static gr_status infer_reshape(ctx_t *c) {
         } else if (spec[i] < 0) {
             return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
         } else {
-            known_prod *= spec[i];
+            known[n_known++] = spec[i];
         }
     }
+    /* checked: a product that wraps could otherwise match the input's count */
+    if (!gr_shape_numel_checked(n_known, known, &known_prod))
+        return fail(c, GR_ERR_SHAPE, "shape %s holds more than %lld elements", sspec, (long long)GR_MAX_NUMEL);
     /* input element count: concrete part times a list of symbols */
-    int64_t in_prod = 1;
-    int n_sym = 0, sym = GR_SYM_NONE;
+    int64_t in_dims[GR_MAX_DIMS], in_prod = 1;
+    int n_sym = 0, n_in = 0, sym = GR_SYM_NONE;
     for (int i = 0; i < x->ndim; i++) {
         if (dim_is_sym(x->dims[i])) n_sym++, sym = x->dims[i].sym;
-        else in_prod *= x->dims[i].size;
+        else in_dims[n_in++] = x->dims[i].size;
     }
+    if (!gr_shape_numel_checked(n_in, in_dims, &in_prod))
+        return fail(c, GR_ERR_SHAPE, "input %s holds more than %lld elements", tx, (long long)GR_MAX_NUMEL);
     shape_t s = {0};
     s.ndim = n;
     for (int i = 0; i < n; i++) s.d[i] = dim_c(spec[i]);
@@ -457,7 +501,7 @@ static gr_status infer_reshape(ctx_t *c) {
             return GR_OK;
         }
     }
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -483,7 +527,7 @@ static gr_status infer_transpose(ctx_t *c) {
             s.d[i] = x->dims[perm[i]];
         }
     }
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -506,7 +550,7 @@ static gr_status infer_expand(ctx_t *c) {
     int res = broadcast2(&xs, &target, &out, &bad);
     if (res < 0) return fail(c, GR_ERR_SHAPE, "cannot expand %s to %s", tx, sspec);
     if (res == SH_UNKNOWN) set_untyped(c, 0);
-    else set_out(c, 0, x->dtype, &out);
+    else GR_TRY(set_out(c, 0, x->dtype, &out));
     return GR_OK;
 }
 
@@ -540,7 +584,7 @@ static gr_status infer_squeeze(ctx_t *c) {
     shape_t s = {0};
     for (int i = 0; i < x->ndim; i++)
         if (!drop[i]) s.d[s.ndim++] = x->dims[i];
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -565,26 +609,8 @@ static gr_status infer_unsqueeze(ctx_t *c) {
     shape_t s = {0};
     s.ndim = r;
     for (int i = 0, j = 0; i < r; i++) s.d[i] = added[i] ? dim_c(1) : x->dims[j++];
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
-}
-
-/* Length of slice [start, end) with step over a dim of size `dim` (ONNX Slice). */
-static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step) {
-    if (start < 0) start += dim;
-    if (end < 0) end += dim;
-    if (step > 0) {
-        start = start < 0 ? 0 : start > dim ? dim : start;
-        end = end < 0 ? 0 : end > dim ? dim : end;
-        if (end <= start) return 0;
-        return (end - start + step - 1) / step;
-    }
-    start = start < 0 ? 0 : start > dim - 1 ? dim - 1 : start;
-    end = end < -1 ? -1 : end > dim - 1 ? dim - 1 : end;
-    if (start <= end) return 0;
-    /* step < 0: ceil((start - end) / -step); -step may be INT64_MIN's negation, handled by unsigned */
-    uint64_t span = (uint64_t)(start - end), st = (uint64_t)0 - (uint64_t)step;
-    return (int64_t)((span + st - 1) / st);
 }
 
 #define SLICE_HUGE ((int64_t)1 << 31) /* ends at or beyond this mean "to the end" for symbolic dims */
@@ -613,7 +639,9 @@ static gr_status infer_slice(ctx_t *c) {
         if (step == 0) return fail(c, GR_ERR_INVALID, "step of axis %d is 0", a);
         gr_dim d = x->dims[a];
         if (!dim_is_sym(d)) {
-            s.d[a] = dim_c(slice_len(d.size, starts[i], ends[i], step));
+            int64_t first, count;
+            gr_ir_slice_axis(d.size, starts[i], ends[i], step, &first, &count);
+            s.d[a] = dim_c(count);
         } else {
             /* the whole symbolic dim, forwards or backwards, keeps the symbol */
             bool whole_fwd = step == 1 && starts[i] == 0 && ends[i] >= SLICE_HUGE;
@@ -622,7 +650,7 @@ static gr_status infer_slice(ctx_t *c) {
         }
     }
     if (!known) set_untyped(c, 0);
-    else set_out(c, 0, x->dtype, &s);
+    else GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -655,13 +683,14 @@ static gr_status infer_concat(ctx_t *c) {
             return fail(c, GR_ERR_SHAPE, "dim %d differs: %s and %s (input %d), concatenating on axis %d", d, t0, ti, i, a);
         }
         if (dim_is_sym(x->dims[a])) n_sym++, sym_dim = x->dims[a];
-        else total += x->dims[a].size;
+        else if (gr_add_overflow(total, x->dims[a].size, &total) || total > GR_MAX_NUMEL)
+            return fail(c, GR_ERR_SHAPE, "the inputs' sizes along axis %d add up to more than %lld", a, (long long)GR_MAX_NUMEL);
     }
     if (n_sym == 0) s.d[a] = dim_c(total);
     else if (n_sym == 1 && total == 0) s.d[a] = sym_dim;
     else known = false;
     if (!known) set_untyped(c, 0);
-    else set_out(c, 0, x0->dtype, &s);
+    else GR_TRY(set_out(c, 0, x0->dtype, &s));
     return GR_OK;
 }
 
@@ -686,26 +715,27 @@ static gr_status infer_split(ctx_t *c) {
         int64_t sum = 0;
         for (int i = 0; i < n_sizes; i++) {
             if (sizes[i] < 0) return fail(c, GR_ERR_INVALID, "split %s has a negative size", ss);
-            sum += sizes[i];
+            if (gr_add_overflow(sum, sizes[i], &sum))
+                return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", ss, (long long)INT64_MAX);
         }
         if (!dim_is_sym(d) && sum != d.size)
             return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", ss, (long long)sum, a, tx,
                         (long long)d.size);
         for (int i = 0; i < n_out; i++) {
             s.d[a] = dim_c(sizes[i]);
-            set_out(c, i, x->dtype, &s);
+            GR_TRY(set_out(c, i, x->dtype, &s));
         }
         return GR_OK;
     }
     if (dim_is_sym(d)) {
-        if (n_out == 1) set_out(c, 0, x->dtype, &s);
+        if (n_out == 1) GR_TRY(set_out(c, 0, x->dtype, &s));
         else all_untyped(c);
         return GR_OK;
     }
     if (d.size % n_out != 0)
         return fail(c, GR_ERR_SHAPE, "axis %d of %s (%lld) does not split into %d equal parts", a, tx, (long long)d.size, n_out);
     s.d[a] = dim_c(d.size / n_out);
-    for (int i = 0; i < n_out; i++) set_out(c, i, x->dtype, &s);
+    for (int i = 0; i < n_out; i++) GR_TRY(set_out(c, i, x->dtype, &s));
     return GR_OK;
 }
 
@@ -720,6 +750,11 @@ static gr_status infer_gather(ctx_t *c) {
     if (idx->dtype != GR_I32 && idx->dtype != GR_I64) return fail(c, GR_ERR_SHAPE, "indices must be i32 or i64, got %s", ti);
     if (data->ndim == 0) return fail(c, GR_ERR_SHAPE, "cannot gather from 0-d %s", td);
     GR_TRY(norm_axis(c, axis, data->ndim, "axis", &a));
+    /* no index is valid on an empty axis: a non-empty gather from one fails
+     * whatever the indices hold, so it is refused here, at compile time */
+    if (!dim_is_sym(data->dims[a]) && data->dims[a].size == 0 && gr_ir_value_numel(idx) > 0)
+        return fail(c, GR_ERR_SHAPE, "cannot gather %s from axis %d of %s: the axis is empty, so every index is out of range",
+                    ti, a, td);
     shape_t s = {0};
     if (c->n->op == GR_OP_GATHER) {
         int r = data->ndim - 1 + idx->ndim;
@@ -731,7 +766,7 @@ static gr_status infer_gather(ctx_t *c) {
         if (idx->ndim != data->ndim) return fail(c, GR_ERR_SHAPE, "indices %s and data %s differ in rank", ti, td);
         s = shape_of(idx);
     }
-    set_out(c, 0, data->dtype, &s);
+    GR_TRY(set_out(c, 0, data->dtype, &s));
     return GR_OK;
 }
 
@@ -746,7 +781,7 @@ static gr_status infer_trilu(ctx_t *c) {
         return fail(c, GR_ERR_SHAPE, "trilu needs rank >= 2, got %s", tx);
     }
     shape_t s = shape_of(x);
-    set_out(c, 0, x->dtype, &s);
+    GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
 }
 
@@ -788,7 +823,9 @@ static gr_status infer_generator(ctx_t *c) {
             return fail(c, GR_ERR_INVALID, "range(%g, %g, %g) is not a finite sequence", start, limit, delta);
         double len = ceil((limit - start) / delta);
         if (len < 0) len = 0;
-        if (len > 9.0e15) return fail(c, GR_ERR_INVALID, "range(%g, %g, %g) is too long", start, limit, delta);
+        if (len > (double)GR_MAX_NUMEL)
+            return fail(c, GR_ERR_SHAPE, "range(%g, %g, %g) has more than %lld elements", start, limit, delta,
+                        (long long)GR_MAX_NUMEL);
         s.ndim = 1;
         s.d[0] = dim_c((int64_t)len);
         break;
@@ -806,7 +843,7 @@ static gr_status infer_generator(ctx_t *c) {
         break;
     }
     }
-    set_out(c, 0, t, &s);
+    GR_TRY(set_out(c, 0, t, &s));
     return GR_OK;
 }
 
@@ -863,7 +900,7 @@ static gr_status adopt_type(ctx_t *c, int slot, const gr_graph *src, const gr_ir
     shape_t s = shape_of(v);
     for (int d = 0; d < s.ndim; d++)
         if (dim_is_sym(s.d[d])) GR_TRY(gr_ir_sym(c->g, src->syms.data[s.d[d].sym], &s.d[d].sym));
-    set_out(c, slot, v->dtype, &s);
+    GR_TRY(set_out(c, slot, v->dtype, &s));
     return GR_OK;
 }
 
@@ -876,7 +913,15 @@ static gr_status infer_if(ctx_t *c) {
     gr_graph *then_g = graph_attr(c, "then_branch"), *else_g = graph_attr(c, "else_branch");
     if (!then_g || !else_g) return fail(c, GR_ERR_INVALID, "needs graph attributes 'then_branch' and 'else_branch'");
     const gr_ir_value *cond = in_val(c, 0);
-    if (cond && cond->typed) GR_TRY(need_dtype(c, 0, cond->dtype == GR_BOOL, "bool"));
+    if (cond && cond->typed) {
+        GR_TRY(need_dtype(c, 0, cond->dtype == GR_BOOL, "bool"));
+        int64_t numel = gr_ir_value_numel(cond);
+        if (numel >= 0 && numel != 1) {
+            char t[TYPE_STR_LEN];
+            type_str(c, cond, t);
+            return fail(c, GR_ERR_SHAPE, "the condition must hold exactly one element, got %s", t);
+        }
+    }
     GR_TRY(infer_subgraph(c->g, then_g));
     GR_TRY(infer_subgraph(c->g, else_g));
     if (then_g->outputs.len != c->n->n_out || else_g->outputs.len != c->n->n_out)
@@ -916,7 +961,7 @@ static gr_status infer_loop(ctx_t *c) {
         const gr_ir_value *bout = &body->values.data[body->outputs.data[1 + i]];
         if (init && init->typed && same_type(c->g, init, body, bout)) {
             shape_t s = shape_of(init);
-            set_out(c, i, init->dtype, &s);
+            GR_TRY(set_out(c, i, init->dtype, &s));
         } else {
             set_untyped(c, i);
         }
@@ -925,6 +970,15 @@ static gr_status infer_loop(ctx_t *c) {
 }
 
 /* ==== driver ================================================================================= */
+/* One shape rule per op: the `shape` column of ir/ops.def. */
+typedef gr_status (*shape_rule)(ctx_t *c);
+static const shape_rule shape_rules[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) [GR_OP_##id] = infer_##shape,
+#include "ir/ops.def"
+#undef GR_OP_DEF
+};
+_Static_assert(sizeof shape_rules / sizeof shape_rules[0] == GR_OP_COUNT, "ir/ops.def: a shape rule per op");
+
 gr_status gr_ir_infer_node(gr_graph *g, int node) {
     if (node < 0 || node >= g->nodes.len) return gr_error(GR_ERR_INVALID, "infer: node %d of %d", node, g->nodes.len);
     ctx_t c;
@@ -934,6 +988,7 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
     gr_ir_node_where(g, c.n, c.where, sizeof c.where);
     const gr_op_info *info = gr_op_get(c.n->op);
     if (!info) return fail(&c, GR_ERR_INVALID, "unknown op");
+    GR_TRY(gr_ir_check_attrs(g, c.n)); /* an unknown attribute would be ignored below: a silently wrong result */
     if (c.n->n_in < info->min_in || (info->max_in >= 0 && c.n->n_in > info->max_in) || c.n->n_out < info->min_out ||
         (info->max_out >= 0 && c.n->n_out > info->max_out))
         return fail(&c, GR_ERR_INVALID, "wrong number of inputs (%d) or outputs (%d)", c.n->n_in, c.n->n_out);
@@ -943,7 +998,8 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
     bool all_typed = true;
     for (int i = 0; i < c.n->n_in; i++) {
         int v = c.n->in[i];
-        bool optional = i == 2 && (c.n->op == GR_OP_LAYER_NORM || c.n->op == GR_OP_MATMUL);
+        /* ops.def: inputs past min_in of a fixed-arity op are optional */
+        bool optional = i >= info->min_in && info->max_in >= 0;
         if (v < -1 || v >= g->values.len) return fail(&c, GR_ERR_INVALID, "input %d refers to no value", i);
         if (v == -1) {
             if (!optional) return fail(&c, GR_ERR_INVALID, "input %d is required but missing", i);
@@ -955,42 +1011,7 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
         all_untyped(&c);
         return GR_OK;
     }
-    switch (c.n->op) {
-    case GR_OP_ADD: case GR_OP_SUB: case GR_OP_MUL: case GR_OP_DIV: case GR_OP_POW: case GR_OP_MIN: case GR_OP_MAX:
-        GR_TRY(same_dtype(&c, 0, 1));
-        return infer_elementwise(&c, 2, in_val(&c, 0)->dtype);
-    case GR_OP_EQUAL: case GR_OP_LESS: case GR_OP_LESS_EQUAL: case GR_OP_GREATER: case GR_OP_GREATER_EQUAL:
-        GR_TRY(same_dtype(&c, 0, 1));
-        return infer_elementwise(&c, 2, GR_BOOL);
-    case GR_OP_AND: case GR_OP_OR:
-        GR_TRY(need_dtype(&c, 0, in_val(&c, 0)->dtype == GR_BOOL, "bool"));
-        GR_TRY(need_dtype(&c, 1, in_val(&c, 1)->dtype == GR_BOOL, "bool"));
-        return infer_elementwise(&c, 2, GR_BOOL);
-    case GR_OP_WHERE:
-        GR_TRY(need_dtype(&c, 0, in_val(&c, 0)->dtype == GR_BOOL, "bool"));
-        GR_TRY(same_dtype(&c, 1, 2));
-        return infer_elementwise(&c, 3, in_val(&c, 1)->dtype);
-    case GR_OP_REDUCE_SUM: case GR_OP_REDUCE_MEAN: case GR_OP_REDUCE_MAX: case GR_OP_REDUCE_MIN: return infer_reduce(&c);
-    case GR_OP_SOFTMAX: return infer_softmax(&c);
-    case GR_OP_LAYER_NORM: return infer_layer_norm(&c);
-    case GR_OP_MATMUL: return infer_matmul(&c);
-    case GR_OP_RESHAPE: return infer_reshape(&c);
-    case GR_OP_TRANSPOSE: return infer_transpose(&c);
-    case GR_OP_EXPAND: return infer_expand(&c);
-    case GR_OP_SQUEEZE: return infer_squeeze(&c);
-    case GR_OP_UNSQUEEZE: return infer_unsqueeze(&c);
-    case GR_OP_SLICE: return infer_slice(&c);
-    case GR_OP_CONCAT: return infer_concat(&c);
-    case GR_OP_SPLIT: return infer_split(&c);
-    case GR_OP_GATHER: case GR_OP_GATHER_ELEMENTS: return infer_gather(&c);
-    case GR_OP_TRILU: return infer_trilu(&c);
-    case GR_OP_FILL: case GR_OP_RANGE: case GR_OP_RANDOM_UNIFORM: case GR_OP_RANDOM_NORMAL: return infer_generator(&c);
-    case GR_OP_IF: return infer_if(&c);
-    case GR_OP_LOOP: return infer_loop(&c);
-    default:
-        if (info->kind == GR_OPK_UNARY) return infer_unary(&c);
-        return fail(&c, GR_ERR_UNSUPPORTED, "no shape rule for this op");
-    }
+    return shape_rules[c.n->op](&c);
 }
 
 gr_status gr_ir_infer_shapes(gr_graph *g) {
@@ -1014,6 +1035,11 @@ static gr_status specialize_value(gr_graph *g, gr_ir_value *v, const int64_t *sy
         if (val < 0)
             return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of value '%s')", name, v->name);
         *dim = dim_c(val);
+    }
+    if (!gr_ir_dims_fit(v->ndim, v->dims)) {
+        char t[TYPE_STR_LEN];
+        gr_ir_type_str(g, v, t, sizeof t);
+        return gr_error(GR_ERR_SHAPE, "value '%s' would be %s, more than %lld elements", v->name, t, (long long)GR_MAX_NUMEL);
     }
     return GR_OK;
 }

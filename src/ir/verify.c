@@ -8,6 +8,7 @@
  * origin when no node is involved.
  */
 #include "ir/ir.h"
+#include <stdio.h>
 #include <string.h>
 
 /* Inputs that may be left out (-1) per op: slot index, or -1 for none. */
@@ -19,7 +20,7 @@ static bool input_optional(gr_op op, int slot) {
     }
 }
 
-static const char *origin_of(const gr_graph *g) { return g->origin ? g->origin : "<api>"; }
+static const char *origin_of(const gr_graph *g) { return g && g->origin ? g->origin : "<api>"; }
 
 /* A name visible in an enclosing graph (captures of a subgraph). */
 static bool name_in_ancestors(const gr_graph *outer, const char *name) {
@@ -52,6 +53,12 @@ static gr_status verify_value(const gr_graph *g, const gr_graph *outer, int vi, 
                 return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d is negative (%lld) and not symbolic", origin_of(g),
                                 vname, d, (long long)dim->size);
             }
+        }
+        if (!gr_ir_dims_fit(v->ndim, v->dims)) {
+            char t[256];
+            gr_ir_type_str(g, v, t, sizeof t);
+            return gr_error(GR_ERR_SHAPE, "%s: value '%s' (%s) holds more than %lld elements", origin_of(g), vname, t,
+                            (long long)GR_MAX_NUMEL);
         }
     }
     switch (v->kind) {
@@ -94,6 +101,97 @@ static gr_status verify_value_link(const gr_graph *g, int vi) {
         char where[512];
         gr_ir_node_where(g, p, where, sizeof where);
         return gr_error(GR_ERR_INVALID, "%s: value '%s' claims to be output %d of it, but is not", where, vname, v->out_slot);
+    }
+    return GR_OK;
+}
+
+/* ==== attributes =================================================================== */
+static const char *const attr_kind_names[] = {"int", "float", "string", "ints", "floats", "graph"};
+
+/* Does an attribute of kind `have` satisfy schema kind `want` (a word of the
+ * schema string, want_len bytes)? The conversions are those of the
+ * gr_ir_attr_* accessors. */
+static bool attr_kind_ok(const gr_ir_attr *a, const char *want, size_t want_len) {
+#define WANT(w) (want_len == sizeof(w) - 1 && !memcmp(want, w, want_len))
+    switch (a->kind) {
+    case GR_IR_ATTR_INT:
+        return WANT("int") || WANT("float") || WANT("ints") || (WANT("dtype") && a->i >= 0 && a->i < GR_DTYPE_COUNT);
+    case GR_IR_ATTR_FLOAT: return WANT("float") || WANT("floats");
+    case GR_IR_ATTR_STRING: return WANT("string") || WANT("dtype");
+    case GR_IR_ATTR_INTS: return WANT("ints");
+    case GR_IR_ATTR_FLOATS: return WANT("floats");
+    case GR_IR_ATTR_GRAPH: return WANT("graph");
+    }
+    return false;
+#undef WANT
+}
+
+/* Finds `name` in schema (words "name:kind" separated by spaces); on success
+ * *kind / *kind_len give its kind. */
+static bool schema_find(const char *schema, const char *name, const char **kind, size_t *kind_len) {
+    size_t name_len = strlen(name);
+    for (const char *p = schema; *p;) {
+        while (*p == ' ') p++;
+        const char *colon = strchr(p, ':');
+        if (!colon) break;
+        const char *end = colon + strcspn(colon, " ");
+        if ((size_t)(colon - p) == name_len && !memcmp(p, name, name_len)) {
+            *kind = colon + 1;
+            *kind_len = (size_t)(end - colon - 1);
+            return true;
+        }
+        p = end;
+    }
+    return false;
+}
+
+gr_status gr_ir_check_attrs(const gr_graph *g, const gr_ir_node *n) {
+    const gr_op_info *info = gr_op_get(n->op);
+    if (!info) return gr_error(GR_ERR_INVALID, "%s: node '%s' has unknown op id %d", origin_of(g), n->name ? n->name : "?", (int)n->op);
+    const char *schema = info->attrs ? info->attrs : "";
+    for (int a = 0; a < n->n_attr; a++) {
+        const gr_ir_attr *at = &n->attrs[a];
+        const char *aname = at->name ? at->name : "";
+        const char *kind = NULL;
+        size_t kind_len = 0;
+        char where[512];
+        if (!schema_find(schema, aname, &kind, &kind_len)) {
+            gr_ir_node_where(g, n, where, sizeof where);
+            /* the list of valid names: the schema without its kinds */
+            char valid[256];
+            size_t pos = 0;
+            valid[0] = 0;
+            for (const char *p = schema; *p && pos + 1 < sizeof valid;) {
+                while (*p == ' ') p++;
+                size_t len = strcspn(p, ":");
+                if (!len) break;
+                pos += (size_t)snprintf(valid + pos, sizeof valid - pos, "%s%.*s", pos ? ", " : "", (int)len, p);
+                p += len;
+                p += strcspn(p, " ");
+            }
+            if (!*schema)
+                return gr_error(GR_ERR_INVALID, "%s: unknown attribute '%s' (%s takes no attributes)", where, aname, info->name);
+            return gr_error(GR_ERR_INVALID, "%s: unknown attribute '%s' (%s takes: %s)", where, aname, info->name, valid);
+        }
+        if ((unsigned)at->kind > GR_IR_ATTR_GRAPH || !attr_kind_ok(at, kind, kind_len)) {
+            gr_ir_node_where(g, n, where, sizeof where);
+            const char *have = (unsigned)at->kind <= GR_IR_ATTR_GRAPH ? attr_kind_names[at->kind] : "?";
+            if (kind_len == 5 && !memcmp(kind, "dtype", 5))
+                return gr_error(GR_ERR_INVALID, "%s: attribute '%s' must be a dtype name (\"f16\") or a dtype number, got %s%s",
+                                where, aname, have, at->kind == GR_IR_ATTR_INT ? " out of range" : "");
+            static const char *const phrases[][2] = {{"int", "an int"},       {"float", "a float"},
+                                                     {"string", "a string"}, {"ints", "a list of ints"},
+                                                     {"floats", "a list of floats"}, {"graph", "a graph"}};
+            const char *want = NULL;
+            for (int i = 0; i < GR_ARRAY_LEN(phrases) && !want; i++)
+                if (strlen(phrases[i][0]) == kind_len && !memcmp(phrases[i][0], kind, kind_len)) want = phrases[i][1];
+            return gr_error(GR_ERR_INVALID, "%s: attribute '%s' must be %s, got %s", where, aname, want ? want : "?", have);
+        }
+        for (int b = 0; b < a; b++)
+            if (n->attrs[b].name && !strcmp(n->attrs[b].name, aname)) {
+                gr_ir_node_where(g, n, where, sizeof where);
+                return gr_error(GR_ERR_INVALID, "%s: attribute '%s' is given twice", where, aname);
+            }
     }
     return GR_OK;
 }
@@ -154,6 +252,10 @@ static gr_status verify_node(const gr_graph *g, int ni) {
             return gr_error(GR_ERR_INVALID, "%s: attribute %d has bad kind %d", where, a, (int)at->kind);
         if ((at->kind == GR_IR_ATTR_INTS || at->kind == GR_IR_ATTR_FLOATS) && at->n < 0)
             return gr_error(GR_ERR_INVALID, "%s: attribute '%s' has negative length", where, at->name ? at->name : "?");
+    }
+    GR_TRY(gr_ir_check_attrs(g, n));
+    for (int a = 0; a < n->n_attr; a++) {
+        const gr_ir_attr *at = &n->attrs[a];
         if (at->kind != GR_IR_ATTR_GRAPH) continue;
         if (!at->graph)
             return gr_error(GR_ERR_INVALID, "%s: graph attribute '%s' holds no graph", where, at->name ? at->name : "?");

@@ -229,6 +229,7 @@ static gr_status copy_producer(fuse_ctx *f, int *root, bool *no_room) {
                 na.index = a.index >= 0 ? pm[a.index] : -1;
                 na.index_stride = a.index_stride;
                 na.index_extent = a.index_extent;
+                na.origin = a.origin;
                 for (int d = 0; d < p->n_outer; d++) {
                     int w = f->map[d];
                     if (w < 0) continue;

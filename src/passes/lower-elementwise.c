@@ -10,13 +10,14 @@
 /* Expression node reading input value v, broadcast to the kernel's outer space. */
 static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
     const gr_ir_value *x = lw_val(c, v);
-    /* constants first: a 1-element `const ... @host` is known now, and the
-     * runtime only reads host scalars from bound inputs (found by diff_fuzz) */
+    /* a constant first, whatever its placement: its value is known now, so an
+     * @host constant is a literal too (a host scalar param exists for values
+     * that change between runs: host inputs) */
     if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data) {
         if (gr_dtype_is_float(x->dtype)) return gr_kx_const_f(b->k, x->dtype, gr_load_f64(x->data, x->dtype, 0), out);
         return gr_kx_const_i(b->k, x->dtype, gr_load_i64(x->data, x->dtype, 0), out);
     }
-    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST) {
+    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST && x->kind == GR_VAL_INPUT) {
         int p;
         GR_TRY(lw_param_host_scalar(b, v, x->dtype, &p));
         return gr_kx_param(b->k, p, out);
@@ -27,49 +28,14 @@ static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
     return lw_load(c, b, v, &acc, out);
 }
 
-static bool unary_fn(gr_op op, gr_kunary *fn) {
-    switch (op) {
-    case GR_OP_NEG: *fn = GR_KU_NEG; return true;
-    case GR_OP_ABS: *fn = GR_KU_ABS; return true;
-    case GR_OP_EXP: *fn = GR_KU_EXP; return true;
-    case GR_OP_LOG: *fn = GR_KU_LOG; return true;
-    case GR_OP_SQRT: *fn = GR_KU_SQRT; return true;
-    case GR_OP_RSQRT: *fn = GR_KU_RSQRT; return true;
-    case GR_OP_RECIPROCAL: *fn = GR_KU_RECIP; return true;
-    case GR_OP_TANH: *fn = GR_KU_TANH; return true;
-    case GR_OP_SIGMOID: *fn = GR_KU_SIGMOID; return true;
-    case GR_OP_ERF: *fn = GR_KU_ERF; return true;
-    case GR_OP_RELU: *fn = GR_KU_RELU; return true;
-    case GR_OP_GELU: *fn = GR_KU_GELU; return true;
-    case GR_OP_SELU: *fn = GR_KU_SELU; return true;
-    case GR_OP_SILU: *fn = GR_KU_SILU; return true;
-    case GR_OP_SIN: *fn = GR_KU_SIN; return true;
-    case GR_OP_COS: *fn = GR_KU_COS; return true;
-    case GR_OP_ISNAN: *fn = GR_KU_ISNAN; return true;
-    case GR_OP_NOT: *fn = GR_KU_NOT; return true;
-    default: return false;
-    }
-}
-
-static bool binary_fn(gr_op op, gr_kbinary *fn) {
-    switch (op) {
-    case GR_OP_ADD: *fn = GR_KB_ADD; return true;
-    case GR_OP_SUB: *fn = GR_KB_SUB; return true;
-    case GR_OP_MUL: *fn = GR_KB_MUL; return true;
-    case GR_OP_DIV: *fn = GR_KB_DIV; return true;
-    case GR_OP_POW: *fn = GR_KB_POW; return true;
-    case GR_OP_MIN: *fn = GR_KB_MIN; return true;
-    case GR_OP_MAX: *fn = GR_KB_MAX; return true;
-    case GR_OP_EQUAL: *fn = GR_KB_EQ; return true;
-    case GR_OP_LESS: *fn = GR_KB_LT; return true;
-    case GR_OP_LESS_EQUAL: *fn = GR_KB_LE; return true;
-    case GR_OP_GREATER: *fn = GR_KB_GT; return true;
-    case GR_OP_GREATER_EQUAL: *fn = GR_KB_GE; return true;
-    case GR_OP_AND: *fn = GR_KB_AND; return true;
-    case GR_OP_OR: *fn = GR_KB_OR; return true;
-    default: return false;
-    }
-}
+/* The `kfn` column of ir/ops.def: the kernel function of a plain elementwise
+ * op (-1 where elementwise_expr builds the expression itself). */
+static const int op_kfn[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) [GR_OP_##id] = kfn,
+#include "ir/ops.def"
+#undef GR_OP_DEF
+};
+_Static_assert(sizeof op_kfn / sizeof op_kfn[0] == GR_OP_COUNT, "ir/ops.def: a kfn per op");
 
 /* selu with non-default alpha/gamma: gamma * (x > 0 ? x : alpha * (exp(x) - 1)) */
 static gr_status selu_general(gr_kernel *k, gr_dtype t, int x, double alpha, double gamma, int *out) {
@@ -91,8 +57,6 @@ static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
     gr_dtype t = lw_val(c, lw_out(c, 0))->dtype;
     int a[3];
     for (int i = 0; i < n->n_in && i < 3; i++) GR_TRY(elementwise_input(c, b, n->in[i], &a[i]));
-    gr_kunary ufn;
-    gr_kbinary bfn;
     if (n->op == GR_OP_CAST) return gr_kx_cast(b->k, t, a[0], out);
     if (n->op == GR_OP_WHERE) return gr_kx_select(b->k, t, a[0], a[1], a[2], out);
     if (n->op == GR_OP_GELU) {
@@ -110,8 +74,10 @@ static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
         if (alpha != def_alpha || gamma != def_gamma) return selu_general(b->k, t, a[0], alpha, gamma, out);
         return gr_kx_unary(b->k, GR_KU_SELU, t, a[0], out);
     }
-    if (unary_fn(n->op, &ufn)) return gr_kx_unary(b->k, ufn, t, a[0], out);
-    if (binary_fn(n->op, &bfn)) return gr_kx_binary(b->k, bfn, t, a[0], a[1], out);
+    int kind = gr_op_get(n->op)->kind;
+    if (kind == GR_OPK_UNARY && op_kfn[n->op] >= 0) return gr_kx_unary(b->k, (gr_kunary)op_kfn[n->op], t, a[0], out);
+    if ((kind == GR_OPK_BINARY || kind == GR_OPK_COMPARE) && op_kfn[n->op] >= 0)
+        return gr_kx_binary(b->k, (gr_kbinary)op_kfn[n->op], t, a[0], a[1], out);
     return gr_error(GR_ERR_UNSUPPORTED, "%s: not an elementwise op", c->where);
 }
 

@@ -71,6 +71,9 @@ gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, i
 gr_status lw_materialize(gr_lctx *c, int src, gr_dtype t, int ndim, const int64_t *dims, int *out);
 
 /* ---- per-family lowerings ---------------------------------------------------------------- */
+/* One lowering per op: the `lower` column of ir/ops.def (lower.c builds the table). */
+gr_status lw_lower_view(gr_lctx *c);    /* identity, reshape, squeeze, unsqueeze: an ALIAS step */
+gr_status lw_lower_control(gr_lctx *c); /* if, loop: unsupported until the control-flow passes remove them */
 gr_status lw_lower_elementwise(gr_lctx *c);
 gr_status lw_lower_reduce(gr_lctx *c);
 gr_status lw_lower_softmax(gr_lctx *c);

@@ -96,30 +96,19 @@ gr_status lw_lower_slice(gr_lctx *c) {
         GR_TRY(lw_axis(c, na >= 0 ? axes[i] : i, nd, &a));
         if (seen[a]) return gr_error(GR_ERR_INVALID, "%s: axis %d sliced twice", c->where, a);
         seen[a] = true;
-        int64_t d = xd[a], s = nst >= 0 ? steps[i] : 1, st = starts[i], en = ends[i];
-        if (s == 0) return gr_error(GR_ERR_INVALID, "%s: step 0 on axis %d", c->where, a);
-        if (st < 0) st += d;
-        if (en < 0) en += d;
-        int64_t cnt;
-        if (s > 0) {
-            st = st < 0 ? 0 : st > d ? d : st;
-            en = en < 0 ? 0 : en > d ? d : en;
-            cnt = en > st ? (en - st + s - 1) / s : 0;
-        } else {
-            st = st < 0 ? 0 : st > d - 1 ? d - 1 : st;
-            en = en < -1 ? -1 : en > d - 1 ? d - 1 : en;
-            cnt = (d > 0 && st > en) ? (st - en + (-s) - 1) / (-s) : 0;
-        }
-        start[a] = st;
+        int64_t s = nst >= 0 ? steps[i] : 1;
+        if (!gr_ir_slice_axis(xd[a], starts[i], ends[i], s, &start[a], &count[a]))
+            return gr_error(GR_ERR_INVALID, "%s: step 0 on axis %d", c->where, a);
         step[a] = s;
-        count[a] = cnt;
     }
     gr_kaccess acc;
     gr_kaccess_init(&acc);
     for (int d = 0; d < nd; d++) {
         if (count[d] != yd[d]) return shape_mismatch(c, d, count[d], yd[d]);
         if (count[d] > 0) acc.offset += start[d] * rs[d];
-        acc.stride[d] = step[d] * rs[d];
+        /* a dim taken once needs no stride; any other has |step| < dim, so
+         * step * stride stays within the input's element count */
+        acc.stride[d] = count[d] > 1 ? step[d] * rs[d] : 0;
     }
     return copy_kernel(c, x, y, &acc);
 }
@@ -222,11 +211,28 @@ gr_status lw_lower_split(gr_lctx *c) {
 
 /* ==== gather / gather_elements ============================================================================ */
 
-/* A non-empty result read along an axis of size 0: every index is out of
- * range, whatever the indices hold; said now rather than as a malformed
- * kernel (the kernel's wrap() needs a positive extent; found by diff_fuzz). */
-static gr_status gather_from_empty_axis(const gr_lctx *c, int axis) {
-    return gr_error(GR_ERR_INVALID, "%s: gathers along axis %d, which has size 0: every index is out of range", c->where, axis);
+/* y = data read at `da` plus index(idx read at `ia`) * index_stride, over y's shape yd. */
+static gr_status gather_kernel(gr_lctx *c, int ny, const int64_t *yd, int idx, const gr_kaccess *ia, int data, gr_kaccess *da,
+                               int64_t index_stride, int64_t index_extent) {
+    if (gr_shape_numel(ny, yd) == 0) return GR_OK;
+    if (index_extent <= 0) /* shape inference refuses this; a graph built around it still gets a clear message */
+        return gr_error(GR_ERR_SHAPE, "%s: gathers from an empty axis: every index is out of range", c->where);
+    da->index_stride = index_stride;
+    da->index_extent = index_extent;
+    da->origin = c->node; /* an out-of-range index names this node even once fused into another kernel */
+    int y = lw_out(c, 0);
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, ny, yd));
+    int iv, v;
+    gr_status st = lw_load(c, &b, idx, ia, &iv);
+    da->index = iv;
+    if (st == GR_OK) st = lw_load(c, &b, data, da, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
 }
 
 gr_status lw_lower_gather(gr_lctx *c) {
@@ -252,22 +258,7 @@ gr_status lw_lower_gather(gr_lctx *c) {
         else want = dd[d - ni + 1], da.stride[d] = drs[d - ni + 1];
         if (want != yd[d]) return shape_mismatch(c, d, want, yd[d]);
     }
-    if (gr_shape_numel(ny, yd) == 0) return GR_OK;
-    if (dd[a] == 0) return gather_from_empty_axis(c, a);
-    da.index_stride = drs[a];
-    da.index_extent = dd[a];
-    gr_lkb b;
-    GR_TRY(lw_kernel_begin(c, &b, ny, yd));
-    int iv, v;
-    gr_status st = lw_load(c, &b, idx, &ia, &iv);
-    da.index = iv;
-    if (st == GR_OK) st = lw_load(c, &b, data, &da, &v);
-    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
-    if (st != GR_OK) {
-        lw_abort_kernel(&b);
-        return st;
-    }
-    return lw_emit_kernel(c, &b);
+    return gather_kernel(c, ny, yd, idx, &ia, data, &da, drs[a], dd[a]);
 }
 
 gr_status lw_lower_gather_elements(gr_lctx *c) {
@@ -292,22 +283,7 @@ gr_status lw_lower_gather_elements(gr_lctx *c) {
         if (dd[d] != yd[d] && dd[d] != 1) return shape_mismatch(c, d, dd[d], yd[d]);
         da.stride[d] = dd[d] == 1 ? 0 : drs[d];
     }
-    if (gr_shape_numel(ny, yd) == 0) return GR_OK;
-    if (dd[a] == 0) return gather_from_empty_axis(c, a);
-    da.index_stride = drs[a];
-    da.index_extent = dd[a];
-    gr_lkb b;
-    GR_TRY(lw_kernel_begin(c, &b, ny, yd));
-    int iv, v;
-    gr_status st = lw_load(c, &b, idx, &ia, &iv);
-    da.index = iv;
-    if (st == GR_OK) st = lw_load(c, &b, data, &da, &v);
-    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
-    if (st != GR_OK) {
-        lw_abort_kernel(&b);
-        return st;
-    }
-    return lw_emit_kernel(c, &b);
+    return gather_kernel(c, ny, yd, idx, &ia, data, &da, drs[a], dd[a]);
 }
 
 /* ==== trilu ================================================================================================

@@ -183,6 +183,12 @@ gr_status lw_emit_alias(gr_lctx *c, int src, int64_t elem_offset, int dst) {
 }
 
 gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, int *out) {
+    int64_t numel;
+    /* a temporary (a matmul operand broadcast to the output's batch) can be
+     * larger than every value of the graph: the size limit holds here too */
+    if (ndim < 0 || ndim > GR_MAX_DIMS || !gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "%s: an intermediate of more than %lld elements would be needed", c->where,
+                        (long long)GR_MAX_NUMEL);
     int v;
     GR_TRY(gr_ir_add_value(c->g, NULL, GR_VAL_NODE, &v));
     gr_ir_value *x = lw_val(c, v); /* values may have moved */
@@ -246,42 +252,30 @@ static gr_status check_typed(const gr_lctx *c) {
     return GR_OK;
 }
 
+gr_status lw_lower_view(gr_lctx *c) {
+    if (lw_numel(c, lw_in(c, 0)) != lw_numel(c, lw_out(c, 0)))
+        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, input %lld", c->where,
+                        (long long)lw_numel(c, lw_out(c, 0)), (long long)lw_numel(c, lw_in(c, 0)));
+    return lw_emit_alias(c, lw_in(c, 0), 0, lw_out(c, 0));
+}
+
+gr_status lw_lower_control(gr_lctx *c) {
+    return gr_error(GR_ERR_UNSUPPORTED, "%s: control flow not lowered yet", c->where);
+}
+
+/* The `lower` column of ir/ops.def. */
+typedef gr_status (*lowering)(gr_lctx *c);
+static const lowering lowerings[] = {
+#define GR_OP_DEF(id, name, kind, min_in, max_in, min_out, max_out, shape, lower, kfn, attrs) [GR_OP_##id] = lw_lower_##lower,
+#include "ir/ops.def"
+#undef GR_OP_DEF
+};
+_Static_assert(sizeof lowerings / sizeof lowerings[0] == GR_OP_COUNT, "ir/ops.def: a lowering per op");
+
 static gr_status lower_dispatch(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
-    switch (n->op) {
-    case GR_OP_IDENTITY:
-    case GR_OP_RESHAPE:
-    case GR_OP_SQUEEZE:
-    case GR_OP_UNSQUEEZE:
-        if (lw_numel(c, lw_in(c, 0)) != lw_numel(c, lw_out(c, 0)))
-            return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, input %lld", c->where,
-                            (long long)lw_numel(c, lw_out(c, 0)), (long long)lw_numel(c, lw_in(c, 0)));
-        return lw_emit_alias(c, lw_in(c, 0), 0, lw_out(c, 0));
-    case GR_OP_REDUCE_SUM:
-    case GR_OP_REDUCE_MEAN:
-    case GR_OP_REDUCE_MAX:
-    case GR_OP_REDUCE_MIN: return lw_lower_reduce(c);
-    case GR_OP_SOFTMAX: return lw_lower_softmax(c);
-    case GR_OP_LAYER_NORM: return lw_lower_layer_norm(c);
-    case GR_OP_MATMUL: return lw_lower_matmul(c);
-    case GR_OP_TRANSPOSE: return lw_lower_transpose(c);
-    case GR_OP_EXPAND: return lw_lower_expand(c);
-    case GR_OP_SLICE: return lw_lower_slice(c);
-    case GR_OP_CONCAT: return lw_lower_concat(c);
-    case GR_OP_SPLIT: return lw_lower_split(c);
-    case GR_OP_GATHER: return lw_lower_gather(c);
-    case GR_OP_GATHER_ELEMENTS: return lw_lower_gather_elements(c);
-    case GR_OP_TRILU: return lw_lower_trilu(c);
-    case GR_OP_FILL: return lw_lower_fill(c);
-    case GR_OP_RANGE: return lw_lower_range(c);
-    case GR_OP_RANDOM_UNIFORM:
-    case GR_OP_RANDOM_NORMAL: return lw_lower_random(c);
-    case GR_OP_IF:
-    case GR_OP_LOOP: return gr_error(GR_ERR_UNSUPPORTED, "%s: control flow not lowered yet", c->where);
-    default: break;
-    }
-    if (n->op > GR_OP_IDENTITY && n->op <= GR_OP_CAST) return lw_lower_elementwise(c);
-    return gr_error(GR_ERR_UNSUPPORTED, "%s: no lowering for this op", c->where);
+    if ((unsigned)n->op >= GR_OP_COUNT) return gr_error(GR_ERR_UNSUPPORTED, "%s: no lowering for this op", c->where);
+    return lowerings[n->op](c);
 }
 
 gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {

@@ -80,7 +80,11 @@ gr_status gr_graph_add_constant(gr_graph_t g, const char *name, gr_dtype dtype, 
     if (ndim < 0 || ndim > GR_MAX_DIMS) return gr_error(GR_ERR_INVALID, "constant '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (dims[i] < 0) return gr_error(GR_ERR_SHAPE, "constant '%s': dim %d is negative", name ? name : "?", i);
-    if (gr_shape_numel(ndim, dims) > 0 && !data) return gr_error(GR_ERR_INVALID, "constant '%s': data is NULL", name ? name : "?");
+    int64_t numel;
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "constant '%s': the shape holds more than %lld elements", name ? name : "?",
+                        (long long)GR_MAX_NUMEL);
+    if (numel > 0 && !data) return gr_error(GR_ERR_INVALID, "constant '%s': data is NULL", name ? name : "?");
     int v;
     GR_TRY(gr_ir_add_const(g, name, dtype, ndim, dims, data, &v));
     *out = v;

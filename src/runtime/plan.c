@@ -2,6 +2,7 @@
  * pipeline, device memory (arena, constants, input placeholders), kernel
  * preparation; and the per-step argument binding used by every mode. */
 #include "runtime/runtime-impl.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,18 +43,34 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
+/* Process-wide debug hook (tests). Set before sessions are used; the lock
+ * keeps fn and user a matching pair for a plan built on another thread. */
+static pthread_mutex_t step_hook_lock = PTHREAD_MUTEX_INITIALIZER;
 static gr_rt_step_hook step_hook;
 static void *step_hook_user;
 void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user) {
+    pthread_mutex_lock(&step_hook_lock);
     step_hook = fn;
     step_hook_user = user;
+    pthread_mutex_unlock(&step_hook_lock);
+}
+static gr_rt_step_hook get_step_hook(void **user) {
+    pthread_mutex_lock(&step_hook_lock);
+    gr_rt_step_hook fn = step_hook;
+    *user = step_hook_user;
+    pthread_mutex_unlock(&step_hook_lock);
+    return fn;
 }
 
 /* The test hook rewrites the fused steps before memory planning, inside the
  * one pipeline (it lets tests insert host steps that no op lowers to yet). */
+typedef struct {
+    gr_rt_step_hook fn;
+    void *user;
+} step_hook_snapshot; /* taken once per plan */
 static gr_status after_pass(void *user, const char *pass, gr_compiled *c) {
-    (void)user;
-    if (step_hook && !strcmp(pass, "fuse")) return step_hook(step_hook_user, c->g, &c->steps);
+    const step_hook_snapshot *hook = user;
+    if (hook->fn && !strcmp(pass, "fuse")) return hook->fn(hook->user, c->g, &c->steps);
     return GR_OK;
 }
 
@@ -71,7 +88,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
         goto fail;
     }
     if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
-    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = NULL};
+    step_hook_snapshot hook;
+    hook.fn = get_step_hook(&hook.user);
+    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &hook};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;

@@ -108,12 +108,15 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (ndim != v->ndim)
         return gr_error(GR_ERR_SHAPE, "input '%s': rank %d given, graph expects %s", name, ndim, want);
     int64_t numel = 1;
+    if (ndim > 0 && !dims) return gr_error(GR_ERR_INVALID, "input '%s': dims is NULL", name);
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0) return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative", name, d);
         if (v->dims[d].sym == GR_SYM_NONE && dims[d] != v->dims[d].size)
             return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, graph expects %s", name, d, (long long)dims[d], want);
-        numel *= dims[d];
     }
+    /* checked: a wrapped count could match a small buffer and bind a huge shape */
+    if (!gr_shape_numel_checked(ndim, dims, &numel))
+        return gr_error(GR_ERR_SHAPE, "input '%s': the shape holds more than %lld elements", name, (long long)GR_MAX_NUMEL);
     size_t need = (size_t)numel * gr_dtype_size(dtype);
     if (nbytes != need)
         return gr_error(GR_ERR_SHAPE, "input '%s': %zu bytes given, shape needs %zu", name, nbytes, need);
@@ -215,10 +218,13 @@ static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
         gr_status st = gr_rt_step_launch(s, p, i);
         if (st != GR_OK) {
-            const gr_step *step = &p->steps.data[i];
-            if (step->node >= 0 && step->node < p->g->nodes.len) {
+            /* the node the error is about (a gather fused into this step's
+             * kernel names its own node), else the step's */
+            int node = gr_error_node() >= 0 ? gr_error_node() : p->steps.data[i].node;
+            gr_error_set_node(-1); /* named here: gr_session_run must not name it again */
+            if (node >= 0 && node < p->g->nodes.len) {
                 char where[512];
-                gr_ir_node_where(p->g, &p->g->nodes.data[step->node], where, sizeof where);
+                gr_ir_node_where(p->g, &p->g->nodes.data[node], where, sizeof where);
                 return gr_error_prefix(st, "%s", where);
             }
             return st;
@@ -240,6 +246,7 @@ gr_status gr_session_run(gr_session_t s) {
     memset(&s->stats, 0, sizeof s->stats);
     s->run_t0 = d->iface->clock_us(d->ctx);
     gr_status st = GR_OK;
+    gr_error_set_node(-1);
     if (s->ev_start) st = d->iface->event_record(d->ctx, s->ev_start, s->stream);
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
@@ -257,6 +264,13 @@ gr_status gr_session_run(gr_session_t s) {
         else st = run_segment_eager(s, p, seg);
     }
     if (st == GR_OK && s->ev_end) st = d->iface->event_record(d->ctx, s->ev_end, s->stream);
+    if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
+        /* a kernel of a replayed graph failed: name the node it is about */
+        char where[512];
+        gr_ir_node_where(p->g, &p->g->nodes.data[gr_error_node()], where, sizeof where);
+        gr_error_set_node(-1);
+        gr_error_prefix(st, "%s", where);
+    }
     if (st != GR_OK) {
         /* the device may hold partial work: drain it; placeholders must be re-filled */
         gr_dev_sync(d, s->stream);

@@ -1,5 +1,6 @@
 /* util/alloc — the one host allocator hook; failure injection for tests. */
 #include "util/util.h"
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,17 @@ static void *default_alloc(void *user, void *ptr, size_t old_size, size_t new_si
     return realloc(ptr, new_size);
 }
 
+/* Process-wide, set before sessions are used (graft.h): plain globals, read
+ * by every allocation on every thread and written only while no other thread
+ * is inside graft. */
 static gr_alloc_fn alloc_fn = default_alloc;
 static void *alloc_user;
-/* Test hooks. Plain globals: failure injection is a single-threaded test facility. */
-static long fail_countdown; /* >0: the allocation that brings it to 0 fails */
-static long alloc_count;
-static long live_allocs;
+/* Counters for tests, shared by all threads: atomic, so sessions on several
+ * threads keep gr_debug_live_allocs exact. Relaxed order: they are counts,
+ * nothing is published through them. */
+static atomic_long fail_countdown; /* >0: the allocation that brings it to 0 fails */
+static atomic_long alloc_count;
+static atomic_long live_allocs;
 
 void gr_set_allocator(gr_alloc_fn fn, void *user) {
     alloc_fn = fn ? fn : default_alloc;
@@ -27,17 +33,21 @@ void gr_set_allocator(gr_alloc_fn fn, void *user) {
 }
 
 long gr_debug_fail_alloc_after(long n) {
-    long made = alloc_count;
-    alloc_count = 0;
-    fail_countdown = n;
+    long made = atomic_exchange_explicit(&alloc_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&fail_countdown, n > 0 ? n : 0, memory_order_relaxed);
     return made;
 }
 
-long gr_debug_live_allocs(void) { return live_allocs; }
+long gr_debug_live_allocs(void) { return atomic_load_explicit(&live_allocs, memory_order_relaxed); }
 
+/* Exactly one allocation fails per armed countdown, whichever thread makes it. */
 static bool injected_failure(void) {
-    alloc_count++;
-    if (fail_countdown > 0 && --fail_countdown == 0) return true;
+    atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+    long left = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    while (left > 0)
+        if (atomic_compare_exchange_weak_explicit(&fail_countdown, &left, left - 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return left == 1;
     return false;
 }
 
@@ -52,7 +62,7 @@ void *gr_malloc(size_t n) {
         gr_nomem();
         return NULL;
     }
-    live_allocs++;
+    atomic_fetch_add_explicit(&live_allocs, 1, memory_order_relaxed);
     return p;
 }
 
@@ -83,7 +93,7 @@ void *gr_realloc(void *p, size_t old_n, size_t new_n) {
 
 void gr_free(void *p, size_t n) {
     if (!p) return;
-    live_allocs--;
+    atomic_fetch_sub_explicit(&live_allocs, 1, memory_order_relaxed);
     alloc_fn(alloc_user, p, n, 0);
 }
 

@@ -5,11 +5,19 @@
 
 #define GR_ERRMSG_MAX 4096
 static _Thread_local char last_error[GR_ERRMSG_MAX];
+static _Thread_local int last_error_node = -1;
+
+void gr_error_set_node(int node) { last_error_node = node; }
+int gr_error_node(void) { return last_error_node; }
 
 const char *gr_last_error(void) { return last_error; }
-void gr_error_clear(void) { last_error[0] = 0; }
+void gr_error_clear(void) {
+    last_error[0] = 0;
+    last_error_node = -1;
+}
 
 gr_status gr_errorv(gr_status st, const char *fmt, va_list ap) {
+    last_error_node = -1;
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     return st;
 }
@@ -43,6 +51,7 @@ gr_status gr_error_prefix(gr_status st, const char *fmt, ...) {
 static const char nomem_message[] = "out of host memory";
 gr_status gr_nomem(void) {
     memcpy(last_error, nomem_message, sizeof nomem_message);
+    last_error_node = -1;
     return GR_ERR_NOMEM;
 }
 

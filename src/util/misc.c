@@ -22,6 +22,22 @@ int64_t gr_shape_numel(int ndim, const int64_t *dims) {
     return n;
 }
 
+bool gr_shape_numel_checked(int ndim, const int64_t *dims, int64_t *numel) {
+    int64_t nonzero = 1;
+    bool empty = false;
+    *numel = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 0) return false;
+        if (dims[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (gr_mul_overflow(nonzero, dims[i], &nonzero) || nonzero > GR_MAX_NUMEL) return false;
+    }
+    *numel = empty ? 0 : nonzero;
+    return true;
+}
+
 gr_status gr_read_file(const char *path, char **out, size_t *out_n) {
     *out = NULL;
     if (out_n) *out_n = 0;

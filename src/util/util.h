@@ -29,6 +29,13 @@ gr_status gr_errorv(gr_status st, const char *fmt, va_list ap);
 gr_status gr_error_prefix(gr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gr_error_clear(void);
 gr_status gr_nomem(void); /* prepared out-of-memory message */
+/* The IR node (an index into the graph being run) that the last error is
+ * about, or -1. Layers below the IR that know a node only by number (a
+ * kernel's gather bounds check) set it after gr_error, so the runtime can name
+ * the user's node even when the failing access was fused into another node's
+ * kernel. gr_error, gr_errorv and gr_nomem reset it; gr_error_prefix keeps it. */
+void gr_error_set_node(int node);
+int gr_error_node(void);
 
 #define GR_TRY(expr)                               \
     do {                                           \
@@ -73,9 +80,24 @@ int64_t gr_load_i64(const void *buf, gr_dtype t, int64_t i);
 void gr_store_f64(void *buf, gr_dtype t, int64_t i, double v);
 void gr_store_i64(void *buf, gr_dtype t, int64_t i, int64_t v);
 
+/* ---- checked arithmetic for sizes ----------------------------------------------------
+ * GR_MAX_NUMEL bounds the element count of every tensor graft handles (inputs,
+ * constants, every inferred shape, lowering temporaries, bound inputs). The
+ * bound applies to the product of the non-zero dims, so a zero-size tensor
+ * cannot hide huge dims; every partial product of dims, every row-major
+ * stride and every byte count (numel * dtype size <= 2^43) then fits in
+ * int64_t and size_t without further checks. */
+#define GR_MAX_NUMEL ((int64_t)1 << 40)
+/* a * b and a + b into *out; true when the exact result does not fit (as __builtin_*_overflow). */
+static inline bool gr_mul_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool gr_add_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
+/* Element count of dims (each >= 0) into *numel; false when a dim is negative
+ * or the product of the non-zero dims exceeds GR_MAX_NUMEL. */
+bool gr_shape_numel_checked(int ndim, const int64_t *dims, int64_t *numel);
+
 /* ---- misc ---------------------------------------------------------------------------- */
 uint64_t gr_hash_bytes(const void *p, size_t n, uint64_t seed); /* FNV-1a 64 */
-int64_t gr_shape_numel(int ndim, const int64_t *dims);
+int64_t gr_shape_numel(int ndim, const int64_t *dims); /* unchecked: for shapes already within GR_MAX_NUMEL */
 /* Reads a whole file; the buffer is NUL-terminated (n excludes the NUL). */
 gr_status gr_read_file(const char *path, char **out, size_t *out_n);
 double gr_now_us(void); /* monotonic wall clock */

@@ -278,6 +278,7 @@ UNARY = {
     "silu": (lambda x: x / (1 + np.exp(-x)), (-6, 6), "trans"),
     "sin": (np.sin, (-6, 6), "trans"),
     "cos": (np.cos, (-6, 6), "trans"),
+    "softplus": (lambda x: np.logaddexp(x, 0), (-30, 30), "trans"),
 }
 
 
@@ -311,6 +312,17 @@ def test_unary_bf16(tmp_path, op):
     (out,) = g.run(tmp_path)
     ref = to_bf16(UNARY[op][0](x.astype(F64)).astype(F32))
     assert_close(out, ref, tol("trans", "bf16"), op + " bf16")
+
+
+def test_softplus_extremes(tmp_path):
+    # no overflow for large x, no loss for very negative x, NaN and infinities through
+    x = np.array([-1000, -80, -20, -1e-3, 0, 1e-3, 20, 80, 1000, np.inf, -np.inf, np.nan], F32)
+    out = run_op(tmp_path, "softplus", [x])
+    with np.errstate(all="ignore"):
+        ref = np.logaddexp(x.astype(F64), 0).astype(F32)
+    assert np.array_equal(np.isnan(out), np.isnan(ref)), "softplus NaN"
+    ok = ~np.isnan(ref)
+    assert_close(out[ok], ref[ok], tol("trans", F32), "softplus extremes")
 
 
 @pytest.mark.parametrize("op", ["neg", "abs", "relu"])

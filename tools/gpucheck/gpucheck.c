@@ -163,11 +163,10 @@ static void kreduce(gr_kernel *k, gr_kreduce fn, int value) {
     gr_kernel_add_stage(k, &s);
 }
 
-static const char *const unary_names[GR_KU_COUNT] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip",
-                                                     "tanh", "sigmoid", "erf", "relu", "gelu", "gelu_tanh", "selu",
-                                                     "silu", "sin", "cos", "isnan", "not", "floor", "ceil"};
-static const char *const binary_names[GR_KB_COUNT] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
+#define unary_names gr_kunary_names
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "min", "max", "eq",
                                                       "lt", "le", "gt", "ge", "and", "or", "mod"};
+_Static_assert(sizeof binary_names / sizeof binary_names[0] == GR_KB_COUNT, "a name per binary function");
 
 static double dtype_tol(gr_dtype t, bool transcendental) {
     if (t == GR_F16) return 1e-3;

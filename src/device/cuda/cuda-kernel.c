@@ -1,78 +1,21 @@
 /* device/cuda/cuda-kernel — kernel_prepare: render, compile with NVRTC for the
  * device's exact architecture, cache the cubin on disk, load the module. */
 #include "codegen/render-cuda.h"
+#include "device/cuda/cuda-cache.h"
 #include "device/cuda/cuda-impl.h"
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-/* ==== disk cache ============================================================================ */
+/* ==== disk cache (cuda-cache.c) ============================================================ */
 
-static void mkdir_p(const char *path) {
-    char buf[1200];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        mkdir(buf, 0755);
-        *p = '/';
-    }
-    mkdir(buf, 0755);
-}
-
-static uint64_t cache_key(const char *source, int arch) {
+static gr_cuda_cache kernel_cache(const gr_cuda_ctx *c) {
+    gr_cuda_cache kc = {.dir = c->cache_dir, .arch = c->arch, .options = gr_cuda_nvrtc_options()};
     const gr_nvrtc_api *nv = NULL;
-    int ver[3] = {arch, 0, 0};
     if (gr_cuda_load_nvrtc(&nv) == GR_OK) {
-        ver[1] = nv->major;
-        ver[2] = nv->minor;
+        kc.nvrtc_major = nv->major;
+        kc.nvrtc_minor = nv->minor;
     }
-    uint64_t h = gr_hash_bytes(source, strlen(source), 0x6772616674ull);
-    const char *opts = gr_cuda_nvrtc_options();
-    h = gr_hash_bytes(opts, strlen(opts), h);
-    return gr_hash_bytes(ver, sizeof ver, h);
-}
-
-static void cache_path(const gr_cuda_ctx *c, uint64_t key, char *out, size_t n) {
-    snprintf(out, n, "%s/kernels/sm%d-%016llx.cubin", c->cache_dir, c->arch, (unsigned long long)key);
-}
-
-/* Reads a cached cubin; false when absent or unreadable (never an error). */
-static bool cache_read(const gr_cuda_ctx *c, uint64_t key, void **out, size_t *n) {
-    if (!c->cache_dir) return false;
-    char path[1200];
-    cache_path(c, key, path, sizeof path);
-    if (access(path, R_OK) != 0) return false;
-    char *buf;
-    size_t len;
-    if (gr_read_file(path, &buf, &len) != GR_OK) {
-        gr_error_clear();
-        return false;
-    }
-    if (len < 16) {
-        gr_free(buf, len + 1);
-        return false;
-    }
-    *out = buf;
-    *n = len + 1; /* gr_read_file allocated len + 1 */
-    return true;
-}
-
-/* Best effort: a cache that cannot be written only costs a recompile next time. */
-static void cache_write(const gr_cuda_ctx *c, uint64_t key, const void *data, size_t n) {
-    if (!c->cache_dir) return;
-    char dir[1100], path[1200], tmp[1300];
-    snprintf(dir, sizeof dir, "%s/kernels", c->cache_dir);
-    mkdir_p(dir);
-    cache_path(c, key, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    bool ok = fwrite(data, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) unlink(tmp);
+    return kc;
 }
 
 /* ==== prepare / release =========================================================================== */
@@ -99,19 +42,26 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **
     }
     st = gr_kernel_clone(k, &f->kernel);
     if (st != GR_OK) goto fail;
-    uint64_t key = cache_key(sb.data, c->arch);
+    gr_cuda_cache kc = kernel_cache(c);
     void *image = NULL;
     size_t image_n = 0;
-    if (cache_read(c, key, &image, &image_n)) {
-        if (load_module(c, image, &f->module) == GR_OK) f->from_cache = true;
-        else gr_error_clear(); /* stale or corrupt entry: compile again and overwrite it */
-        gr_free(image, image_n);
+    if (gr_cuda_cache_load(&kc, sb.data, &image, &image_n)) {
+        if (load_module(c, image, &f->module) == GR_OK) {
+            f->from_cache = true;
+        } else { /* valid entry the driver refuses: compile again and store over it */
+            char *path = gr_cuda_cache_path(&kc, sb.data);
+            fprintf(stderr, "graft: warning: kernel cache entry '%s' does not load (%s); compiling kernel %s again\n",
+                    path ? path : "?", gr_last_error(), k->name);
+            gr_strfree(path);
+            gr_error_clear();
+        }
+        gr_cuda_cache_free(image, image_n);
     }
     if (!f->from_cache) {
         st = gr_cuda_nvrtc_compile(sb.data, k->name, c->arch, false, &image, &image_n);
         if (st != GR_OK) goto fail;
         st = load_module(c, image, &f->module);
-        if (st == GR_OK) cache_write(c, key, image, image_n);
+        if (st == GR_OK) gr_cuda_cache_store(&kc, sb.data, image, image_n);
         gr_free(image, image_n);
         if (st != GR_OK) {
             gr_error_prefix(st, "kernel %s", k->name);

@@ -241,19 +241,7 @@ static gr_status fold_slice(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
         int64_t ax = na >= 0 ? norm_axis(axes[k], x->ndim) : k;
         if (ax < 0 || ax >= x->ndim) return ox_node_error(c, GR_ERR_SHAPE, "slice axis out of range");
         int64_t d = x->dims[ax], s = nst >= 0 ? steps[k] : 1, b = starts[k], e = ends[k];
-        if (s == 0) return ox_node_error(c, GR_ERR_SHAPE, "slice step is 0");
-        if (b < 0) b += d;
-        if (e < 0 && e > INT64_MIN / 2) e += d;
-        if (s > 0) {
-            b = b < 0 ? 0 : b > d ? d : b;
-            e = e < 0 ? 0 : e > d ? d : e;
-            dims[ax] = e > b ? (e - b + s - 1) / s : 0;
-        } else {
-            b = b < 0 ? -1 : b > d - 1 ? d - 1 : b;
-            e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-            dims[ax] = b > e ? (b - e + (-s) - 1) / (-s) : 0;
-        }
-        lo[ax] = b;
+        if (!gr_ir_slice_axis(d, b, e, s, &lo[ax], &dims[ax])) return ox_node_error(c, GR_ERR_SHAPE, "slice step is 0");
         step[ax] = s;
     }
     GR_TRY(ox_tensor_new(x->dtype, x->ndim, dims, out));

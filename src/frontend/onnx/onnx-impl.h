@@ -24,7 +24,7 @@
 /* Constants up to this many elements are folded at import time. */
 #define OX_FOLD_MAX_ELEMS 65536
 /* Largest tensor the importer will hold (elements); larger is a malformed model. */
-#define OX_MAX_ELEMS ((int64_t)1 << 40)
+#define OX_MAX_ELEMS GR_MAX_NUMEL /* graft's one size limit (util.h) */
 
 /* A host tensor known at import time. `unknown` (optional, one byte per
  * element) marks elements that depend on a symbolic dim: such a tensor is only

@@ -889,6 +889,7 @@ static const struct {
     {"Relu", GR_OP_RELU, cv_simple},
     {"Sin", GR_OP_SIN, cv_simple},
     {"Cos", GR_OP_COS, cv_simple},
+    {"Softplus", GR_OP_SOFTPLUS, cv_simple},
     {"Selu", GR_OP_SELU, cv_selu},
     {"Gelu", GR_OP_GELU, cv_gelu},
     {"Min", GR_OP_MIN, cv_variadic},
