@@ -5,20 +5,24 @@
 # driver (tests/fuzz/replay.c), so they are regression tests without libFuzzer.
 # With GRAFT_FUZZ=ON under clang the same targets are also built for libFuzzer,
 # with bounded smoke runs (the clang stage of scripts/test.sh runs them).
-# The ONNX loader's target lives in tests/onnx.cmake.
+# The ONNX loader's libFuzzer build lives in tests/onnx.cmake; its corpus is
+# replayed here too.
 
 set(graft_fuzz_src ${CMAKE_SOURCE_DIR}/tests/fuzz)
 # Seeds: the hand-made corpora plus every .gir the project ships or tests with.
-# Known crashes of a target (bugs being fixed elsewhere) wait in
-# tests/fuzz/crashes/<target>/ and are not replayed through that target
-# (tests/fuzz/README.md lists them); the reader target does replay the
-# differential target's.
-set(gir_fuzz_seeds ${graft_fuzz_src}/corpus/gir ${graft_fuzz_src}/corpus/diff ${graft_fuzz_src}/crashes/diff
+# A reproducer of a crash that is not fixed yet waits in tests/fuzz/crashes/,
+# which no replay reads (tests/fuzz/README.md).
+set(gir_fuzz_seeds ${graft_fuzz_src}/corpus/gir ${graft_fuzz_src}/corpus/diff
                    ${CMAKE_SOURCE_DIR}/examples ${CMAKE_SOURCE_DIR}/tests/data/gir)
 set(diff_fuzz_seeds ${graft_fuzz_src}/corpus/diff ${graft_fuzz_src}/corpus/gir ${CMAKE_SOURCE_DIR}/examples
                     ${CMAKE_SOURCE_DIR}/tests/data/gir)
 
-foreach(target gir_fuzz diff_fuzz)
+set(onnx_fuzz_seeds ${graft_fuzz_src}/corpus/onnx)
+set(graft_fuzz_replayed gir_fuzz diff_fuzz)
+if(GRAFT_ONNX_ENABLED)
+  list(APPEND graft_fuzz_replayed onnx_fuzz)
+endif()
+foreach(target ${graft_fuzz_replayed})
   add_executable(${target}_replay tests/fuzz/${target}.c tests/fuzz/replay.c)
   target_link_libraries(${target}_replay graft)
   # white-box like the other tests: the targets use IR internals (the library's layers do not see src/)
