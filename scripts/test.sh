@@ -25,8 +25,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== build (clang, -Werror; libFuzzer target) =="
 CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_FUZZ=ON >/dev/null
 cmake --build build-clang -j"$jobs"
-echo "== tests (clang: C unit tests and a bounded fuzz run of the ONNX loader) =="
-ctest --test-dir build-clang --output-on-failure -j"$jobs" -R '^(test_|onnx_fuzz_smoke)'
+echo "== tests (clang: C unit tests and bounded fuzz runs: ONNX loader, .gir reader, eager vs graph) =="
+ctest --test-dir build-clang --output-on-failure -j"$jobs" -R '^(test_|(onnx|gir|diff)_fuzz_smoke)'
 
 echo "== build (clang, ThreadSanitizer; the thread test only) =="
 CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_TSAN=ON >/dev/null

@@ -54,7 +54,7 @@ if(GRAFT_FUZZ AND GRAFT_ONNX_ENABLED AND CMAKE_C_COMPILER_ID MATCHES "Clang")
                  ${GRAFT_ONNX_GEN_DIR}/onnx_subset.pb-c.c)
   target_include_directories(onnx_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/include ${GRAFT_VIEWS}/graft_frontend
                              ${GRAFT_ONNX_GEN_DIR} ${GRAFT_PROTOBUFC_INCLUDE})
-  target_compile_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_compile_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
   target_link_options(onnx_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(onnx_fuzz ${GRAFT_PROTOBUFC_LIB} m)
   set_target_properties(onnx_fuzz PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
