@@ -5,16 +5,18 @@
  * the text does). A graph that parses is run twice, with different input
  * values, in a session of each mode through the public API (graft.h): every
  * call must return the same status in both, and every output must have the
- * same type and the same bits; no call may fail with GR_ERR_INTERNAL or
- * without a message. A violation calls abort(), which libFuzzer reports.
- * Graph mode captures on the first run and replays on the second, so both
- * capture and replay are compared with eager execution.
+ * same type and the same bits; no call may fail with GR_ERR_INTERNAL, or
+ * without a message, or with raw control bytes in it. A violation calls
+ * abort(), which libFuzzer reports. Graph mode captures on the first run and
+ * replays on the second, so both capture and replay are compared with eager
+ * execution.
  *
  * Work per input is bounded so the fuzzer does not time out: at most
  * DIFF_MAX_NODES nodes (subgraphs included), and at most DIFF_MAX_ELEMS
  * elements summed over every value of the graph once its symbolic dims are
  * bound (inputs, constants, intermediates and outputs alike). */
 #include "graft.h"
+#include "fuzz-common.h"
 #include "ir/ir.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -135,7 +137,7 @@ static bool put_status(transcript *t, const char *what, gr_status st) {
     int32_t s = st;
     put(t, &s, sizeof s);
     if (st != GR_OK && !t->first_error[0]) snprintf(t->first_error, sizeof t->first_error, "%s: %s", what, gr_last_error());
-    if (st == GR_ERR_INTERNAL || (st != GR_OK && !*gr_last_error())) {
+    if (st == GR_ERR_INTERNAL || (st != GR_OK && (!*gr_last_error() || !fuzz_message_escaped(gr_last_error())))) {
         /* bad input deserves a clear error; GR_ERR_INTERNAL means graft broke its own rules */
         fprintf(stderr, "diff_fuzz: %s returned %s: '%s'\n", what, gr_status_name(st), gr_last_error());
         abort();

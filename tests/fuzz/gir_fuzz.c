@@ -3,7 +3,8 @@
  *
  * Properties checked (a violation calls abort(), which libFuzzer reports):
  *  - a parse error is a status with a message ("fuzz.gir:LINE:COL: ..." for
- *    syntax errors), *out stays NULL and nothing leaks;
+ *    syntax errors) that holds no raw control bytes, *out stays NULL and
+ *    nothing leaks;
  *  - printing is a fixed point: print(parse(print(parse(x)))) is byte for
  *    byte print(parse(x)), and the printed text parses; a clone prints the same;
  *  - the verifier and shape inference on what parses return a status with a
@@ -14,6 +15,7 @@
  * Side files resolve against a directory that does not exist, so relative
  * `file(...)` references fail cleanly without reading anything. */
 #include "frontend/frontend.h"
+#include "fuzz-common.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@ static void check_error(gr_status st, const char *stage) {
     const char *msg = gr_last_error();
     if (st == GR_ERR_INTERNAL) fail(stage, "returned GR_ERR_INTERNAL", NULL);
     if (!msg || !*msg) fail(stage, "returned an error without a message", NULL);
+    if (!fuzz_message_escaped(msg)) fail(stage, "returned a message with raw control bytes", NULL);
 }
 
 static char *print_or_die(const gr_graph *g, const char *stage) {
