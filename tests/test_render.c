@@ -1,6 +1,8 @@
 /* test_render — kernels built by hand with the kir.h builder API, rendered to
- * CUDA C and compiled with NVRTC (loaded with dlopen) for sm_90. Needs no GPU;
- * skipped with a clear message where NVRTC is not installed. */
+ * CUDA C in literal and in shape-generic mode and compiled with NVRTC (loaded
+ * with dlopen) for sm_90. Needs no GPU; skipped with a clear message where NVRTC
+ * is not installed. Generic mode: one source per structure whatever the sizes,
+ * different sources for different structures, the slot values round-trip. */
 #include "check.h"
 #include "codegen/kir.h"
 #include "codegen/render-cuda.h"
@@ -9,7 +11,7 @@
 #include <string.h>
 
 static bool nvrtc_present;
-static int compiled;
+static int compiled, compiled_generic;
 
 #define OK_OR_FAIL(expr)                \
     do {                                \
@@ -20,7 +22,50 @@ static int compiled;
 
 static const gr_dtype all_dtypes[] = {GR_F32, GR_F16, GR_BF16, GR_F64, GR_I64, GR_I32, GR_I8, GR_U8, GR_BOOL};
 
-/* Renders k, checks `needles` appear in the source, compiles for sm_<arch>. Destroys k. */
+/* Compiles src with NVRTC (when present); the entry point must be in the cubin's source. */
+static void nvrtc_check(const char *src, const char *name, int arch, int *counter) {
+    if (!nvrtc_present) return;
+    void *cubin = NULL;
+    size_t n = 0;
+    gr_status st = gr_cuda_nvrtc_compile(src, name, arch, false, &cubin, &n);
+    CHECK_MSG(st == GR_OK && n > 0, "compile %s: %s", name, gr_last_error());
+    if (st != GR_OK && getenv("GRAFT_TEST_VERBOSE")) fprintf(stderr, "%s\n", src);
+    if (cubin) gr_free(cubin, n);
+    (*counter)++;
+}
+
+/* The generic rendering of k: every size from gr_dims (no size of k appears as a
+ * literal), compiled too. */
+static void render_generic(const gr_kernel *k, int arch) {
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    gr_status st = gr_render_cuda_mode(k, GR_RENDER_GENERIC, &sb);
+    CHECK_MSG(st == GR_OK, "generic render %s: %s", k->name, gr_last_error());
+    if (st == GR_OK) {
+        const char *dump = getenv("GRAFT_TEST_DUMP_GENERIC");
+        if (dump && strstr(k->name, dump)) printf("%s\n", sb.data);
+        char entry[64];
+        gr_render_cuda_entry_name(k, GR_RENDER_GENERIC, entry, sizeof entry);
+        CHECK_MSG(strstr(sb.data, entry) != NULL, "kernel %s: generic source lacks its entry %s", k->name, entry);
+        CHECK_MSG(strstr(sb.data, k->name) == NULL, "kernel %s: generic source names the kernel", k->name);
+        int n = gr_kernel_slot_count(k);
+        char decl[64];
+        snprintf(decl, sizeof decl, "struct gr_dims_t { long long v[%d]; };", n);
+        CHECK_MSG(n > 0 && strstr(sb.data, decl) != NULL, "kernel %s: no slot struct of %d", k->name, n);
+        /* no extent of k is a literal of the generic code (the prelude has its own numbers) */
+        const char *body = strstr(sb.data, decl);
+        for (int d = 0; body && d < k->n_outer; d++) {
+            char lit[40];
+            snprintf(lit, sizeof lit, "%lldLL", (long long)k->outer[d]);
+            if (k->outer[d] > 1) CHECK_MSG(strstr(body, lit) == NULL, "kernel %s: extent %s in generic code", k->name, lit);
+        }
+        nvrtc_check(sb.data, k->name, arch, &compiled_generic);
+    }
+    gr_sb_free(&sb);
+}
+
+/* Renders k, checks `needles` appear in the source, compiles for sm_<arch>; then the
+ * same in generic mode. Destroys k. */
 static void render_compile_arch(gr_kernel *k, const char *const *needles, int arch) {
     if (!k) return;
     gr_strbuf sb;
@@ -32,17 +77,10 @@ static void render_compile_arch(gr_kernel *k, const char *const *needles, int ar
         if (dump && strstr(k->name, dump)) printf("%s\n", sb.data);
         for (int i = 0; needles && needles[i]; i++)
             CHECK_MSG(strstr(sb.data, needles[i]) != NULL, "kernel %s: source lacks \"%s\"", k->name, needles[i]);
-        if (nvrtc_present) {
-            void *cubin = NULL;
-            size_t n = 0;
-            st = gr_cuda_nvrtc_compile(sb.data, k->name, arch, false, &cubin, &n);
-            CHECK_MSG(st == GR_OK && n > 0, "compile %s: %s", k->name, gr_last_error());
-            if (st != GR_OK && getenv("GRAFT_TEST_VERBOSE")) fprintf(stderr, "%s\n", sb.data);
-            if (cubin) gr_free(cubin, n);
-            compiled++;
-        }
+        nvrtc_check(sb.data, k->name, arch, &compiled);
     }
     gr_sb_free(&sb);
+    render_generic(k, arch);
     gr_kernel_destroy(k);
 }
 static void render_compile(gr_kernel *k, const char *const *needles) { render_compile_arch(k, needles, 90); }
@@ -433,6 +471,243 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* ==== generic mode: one source per structure ================================================ */
+
+/* Kernel forms a lowering emits, each at a size s (s > 1) and with structure variants:
+ *   0 bias:     y[i, j] = x[i, j] * 0.5 + bias[j]        outer [s, 3s]; variant 1: mul by bias
+ *   1 mean:     y[i] = sum_j x[i, j] / (3s)               outer [s], inner [3s] (1/count is a constant)
+ *   2 softmax:  y = softmax(x^T) over the inner dim      outer [2, s], inner [s + 5], transposed input
+ *   3 gather:   y[i, j] = table[idx[i] * 16 + j]         table [s + 100, 16], idx [2s]
+ *   4 mask:     y[i, j] = j <= i + 1 ? x[i, j] : -inf    outer [s, s] (INDEX, a trilu-like k)
+ * variant 1 changes the structure: an op (0), the reduction (1), contiguity (2), the
+ * index dtype (3), a dtype (4). */
+static gr_kernel *family(int form, int64_t s, int variant) {
+    gr_kernel *k = NULL;
+    char name[64];
+    snprintf(name, sizeof name, "fam%d_v%d_s%lld", form, variant, (long long)s);
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    gr_status st = GR_OK;
+    int x, y, n, b, lx, lb, c, v, acc, cnt;
+    gr_kaccess a, ab, ay;
+    gr_kaccess_init(&a);
+    gr_kaccess_init(&ab);
+    gr_kaccess_init(&ay);
+#define T(expr) \
+    if (st == GR_OK) st = (expr)
+    switch (form) {
+    case 0:
+        k->n_outer = 2, k->outer[0] = s, k->outer[1] = 3 * s;
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "bias", &b));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+        T(gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n));
+        k->n_points_param = n;
+        access_outer(k, &a);
+        ab.stride[1] = 1; /* broadcast over rows */
+        T(gr_kx_load(k, x, &a, &lx));
+        T(gr_kx_load(k, b, &ab, &lb));
+        T(gr_kx_const_f(k, GR_F32, 0.5, &c));
+        T(gr_kx_binary(k, GR_KB_MUL, GR_F32, lx, c, &v));
+        T(gr_kx_binary(k, variant ? GR_KB_MUL : GR_KB_ADD, GR_F32, v, lb, &v));
+        T(store(k, y, v, &a, false));
+        break;
+    case 1:
+        k->n_outer = 1, k->outer[0] = s, k->n_inner = 1, k->inner[0] = 3 * s;
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+        a.stride[0] = 3 * s, a.inner_stride[0] = 1;
+        ay.stride[0] = 1;
+        T(gr_kx_load(k, x, &a, &lx));
+        T(reduce(k, variant ? GR_KR_MAX : GR_KR_SUM, lx));
+        T(gr_kx_acc(k, 0, GR_F32, &acc));
+        T(gr_kx_const_f(k, GR_F32, (double)(3 * s), &cnt));
+        T(gr_kx_binary(k, GR_KB_DIV, GR_F32, acc, cnt, &v));
+        T(store(k, y, v, &ay, false));
+        break;
+    case 2: {
+        k->n_outer = 2, k->outer[0] = 2, k->outer[1] = s, k->n_inner = 1, k->inner[0] = s + 5;
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+        /* x stored [2, s+5, s]: the row is strided (variant 1: stored [2, s, s+5], contiguous) */
+        if (variant) a.stride[0] = s * (s + 5), a.stride[1] = s + 5, a.inner_stride[0] = 1;
+        else a.stride[0] = s * (s + 5), a.stride[1] = 1, a.inner_stride[0] = s;
+        ay.stride[0] = s * (s + 5), ay.stride[1] = s + 5, ay.inner_stride[0] = 1;
+        int m, d, e, sum;
+        T(gr_kx_load(k, x, &a, &lx));
+        T(reduce(k, GR_KR_MAX, lx));
+        T(gr_kx_acc(k, 0, GR_F32, &m));
+        T(gr_kx_binary(k, GR_KB_SUB, GR_F32, lx, m, &d));
+        T(gr_kx_unary(k, GR_KU_EXP, GR_F32, d, &e));
+        T(reduce(k, GR_KR_SUM, e));
+        T(gr_kx_acc(k, 1, GR_F32, &sum));
+        T(gr_kx_binary(k, GR_KB_DIV, GR_F32, e, sum, &v));
+        T(store(k, y, v, &ay, true));
+        break;
+    }
+    case 3: {
+        k->n_outer = 2, k->outer[0] = 2 * s, k->outer[1] = 16;
+        int table, idx, li;
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F16, "table", &table));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, variant ? GR_I32 : GR_I64, "idx", &idx));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F16, "out", &y));
+        access_outer(k, &ay);
+        gr_kaccess ai, at;
+        gr_kaccess_init(&ai);
+        ai.stride[0] = 1;
+        ai.offset = s; /* a slice of the index buffer starting at s */
+        T(gr_kx_load(k, idx, &ai, &li));
+        gr_kaccess_init(&at);
+        at.stride[1] = 1;
+        at.index = li;
+        at.index_stride = 16;
+        at.index_extent = s + 100;
+        T(gr_kx_load(k, table, &at, &v));
+        T(store(k, y, v, &ay, false));
+        break;
+    }
+    case 4: {
+        k->n_outer = 2, k->outer[0] = s, k->outer[1] = s;
+        gr_dtype t = variant ? GR_F16 : GR_F32;
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x));
+        T(gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y));
+        access_outer(k, &a);
+        int r, col, diff, ck, keep, ninf;
+        T(gr_kx_index(k, 0, &r));
+        T(gr_kx_index(k, 1, &col));
+        T(gr_kx_binary(k, GR_KB_SUB, GR_I64, col, r, &diff));
+        T(gr_kx_const_i(k, GR_I64, 1, &ck));
+        T(gr_kx_binary(k, GR_KB_LE, GR_BOOL, diff, ck, &keep));
+        T(gr_kx_load(k, x, &a, &lx));
+        T(gr_kx_const_f(k, t, -1.0 / 0.0, &ninf));
+        T(gr_kx_select(k, t, keep, lx, ninf, &v));
+        T(store(k, y, v, &a, false));
+        break;
+    }
+    default: st = GR_ERR_INVALID;
+    }
+#undef T
+    CHECK_OK(st);
+    if (st != GR_OK) {
+        gr_kernel_destroy(k);
+        return NULL;
+    }
+    return k;
+}
+#define N_FORMS 5
+
+static char *render_mode(const gr_kernel *k, gr_render_mode mode) {
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    gr_status st = gr_render_cuda_mode(k, mode, &sb);
+    CHECK_MSG(st == GR_OK, "render %s: %s", k->name, gr_last_error());
+    if (st != GR_OK) {
+        gr_sb_free(&sb);
+        return NULL;
+    }
+    return gr_sb_take(&sb);
+}
+
+static bool same_str(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+static void test_generic_same_source(void) {
+    for (int form = 0; form < N_FORMS; form++) {
+        gr_kernel *k1 = family(form, 4, 0), *k2 = family(form, 37, 0), *kv = family(form, 4, 1);
+        if (!k1 || !k2 || !kv) goto next;
+        char *g1 = render_mode(k1, GR_RENDER_GENERIC), *g2 = render_mode(k2, GR_RENDER_GENERIC);
+        char *gv = render_mode(kv, GR_RENDER_GENERIC);
+        char *l1 = render_mode(k1, GR_RENDER_LITERAL), *l2 = render_mode(k2, GR_RENDER_LITERAL);
+        /* two sizes, one structure: byte-identical generic source (literal sources differ) */
+        CHECK_MSG(same_str(g1, g2), "form %d: generic sources differ between sizes 4 and 37", form);
+        CHECK_MSG(l1 && l2 && !same_str(l1, l2), "form %d: literal sources should differ", form);
+        CHECK(gr_kernel_structure_hash(k1) == gr_kernel_structure_hash(k2));
+        CHECK(gr_kernel_hash(k1) != gr_kernel_hash(k2));
+        bool eq = false;
+        CHECK_OK(gr_kernel_structure_equal(k1, k2, &eq));
+        CHECK(eq);
+        /* another structure: another source */
+        CHECK_MSG(gv && g1 && !same_str(g1, gv), "form %d: variant renders the same generic source", form);
+        CHECK(gr_kernel_structure_hash(k1) != gr_kernel_structure_hash(kv));
+        CHECK_OK(gr_kernel_structure_equal(k1, kv, &eq));
+        CHECK(!eq);
+        /* slots: same count, different values, and they carry the sizes */
+        gr_kslot_map m1, m2;
+        if (gr_kslot_map_build(k1, &m1) == GR_OK) {
+            if (gr_kslot_map_build(k2, &m2) == GR_OK) {
+                CHECK(m1.n == m2.n && m1.n == gr_kernel_slot_count(k1));
+                int64_t v1[64], v2[64];
+                if (m1.n <= 64 && m2.n <= 64) {
+                    gr_kernel_slot_values(k1, &m1, v1);
+                    gr_kernel_slot_values(k2, &m2, v2);
+                    CHECK_MSG(memcmp(v1, v2, sizeof(int64_t) * (size_t)m1.n) != 0, "form %d: same slot values", form);
+                    /* applying k2's values to a copy of k1 gives k2 (gr_kernel_hash covers all of it) */
+                    gr_kernel *c = NULL;
+                    CHECK_OK(gr_kernel_clone(k1, &c));
+                    if (c) {
+                        gr_kernel_apply_slots(c, &m1, v2);
+                        CHECK_MSG(gr_kernel_hash(c) == gr_kernel_hash(k2), "form %d: apply_slots does not rebuild k2", form);
+                        gr_kernel_destroy(c);
+                    }
+                }
+                gr_kslot_map_free(&m2);
+            }
+            gr_kslot_map_free(&m1);
+        }
+        if (g1) nvrtc_check(g1, k1->name, 90, &compiled_generic);
+        if (gv) nvrtc_check(gv, kv->name, 90, &compiled_generic);
+        gr_strfree(g1), gr_strfree(g2), gr_strfree(gv), gr_strfree(l1), gr_strfree(l2);
+    next:
+        gr_kernel_destroy(k1), gr_kernel_destroy(k2), gr_kernel_destroy(kv);
+    }
+    /* the kernel name and parameter names are not structure: another name, same code */
+    gr_kernel *a = family(0, 5, 0), *b = family(0, 6, 0);
+    if (a && b) {
+        snprintf(b->name, sizeof b->name, "other_name");
+        snprintf(b->params[0].name, sizeof b->params[0].name, "renamed");
+        char *ga = render_mode(a, GR_RENDER_GENERIC), *gb = render_mode(b, GR_RENDER_GENERIC);
+        CHECK(same_str(ga, gb));
+        gr_strfree(ga), gr_strfree(gb);
+    }
+    /* a dim of size 1 is a size, not structure (its extent is a slot like any other) */
+    gr_kernel_destroy(a), gr_kernel_destroy(b);
+    a = family(4, 2, 0), b = family(4, 3, 0);
+    if (a && b) {
+        a->outer[0] = 1; /* [1, 2] against [3, 3]: same code */
+        char *ga = render_mode(a, GR_RENDER_GENERIC), *gb = render_mode(b, GR_RENDER_GENERIC);
+        CHECK(same_str(ga, gb));
+        gr_strfree(ga), gr_strfree(gb);
+    }
+    gr_kernel_destroy(a), gr_kernel_destroy(b);
+}
+
+/* A kernel with more slots than a generic kernel takes: refused with a clear error. */
+static void test_generic_too_many_slots(void) {
+    gr_kernel *k = NULL;
+    int x, y, v = -1, l;
+    gr_kaccess a;
+    OK_OR_FAIL(gr_kernel_create("many_loads", &k));
+    k->n_outer = 8;
+    for (int d = 0; d < 8; d++) k->outer[d] = 2;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+    gr_kaccess_init(&a);
+    for (int d = 0; d < 8; d++) a.stride[d] = 3 << d; /* not contiguous: every stride is a slot */
+    for (int i = 0; i < 60; i++) {
+        a.offset = i;
+        OK_OR_FAIL(gr_kx_load(k, x, &a, &l));
+        if (v < 0) v = l;
+        else OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, v, l, &v));
+    }
+    access_outer(k, &a);
+    OK_OR_FAIL(store(k, y, v, &a, false));
+    CHECK(gr_kernel_slot_count(k) > GR_KMAX_SLOTS);
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    CHECK_ERR(gr_render_cuda_mode(k, GR_RENDER_GENERIC, &sb), GR_ERR_UNSUPPORTED, "many_loads");
+    gr_sb_free(&sb);
+fail:
+    gr_kernel_destroy(k);
+}
+
 static void test_errors(void) {
     gr_kernel *k = NULL;
     int x, y, lx;
@@ -450,21 +725,24 @@ static void test_errors(void) {
     CHECK_ERR(gr_render_cuda(k, &sb), GR_ERR_INVALID, "not a C identifier");
     gr_sb_free(&sb);
 
-    /* allocation failures while rendering: error, no leak */
+    /* allocation failures while rendering, in either mode: error, no leak */
     snprintf(k->name, sizeof k->name, "alloc_fail");
-    long before = gr_debug_live_allocs();
-    bool succeeded = false;
-    for (long n = 1; n < 200 && !succeeded; n++) {
-        gr_sb_init(&sb);
-        gr_debug_fail_alloc_after(n);
-        gr_status st = gr_render_cuda(k, &sb);
-        gr_debug_fail_alloc_after(0);
-        CHECK(st == GR_OK || st == GR_ERR_NOMEM);
-        succeeded = st == GR_OK;
-        gr_sb_free(&sb);
-        CHECK(gr_debug_live_allocs() == before);
+    for (int mode = GR_RENDER_LITERAL; mode <= GR_RENDER_GENERIC; mode++) {
+        long before = gr_debug_live_allocs();
+        bool succeeded = false;
+        for (long n = 1; n < 200 && !succeeded; n++) {
+            gr_sb_init(&sb);
+            gr_debug_fail_alloc_after(n);
+            gr_status st = gr_render_cuda_mode(k, (gr_render_mode)mode, &sb);
+            gr_debug_fail_alloc_after(0);
+            CHECK(st == GR_OK || st == GR_ERR_NOMEM);
+            succeeded = st == GR_OK;
+            gr_sb_free(&sb);
+            CHECK(gr_debug_live_allocs() == before);
+        }
+        CHECK(succeeded);
     }
-    CHECK(succeeded);
+    CHECK_ERR(gr_render_cuda_mode(k, (gr_render_mode)7, &sb), GR_ERR_INVALID, "bad render mode");
 
     if (nvrtc_present) {
         void *cubin = NULL;
@@ -537,6 +815,8 @@ int main(void) {
     test_random(GR_F32);
     test_random(GR_F64);
     test_indirect_mixed();
+    test_generic_same_source();
+    test_generic_too_many_slots();
     test_errors();
     /* older architectures take the portable bf16 rounding path */
     if (nvrtc_present) {
@@ -552,6 +832,6 @@ int main(void) {
                 gr_kernel_destroy(k);
         }
     }
-    printf("test_render: %d kernels compiled with NVRTC\n", compiled);
+    printf("test_render: %d kernels compiled with NVRTC (+ %d in generic mode)\n", compiled, compiled_generic);
     return check_summary("test_render");
 }

@@ -193,6 +193,73 @@ gr_status gr_kernel_print(const gr_kernel *k, gr_strbuf *sb);
 /* Stable hash of everything that affects generated code. */
 uint64_t gr_kernel_hash(const gr_kernel *k);
 
+/* ---- shape-generic form (kir-generic.c) ---------------------------------------------------
+ * A kernel lowered at two bindings of a symbolic model differs only in numbers: extents,
+ * strides, offsets, gather index strides/extents, the point counts, and constants (a
+ * mean's 1/count is one). Those are the kernel's *slots*; everything else is its
+ * *structure*: parameters (kind, dtype, written), dims counts, n_points_param, stages,
+ * expression ops/dtypes/operands, RANDOM seeds, and each access's layout class: whether
+ * its outer walk is contiguous row-major (address = offset + linear index), likewise its
+ * inner walk, and which of its other strides are zero (broadcast). Layout classes are
+ * structure because they do not change with a dim's size, only with its being 1
+ * (a binding with a size-1 dim may get a structure of its own: correct, just not shared).
+ *
+ * Generic code reads every slot from an array passed at launch, so kernels of one
+ * structure share one compiled function (render-cuda.h, GR_RENDER_GENERIC) and the
+ * simulator one template kernel. Slot order is fixed by the structure (gr_kslot_map). */
+
+/* Slots of one access, as indices into the slot array (-1: not a slot). */
+typedef struct {
+    bool lin;                     /* outer walk contiguous: offset + linear outer index (no strides) */
+    bool ri;                      /* inner walk contiguous: + linear inner index */
+    int offset;
+    int stride[GR_MAX_DIMS];      /* non-zero outer strides when !lin */
+    int inner_stride[GR_MAX_DIMS];/* non-zero inner strides when !ri */
+    int index_extent, index_stride; /* gathers */
+    int n;                        /* slots of this access */
+} gr_kaccess_slots;
+
+/* Where each slot of a kernel sits. */
+typedef struct {
+    int n;                        /* slots in all */
+    int points;                   /* prod(outer), or -1 when the n_points_param argument gives it */
+    int outer[GR_MAX_DIMS];       /* outer extents */
+    int inner[GR_MAX_DIMS];       /* inner extents */
+    int inner_points;             /* prod(inner), or -1 without inner dims */
+    int *node;                    /* per expression node: first slot of a CONST / LOAD, else -1 */
+    int stage[GR_KMAX_STAGES];    /* per STORE stage: first slot of its access, else -1 */
+    int node_cap;                 /* entries allocated in node */
+} gr_kslot_map;
+
+/* Most slots a generic kernel may take: with GR_KMAX_PARAMS 8-byte parameters they
+ * fit CUDA's 4 KB of kernel parameters ((4096 - 32 * 8) / 8). A kernel with more is
+ * compiled literally (the devices count it as a fallback). */
+#define GR_KMAX_SLOTS 480
+
+/* Contiguous row-major walks (dims of extent 1 are ignored: their index is always 0). */
+bool gr_kaccess_outer_contiguous(const gr_kernel *k, const gr_kaccess *a);
+bool gr_kaccess_inner_contiguous(const gr_kernel *k, const gr_kaccess *a);
+/* Slots of access a whose first slot is `first` (layout as in gr_kslot_map_build). */
+void gr_kaccess_slot_layout(const gr_kernel *k, const gr_kaccess *a, int first, gr_kaccess_slots *out);
+/* Number of slots of k (no allocation). */
+int gr_kernel_slot_count(const gr_kernel *k);
+gr_status gr_kslot_map_build(const gr_kernel *k, gr_kslot_map *m);
+void gr_kslot_map_free(gr_kslot_map *m);
+/* The slot values of k (m->n of them, m built from k or a kernel of the same structure).
+ * Float constants travel as the bits of their double, integers as themselves. */
+void gr_kernel_slot_values(const gr_kernel *k, const gr_kslot_map *m, int64_t *vals);
+/* Writes slot values into k (the inverse): extents, strides, offsets, constants;
+ * the strides of contiguous walks are set row-major from the new extents. */
+void gr_kernel_apply_slots(gr_kernel *k, const gr_kslot_map *m, const int64_t *vals);
+/* Hash of the structure (gr_kernel_hash ignoring every slot); equal structures hash equal. */
+uint64_t gr_kernel_structure_hash(const gr_kernel *k);
+/* Whether a and b have the same structure (exact, not by hash). */
+gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out);
+/* A kernel computing what k computes, built from template t of the same structure:
+ * t's code with k's slot values, and k's name, parameter names, source node and
+ * gather origins (for messages). GR_ERR_INVALID when the structures differ. */
+gr_status gr_kernel_instantiate(const gr_kernel *t, const gr_kernel *k, gr_kernel **out);
+
 /* ---- reference interpreter ----------------------------------------------------------------
  * Runs the kernel on host memory (BUFFER args are host pointers; a
  * BUFFER_INDIRECT arg points at a slot holding the buffer pointer). Before

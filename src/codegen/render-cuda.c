@@ -229,24 +229,10 @@ bool gr_render_cuda_is_block_kernel(const gr_kernel *k) {
     return false;
 }
 
-/* Outer part of the access is offset + linear outer index (row-major, unit stride). */
-static bool outer_contiguous(const gr_kernel *k, const gr_kaccess *a) {
-    int64_t want = 1;
-    for (int d = k->n_outer - 1; d >= 0; d--) {
-        if (k->outer[d] != 1 && a->stride[d] != want) return false;
-        want *= k->outer[d];
-    }
-    return true;
-}
-
-static bool inner_contiguous(const gr_kernel *k, const gr_kaccess *a) {
-    int64_t want = 1;
-    for (int d = k->n_inner - 1; d >= 0; d--) {
-        if (k->inner[d] != 1 && a->inner_stride[d] != want) return false;
-        want *= k->inner[d];
-    }
-    return true;
-}
+/* Outer part of the access is offset + linear outer index (row-major, unit stride);
+ * likewise the inner part. The layout classes are structure in generic mode (kir.h). */
+static bool outer_contiguous(const gr_kernel *k, const gr_kaccess *a) { return gr_kaccess_outer_contiguous(k, a); }
+static bool inner_contiguous(const gr_kernel *k, const gr_kaccess *a) { return gr_kaccess_inner_contiguous(k, a); }
 
 static bool param_written(const gr_kernel *k, int p) {
     if (k->params[p].written) return true;
@@ -331,8 +317,16 @@ typedef struct {
     gr_strbuf *sb;
     const char *indent;
     bool vec;             /* inside the vectorized loop: vectorizable loads come from gr_lN.v[j] */
+    const gr_kslot_map *map; /* generic mode: where each number is read from (gr_dims.v[i]); NULL: literals */
     char tmp[2][512];
 } emit_ctx;
+
+/* An integer of the kernel as C: its literal, or in generic mode its slot. */
+static const char *num(const emit_ctx *c, int slot, int64_t v, char *buf, size_t n) {
+    if (c->map) snprintf(buf, n, "gr_dims.v[%d]", slot);
+    else snprintf(buf, n, "%lldLL", (long long)v);
+    return buf;
+}
 
 static ctype node_ct(const gr_kernel *k, int i) { return ctype_of(k->nodes.data[i].dtype); }
 
@@ -344,7 +338,29 @@ static const char *operand(const gr_kernel *k, int i, ctype to, char *buf, size_
     return buf;
 }
 
-static void sb_address(gr_strbuf *sb, const gr_kernel *k, const gr_kaccess *a) {
+/* The address of access a, whose slots start at `first` (generic mode). */
+static void sb_address(gr_strbuf *sb, const emit_ctx *c, const gr_kaccess *a, int first) {
+    const gr_kernel *k = c->k;
+    if (c->map) {
+        /* the same terms as below, every number from its slot; zero strides and the
+         * contiguous walks are structure (kir.h), so they shape the code here too */
+        gr_kaccess_slots as;
+        gr_kaccess_slot_layout(k, a, first, &as);
+        gr_sb_printf(sb, "(gr_dims.v[%d]", as.offset);
+        if (as.lin) gr_sb_puts(sb, " + lin");
+        for (int d = 0; d < k->n_outer; d++)
+            if (as.stride[d] >= 0) gr_sb_printf(sb, " + gr_dims.v[%d] * o%d", as.stride[d], d);
+        if (as.ri) gr_sb_puts(sb, " + ri");
+        for (int d = 0; d < k->n_inner; d++)
+            if (as.inner_stride[d] >= 0) gr_sb_printf(sb, " + gr_dims.v[%d] * r%d", as.inner_stride[d], d);
+        if (a->index >= 0) {
+            const char *iv = node_ct(k, a->index) == CT_I64 ? "" : "(long long)";
+            gr_sb_printf(sb, " + gr_wrap(%sv%d, gr_dims.v[%d]) * gr_dims.v[%d]", iv, a->index, as.index_extent,
+                         as.index_stride);
+        }
+        gr_sb_puts(sb, ")");
+        return;
+    }
     gr_sb_printf(sb, "(%lldLL", (long long)a->offset);
     if (outer_contiguous(k, a) && k->n_outer > 0) {
         gr_sb_puts(sb, " + lin");
@@ -406,8 +422,16 @@ static void emit_node(emit_ctx *c, int i) {
     gr_sb_printf(sb, "%sconst %s v%d = ", c->indent, ctype_name(ct), i);
     switch (e->op) {
     case GR_KX_CONST:
-        if (ct == CT_I64) sb_int_literal(sb, e->i);
-        else sb_float_literal(sb, ct, e->f);
+        if (c->map) { /* a value, not structure: the bits of the double or the integer */
+            int sl = c->map->node[i];
+            if (ct == CT_I64) gr_sb_printf(sb, "gr_dims.v[%d]", sl);
+            else if (ct == CT_F32) gr_sb_printf(sb, "(float)__longlong_as_double(gr_dims.v[%d])", sl);
+            else gr_sb_printf(sb, "__longlong_as_double(gr_dims.v[%d])", sl);
+        } else if (ct == CT_I64) {
+            sb_int_literal(sb, e->i);
+        } else {
+            sb_float_literal(sb, ct, e->f);
+        }
         break;
     case GR_KX_INDEX:
         if (e->which == GR_KIDX_LINEAR) snprintf(t0, 512, "lin");
@@ -429,7 +453,7 @@ static void emit_node(emit_ctx *c, int i) {
             gr_sb_printf(&ld, "gr_l%d.v[j]", i);
         } else {
             gr_sb_printf(&ld, "p%d[", e->param);
-            sb_address(&ld, k, &e->access);
+            sb_address(&ld, c, &e->access, c->map ? c->map->node[i] : -1);
             gr_sb_puts(&ld, "]");
         }
         gr_strbuf val;
@@ -480,12 +504,17 @@ static void emit_marked(emit_ctx *c, const bool *mark) {
 
 /* ==== kernel structure ========================================================================= */
 
+/* slots: generic mode, the extents' slot indices (extents of 1 are not special there:
+ * a size is never structure); NULL: literal extents. */
 static void emit_decompose(gr_strbuf *sb, const char *indent, const char *lin, const char *var, int n,
-                           const int64_t *ext) {
+                           const int64_t *ext, const int *slots) {
     if (n == 0) return;
     gr_sb_printf(sb, "%slong long gr_t_%s = %s;\n", indent, var, lin);
     for (int d = n - 1; d >= 1; d--) {
-        if (ext[d] == 1) {
+        if (slots) {
+            gr_sb_printf(sb, "%sconst long long %s%d = gr_t_%s %% gr_dims.v[%d];\n", indent, var, d, var, slots[d]);
+            gr_sb_printf(sb, "%sgr_t_%s /= gr_dims.v[%d];\n", indent, var, slots[d]);
+        } else if (ext[d] == 1) {
             gr_sb_printf(sb, "%sconst long long %s%d = 0;\n", indent, var, d);
         } else {
             gr_sb_printf(sb, "%sconst long long %s%d = gr_t_%s %% %lldLL;\n", indent, var, d, var, (long long)ext[d]);
@@ -502,14 +531,31 @@ static void emit_store(emit_ctx *c, const gr_kstage *st, const char *indent) {
     char val[32];
     snprintf(val, sizeof val, "v%d", st->value);
     gr_sb_printf(c->sb, "%sp%d[", indent, st->param);
-    sb_address(c->sb, k, &st->access);
+    sb_address(c->sb, c, &st->access, c->map ? c->map->stage[(int)(st - k->stages)] : -1);
     gr_sb_puts(c->sb, "] = ");
     sb_to_storage(c->sb, bt, node_ct(k, st->value), val);
     gr_sb_puts(c->sb, ";\n");
 }
 
-static void emit_signature(gr_strbuf *sb, const gr_kernel *k, unsigned bound) {
-    gr_sb_printf(sb, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", bound, k->name);
+static const char *const kind_name[] = {
+    [GR_KP_BUFFER] = "buffer", [GR_KP_BUFFER_INDIRECT] = "indirect buffer", [GR_KP_SCALAR_F] = "float scalar",
+    [GR_KP_SCALAR_I] = "int scalar", [GR_KP_SHAPE] = "shape"};
+_Static_assert(sizeof kind_name / sizeof kind_name[0] == GR_KP_SHAPE + 1, "a name per parameter kind");
+
+/* Generic mode: the slots travel by value as one struct after the kir parameters.
+ * Why a struct and not one long long parameter per slot: one kernelParams entry and
+ * one pointer per launch however many slots there are; the kir parameters keep their
+ * 8-byte offsets (an updatable node's patch kernel writes argument i at offset 8*i);
+ * the size (GR_KMAX_SLOTS) keeps everything within CUDA's 4 KB of kernel parameters;
+ * and slot reads are constant-bank operands like any other parameter, with no
+ * device-resident table to allocate, fill before each launch, or keep alive for graphs. */
+static void emit_signature(const emit_ctx *c, unsigned bound) {
+    gr_strbuf *sb = c->sb;
+    const gr_kernel *k = c->k;
+    char entry[64];
+    gr_render_cuda_entry_name(k, c->map ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, entry, sizeof entry);
+    if (c->map && c->map->n > 0) gr_sb_printf(sb, "struct gr_dims_t { long long v[%d]; };\n", c->map->n);
+    gr_sb_printf(sb, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", bound, entry);
     for (int p = 0; p < k->n_params; p++) {
         const gr_kparam *pp = &k->params[p];
         const char *cq = param_written(k, p) ? "" : "const ";
@@ -524,15 +570,19 @@ static void emit_signature(gr_strbuf *sb, const gr_kernel *k, unsigned bound) {
         case GR_KP_SHAPE: gr_sb_printf(sb, "long long p%d", p); break;
         }
     }
+    if (c->map && c->map->n > 0) gr_sb_printf(sb, "%sconst gr_dims_t gr_dims", k->n_params ? ", " : "");
     gr_sb_puts(sb, ") {\n");
     for (int p = 0; p < k->n_params; p++) {
         const gr_kparam *pp = &k->params[p];
-        gr_sb_printf(sb, "  // p%d: %s\n", p, pp->name);
+        /* generic code is shared by kernels of other names: no names in it */
+        if (c->map) gr_sb_printf(sb, "  // p%d: %s\n", p, kind_name[pp->kind]);
+        else gr_sb_printf(sb, "  // p%d: %s\n", p, pp->name);
         if (pp->kind == GR_KP_BUFFER_INDIRECT)
             gr_sb_printf(sb, "  %s%s* __restrict__ const p%d = *p%d_slot;\n", param_written(k, p) ? "" : "const ",
                          storage_name(pp->dtype), p, p);
     }
     if (k->n_points_param >= 0) gr_sb_printf(sb, "  const long long gr_n = p%d;\n", k->n_points_param);
+    else if (c->map) gr_sb_printf(sb, "  const long long gr_n = gr_dims.v[%d];\n", c->map->points);
     else gr_sb_printf(sb, "  const long long gr_n = %lldLL;\n", (long long)gr_kernel_points(k));
 }
 
@@ -540,7 +590,7 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
     const gr_kernel *k = c->k;
     c->indent = indent;
     c->vec = vec;
-    emit_decompose(c->sb, indent, "lin", "o", k->n_outer, k->outer);
+    emit_decompose(c->sb, indent, "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
@@ -570,6 +620,7 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
     gr_sb_puts(sb, "  const long long gr_tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
     gr_sb_puts(sb, "  const long long gr_nthreads = (long long)gridDim.x * blockDim.x;\n");
     gr_sb_puts(sb, "  long long gr_start = 0;\n");
+    char nb[64];
     if (gr_render_cuda_is_vectorized(k)) {
         /* which loads are read as vectors: those in some store's cone */
         bool *used = mark + k->nodes.len;
@@ -579,13 +630,15 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
         for (int i = 0; i < k->nodes.len; i++) {
             const gr_kexpr *e = &k->nodes.data[i];
             if (!used[i] || !load_vectorizable(k, e)) continue;
-            gr_sb_printf(sb, "  gr_aligned = gr_aligned && ((unsigned long long)(p%d + %lldLL) %% alignof(gr_v4<%s>)) == 0;\n",
-                         e->param, (long long)e->access.offset, storage_name(k->params[e->param].dtype));
+            gr_sb_printf(sb, "  gr_aligned = gr_aligned && ((unsigned long long)(p%d + %s) %% alignof(gr_v4<%s>)) == 0;\n",
+                         e->param, num(c, c->map ? c->map->node[i] : -1, e->access.offset, nb, sizeof nb),
+                         storage_name(k->params[e->param].dtype));
         }
         for (int s = 0; s < k->n_stages; s++) {
             const gr_kstage *st = &k->stages[s];
-            gr_sb_printf(sb, "  gr_aligned = gr_aligned && ((unsigned long long)(p%d + %lldLL) %% alignof(gr_v4<%s>)) == 0;\n",
-                         st->param, (long long)st->access.offset, storage_name(k->params[st->param].dtype));
+            gr_sb_printf(sb, "  gr_aligned = gr_aligned && ((unsigned long long)(p%d + %s) %% alignof(gr_v4<%s>)) == 0;\n",
+                         st->param, num(c, c->map ? c->map->stage[s] : -1, st->access.offset, nb, sizeof nb),
+                         storage_name(k->params[st->param].dtype));
         }
         gr_sb_puts(sb, "  if (gr_aligned) {\n");
         gr_sb_printf(sb, "    const long long gr_nvec = gr_n / %d;\n", GR_VEC_WIDTH);
@@ -595,8 +648,8 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
             const gr_kexpr *e = &k->nodes.data[i];
             if (!used[i] || !load_vectorizable(k, e)) continue;
             const char *stn = storage_name(k->params[e->param].dtype);
-            gr_sb_printf(sb, "      const gr_v4<%s> gr_l%d = *reinterpret_cast<const gr_v4<%s>*>(p%d + %lldLL + gr_base);\n",
-                         stn, i, stn, e->param, (long long)e->access.offset);
+            gr_sb_printf(sb, "      const gr_v4<%s> gr_l%d = *reinterpret_cast<const gr_v4<%s>*>(p%d + %s + gr_base);\n",
+                         stn, i, stn, e->param, num(c, c->map ? c->map->node[i] : -1, e->access.offset, nb, sizeof nb));
         }
         for (int s = 0; s < k->n_stages; s++)
             gr_sb_printf(sb, "      gr_v4<%s> gr_s%d;\n", storage_name(k->params[k->stages[s].param].dtype), s);
@@ -608,8 +661,8 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
         for (int s = 0; s < k->n_stages; s++) {
             const gr_kstage *st = &k->stages[s];
             const char *stn = storage_name(k->params[st->param].dtype);
-            gr_sb_printf(sb, "      *reinterpret_cast<gr_v4<%s>*>(p%d + %lldLL + gr_base) = gr_s%d;\n", stn, st->param,
-                         (long long)st->access.offset, s);
+            gr_sb_printf(sb, "      *reinterpret_cast<gr_v4<%s>*>(p%d + %s + gr_base) = gr_s%d;\n", stn, st->param,
+                         num(c, c->map ? c->map->stage[s] : -1, st->access.offset, nb, sizeof nb), s);
         }
         gr_sb_puts(sb, "    }\n");
         gr_sb_printf(sb, "    gr_start = gr_nvec * %d;\n", GR_VEC_WIDTH);
@@ -644,7 +697,7 @@ static void emit_block(emit_ctx *c, bool *mark) {
         if (k->stages[s].kind == GR_KS_REDUCE)
             gr_sb_printf(sb, "  __shared__ %s gr_sh%d[32];\n", ctype_name(node_ct(k, k->stages[s].value)), s);
     gr_sb_puts(sb, "  for (long long lin = blockIdx.x; lin < gr_n; lin += gridDim.x) {\n");
-    emit_decompose(sb, "    ", "lin", "o", k->n_outer, k->outer);
+    emit_decompose(sb, "    ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
         ctype vct = node_ct(k, st->value);
@@ -661,8 +714,12 @@ static void emit_block(emit_ctx *c, bool *mark) {
             gr_sb_printf(sb, "    {  // stage %d: store p%d\n", s, st->param);
         }
         if (walks_inner) {
-            gr_sb_printf(sb, "      for (long long ri = threadIdx.x; ri < %lldLL; ri += blockDim.x) {\n", (long long)inner);
-            emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner);
+            if (c->map && c->map->inner_points >= 0)
+                gr_sb_printf(sb, "      for (long long ri = threadIdx.x; ri < gr_dims.v[%d]; ri += blockDim.x) {\n",
+                             c->map->inner_points);
+            else /* no inner dims: one inner point, in either mode */
+                gr_sb_printf(sb, "      for (long long ri = threadIdx.x; ri < %lldLL; ri += blockDim.x) {\n", (long long)inner);
+            emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner, c->map ? c->map->inner : NULL);
             c->indent = "        ";
             c->vec = false;
             emit_marked(c, mark);
@@ -677,7 +734,7 @@ static void emit_block(emit_ctx *c, bool *mark) {
             /* one value per outer point: thread 0 stores it (the value reads no inner index) */
             gr_sb_puts(sb, "      if (threadIdx.x == 0) {\n");
             gr_sb_puts(sb, "        const long long ri = 0;\n");
-            emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner);
+            emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner, c->map ? c->map->inner : NULL);
             c->indent = "        ";
             c->vec = false;
             emit_marked(c, mark);
@@ -699,7 +756,16 @@ static bool is_identifier(const char *s) {
     return true;
 }
 
-gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb) {
+void gr_render_cuda_entry_name(const gr_kernel *k, gr_render_mode mode, char *buf, size_t n) {
+    if (mode == GR_RENDER_GENERIC) snprintf(buf, n, "gr_g_%016llx", (unsigned long long)gr_kernel_structure_hash(k));
+    else snprintf(buf, n, "%s", k->name);
+}
+
+gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb) { return gr_render_cuda_mode(k, GR_RENDER_LITERAL, sb); }
+
+gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf *sb) {
+    if (mode != GR_RENDER_LITERAL && mode != GR_RENDER_GENERIC)
+        return gr_error(GR_ERR_INVALID, "kernel %s: bad render mode %d", k->name, (int)mode);
     GR_TRY(gr_kernel_verify(k));
     if (!is_identifier(k->name))
         return gr_error(GR_ERR_INVALID, "kernel '%s': name is not a C identifier", k->name);
@@ -710,17 +776,30 @@ gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb) {
             (e->op == GR_KX_BINARY && (e->fn < 0 || e->fn >= GR_KB_COUNT)))
             return gr_error(GR_ERR_INVALID, "kernel %s: node %d: bad function %d", k->name, i, e->fn);
     }
+    gr_kslot_map map;
+    memset(&map, 0, sizeof map);
+    if (mode == GR_RENDER_GENERIC) {
+        int n = gr_kernel_slot_count(k);
+        if (n > GR_KMAX_SLOTS)
+            return gr_error(GR_ERR_UNSUPPORTED, "kernel %s: %d shape slots, more than the %d a generic kernel takes", k->name,
+                            n, GR_KMAX_SLOTS);
+        GR_TRY(gr_kslot_map_build(k, &map));
+    }
     size_t mark_bytes = 2 * ((size_t)k->nodes.len + 1) * sizeof(bool);
     bool *mark = gr_malloc(mark_bytes);
-    if (!mark) return GR_ERR_NOMEM;
-    emit_ctx c = {.k = k, .sb = sb, .indent = "  "};
+    if (!mark) {
+        gr_kslot_map_free(&map);
+        return GR_ERR_NOMEM;
+    }
+    emit_ctx c = {.k = k, .sb = sb, .indent = "  ", .map = mode == GR_RENDER_GENERIC ? &map : NULL};
     bool block = gr_render_cuda_is_block_kernel(k);
     gr_sb_puts(sb, prelude);
-    emit_signature(sb, k, block ? GR_RED_BLOCK : GR_EW_BLOCK);
+    emit_signature(&c, block ? GR_RED_BLOCK : GR_EW_BLOCK);
     if (block) emit_block(&c, mark);
     else emit_elementwise(&c, mark);
     gr_sb_puts(sb, "}\n");
     gr_free(mark, mark_bytes);
+    gr_kslot_map_free(&map);
     if (sb->failed) return gr_nomem();
     return GR_OK;
 }

@@ -19,8 +19,24 @@
 #include "codegen/kir.h"
 
 /* Appends the CUDA C source of k to sb. GR_ERR_INVALID for a kernel that does not verify
- * or whose name is not a C identifier. */
+ * or whose name is not a C identifier. Literal mode (gr_render_cuda): every number is a
+ * literal, so index math folds to constants (the default: fastest for static models). */
 gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb);
+
+/* Generic mode reads every slot of the kernel (kir.h: extents, strides, offsets, gather
+ * extents/strides, point counts, constants) from one extra by-value parameter after the
+ * kir parameters, `const gr_dims_t gr_dims` (struct { long long v[n]; }, n =
+ * gr_kernel_slot_count(k), absent when n == 0), filled with gr_kernel_slot_values. The
+ * source is a function of the structure only: kernels of one structure, at any sizes
+ * and with any names, render byte-identical source, so one compiled module serves all.
+ * Vectorization and address forms follow the layout classes, which are structure;
+ * alignment is checked at run time as in literal mode. More than GR_KMAX_SLOTS slots:
+ * GR_ERR_UNSUPPORTED (compile such a kernel literally). */
+typedef enum { GR_RENDER_LITERAL = 0, GR_RENDER_GENERIC } gr_render_mode;
+gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf *sb);
+/* The __global__ function's name in that source: k->name (literal) or "gr_g_<16 hex
+ * digits of gr_kernel_structure_hash>" (generic). n >= 64 always suffices. */
+void gr_render_cuda_entry_name(const gr_kernel *k, gr_render_mode mode, char *buf, size_t n);
 
 /* A key for caches of rendered/compiled code: the kernel hash mixed with the renderer version. */
 uint64_t gr_render_cuda_key(const gr_kernel *k);
@@ -30,7 +46,8 @@ bool gr_render_cuda_is_block_kernel(const gr_kernel *k);
 /* true: the elementwise kernel has a 4-wide vectorized main loop. */
 bool gr_render_cuda_is_vectorized(const gr_kernel *k);
 
-/* Grid and block for n_points outer points; max_grid caps the grid (>= 1). */
+/* Grid and block for n_points outer points; max_grid caps the grid (>= 1). The same for
+ * both modes (the vectorization decision is structure). */
 void gr_render_cuda_launch_dims(const gr_kernel *k, int64_t n_points, unsigned max_grid, unsigned *grid,
                                 unsigned *block);
 
