@@ -216,6 +216,22 @@ typedef struct {
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 
+/* Kernel preparation counters of the session's device since the session was created.
+ * A model with symbolic dims gets shape-generic kernels (sizes passed at launch): one
+ * compiled module per kernel structure, whatever the binding, so a new binding of its
+ * dims adds to generic_reused but not to compiled or modules_loaded. A static model
+ * gets literal kernels (sizes folded into the code), one module each. */
+typedef struct {
+    long prepared;          /* kernels prepared, all plans */
+    long compiled;          /* NVRTC compilations (CUDA; 0 on the simulator) */
+    long disk_cache_hits;   /* compiled kernels read from the kernel cache (CUDA) */
+    long modules_loaded;    /* kernel modules loaded (on the simulator: those CUDA would load) */
+    long generic_new;       /* shape-generic kernels of a structure not loaded before */
+    long generic_reused;    /* shape-generic kernels that shared a loaded module */
+    long generic_fallbacks; /* too many sizes for a generic kernel: compiled literally */
+} gr_kernel_stats;
+GR_API gr_status gr_session_kernel_stats(gr_session_t s, gr_kernel_stats *out);
+
 /* Runs the current plan once eagerly with device events around every step
  * and reports each kernel's time (GPU time on CUDA, simulated on sim), slowest
  * first, plus their sum. Needs one run before. */

@@ -66,7 +66,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 35 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 36 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -151,10 +151,15 @@ gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t
     return d->iface->memset_async(d->ctx, s, dst, value, bytes);
 }
 
-gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out) {
+gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     *out = NULL;
     GR_DEV_REQUIRE(d, kernel_prepare);
-    return d->iface->kernel_prepare(d->ctx, k, out);
+    if (flags & ~GR_KPREP_GENERIC) return gr_error(GR_ERR_INVALID, "kernel_prepare: unknown flags 0x%x", flags);
+    return d->iface->kernel_prepare(d->ctx, k, flags, out);
+}
+
+gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out) {
+    return gr_dev_kernel_prepare_flags(d, k, 0, out);
 }
 
 void gr_dev_kernel_release(gr_device *d, gr_kfunc *f) {
@@ -252,3 +257,9 @@ gr_status gr_dev_cond_body_end(gr_device *d, gr_stream *s, uint64_t handle, int 
 
 /* ---- time ---- */
 double gr_dev_clock_us(const gr_device *d) { return GR_DEV_HAS(d, clock_us) ? d->iface->clock_us(d->ctx) : gr_now_us(); }
+
+/* ---- counters ---- */
+void gr_dev_kernel_stats(const gr_device *d, gr_dev_kstats *out) {
+    memset(out, 0, sizeof *out);
+    if (GR_DEV_HAS(d, kernel_stats)) d->iface->kernel_stats(d->ctx, out);
+}

@@ -41,6 +41,31 @@ typedef struct {
 
 typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
 
+/* kernel_prepare flags.
+ * GR_KPREP_GENERIC: shape-generic code (kir.h "shape-generic form"). The kernel's slots
+ *   are read at launch from values the gr_kfunc keeps, and kernels of one structure share
+ *   one compiled module (CUDA: an in-memory cache per device keyed by the generic source,
+ *   refcounted by the gr_kfuncs using it; sim: one template kernel per structure), so a
+ *   new binding of a symbolic model compiles and loads nothing. Launches, captures and
+ *   exec_kernel_node_set_args take the same kir arguments as in literal mode: the device
+ *   appends the slots itself. Literal code (no flag) folds sizes into constants and is
+ *   the faster choice for static models. A kernel with more than GR_KMAX_SLOTS slots is
+ *   prepared literally (counted in gr_dev_kstats.generic_fallbacks). */
+#define GR_KPREP_GENERIC 1u
+
+/* Kernel preparation counters of one device, since it was created. */
+typedef struct {
+    long prepared;          /* successful kernel_prepare calls */
+    long generic_new;       /* GR_KPREP_GENERIC kernels whose structure had no live module: loaded one */
+    long generic_reused;    /* GR_KPREP_GENERIC kernels that shared a live module (sim: template) */
+    long generic_fallbacks; /* GR_KPREP_GENERIC asked, kernel too large for it: prepared literally */
+    long compiles;          /* NVRTC compilations (cuda, built-in kernels included; sim: 0) */
+    long disk_cache_hits;   /* cubins read from the disk cache instead of compiled (cuda; sim: 0) */
+    long module_loads;      /* kernel modules loaded (cuda; sim: those the CUDA backend would load,
+                               one per literal kernel and per new generic structure) */
+    long live_modules;      /* generic modules (sim: templates) loaded now */
+} gr_dev_kstats;
+
 struct gr_device_i {
     const char *(*name)(void *ctx);             /* "sim" or "NVIDIA H100 80GB HBM3 (sm_90, driver 580.x)" */
     void (*destroy)(void *ctx);
@@ -65,7 +90,7 @@ struct gr_device_i {
     /* work */
     gr_status (*memcpy_async)(void *ctx, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
     gr_status (*memset_async)(void *ctx, gr_stream *s, void *dst, int value, size_t bytes);
-    gr_status (*kernel_prepare)(void *ctx, const gr_kernel *k, gr_kfunc **out); /* compile / load */
+    gr_status (*kernel_prepare)(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out); /* compile / load; GR_KPREP_* */
     void (*kernel_release)(void *ctx, gr_kfunc *f);
     gr_status (*kernel_launch)(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
     gr_status (*libcall)(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args);
@@ -117,6 +142,9 @@ struct gr_device_i {
 
     /* time */
     double (*clock_us)(void *ctx); /* simulated clock (sim) or wall clock (cuda) */
+
+    /* Optional: kernel preparation counters (absent: all zero). */
+    void (*kernel_stats)(void *ctx, gr_dev_kstats *out);
 };
 
 typedef struct gr_device {
@@ -177,6 +205,8 @@ gr_status gr_dev_event_elapsed_us(gr_device *d, gr_event *start, gr_event *end, 
 /* work */
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
 gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t bytes);
+gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned flags, gr_kfunc **out);
+/* gr_dev_kernel_prepare_flags with no flags: literal code */
 gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out);
 void gr_dev_kernel_release(gr_device *d, gr_kfunc *f);
 gr_status gr_dev_kernel_launch(gr_device *d, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
@@ -202,5 +232,8 @@ gr_status gr_dev_cond_body_end(gr_device *d, gr_stream *s, uint64_t handle, int 
 
 /* time */
 double gr_dev_clock_us(const gr_device *d); /* default: the host's wall clock */
+
+/* kernel preparation counters; default: all zero */
+void gr_dev_kernel_stats(const gr_device *d, gr_dev_kstats *out);
 
 #endif

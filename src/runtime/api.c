@@ -240,3 +240,20 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
     *out_text = gr_sb_take(&sb);
     return *out_text ? GR_OK : GR_ERR_NOMEM;
 }
+
+/* ==== kernel counters ========================================================================= */
+
+gr_status gr_session_kernel_stats(gr_session_t s, gr_kernel_stats *out) {
+    if (!s || !out) return gr_error(GR_ERR_INVALID, "gr_session_kernel_stats: NULL argument");
+    gr_dev_kstats k;
+    gr_dev_kernel_stats(s->dev, &k);
+    memset(out, 0, sizeof *out);
+    out->prepared = k.prepared;
+    out->compiled = k.compiles;
+    out->disk_cache_hits = k.disk_cache_hits;
+    out->modules_loaded = k.module_loads;
+    out->generic_new = k.generic_new;
+    out->generic_reused = k.generic_reused;
+    out->generic_fallbacks = k.generic_fallbacks;
+    return GR_OK;
+}

@@ -32,10 +32,13 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     GR_TRY(gr_dev_stream_sync(d, s->stream));
     p->funcs = gr_calloc((size_t)p->steps.len, sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
+    /* symbolic dims: shape-generic kernels, so a new binding's plan compiles nothing
+     * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
+    unsigned kflags = s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0;
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
-            gr_status rc = gr_dev_kernel_prepare(d, st->kernel, &p->funcs[i]);
+            gr_status rc = gr_dev_kernel_prepare_flags(d, st->kernel, kflags, &p->funcs[i]);
             if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;

@@ -107,7 +107,11 @@ static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **ou
         s.access = a;
         st = gr_kernel_add_stage(k, &s);
     }
-    if (st == GR_OK) st = gr_cuda_kernel_prepare(c, k, out);
+    /* generic: one module serves the epilogue of every matmul shape, so a new sequence
+     * length compiles nothing here either; C is dense in practice, so the code is the
+     * literal kernel's (contiguous walk, vectorized) with its offset and count read from
+     * parameters */
+    if (st == GR_OK) st = gr_cuda_kernel_prepare(c, k, GR_KPREP_GENERIC, out);
     gr_kernel_destroy(k);
     return st;
 }
@@ -220,7 +224,8 @@ static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, l
                                    (cudaStream_t)stream));
     if (e->gelu) {
         gr_karg ga = {.ptr = args[2].ptr};
-        void *params[1] = {&ga};
+        void *params[2];
+        gr_cuda_kernel_params(e->gelu, &ga, 1, params);
         unsigned grid, block;
         gr_cuda_kernel_dims(c, e->gelu, &ga, &grid, &block);
         gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(e->gelu->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL));

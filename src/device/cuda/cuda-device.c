@@ -16,6 +16,7 @@
 
 struct gr_stream {
     CUstream s;
+    bool capturing; /* between capture_begin and capture_end */
 };
 struct gr_event {
     CUevent e;
@@ -41,9 +42,19 @@ typedef struct {
     gr_dgraph *owner;              /* the captured graph holding it; NULL until capture_end */
 } cuda_cond;
 
+/* A captured kernel node of a generic gr_kfunc. Generic kfuncs of one structure share
+ * their CUfunction, so a node's function does not say which kfunc it is (graphs.c
+ * matches nodes to steps by kfunc): the launch that captured it does, recorded here. */
+typedef struct {
+    CUgraphNode node;
+    gr_kfunc *f;
+    const gr_dgraph *owner; /* the captured graph holding it; NULL until capture_end */
+} node_kfunc;
+
 typedef struct {
     gr_cuda_ctx base;
     GR_VEC(gr_kfunc *) kfuncs;  /* live prepared kernels (graph node → kernel) */
+    GR_VEC(node_kfunc) node_funcs; /* captured nodes of generic kernels */
     GR_VEC(cuda_cond) conds;
     GR_VEC(CUdeviceptr) internal; /* flags and argument blocks */
     CUmodule builtin;
@@ -51,6 +62,7 @@ typedef struct {
 } cuda_dev;
 
 static void conds_forget(cuda_dev *d, const gr_dgraph *owner);
+static void node_funcs_forget(cuda_dev *d, const gr_dgraph *owner, const gr_kfunc *f);
 
 #define CU(c) ((c)->base.cu)
 
@@ -75,9 +87,11 @@ static gr_status builtin_load(cuda_dev *d) {
     void *img;
     size_t n;
     GR_TRY(gr_cuda_nvrtc_compile(builtin_src, "graft_builtin", d->base.arch, false, &img, &n));
+    d->base.kstats.compiles++;
     gr_status st = GR_CU_STATUS(CU(d)->cuModuleLoadData(&d->builtin, img));
     gr_free(img, n);
     GR_TRY(st);
+    d->base.kstats.module_loads++;
     GR_CU_CHECK(CU(d)->cuModuleGetFunction(&d->fn_cond_set, d->builtin, "gr_cond_set"));
     GR_CU_CHECK(CU(d)->cuModuleGetFunction(&d->fn_patch_args, d->builtin, "gr_patch_args"));
     return GR_OK;
@@ -117,6 +131,8 @@ static void cuda_destroy(void *ctx) {
     gr_cuda_blas_destroy(&d->base);
     for (int i = 0; i < d->kfuncs.len; i++) gr_cuda_kernel_release(&d->base, d->kfuncs.data[i]);
     gr_vec_free(&d->kfuncs);
+    gr_vec_free(&d->node_funcs);
+    gr_cuda_modules_destroy(&d->base); /* after every kernel (the GELU epilogues included) let go */
     for (int i = 0; i < d->internal.len; i++) cu->cuMemFree(d->internal.data[i]);
     gr_vec_free(&d->internal);
     gr_vec_free(&d->conds);
@@ -274,11 +290,11 @@ static gr_status cuda_memset_async(void *ctx, gr_stream *s, void *dst, int value
     return GR_OK;
 }
 
-static gr_status cuda_kernel_prepare(void *ctx, const gr_kernel *k, gr_kfunc **out) {
+static gr_status cuda_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     cuda_dev *d = ctx;
     *out = NULL;
     GR_TRY(gr_vec_reserve(&d->kfuncs, d->kfuncs.len + 1));
-    GR_TRY(gr_cuda_kernel_prepare(&d->base, k, out));
+    GR_TRY(gr_cuda_kernel_prepare(&d->base, k, flags, out));
     d->kfuncs.data[d->kfuncs.len++] = *out;
     return GR_OK;
 }
@@ -291,20 +307,40 @@ static void cuda_kernel_release(void *ctx, gr_kfunc *f) {
             d->kfuncs.data[i] = d->kfuncs.data[--d->kfuncs.len];
             break;
         }
+    if (f->shared) node_funcs_forget(d, NULL, f);
     gr_cuda_kernel_release(&d->base, f);
 }
+
+static void cuda_kernel_stats(void *ctx, gr_dev_kstats *out) {
+    cuda_dev *d = ctx;
+    *out = d->base.kstats;
+    out->live_modules = d->base.modules.len;
+}
+
+static gr_status capture_info(cuda_dev *d, gr_stream *s, CUgraph *g, const CUgraphNode **deps, size_t *n_deps);
 
 static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args) {
     cuda_dev *d = ctx;
     if (n_args != f->kernel->n_params)
         return gr_error(GR_ERR_INVALID, "kernel %s: %d arguments given, %d expected", f->kernel->name, n_args,
                         f->kernel->n_params);
-    void *params[GR_KMAX_PARAMS];
-    for (int i = 0; i < n_args; i++) params[i] = (void *)&args[i];
+    void *params[GR_KMAX_PARAMS + 1];
+    gr_cuda_kernel_params(f, args, n_args, params);
     unsigned grid, block;
     gr_cuda_kernel_dims(&d->base, f, args, &grid, &block);
     gr_status st = GR_CU_STATUS(CU(d)->cuLaunchKernel(f->fn, grid, 1, 1, block, 1, 1, 0, cs(s), params, NULL));
-    return st == GR_OK ? GR_OK : gr_error_prefix(st, "kernel %s", f->kernel->name);
+    if (st != GR_OK) return gr_error_prefix(st, "kernel %s", f->kernel->name);
+    if (f->shared && s && s->capturing) {
+        /* the node just captured is the stream's only dependency now */
+        CUgraph g;
+        const CUgraphNode *deps;
+        size_t n_deps = 0;
+        GR_TRY(capture_info(d, s, &g, &deps, &n_deps));
+        if (n_deps != 1) return gr_error(GR_ERR_INTERNAL, "cuda: kernel %s: captured node not found", f->kernel->name);
+        node_kfunc nk = {.node = deps[0], .f = f, .owner = NULL};
+        GR_TRY(gr_vec_push(&d->node_funcs, nk));
+    }
+    return GR_OK;
 }
 
 static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
@@ -319,7 +355,9 @@ static gr_status cuda_capture_begin(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
     if (!s) return gr_error(GR_ERR_INVALID, "cuda: cannot capture the legacy default stream");
     conds_forget(d, NULL);
+    node_funcs_forget(d, NULL, NULL);
     GR_CU_CHECK(CU(d)->cuStreamBeginCapture(s->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    s->capturing = true;
     return GR_OK;
 }
 
@@ -331,6 +369,17 @@ static void conds_forget(cuda_dev *d, const gr_dgraph *owner) {
     for (int i = 0; i < d->conds.len; i++)
         if (d->conds.data[i].owner != owner) d->conds.data[w++] = d->conds.data[i];
     d->conds.len = w;
+}
+
+/* Forgets the captured generic nodes owned by `owner` (NULL: of captures that never
+ * ended) or, with f, every node of kernel f (released). */
+static void node_funcs_forget(cuda_dev *d, const gr_dgraph *owner, const gr_kfunc *f) {
+    int w = 0;
+    for (int i = 0; i < d->node_funcs.len; i++) {
+        const node_kfunc *nk = &d->node_funcs.data[i];
+        if (f ? nk->f != f : nk->owner != owner) d->node_funcs.data[w++] = *nk;
+    }
+    d->node_funcs.len = w;
 }
 
 static cuda_cond *cond_of_node(cuda_dev *d, CUgraphNode n, const gr_dgraph *dg) {
@@ -352,6 +401,8 @@ static gr_status collect_nodes(cuda_dev *d, gr_dgraph *dg, CUgraph g, int depth)
     gr_status st = GR_CU_STATUS(CU(d)->cuGraphGetNodes(g, tmp, &n));
     for (size_t i = 0; i < n && st == GR_OK; i++) {
         st = gr_vec_push(&dg->nodes, tmp[i]);
+        for (int j = 0; j < d->node_funcs.len; j++)
+            if (d->node_funcs.data[j].node == tmp[i] && !d->node_funcs.data[j].owner) d->node_funcs.data[j].owner = dg;
         cuda_cond *c = st == GR_OK ? cond_of_node(d, tmp[i], dg) : NULL;
         if (c) c->owner = dg;
         for (int b = 0; c && b < (c->kind == GR_COND_IF_ELSE ? 2 : 1) && st == GR_OK; b++)
@@ -364,6 +415,7 @@ static gr_status collect_nodes(cuda_dev *d, gr_dgraph *dg, CUgraph g, int depth)
 static void dgraph_unref(cuda_dev *d, gr_dgraph *g) {
     if (!g || --g->refs > 0) return;
     conds_forget(d, g);
+    node_funcs_forget(d, g, NULL);
     CU(d)->cuGraphDestroy(g->g);
     gr_vec_free(&g->nodes);
     gr_free(g, sizeof(*g));
@@ -373,6 +425,7 @@ static gr_status cuda_capture_end(void *ctx, gr_stream *s, gr_dgraph **out) {
     cuda_dev *d = ctx;
     *out = NULL;
     CUgraph g = NULL;
+    s->capturing = false;
     gr_status st = GR_CU_STATUS(CU(d)->cuStreamEndCapture(s->s, &g));
     if (st != GR_OK) {
         if (g) CU(d)->cuGraphDestroy(g);
@@ -438,9 +491,15 @@ static int cuda_graph_num_nodes(void *ctx, gr_dgraph *g) {
     return g ? g->nodes.len : 0;
 }
 
-static gr_kfunc *kfunc_of(cuda_dev *d, CUfunction fn) {
+/* The graft kernel of a kernel node of graph `owner` (NULL: being captured) running fn. */
+static gr_kfunc *kfunc_of(cuda_dev *d, CUgraphNode node, const gr_dgraph *owner, CUfunction fn) {
+    for (int i = 0; i < d->node_funcs.len; i++) {
+        const node_kfunc *nk = &d->node_funcs.data[i];
+        if (nk->node == node && nk->owner == owner) return nk->f;
+    }
+    /* a literal kernel owns its function */
     for (int i = 0; i < d->kfuncs.len; i++)
-        if (d->kfuncs.data[i]->fn == fn) return d->kfuncs.data[i];
+        if (d->kfuncs.data[i]->fn == fn && !d->kfuncs.data[i]->shared) return d->kfuncs.data[i];
     return NULL;
 }
 
@@ -457,7 +516,7 @@ static gr_status cuda_graph_node_info(void *ctx, gr_dgraph *g, int node, gr_gnod
         CUDA_KERNEL_NODE_PARAMS p;
         memset(&p, 0, sizeof p);
         GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
-        gr_kfunc *f = kfunc_of(d, p.func);
+        gr_kfunc *f = kfunc_of(d, n, g, p.func);
         out->kind = f ? GR_GNODE_KERNEL : GR_GNODE_LIBCALL; /* cuBLASLt's or graft's built-in kernels */
         out->func = f;
         out->n_args = f ? f->kernel->n_params : 0;
@@ -479,13 +538,13 @@ static gr_status cuda_exec_kernel_node_set_args(void *ctx, gr_dexec *e, int node
     CUDA_KERNEL_NODE_PARAMS p;
     memset(&p, 0, sizeof p);
     GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
-    gr_kfunc *f = kfunc_of(d, p.func);
+    gr_kfunc *f = kfunc_of(d, n, e->g, p.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: graph node %d is not a graft kernel", node);
     if (n_args != f->kernel->n_params)
         return gr_error(GR_ERR_INVALID, "kernel %s: %d arguments given, %d expected", f->kernel->name, n_args,
                         f->kernel->n_params);
-    void *params[GR_KMAX_PARAMS];
-    for (int i = 0; i < n_args; i++) params[i] = (void *)&args[i];
+    void *params[GR_KMAX_PARAMS + 1];
+    gr_cuda_kernel_params(f, args, n_args, params); /* a generic kernel keeps its slots */
     p.kernelParams = params;
     p.extra = NULL;
     GR_CU_CHECK(CU(d)->cuGraphExecKernelNodeSetParams(e->e, n, &p));
@@ -563,7 +622,7 @@ static gr_status cuda_capture_mark_updatable(void *ctx, gr_stream *s, uint64_t *
     CUDA_KERNEL_NODE_PARAMS kp;
     memset(&kp, 0, sizeof kp);
     GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(node, &kp));
-    gr_kfunc *f = kfunc_of(d, kp.func);
+    gr_kfunc *f = kfunc_of(d, node, NULL, kp.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: capture_mark_updatable: the last node is not a graft kernel");
     int n_args = f->kernel->n_params;
     /* argument block = the node's current arguments */
@@ -744,6 +803,7 @@ static const struct gr_device_i cuda_iface = {
     .cond_body_begin = cuda_cond_body_begin,
     .cond_body_end = cuda_cond_body_end,
     .clock_us = cuda_clock_us,
+    .kernel_stats = cuda_kernel_stats,
 };
 
 /* ==== creation ================================================================================================ */

@@ -104,6 +104,7 @@ const char *gr_cuda_nvrtc_options(void);
 
 /* ---- the device context (cuda-device.c) ---- */
 typedef struct gr_cuda_lt gr_cuda_lt; /* cuBLASLt state (cuda-blas.c) */
+typedef struct gr_cuda_module gr_cuda_module; /* a generic kernel's module, shared (cuda-kernel.c) */
 
 typedef struct gr_cuda_ctx {
     const gr_cu_api *cu;
@@ -119,6 +120,8 @@ typedef struct gr_cuda_ctx {
     gr_cuda_lt *lt;     /* NULL until the first libcall */
     CUdeviceptr lt_workspace;
     size_t lt_workspace_bytes;
+    GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
+    gr_dev_kstats kstats;       /* live_modules is modules.len */
 } gr_cuda_ctx;
 
 struct gr_cuda_alloc {
@@ -131,12 +134,21 @@ struct gr_cuda_alloc {
 /* ---- kernels (cuda-kernel.c) ---- */
 struct gr_kfunc {
     gr_kernel *kernel; /* clone, for launch dims */
-    CUmodule module;
-    CUfunction fn;
+    CUmodule module;   /* literal: its own module; generic: NULL (the shared module's) */
+    CUfunction fn;     /* generic: shared by every gr_kfunc of the module */
     bool from_cache;
+    gr_cuda_module *shared; /* generic: the module, refcounted; NULL: literal */
+    int n_slots;            /* generic: slot values, passed by value after the kir arguments */
+    int64_t *slots;
 };
-gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **out);
+/* flags: GR_KPREP_* (device.h) */
+gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out);
 void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f);
+/* Unloads what is left of the shared modules (device destruction). */
+void gr_cuda_modules_destroy(gr_cuda_ctx *c);
+/* The kernelParams array of a launch of f: one pointer per kir argument, then the slot
+ * struct for a generic kernel. params holds GR_KMAX_PARAMS + 1 entries. */
+void gr_cuda_kernel_params(const gr_kfunc *f, const gr_karg *args, int n_args, void **params);
 /* Grid and block for a launch with these args. */
 void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg *args, unsigned *grid,
                          unsigned *block);

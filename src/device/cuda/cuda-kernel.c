@@ -18,18 +18,124 @@ static gr_cuda_cache kernel_cache(const gr_cuda_ctx *c) {
     return kc;
 }
 
-/* ==== prepare / release =========================================================================== */
+/* ==== compile or load ================================================================================ */
 
 static gr_status load_module(gr_cuda_ctx *c, const void *image, CUmodule *mod) {
     GR_CU_CHECK(c->cu->cuModuleLoadData(mod, image));
+    c->kstats.module_loads++;
     return GR_OK;
 }
 
-gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **out) {
+/* The module of `source`: from the disk cache, else compiled with NVRTC (and stored). */
+static gr_status source_module(gr_cuda_ctx *c, const char *source, const char *name, CUmodule *mod, bool *from_cache) {
+    *mod = NULL;
+    *from_cache = false;
+    gr_cuda_cache kc = kernel_cache(c);
+    void *image = NULL;
+    size_t image_n = 0;
+    if (gr_cuda_cache_load(&kc, source, &image, &image_n)) {
+        if (load_module(c, image, mod) == GR_OK) {
+            *from_cache = true;
+            c->kstats.disk_cache_hits++;
+        } else { /* valid entry the driver refuses: compile again and store over it */
+            char *path = gr_cuda_cache_path(&kc, source);
+            fprintf(stderr, "graft: warning: kernel cache entry '%s' does not load (%s); compiling kernel %s again\n",
+                    path ? path : "?", gr_last_error(), name);
+            gr_strfree(path);
+            gr_error_clear();
+        }
+        gr_cuda_cache_free(image, image_n);
+    }
+    if (*from_cache) return GR_OK;
+    GR_TRY(gr_cuda_nvrtc_compile(source, name, c->arch, false, &image, &image_n));
+    c->kstats.compiles++;
+    gr_status st = load_module(c, image, mod);
+    if (st == GR_OK) gr_cuda_cache_store(&kc, source, image, image_n);
+    gr_free(image, image_n);
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "kernel %s", name);
+}
+
+/* ==== shared generic modules ========================================================================
+ * One per distinct generic source in a device context, refcounted by the gr_kfuncs
+ * using it: a plan destroyed releases its kernels, the last release unloads. */
+
+struct gr_cuda_module {
+    uint64_t key;        /* hash of the source */
+    char *source;        /* compared on a key match: a hash collision never shares a module */
+    size_t source_bytes;
+    CUmodule module;
+    CUfunction fn;
+    int refs;
+};
+
+static void module_free(gr_cuda_ctx *c, gr_cuda_module *m) {
+    if (m->module) c->cu->cuModuleUnload(m->module);
+    if (m->source) gr_free(m->source, m->source_bytes);
+    gr_free(m, sizeof(*m));
+}
+
+static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf *src, gr_cuda_module **out,
+                            bool *from_cache) {
     *out = NULL;
+    uint64_t key = gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull);
+    for (int i = 0; i < c->modules.len; i++) {
+        gr_cuda_module *m = c->modules.data[i];
+        if (m->key != key || m->source_bytes != src->len + 1 || memcmp(m->source, src->data, src->len)) continue;
+        m->refs++;
+        c->kstats.generic_reused++;
+        *out = m;
+        return GR_OK;
+    }
+    GR_TRY(gr_vec_reserve(&c->modules, c->modules.len + 1));
+    gr_cuda_module *m = gr_calloc(1, sizeof(*m));
+    if (!m) return GR_ERR_NOMEM;
+    m->key = key;
+    m->source_bytes = src->len + 1;
+    m->source = gr_malloc(m->source_bytes);
+    gr_status st = m->source ? GR_OK : GR_ERR_NOMEM;
+    if (st == GR_OK) {
+        memcpy(m->source, src->data, m->source_bytes);
+        st = source_module(c, src->data, k->name, &m->module, from_cache);
+    }
+    char entry[64];
+    gr_render_cuda_entry_name(k, GR_RENDER_GENERIC, entry, sizeof entry);
+    if (st == GR_OK) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&m->fn, m->module, entry));
+    if (st != GR_OK) {
+        module_free(c, m);
+        return gr_error_prefix(st, "kernel %s", k->name);
+    }
+    m->refs = 1;
+    c->modules.data[c->modules.len++] = m;
+    c->kstats.generic_new++;
+    *out = m;
+    return GR_OK;
+}
+
+static void module_put(gr_cuda_ctx *c, gr_cuda_module *m) {
+    if (!m || --m->refs > 0) return;
+    for (int i = 0; i < c->modules.len; i++)
+        if (c->modules.data[i] == m) {
+            c->modules.data[i] = c->modules.data[--c->modules.len];
+            break;
+        }
+    module_free(c, m);
+}
+
+void gr_cuda_modules_destroy(gr_cuda_ctx *c) {
+    for (int i = 0; i < c->modules.len; i++) module_free(c, c->modules.data[i]);
+    gr_vec_free(&c->modules);
+}
+
+/* ==== prepare / release =========================================================================== */
+
+gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
+    *out = NULL;
+    bool generic = (flags & GR_KPREP_GENERIC) != 0;
+    bool fallback = generic && gr_kernel_slot_count(k) > GR_KMAX_SLOTS;
+    if (fallback) generic = false;
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_render_cuda(k, &sb);
+    gr_status st = gr_render_cuda_mode(k, generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;
@@ -41,38 +147,33 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, gr_kfunc **
     }
     st = gr_kernel_clone(k, &f->kernel);
     if (st != GR_OK) goto fail;
-    gr_cuda_cache kc = kernel_cache(c);
-    void *image = NULL;
-    size_t image_n = 0;
-    if (gr_cuda_cache_load(&kc, sb.data, &image, &image_n)) {
-        if (load_module(c, image, &f->module) == GR_OK) {
-            f->from_cache = true;
-        } else { /* valid entry the driver refuses: compile again and store over it */
-            char *path = gr_cuda_cache_path(&kc, sb.data);
-            fprintf(stderr, "graft: warning: kernel cache entry '%s' does not load (%s); compiling kernel %s again\n",
-                    path ? path : "?", gr_last_error(), k->name);
-            gr_strfree(path);
-            gr_error_clear();
-        }
-        gr_cuda_cache_free(image, image_n);
-    }
-    if (!f->from_cache) {
-        st = gr_cuda_nvrtc_compile(sb.data, k->name, c->arch, false, &image, &image_n);
+    if (generic) {
+        gr_kslot_map map;
+        st = gr_kslot_map_build(k, &map);
         if (st != GR_OK) goto fail;
-        st = load_module(c, image, &f->module);
-        if (st == GR_OK) gr_cuda_cache_store(&kc, sb.data, image, image_n);
-        gr_free(image, image_n);
+        f->n_slots = map.n;
+        f->slots = gr_malloc(sizeof(int64_t) * (size_t)(map.n > 0 ? map.n : 1));
+        if (f->slots) gr_kernel_slot_values(k, &map, f->slots);
+        gr_kslot_map_free(&map);
+        if (!f->slots) {
+            st = GR_ERR_NOMEM;
+            goto fail;
+        }
+        st = module_get(c, k, &sb, &f->shared, &f->from_cache);
+        if (st != GR_OK) goto fail;
+        f->fn = f->shared->fn;
+    } else {
+        st = source_module(c, sb.data, k->name, &f->module, &f->from_cache);
+        if (st != GR_OK) goto fail;
+        st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&f->fn, f->module, k->name));
         if (st != GR_OK) {
             gr_error_prefix(st, "kernel %s", k->name);
             goto fail;
         }
     }
-    st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&f->fn, f->module, k->name));
-    if (st != GR_OK) {
-        gr_error_prefix(st, "kernel %s", k->name);
-        goto fail;
-    }
     gr_sb_free(&sb);
+    c->kstats.prepared++;
+    c->kstats.generic_fallbacks += fallback;
     *out = f;
     return GR_OK;
 fail:
@@ -84,8 +185,16 @@ fail:
 void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f) {
     if (!f) return;
     if (f->module) c->cu->cuModuleUnload(f->module);
+    module_put(c, f->shared);
+    if (f->slots) gr_free(f->slots, sizeof(int64_t) * (size_t)(f->n_slots > 0 ? f->n_slots : 1));
     gr_kernel_destroy(f->kernel);
     gr_free(f, sizeof(*f));
+}
+
+void gr_cuda_kernel_params(const gr_kfunc *f, const gr_karg *args, int n_args, void **params) {
+    for (int i = 0; i < n_args; i++) params[i] = (void *)&args[i];
+    /* the struct gr_dims_t argument: the driver copies n_slots * 8 bytes from here */
+    if (f->shared && f->n_slots > 0) params[n_args] = f->slots;
 }
 
 void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg *args, unsigned *grid,

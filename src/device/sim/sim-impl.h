@@ -87,8 +87,19 @@ struct gr_dexec {
     bool uploaded;
 };
 
-struct gr_kfunc {
+/* GR_KPREP_GENERIC: the first kernel prepared with a structure is its template; later
+ * kernels of that structure run the template's code with their own slot values
+ * (gr_kernel_instantiate), as CUDA runs one shared module with per-kernel slots, so a
+ * slot the generic form missed shows up here as a wrong result. */
+typedef struct gr_sim_template {
+    uint64_t hash; /* gr_kernel_structure_hash */
     gr_kernel *k;
+    int refs;      /* gr_kfuncs made from it */
+} gr_sim_template;
+
+struct gr_kfunc {
+    gr_kernel *k;  /* what runs: a clone of the kernel, or its template instantiated */
+    gr_sim_template *tmpl; /* generic: the shared template; NULL: literal */
     double bytes; /* bytes moved per launch (cost model) */
     double flops;
 };
@@ -116,6 +127,8 @@ typedef struct {
     size_t device_bytes;
     size_t quarantine_bytes; /* freed memory still held, so use-after-free stays detectable */
     double host_us;
+    GR_VEC(gr_sim_template *) templates; /* live generic structures */
+    gr_dev_kstats kstats;
 } gr_sim_ctx;
 
 /* sim.c */

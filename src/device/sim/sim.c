@@ -241,13 +241,61 @@ gr_status gr_sim_run_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *arg
     return gr_kernel_interpret(f->k, args, n_args, kcheck, &u);
 }
 
-static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, gr_kfunc **out) {
+/* The live template of k's structure, made from k when there is none; refs counted. */
+static gr_status template_get(gr_sim_ctx *c, const gr_kernel *k, gr_sim_template **out, bool *made) {
+    *out = NULL;
+    *made = false;
+    uint64_t h = gr_kernel_structure_hash(k);
+    for (int i = 0; i < c->templates.len; i++) {
+        gr_sim_template *t = c->templates.data[i];
+        bool same = false;
+        if (t->hash == h) GR_TRY(gr_kernel_structure_equal(t->k, k, &same));
+        if (!same) continue;
+        t->refs++;
+        *out = t;
+        return GR_OK;
+    }
+    GR_TRY(gr_vec_reserve(&c->templates, c->templates.len + 1));
+    gr_sim_template *t = gr_calloc(1, sizeof(*t));
+    if (!t) return GR_ERR_NOMEM;
+    gr_status st = gr_kernel_clone(k, &t->k);
+    if (st != GR_OK) {
+        gr_free(t, sizeof(*t));
+        return st;
+    }
+    t->hash = h;
+    t->refs = 1;
+    c->templates.data[c->templates.len++] = t;
+    *out = t;
+    *made = true;
+    return GR_OK;
+}
+
+static void template_put(gr_sim_ctx *c, gr_sim_template *t) {
+    if (!t || --t->refs > 0) return;
+    for (int i = 0; i < c->templates.len; i++)
+        if (c->templates.data[i] == t) {
+            c->templates.data[i] = c->templates.data[--c->templates.len];
+            break;
+        }
+    gr_kernel_destroy(t->k);
+    gr_free(t, sizeof(*t));
+}
+
+static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
+    gr_sim_ctx *c = ctx;
     *out = NULL;
     GR_TRY(gr_kernel_verify(k));
+    bool generic = (flags & GR_KPREP_GENERIC) != 0;
+    bool fallback = generic && gr_kernel_slot_count(k) > GR_KMAX_SLOTS; /* as the CUDA backend does */
+    if (fallback) generic = false;
     gr_kfunc *f = gr_calloc(1, sizeof(*f));
     if (!f) return GR_ERR_NOMEM;
-    gr_status st = gr_kernel_clone(k, &f->k);
+    bool made = false;
+    gr_status st = generic ? template_get(c, k, &f->tmpl, &made) : GR_OK;
+    if (st == GR_OK) st = generic ? gr_kernel_instantiate(f->tmpl->k, k, &f->k) : gr_kernel_clone(k, &f->k);
     if (st != GR_OK) {
+        template_put(c, f->tmpl);
         gr_free(f, sizeof(*f));
         return st;
     }
@@ -260,6 +308,13 @@ static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, gr_kfunc **ou
     }
     f->bytes = bytes;
     f->flops = (double)gr_kernel_points(k) * (double)gr_kernel_inner_points(k) * (double)GR_MAX(1, k->nodes.len);
+    c->kstats.prepared++;
+    c->kstats.generic_fallbacks += fallback;
+    if (generic) {
+        c->kstats.generic_new += made;
+        c->kstats.generic_reused += !made;
+    }
+    c->kstats.module_loads += !generic || made;
     *out = f;
     return GR_OK;
 }
@@ -267,7 +322,14 @@ static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, gr_kfunc **ou
 static void sim_kernel_release(void *ctx, gr_kfunc *f) {
     if (!f) return;
     gr_kernel_destroy(f->k);
+    template_put(ctx, f->tmpl);
     gr_free(f, sizeof(*f));
+}
+
+static void sim_kernel_stats(void *ctx, gr_dev_kstats *out) {
+    gr_sim_ctx *c = ctx;
+    *out = c->kstats;
+    out->live_modules = c->templates.len;
 }
 
 static gr_status stream_usable(gr_stream *s, const char *what) {
@@ -523,6 +585,12 @@ static void sim_destroy(void *ctx) {
     }
     gr_vec_free(&c->allocs);
     gr_vec_free(&c->conds);
+    /* templates outlive no kfunc: a device destroyed with kernels still prepared frees them here */
+    for (int i = 0; i < c->templates.len; i++) {
+        gr_kernel_destroy(c->templates.data[i]->k);
+        gr_free(c->templates.data[i], sizeof(gr_sim_template));
+    }
+    gr_vec_free(&c->templates);
     gr_free(c, sizeof(*c));
 }
 
@@ -568,6 +636,7 @@ static const struct gr_device_i sim_iface = {
     .cond_body_begin = gr_sim_cond_body_begin,
     .cond_body_end = gr_sim_cond_body_end,
     .clock_us = sim_clock_us,
+    .kernel_stats = sim_kernel_stats,
 };
 
 gr_status gr_device_sim_create(gr_device **out) {
