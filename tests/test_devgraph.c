@@ -1,7 +1,8 @@
 /* tests/test_devgraph — CUDA-graph features through the gr_dev_* façade on any
  * backend: conditional IF / IF_ELSE / WHILE nodes, device-updatable kernel
  * nodes patched by a prelude kernel, exec kernel-node argument updates and
- * exec update. Data moves only through copies, so the same test runs on the
+ * exec update; the same with shape-generic kernels (GR_KPREP_GENERIC), and
+ * generic kernels of one structure sharing a module, captured side by side. Data moves only through copies, so the same test runs on the
  * simulator (ctest) and on CUDA (`test_devgraph cuda`, in scripts/gpu-check.sh). */
 #include "check.h"
 #include "device/device.h"
@@ -41,8 +42,8 @@ static gr_kfunc *i32_kernel(const char *name, int64_t add, bool compare) {
     return f;
 }
 
-/* out[i] = x[i] * a + b over n f32 */
-static gr_kfunc *axpb_kernel(int64_t n) {
+/* out[i] = x[i] * a + b over n f32; flags: GR_KPREP_* */
+static gr_kfunc *axpb_kernel(int64_t n, unsigned flags) {
     gr_kernel *k = NULL;
     gr_kfunc *f = NULL;
     if (gr_kernel_create("axpb", &k) != GR_OK) return NULL;
@@ -64,7 +65,7 @@ static gr_kfunc *axpb_kernel(int64_t n) {
     gr_kstage s = {.kind = GR_KS_STORE, .value = ns, .param = po, .access = acc};
     k->params[po].written = true;
     OK(gr_kernel_add_stage(k, &s));
-    OK(gr_dev_kernel_prepare(D, k, &f));
+    OK(gr_dev_kernel_prepare_flags(D, k, flags, &f));
     gr_kernel_destroy(k);
     return f;
 }
@@ -171,7 +172,7 @@ static void test_conditionals(void) {
 static bool near(float got, float want) { return fabsf(got - want) <= 1e-6f * fabsf(want) + 1e-7f; }
 
 /* updatable node patched by a prelude kernel; set_args; exec_update */
-static void test_updates(void) {
+static void test_updates(unsigned flags) {
     enum { N = 1000 };
     float *xs = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N);
     char *mem = NULL;
@@ -181,7 +182,7 @@ static void test_updates(void) {
     double *value = (double *)((float *)mem + 2 * N);
     for (int i = 0; i < N; i++) xs[i] = (float)i * 0.01f - 3.0f;
     OK(gr_dev_memcpy(D, S, dx, xs, sizeof(float) * N, GR_COPY_H2D));
-    gr_kfunc *f = axpb_kernel(N);
+    gr_kfunc *f = axpb_kernel(N, flags);
     gr_karg a[4] = {{.ptr = dx}, {.f = 2.0}, {.f = 1.0}, {.ptr = dy}};
     gr_dgraph *g = NULL;
     gr_dexec *x = NULL;
@@ -244,6 +245,102 @@ done:
     free(out);
 }
 
+/* Generic kernels of one structure at three sizes share one module (CUDA: one
+ * CUfunction); each keeps its own sizes through eager launches, a capture holding all
+ * three, node listing (each node names its own kfunc), argument patching and replay. */
+static void test_generic_shared(void) {
+    enum { NA = 1000, NB = 3001, NC = 64 };
+    gr_dev_kstats k0, k1;
+    gr_dev_kernel_stats(D, &k0);
+    gr_kfunc *fa = axpb_kernel(NA, GR_KPREP_GENERIC), *fb = axpb_kernel(NB, GR_KPREP_GENERIC);
+    gr_kfunc *fc = axpb_kernel(NC, GR_KPREP_GENERIC);
+    gr_dev_kernel_stats(D, &k1);
+    CHECK_MSG(k1.generic_new - k0.generic_new == 1 && k1.generic_reused - k0.generic_reused == 2,
+              "3 kernels of one structure: %ld new, %ld reused", k1.generic_new - k0.generic_new,
+              k1.generic_reused - k0.generic_reused);
+    CHECK(k1.module_loads - k0.module_loads <= 1);
+    CHECK(k1.compiles - k0.compiles <= 1); /* 0 on sim and when the disk cache has it */
+    float *xs = malloc(sizeof(float) * NB), *out = malloc(sizeof(float) * NB);
+    char *mem = NULL;
+    OK(gr_dev_alloc(D, GR_MEM_DEVICE, sizeof(float) * NB * 4, (void **)&mem));
+    gr_dgraph *g = NULL;
+    gr_dexec *x = NULL;
+    if (!fa || !fb || !fc || !xs || !out || !mem) goto done;
+    float *dx = (float *)mem, *da = dx + NB, *db = da + NB, *dc = db + NB;
+    for (int i = 0; i < NB; i++) xs[i] = (float)(i % 97) * 0.25f - 7.0f;
+    OK(gr_dev_memcpy(D, S, dx, xs, sizeof(float) * NB, GR_COPY_H2D));
+    OK(gr_dev_memset(D, S, da, 0, sizeof(float) * NB * 3));
+    gr_karg aa[4] = {{.ptr = dx}, {.f = 2.0}, {.f = 1.0}, {.ptr = da}};
+    gr_karg ab[4] = {{.ptr = dx}, {.f = 3.0}, {.f = 0.5}, {.ptr = db}};
+    gr_karg ac[4] = {{.ptr = dx}, {.f = -1.0}, {.f = 0.0}, {.ptr = dc}};
+    /* eager: each writes exactly its own n elements */
+    OK(gr_dev_kernel_launch(D, S, fa, aa, 4));
+    OK(gr_dev_kernel_launch(D, S, fb, ab, 4));
+    OK(gr_dev_memcpy(D, S, out, db, sizeof(float) * NB, GR_COPY_D2H));
+    OK(gr_dev_stream_sync(D, S));
+    CHECK_MSG(near(out[NB - 1], xs[NB - 1] * 3.0f + 0.5f), "eager b[last] %g", out[NB - 1]);
+    OK(gr_dev_memcpy(D, S, out, da, sizeof(float) * NB, GR_COPY_D2H));
+    OK(gr_dev_stream_sync(D, S));
+    CHECK_MSG(near(out[NA - 1], xs[NA - 1] * 2.0f + 1.0f) && out[NA] == 0.0f, "eager a: [%d] %g, [%d] %g", NA - 1,
+              out[NA - 1], NA, out[NA]);
+    /* captured side by side */
+    OK(gr_dev_memset(D, S, da, 0, sizeof(float) * NB * 3));
+    OK(gr_dev_capture_begin(D, S));
+    OK(gr_dev_kernel_launch(D, S, fa, aa, 4));
+    OK(gr_dev_kernel_launch(D, S, fb, ab, 4));
+    OK(gr_dev_kernel_launch(D, S, fc, ac, 4));
+    OK(gr_dev_capture_end(D, S, &g));
+    if (!g) goto done;
+    gr_kfunc *want[3] = {fa, fb, fc};
+    int node_of[3] = {-1, -1, -1}, kernels = 0;
+    for (int n = 0; n < gr_dev_graph_num_nodes(D, g); n++) {
+        gr_gnode_info info;
+        OK(gr_dev_graph_node_info(D, g, n, &info));
+        if (info.kind != GR_GNODE_KERNEL) continue;
+        CHECK(info.n_args == 4);
+        for (int j = 0; j < 3; j++)
+            if (info.func == want[j]) node_of[j] = n;
+        kernels++;
+    }
+    CHECK_MSG(kernels == 3 && node_of[0] >= 0 && node_of[1] >= 0 && node_of[2] >= 0 && node_of[0] != node_of[1] &&
+                  node_of[1] != node_of[2],
+              "nodes: %d kernels, a %d b %d c %d", kernels, node_of[0], node_of[1], node_of[2]);
+    OK(gr_dev_graph_instantiate(D, g, &x));
+    if (!x) goto done;
+    OK(gr_dev_graph_launch(D, x, S));
+    OK(gr_dev_memcpy(D, S, out, db, sizeof(float) * NB, GR_COPY_D2H));
+    OK(gr_dev_stream_sync(D, S));
+    CHECK_MSG(near(out[NB - 1], xs[NB - 1] * 3.0f + 0.5f), "replay b[last] %g", out[NB - 1]);
+    OK(gr_dev_memcpy(D, S, out, dc, sizeof(float) * NB, GR_COPY_D2H));
+    OK(gr_dev_stream_sync(D, S));
+    CHECK_MSG(near(out[NC - 1], -xs[NC - 1]) && out[NC] == 0.0f, "replay c: [%d] %g [%d] %g", NC - 1, out[NC - 1], NC,
+              out[NC]);
+    /* patch b's node (new scale, and c's output buffer): b keeps its 3001 elements */
+    if (node_of[1] >= 0) {
+        OK(gr_dev_memset(D, S, dc, 0, sizeof(float) * NB));
+        gr_karg nb[4] = {{.ptr = dx}, {.f = -2.0}, {.f = 4.0}, {.ptr = dc}};
+        OK(gr_dev_exec_kernel_node_set_args(D, x, node_of[1], nb, 4));
+        OK(gr_dev_graph_launch(D, x, S));
+        OK(gr_dev_memcpy(D, S, out, dc, sizeof(float) * NB, GR_COPY_D2H));
+        OK(gr_dev_stream_sync(D, S));
+        /* the patched b (3001 elements), then c (its first 64), wrote dc in capture order */
+        CHECK_MSG(near(out[NB - 1], xs[NB - 1] * -2.0f + 4.0f), "patched b[last] %g", out[NB - 1]);
+        CHECK_MSG(near(out[NC + 5], xs[NC + 5] * -2.0f + 4.0f), "patched b[%d] %g", NC + 5, out[NC + 5]);
+        CHECK_MSG(near(out[NC - 1], -xs[NC - 1]), "c after patched b: [%d] %g", NC - 1, out[NC - 1]);
+    }
+done:
+    if (x) gr_dev_exec_destroy(D, x);
+    if (g) gr_dev_graph_destroy(D, g);
+    gr_dev_kernel_release(D, fa);
+    gr_dev_kernel_release(D, fb);
+    gr_dev_kernel_release(D, fc);
+    gr_dev_kernel_stats(D, &k1);
+    CHECK_MSG(k1.live_modules == k0.live_modules, "%ld generic modules left (before %ld)", k1.live_modules, k0.live_modules);
+    if (mem) gr_dev_free(D, mem);
+    free(xs);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     gr_device_kind kind = argc > 1 && !strcmp(argv[1], "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
     gr_status st = gr_device_open(kind, NULL, 0, &D);
@@ -254,7 +351,9 @@ int main(int argc, char **argv) {
     printf("test_devgraph on %s\n", gr_dev_name(D));
     OK(gr_dev_stream_create(D, &S));
     test_conditionals();
-    test_updates();
+    test_updates(0);
+    test_updates(GR_KPREP_GENERIC);
+    test_generic_shared();
     gr_dev_stream_destroy(D, S);
     gr_device_destroy(D);
     return check_summary("test_devgraph");

@@ -1096,6 +1096,17 @@ static int cmd_bench(const cli_opts *o) {
         printf("load                 %.1f ms (parse or import)\n", load_us / 1e3);
         printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
                stats.capture_us / 1e3);
+        /* a symbolic model's kernels are shape-generic: another length in another run
+         * finds them in the kernel cache (0 compiled) or, in one session, loaded */
+        gr_kernel_stats ks;
+        memset(&ks, 0, sizeof ks);
+        if (gr_session_kernel_stats(sess, &ks) == GR_OK) {
+            printf("kernels prepared     %ld (%ld compiled by NVRTC, %ld from the kernel cache, %ld modules loaded)\n", ks.prepared,
+                   ks.compiled, ks.disk_cache_hits, ks.modules_loaded);
+            if (ks.generic_new + ks.generic_reused > 0)
+                printf("shape-generic        %ld kernels, %ld structures (%ld shared a loaded module, %ld too large: literal)\n",
+                       ks.generic_new + ks.generic_reused, ks.generic_new, ks.generic_reused, ks.generic_fallbacks);
+        }
         if (o->profile) {
             char *text = NULL;
             gr_status pst = gr_session_profile(sess, &text, &kernel_sum_us);
@@ -1129,6 +1140,10 @@ static int cmd_bench(const cli_opts *o) {
                 fprintf(f, "  \"segments\": %d,\n  \"segments_in_graphs\": %d,\n  \"captures\": %ld,\n", stats.segments,
                         stats.segments_in_graphs, stats.captures);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
+                fprintf(f, "  \"kernels_prepared\": %ld,\n  \"kernels_compiled\": %ld,\n  \"kernel_cache_hits\": %ld,\n", ks.prepared,
+                        ks.compiled, ks.disk_cache_hits);
+                fprintf(f, "  \"modules_loaded\": %ld,\n  \"generic_structures\": %ld,\n  \"generic_reused\": %ld,\n", ks.modules_loaded,
+                        ks.generic_new, ks.generic_reused);
                 fprintf(f, "  \"load_ms\": %.3f,\n", load_us / 1e3);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);

@@ -335,6 +335,22 @@ def test_symbolic_bench_and_zero_size(tmp_path, sym_model):
     assert np.load(out / "z.npy").shape == (0, 4) and "empty" in p.stdout
 
 
+def test_bench_kernel_counters(tmp_path, sym_model, small_model):
+    """bench reports kernel preparation: a symbolic model's kernels are shape-generic
+    (one per structure, whatever the length), a static model's literal"""
+    for dim in ("N=7", "N=300"):
+        js = tmp_path / "g.json"
+        p = expect_ok(run_graft("bench", sym_model, "--device", "sim", "--dim", dim, "--iters", "1", "--warmup", "0",
+                                "--json", str(js)))
+        m = re.search(r"^shape-generic\s+(\d+) kernels, (\d+) structures", p.stdout, re.M)
+        assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, p.stdout
+        assert re.search(r"^kernels prepared\s+\d+ \(0 compiled by NVRTC", p.stdout, re.M), p.stdout
+        rec = json.loads(js.read_text())
+        assert rec["generic_structures"] == int(m.group(2)) and rec["kernels_compiled"] == 0
+    p = expect_ok(run_graft("bench", small_model, "--device", "sim", "--iters", "1", "--warmup", "0"))
+    assert "kernels prepared" in p.stdout and "shape-generic" not in p.stdout
+
+
 def test_bench_labels_timings_by_device_kind(tmp_path, small_model):
     """the simulator's timings are labelled simulated, from the session's device kind"""
     js = tmp_path / "b.json"

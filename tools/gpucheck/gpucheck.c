@@ -1,6 +1,9 @@
 /* gpucheck — run on a GPU machine: every kernel and matmul on the CUDA backend and
  * on the simulator with the same random inputs, normalized error per kernel against
- * a per-op tolerance, a capture/replay bit-identity check, and micro-timings.
+ * a per-op tolerance, a capture/replay bit-identity check, and micro-timings. Every
+ * kernel is checked twice: literal code, and shape-generic code (GR_KPREP_GENERIC,
+ * "<name>/generic": sizes passed at launch), against the simulator prepared the
+ * same way; then kernels of one structure at several sizes share one module.
  * Exits non-zero on any mismatch. Usage: gpucheck [-v] [filter-substring] */
 #include "codegen/kir.h"
 #include "device/device.h"
@@ -58,7 +61,8 @@ typedef struct {
 /* Runs k (or the matmul `call` when k is NULL) with host inputs copied to fresh device
  * buffers; copies every buffer back into outs[i] (malloc'ed). SCALAR/SHAPE args from `scalars`. */
 static gr_status run_on(devctx *d, const gr_kernel *k, const gr_libcall *call, int nbuf, const buf_spec *specs,
-                        void *const *host, const gr_karg *scalars, int n_args, void **outs, double *launch_us) {
+                        void *const *host, const gr_karg *scalars, int n_args, void **outs, double *launch_us,
+                        unsigned flags) {
     void *dbuf[GR_KMAX_PARAMS] = {0};
     void *slots[GR_KMAX_PARAMS] = {0};
     gr_kfunc *f = NULL;
@@ -77,7 +81,7 @@ static gr_status run_on(devctx *d, const gr_kernel *k, const gr_libcall *call, i
             args[i].ptr = slots[i];
         }
     }
-    if (st == GR_OK && k) st = gr_dev_kernel_prepare(d->dev, k, &f);
+    if (st == GR_OK && k) st = gr_dev_kernel_prepare_flags(d->dev, k, flags, &f);
     if (st == GR_OK) st = gr_dev_stream_sync(d->dev, d->s);
     double t0 = gr_now_us();
     if (st == GR_OK) st = k ? gr_dev_kernel_launch(d->dev, d->s, f, args, n_args) : gr_dev_libcall(d->dev, d->s, call, args, n_args);
@@ -110,15 +114,15 @@ static double rel_err(const void *out, const void *ref, gr_dtype t, int64_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Runs on both devices and compares the written buffers. */
-static void compare(devctx *cu, devctx *sim, const char *name, const gr_kernel *k, const gr_libcall *call, int nbuf,
-                    const buf_spec *specs, const gr_karg *scalars, int n_args, const bool *written, double tol) {
-    if (filter && !strstr(name, filter)) return;
+/* Runs on both devices (kernels prepared with `flags`) and compares the written buffers. */
+static void compare_flags(devctx *cu, devctx *sim, const char *name, const gr_kernel *k, const gr_libcall *call, int nbuf,
+                          const buf_spec *specs, const gr_karg *scalars, int n_args, const bool *written, double tol,
+                          unsigned flags) {
     void *host[GR_KMAX_PARAMS] = {0}, *oc[GR_KMAX_PARAMS] = {0}, *os[GR_KMAX_PARAMS] = {0};
     for (int i = 0; i < nbuf; i++) host[i] = make_host(&specs[i]);
-    gr_status st = run_on(cu, k, call, nbuf, specs, host, scalars, n_args, oc, NULL);
+    gr_status st = run_on(cu, k, call, nbuf, specs, host, scalars, n_args, oc, NULL, flags);
     DIE_IF(st, "cuda");
-    st = run_on(sim, k, call, nbuf, specs, host, scalars, n_args, os, NULL);
+    st = run_on(sim, k, call, nbuf, specs, host, scalars, n_args, os, NULL, flags);
     DIE_IF(st, "sim");
     double worst = 0;
     for (int i = 0; i < nbuf; i++) {
@@ -136,6 +140,17 @@ done:
         free(oc[i]);
         free(os[i]);
     }
+}
+
+/* Literal code, then (kernels) generic code. */
+static void compare(devctx *cu, devctx *sim, const char *name, const gr_kernel *k, const gr_libcall *call, int nbuf,
+                    const buf_spec *specs, const gr_karg *scalars, int n_args, const bool *written, double tol) {
+    if (filter && !strstr(name, filter)) return;
+    compare_flags(cu, sim, name, k, call, nbuf, specs, scalars, n_args, written, tol, 0);
+    if (!k) return;
+    char gname[128];
+    snprintf(gname, sizeof gname, "%s/generic", name);
+    compare_flags(cu, sim, gname, k, call, nbuf, specs, scalars, n_args, written, tol, GR_KPREP_GENERIC);
 }
 
 /* ==== kernels ================================================================================= */
@@ -225,11 +240,9 @@ static void check_elementwise(devctx *cu, devctx *sim, gr_dtype t, bool binary, 
 }
 
 /* softmax over rows of [rows, cols] (3 stages), dtype t */
-static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols) {
-    char name[96];
-    snprintf(name, sizeof name, "softmax_%s_%lldx%lld", gr_dtype_name(t), (long long)rows, (long long)cols);
+static gr_kernel *softmax_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols) {
     gr_kernel *k;
-    if (gr_kernel_create(name, &k) != GR_OK) return;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
     k->n_outer = 1;
     k->outer[0] = rows;
     k->n_inner = 1;
@@ -250,6 +263,14 @@ static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int
     gr_kx_acc(k, 1, GR_F32, &s);
     gr_kx_binary(k, GR_KB_DIV, t, e, s, &q);
     kstore(k, y, q, &a, true);
+    return k;
+}
+
+static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols) {
+    char name[96];
+    snprintf(name, sizeof name, "softmax_%s_%lldx%lld", gr_dtype_name(t), (long long)rows, (long long)cols);
+    gr_kernel *k = softmax_kernel(name, t, rows, cols);
+    if (!k) return;
     buf_spec specs[2] = {{t, rows * cols, -4, 4}, {t, rows * cols, 0, 0}};
     gr_karg sc[2];
     memset(sc, 0, sizeof sc);
@@ -423,6 +444,51 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
     bool written[4] = {false, false, true, false};
     double tol = t == GR_F32 ? 1e-5 : t == GR_F16 ? 1e-3 : 1e-2;
     compare(cu, sim, c.name, NULL, &c, bias == GR_BIAS_NONE ? 3 : 4, specs, sc, 4, written, tol);
+}
+
+/* Generic kernels of one structure at several sizes, all alive at once: one module
+ * (a second module load or compile would be a miss), each result against the simulator. */
+static void check_generic_shared(devctx *cu, devctx *sim) {
+    const char *name = "generic_shared_softmax";
+    if (filter && !strstr(name, filter)) return;
+    enum { NK = 4 };
+    const int64_t rows[NK] = {64, 3, 17, 200}, cols[NK] = {1000, 31, 500, 77};
+    gr_kernel *k[NK] = {0};
+    gr_kfunc *f[NK] = {0};
+    gr_dev_kstats k0, k1;
+    gr_dev_kernel_stats(cu->dev, &k0);
+    gr_status st = GR_OK;
+    for (int i = 0; i < NK && st == GR_OK; i++) {
+        k[i] = softmax_kernel("softmax_shared", GR_F32, rows[i], cols[i]);
+        st = k[i] ? gr_dev_kernel_prepare_flags(cu->dev, k[i], GR_KPREP_GENERIC, &f[i]) : GR_ERR_NOMEM;
+    }
+    DIE_IF(st, "prepare");
+    gr_dev_kernel_stats(cu->dev, &k1);
+    long loads = k1.module_loads - k0.module_loads, compiles = k1.compiles - k0.compiles;
+    bool one = k1.generic_new - k0.generic_new <= 1 && k1.generic_reused - k0.generic_reused >= NK - 1 && loads <= 1 && compiles <= 1;
+    printf("%s %-34s %d sizes: %ld module load(s), %ld compile(s), %ld reused\n", one ? "PASS" : "FAIL", name, NK, loads,
+           compiles, k1.generic_reused - k0.generic_reused);
+    one ? n_pass++ : n_fail++;
+    for (int i = 0; i < NK; i++) {
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s_%lldx%lld", name, (long long)rows[i], (long long)cols[i]);
+        buf_spec specs[2] = {{GR_F32, rows[i] * cols[i], -4, 4}, {GR_F32, rows[i] * cols[i], 0, 0}};
+        gr_karg sc[2];
+        memset(sc, 0, sizeof sc);
+        bool written[2] = {false, true};
+        /* each run prepares its kernel again: it finds the live module */
+        compare_flags(cu, sim, sub, k[i], NULL, 2, specs, sc, 2, written, 1e-5, GR_KPREP_GENERIC);
+    }
+    gr_dev_kernel_stats(cu->dev, &k1);
+    bool still = k1.module_loads - k0.module_loads <= 1;
+    printf("%s %-34s module loads after %d more prepares: %ld\n", still ? "PASS" : "FAIL", name, NK,
+           k1.module_loads - k0.module_loads);
+    still ? n_pass++ : n_fail++;
+done:
+    for (int i = 0; i < NK; i++) {
+        if (f[i]) gr_dev_kernel_release(cu->dev, f[i]);
+        gr_kernel_destroy(k[i]);
+    }
 }
 
 /* ==== capture / replay and timings ============================================================== */
@@ -609,6 +675,7 @@ int main(int argc, char **argv) {
         check_matmul(&cu, &sim, fdt[d], 64, 128, 32, 1, false, true, GR_BIAS_ROW, GR_EPI_GELU);
         check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_NONE);
     }
+    check_generic_shared(&cu, &sim);
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);
     gr_dev_stream_destroy(cu.dev, cu.s);

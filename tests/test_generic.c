@@ -1,0 +1,351 @@
+/* tests/test_generic — shape-generic kernels (kir.h "shape-generic form",
+ * GR_KPREP_GENERIC) on the simulator, no GPU needed:
+ *  - a symbolic model lowered at two bindings renders byte-identical generic CUDA
+ *    source kernel by kernel (the literal sources differ);
+ *  - a session on that model: a second and third binding prepare no kernel of a new
+ *    structure and load no module, and every output equals, bit for bit, that of the
+ *    same model written with static dims (literal kernels), eager and graph mode;
+ *  - the simulator's generic kernels run a template with another kernel's slots:
+ *    results equal the literal kernel's; counters; release; allocation failures. */
+#include "check.h"
+#include "codegen/render-cuda.h"
+#include "device/device.h"
+#include "passes/passes.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== the model ============================================================================== */
+
+/* Embedding gather, bias matmul, attention with a host-scalar temperature, a causal
+ * trilu, softmax, gelu, layer norm, a mean over the sequence (1/S is a constant of the
+ * kernel), a transpose and a max: every kernel form the lowering emits. "{S}" is the
+ * sequence length: a symbol, or a number for the static twin. */
+static const char *model_tmpl =
+    "graft 1\n"
+    "input x: f32[{S}, 32]\n"
+    "input ids: i64[{S}]\n"
+    "input temperature: f32[] @host\n"
+    "emb = random_normal(shape=[50, 32], seed=1, std=0.5)\n"
+    "e = gather(emb, ids, axis=0)\n"
+    "h = add(x, e)\n"
+    "w = random_normal(shape=[32, 32], seed=2, std=0.2)\n"
+    "b = random_uniform(shape=[32], seed=3, low=-0.1, high=0.1)\n"
+    "q = matmul(h, w, b, trans_b=1)\n"
+    "att = matmul(q, h, trans_b=1)\n"
+    "att2 = div(att, temperature)\n"
+    "tri = trilu(att2, upper=0, k=0)\n"
+    "p = softmax(tri, axis=1)\n"
+    "o = matmul(p, h)\n"
+    "g = gelu(o)\n"
+    "s = random_uniform(shape=[32], seed=4, low=0.5, high=1.5)\n"
+    "ln = layer_norm(g, s, _, axis=1, epsilon=1e-5)\n"
+    "m = reduce_mean(ln, axes=[0], keepdims=1)\n"
+    "y = sub(ln, m)\n"
+    "t = transpose(y, perm=[1, 0])\n"
+    "r = reduce_max(t, axes=[1], keepdims=0)\n"
+    "output y, r\n";
+
+/* The model with {S} replaced by `s` (gr_strfree). */
+static char *model_text(const char *s) {
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    for (const char *p = model_tmpl; *p;) {
+        if (!strncmp(p, "{S}", 3)) {
+            gr_sb_puts(&sb, s);
+            p += 3;
+        } else {
+            char one[2] = {*p++, 0};
+            gr_sb_puts(&sb, one);
+        }
+    }
+    return gr_sb_take(&sb);
+}
+
+static gr_graph_t parse_model(const char *s) {
+    char *text = model_text(s);
+    gr_graph_t g = NULL;
+    if (text) CHECK_OK(gr_graph_parse(text, "generic-model.gir", NULL, &g));
+    gr_strfree(text);
+    return g;
+}
+
+static void fill(float *x, int n, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+    }
+}
+
+/* ==== lowering at two bindings: one generic source per kernel ================================ */
+
+static void test_lowered_sources(void) {
+    gr_graph_t g = parse_model("S");
+    if (!g) return;
+    int64_t s1 = 5, s2 = 11;
+    gr_compiled c1, c2;
+    memset(&c1, 0, sizeof c1);
+    memset(&c2, 0, sizeof c2);
+    CHECK_OK(gr_pass_pipeline(g, &s1, NULL, &c1));
+    CHECK_OK(gr_pass_pipeline(g, &s2, NULL, &c2));
+    CHECK_MSG(c1.steps.len == c2.steps.len, "%d steps at S=5, %d at S=11", c1.steps.len, c2.steps.len);
+    int kernels = 0, literal_differ = 0;
+    for (int i = 0; i < c1.steps.len && i < c2.steps.len; i++) {
+        const gr_step *a = &c1.steps.data[i], *b = &c2.steps.data[i];
+        CHECK(a->kind == b->kind);
+        if (a->kind != GR_STEP_KERNEL || b->kind != GR_STEP_KERNEL) continue;
+        kernels++;
+        gr_strbuf ga, gb, la, lb;
+        gr_sb_init(&ga), gr_sb_init(&gb), gr_sb_init(&la), gr_sb_init(&lb);
+        CHECK_OK(gr_render_cuda_mode(a->kernel, GR_RENDER_GENERIC, &ga));
+        CHECK_OK(gr_render_cuda_mode(b->kernel, GR_RENDER_GENERIC, &gb));
+        CHECK_OK(gr_render_cuda(a->kernel, &la));
+        CHECK_OK(gr_render_cuda(b->kernel, &lb));
+        CHECK_MSG(ga.data && gb.data && !strcmp(ga.data, gb.data), "kernel %s: generic source differs between S=5 and S=11",
+                  a->kernel->name);
+        CHECK(gr_kernel_structure_hash(a->kernel) == gr_kernel_structure_hash(b->kernel));
+        if (la.data && lb.data && strcmp(la.data, lb.data)) literal_differ++;
+        gr_sb_free(&ga), gr_sb_free(&gb), gr_sb_free(&la), gr_sb_free(&lb);
+    }
+    CHECK_MSG(kernels >= 6, "only %d kernel steps", kernels);
+    /* the test has teeth: most literal kernels do change with S */
+    CHECK_MSG(literal_differ >= kernels / 2, "%d of %d literal kernels differ", literal_differ, kernels);
+    gr_compiled_free(&c1);
+    gr_compiled_free(&c2);
+    gr_graph_destroy(g);
+}
+
+/* ==== sessions: a new binding compiles nothing, outputs equal the static model's ============== */
+
+typedef struct {
+    float *y, *r;
+} outputs;
+
+static gr_status run_model(gr_session_t s, int64_t S, unsigned seed, float temp, outputs *out) {
+    float *x = malloc(sizeof(float) * (size_t)S * 32);
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)S);
+    out->y = malloc(sizeof(float) * (size_t)S * 32);
+    out->r = malloc(sizeof(float) * 32);
+    gr_status st = x && ids && out->y && out->r ? GR_OK : GR_ERR_NOMEM;
+    if (st == GR_OK) {
+        fill(x, (int)S * 32, seed);
+        for (int64_t i = 0; i < S; i++) ids[i] = (int64_t)((seed + 7 * (unsigned)i) % 50);
+        int64_t xd[2] = {S, 32}, id[1] = {S};
+        st = gr_session_set_input(s, "x", GR_F32, 2, xd, x, sizeof(float) * (size_t)S * 32);
+        if (st == GR_OK) st = gr_session_set_input(s, "ids", GR_I64, 1, id, ids, sizeof(int64_t) * (size_t)S);
+        if (st == GR_OK) st = gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &temp, sizeof temp);
+        if (st == GR_OK) st = gr_session_run(s);
+        gr_output o;
+        if (st == GR_OK) st = gr_session_output(s, 0, &o);
+        if (st == GR_OK) st = gr_session_output_read(s, o, out->y, sizeof(float) * (size_t)S * 32);
+        if (st == GR_OK) st = gr_session_output(s, 1, &o);
+        if (st == GR_OK) st = gr_session_output_read(s, o, out->r, sizeof(float) * 32);
+    }
+    free(x);
+    free(ids);
+    return st;
+}
+
+static void outputs_free(outputs *o) {
+    free(o->y);
+    free(o->r);
+    o->y = o->r = NULL;
+}
+
+static void test_sessions(gr_mode mode) {
+    gr_graph_t gs = parse_model("S");
+    if (!gs) return;
+    gr_session_options opt;
+    gr_session_options_init(&opt);
+    opt.device = GR_DEVICE_SIM;
+    opt.mode = mode;
+    gr_session_t sym = NULL;
+    CHECK_OK(gr_session_create(gs, &opt, &sym));
+    gr_graph_destroy(gs);
+    if (!sym) return;
+    const int64_t lengths[] = {5, 9, 13, 9};
+    gr_kernel_stats first, now;
+    memset(&first, 0, sizeof first);
+    for (int li = 0; li < GR_ARRAY_LEN(lengths); li++) {
+        int64_t S = lengths[li];
+        char num[24];
+        snprintf(num, sizeof num, "%lld", (long long)S);
+        gr_graph_t gl = parse_model(num);
+        gr_session_t lit = NULL;
+        if (gl) CHECK_OK(gr_session_create(gl, &opt, &lit));
+        gr_graph_destroy(gl);
+        if (!lit) break;
+        /* two runs each (graph mode: warm-up, then capture and replay), new data each time */
+        for (int rep = 0; rep < 2; rep++) {
+            outputs a = {0}, b = {0};
+            unsigned seed = (unsigned)(S * 10 + rep);
+            float temp = rep ? 0.5f : 2.0f;
+            CHECK_OK(run_model(sym, S, seed, temp, &a));
+            CHECK_OK(run_model(lit, S, seed, temp, &b));
+            if (a.y && b.y && a.r && b.r) {
+                CHECK_MSG(!memcmp(a.y, b.y, sizeof(float) * (size_t)S * 32), "S=%lld run %d: y differs from the static model",
+                          (long long)S, rep);
+                CHECK_MSG(!memcmp(a.r, b.r, sizeof(float) * 32), "S=%lld run %d: r differs from the static model", (long long)S,
+                          rep);
+                CHECK(isfinite(a.y[0]) && a.y[0] != 0.0f);
+            }
+            outputs_free(&a);
+            outputs_free(&b);
+        }
+        gr_kernel_stats ks;
+        CHECK_OK(gr_session_kernel_stats(lit, &ks));
+        CHECK_MSG(ks.generic_new == 0 && ks.generic_reused == 0 && ks.prepared > 0 && ks.modules_loaded == ks.prepared,
+                  "static model: %ld generic, %ld prepared, %ld modules", ks.generic_new + ks.generic_reused, ks.prepared,
+                  ks.modules_loaded);
+        gr_session_destroy(lit);
+        CHECK_OK(gr_session_kernel_stats(sym, &now));
+        CHECK(now.compiled == 0 && now.generic_fallbacks == 0);
+        if (li == 0) {
+            first = now;
+            CHECK_MSG(now.generic_new > 0 && now.prepared == now.generic_new + now.generic_reused,
+                      "first binding: %ld new, %ld reused, %ld prepared", now.generic_new, now.generic_reused, now.prepared);
+            CHECK(now.modules_loaded == now.generic_new);
+            printf("test_generic: %s: S=5 prepared %ld kernels, %ld structures\n", mode == GR_MODE_GRAPH ? "graph" : "eager",
+                   now.prepared, now.generic_new);
+        } else {
+            /* a new length compiled and loaded nothing */
+            CHECK_MSG(now.generic_new == first.generic_new, "S=%lld: %ld new structures (first binding %ld)", (long long)S,
+                      now.generic_new, first.generic_new);
+            CHECK(now.modules_loaded == first.modules_loaded);
+            CHECK_MSG(now.prepared == first.prepared * (li < 3 ? li + 1 : 3), "S=%lld: %ld prepared", (long long)S, now.prepared);
+        }
+    }
+    gr_session_destroy(sym);
+}
+
+/* ==== device level: templates, counters, release, failures ================================== */
+
+/* y[i, j] = (x[i, j] * 0.5 + bias[j]) / s over [s, 2s + 1] (broadcast, a size-derived
+ * constant), op changes the structure */
+static gr_kernel *bias_kernel(int64_t s, gr_kbinary op) {
+    gr_kernel *k = NULL;
+    if (gr_kernel_create("bias_kernel", &k) != GR_OK) return NULL;
+    k->n_outer = 2, k->outer[0] = s, k->outer[1] = 2 * s + 1;
+    int x, b, y, n, lx, lb, c, d, v;
+    gr_kaccess a, ab;
+    gr_kaccess_init(&a), gr_kaccess_init(&ab);
+    a.stride[0] = 2 * s + 1, a.stride[1] = 1;
+    ab.stride[1] = 1;
+    gr_status st = gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x);
+    if (st == GR_OK) st = gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "bias", &b);
+    if (st == GR_OK) st = gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y);
+    if (st == GR_OK) st = gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n);
+    if (st == GR_OK) k->n_points_param = n, k->params[y].written = true;
+    if (st == GR_OK) st = gr_kx_load(k, x, &a, &lx);
+    if (st == GR_OK) st = gr_kx_load(k, b, &ab, &lb);
+    if (st == GR_OK) st = gr_kx_const_f(k, GR_F32, 0.5, &c);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, GR_F32, lx, c, &v);
+    if (st == GR_OK) st = gr_kx_binary(k, op, GR_F32, v, lb, &v);
+    if (st == GR_OK) st = gr_kx_const_f(k, GR_F32, (double)s, &d);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_DIV, GR_F32, v, d, &v);
+    gr_kstage sg = {.kind = GR_KS_STORE, .value = v, .param = y, .access = a};
+    if (st == GR_OK) st = gr_kernel_add_stage(k, &sg);
+    CHECK_OK(st);
+    if (st != GR_OK) gr_kernel_destroy(k), k = NULL;
+    return k;
+}
+
+/* Runs k on the simulator through kfunc f; returns y (malloc'ed). */
+static float *run_bias(gr_device *d, gr_stream *s, gr_kfunc *f, int64_t S) {
+    int64_t n = S * (2 * S + 1);
+    float *x = NULL, *bias = NULL, *y = malloc(sizeof(float) * (size_t)n);
+    float *hx = malloc(sizeof(float) * (size_t)n), *hb = malloc(sizeof(float) * (size_t)(2 * S + 1));
+    gr_status st = y && hx && hb ? GR_OK : GR_ERR_NOMEM;
+    if (st == GR_OK) fill(hx, (int)n, 3), fill(hb, (int)(2 * S + 1), 4);
+    if (st == GR_OK) st = gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * (size_t)n, (void **)&x);
+    if (st == GR_OK) st = gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * (size_t)(2 * S + 1), (void **)&bias);
+    float *dy = NULL;
+    if (st == GR_OK) st = gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * (size_t)n, (void **)&dy);
+    if (st == GR_OK) st = gr_dev_memcpy(d, s, x, hx, sizeof(float) * (size_t)n, GR_COPY_H2D);
+    if (st == GR_OK) st = gr_dev_memcpy(d, s, bias, hb, sizeof(float) * (size_t)(2 * S + 1), GR_COPY_H2D);
+    gr_karg args[4] = {{.ptr = x}, {.ptr = bias}, {.ptr = dy}, {.i = n}};
+    if (st == GR_OK) st = gr_dev_kernel_launch(d, s, f, args, 4);
+    if (st == GR_OK) st = gr_dev_memcpy(d, s, y, dy, sizeof(float) * (size_t)n, GR_COPY_D2H);
+    if (st == GR_OK) st = gr_dev_stream_sync(d, s);
+    CHECK_OK(st);
+    gr_dev_free(d, x), gr_dev_free(d, bias), gr_dev_free(d, dy);
+    free(hx), free(hb);
+    if (st != GR_OK) free(y), y = NULL;
+    return y;
+}
+
+static void test_device(void) {
+    gr_device *d = NULL;
+    gr_stream *s = NULL;
+    CHECK_OK(gr_device_sim_create(&d));
+    if (!d) return;
+    CHECK_OK(gr_dev_stream_create(d, &s));
+    gr_kernel *k4 = bias_kernel(4, GR_KB_ADD), *k9 = bias_kernel(9, GR_KB_ADD), *kmul = bias_kernel(9, GR_KB_MUL);
+    gr_kernel *ksub = bias_kernel(5, GR_KB_SUB);
+    gr_kfunc *f4 = NULL, *f9 = NULL, *fmul = NULL, *l9 = NULL;
+    if (!k4 || !k9 || !kmul || !ksub || !s) goto out;
+    gr_dev_kstats ks;
+    CHECK_OK(gr_dev_kernel_prepare_flags(d, k4, GR_KPREP_GENERIC, &f4));
+    CHECK_OK(gr_dev_kernel_prepare_flags(d, k9, GR_KPREP_GENERIC, &f9));
+    CHECK_OK(gr_dev_kernel_prepare_flags(d, kmul, GR_KPREP_GENERIC, &fmul));
+    CHECK_OK(gr_dev_kernel_prepare(d, k9, &l9));
+    gr_dev_kernel_stats(d, &ks);
+    CHECK_MSG(ks.prepared == 4 && ks.generic_new == 2 && ks.generic_reused == 1 && ks.module_loads == 3 && ks.live_modules == 2 &&
+                  ks.compiles == 0,
+              "prepared %ld new %ld reused %ld loads %ld live %ld", ks.prepared, ks.generic_new, ks.generic_reused,
+              ks.module_loads, ks.live_modules);
+    CHECK_ERR(gr_dev_kernel_prepare_flags(d, k9, 0x10, &l9), GR_ERR_INVALID, "unknown flags");
+    if (!f9 || !l9) goto out;
+    /* f9 runs the template made from k4 with k9's sizes: the literal kernel's bits */
+    float *yg = run_bias(d, s, f9, 9), *yl = run_bias(d, s, l9, 9);
+    if (yg && yl) CHECK_MSG(!memcmp(yg, yl, sizeof(float) * 9 * 19), "generic result differs from literal");
+    free(yg), free(yl);
+    /* release: the template goes with its last kernel */
+    gr_dev_kernel_release(d, f4), f4 = NULL;
+    gr_dev_kernel_stats(d, &ks);
+    CHECK(ks.live_modules == 2);
+    gr_dev_kernel_release(d, f9), f9 = NULL;
+    gr_dev_kernel_stats(d, &ks);
+    CHECK(ks.live_modules == 1);
+    /* a new structure again after the last one went */
+    CHECK_OK(gr_dev_kernel_prepare_flags(d, k4, GR_KPREP_GENERIC, &f4));
+    gr_dev_kernel_stats(d, &ks);
+    CHECK(ks.generic_new == 3 && ks.live_modules == 2);
+    /* allocation failures while preparing generically, a new structure and a shared
+     * one: an error, nothing left behind */
+    for (int shared = 0; shared < 2; shared++) {
+        gr_kernel *kf = shared ? k9 : ksub;
+        long before = gr_debug_live_allocs();
+        bool ok = false;
+        for (long n = 1; n < 200 && !ok; n++) {
+            gr_kfunc *f = NULL;
+            gr_debug_fail_alloc_after(n);
+            gr_status st = gr_dev_kernel_prepare_flags(d, kf, GR_KPREP_GENERIC, &f);
+            gr_debug_fail_alloc_after(0);
+            CHECK(st == GR_OK || st == GR_ERR_NOMEM);
+            ok = st == GR_OK;
+            gr_dev_kernel_release(d, f);
+            CHECK(gr_debug_live_allocs() == before);
+        }
+        CHECK(ok);
+    }
+    /* instantiating from a template of another structure is refused */
+    gr_kernel *bad = NULL;
+    CHECK_ERR(gr_kernel_instantiate(k4, kmul, &bad), GR_ERR_INVALID, "structure differs");
+    CHECK(bad == NULL);
+out:
+    gr_dev_kernel_release(d, f4), gr_dev_kernel_release(d, f9), gr_dev_kernel_release(d, fmul), gr_dev_kernel_release(d, l9);
+    gr_dev_kernel_stats(d, &ks);
+    CHECK_MSG(ks.live_modules == 0, "%ld templates left", ks.live_modules);
+    gr_kernel_destroy(k4), gr_kernel_destroy(k9), gr_kernel_destroy(kmul), gr_kernel_destroy(ksub);
+    gr_dev_stream_destroy(d, s);
+    gr_device_destroy(d);
+}
+
+int main(void) {
+    test_lowered_sources();
+    test_sessions(GR_MODE_EAGER);
+    test_sessions(GR_MODE_GRAPH);
+    test_device();
+    return check_summary("test_generic");
+}
