@@ -246,7 +246,8 @@ int gr_kernel_slot_count(const gr_kernel *k);
 gr_status gr_kslot_map_build(const gr_kernel *k, gr_kslot_map *m);
 void gr_kslot_map_free(gr_kslot_map *m);
 /* The slot values of k (m->n of them, m built from k or a kernel of the same structure).
- * Float constants travel as the bits of their double, integers as themselves. */
+ * f32 constants travel as the bits of their float, other float constants as the bits
+ * of their double, integers as themselves. */
 void gr_kernel_slot_values(const gr_kernel *k, const gr_kslot_map *m, int64_t *vals);
 /* Writes slot values into k (the inverse): extents, strides, offsets, constants;
  * the strides of contiguous walks are set row-major from the new extents. */

@@ -422,9 +422,10 @@ static void emit_node(emit_ctx *c, int i) {
     gr_sb_printf(sb, "%sconst %s v%d = ", c->indent, ctype_name(ct), i);
     switch (e->op) {
     case GR_KX_CONST:
-        if (c->map) { /* a value, not structure: the bits of the double or the integer */
+        if (c->map) { /* a value, not structure: encoded as gr_kernel_slot_values does */
             int sl = c->map->node[i];
             if (ct == CT_I64) gr_sb_printf(sb, "gr_dims.v[%d]", sl);
+            else if (e->dtype == GR_F32) gr_sb_printf(sb, "__uint_as_float((unsigned)gr_dims.v[%d])", sl);
             else if (ct == CT_F32) gr_sb_printf(sb, "(float)__longlong_as_double(gr_dims.v[%d])", sl);
             else gr_sb_printf(sb, "__longlong_as_double(gr_dims.v[%d])", sl);
         } else if (ct == CT_I64) {
