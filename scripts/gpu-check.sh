@@ -33,6 +33,14 @@ else
   echo "test_devgraph not built (cmake --build $build --target test_devgraph)"; fail=1
 fi
 
+echo "== shape-generic kernels on CUDA (a symbolic model at new lengths compiles nothing; graph mode patches scalars) =="
+if [ -x "$build/tests/test_generic" ]; then
+  "$build/tests/test_generic" cuda 2>&1 | tail -12 | tee "$out/generic.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_generic FAILED"; fail=1; }
+else
+  echo "test_generic not built (cmake --build $build --target test_generic)"; fail=1
+fi
+
 echo "== kernel cache: cold vs warm start =="
 export XDG_CACHE_HOME="$out/tmp/cache"; rm -rf "$XDG_CACHE_HOME"
 cold=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')
