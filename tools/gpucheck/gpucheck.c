@@ -514,6 +514,53 @@ static gr_kernel *make_add(const char *name, int64_t n) {
     return k;
 }
 
+/* y = (((x * c0 + c1) * c2 + c3) ...) over n, n_consts constants */
+static gr_kernel *make_chain(const char *name, int64_t n, int n_consts) {
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = n;
+    int x, y, np, v, c;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y);
+    gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &np);
+    k->n_points_param = np;
+    gr_kx_load(k, x, &a, &v);
+    for (int i = 0; i < n_consts; i++) {
+        gr_kx_const_f(k, GR_F32, i % 2 ? 0.01 * i : 1.0 - 0.001 * i, &c);
+        gr_kx_binary(k, i % 2 ? GR_KB_ADD : GR_KB_MUL, GR_F32, v, c, &v);
+    }
+    kstore(k, y, v, &a, false);
+    return k;
+}
+
+/* Eager launch cost of one kernel prepared literally and generically (tiny launches,
+ * launch + sync amortized): what the slot struct adds to a launch. */
+static void time_launch_modes(devctx *cu, const char *label, gr_kernel *k, void *x, void *y) {
+    gr_device *dev = cu->dev;
+    const int R = 5000;
+    for (int mode = 0; mode < 2; mode++) {
+        gr_kfunc *f = NULL;
+        if (gr_dev_kernel_prepare_flags(dev, k, mode ? GR_KPREP_GENERIC : 0, &f) != GR_OK) {
+            printf("FAIL %-34s prepare: %s\n", label, gr_last_error());
+            n_fail++;
+            return;
+        }
+        gr_karg args[3] = {{.ptr = x}, {.ptr = y}, {.i = 1}};
+        for (int i = 0; i < 100; i++) gr_dev_kernel_launch(dev, cu->s, f, args, 3);
+        gr_dev_stream_sync(dev, cu->s);
+        double t0 = gr_now_us();
+        for (int i = 0; i < R; i++) gr_dev_kernel_launch(dev, cu->s, f, args, 3);
+        gr_dev_stream_sync(dev, cu->s);
+        printf("TIME eager_launch_%s_%-8s %8.2f us  (%d slot bytes)\n", label, mode ? "generic" : "literal",
+               (gr_now_us() - t0) / R, mode ? 8 * gr_kernel_slot_count(k) : 0);
+        gr_dev_kernel_release(dev, f);
+    }
+}
+
 static void capture_and_time(devctx *cu) {
     const char *name = "capture_replay";
     gr_device *dev = cu->dev;
@@ -563,6 +610,15 @@ static void capture_and_time(devctx *cu) {
     for (int i = 0; i < R; i++) gr_dev_kernel_launch(dev, cu->s, f, tiny, 4);
     DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
     printf("TIME eager_launch_per_kernel           %8.2f us\n", (gr_now_us() - t0) / R);
+    {
+        gr_kernel *c2 = make_chain("graft_chain2", N, 2), *c40 = make_chain("graft_chain40", N, 40);
+        if (c2 && c40) {
+            time_launch_modes(cu, "chain2", c2, x, y);
+            time_launch_modes(cu, "chain40", c40, x, y);
+        }
+        gr_kernel_destroy(c2);
+        gr_kernel_destroy(c40);
+    }
     /* graph replay per node: 100 tiny kernels */
     DIE_IF(gr_dev_capture_begin(dev, cu->s), "capture_begin");
     for (int i = 0; i < 100; i++) gr_dev_kernel_launch(dev, cu->s, f, tiny, 4);
