@@ -258,7 +258,7 @@ static gr_kernel *bias_kernel(int64_t s, gr_kbinary op) {
     gr_kernel *k = NULL;
     if (gr_kernel_create("bias_kernel", &k) != GR_OK) return NULL;
     k->n_outer = 2, k->outer[0] = s, k->outer[1] = 2 * s + 1;
-    int x, b, y, n, lx, lb, c, d, v;
+    int x = -1, b = -1, y = -1, n = -1, lx = -1, lb = -1, c = -1, d = -1, v = -1;
     gr_kaccess a, ab;
     gr_kaccess_init(&a), gr_kaccess_init(&ab);
     a.stride[0] = 2 * s + 1, a.stride[1] = 1;

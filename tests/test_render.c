@@ -487,7 +487,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
     snprintf(name, sizeof name, "fam%d_v%d_s%lld", form, variant, (long long)s);
     if (gr_kernel_create(name, &k) != GR_OK) return NULL;
     gr_status st = GR_OK;
-    int x, y, n, b, lx, lb, c, v, acc, cnt;
+    int x = -1, y = -1, n = -1, b = -1, lx = -1, lb = -1, c = -1, v = -1, acc = -1, cnt = -1;
     gr_kaccess a, ab, ay;
     gr_kaccess_init(&a);
     gr_kaccess_init(&ab);
@@ -532,7 +532,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
         if (variant) a.stride[0] = s * (s + 5), a.stride[1] = s + 5, a.inner_stride[0] = 1;
         else a.stride[0] = s * (s + 5), a.stride[1] = 1, a.inner_stride[0] = s;
         ay.stride[0] = s * (s + 5), ay.stride[1] = s + 5, ay.inner_stride[0] = 1;
-        int m, d, e, sum;
+        int m = -1, d = -1, e = -1, sum = -1;
         T(gr_kx_load(k, x, &a, &lx));
         T(reduce(k, GR_KR_MAX, lx));
         T(gr_kx_acc(k, 0, GR_F32, &m));
@@ -546,7 +546,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
     }
     case 3: {
         k->n_outer = 2, k->outer[0] = 2 * s, k->outer[1] = 16;
-        int table, idx, li;
+        int table = -1, idx = -1, li = -1;
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F16, "table", &table));
         T(gr_kernel_add_param(k, GR_KP_BUFFER, variant ? GR_I32 : GR_I64, "idx", &idx));
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F16, "out", &y));
@@ -571,7 +571,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
         T(gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x));
         T(gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y));
         access_outer(k, &a);
-        int r, col, diff, ck, keep, ninf;
+        int r = -1, col = -1, diff = -1, ck = -1, keep = -1, ninf = -1;
         T(gr_kx_index(k, 0, &r));
         T(gr_kx_index(k, 1, &col));
         T(gr_kx_binary(k, GR_KB_SUB, GR_I64, col, r, &diff));

@@ -718,7 +718,7 @@ static void emit_block(emit_ctx *c, bool *mark) {
             if (c->map && c->map->inner_points >= 0)
                 gr_sb_printf(sb, "      for (long long ri = threadIdx.x; ri < gr_dims.v[%d]; ri += blockDim.x) {\n",
                              c->map->inner_points);
-            else /* no inner dims: one inner point, in either mode */
+            else /* literal, or no inner dims (one inner point in either mode) */
                 gr_sb_printf(sb, "      for (long long ri = threadIdx.x; ri < %lldLL; ri += blockDim.x) {\n", (long long)inner);
             emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner, c->map ? c->map->inner : NULL);
             c->indent = "        ";

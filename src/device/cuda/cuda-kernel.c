@@ -99,10 +99,13 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf 
     }
     char entry[64];
     gr_render_cuda_entry_name(k, GR_RENDER_GENERIC, entry, sizeof entry);
-    if (st == GR_OK) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&m->fn, m->module, entry));
+    if (st == GR_OK) {
+        st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&m->fn, m->module, entry));
+        if (st != GR_OK) gr_error_prefix(st, "kernel %s", k->name);
+    }
     if (st != GR_OK) {
         module_free(c, m);
-        return gr_error_prefix(st, "kernel %s", k->name);
+        return st;
     }
     m->refs = 1;
     c->modules.data[c->modules.len++] = m;

@@ -585,7 +585,7 @@ static void sim_destroy(void *ctx) {
     }
     gr_vec_free(&c->allocs);
     gr_vec_free(&c->conds);
-    /* templates outlive no kfunc: a device destroyed with kernels still prepared frees them here */
+    /* left only when kernels were never released: freed with the device */
     for (int i = 0; i < c->templates.len; i++) {
         gr_kernel_destroy(c->templates.data[i]->k);
         gr_free(c->templates.data[i], sizeof(gr_sim_template));
