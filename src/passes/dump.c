@@ -105,13 +105,15 @@ static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) 
         const gr_ir_value *v = &g->values.data[i];
         if (v->kind == GR_VAL_NODE || !v->typed) continue;
         for (int d = 0; d < v->ndim; d++) {
-            int s = v->dims[d].sym;
-            if (s == GR_SYM_NONE || s < 0 || s >= g->syms.len) continue;
-            if (s < 256 && seen[s]) continue;
-            if (s < 256) seen[s] = true;
-            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "", g->syms.data[s],
-                                    v->name);
-            (*count)++;
+            bool used[256] = {false};
+            if (g->syms.len <= 256) gr_dx_symbols_of(g, v->dims[d], used);
+            for (int s = 0; s < g->syms.len && s < 256; s++) {
+                if (!used[s] || seen[s]) continue;
+                seen[s] = true;
+                pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "",
+                                        g->syms.data[s].name, v->name);
+                (*count)++;
+            }
         }
     }
 }

@@ -54,7 +54,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
-        for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k], (long long)p->sym_values[k]);
+        for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k].name, (long long)p->sym_values[k]);
         gr_sb_puts(&sb, "\n");
     }
     gr_sb_printf(&sb, "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes, compiled in %.1f ms\n", p->steps.len,

@@ -119,7 +119,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (ndim > 0 && !dims) return gr_error(GR_ERR_INVALID, "input '%s': dims is NULL", name);
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0) return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative", name, d);
-        if (v->dims[d].sym == GR_SYM_NONE && dims[d] != v->dims[d].size)
+        if (!gr_dx_is_sym(v->dims[d]) && dims[d] != v->dims[d].size)
             return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, graph expects %s", name, d, (long long)dims[d], want);
     }
     /* checked: a wrapped count could match a small buffer and bind a huge shape */
@@ -154,36 +154,119 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     return GR_OK;
 }
 
-/* Shape key from the bound inputs: each symbolic dim's value, checked for consistency. */
+/* Shape key from the bound inputs: each symbol's value, checked.
+ *
+ * 1. A dim that is a plain symbol binds it; two inputs disagreeing on a
+ *    symbol is an error naming both inputs and the symbol.
+ * 2. A symbol that appears only inside expressions ("past + 1") is solved
+ *    from a dim whose expression has it as its only unbound symbol, when the
+ *    expression is linear in it (found by evaluating at two points, then
+ *    checked by evaluating at the solution).
+ * 3. Every input dim is then evaluated and must equal the given size, and
+ *    every symbol must lie in its declared range (default: >= 1). */
+static const char *input_name(const gr_graph *g, int i) { return g->values.data[g->inputs.data[i]].name; }
+
+static gr_status solve_linear(const gr_graph *g, gr_dim e, int32_t sym, int64_t *syms, int64_t want, bool *solved) {
+    *solved = false;
+    int64_t f0, f1;
+    syms[sym] = 0;
+    gr_status st = gr_dx_eval(g, e, syms, &f0);
+    if (st == GR_OK) {
+        syms[sym] = 1;
+        st = gr_dx_eval(g, e, syms, &f1);
+    }
+    syms[sym] = -1;
+    if (st != GR_OK) return gr_error_clear(), GR_OK;
+    int64_t slope = f1 - f0, num = want - f0;
+    if (slope == 0 || num % slope != 0 || num / slope < 0) return GR_OK;
+    int64_t x = num / slope, check;
+    syms[sym] = x;
+    if (gr_dx_eval(g, e, syms, &check) != GR_OK || check != want) {
+        gr_error_clear();
+        syms[sym] = -1;
+        return GR_OK;
+    }
+    *solved = true;
+    return GR_OK;
+}
+
 static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     const gr_graph *g = s->graph;
-    int *from = gr_malloc(sizeof(int) * (size_t)g->syms.len);
-    if (!from) return GR_ERR_NOMEM;
-    for (int k = 0; k < g->syms.len; k++) syms[k] = -1, from[k] = -1;
+    int n = g->syms.len;
+    int *from = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    bool *used = gr_calloc((size_t)(n ? n : 1), sizeof(bool));
+    if (!from || !used) {
+        gr_free(from, sizeof(int) * (size_t)(n ? n : 1));
+        gr_free(used, (size_t)(n ? n : 1) * sizeof(bool));
+        return GR_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) syms[k] = -1, from[k] = -1;
     gr_status st = GR_OK;
+    for (int i = 0; i < g->inputs.len && st == GR_OK; i++)
+        if (!s->inputs[i].set) st = gr_error(GR_ERR_INVALID, "input '%s' was not set before run", input_name(g, i));
+    /* 1. plain symbols */
     for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
-        if (!s->inputs[i].set) {
-            st = gr_error(GR_ERR_INVALID, "input '%s' was not set before run", v->name);
-            break;
-        }
-        for (int d = 0; d < v->ndim; d++) {
-            int sym = v->dims[d].sym;
-            if (sym == GR_SYM_NONE) continue;
+        for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+            int32_t sym = gr_dx_as_symbol(g, v->dims[d]);
+            if (sym < 0) continue;
             int64_t have = s->inputs[i].dims[d];
             if (syms[sym] < 0) {
                 syms[sym] = have;
                 from[sym] = i;
             } else if (syms[sym] != have) {
-                st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld in input '%s' but %lld in input '%s'", g->syms.data[sym],
-                              (long long)syms[sym], g->values.data[g->inputs.data[from[sym]]].name, (long long)have, v->name);
-                break;
+                st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld in input '%s' but %lld in input '%s'", g->syms.data[sym].name,
+                              (long long)syms[sym], input_name(g, from[sym]), (long long)have, v->name);
             }
         }
     }
-    for (int k = 0; k < g->syms.len && st == GR_OK; k++)
-        if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k]);
-    gr_free(from, sizeof(int) * (size_t)g->syms.len);
+    /* 2. symbols only inside expressions */
+    for (bool progress = true; progress && st == GR_OK;) {
+        progress = false;
+        for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
+            const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+            for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+                if (!gr_dx_is_sym(v->dims[d])) continue;
+                memset(used, 0, (size_t)(n ? n : 1) * sizeof(bool));
+                gr_dx_symbols_of(g, v->dims[d], used);
+                int32_t unbound = -1, count = 0;
+                for (int k = 0; k < n; k++)
+                    if (used[k] && syms[k] < 0) unbound = k, count++;
+                if (count != 1) continue;
+                bool solved;
+                st = solve_linear(g, v->dims[d], unbound, syms, s->inputs[i].dims[d], &solved);
+                if (solved) from[unbound] = i, progress = true;
+            }
+        }
+    }
+    for (int k = 0; k < n && st == GR_OK; k++)
+        if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k].name);
+    /* 3. ranges, then every dim against its expression */
+    for (int k = 0; k < n && st == GR_OK; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        if (syms[k] >= sym->lo && syms[k] <= sym->hi) continue;
+        char range[64];
+        if (sym->hi >= GR_DX_INF) snprintf(range, sizeof range, ">= %lld", (long long)sym->lo);
+        else snprintf(range, sizeof range, "in %lld..%lld", (long long)sym->lo, (long long)sym->hi);
+        st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld (from input '%s'), outside its %s range (%s)", sym->name,
+                      (long long)syms[k], input_name(g, from[k]), sym->declared ? "declared" : "default", range);
+    }
+    for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
+        const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+        for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+            if (!gr_dx_is_sym(v->dims[d]) || gr_dx_as_symbol(g, v->dims[d]) >= 0) continue;
+            int64_t want;
+            st = gr_dx_eval(g, v->dims[d], syms, &want);
+            if (st == GR_OK && want != s->inputs[i].dims[d]) {
+                char e[160];
+                gr_dx_str(g, v->dims[d], e, sizeof e);
+                st = gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, but the graph says it is %s = %lld for this binding", v->name, d,
+                              (long long)s->inputs[i].dims[d], e, (long long)want);
+            }
+        }
+    }
+    gr_free(from, sizeof(int) * (size_t)(n ? n : 1));
+    gr_free(used, (size_t)(n ? n : 1) * sizeof(bool));
     return st;
 }
 
@@ -212,7 +295,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         fprintf(stderr, "graft: new shape key (");
         for (int k = 0; k < n; k++) {
             char name[256]; /* a model's name: no terminal escapes */
-            gr_escape_text(name, sizeof name, s->graph->syms.data[k], false);
+            gr_escape_text(name, sizeof name, s->graph->syms.data[k].name, false);
             fprintf(stderr, "%s%s=%lld", k ? ", " : "", name, (long long)syms[k]);
         }
         fprintf(stderr, "): compiling a plan\n");
