@@ -185,6 +185,8 @@ static void bounds_rec(const gr_graph *g, int32_t id, int depth, int64_t *lo, in
         return;
     case GR_DX_MIN: *lo = GR_MIN(al, bl), *hi = GR_MIN(ah, bh); return;
     case GR_DX_MAX: *lo = GR_MAX(al, bl), *hi = GR_MAX(ah, bh); return;
+    case GR_DX_EQ:
+    case GR_DX_LT: *lo = 0, *hi = 1; return;
     default: return;
     }
 }
@@ -351,7 +353,7 @@ static gr_status atom(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out)
     else GR_TRY(intern(g, GR_DX_CONST, -1, -1, a.size, &ia));
     if (gr_dx_is_sym(b)) ib = b.expr;
     else GR_TRY(intern(g, GR_DX_CONST, -1, -1, b.size, &ib));
-    if ((op == GR_DX_MIN || op == GR_DX_MAX) && ib < ia) { /* commutative: one order */
+    if ((op == GR_DX_MIN || op == GR_DX_MAX || op == GR_DX_EQ) && ib < ia) { /* commutative: one order */
         int32_t t = ia;
         ia = ib, ib = t;
     }
@@ -453,8 +455,26 @@ static gr_status concrete_binary(gr_dx_op op, int64_t a, int64_t b, int64_t *out
         return GR_OK;
     case GR_DX_MIN: *out = GR_MIN(a, b); return GR_OK;
     case GR_DX_MAX: *out = GR_MAX(a, b); return GR_OK;
+    case GR_DX_EQ: *out = a == b; return GR_OK;
+    case GR_DX_LT: *out = a < b; return GR_OK;
     default: return gr_error(GR_ERR_INTERNAL, "symbolic dim arithmetic: bad operator %d", (int)op);
     }
+}
+
+/* a == b / a < b decided by the sign of a - b over the ranges, else an atom */
+static gr_status compare(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, const poly *pa, const poly *pb, gr_dim *out) {
+    poly d = *pa;
+    gr_dim dd;
+    if (poly_add(&d, pb, -1) == GR_OK && from_poly(g, &d, &dd) == GR_OK) {
+        int64_t lo, hi;
+        gr_dx_bounds(g, dd, &lo, &hi);
+        if (op == GR_DX_EQ && lo == 0 && hi == 0) return *out = gr_dx_const(1), GR_OK;
+        if (op == GR_DX_EQ && (lo > 0 || hi < 0)) return *out = gr_dx_const(0), GR_OK;
+        if (op == GR_DX_LT && hi < 0) return *out = gr_dx_const(1), GR_OK;
+        if (op == GR_DX_LT && lo >= 0) return *out = gr_dx_const(0), GR_OK;
+    }
+    gr_error_clear();
+    return atom(g, op, a, b, out);
 }
 
 gr_status gr_dx_binary(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out) {
@@ -509,6 +529,8 @@ gr_status gr_dx_binary(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out
     }
     case GR_DX_MIN:
     case GR_DX_MAX: return minmax(g, op, a, b, &pa, &pb, out);
+    case GR_DX_EQ:
+    case GR_DX_LT: return compare(g, op, a, b, &pa, &pb, out);
     default: return gr_error(GR_ERR_INTERNAL, "symbolic dim arithmetic: bad operator %d", (int)op);
     }
 }
@@ -616,7 +638,9 @@ static void print_rec(const gr_graph *g, int32_t id, int prec, int depth, gr_str
         return;
     case GR_DX_MIN:
     case GR_DX_MAX:
-        gr_sb_puts(sb, e->op == GR_DX_MIN ? "min(" : "max(");
+    case GR_DX_EQ:
+    case GR_DX_LT:
+        gr_sb_puts(sb, e->op == GR_DX_MIN ? "min(" : e->op == GR_DX_MAX ? "max(" : e->op == GR_DX_EQ ? "eq(" : "lt(");
         print_rec(g, e->a, 1, depth + 1, sb);
         gr_sb_puts(sb, ", ");
         print_rec(g, e->b, 1, depth + 1, sb);
@@ -707,6 +731,8 @@ static gr_status parse_primary(dxp *p, gr_dim *out) {
     int n = 0;
     GR_TRY(parse_args(p, args, 8, &n));
     gr_dx_op op;
+    if ((!strcmp(name, "eq") || !strcmp(name, "Eq")) && n == 2) return gr_dx_binary(p->g, GR_DX_EQ, args[0], args[1], out);
+    if ((!strcmp(name, "lt") || !strcmp(name, "Lt")) && n == 2) return gr_dx_binary(p->g, GR_DX_LT, args[0], args[1], out);
     if (!strcmp(name, "min") || !strcmp(name, "Min")) op = GR_DX_MIN;
     else if (!strcmp(name, "max") || !strcmp(name, "Max")) op = GR_DX_MAX;
     else if (!strcmp(name, "FloorDiv") && n == 2) return gr_dx_binary(p->g, GR_DX_DIV, args[0], args[1], out);

@@ -76,11 +76,15 @@ typedef struct {
     int32_t expr; /* index into the graph's expression table, or GR_SYM_NONE */
 } gr_dim;
 
-/* Expression nodes. SUB is an operator of gr_dx_binary only (a - b is stored as a + -1*b). */
+/* Expression nodes. SUB is an operator of gr_dx_binary only (a - b is stored as a + -1*b).
+ * EQ and LT make conditions 0/1, so where(c, x, y) is the polynomial c*(x - y) + y:
+ * what shape code computes with Equal/Less/Where on dims stays an expression. */
 typedef enum {
     GR_DX_SYM = 0, /* symbol k */
     GR_DX_CONST,   /* the constant k */
     GR_DX_ADD, GR_DX_MUL, GR_DX_DIV, GR_DX_MOD, GR_DX_MIN, GR_DX_MAX,
+    GR_DX_EQ,      /* 1 when a == b, else 0 */
+    GR_DX_LT,      /* 1 when a < b, else 0 (a <= b is a < b + 1: integers) */
     GR_DX_SUB,
     GR_DX_COUNT
 } gr_dx_op;
@@ -122,7 +126,7 @@ void gr_dx_print(const struct gr_graph *g, gr_dim d, gr_strbuf *sb);
 /* The same into buf (truncated to n bytes). */
 void gr_dx_str(const struct gr_graph *g, gr_dim d, char *buf, size_t n);
 /* Parses an expression: integers, symbol names ([A-Za-z_][A-Za-z0-9_.]*), + - * / // %,
- * parentheses, min/max/Min/Max(a, b, ...), floor(x), FloorDiv(a, b), Mod(a, b),
+ * parentheses, min/max/Min/Max(a, b, ...), eq(a, b), lt(a, b), floor(x), FloorDiv(a, b), Mod(a, b),
  * CeilDiv(a, b) (the forms sympy prints, which the dynamo exporter writes as
  * dim_params). GR_ERR_PARSE when text is not such an expression (callers then
  * take the whole text as one symbol's name); no message is set for that. */

@@ -280,7 +280,8 @@ static gr_status verify_exprs(const gr_graph *g) {
         switch (e->op) {
         case GR_DX_SYM: ok = e->k >= 0 && e->k < g->syms.len; break;
         case GR_DX_CONST: ok = true; break;
-        case GR_DX_ADD: case GR_DX_MUL: case GR_DX_DIV: case GR_DX_MOD: case GR_DX_MIN: case GR_DX_MAX:
+        case GR_DX_ADD: case GR_DX_MUL: case GR_DX_DIV: case GR_DX_MOD: case GR_DX_MIN: case GR_DX_MAX: case GR_DX_EQ:
+        case GR_DX_LT:
             ok = e->a >= 0 && e->a < i && e->b >= 0 && e->b < i;
             break;
         default: ok = false; break;

@@ -408,23 +408,24 @@ static gr_status sym_binary(ox_ctx *c, ew_op op, gr_dim a, gr_dim b, gr_dim *r, 
         dop = GR_DX_MOD;
         break;
     case EW_EQ: case EW_LT: case EW_LE: case EW_GT: case EW_GE: {
-        gr_dim d;
-        gr_status st = gr_dx_binary(c->g, GR_DX_SUB, a, b, &d);
-        if (st != GR_OK) {
-            gr_error_clear();
-            return *known = false, GR_OK;
-        }
-        int64_t lo, hi;
-        gr_dx_bounds(c->g, d, &lo, &hi);
-        int v = -1;
-        if (op == EW_EQ) v = lo == 0 && hi == 0 ? 1 : (lo > 0 || hi < 0) ? 0 : -1;
-        else if (op == EW_LT) v = hi < 0 ? 1 : lo >= 0 ? 0 : -1;
-        else if (op == EW_LE) v = hi <= 0 ? 1 : lo > 0 ? 0 : -1;
-        else if (op == EW_GT) v = lo > 0 ? 1 : hi <= 0 ? 0 : -1;
-        else v = lo >= 0 ? 1 : hi < 0 ? 0 : -1;
-        if (v < 0) return *known = false, GR_OK;
-        *r = gr_dx_const(v);
-        return GR_OK;
+        /* conditions are 0/1 expressions (decided by the ranges where they can be):
+         * a <= b is a < b + 1, a > b is b < a, a >= b is b < a + 1 */
+        gr_dim x = a, y = b;
+        gr_status st = GR_OK;
+        if (op == EW_GT || op == EW_GE) x = b, y = a;
+        if (op == EW_LE || op == EW_GE) st = gr_dx_binary(c->g, GR_DX_ADD, y, gr_dx_const(1), &y);
+        if (st == GR_OK) st = gr_dx_binary(c->g, op == EW_EQ ? GR_DX_EQ : GR_DX_LT, x, y, r);
+        if (st == GR_ERR_UNSUPPORTED) return gr_error_clear(), *known = false, GR_OK;
+        return st;
+    }
+    case EW_AND: dop = GR_DX_MUL; break; /* of 0/1 conditions */
+    case EW_OR: { /* a + b - a*b */
+        gr_dim s, p;
+        gr_status st = gr_dx_binary(c->g, GR_DX_ADD, a, b, &s);
+        if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_MUL, a, b, &p);
+        if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_SUB, s, p, r);
+        if (st == GR_ERR_UNSUPPORTED) return gr_error_clear(), *known = false, GR_OK;
+        return st;
     }
     default: return *known = false, GR_OK;
     }
@@ -499,8 +500,25 @@ static gr_status fold_where(ox_ctx *c, const ox_tensor *cond, const ox_tensor *a
         unravel(j, n, dims, oi);
         int64_t ic = bcast_index(cond, n, oi);
         const ox_tensor *src = gr_load_i64(cond->data, cond->dtype, ic) ? a : b;
-        if (ox_elem_sym(cond, ic)) { /* an undecided condition */
-            if (mark_unknown(*out, j) != GR_OK) goto nomem;
+        if (ox_elem_sym(cond, ic) || ox_elem_sym(a, bcast_index(a, n, oi)) || ox_elem_sym(b, bcast_index(b, n, oi))) {
+            /* c*(x - y) + y over 0/1 condition c, for integer values */
+            gr_dim dc, dx_, dy, t;
+            bool known = ox_elem_dim(cond, ic, &dc) && ox_elem_dim(a, bcast_index(a, n, oi), &dx_) &&
+                         ox_elem_dim(b, bcast_index(b, n, oi), &dy) && !gr_dtype_is_float(a->dtype);
+            gr_status st = GR_OK;
+            if (known && !gr_dx_is_sym(dc)) t = dc.size ? dx_ : dy;
+            else if (known) {
+                st = gr_dx_binary(c->g, GR_DX_SUB, dx_, dy, &t);
+                if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_MUL, dc, t, &t);
+                if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_ADD, t, dy, &t);
+                if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), known = false, st = GR_OK;
+            }
+            if (st == GR_OK) st = known ? ox_set_elem(*out, j, t) : mark_unknown(*out, j);
+            if (st != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return st;
+            }
             continue;
         }
         if (move_elem(*out, j, src, bcast_index(src, n, oi)) != GR_OK) goto nomem;
@@ -528,6 +546,7 @@ static gr_status fold_unary(ox_ctx *c, un_op op, const ox_tensor *x, ox_tensor *
             if (known) gr_dx_bounds(c->g, d, &lo, &hi);
             gr_status st = GR_OK;
             if (known && op == UN_NEG) st = gr_dx_binary(c->g, GR_DX_MUL, d, gr_dx_const(-1), &r);
+            else if (known && op == UN_NOT) st = gr_dx_binary(c->g, GR_DX_SUB, gr_dx_const(1), d, &r); /* of a 0/1 condition */
             else if (known && (op == UN_FLOOR || op == UN_CEIL || (op == UN_ABS && lo >= 0))) r = d;
             else known = false;
             if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), known = false, st = GR_OK;

@@ -454,6 +454,8 @@ static gr_status materialize_symbolic(ox_ctx *c, ox_value *v, int *out_ir) {
     if (n == 0) { /* an empty tensor: a plain constant */
         GR_TRY(gr_ir_add_const(c->g, NULL, t->dtype, t->ndim, t->dims, t->data, &ir));
     }
+    /* the value keeps its ONNX name (a graph output is read by it) */
+    if (gr_ir_find_value(c->g, v->name) < 0) GR_TRY(gr_ir_rename_value(c->g, ir, v->name));
     v->ir = ir;
     *out_ir = ir;
     return GR_OK;
