@@ -786,15 +786,182 @@ static gr_status cv_cast_like(ox_ctx *c, gr_op op) {
     return emit1(c, op, 1, &x, 1, &a);
 }
 
-/* Ops graft folds at import time (onnx-fold.c) but has no IR op for: reached
- * only when an input is computed at run time. */
-static gr_status cv_fold_only(ox_ctx *c, gr_op op) {
-    (void)op;
-    return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                         "%s is supported only on inputs known at import time (constants and shape arithmetic); "
-                         "on a value computed at run time it is not supported",
-                         c->node->op_type);
+/* ---- GatherND, CumSum, Flatten on run-time values: decomposed into IR ops ----------
+ * Exporters build attention masks with them on tensors computed at run time
+ * (the dynamo exporter's advanced indexing, transformers' packed-sequence
+ * detection); on values known at import time onnx-fold.c evaluates them. */
+
+/* A scalar IR value holding d (a symbolic one is a fill evaluated per binding). */
+static gr_status dim_scalar_ir(ox_ctx *c, gr_dim d, gr_dtype dt, int *ir) {
+    if (!gr_dx_is_sym(d)) return scalar_const_ir(c, dt, (double)d.size, ir);
+    gr_ir_attr attrs[3] = {{.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = NULL, .n = 0}, A_sint("value", GR_IR_ATTR_FLOAT, d),
+                           A_str("dtype", gr_dtype_name(dt))};
+    return emit(c, GR_OP_FILL, 0, NULL, 3, attrs, 1, NULL, false, ir);
 }
+
+static gr_status emit2(ox_ctx *c, gr_op op, int a, int b, int *out) {
+    int in[2] = {a, b};
+    return emit(c, op, 2, in, 0, NULL, 1, NULL, false, out);
+}
+
+/* product of dims [lo, hi) of v */
+static gr_status dims_product(ox_ctx *c, const gr_ir_value *v, int lo, int hi, gr_dim *out) {
+    *out = gr_dx_const(1);
+    for (int i = lo; i < hi; i++) {
+        gr_status st = gr_dx_binary(c->g, GR_DX_MUL, *out, v->dims[i], out);
+        if (st != GR_OK) return ox_node_error(c, st == GR_ERR_NOMEM ? st : GR_ERR_SHAPE, "the product of the input's dims %d..%d is not expressible", lo, hi - 1);
+    }
+    return GR_OK;
+}
+
+/* GatherND(data, indices), batch_dims 0: data's first k dims flattened into
+ * one, the index tuples turned into linear indices (negative components
+ * counted from the end of their dim), then one Gather along axis 0. */
+static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t batch_dims;
+    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
+    if (batch_dims != 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "GatherND with batch_dims=%lld on a value computed at run time is not supported", (long long)batch_dims);
+    int data, idx;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
+    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
+    int r = dv->ndim, q = iv->ndim;
+    gr_dim kd = iv->dims[q - 1];
+    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
+    int k = (int)kd.size;
+    if (k < 1 || k > r) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d", k, r);
+    if (q - 1 + r - k > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
+    gr_dim ddims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+    gr_dtype it = iv->dtype;
+    int flat = data;
+    if (k > 1) { /* [d0*...*d(k-1), dk, ...] */
+        gr_dim shape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, dv, 0, k, &shape[0]));
+        for (int i = k; i < r; i++) shape[i - k + 1] = ddims[i];
+        int64_t sv[GR_MAX_DIMS];
+        int32_t se[GR_MAX_DIMS];
+        gr_ir_attr a = A_sints("shape", shape, r - k + 1, sv, se);
+        GR_TRY(emit(c, GR_OP_RESHAPE, 1, &data, 1, &a, 1, NULL, false, &flat));
+    }
+    int lin = -1, zero;
+    GR_TRY(scalar_const_ir(c, it, 0.0, &zero));
+    for (int j = 0; j < k; j++) {
+        int64_t st_ = j, en = j + 1, ax = q - 1;
+        gr_ir_attr sl[3] = {A_ints("starts", &st_, 1), A_ints("ends", &en, 1), A_ints("axes", &ax, 1)};
+        int comp, neg, dj, wrapped, in3[3];
+        GR_TRY(emit(c, GR_OP_SLICE, 1, &idx, 3, sl, 1, NULL, false, &comp));
+        GR_TRY(emit2(c, GR_OP_LESS, comp, zero, &neg));
+        GR_TRY(dim_scalar_ir(c, ddims[j], it, &dj));
+        GR_TRY(emit2(c, GR_OP_ADD, comp, dj, &wrapped));
+        in3[0] = neg, in3[1] = wrapped, in3[2] = comp;
+        GR_TRY(emit(c, GR_OP_WHERE, 3, in3, 0, NULL, 1, NULL, false, &comp));
+        gr_dim stride;
+        GR_TRY(dims_product(c, dv, j + 1, k, &stride));
+        if (gr_dx_is_sym(stride) || stride.size != 1) {
+            int s;
+            GR_TRY(dim_scalar_ir(c, stride, it, &s));
+            GR_TRY(emit2(c, GR_OP_MUL, comp, s, &comp));
+        }
+        if (lin < 0) lin = comp;
+        else GR_TRY(emit2(c, GR_OP_ADD, lin, comp, &lin));
+    }
+    int64_t last = q - 1;
+    gr_ir_attr sq = A_ints("axes", &last, 1);
+    GR_TRY(emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, &lin));
+    int in[2] = {flat, lin};
+    gr_ir_attr ga = A_int("axis", 0);
+    return emit1(c, GR_OP_GATHER, 2, in, 1, &ga);
+}
+
+/* CumSum(x, axis; exclusive, reverse) as a masked sum: out[.., i] = sum_j M[i, j] x[.., j]
+ * with M[i, j] = j <= i (j < i exclusive; j >= i, j > i reversed), M built
+ * from a range over the (possibly symbolic) length n. O(n^2) work: the scans
+ * exporters emit run over sequence positions of a mask. */
+static gr_status cv_cumsum(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t exclusive, reverse, axis;
+    int na;
+    GR_TRY(ox_attr_int(c, "exclusive", 0, &exclusive));
+    GR_TRY(ox_attr_int(c, "reverse", 0, &reverse));
+    GR_TRY(ox_need_ints(c, 1, "axis", &axis, 1, &na));
+    if (na != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'axis' must be a scalar");
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int rank = xv->ndim;
+    if (rank < 1 || rank + 1 > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "CumSum of a rank-%d tensor is not supported", rank);
+    if (axis < -rank || axis >= rank) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, rank);
+    int a = (int)(axis < 0 ? axis + rank : axis);
+    if (xv->dtype == GR_BOOL) return ox_node_error(c, GR_ERR_SHAPE, "CumSum of bool");
+    gr_dtype dt = xv->dtype;
+    gr_dim n = xv->dims[a];
+    int range, ri, rj, mask, xt = x, xe, zero, prod, sum;
+    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
+                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
+    GR_TRY(emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, &range));
+    int64_t one = 1, zero_ax = 0;
+    gr_ir_attr u1 = A_ints("axes", &one, 1), u0 = A_ints("axes", &zero_ax, 1);
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &range, 1, &u1, 1, NULL, false, &ri)); /* [n, 1]: i */
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &range, 1, &u0, 1, NULL, false, &rj)); /* [1, n]: j */
+    gr_op cmp = reverse ? (exclusive ? GR_OP_GREATER : GR_OP_GREATER_EQUAL) : (exclusive ? GR_OP_LESS : GR_OP_LESS_EQUAL);
+    GR_TRY(emit2(c, cmp, rj, ri, &mask));
+    int64_t perm[GR_MAX_DIMS], inv[GR_MAX_DIMS];
+    for (int i = 0, k = 0; i < rank; i++)
+        if (i != a) perm[k++] = i;
+    perm[rank - 1] = a;
+    for (int i = 0; i < rank; i++) inv[perm[i]] = i;
+    if (a != rank - 1) {
+        gr_ir_attr p = A_ints("perm", perm, rank);
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &x, 1, &p, 1, NULL, false, &xt));
+    }
+    int64_t before_last = rank - 1;
+    gr_ir_attr ue = A_ints("axes", &before_last, 1);
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &xt, 1, &ue, 1, NULL, false, &xe)); /* [.., 1, n] */
+    GR_TRY(scalar_const_ir(c, dt, 0.0, &zero));
+    int w[3] = {mask, xe, zero};
+    GR_TRY(emit(c, GR_OP_WHERE, 3, w, 0, NULL, 1, NULL, false, &prod)); /* [.., n, n] */
+    int64_t lastax = -1;
+    gr_ir_attr rs[2] = {A_ints("axes", &lastax, 1), A_int("keepdims", 0)};
+    if (a == rank - 1 && gr_dtype_is_float(dt)) return emit1(c, GR_OP_REDUCE_SUM, 1, &prod, 2, rs);
+    GR_TRY(emit(c, GR_OP_REDUCE_SUM, 1, &prod, 2, rs, 1, NULL, false, &sum));
+    if (!gr_dtype_is_float(dt) && dt != GR_I64) { /* integer sums accumulate in i64 */
+        gr_ir_attr to = A_str("to", gr_dtype_name(dt));
+        if (a == rank - 1) return emit1(c, GR_OP_CAST, 1, &sum, 1, &to);
+        GR_TRY(emit(c, GR_OP_CAST, 1, &sum, 1, &to, 1, NULL, false, &sum));
+    }
+    if (a == rank - 1) return emit1(c, GR_OP_IDENTITY, 1, &sum, 0, NULL);
+    gr_ir_attr p = A_ints("perm", inv, rank);
+    return emit1(c, GR_OP_TRANSPOSE, 1, &sum, 1, &p);
+}
+
+/* Flatten(x; axis): reshape to [d0*..*d(axis-1), d(axis)*..] (symbolic products allowed) */
+static gr_status cv_flatten(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t axis;
+    GR_TRY(ox_attr_int(c, "axis", 1, &axis));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int r = xv->ndim;
+    if (axis < -r || axis > r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, r);
+    int a = (int)(axis < 0 ? axis + r : axis);
+    gr_dim shape[2];
+    GR_TRY(dims_product(c, xv, 0, a, &shape[0]));
+    GR_TRY(dims_product(c, xv, a, r, &shape[1]));
+    int64_t sv[2];
+    int32_t se[2];
+    gr_ir_attr at = A_sints("shape", shape, 2, sv, se);
+    return emit1(c, op, 1, &x, 1, &at);
+}
+
 
 /* ---- sequences: SplitToSequence read by SequenceAt (how exporters write torch.split) -------- */
 static gr_status cv_split_to_sequence(ox_ctx *c, gr_op op) {
@@ -980,8 +1147,9 @@ static const struct {
     {"IsNaN", GR_OP_ISNAN, cv_simple},
     {"Cast", GR_OP_CAST, cv_cast},
     {"CastLike", GR_OP_CAST, cv_cast_like},
-    {"CumSum", GR_OP_IDENTITY, cv_fold_only},
-    {"GatherND", GR_OP_IDENTITY, cv_fold_only},
+    {"CumSum", GR_OP_IDENTITY, cv_cumsum},
+    {"GatherND", GR_OP_GATHER, cv_gather_nd},
+    {"Flatten", GR_OP_RESHAPE, cv_flatten},
     {"SplitToSequence", GR_OP_SPLIT, cv_split_to_sequence},
     {"SequenceAt", GR_OP_IDENTITY, cv_sequence_at},
     {"MatMul", GR_OP_MATMUL, cv_simple},
