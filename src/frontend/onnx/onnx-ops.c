@@ -804,11 +804,11 @@ static gr_status emit2(ox_ctx *c, gr_op op, int a, int b, int *out) {
     return emit(c, op, 2, in, 0, NULL, 1, NULL, false, out);
 }
 
-/* product of dims [lo, hi) of v */
-static gr_status dims_product(ox_ctx *c, const gr_ir_value *v, int lo, int hi, gr_dim *out) {
+/* product of dims[lo, hi) (a copy: emitting nodes moves the IR's value array) */
+static gr_status dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_dim *out) {
     *out = gr_dx_const(1);
     for (int i = lo; i < hi; i++) {
-        gr_status st = gr_dx_binary(c->g, GR_DX_MUL, *out, v->dims[i], out);
+        gr_status st = gr_dx_binary(c->g, GR_DX_MUL, *out, dims[i], out);
         if (st != GR_OK) return ox_node_error(c, st == GR_ERR_NOMEM ? st : GR_ERR_SHAPE, "the product of the input's dims %d..%d is not expressible", lo, hi - 1);
     }
     return GR_OK;
@@ -841,7 +841,7 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
     int flat = data;
     if (k > 1) { /* [d0*...*d(k-1), dk, ...] */
         gr_dim shape[GR_MAX_DIMS];
-        GR_TRY(dims_product(c, dv, 0, k, &shape[0]));
+        GR_TRY(dims_product(c, ddims, 0, k, &shape[0]));
         for (int i = k; i < r; i++) shape[i - k + 1] = ddims[i];
         int64_t sv[GR_MAX_DIMS];
         int32_t se[GR_MAX_DIMS];
@@ -861,7 +861,7 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
         in3[0] = neg, in3[1] = wrapped, in3[2] = comp;
         GR_TRY(emit(c, GR_OP_WHERE, 3, in3, 0, NULL, 1, NULL, false, &comp));
         gr_dim stride;
-        GR_TRY(dims_product(c, dv, j + 1, k, &stride));
+        GR_TRY(dims_product(c, ddims, j + 1, k, &stride));
         if (gr_dx_is_sym(stride) || stride.size != 1) {
             int s;
             GR_TRY(dim_scalar_ir(c, stride, it, &s));
@@ -953,9 +953,10 @@ static gr_status cv_flatten(ox_ctx *c, gr_op op) {
     int r = xv->ndim;
     if (axis < -r || axis > r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, r);
     int a = (int)(axis < 0 ? axis + r : axis);
-    gr_dim shape[2];
-    GR_TRY(dims_product(c, xv, 0, a, &shape[0]));
-    GR_TRY(dims_product(c, xv, a, r, &shape[1]));
+    gr_dim shape[2], xdims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) xdims[i] = xv->dims[i];
+    GR_TRY(dims_product(c, xdims, 0, a, &shape[0]));
+    GR_TRY(dims_product(c, xdims, a, r, &shape[1]));
     int64_t sv[2];
     int32_t se[2];
     gr_ir_attr at = A_sints("shape", shape, 2, sv, se);
