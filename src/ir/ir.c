@@ -37,7 +37,7 @@ void gr_ir_graph_destroy(gr_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->values.len; i++) {
         gr_strfree(g->values.data[i].name);
-        gr_free(g->values.data[i].data, g->values.data[i].nbytes);
+        if (!g->values.data[i].borrowed) gr_free(g->values.data[i].data, g->values.data[i].nbytes);
     }
     for (int i = 0; i < g->nodes.len; i++) node_free(&g->nodes.data[i]);
     for (int i = 0; i < g->syms.len; i++) gr_strfree(g->syms.data[i].name);
@@ -544,7 +544,11 @@ gr_status gr_ir_add_output(gr_graph *g, int value) {
 }
 
 /* ==== clone ================================================================================== */
-gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
+static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out);
+gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) { return clone_impl(g, false, out); }
+gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out) { return clone_impl(g, true, out); }
+
+static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
     gr_graph *c;
     GR_TRY(gr_ir_graph_create(&c));
     c->next_auto_name = g->next_auto_name;
@@ -569,8 +573,13 @@ gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
         c->values.data[c->values.len++] = v;
         gr_ir_value *d = &c->values.data[i];
         d->nbytes = 0;
+        d->borrowed = false;
         if (!(d->name = gr_strdup(g->values.data[i].name))) goto nomem;
-        if (g->values.data[i].data) {
+        if (g->values.data[i].data && borrow) {
+            d->data = g->values.data[i].data;
+            d->nbytes = g->values.data[i].nbytes;
+            d->borrowed = true;
+        } else if (g->values.data[i].data) {
             if (!(d->data = gr_malloc(g->values.data[i].nbytes))) goto nomem;
             memcpy(d->data, g->values.data[i].data, g->values.data[i].nbytes);
             d->nbytes = g->values.data[i].nbytes;

@@ -163,6 +163,7 @@ typedef struct {
     /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */
     void *data;
     size_t nbytes;
+    bool borrowed;     /* data belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
     /* where the text or ONNX file defined it, for messages */
     int line, col;
 } gr_ir_value;
@@ -241,6 +242,11 @@ gr_status gr_ir_graph_create(gr_graph **out);
 void gr_ir_graph_destroy(gr_graph *g);
 /* Deep copy (subgraphs and constant data included). */
 gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out);
+/* The same, but the constants of g's own values keep pointing at g's data
+ * (borrowed, never freed by the clone): g must outlive the clone and keep
+ * its constants. What the pass pipeline compiles per binding, so a new
+ * shape copies no weights and its plan shares them (runtime: one upload). */
+gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out);
 
 /* Symbol index for a symbol name, created if new. */
 gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out);

@@ -57,8 +57,10 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k].name, (long long)p->sym_values[k]);
         gr_sb_puts(&sb, "\n");
     }
-    gr_sb_printf(&sb, "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes, compiled in %.1f ms\n", p->steps.len,
-                 p->n_kernels, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    gr_sb_printf(&sb,
+                 "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes (shared by every binding's plan, uploaded once) "
+                 "+ %zu bytes folded for this binding, compiled in %.1f ms\n",
+                 p->steps.len, p->n_kernels, p->mem.arena_bytes, s->weight_bytes, p->mem.const_bytes, p->compile_us / 1e3);
     size_t placeholder_bytes = 0;
     gr_sb_puts(&sb, "inputs:\n");
     for (int i = 0; i < p->g->inputs.len; i++) {

@@ -23,9 +23,12 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (p->mem.values[g->inputs.data[i]].kind != GR_STORE_INPUT) continue; /* host-only value */
         GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]));
     }
-    /* constants: one upload, then they never move */
+    /* the plan's own constants: one upload, then they never move; weights: the session's copies */
+    p->weight_addr = gr_calloc((size_t)g->values.len + 1, sizeof(void *));
+    if (!p->weight_addr) return GR_ERR_NOMEM;
     for (int v = 0; v < g->values.len; v++) {
         const gr_value_store *st = &p->mem.values[v];
+        if (st->kind == GR_STORE_WEIGHT) GR_TRY(gr_rt_weight(s, g->values.data[v].data, &p->weight_addr[v]));
         if (st->kind != GR_STORE_CONST || !st->bytes) continue;
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
@@ -155,6 +158,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
             gr_dev_kernel_release(d, p->funcs[i]);
         gr_free(p->funcs, (size_t)p->steps.len * sizeof(gr_kfunc *));
     }
+    if (p->weight_addr) gr_free(p->weight_addr, ((size_t)p->g->values.len + 1) * sizeof(void *));
     /* allocated after p->g, per input of p->g */
     int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
     if (p->input_dev)
@@ -186,6 +190,7 @@ void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
     switch (st->kind) {
     case GR_STORE_INPUT: base = p->input_dev[st->offset]; break;
     case GR_STORE_CONST: base = (char *)p->consts + st->offset; break;
+    case GR_STORE_WEIGHT: base = p->weight_addr[root]; break;
     case GR_STORE_ARENA: base = (char *)p->arena + st->offset; break;
     case GR_STORE_HOST: base = s->inputs[st->offset].data; break;
     default: return NULL;

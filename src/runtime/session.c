@@ -12,6 +12,60 @@ void gr_session_options_init(gr_session_options *o) {
     o->max_rerecords = 8;
 }
 
+/* ==== shared weights ============================================================================ */
+static size_t ptr_hash(const void *p, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* The index from host data pointer to s->graph value, built once. */
+static gr_status weights_init(gr_session_t s) {
+    const gr_graph *g = s->graph;
+    size_t cap = 16;
+    while (cap < (size_t)g->values.len * 2 + 2) cap *= 2;
+    s->weight_slots = gr_calloc(cap, sizeof(int32_t));
+    if (!s->weight_slots) return GR_ERR_NOMEM;
+    s->weight_cap = cap; /* before the next allocation: destroy frees by it */
+    s->weight_dev = gr_calloc((size_t)g->values.len + 1, sizeof(void *));
+    if (!s->weight_dev) return GR_ERR_NOMEM;
+    for (int v = 0; v < g->values.len; v++) {
+        if (g->values.data[v].kind != GR_VAL_CONST || !g->values.data[v].data) continue;
+        size_t h = ptr_hash(g->values.data[v].data, cap);
+        while (s->weight_slots[h]) h = (h + 1) & (cap - 1);
+        s->weight_slots[h] = v + 1;
+    }
+    return GR_OK;
+}
+
+gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
+    *dev = NULL;
+    int v = -1;
+    for (size_t h = ptr_hash(host, s->weight_cap); s->weight_slots[h]; h = (h + 1) & (s->weight_cap - 1))
+        if (s->graph->values.data[s->weight_slots[h] - 1].data == host) {
+            v = s->weight_slots[h] - 1;
+            break;
+        }
+    if (v < 0) return gr_error(GR_ERR_INTERNAL, "a plan's weight is not a constant of the session's graph");
+    if (!s->weight_dev[v]) {
+        const gr_ir_value *val = &s->graph->values.data[v];
+        size_t n = val->nbytes ? val->nbytes : 1;
+        void *p = NULL;
+        GR_TRY(gr_dev_alloc(s->dev, GR_MEM_DEVICE, n, &p));
+        gr_status st = val->nbytes ? gr_dev_memcpy(s->dev, s->stream, p, val->data, val->nbytes, GR_COPY_H2D) : GR_OK;
+        if (st != GR_OK) {
+            gr_dev_free(s->dev, p);
+            return st;
+        }
+        s->weight_dev[v] = p;
+        s->weight_bytes += val->nbytes;
+    }
+    *dev = s->weight_dev[v];
+    return GR_OK;
+}
+
 static bool graph_is_concrete(const gr_graph *g) {
     for (int i = 0; i < g->inputs.len; i++)
         if (!gr_ir_value_concrete(&g->values.data[g->inputs.data[i]])) return false;
@@ -43,6 +97,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         st = GR_ERR_NOMEM;
         goto fail;
     }
+    if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
     if (gr_dev_caps_get(s->dev).events) {
@@ -73,6 +128,12 @@ void gr_session_destroy(gr_session_t s) {
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
         gr_free(s->inputs, (size_t)s->graph->inputs.len * sizeof(gr_rt_input));
     }
+    if (s->weight_dev) {
+        for (int v = 0; v < s->graph->values.len; v++)
+            if (s->weight_dev[v] && s->dev) gr_dev_free(s->dev, s->weight_dev[v]);
+        gr_free(s->weight_dev, ((size_t)s->graph->values.len + 1) * sizeof(void *));
+    }
+    gr_free(s->weight_slots, s->weight_cap * sizeof(int32_t));
     if (s->dev) {
         gr_dev_event_destroy(s->dev, s->ev_start);
         gr_dev_event_destroy(s->dev, s->ev_end);
@@ -376,7 +437,7 @@ gr_status gr_session_run(gr_session_t s) {
         return st;
     }
     s->stats.arena_bytes = p->mem.arena_bytes;
-    s->stats.weight_bytes = p->mem.const_bytes;
+    s->stats.weight_bytes = p->mem.const_bytes + s->weight_bytes;
     s->stats.segments = p->segs.len;
     for (int seg = 0; seg < p->segs.len; seg++)
         if (p->seg_state[seg].state == GR_SEG_CAPTURED) s->stats.segments_in_graphs++;
@@ -479,7 +540,7 @@ gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {
     *out = s->stats;
     if (!s->has_run && s->plans) {
         out->arena_bytes = s->plans->mem.arena_bytes;
-        out->weight_bytes = s->plans->mem.const_bytes;
+        out->weight_bytes = s->plans->mem.const_bytes + s->weight_bytes;
         out->segments = s->plans->segs.len;
     }
     return GR_OK;
