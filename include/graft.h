@@ -181,7 +181,17 @@ typedef struct {
     const char *cache_dir;  /* kernel cache (CUDA); NULL = default */
     int no_partition;       /* debug: one segment even across host steps, to show the capture
                                failure that partitioning avoids (the segment falls back to eager) */
+    /* Activation memory of a graph with symbolic dims (graft explain says which applies):
+     * GR_ARENA_PER_SHAPE: each binding's plan has an arena sized for it;
+     * GR_ARENA_MAX_SHAPE: one arena planned for the largest binding of the declared ranges
+     * (every symbol needs a declared upper bound), allocated once; every binding's plan
+     * places each value at the address the largest binding gives it, so all bindings share
+     * the addresses (what graphs over many shapes need). A plan whose values do not fit
+     * those slots gets its own arena, and explain says why. */
+    int arena_policy;
 } gr_session_options;
+
+enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 
 GR_API void gr_session_options_init(gr_session_options *o);
 

@@ -5,6 +5,9 @@ if(GRAFT_ONNX_ENABLED)
   graft_test(test_onnx
     SOURCES tests/test_onnx.c
     LAYERS graft_util graft_ir graft_frontend)
+  # one session over every binding of the dynamic-axis exports (tests/data/onnx/dyn)
+  graft_test(test_dynamic SOURCES tests/test_dynamic.c tools/npy.c)
+  target_include_directories(test_dynamic PRIVATE ${CMAKE_SOURCE_DIR}/tools)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)

@@ -149,6 +149,9 @@ static const char usage_inputs[] =
     "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
     "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (default 1:, i.e.\n"
     "                         >= 1); a binding outside it is an error (repeatable)\n"
+    "  --arena per-shape|max  activation memory of a model with symbolic dims: an arena\n"
+    "                         per binding (default), or one planned for the largest\n"
+    "                         binding of the declared ranges, shared by all bindings\n"
     "  --seed N               seed of generated inputs (default 0); inputs not given are\n"
     "                         generated: floats uniform in [-1,1), integers in [0,10),\n"
     "                         bools 0/1, and a note names each one on stderr\n"
@@ -235,6 +238,7 @@ typedef struct {
     const char *out_dir;
     int device; /* gr_device_kind, or -1: the library's default */
     int mode;   /* gr_mode, or -1: the library's default */
+    int arena;  /* GR_ARENA_*, or -1: the library's default */
     uint64_t seed;
     long iters, warmup, repeats;
     const char *json_path;
@@ -349,6 +353,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         bool takes_value = true;
         int need = 0;
         if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
+            !strcmp(optname, "--arena") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
         else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range"))
@@ -421,6 +426,13 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             else if (!strcmp(value, "auto")) o->mode = GR_MODE_AUTO;
             else {
                 errorf("--mode: unknown mode '%s' (expected eager, graph or auto)", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--arena")) {
+            if (!strcmp(value, "per-shape")) o->arena = GR_ARENA_PER_SHAPE;
+            else if (!strcmp(value, "max")) o->arena = GR_ARENA_MAX_SHAPE;
+            else {
+                errorf("--arena: unknown policy '%s' (expected per-shape or max)", value);
                 return EXIT_USAGE;
             }
         } else if (!strcmp(optname, "--seed")) {
@@ -795,6 +807,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     gr_session_options_init(&so);
     if (o->device >= 0) so.device = (gr_device_kind)o->device;
     if (o->mode >= 0) so.mode = (gr_mode)o->mode;
+    if (o->arena >= 0) so.arena_policy = o->arena;
     so.verbose = o->verbose;
     gr_status st = gr_session_create(g, &so, sess);
     if (st != GR_OK) {
@@ -1373,7 +1386,7 @@ int main(int argc, char **argv) {
         else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
         return EXIT_USAGE;
     }
-    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .iters = 10, .warmup = 2, .repeats = 1};
+    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .arena = -1, .iters = 10, .warmup = 2, .repeats = 1};
     o.inputs = calloc((size_t)argc, sizeof *o.inputs);
     o.dims = calloc((size_t)argc, sizeof *o.dims);
     o.ranges = calloc((size_t)argc, sizeof *o.ranges);

@@ -97,6 +97,9 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         st = GR_ERR_NOMEM;
         goto fail;
     }
+    /* what no binding changes (weight-only subgraphs) folds once, here, into shared weights;
+     * each binding's plan folds only what depends on its shape */
+    if (!graph_is_concrete(s->graph) && (st = gr_pass_fold_constants(s->graph)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
@@ -104,8 +107,11 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
         if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
     }
-    /* a graph without symbolic dims compiles now, so errors surface at creation */
-    if (graph_is_concrete(s->graph)) {
+    /* a graph without symbolic dims compiles now, so errors surface at creation;
+     * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
+    if (!graph_is_concrete(s->graph) && s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
+        if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
+    } else if (graph_is_concrete(s->graph)) {
         if ((st = gr_rt_plan_build(s, NULL, &s->plans)) != GR_OK) goto fail;
     }
     *out = s;
@@ -123,6 +129,8 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
+    if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
+    if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
