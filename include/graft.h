@@ -145,6 +145,28 @@ typedef struct {
 GR_API gr_status gr_graph_input_info(gr_graph_t g, int i, gr_value_info *out);
 GR_API gr_status gr_graph_output_info(gr_graph_t g, int i, gr_value_info *out);
 
+/* ---- symbolic dims ------------------------------------------------------------
+ * A dim is concrete or symbolic: a symbol ("seq") or an expression over
+ * symbols ("seq + 1", "2*batch", "max(seq, past)") that the ONNX importer
+ * builds from shape arithmetic. gr_value_info.sym_names holds the text.
+ * Symbols take their values from the input shapes given to a session; each
+ * has a range, by default [1, unbounded]: a binding outside it is an error. */
+GR_API int gr_graph_num_dims(gr_graph_t g);
+typedef struct {
+    const char *name;
+    int64_t lo, hi;   /* hi = INT64_MAX when unbounded */
+    int declared;     /* the range was declared (model file or gr_graph_set_dim_range) */
+} gr_dim_info;
+GR_API gr_status gr_graph_dim_info(gr_graph_t g, int k, gr_dim_info *out);
+/* Declares symbol `name`'s range lo..hi (0 <= lo <= hi). GR_ERR_NOT_FOUND
+ * (listing the graph's symbols) for an unknown name. */
+GR_API gr_status gr_graph_set_dim_range(gr_graph_t g, const char *name, int64_t lo, int64_t hi);
+/* The dims of input i when symbols dim_names[k] = dim_values[k]: each
+ * expression evaluated (checked arithmetic). A symbol the input needs and
+ * the list lacks is GR_ERR_NOT_FOUND naming it. */
+GR_API gr_status gr_graph_input_dims(gr_graph_t g, int i, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                     int64_t *dims);
+
 /* ---- sessions: a graph compiled for a device ------------------------------- */
 typedef struct gr_session *gr_session_t;
 
@@ -159,7 +181,17 @@ typedef struct {
     const char *cache_dir;  /* kernel cache (CUDA); NULL = default */
     int no_partition;       /* debug: one segment even across host steps, to show the capture
                                failure that partitioning avoids (the segment falls back to eager) */
+    /* Activation memory of a graph with symbolic dims (graft explain says which applies):
+     * GR_ARENA_PER_SHAPE: each binding's plan has an arena sized for it;
+     * GR_ARENA_MAX_SHAPE: one arena planned for the largest binding of the declared ranges
+     * (every symbol needs a declared upper bound), allocated once; every binding's plan
+     * places each value at the address the largest binding gives it, so all bindings share
+     * the addresses (what graphs over many shapes need). A plan whose values do not fit
+     * those slots gets its own arena, and explain says why. */
+    int arena_policy;
 } gr_session_options;
+
+enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 
 GR_API void gr_session_options_init(gr_session_options *o);
 

@@ -5,6 +5,9 @@ if(GRAFT_ONNX_ENABLED)
   graft_test(test_onnx
     SOURCES tests/test_onnx.c
     LAYERS graft_util graft_ir graft_frontend)
+  # one session over every binding of the dynamic-axis exports (tests/data/onnx/dyn)
+  graft_test(test_dynamic SOURCES tests/test_dynamic.c tools/npy.c)
+  target_include_directories(test_dynamic PRIVATE ${CMAKE_SOURCE_DIR}/tools)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
@@ -22,6 +25,13 @@ if(GRAFT_ONNX_ENABLED)
              COMMAND ${GRAFT_PYTEST} -q -rs -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_hf_models.py -k "torch"
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_hf_fixtures onnx_hf_torch PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # symbolic shapes: dynamic-axis GPT-2 / BERT / Llama exports (tests/data/onnx/dyn, PyTorch's
+    # outputs at several bindings) and onnx.helper idioms against onnx.reference, every length
+    add_test(NAME onnx_dynamic
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_dynamic_models.py
+                     ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_symbolic.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_dynamic PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
     set_tests_properties(onnx_hf_torch PROPERTIES TIMEOUT 900)
   endif()
 

@@ -267,9 +267,10 @@ static void test_dump(void) {
     gr_ir_graph_destroy(g);
 
     CHECK_OK(gr_ir_graph_create(&g));
-    int32_t n_sym;
-    gr_ir_sym(g, "N", &n_sym);
-    CHECK_OK(gr_ir_add_input(g, "x", GR_F32, 2, (gr_dim[]){{-1, n_sym}, {2, GR_SYM_NONE}}, &x));
+    gr_dim n_dim = gr_dx_const(0);
+    CHECK_OK(gr_dx_symbol(g, "N", &n_dim));
+
+    CHECK_OK(gr_ir_add_input(g, "x", GR_F32, 2, (gr_dim[]){n_dim, {2, GR_SYM_NONE}}, &x));
     z = node1(g, GR_OP_RELU, "z", 1, (int[]){x}, 0, NULL);
     gr_ir_add_output(g, z);
     gr_sb_init(&sb);

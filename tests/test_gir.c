@@ -71,8 +71,8 @@ static void test_basic(void) {
     CHECK(g->origin && !strcmp(g->origin, DATA "/basic.gir"));
     CHECK(g->inputs.len == 3);
     const gr_ir_value *x = val(g, "x"), *temp = val(g, "temperature"), *b = val(g, "b"), *w = val(g, "w");
-    CHECK(x && x->kind == GR_VAL_INPUT && x->ndim == 2 && x->dims[0].sym >= 0 && x->dims[0].size == -1 &&
-          !strcmp(g->syms.data[x->dims[0].sym], "N") && x->dims[1].size == 4 && x->dims[1].sym == GR_SYM_NONE);
+    CHECK(x && x->kind == GR_VAL_INPUT && x->ndim == 2 && x->dims[0].expr >= 0 && x->dims[0].size == -1 &&
+          !strcmp(gr_dx_text(g, x->dims[0]), "N") && x->dims[1].size == 4 && x->dims[1].expr == GR_SYM_NONE);
     CHECK(x && x->line == 3 && x->col == 7 && x->placement == GR_PLACE_DEVICE);
     CHECK(temp && temp->ndim == 0 && temp->placement == GR_PLACE_HOST && temp->dtype == GR_F32);
     CHECK(b && b->kind == GR_VAL_CONST && b->nbytes == 16 && b->line == 7);
@@ -134,8 +134,8 @@ static void test_basic(void) {
         if (then_g && else_g) {
             int cx = gr_ir_find_value(then_g, "x");
             CHECK(cx >= 0 && then_g->values.data[cx].kind == GR_VAL_INPUT && !is_listed_input(then_g, cx));
-            CHECK(cx >= 0 && then_g->values.data[cx].ndim == 2 && then_g->values.data[cx].dims[0].sym >= 0 &&
-                  !strcmp(then_g->syms.data[then_g->values.data[cx].dims[0].sym], "N"));
+            CHECK(cx >= 0 && then_g->values.data[cx].ndim == 2 && then_g->values.data[cx].dims[0].expr >= 0 &&
+                  !strcmp(gr_dx_text((gr_graph *)then_g, then_g->values.data[cx].dims[0]), "N"));
             CHECK(then_g->inputs.len == 0 && then_g->nodes.len == 1 && then_g->outputs.len == 1);
             CHECK(then_g->nodes.len == 1 && then_g->nodes.data[0].line == 24 && then_g->nodes.data[0].col == 11);
             int ex = gr_ir_find_value(else_g, "x");
@@ -174,8 +174,8 @@ static void test_control(void) {
         CHECK(one_t >= 0 && then_g->values.data[one_t].kind == GR_VAL_INPUT && !is_listed_input(then_g, one_t));
         CHECK(x_t >= 0 && then_g->values.data[x_t].kind == GR_VAL_INPUT);
         int x_b = gr_ir_find_value(body, "x");
-        CHECK(x_b >= 0 && body->values.data[x_b].ndim == 3 && body->values.data[x_b].dims[1].sym >= 0 &&
-              !strcmp(body->syms.data[body->values.data[x_b].dims[1].sym], "T"));
+        CHECK(x_b >= 0 && body->values.data[x_b].ndim == 3 && body->values.data[x_b].dims[1].expr >= 0 &&
+              !strcmp(gr_dx_text((gr_graph *)body, body->values.data[x_b].dims[1]), "T"));
         CHECK(body->outputs.len == 3);
     }
     const gr_ir_node *m = node_named(g, "m");
@@ -481,9 +481,9 @@ static void test_round_trip(const char *file, bool expect_side) {
 static void test_print_api_graph(void) {
     gr_graph *g;
     CHECK_OK(gr_ir_graph_create(&g));
-    int32_t sym;
-    CHECK_OK(gr_ir_sym(g, "batch", &sym));
-    gr_dim dims[2] = {{-1, sym}, {3, GR_SYM_NONE}};
+    gr_dim bdim = gr_dx_const(0);
+    CHECK_OK(gr_dx_symbol(g, "batch", &bdim));
+    gr_dim dims[2] = {bdim, {3, GR_SYM_NONE}};
     int x, t, c;
     CHECK_OK(gr_ir_add_input(g, "x", GR_F32, 2, dims, &x));
     CHECK_OK(gr_ir_add_input(g, "t", GR_F32, 0, NULL, &t));
@@ -506,7 +506,7 @@ static void test_print_api_graph(void) {
     y->typed = true;
     y->dtype = GR_F32;
     y->ndim = 2;
-    y->dims[0] = (gr_dim){-1, sym};
+    y->dims[0] = bdim;
     y->dims[1] = (gr_dim){3, GR_SYM_NONE};
     CHECK_OK(gr_ir_add_output(g, g->nodes.data[n1].out[0]));
     char *text = print_of(g, 16, NULL);

@@ -165,6 +165,7 @@ out:
  * re-record limit turns later shapes eager with a warning, still correct. */
 static const char *dyn_gir =
     "graft 1\n"
+    "dim N: [0, 8]\n" /* 0 is outside a symbol's default range (>= 1): declared */
     "input x: f32[N, 16]\n"
     "w = random_uniform(shape=[16, 16], seed=5, low=-0.25, high=0.25)\n"
     "h = matmul(x, w)\n"

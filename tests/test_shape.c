@@ -25,11 +25,7 @@ static int inp(gr_dtype t, const char *spec) {
         tok[len] = 0;
         if (*p == ',') p++;
         if (tok[0] >= '0' && tok[0] <= '9') dims[nd++] = (gr_dim){strtoll(tok, NULL, 10), GR_SYM_NONE};
-        else {
-            int32_t s = 0;
-            gr_ir_sym(G, tok, &s);
-            dims[nd++] = (gr_dim){-1, s};
-        }
+        else if (gr_dx_symbol(G, tok, &dims[nd]) == GR_OK) nd++;
     }
     int v = -1;
     gr_status st = gr_ir_add_input(G, NULL, t, nd, dims, &v);
@@ -131,8 +127,8 @@ static void test_elementwise(void) {
     T("f32[N,3]", GR_OP_ADD, INS(n3, a13), NOATTR);
     T("f32[N,3]", GR_OP_ADD, INS(n3, n1), NOATTR);
     T("f32[N,3]", GR_OP_ADD, INS(n3, a3), NOATTR);
-    T("?", GR_OP_ADD, INS(n3, m3), NOATTR); /* N vs M: unknown until specialized */
-    T("?", GR_OP_ADD, INS(n, c4), NOATTR);  /* N vs 4: 4 only if N is 1 or 4 */
+    T("f32[max(N, M),3]", GR_OP_ADD, INS(n3, m3), NOATTR); /* N vs M: max(N, M), checked once specialized */
+    T("f32[4]", GR_OP_ADD, INS(n, c4), NOATTR);  /* N vs 4: 4 (N must be 1 or 4: checked once specialized) */
     T("f32[N]", GR_OP_ADD, INS(n, a1), NOATTR);
     E(GR_ERR_SHAPE, "shapes do not broadcast: f32[2,3] and f32[4,3]", GR_OP_ADD, INS(a23, a43), NOATTR);
     /* dtypes */
@@ -181,8 +177,8 @@ static void test_elementwise(void) {
         int nd = add(GR_OP_ADD, INS(n3, m3), NOATTR, 1, &st);
         q = G->nodes.data[nd].out[0];
     }
-    T("?", GR_OP_EXP, INS(q), NOATTR);
-    T("?", GR_OP_ADD, INS(q, a3), NOATTR);
+    T("f32[max(N, M),3]", GR_OP_EXP, INS(q), NOATTR);
+    T("f32[max(N, M),3]", GR_OP_ADD, INS(q, a3), NOATTR);
 }
 
 /* ==== reductions, softmax, layer_norm ===================================================== */
@@ -260,7 +256,7 @@ static void test_matmul(void) {
         ms = inp(GR_F32, "M,2");
     T("f32[N,T,32]", GR_OP_MATMUL, INS(s1, w64), NOATTR);
     T("f32[4,2]", GR_OP_MATMUL, INS(sk, ks), NOATTR);
-    T("?", GR_OP_MATMUL, INS(sk, ms), NOATTR);
+    T("f32[4,2]", GR_OP_MATMUL, INS(sk, ms), NOATTR);
     /* bias */
     int r128 = inp(GR_F32, "128"), r256 = inp(GR_F32, "256"), h = inp(GR_F16, "512,128");
     T("f32[256,128]", GR_OP_MATMUL, INS(a, w, r128), NOATTR);
@@ -288,8 +284,8 @@ static void test_movement(void) {
     E(GR_ERR_INVALID, "negative dim", GR_OP_RESHAPE, INS(x), ATTRS(AIS("shape", -2, 12)));
     E(GR_ERR_INVALID, "attribute 'shape' is required", GR_OP_RESHAPE, INS(x), NOATTR);
     T("f32[N,32]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", -1, 32)));
-    T("?", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", -1, 16))); /* 2N: not expressible */
-    T("?", GR_OP_RESHAPE, INS(nm), ATTRS(AIS("shape", -1)));
+    T("f32[2*N,16]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", -1, 16))); /* 2N: not expressible */
+    T("f32[N*M]", GR_OP_RESHAPE, INS(nm), ATTRS(AIS("shape", -1)));
     T("f32[2,16]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", 2, 16))); /* trusted until specialized */
     T("f32[3,0]", GR_OP_RESHAPE, INS(z), ATTRS(AIS("shape", 3, 0)));
     T("f32[0,5]", GR_OP_RESHAPE, INS(nz), ATTRS(AIS("shape", -1, 5)));
@@ -308,7 +304,7 @@ static void test_movement(void) {
     T("f32[3,1]", GR_OP_EXPAND, INS(c31), ATTRS(AIS("shape", 1)));
     E(GR_ERR_SHAPE, "cannot expand f32[3] to [4]", GR_OP_EXPAND, INS(c3), ATTRS(AIS("shape", 4)));
     T("f32[N,5]", GR_OP_EXPAND, INS(n1), ATTRS(AIS("shape", 1, 5)));
-    T("?", GR_OP_EXPAND, INS(n), ATTRS(AIS("shape", 5)));
+    T("f32[5]", GR_OP_EXPAND, INS(n), ATTRS(AIS("shape", 5)));
     E(GR_ERR_INVALID, "negative dim", GR_OP_EXPAND, INS(c3), ATTRS(AIS("shape", -1, 3)));
     /* squeeze / unsqueeze */
     int q = inp(GR_F32, "1,3,1");
@@ -355,7 +351,7 @@ static void test_slice(void) {
     E(GR_ERR_INVALID, "'starts' is required", GR_OP_SLICE, INS(x), ATTRS(AIS("ends", 1)));
     T("f32[N,8]", GR_OP_SLICE, INS(s), ATTRS(AIS("starts", 0), AIS("ends", BIG)));
     T("f32[N,8]", GR_OP_SLICE, INS(s), ATTRS(AIS("starts", -1), AIS("ends", SMALL), AIS("steps", -1)));
-    T("?", GR_OP_SLICE, INS(s), ATTRS(AIS("starts", 1), AIS("ends", BIG)));
+    T("f32[N - 1,8]", GR_OP_SLICE, INS(s), ATTRS(AIS("starts", 1), AIS("ends", BIG)));
     T("f32[N,2]", GR_OP_SLICE, INS(s), ATTRS(AIS("starts", 2), AIS("ends", 4), AIS("axes", 1)));
 }
 
@@ -373,9 +369,9 @@ static void test_concat_split_gather(void) {
     E(GR_ERR_SHAPE, "ranks differ", GR_OP_CONCAT, INS(a, r1), ATTRS(AI("axis", 0)));
     E(GR_ERR_SHAPE, "axis 2 is out of range", GR_OP_CONCAT, INS(a, a), ATTRS(AI("axis", 2)));
     T("f32[N,3]", GR_OP_CONCAT, INS(n3, z3), ATTRS(AI("axis", 0)));
-    T("?", GR_OP_CONCAT, INS(n3, a), ATTRS(AI("axis", 0)));
+    T("f32[N + 2,3]", GR_OP_CONCAT, INS(n3, a), ATTRS(AI("axis", 0)));
     T("f32[N,7]", GR_OP_CONCAT, INS(n3, n4), ATTRS(AI("axis", 1)));
-    T("?", GR_OP_CONCAT, INS(n3, a), ATTRS(AI("axis", 1)));
+    T("f32[2,6]", GR_OP_CONCAT, INS(n3, a), ATTRS(AI("axis", 1)));
 
     /* split */
     int x = inp(GR_F32, "6,4"), y = inp(GR_F32, "7,4");
@@ -398,7 +394,7 @@ static void test_concat_split_gather(void) {
     nd = add(GR_OP_SPLIT, INS(n4), ATTRS(AI("axis", 1), AIS("split", 2, 2)), 2, &st);
     expect_out_(__LINE__, nd, 1, st, "f32[N,2]");
     nd = add(GR_OP_SPLIT, INS(n4), NOATTR, 2, &st);
-    expect_out_(__LINE__, nd, 0, st, "?");
+    expect_out_(__LINE__, nd, 0, st, "f32[N//2,4]");
 
     /* gather [np.take]: data.shape[:axis] + indices.shape + data.shape[axis+1:] */
     int d = inp(GR_F32, "5,4,3"), i26 = inp(GR_I64, "2,6"), i0 = inp(GR_I32, ""), fi = inp(GR_F32, "2"), in = inp(GR_I64, "N");
@@ -478,7 +474,7 @@ static void test_control_and_specialize(void) {
     CHECK_MSG(!strcmp(t, "?"), "if output: %s", t);
     (void)x;
 
-    /* specialize: [N,T,4] @ [4,8] -> reshape [-1,8] is unknown until N and T are bound */
+    /* specialize: [N,T,4] @ [4,8] -> reshape [-1,8] is [N*T, 8] until N and T are bound */
     fresh();
     int s = inp(GR_F32, "N,T,4");
     w = inp(GR_F32, "4,8");
@@ -487,8 +483,8 @@ static void test_control_and_specialize(void) {
     int rs = add(GR_OP_RESHAPE, INS(G->nodes.data[mm].out[0]), ATTRS(AIS("shape", -1, 8)), 1, &st);
     int sm = add(GR_OP_SOFTMAX, INS(G->nodes.data[rs].out[0]), NOATTR, 1, &st);
     expect_out_(__LINE__, mm, 0, GR_OK, "f32[N,T,8]");
-    expect_out_(__LINE__, rs, 0, GR_OK, "?");
-    expect_out_(__LINE__, sm, 0, GR_OK, "?");
+    expect_out_(__LINE__, rs, 0, GR_OK, "f32[N*T,8]");
+    expect_out_(__LINE__, sm, 0, GR_OK, "f32[N*T,8]");
     gr_graph *copy = NULL;
     CHECK_OK(gr_ir_graph_clone(G, &copy));
     int64_t vals[2] = {2, 3}; /* N = 2, T = 3 (symbols in order of creation) */
@@ -502,13 +498,13 @@ static void test_control_and_specialize(void) {
     CHECK_ERR(gr_ir_specialize(copy, missing), GR_ERR_INVALID, "no value for symbolic dim 'T'");
     gr_ir_graph_destroy(copy);
 
-    /* N vs 3 is unknown until specialized; N = 3 works, N = 2 is a broadcast error */
+    /* N vs 3 is 3 (checked once specialized); N = 3 works, N = 2 is a broadcast error */
     for (int pass = 0; pass < 2; pass++) {
         fresh();
         s = inp(GR_F32, "N,4");
         int b = inp(GR_F32, "3,4");
         int add_node = add(GR_OP_ADD, INS(s, b), NOATTR, 1, &st);
-        expect_out_(__LINE__, add_node, 0, st, "?");
+        expect_out_(__LINE__, add_node, 0, st, "f32[3,4]");
         if (pass == 0) {
             CHECK_OK(gr_ir_specialize(G, (int64_t[]){3}));
             expect_out_(__LINE__, add_node, 0, GR_OK, "f32[3,4]");
@@ -621,7 +617,7 @@ static void test_verify(void) {
     /* dtypes, ranks, symbols */
     VERR(g->values.data[gr_ir_find_value(g, "x")].dtype = (gr_dtype)77, "value 'x' has bad dtype 77");
     VERR(g->values.data[gr_ir_find_value(g, "x")].ndim = 9, "value 'x' has rank 9 outside 0..8");
-    VERR(g->values.data[gr_ir_find_value(g, "x")].dims[1] = ((gr_dim){-1, 3}), "value 'x' dim 1 refers to symbol 3 of 0");
+    VERR(g->values.data[gr_ir_find_value(g, "x")].dims[1] = ((gr_dim){-1, 3}), "value 'x' dim 1 refers to expression 3 of 0");
     VERR(g->values.data[gr_ir_find_value(g, "x")].dims[1] = ((gr_dim){-5, GR_SYM_NONE}), "dim 1 is negative (-5)");
     /* subgraphs: a capture of an outer value is fine; an unknown capture or a broken node is reported */
     {

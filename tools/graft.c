@@ -9,6 +9,7 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -146,6 +147,11 @@ static const char usage_inputs[] =
     "                         shape come from the file header and bind symbolic dims;\n"
     "                         a bf16 input also accepts an f32 file (rounded to bf16)\n"
     "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
+    "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (default 1:, i.e.\n"
+    "                         >= 1); a binding outside it is an error (repeatable)\n"
+    "  --arena per-shape|max  activation memory of a model with symbolic dims: an arena\n"
+    "                         per binding (default), or one planned for the largest\n"
+    "                         binding of the declared ranges, shared by all bindings\n"
     "  --seed N               seed of generated inputs (default 0); inputs not given are\n"
     "                         generated: floats uniform in [-1,1), integers in [0,10),\n"
     "                         bools 0/1, and a note names each one on stderr\n"
@@ -196,15 +202,18 @@ static const char usage_dump[] =
     "needs a value for each (the specialize pass substitutes them).\n"
     "\n"
     "options:\n"
-    "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n";
+    "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
+    "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n";
 
 static const char usage_explain[] =
     "usage: graft explain MODEL [options]\n"
     "\n"
     "Compiles MODEL for a device, binds its inputs (from files or generated) and\n"
     "runs it once, then prints the plan: segments, deployment mode of each, and\n"
-    "every graph break with its cause and source node. A model with symbolic\n"
-    "dims needs --input or --dim to pick the shape that is explained.\n"
+    "every graph break with its cause and source node. For a model with symbolic\n"
+    "dims, --input or --dim pick the binding whose plan is explained; without\n"
+    "them explain prints the symbolic plan: the dims, their ranges and every\n"
+    "value's shape as expressions.\n"
     "\n"
     "options:\n";
 
@@ -224,9 +233,12 @@ typedef struct {
     int n_inputs;
     kv_arg *dims;
     int n_dims;
+    kv_arg *ranges; /* --dim-range NAME=LO:HI */
+    int n_ranges;
     const char *out_dir;
     int device; /* gr_device_kind, or -1: the library's default */
     int mode;   /* gr_mode, or -1: the library's default */
+    int arena;  /* GR_ARENA_*, or -1: the library's default */
     uint64_t seed;
     long iters, warmup, repeats;
     const char *json_path;
@@ -256,10 +268,29 @@ static bool parse_u64(const char *s, uint64_t *out) {
 }
 
 /* Splits NAME=VALUE at the first '='. */
+/* "LO:HI" (HI empty = unbounded) */
+static bool parse_range(const char *s, int64_t *lo, int64_t *hi) {
+    const char *colon = strchr(s, ':');
+    if (!colon) return false;
+    char buf[64];
+    size_t n = (size_t)(colon - s);
+    if (n == 0 || n >= sizeof buf) return false;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    long l, h;
+    if (!parse_long(buf, &l) || l < 0) return false;
+    if (!colon[1]) h = LONG_MAX;
+    else if (!parse_long(colon + 1, &h) || h < l) return false;
+    *lo = l;
+    *hi = h == LONG_MAX ? INT64_MAX : h;
+    return true;
+}
+
 static int parse_kv(const char *opt, const char *arg, kv_arg *out) {
     const char *eq = strchr(arg, '=');
     if (!eq) {
-        errorf("%s expects NAME=%s, got '%s' (no '=')", opt, !strcmp(opt, "--dim") ? "VALUE" : "FILE.npy", arg);
+        errorf("%s expects NAME=%s, got '%s' (no '=')", opt,
+               !strcmp(opt, "--dim") ? "VALUE" : !strcmp(opt, "--dim-range") ? "LO:HI" : "FILE.npy", arg);
         return EXIT_USAGE;
     }
     if (eq == arg) {
@@ -322,9 +353,10 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         bool takes_value = true;
         int need = 0;
         if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
+            !strcmp(optname, "--arena") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
-        else if (!strcmp(optname, "--dim"))
+        else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range"))
             need = OPT_DIM;
         else if (!strcmp(optname, "--output-dir"))
             need = OPT_OUTDIR;
@@ -372,6 +404,14 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 return EXIT_USAGE;
             }
             o->n_dims++;
+        } else if (!strcmp(optname, "--dim-range")) {
+            if (parse_kv(optname, value, &o->ranges[o->n_ranges])) return EXIT_USAGE;
+            int64_t lo, hi;
+            if (!parse_range(o->ranges[o->n_ranges].value, &lo, &hi)) {
+                errorf("--dim-range %s: expected NAME=LO:HI with integers 0 <= LO <= HI (HI may be empty: unbounded)", value);
+                return EXIT_USAGE;
+            }
+            o->n_ranges++;
         } else if (!strcmp(optname, "--device")) {
             if (!strcmp(value, "sim")) o->device = GR_DEVICE_SIM;
             else if (!strcmp(value, "cuda")) o->device = GR_DEVICE_CUDA;
@@ -386,6 +426,13 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             else if (!strcmp(value, "auto")) o->mode = GR_MODE_AUTO;
             else {
                 errorf("--mode: unknown mode '%s' (expected eager, graph or auto)", value);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--arena")) {
+            if (!strcmp(value, "per-shape")) o->arena = GR_ARENA_PER_SHAPE;
+            else if (!strcmp(value, "max")) o->arena = GR_ARENA_MAX_SHAPE;
+            else {
+                errorf("--arena: unknown policy '%s' (expected per-shape or max)", value);
                 return EXIT_USAGE;
             }
         } else if (!strcmp(optname, "--seed")) {
@@ -457,7 +504,17 @@ typedef struct {
     bound_input *in;
     sym_binding *syms;
     int n_syms;
+    gr_graph_t g;
 } input_set;
+
+/* Is text the name of one of the graph's symbols (else an expression such as "seq + 1")? */
+static bool is_symbol(gr_graph_t g, const char *text) {
+    for (int k = 0; k < gr_graph_num_dims(g); k++) {
+        gr_dim_info di;
+        if (gr_graph_dim_info(g, k, &di) == GR_OK && !strcmp(di.name, text)) return true;
+    }
+    return false;
+}
 
 static void input_set_free(input_set *s) {
     if (s->in)
@@ -541,7 +598,7 @@ static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_c
                 npy_free(&a);
                 return *exit_code = EXIT_RUNTIME, -1;
             }
-        } else {
+        } else if (is_symbol(s->g, sym)) {
             sym_binding *sb = find_sym(s, sym);
             if (sb && sb->value != a.dims[d]) {
                 errorf("input '%s': %s has shape %s, but symbolic dim '%s' is already %lld (from %s)", show(b->info.name),
@@ -576,20 +633,30 @@ static int bind_file(input_set *s, bound_input *b, const char *path, int *exit_c
     return 0;
 }
 
-static int generate_input(input_set *s, bound_input *b, uint64_t *rng, uint64_t seed, int *exit_code) {
-    for (int d = 0; d < b->info.ndim; d++) {
-        const char *sym = b->info.sym_names[d];
-        if (!sym) {
-            b->dims[d] = b->info.dims[d];
-            continue;
+static int generate_input(input_set *s, bound_input *b, int index, uint64_t *rng, uint64_t seed, int *exit_code) {
+    /* symbolic dims: plain symbols and expressions ("past + seq") evaluated over the bindings */
+    const char *names[GR_MAX_DIMS * 64 + 1];
+    int64_t values[GR_MAX_DIMS * 64 + 1];
+    int nb = 0;
+    for (int k = 0; k < s->n_syms && nb < GR_MAX_DIMS * 64; k++) names[nb] = s->syms[k].name, values[nb++] = s->syms[k].value;
+    gr_status st = gr_graph_input_dims(s->g, index, nb, names, values, b->dims);
+    if (st == GR_ERR_NOT_FOUND) {
+        const char *msg = gr_last_error(), *q = strstr(msg, "symbolic dim '");
+        char sym[128] = "?";
+        if (q) {
+            q += strlen("symbolic dim '");
+            size_t n = 0;
+            while (q[n] && q[n] != '\'' && n + 1 < sizeof sym) n++;
+            memcpy(sym, q, n);
+            sym[n] = 0;
         }
-        sym_binding *sb = find_sym(s, sym);
-        if (!sb) {
-            errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --input %s=FILE.npy or --dim %s=VALUE",
-                   show(b->info.name), show(sym), show(b->info.name), show(sym));
-            return *exit_code = EXIT_USAGE, -1;
-        }
-        b->dims[d] = sb->value;
+        errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --input %s=FILE.npy or --dim %s=VALUE",
+               show(b->info.name), show(sym), show(b->info.name), show(sym));
+        return *exit_code = EXIT_USAGE, -1;
+    }
+    if (st != GR_OK) {
+        errorf("input '%s': %s", show(b->info.name), gr_last_error());
+        return *exit_code = EXIT_RUNTIME, -1;
     }
     bool overflow;
     size_t nbytes = shape_bytes(b->info.dtype, b->info.ndim, b->dims, &overflow);
@@ -635,6 +702,7 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
     int n = gr_graph_num_inputs(g);
     if (n < 0) n = 0;
     s->n = n;
+    s->g = g;
     s->in = calloc((size_t)(n ? n : 1), sizeof *s->in);
     s->syms = calloc((size_t)n * GR_MAX_DIMS + (size_t)o->n_dims + 1, sizeof *s->syms);
     if (!s->in || !s->syms) {
@@ -666,15 +734,15 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
                 return EXIT_USAGE;
             }
     }
-    /* --dim names must be symbolic dims of some input */
+    /* --dim names must be symbolic dims of the model */
     for (int k = 0; k < o->n_dims; k++) {
         const char *known = NULL;
-        for (int i = 0; i < n && !known; i++)
-            for (int d = 0; d < s->in[i].info.ndim; d++)
-                if (s->in[i].info.sym_names[d] && name_eq(&o->dims[k], s->in[i].info.sym_names[d]))
-                    known = s->in[i].info.sym_names[d];
+        for (int j = 0; j < gr_graph_num_dims(g) && !known; j++) {
+            gr_dim_info di;
+            if (gr_graph_dim_info(g, j, &di) == GR_OK && name_eq(&o->dims[k], di.name)) known = di.name;
+        }
         if (!known) {
-            errorf("--dim: the model's inputs have no symbolic dim named '%s'", show_n(o->dims[k].name, o->dims[k].name_len));
+            errorf("--dim: the model has no symbolic dim named '%s'", show_n(o->dims[k].name, o->dims[k].name_len));
             return EXIT_USAGE;
         }
         sym_binding *sb = find_sym(s, known);
@@ -696,7 +764,7 @@ static int resolve_inputs(gr_graph_t g, const cli_opts *o, input_set *s) {
                 if (bind_file(s, &s->in[i], o->inputs[k].value, &code)) return code;
     uint64_t rng = o->seed;
     for (int i = 0; i < n; i++)
-        if (!s->in[i].resolved && generate_input(s, &s->in[i], &rng, o->seed, &code)) return code;
+        if (!s->in[i].resolved && generate_input(s, &s->in[i], i, &rng, o->seed, &code)) return code;
     return 0;
 }
 
@@ -739,6 +807,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     gr_session_options_init(&so);
     if (o->device >= 0) so.device = (gr_device_kind)o->device;
     if (o->mode >= 0) so.mode = (gr_mode)o->mode;
+    if (o->arena >= 0) so.arena_policy = o->arena;
     so.verbose = o->verbose;
     gr_status st = gr_session_create(g, &so, sess);
     if (st != GR_OK) {
@@ -978,9 +1047,26 @@ static int save_inputs(const input_set *in, const char *dir, file_names *files) 
     return code;
 }
 
+/* load_graph, then the --dim-range declarations */
+static int load_graph_opts(const cli_opts *o, gr_graph_t *g) {
+    int code = load_graph(o->model, g);
+    for (int k = 0; k < o->n_ranges && !code; k++) {
+        char name[256];
+        size_t n = o->ranges[k].name_len < sizeof name - 1 ? o->ranges[k].name_len : sizeof name - 1;
+        memcpy(name, o->ranges[k].name, n);
+        name[n] = 0;
+        int64_t lo = 0, hi = 0;
+        parse_range(o->ranges[k].value, &lo, &hi); /* checked by parse_args */
+        gr_status st = gr_graph_set_dim_range(*g, name, lo, hi);
+        if (st == GR_ERR_NOT_FOUND) code = (errorf("--dim-range: %s", gr_last_error()), EXIT_USAGE);
+        else if (st != GR_OK) code = api_fail(st, o->model);
+    }
+    return code;
+}
+
 /* load the model, bind inputs (files or generated), create the session, set them */
 static int open_session(const cli_opts *o, gr_graph_t *g, gr_session_t *sess, input_set *in) {
-    int code = load_graph(o->model, g);
+    int code = load_graph_opts(o, g);
     if (!code) code = resolve_inputs(*g, o, in);
     if (!code) code = create_session(*g, o, sess);
     if (!code) code = set_inputs(*sess, in);
@@ -1026,7 +1112,7 @@ static int cmd_bench(const cli_opts *o) {
     double *walls = calloc((size_t)o->repeats, sizeof(double));
     int code = samples && walls ? 0 : (errorf("out of memory"), EXIT_RUNTIME);
     double l0 = gr_now_us();
-    if (!code) code = load_graph(o->model, &g);
+    if (!code) code = load_graph_opts(o, &g);
     double load_us = gr_now_us() - l0;
     if (!code) code = resolve_inputs(g, o, &in);
     double c0 = gr_now_us();
@@ -1186,30 +1272,29 @@ static int cmd_dump(const cli_opts *o) {
             if (!strcmp(names[j], names[k]) && values[j] != values[k])
                 code = (errorf("--dim: '%s' given twice with different values", show(names[k])), EXIT_USAGE);
     }
-    if (!code) code = load_graph(o->model, &g);
-    /* as for run: every --dim names a symbolic dim of an input, and every symbolic dim of an input
-     * needs a value (the message says how to give one) */
-    for (int k = 0; k < n && !code; k++) {
-        bool known = false;
-        for (int i = 0; i < gr_graph_num_inputs(g) && !known; i++) {
-            gr_value_info info;
-            if (gr_graph_input_info(g, i, &info) != GR_OK) continue;
-            for (int d = 0; d < info.ndim && !known; d++) known = info.sym_names[d] && !strcmp(info.sym_names[d], names[k]);
-        }
-        if (!known)
-            code = (errorf("--dim: the model's inputs have no symbolic dim named '%s'", show(names[k])), EXIT_USAGE);
-    }
+    if (!code) code = load_graph_opts(o, &g);
+    /* as for run: every --dim names a symbolic dim of the model, and every symbol an input
+     * needs has a value (the message says how to give one) */
+    for (int k = 0; k < n && !code; k++)
+        if (!is_symbol(g, names[k])) code = (errorf("--dim: the model has no symbolic dim named '%s'", show(names[k])), EXIT_USAGE);
     for (int i = 0; !code && i < gr_graph_num_inputs(g); i++) {
         gr_value_info info;
+        int64_t dims[GR_MAX_DIMS];
         if (gr_graph_input_info(g, i, &info) != GR_OK) continue; /* the dump reports it */
-        for (int d = 0; d < info.ndim && !code; d++) {
-            const char *sym = info.sym_names[d];
-            bool bound = !sym;
-            for (int k = 0; k < n && !bound; k++) bound = !strcmp(names[k], sym);
-            if (!bound)
-                code = (errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --dim %s=VALUE", show(info.name),
-                               show(sym), show(sym)),
-                        EXIT_USAGE);
+        gr_status st = gr_graph_input_dims(g, i, n, (const char *const *)names, values, dims);
+        if (st == GR_ERR_NOT_FOUND) {
+            const char *msg = gr_last_error(), *q = strstr(msg, "symbolic dim '");
+            char sym[128] = "?";
+            if (q) {
+                q += strlen("symbolic dim '");
+                size_t len = 0;
+                while (q[len] && q[len] != '\'' && len + 1 < sizeof sym) len++;
+                memcpy(sym, q, len);
+                sym[len] = 0;
+            }
+            code = (errorf("input '%s' has symbolic dim '%s' that nothing binds: pass --dim %s=VALUE", show(info.name), show(sym),
+                           show(sym)),
+                    EXIT_USAGE);
         }
     }
     if (!code) {
@@ -1227,10 +1312,42 @@ static int cmd_dump(const cli_opts *o) {
     return code;
 }
 
+/* explain without a binding: the symbolic plan (dims, ranges, every shape as an expression) */
+static int explain_symbolic(const cli_opts *o, gr_graph_t g) {
+    printf("symbolic plan (no binding given: pass --dim NAME=VALUE or --input to compile and explain one)\n");
+    printf("symbolic dims:\n");
+    for (int k = 0; k < gr_graph_num_dims(g); k++) {
+        gr_dim_info di;
+        if (gr_graph_dim_info(g, k, &di) != GR_OK) continue;
+        if (di.hi == INT64_MAX) printf("  %-20s range %lld.. (%s)\n", show(di.name), (long long)di.lo, di.declared ? "declared" : "default");
+        else printf("  %-20s range %lld..%lld (%s)\n", show(di.name), (long long)di.lo, (long long)di.hi, di.declared ? "declared" : "default");
+    }
+    printf("kernels: generated once per symbolic plan; each binding evaluates the expressions, plans memory\n"
+           "and reuses the compiled kernels (graft bench reports the time to prepare a new binding)\n");
+    printf("graph (every value's shape as an expression):\n");
+    char *text = NULL;
+    gr_status st = gr_graph_print(g, &text);
+    if (st != GR_OK) return api_fail(st, o->model);
+    print_text(text);
+    gr_free_string(text);
+    return 0;
+}
+
 static int cmd_explain(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
     input_set in = {0};
+    if (o->n_dims == 0 && o->n_inputs == 0) {
+        int code = load_graph_opts(o, &g);
+        if (!code && gr_graph_num_dims(g) > 0) {
+            code = explain_symbolic(o, g);
+            gr_graph_destroy(g);
+            return code;
+        }
+        if (g) gr_graph_destroy(g);
+        g = NULL;
+        if (code) return code;
+    }
     int code = open_session(o, &g, &sess, &in);
     if (!code) {
         gr_status st = gr_session_run(sess);
@@ -1284,11 +1401,12 @@ int main(int argc, char **argv) {
         else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
         return EXIT_USAGE;
     }
-    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .iters = 10, .warmup = 2, .repeats = 1};
+    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .arena = -1, .iters = 10, .warmup = 2, .repeats = 1};
     o.inputs = calloc((size_t)argc, sizeof *o.inputs);
     o.dims = calloc((size_t)argc, sizeof *o.dims);
+    o.ranges = calloc((size_t)argc, sizeof *o.ranges);
     int code;
-    if (!o.inputs || !o.dims) {
+    if (!o.inputs || !o.dims || !o.ranges) {
         errorf("out of memory");
         code = EXIT_RUNTIME;
     } else {
@@ -1297,5 +1415,6 @@ int main(int argc, char **argv) {
     }
     free(o.inputs);
     free(o.dims);
+    free(o.ranges);
     return code;
 }

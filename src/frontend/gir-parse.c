@@ -449,11 +449,7 @@ static gr_status resolve(scope *s, const char *name, int *out) {
     d->typed = src.typed;
     d->line = src.line;
     d->col = src.col;
-    for (int i = 0; i < src.ndim && i < GR_MAX_DIMS; i++) {
-        d->dims[i] = src.dims[i];
-        if (src.dims[i].sym >= 0 && src.dims[i].sym < pg->syms.len)
-            GR_TRY(gr_ir_sym(s->g, pg->syms.data[src.dims[i].sym], &d->dims[i].sym));
-    }
+    for (int i = 0; i < src.ndim && i < GR_MAX_DIMS; i++) GR_TRY(gr_dx_import(s->g, pg, src.dims[i], &d->dims[i]));
     GR_TRY(table_add(&s->values, s->g, false, v));
     *out = v;
     return GR_OK;
@@ -482,6 +478,13 @@ static gr_status check_new_value(parser *p, scope *s, const gir_tok *t) {
  * directly. */
 
 /* ==== types and constant data ===================================================================== */
+/* A symbolic dim or integer from a name or string token (gr_dx_from_name). */
+static gr_status sym_dim(parser *p, gr_graph *g, const gir_tok *t, gr_dim *out) {
+    gr_status st = gr_dx_from_name(g, txt(p, t), out);
+    if (st == GR_ERR_SHAPE) return gr_error_prefix(st, "%s:%d:%d", p->origin, t->line, t->col);
+    return st;
+}
+
 typedef struct {
     gr_dtype dtype;
     int ndim;
@@ -510,11 +513,12 @@ static gr_status parse_type(parser *p, gr_graph *g, gir_type *ty) {
             if (d->kind == T_NUMBER) {
                 GR_TRY(tok_int(p, d, &dim->size));
                 if (dim->size < 0) return perr(p, d, "negative dim %lld", (long long)dim->size);
-                dim->sym = GR_SYM_NONE;
+                dim->expr = GR_SYM_NONE;
             } else if (is_namelike(d) && *txt(p, d)) {
-                dim->size = -1;
-                GR_TRY(gr_ir_sym(g, txt(p, d), &dim->sym));
-                ty->symbolic = true;
+                /* a symbol, or an expression in a string: "seq + 1" */
+                GR_TRY(sym_dim(p, g, d, dim));
+                if (!gr_dx_is_sym(*dim) && dim->size < 0) return perr(p, d, "dim '%s' is negative", txt(p, d));
+                ty->symbolic |= gr_dx_is_sym(*dim);
             } else {
                 return perr(p, d, "expected a dim (integer or symbol), got %s", tok_desc(p, d, b, sizeof b));
             }
@@ -792,13 +796,34 @@ static gr_status parse_attr(parser *p, scope *s, node_parts *np, const gir_tok *
     } else if (t->kind == T_STRING) {
         a.kind = GR_IR_ATTR_STRING;
         if (!(a.s = gr_strdup(txt(p, next(p))))) st = GR_ERR_NOMEM;
+    } else if (is_kw(p, t, "dim") && peek2(p)->kind == T_LPAREN) {
+        /* a symbolic integer: dim(seq), dim("seq + 1") */
+        next(p);
+        next(p);
+        gir_tok *e = next(p);
+        gr_dim d;
+        if (!is_namelike(e)) return perr(p, e, "attribute '%s': expected a symbol or a quoted expression in dim(), got %s", txt(p, nt), tok_desc(p, e, b, sizeof b));
+        GR_TRY(sym_dim(p, s->g, e, &d));
+        GR_TRY(expect(p, T_RPAREN, "')' closing dim("));
+        a.kind = GR_IR_ATTR_INT;
+        a.i = d.size;
+        a.sym = gr_dx_is_sym(d);
+        a.expr = d.expr;
     } else if (t->kind == T_LBRACK) {
         /* first pass: count and decide ints vs floats; second pass: convert */
         int start = ++p->pos, n = 0;
-        bool any_float = false;
+        bool any_float = false, any_sym = false;
         if (peek(p)->kind != T_RBRACK) {
             for (;;) {
                 gir_tok *e = next(p);
+                if (is_namelike(e) && *txt(p, e)) { /* a symbolic element: seq, "seq + 1" */
+                    any_sym = true;
+                    n++;
+                    gir_tok *sep = next(p);
+                    if (sep->kind == T_RBRACK) break;
+                    if (sep->kind != T_COMMA) return perr(p, sep, "attribute '%s': expected ',' or ']', got %s", txt(p, nt), tok_desc(p, sep, b, sizeof b));
+                    continue;
+                }
                 if (!is_float_tok(p, e)) return perr(p, e, "attribute '%s': expected a number in the list, got %s", txt(p, nt), tok_desc(p, e, b, sizeof b));
                 any_float |= !is_int_text(txt(p, e));
                 n++;
@@ -810,15 +835,25 @@ static gr_status parse_attr(parser *p, scope *s, node_parts *np, const gir_tok *
             next(p);
         }
         int end = p->pos;
+        if (any_float && any_sym) return perr(p, t, "attribute '%s': a list of floats cannot hold symbolic values", txt(p, nt));
         a.kind = any_float ? GR_IR_ATTR_FLOATS : GR_IR_ATTR_INTS;
         a.n = n;
         if (any_float) a.floats = gr_malloc((size_t)n * sizeof(double));
         else a.ints = gr_malloc((size_t)n * sizeof(int64_t));
         if (!a.floats && !a.ints) st = GR_ERR_NOMEM;
+        if (st == GR_OK && any_sym && !(a.exprs = gr_malloc((size_t)n * sizeof(int32_t)))) st = GR_ERR_NOMEM;
         p->pos = start;
         for (int i = 0; i < n && st == GR_OK; i++, p->pos++) { /* skips the separator */
             gir_tok *e = next(p);
-            st = any_float ? tok_double(p, e, &a.floats[i]) : tok_int(p, e, &a.ints[i]);
+            if (any_sym) a.exprs[i] = GR_SYM_NONE;
+            if (is_namelike(e)) {
+                gr_dim d;
+                st = sym_dim(p, s->g, e, &d);
+                a.ints[i] = gr_dx_is_sym(d) ? -1 : d.size;
+                a.exprs[i] = d.expr;
+            } else {
+                st = any_float ? tok_double(p, e, &a.floats[i]) : tok_int(p, e, &a.ints[i]);
+            }
         }
         p->pos = end;
     } else if (t->kind == T_LBRACE) {
@@ -1000,6 +1035,32 @@ done:
     return st;
 }
 
+/* dim NAME: [lo, hi]  — the declared range of a symbolic dim */
+static gr_status stmt_dim(parser *p, scope *s) {
+    char b[128];
+    gir_tok *kw = next(p), *name = next(p);
+    GR_TRY(expect(p, T_COLON, "':' after the dim name"));
+    GR_TRY(expect(p, T_LBRACK, "'[' opening the dim's range"));
+    gir_tok *lo_t = next(p);
+    int64_t lo, hi;
+    if (lo_t->kind != T_NUMBER) return perr(p, lo_t, "expected the smallest value of dim '%s', got %s", txt(p, name), tok_desc(p, lo_t, b, sizeof b));
+    GR_TRY(tok_int(p, lo_t, &lo));
+    GR_TRY(expect(p, T_COMMA, "',' in the dim's range"));
+    gir_tok *hi_t = next(p);
+    if (hi_t->kind != T_NUMBER) return perr(p, hi_t, "expected the largest value of dim '%s', got %s", txt(p, name), tok_desc(p, hi_t, b, sizeof b));
+    GR_TRY(tok_int(p, hi_t, &hi));
+    GR_TRY(expect(p, T_RBRACK, "']' closing the dim's range"));
+    if (s->parent) return perr(p, kw, "dim ranges are declared in the main graph, not in a subgraph");
+    if (lo < 0 || hi < lo || hi > GR_DX_INF)
+        return perr(p, lo_t, "range [%lld, %lld] of dim '%s' is empty or negative", (long long)lo, (long long)hi, txt(p, name));
+    int32_t sym;
+    if (gr_ir_find_sym(s->g, txt(p, name)) >= 0 && s->g->syms.data[gr_ir_find_sym(s->g, txt(p, name))].declared)
+        return perr(p, name, "the range of dim '%s' is declared twice", txt(p, name));
+    GR_TRY(gr_ir_sym(s->g, txt(p, name), &sym));
+    GR_TRY(gr_dx_set_range(s->g, sym, lo, hi));
+    return end_statement(p);
+}
+
 static gr_status parse_body(parser *p, scope *s, bool in_subgraph) {
     char b[128];
     for (;;) {
@@ -1020,6 +1081,8 @@ static gr_status parse_body(parser *p, scope *s, bool in_subgraph) {
             GR_TRY(stmt_const(p, s));
         } else if (is_kw(p, t, "output")) {
             GR_TRY(stmt_output(p, s));
+        } else if (is_kw(p, t, "dim") && is_namelike(peek2(p))) {
+            GR_TRY(stmt_dim(p, s));
         } else if (is_namelike(t) || t->kind == T_LBRACK) {
             GR_TRY(stmt_node(p, s));
         } else {

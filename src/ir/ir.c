@@ -20,6 +20,7 @@ void gr_ir_attr_free(gr_ir_attr *a) {
     gr_strfree(a->s);
     gr_free(a->ints, (size_t)a->n * sizeof(int64_t));
     gr_free(a->floats, (size_t)a->n * sizeof(double));
+    gr_free(a->exprs, (size_t)a->n * sizeof(int32_t));
     if (a->graph) gr_ir_graph_destroy(a->graph);
     memset(a, 0, sizeof *a);
 }
@@ -36,15 +37,19 @@ void gr_ir_graph_destroy(gr_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->values.len; i++) {
         gr_strfree(g->values.data[i].name);
-        gr_free(g->values.data[i].data, g->values.data[i].nbytes);
+        if (!g->values.data[i].borrowed) gr_free(g->values.data[i].data, g->values.data[i].nbytes);
     }
     for (int i = 0; i < g->nodes.len; i++) node_free(&g->nodes.data[i]);
-    for (int i = 0; i < g->syms.len; i++) gr_strfree(g->syms.data[i]);
+    for (int i = 0; i < g->syms.len; i++) gr_strfree(g->syms.data[i].name);
     gr_vec_free(&g->values);
     gr_vec_free(&g->nodes);
     gr_vec_free(&g->inputs);
     gr_vec_free(&g->outputs);
     gr_vec_free(&g->syms);
+    gr_vec_free(&g->dx);
+    gr_free(g->dx_slots, g->dx_cap * sizeof(int32_t));
+    for (int i = 0; i < g->dx_text_cap; i++) gr_strfree(g->dx_text[i]);
+    gr_free(g->dx_text, sizeof(char *) * (size_t)g->dx_text_cap);
     gr_strfree(g->origin);
     index_free(&g->value_index);
     index_free(&g->node_index);
@@ -58,11 +63,17 @@ gr_status gr_ir_attr_copy(gr_ir_attr *dst, const gr_ir_attr *src) {
     dst->i = src->i;
     dst->f = src->f;
     dst->n = src->n;
+    dst->sym = src->sym;
+    dst->expr = src->expr;
     if (!(dst->name = gr_strdup(src->name ? src->name : ""))) goto nomem;
     if (src->s && !(dst->s = gr_strdup(src->s))) goto nomem;
     if (src->kind == GR_IR_ATTR_INTS) {
         if (!(dst->ints = gr_malloc((size_t)src->n * sizeof(int64_t)))) goto nomem;
         if (src->n) memcpy(dst->ints, src->ints, (size_t)src->n * sizeof(int64_t));
+        if (src->exprs) {
+            if (!(dst->exprs = gr_malloc((size_t)src->n * sizeof(int32_t)))) goto nomem;
+            memcpy(dst->exprs, src->exprs, (size_t)src->n * sizeof(int32_t));
+        }
     }
     if (src->kind == GR_IR_ATTR_FLOATS) {
         if (!(dst->floats = gr_malloc((size_t)src->n * sizeof(double)))) goto nomem;
@@ -132,6 +143,70 @@ gr_status gr_ir_attr_floats(const gr_graph *g, const gr_ir_node *n, const char *
     if (a->kind == GR_IR_ATTR_FLOATS) return *out = a->floats, *n_out = a->n, GR_OK;
     if (a->kind == GR_IR_ATTR_FLOAT) return *out = &a->f, *n_out = 1, GR_OK;
     return attr_kind_error(g, n, a, "a list of floats");
+}
+
+gr_status gr_ir_attr_sints(const gr_graph *g, const gr_ir_node *n, const char *name, gr_dim *out, int max, int *n_out) {
+    const gr_ir_attr *a = gr_ir_attr_find(n, name);
+    *n_out = -1;
+    if (!a) return GR_OK;
+    if (a->kind == GR_IR_ATTR_INT) {
+        if (max < 1) return attr_kind_error(g, n, a, "a shorter list");
+        out[0] = a->sym ? (gr_dim){-1, a->expr} : gr_dx_const(a->i);
+        *n_out = 1;
+        return GR_OK;
+    }
+    if (a->kind != GR_IR_ATTR_INTS) return attr_kind_error(g, n, a, "a list of ints");
+    if (a->n > max) {
+        char where[512];
+        gr_ir_node_where(g, n, where, sizeof where);
+        return gr_error(GR_ERR_INVALID, "%s: attribute '%s' has %d entries, at most %d allowed", where, name, a->n, max);
+    }
+    for (int i = 0; i < a->n; i++)
+        out[i] = a->exprs && a->exprs[i] != GR_SYM_NONE ? (gr_dim){-1, a->exprs[i]} : gr_dx_const(a->ints[i]);
+    *n_out = a->n;
+    return GR_OK;
+}
+
+gr_status gr_ir_attr_sint(const gr_graph *g, const gr_ir_node *n, const char *name, gr_dim def, gr_dim *out, bool *present) {
+    const gr_ir_attr *a = gr_ir_attr_find(n, name);
+    if (present) *present = a != NULL;
+    if (!a) return *out = def, GR_OK;
+    if (a->sym && (a->kind == GR_IR_ATTR_INT || a->kind == GR_IR_ATTR_FLOAT)) return *out = (gr_dim){-1, a->expr}, GR_OK;
+    if (a->kind == GR_IR_ATTR_INT) return *out = gr_dx_const(a->i), GR_OK;
+    if (a->kind == GR_IR_ATTR_FLOAT) {
+        if (!(a->f >= -9.2e18 && a->f <= 9.2e18) || a->f != (double)(int64_t)a->f) return attr_kind_error(g, n, a, "an integer");
+        return *out = gr_dx_const((int64_t)a->f), GR_OK;
+    }
+    return attr_kind_error(g, n, a, "an int");
+}
+
+gr_status gr_ir_attr_make_sints(gr_ir_attr *a, const char *name, const gr_dim *vals, int n) {
+    memset(a, 0, sizeof *a);
+    a->kind = GR_IR_ATTR_INTS;
+    a->n = n;
+    bool any = false;
+    for (int i = 0; i < n; i++) any |= gr_dx_is_sym(vals[i]);
+    if (!(a->name = gr_strdup(name)) || !(a->ints = gr_malloc((size_t)n * sizeof(int64_t))) ||
+        (any && !(a->exprs = gr_malloc((size_t)n * sizeof(int32_t))))) {
+        gr_ir_attr_free(a);
+        return gr_nomem();
+    }
+    for (int i = 0; i < n; i++) {
+        a->ints[i] = gr_dx_is_sym(vals[i]) ? -1 : vals[i].size;
+        if (any) a->exprs[i] = vals[i].expr;
+    }
+    return GR_OK;
+}
+
+bool gr_ir_node_has_sym_attr(const gr_ir_node *n) {
+    for (int i = 0; i < n->n_attr; i++) {
+        const gr_ir_attr *a = &n->attrs[i];
+        if (a->sym && (a->kind == GR_IR_ATTR_INT || a->kind == GR_IR_ATTR_FLOAT)) return true;
+        if (a->kind == GR_IR_ATTR_INTS && a->exprs)
+            for (int k = 0; k < a->n; k++)
+                if (a->exprs[k] != GR_SYM_NONE) return true;
+    }
+    return false;
 }
 
 /* ==== name indexes ==================================================================
@@ -269,18 +344,6 @@ gr_status gr_ir_rename_node(gr_graph *g, int n, const char *name) {
 }
 
 /* ==== values ============================================================================ */
-gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out) {
-    for (int i = 0; i < g->syms.len; i++)
-        if (!strcmp(g->syms.data[i], name)) return *out = i, GR_OK;
-    char *s = gr_strdup(name);
-    if (!s) return GR_ERR_NOMEM;
-    if (gr_vec_push(&g->syms, s) != GR_OK) {
-        gr_strfree(s);
-        return GR_ERR_NOMEM;
-    }
-    *out = g->syms.len - 1;
-    return GR_OK;
-}
 
 
 gr_status gr_ir_add_value(gr_graph *g, const char *name, gr_value_kind kind, int *out) {
@@ -309,7 +372,7 @@ gr_status gr_ir_add_input(gr_graph *g, const char *name, gr_dtype t, int ndim, c
     if (ndim < 0 || ndim > GR_MAX_DIMS)
         return gr_error(GR_ERR_INVALID, "input '%s': rank %d outside 0..%d", name ? name : "?", ndim, GR_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
-        if (dims[i].sym == GR_SYM_NONE && dims[i].size < 0)
+        if (dims[i].expr == GR_SYM_NONE && dims[i].size < 0)
             return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative (%lld)", name ? name : "?", i, (long long)dims[i].size);
     if (!gr_ir_dims_fit(ndim, dims))
         return gr_error(GR_ERR_SHAPE, "input '%s': the shape holds more than %lld elements", name ? name : "?",
@@ -481,15 +544,27 @@ gr_status gr_ir_add_output(gr_graph *g, int value) {
 }
 
 /* ==== clone ================================================================================== */
-gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
+static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out);
+gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) { return clone_impl(g, false, out); }
+gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out) { return clone_impl(g, true, out); }
+
+static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
     gr_graph *c;
     GR_TRY(gr_ir_graph_create(&c));
     c->next_auto_name = g->next_auto_name;
     if (g->origin && !(c->origin = gr_strdup(g->origin))) goto nomem;
+    /* symbols and expressions keep their indices: dims and attributes copy as they are */
     for (int i = 0; i < g->syms.len; i++) {
-        int32_t s;
-        if (gr_ir_sym(c, g->syms.data[i], &s) != GR_OK) goto nomem;
+        gr_ir_symbol sym = g->syms.data[i];
+        if (!(sym.name = gr_strdup(sym.name))) goto nomem;
+        if (gr_vec_push(&c->syms, sym) != GR_OK) {
+            gr_strfree(sym.name);
+            goto nomem;
+        }
     }
+    if (gr_vec_reserve(&c->dx, g->dx.len) != GR_OK) goto nomem;
+    if (g->dx.len) memcpy(c->dx.data, g->dx.data, sizeof(gr_dexpr) * (size_t)g->dx.len);
+    c->dx.len = g->dx.len;
     if (gr_vec_reserve(&c->values, g->values.len) != GR_OK) goto nomem;
     for (int i = 0; i < g->values.len; i++) {
         gr_ir_value v = g->values.data[i];
@@ -498,8 +573,13 @@ gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out) {
         c->values.data[c->values.len++] = v;
         gr_ir_value *d = &c->values.data[i];
         d->nbytes = 0;
+        d->borrowed = false;
         if (!(d->name = gr_strdup(g->values.data[i].name))) goto nomem;
-        if (g->values.data[i].data) {
+        if (g->values.data[i].data && borrow) {
+            d->data = g->values.data[i].data;
+            d->nbytes = g->values.data[i].nbytes;
+            d->borrowed = true;
+        } else if (g->values.data[i].data) {
             if (!(d->data = gr_malloc(g->values.data[i].nbytes))) goto nomem;
             memcpy(d->data, g->values.data[i].data, g->values.data[i].nbytes);
             d->nbytes = g->values.data[i].nbytes;
@@ -543,7 +623,7 @@ nomem:
 bool gr_ir_value_concrete(const gr_ir_value *v) {
     if (!v->typed) return false;
     for (int i = 0; i < v->ndim; i++)
-        if (v->dims[i].sym != GR_SYM_NONE || v->dims[i].size < 0) return false;
+        if (v->dims[i].expr != GR_SYM_NONE || v->dims[i].size < 0) return false;
     return true;
 }
 
@@ -559,7 +639,7 @@ bool gr_ir_dims_fit(int ndim, const gr_dim *dims) {
     int nc = 0;
     if (ndim < 0 || ndim > GR_MAX_DIMS) return false;
     for (int i = 0; i < ndim; i++)
-        if (dims[i].sym == GR_SYM_NONE) concrete[nc++] = dims[i].size;
+        if (dims[i].expr == GR_SYM_NONE) concrete[nc++] = dims[i].size;
     return gr_shape_numel_checked(nc, concrete, &n);
 }
 
@@ -583,9 +663,11 @@ void gr_ir_type_str(const gr_graph *g, const gr_ir_value *v, char *buf, size_t n
     pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s[", gr_dtype_name(v->dtype));
     for (int i = 0; i < v->ndim; i++) {
         const char *sep = i ? "," : "";
-        if (v->dims[i].sym != GR_SYM_NONE && g && v->dims[i].sym < g->syms.len)
-            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s", sep, g->syms.data[v->dims[i].sym]);
-        else
+        if (v->dims[i].expr != GR_SYM_NONE && g) {
+            char e[160];
+            gr_dx_str(g, v->dims[i], e, sizeof e);
+            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s", sep, e);
+        } else
             pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%lld", sep, (long long)v->dims[i].size);
     }
     pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "]");

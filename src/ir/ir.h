@@ -50,13 +50,102 @@ gr_op gr_op_from_name(const char *name);
  * int64 start, end and step != 0. Returns false when step == 0. */
 bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first, int64_t *count);
 
-/* ---- values -------------------------------------------------------------------- */
+/* ---- symbolic dims (ir/dimexpr.c) -------------------------------------------------
+ * A dim is concrete (size >= 0, expr GR_SYM_NONE) or symbolic (size -1, expr
+ * >= 0): an expression over the graph's symbols, held in the graph's
+ * expression table. Expressions are kept in one canonical form (a polynomial
+ * over "atoms": symbols and floor-division, modulo, min and max nodes, with
+ * the terms in a fixed order, constants folded), and the table is
+ * hash-consed, so two dims are equal exactly when their expr ids are
+ * (gr_dx_equal): equality is structural, never a string comparison.
+ *
+ * The same struct carries a symbolic integer that is not a dim (a Slice bound,
+ * a Range limit, an element of a shape tensor): then a concrete value may be
+ * negative, and only `expr` says whether it is symbolic.
+ *
+ * Symbols are integers with a range [lo, hi], by default [1, unbounded]
+ * (a symbolic dim of size 0 is refused at binding: the default lets shape
+ * arithmetic decide Equal(seq, 0) and max(seq, 1) the way exporters assume),
+ * narrowed by a declared range; the simplifier uses the ranges (min(seq, 1024)
+ * is seq when seq <= 1024 is declared), and binding checks them. Division and modulo are floor division and floor modulo (Python's
+ * // and %), which agree with C's for the non-negative operands dims are. */
 #define GR_SYM_NONE (-1)
 
 typedef struct {
-    int64_t size; /* concrete size; -1 while symbolic */
-    int32_t sym;  /* index into graph->syms, or GR_SYM_NONE */
+    int64_t size; /* concrete value; -1 while symbolic */
+    int32_t expr; /* index into the graph's expression table, or GR_SYM_NONE */
 } gr_dim;
+
+/* Expression nodes. SUB is an operator of gr_dx_binary only (a - b is stored as a + -1*b).
+ * EQ and LT make conditions 0/1, so where(c, x, y) is the polynomial c*(x - y) + y:
+ * what shape code computes with Equal/Less/Where on dims stays an expression. */
+typedef enum {
+    GR_DX_SYM = 0, /* symbol k */
+    GR_DX_CONST,   /* the constant k */
+    GR_DX_ADD, GR_DX_MUL, GR_DX_DIV, GR_DX_MOD, GR_DX_MIN, GR_DX_MAX,
+    GR_DX_EQ,      /* 1 when a == b, else 0 */
+    GR_DX_LT,      /* 1 when a < b, else 0 (a <= b is a < b + 1: integers) */
+    GR_DX_SUB,
+    GR_DX_COUNT
+} gr_dx_op;
+
+typedef struct {
+    gr_dx_op op;
+    int32_t a, b; /* operands (expression ids); -1 for SYM and CONST */
+    int64_t k;    /* SYM: symbol index; CONST: value */
+} gr_dexpr;
+
+/* "Unbounded" in declared ranges and interval analysis. */
+#define GR_DX_INF ((int64_t)1 << 62)
+
+typedef struct {
+    char *name;
+    int64_t lo, hi; /* range (default [1, GR_DX_INF]) */
+    bool declared;  /* lo/hi were set by the model or the user */
+} gr_ir_symbol;
+
+struct gr_graph;
+/* Dim of symbol `name` (created if new, default range). */
+gr_status gr_dx_symbol(struct gr_graph *g, const char *name, gr_dim *out);
+/* Concrete dim. */
+static inline gr_dim gr_dx_const(int64_t v) { return (gr_dim){v, GR_SYM_NONE}; }
+static inline bool gr_dx_is_sym(gr_dim d) { return d.expr != GR_SYM_NONE; }
+static inline bool gr_dx_equal(gr_dim a, gr_dim b) { return a.expr == b.expr && (a.expr != GR_SYM_NONE || a.size == b.size); }
+/* a op b, simplified. Concrete operands give a concrete result. Errors:
+ * GR_ERR_SHAPE for an overflow or a division by zero that is certain,
+ * GR_ERR_UNSUPPORTED for an expression past the simplifier's limits (more
+ * than 16 terms or degree 6) — callers treat that as "not expressible". */
+gr_status gr_dx_binary(struct gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out);
+/* Value of d for symbol values sym_values[0..syms.len) (checked arithmetic:
+ * an overflow or a division by zero is GR_ERR_SHAPE naming the expression). */
+gr_status gr_dx_eval(const struct gr_graph *g, gr_dim d, const int64_t *sym_values, int64_t *out);
+/* Interval [lo, hi] that d takes over the symbols' declared ranges (GR_DX_INF = unbounded). */
+void gr_dx_bounds(const struct gr_graph *g, gr_dim d, int64_t *lo, int64_t *hi);
+/* Text form: "seq", "seq + 1", "2*seq", "seq//2", "min(seq, 1024)"; a concrete dim prints its value. */
+void gr_dx_print(const struct gr_graph *g, gr_dim d, gr_strbuf *sb);
+/* The same into buf (truncated to n bytes). */
+void gr_dx_str(const struct gr_graph *g, gr_dim d, char *buf, size_t n);
+/* Parses an expression: integers, symbol names ([A-Za-z_][A-Za-z0-9_.]*), + - * / // %,
+ * parentheses, min/max/Min/Max(a, b, ...), eq(a, b), lt(a, b), floor(x), FloorDiv(a, b), Mod(a, b),
+ * CeilDiv(a, b) (the forms sympy prints, which the dynamo exporter writes as
+ * dim_params). GR_ERR_PARSE when text is not such an expression (callers then
+ * take the whole text as one symbol's name); no message is set for that. */
+gr_status gr_dx_parse(struct gr_graph *g, const char *text, gr_dim *out);
+/* A dim name from a model (ONNX dim_param, .gir, the C API): an expression
+ * when it parses as one, else a symbol of that name. */
+gr_status gr_dx_from_name(struct gr_graph *g, const char *text, gr_dim *out);
+/* The text of d, kept by the graph until it is destroyed ("?" when out of memory). */
+const char *gr_dx_text(struct gr_graph *g, gr_dim d);
+/* d (a dim of graph src) rebuilt in graph dst, symbols matched by name. */
+gr_status gr_dx_import(struct gr_graph *dst, const struct gr_graph *src, gr_dim d, gr_dim *out);
+/* Declares symbol sym's range (lo <= hi, lo >= 0). */
+gr_status gr_dx_set_range(struct gr_graph *g, int32_t sym, int64_t lo, int64_t hi);
+/* Symbol index of a plain-symbol dim, else -1. */
+int32_t gr_dx_as_symbol(const struct gr_graph *g, gr_dim d);
+/* Marks in used[0..syms.len) the symbols d depends on. */
+void gr_dx_symbols_of(const struct gr_graph *g, gr_dim d, bool *used);
+
+/* ---- values -------------------------------------------------------------------- */
 
 typedef enum { GR_PLACE_DEVICE = 0, GR_PLACE_HOST } gr_placement;
 typedef enum { GR_VAL_INPUT = 0, GR_VAL_CONST, GR_VAL_NODE } gr_value_kind;
@@ -74,6 +163,7 @@ typedef struct {
     /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */
     void *data;
     size_t nbytes;
+    bool borrowed;     /* data belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
     /* where the text or ONNX file defined it, for messages */
     int line, col;
 } gr_ir_value;
@@ -95,6 +185,13 @@ typedef struct {
     double *floats;
     int n;                   /* length of ints / floats */
     struct gr_graph *graph;  /* owned subgraph (If branches, Loop body) */
+    /* symbolic values (expression ids of the graph holding the node): INT and
+     * FLOAT hold `expr` when `sym` is set; INTS hold exprs[i] (GR_SYM_NONE where
+     * element i is concrete) when `exprs` is not NULL. Zeroed attributes are
+     * concrete. Specialization replaces them by their values. */
+    bool sym;
+    int32_t expr;
+    int32_t *exprs;
 } gr_ir_attr;
 
 /* ---- nodes ------------------------------------------------------------------------- */
@@ -127,7 +224,12 @@ struct gr_graph {
     GR_VEC(gr_ir_node) nodes;
     GR_VEC(int) inputs;        /* value indices */
     GR_VEC(int) outputs;       /* value indices */
-    GR_VEC(char *) syms;       /* names of symbolic dims */
+    GR_VEC(gr_ir_symbol) syms; /* symbols of symbolic dims */
+    GR_VEC(gr_dexpr) dx;       /* expression table (ir/dimexpr.c) */
+    int32_t *dx_slots;         /* hash-consing index over dx (id + 1, 0 = empty) */
+    size_t dx_cap;
+    char **dx_text;            /* printed expressions (gr_dx_text), dx_text_cap entries, lazily */
+    int dx_text_cap;
     struct gr_graph *parent;   /* enclosing graph of a subgraph, else NULL */
     char *origin;              /* file name or "<api>" for messages */
     int next_auto_name;
@@ -140,9 +242,16 @@ gr_status gr_ir_graph_create(gr_graph **out);
 void gr_ir_graph_destroy(gr_graph *g);
 /* Deep copy (subgraphs and constant data included). */
 gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out);
+/* The same, but the constants of g's own values keep pointing at g's data
+ * (borrowed, never freed by the clone): g must outlive the clone and keep
+ * its constants. What the pass pipeline compiles per binding, so a new
+ * shape copies no weights and its plan shares them (runtime: one upload). */
+gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out);
 
-/* Symbol index for a dim name, created if new. */
+/* Symbol index for a symbol name, created if new. */
 gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out);
+/* Symbol index by name, -1 if absent. */
+int32_t gr_ir_find_sym(const gr_graph *g, const char *name);
 
 /* Adds a value; name may be NULL (a unique "%N" name is made). Returns index. */
 gr_status gr_ir_add_value(gr_graph *g, const char *name, gr_value_kind kind, int *out);
@@ -181,6 +290,18 @@ gr_status gr_ir_attr_string(const gr_graph *g, const gr_ir_node *n, const char *
 /* *out points into the node; *n_out = -1 when absent */
 gr_status gr_ir_attr_ints(const gr_graph *g, const gr_ir_node *n, const char *name, const int64_t **out, int *n_out);
 gr_status gr_ir_attr_floats(const gr_graph *g, const gr_ir_node *n, const char *name, const double **out, int *n_out);
+/* An ints attribute as symbolic integers (concrete or expressions) into out[0..max);
+ * *n_out = -1 when absent. */
+gr_status gr_ir_attr_sints(const gr_graph *g, const gr_ir_node *n, const char *name, gr_dim *out, int max, int *n_out);
+/* An int or float attribute as a symbolic integer (a float must hold an integer
+ * when symbolic); *present = false (and *out = def) when absent. */
+gr_status gr_ir_attr_sint(const gr_graph *g, const gr_ir_node *n, const char *name, gr_dim def, gr_dim *out, bool *present);
+/* Builds an ints attribute from symbolic integers (exprs allocated only when one is symbolic). */
+gr_status gr_ir_attr_make_sints(gr_ir_attr *a, const char *name, const gr_dim *vals, int n);
+/* Rebuilds the symbolic values of attribute a (copied from a node of graph src) in graph dst. */
+gr_status gr_ir_attr_import_exprs(gr_graph *dst, const gr_graph *src, gr_ir_attr *a);
+/* Does any attribute of the node hold a symbolic value? */
+bool gr_ir_node_has_sym_attr(const gr_ir_node *n);
 gr_status gr_ir_attr_copy(gr_ir_attr *dst, const gr_ir_attr *src);
 void gr_ir_attr_free(gr_ir_attr *a);
 
@@ -213,8 +334,8 @@ gr_status gr_ir_check_attrs(const gr_graph *g, const gr_ir_node *n);
 gr_status gr_ir_infer_node(gr_graph *g, int node);
 gr_status gr_ir_infer_shapes(gr_graph *g); /* all nodes, in order */
 
-/* Replaces every symbolic dim by its value (sym_values[sym] for sym in
- * 0..g->syms.len) in inputs and re-infers all shapes. */
+/* Replaces every symbolic dim and symbolic attribute by its value
+ * (sym_values[sym] for sym in 0..g->syms.len) and re-infers all shapes. */
 gr_status gr_ir_specialize(gr_graph *g, const int64_t *sym_values);
 
 /* ---- text form -------------------------------------------------------------------------- */

@@ -156,6 +156,24 @@ static void put_elem(gr_strbuf *sb, const unsigned char *data, gr_dtype dt, int6
 }
 
 /* ==== types ================================================================================== */
+/* A symbolic dim: a plain symbol by name, an expression as a quoted string ("seq + 1"). */
+static void put_dim(gr_strbuf *sb, const gr_graph *g, gr_dim d) {
+    int32_t sym = gr_dx_as_symbol(g, d);
+    if (sym >= 0) {
+        put_name(sb, g->syms.data[sym].name);
+        return;
+    }
+    if (!gr_dx_is_sym(d)) {
+        gr_sb_printf(sb, "%lld", (long long)d.size);
+        return;
+    }
+    gr_strbuf e;
+    gr_sb_init(&e);
+    gr_dx_print(g, d, &e);
+    put_quoted(sb, e.data ? e.data : "?");
+    gr_sb_free(&e);
+}
+
 static void put_type(gr_strbuf *sb, const gr_graph *g, const gr_ir_value *v) {
     if (!v->typed) {
         gr_sb_puts(sb, "?");
@@ -164,10 +182,10 @@ static void put_type(gr_strbuf *sb, const gr_graph *g, const gr_ir_value *v) {
     gr_sb_printf(sb, "%s[", gr_dtype_name(v->dtype));
     for (int i = 0; i < v->ndim && i < GR_MAX_DIMS; i++) {
         if (i) gr_sb_puts(sb, ", ");
-        int sym = v->dims[i].sym;
-        if (sym != GR_SYM_NONE && sym >= 0 && sym < g->syms.len) put_name(sb, g->syms.data[sym]);
-        else if (sym != GR_SYM_NONE || v->dims[i].size < 0) gr_sb_puts(sb, "?");
-        else gr_sb_printf(sb, "%lld", (long long)v->dims[i].size);
+        gr_dim d = v->dims[i];
+        if (gr_dx_is_sym(d) && d.expr < g->dx.len) put_dim(sb, g, d);
+        else if (gr_dx_is_sym(d) || d.size < 0) gr_sb_puts(sb, "?");
+        else gr_sb_printf(sb, "%lld", (long long)d.size);
     }
     gr_sb_puts(sb, "]");
     if (v->placement == GR_PLACE_HOST) gr_sb_puts(sb, " @host");
@@ -217,11 +235,17 @@ static gr_status put_const(printer *pr, const gr_graph *g, const gr_ir_value *v,
 /* ==== nodes and graphs =========================================================================== */
 static gr_status put_body(printer *pr, const gr_graph *g, int indent);
 
-static gr_status put_attr(printer *pr, const gr_ir_attr *a, int indent) {
+static gr_status put_attr(printer *pr, const gr_graph *g, const gr_ir_attr *a, int indent) {
     gr_strbuf *sb = &pr->sb;
     char buf[64];
     put_name(sb, a->name ? a->name : "?");
     gr_sb_puts(sb, "=");
+    if (a->sym && (a->kind == GR_IR_ATTR_INT || a->kind == GR_IR_ATTR_FLOAT)) { /* dim(seq), dim("seq + 1") */
+        gr_sb_puts(sb, "dim(");
+        put_dim(sb, g, (gr_dim){-1, a->expr});
+        gr_sb_puts(sb, ")");
+        return GR_OK;
+    }
     switch (a->kind) {
     case GR_IR_ATTR_INT: gr_sb_printf(sb, "%lld", (long long)a->i); break;
     case GR_IR_ATTR_FLOAT:
@@ -235,7 +259,8 @@ static gr_status put_attr(printer *pr, const gr_ir_attr *a, int indent) {
         for (int i = 0; i < a->n; i++) {
             if (i) gr_sb_puts(sb, ", ");
             if (a->kind == GR_IR_ATTR_INTS) {
-                gr_sb_printf(sb, "%lld", (long long)a->ints[i]);
+                if (a->exprs && a->exprs[i] != GR_SYM_NONE) put_dim(sb, g, (gr_dim){-1, a->exprs[i]});
+                else gr_sb_printf(sb, "%lld", (long long)a->ints[i]);
             } else {
                 fmt_attr_float(buf, sizeof buf, a->floats[i]);
                 gr_sb_puts(sb, buf);
@@ -276,7 +301,7 @@ static gr_status put_node(printer *pr, const gr_graph *g, const gr_ir_node *n, i
     }
     for (int i = 0; i < n->n_attr; i++) {
         if (i || n->n_in) gr_sb_puts(sb, ", ");
-        GR_TRY(put_attr(pr, &n->attrs[i], indent));
+        GR_TRY(put_attr(pr, g, &n->attrs[i], indent));
     }
     gr_sb_puts(sb, ")");
     bool any_typed = false;
@@ -296,6 +321,15 @@ static gr_status put_node(printer *pr, const gr_graph *g, const gr_ir_node *n, i
 
 static gr_status put_body(printer *pr, const gr_graph *g, int indent) {
     gr_strbuf *sb = &pr->sb;
+    /* declared ranges of symbolic dims: dim seq: [1, 512] */
+    for (int i = 0; i < g->syms.len; i++) {
+        const gr_ir_symbol *sym = &g->syms.data[i];
+        if (!sym->declared || g->parent) continue;
+        indent_to(sb, indent);
+        gr_sb_puts(sb, "dim ");
+        put_name(sb, sym->name);
+        gr_sb_printf(sb, ": [%lld, %lld]\n", (long long)sym->lo, (long long)sym->hi);
+    }
     for (int i = 0; i < g->inputs.len; i++) {
         int v = g->inputs.data[i];
         indent_to(sb, indent);

@@ -3,12 +3,19 @@
  * (after every rewrite) both use.
  *
  * Every rule follows the op semantics in ir/ops.c. A shape is a list of
- * gr_dim: concrete (size >= 0, sym NONE) or symbolic (size -1, sym >= 0).
- * Where a result cannot be expressed with these (a symbolic dim against a
- * different symbol or a concrete size > 1, a reshape whose -1 is a product of
- * symbols, ...) the output is left untyped and inference succeeds; a real
- * mismatch is GR_ERR_SHAPE, a bad attribute GR_ERR_INVALID, both naming the
- * node and the shapes involved.
+ * gr_dim: concrete (size >= 0) or symbolic (an expression over the graph's
+ * symbols, ir/dimexpr.c). Symbolic results are expressions: a concat adds its
+ * inputs' dims, a reshape's -1 divides the element counts, a slice bound may
+ * itself be symbolic (ends = seq), a range's length is ceil((limit - start) /
+ * delta). Where two symbolic dims must agree but are different expressions
+ * (a broadcast of seq against kv_len, a matmul's inner dims), the rule takes
+ * the value valid for every correct binding (max(a, b) for a broadcast) and
+ * the check happens once the symbols have values: the runtime specializes
+ * the graph per binding and infers it again with concrete sizes, where a
+ * mismatch is an error naming the node. Only an expression past the
+ * simplifier's limits leaves an output untyped. A real mismatch is
+ * GR_ERR_SHAPE, a bad attribute GR_ERR_INVALID, both naming the node and the
+ * shapes involved.
  *
  * Nothing here allocates except the capture binding of subgraphs, so the
  * error messages are formatted into stack buffers.
@@ -36,12 +43,9 @@ typedef struct {
 #define TYPE_STR_LEN 256
 
 /* ==== small helpers ================================================================ */
-static bool dim_is_sym(gr_dim d) { return d.sym != GR_SYM_NONE; }
-static gr_dim dim_c(int64_t size) { return (gr_dim){size, GR_SYM_NONE}; }
-static bool dim_eq(gr_dim a, gr_dim b) {
-    if (dim_is_sym(a) || dim_is_sym(b)) return a.sym == b.sym;
-    return a.size == b.size;
-}
+static bool dim_is_sym(gr_dim d) { return gr_dx_is_sym(d); }
+static gr_dim dim_c(int64_t size) { return gr_dx_const(size); }
+static bool dim_eq(gr_dim a, gr_dim b) { return gr_dx_equal(a, b); }
 
 static const gr_ir_value *in_val(const ctx_t *c, int slot) {
     if (slot >= c->n->n_in || c->n->in[slot] < 0) return NULL;
@@ -58,18 +62,18 @@ static shape_t shape_of(const gr_ir_value *v) {
 
 static void type_str(const ctx_t *c, const gr_ir_value *v, char *buf) { gr_ir_type_str(c->g, v, buf, TYPE_STR_LEN); }
 
-static void shape_str(const ctx_t *c, const shape_t *s, char *buf, size_t n) {
+static void dims_str(const gr_graph *g, const gr_dim *d, int ndim, char *buf, size_t n) {
     size_t pos = 0;
     pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "[");
-    for (int i = 0; i < s->ndim; i++) {
-        const char *sep = i ? "," : "";
-        if (dim_is_sym(s->d[i]) && s->d[i].sym < c->g->syms.len)
-            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s", sep, c->g->syms.data[s->d[i].sym]);
-        else
-            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%lld", sep, (long long)s->d[i].size);
+    for (int i = 0; i < ndim; i++) {
+        char e[160];
+        gr_dx_str(g, d[i], e, sizeof e);
+        pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s", i ? "," : "", e);
     }
     snprintf(buf + pos, pos < n ? n - pos : 0, "]");
 }
+
+static void shape_str(const ctx_t *c, const shape_t *s, char *buf, size_t n) { dims_str(c->g, s->d, s->ndim, buf, n); }
 
 static void ints_str(const int64_t *v, int n, char *buf, size_t size) {
     size_t pos = 0;
@@ -87,6 +91,27 @@ static gr_status fail(const ctx_t *c, gr_status st, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return gr_error(st, "%s: %s", c->where, msg);
+}
+
+/* a op b on dims; *ok = false when the result is past the simplifier's limits
+ * (the caller leaves its output untyped); an overflow is an error naming the node. */
+static gr_status dx(const ctx_t *c, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out, bool *ok) {
+    gr_status st = gr_dx_binary(c->g, op, a, b, out);
+    if (st == GR_ERR_UNSUPPORTED) {
+        gr_error_clear();
+        *ok = false;
+        *out = dim_c(0);
+        return GR_OK;
+    }
+    if (st == GR_ERR_SHAPE) return gr_error_prefix(st, "%s", c->where);
+    return st;
+}
+
+/* Product of dims [0, n) as a dim (checked). */
+static gr_status dims_prod(const ctx_t *c, const gr_dim *d, int n, gr_dim *out, bool *ok) {
+    *out = dim_c(1);
+    for (int i = 0; i < n && *ok; i++) GR_TRY(dx(c, GR_DX_MUL, *out, d[i], out, ok));
+    return GR_OK;
 }
 
 static void set_untyped(ctx_t *c, int slot) {
@@ -155,10 +180,12 @@ static gr_status attr_dtype(const ctx_t *c, const char *name, bool required, gr_
 }
 
 /* ==== broadcasting ================================================================== */
-/* numpy broadcasting of two shapes; SH_UNKNOWN where a symbolic dim meets a
- * different symbol or a concrete size other than 1 (the result depends on
- * the symbol's value). */
-static int broadcast2(const shape_t *a, const shape_t *b, shape_t *out, int *bad_dim) {
+/* numpy broadcasting of two shapes. A symbolic dim against a concrete k > 1
+ * gives k; two different symbolic dims give max(a, b) — the right size for
+ * every binding where they broadcast (equal, or one of them 1), which the
+ * concrete inference after specialization checks. SH_UNKNOWN only when max
+ * is past the simplifier's limits; -1 on a certain mismatch (*bad_dim). */
+static int broadcast2(const ctx_t *c, const shape_t *a, const shape_t *b, shape_t *out, int *bad_dim) {
     int r = GR_MAX(a->ndim, b->ndim);
     int unknown = SH_KNOWN;
     out->ndim = r;
@@ -174,12 +201,12 @@ static int broadcast2(const shape_t *a, const shape_t *b, shape_t *out, int *bad
                 return -1;
             }
         } else if (dim_is_sym(da) && dim_is_sym(db)) {
-            if (da.sym == db.sym) out->d[i] = da;
-            else unknown = SH_UNKNOWN, out->d[i] = dim_c(-1);
+            bool ok = true;
+            if (dim_eq(da, db)) out->d[i] = da;
+            else if (dx(c, GR_DX_MAX, da, db, &out->d[i], &ok) != GR_OK || !ok) unknown = SH_UNKNOWN, out->d[i] = dim_c(-1);
         } else {
             gr_dim s = dim_is_sym(da) ? da : db, k = dim_is_sym(da) ? db : da;
-            if (k.size == 1) out->d[i] = s;
-            else unknown = SH_UNKNOWN, out->d[i] = dim_c(-1);
+            out->d[i] = k.size == 1 ? s : k;
         }
     }
     return unknown;
@@ -192,7 +219,7 @@ static gr_status broadcast_inputs(const ctx_t *c, int n, shape_t *out, bool *kno
     for (int i = 1; i < n; i++) {
         shape_t b = shape_of(in_val(c, i)), r = {0};
         int bad = 0;
-        int res = broadcast2(&acc, &b, &r, &bad);
+        int res = broadcast2(c, &acc, &b, &r, &bad);
         if (res < 0) {
             char ta[TYPE_STR_LEN], tb[TYPE_STR_LEN], tacc[TYPE_STR_LEN];
             type_str(c, in_val(c, 0), ta);
@@ -400,13 +427,13 @@ static gr_status infer_matmul(ctx_t *c) {
     }
     bool known = true;
     if (!dim_eq(ka, kb)) {
+        /* symbolic inner dims that differ as expressions are checked once they have values */
         if (!dim_is_sym(ka) && !dim_is_sym(kb)) {
             if (trans_a || trans_b)
                 return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s (trans_a=%lld, trans_b=%lld)", ta, tb,
                             (long long)trans_a, (long long)trans_b);
             return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s", ta, tb);
         }
-        known = false;
     }
     shape_t ba = {0}, bb = {0}, batch = {0};
     if (a->ndim > 2) {
@@ -418,7 +445,7 @@ static gr_status infer_matmul(ctx_t *c) {
         for (int i = 0; i < bb.ndim; i++) bb.d[i] = b->dims[i];
     }
     int bad = 0;
-    int res = broadcast2(&ba, &bb, &batch, &bad);
+    int res = broadcast2(c, &ba, &bb, &batch, &bad);
     if (res < 0) return fail(c, GR_ERR_SHAPE, "batch dims do not broadcast: %s @ %s", ta, tb);
     if (res == SH_UNKNOWN) known = false;
     shape_t out = batch;
@@ -430,9 +457,10 @@ static gr_status infer_matmul(ctx_t *c) {
         if (bias->dtype != a->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s + bias %s", ta, tb, tbias);
         if (known) {
             shape_t sb = shape_of(bias), r = {0};
-            res = broadcast2(&out, &sb, &r, &bad);
+            res = broadcast2(c, &out, &sb, &r, &bad);
             bool same = res >= 0 && r.ndim == out.ndim;
-            for (int i = 0; same && i < r.ndim; i++) same = dim_eq(r.d[i], out.d[i]) || res == SH_UNKNOWN;
+            for (int i = 0; same && i < r.ndim; i++)
+                same = dim_eq(r.d[i], out.d[i]) || res == SH_UNKNOWN || dim_is_sym(r.d[i]) || dim_is_sym(out.d[i]);
             if (!same) {
                 shape_str(c, &out, tout, sizeof tout);
                 return fail(c, GR_ERR_SHAPE, "bias %s does not broadcast to the result %s of %s @ %s", tbias, tout, ta, tb);
@@ -447,59 +475,50 @@ static gr_status infer_matmul(ctx_t *c) {
 /* ==== data movement ===================================================================== */
 static gr_status infer_reshape(ctx_t *c) {
     const gr_ir_value *x = in_val(c, 0);
-    const int64_t *spec;
+    gr_dim spec[GR_MAX_DIMS];
     int n;
-    GR_TRY(attr_ints_required(c, "shape", &spec, &n));
+    GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
+    if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char sspec[512], tx[TYPE_STR_LEN];
-    ints_str(spec, n, sspec, sizeof sspec);
+    dims_str(c->g, spec, n, sspec, sizeof sspec);
     type_str(c, x, tx);
-    if (n > GR_MAX_DIMS) return fail(c, GR_ERR_INVALID, "shape %s has more than %d dims", sspec, GR_MAX_DIMS);
     int infer_at = -1;
-    int64_t known[GR_MAX_DIMS], known_prod = 1;
+    gr_dim known[GR_MAX_DIMS];
     int n_known = 0;
     for (int i = 0; i < n; i++) {
-        if (spec[i] == -1) {
+        if (!dim_is_sym(spec[i]) && spec[i].size == -1) {
             if (infer_at >= 0) return fail(c, GR_ERR_INVALID, "shape %s has more than one -1", sspec);
             infer_at = i;
-        } else if (spec[i] < 0) {
+        } else if (!dim_is_sym(spec[i]) && spec[i].size < 0) {
             return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
         } else {
             known[n_known++] = spec[i];
         }
     }
-    /* checked: a product that wraps could otherwise match the input's count */
-    if (!gr_shape_numel_checked(n_known, known, &known_prod))
+    if (!gr_ir_dims_fit(n_known, known))
         return fail(c, GR_ERR_SHAPE, "shape %s holds more than %lld elements", sspec, (long long)GR_MAX_NUMEL);
-    /* input element count: concrete part times a list of symbols */
-    int64_t in_dims[GR_MAX_DIMS], in_prod = 1;
-    int n_sym = 0, n_in = 0, sym = GR_SYM_NONE;
-    for (int i = 0; i < x->ndim; i++) {
-        if (dim_is_sym(x->dims[i])) n_sym++, sym = x->dims[i].sym;
-        else in_dims[n_in++] = x->dims[i].size;
-    }
-    if (!gr_shape_numel_checked(n_in, in_dims, &in_prod))
-        return fail(c, GR_ERR_SHAPE, "input %s holds more than %lld elements", tx, (long long)GR_MAX_NUMEL);
+    /* element counts as dims: concrete, or expressions compared structurally */
+    bool ok = true;
+    gr_dim in_count, known_count;
+    GR_TRY(dims_prod(c, x->dims, x->ndim, &in_count, &ok));
+    GR_TRY(dims_prod(c, known, n_known, &known_count, &ok));
     shape_t s = {0};
     s.ndim = n;
-    for (int i = 0; i < n; i++) s.d[i] = dim_c(spec[i]);
-    if (n_sym == 0 || in_prod == 0) { /* element count known (a zero dim makes it 0) */
-        if (infer_at >= 0) {
-            if (known_prod == 0)
-                return fail(c, GR_ERR_SHAPE, "cannot infer the -1 of shape %s for %s: the other dims hold no elements", sspec, tx);
-            if (in_prod % known_prod != 0)
-                return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s", tx, (long long)in_prod, sspec);
-            s.d[infer_at] = dim_c(in_prod / known_prod);
-        } else if (known_prod != in_prod) {
-            return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s (%lld elements)", tx, (long long)in_prod,
-                        sspec, (long long)known_prod);
-        }
-    } else if (infer_at >= 0) {
-        /* -1 = N * in_prod / known_prod: expressible only as the symbol itself */
-        if (n_sym == 1 && in_prod == known_prod) s.d[infer_at] = (gr_dim){-1, sym};
-        else {
-            set_untyped(c, 0);
-            return GR_OK;
-        }
+    for (int i = 0; i < n; i++) s.d[i] = spec[i];
+    if (ok && infer_at >= 0) {
+        if (!dim_is_sym(known_count) && known_count.size == 0)
+            return fail(c, GR_ERR_SHAPE, "cannot infer the -1 of shape %s for %s: the other dims hold no elements", sspec, tx);
+        if (!dim_is_sym(in_count) && !dim_is_sym(known_count) && in_count.size % known_count.size != 0)
+            return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s", tx, (long long)in_count.size, sspec);
+        GR_TRY(dx(c, GR_DX_DIV, in_count, known_count, &s.d[infer_at], &ok));
+    } else if (ok && !dim_is_sym(in_count) && !dim_is_sym(known_count) && in_count.size != known_count.size) {
+        return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s (%lld elements)", tx, (long long)in_count.size,
+                    sspec, (long long)known_count.size);
+    }
+    /* symbolic counts that differ as expressions are checked once the symbols have values */
+    if (!ok) {
+        set_untyped(c, 0);
+        return GR_OK;
     }
     GR_TRY(set_out(c, 0, x->dtype, &s));
     return GR_OK;
@@ -533,21 +552,21 @@ static gr_status infer_transpose(ctx_t *c) {
 
 static gr_status infer_expand(ctx_t *c) {
     const gr_ir_value *x = in_val(c, 0);
-    const int64_t *spec;
+    gr_dim spec[GR_MAX_DIMS];
     int n;
-    GR_TRY(attr_ints_required(c, "shape", &spec, &n));
+    GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
+    if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char sspec[512], tx[TYPE_STR_LEN];
-    ints_str(spec, n, sspec, sizeof sspec);
+    dims_str(c->g, spec, n, sspec, sizeof sspec);
     type_str(c, x, tx);
-    if (n > GR_MAX_DIMS) return fail(c, GR_ERR_INVALID, "shape %s has more than %d dims", sspec, GR_MAX_DIMS);
     shape_t target = {0}, xs = shape_of(x), out;
     target.ndim = n;
     for (int i = 0; i < n; i++) {
-        if (spec[i] < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
-        target.d[i] = dim_c(spec[i]);
+        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
+        target.d[i] = spec[i];
     }
     int bad = 0;
-    int res = broadcast2(&xs, &target, &out, &bad);
+    int res = broadcast2(c, &xs, &target, &out, &bad);
     if (res < 0) return fail(c, GR_ERR_SHAPE, "cannot expand %s to %s", tx, sspec);
     if (res == SH_UNKNOWN) set_untyped(c, 0);
     else GR_TRY(set_out(c, 0, x->dtype, &out));
@@ -613,14 +632,55 @@ static gr_status infer_unsqueeze(ctx_t *c) {
     return GR_OK;
 }
 
-#define SLICE_HUGE ((int64_t)1 << 31) /* ends at or beyond this mean "to the end" for symbolic dims */
+#define SLICE_HUGE ((int64_t)1 << 31) /* bounds at or beyond this mean "to the end" for symbolic dims */
+
+/* Elements an ONNX slice takes from a dim, as a dim, when the dim or a bound is
+ * symbolic. Handled exactly: step 1 with bounds whose sign is known from the
+ * symbols' ranges (a non-negative bound clamps to min(bound, dim), a negative
+ * one counts from the end: max(dim + bound, 0)), and step -1 over the whole
+ * dim; anything else is *ok = false. */
+static gr_status slice_count_sym(const ctx_t *c, gr_dim d, gr_dim start, gr_dim end, int64_t step, gr_dim *count, bool *ok) {
+    if (step != 1 && step != -1) return *ok = false, GR_OK;
+    gr_dim b[2] = {start, end}, clamped[2] = {dim_c(0), dim_c(0)};
+    for (int k = 0; k < 2 && *ok; k++) {
+        int64_t lo, hi;
+        gr_dx_bounds(c->g, b[k], &lo, &hi);
+        if (step == 1) {
+            if (lo >= 0) { /* min(b, d) */
+                if (!dim_is_sym(b[k]) && b[k].size >= SLICE_HUGE) clamped[k] = d; /* "to the end" */
+                else GR_TRY(dx(c, GR_DX_MIN, b[k], d, &clamped[k], ok));
+            } else if (hi < 0) { /* max(d + b, 0) */
+                gr_dim t;
+                if (!dim_is_sym(b[k]) && b[k].size <= -SLICE_HUGE) t = dim_c(0);
+                else GR_TRY(dx(c, GR_DX_ADD, d, b[k], &t, ok));
+                if (*ok) GR_TRY(dx(c, GR_DX_MAX, t, dim_c(0), &clamped[k], ok));
+            } else {
+                *ok = false;
+            }
+        } else {
+            /* backwards over the whole dim: start -1 (or past the end), end before the start */
+            bool whole = k == 0 ? (!dim_is_sym(b[0]) && (b[0].size == -1 || b[0].size >= SLICE_HUGE))
+                                : (!dim_is_sym(b[1]) && b[1].size <= -SLICE_HUGE);
+            if (!whole) *ok = false;
+        }
+    }
+    if (!*ok) return GR_OK;
+    if (step == -1) return *count = d, GR_OK;
+    gr_dim diff;
+    GR_TRY(dx(c, GR_DX_SUB, clamped[1], clamped[0], &diff, ok));
+    if (*ok) GR_TRY(dx(c, GR_DX_MAX, diff, dim_c(0), count, ok));
+    return GR_OK;
+}
 
 static gr_status infer_slice(ctx_t *c) {
     const gr_ir_value *x = in_val(c, 0);
-    const int64_t *starts, *ends, *axes, *steps;
+    gr_dim starts[GR_MAX_DIMS], ends[GR_MAX_DIMS];
+    const int64_t *axes, *steps;
     int ns, ne, na, nst;
-    GR_TRY(attr_ints_required(c, "starts", &starts, &ns));
-    GR_TRY(attr_ints_required(c, "ends", &ends, &ne));
+    GR_TRY(gr_ir_attr_sints(c->g, c->n, "starts", starts, GR_MAX_DIMS, &ns));
+    GR_TRY(gr_ir_attr_sints(c->g, c->n, "ends", ends, GR_MAX_DIMS, &ne));
+    if (ns < 0) return fail(c, GR_ERR_INVALID, "attribute 'starts' is required");
+    if (ne < 0) return fail(c, GR_ERR_INVALID, "attribute 'ends' is required");
     GR_TRY(gr_ir_attr_ints(c->g, c->n, "axes", &axes, &na));
     GR_TRY(gr_ir_attr_ints(c->g, c->n, "steps", &steps, &nst));
     if (ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
@@ -638,15 +698,12 @@ static gr_status infer_slice(ctx_t *c) {
         int64_t step = nst >= 0 ? steps[i] : 1;
         if (step == 0) return fail(c, GR_ERR_INVALID, "step of axis %d is 0", a);
         gr_dim d = x->dims[a];
-        if (!dim_is_sym(d)) {
+        if (!dim_is_sym(d) && !dim_is_sym(starts[i]) && !dim_is_sym(ends[i])) {
             int64_t first, count;
-            gr_ir_slice_axis(d.size, starts[i], ends[i], step, &first, &count);
+            gr_ir_slice_axis(d.size, starts[i].size, ends[i].size, step, &first, &count);
             s.d[a] = dim_c(count);
-        } else {
-            /* the whole symbolic dim, forwards or backwards, keeps the symbol */
-            bool whole_fwd = step == 1 && starts[i] == 0 && ends[i] >= SLICE_HUGE;
-            bool whole_bwd = step == -1 && (starts[i] == -1 || starts[i] >= SLICE_HUGE) && ends[i] <= -SLICE_HUGE;
-            if (!whole_fwd && !whole_bwd) known = false;
+        } else if (known) {
+            GR_TRY(slice_count_sym(c, d, starts[i], ends[i], step, &s.d[a], &known));
         }
     }
     if (!known) set_untyped(c, 0);
@@ -663,9 +720,7 @@ static gr_status infer_concat(ctx_t *c) {
     GR_TRY(norm_axis(c, axis, x0->ndim, "axis", &a));
     shape_t s = shape_of(x0);
     bool known = true;
-    int64_t total = 0;
-    int n_sym = 0;
-    gr_dim sym_dim = dim_c(0);
+    gr_dim total = dim_c(0);
     for (int i = 0; i < c->n->n_in; i++) {
         const gr_ir_value *x = in_val(c, i);
         char t0[TYPE_STR_LEN], ti[TYPE_STR_LEN];
@@ -677,18 +732,17 @@ static gr_status infer_concat(ctx_t *c) {
             if (d == a) continue;
             if (dim_eq(x->dims[d], s.d[d])) continue;
             if (dim_is_sym(x->dims[d]) || dim_is_sym(s.d[d])) {
-                known = false;
+                /* checked once the symbols have values; a concrete size is the better type */
+                if (dim_is_sym(s.d[d])) s.d[d] = x->dims[d];
                 continue;
             }
             return fail(c, GR_ERR_SHAPE, "dim %d differs: %s and %s (input %d), concatenating on axis %d", d, t0, ti, i, a);
         }
-        if (dim_is_sym(x->dims[a])) n_sym++, sym_dim = x->dims[a];
-        else if (gr_add_overflow(total, x->dims[a].size, &total) || total > GR_MAX_NUMEL)
+        if (known) GR_TRY(dx(c, GR_DX_ADD, total, x->dims[a], &total, &known));
+        if (!dim_is_sym(total) && total.size > GR_MAX_NUMEL)
             return fail(c, GR_ERR_SHAPE, "the inputs' sizes along axis %d add up to more than %lld", a, (long long)GR_MAX_NUMEL);
     }
-    if (n_sym == 0) s.d[a] = dim_c(total);
-    else if (n_sym == 1 && total == 0) s.d[a] = sym_dim;
-    else known = false;
+    s.d[a] = total;
     if (!known) set_untyped(c, 0);
     else GR_TRY(set_out(c, 0, x0->dtype, &s));
     return GR_OK;
@@ -727,9 +781,12 @@ static gr_status infer_split(ctx_t *c) {
         }
         return GR_OK;
     }
-    if (dim_is_sym(d)) {
-        if (n_out == 1) GR_TRY(set_out(c, 0, x->dtype, &s));
-        else all_untyped(c);
+    if (dim_is_sym(d)) { /* equal parts of a symbolic dim (divisibility checked once it has a value) */
+        bool ok = true;
+        GR_TRY(dx(c, GR_DX_DIV, d, dim_c(n_out), &s.d[a], &ok));
+        if (!ok) all_untyped(c);
+        else
+            for (int i = 0; i < n_out; i++) GR_TRY(set_out(c, i, x->dtype, &s));
         return GR_OK;
     }
     if (d.size % n_out != 0)
@@ -787,17 +844,37 @@ static gr_status infer_trilu(ctx_t *c) {
 
 /* ==== generators ========================================================================== */
 static gr_status gen_shape(const ctx_t *c, shape_t *s) {
-    const int64_t *spec;
+    gr_dim spec[GR_MAX_DIMS];
     int n;
-    GR_TRY(attr_ints_required(c, "shape", &spec, &n));
+    GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
+    if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char ss[512];
-    ints_str(spec, n, ss, sizeof ss);
-    if (n > GR_MAX_DIMS) return fail(c, GR_ERR_INVALID, "shape %s has more than %d dims", ss, GR_MAX_DIMS);
+    dims_str(c->g, spec, n, ss, sizeof ss);
     s->ndim = n;
     for (int i = 0; i < n; i++) {
-        if (spec[i] < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", ss);
-        s->d[i] = dim_c(spec[i]);
+        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", ss);
+        s->d[i] = spec[i];
     }
+    return GR_OK;
+}
+
+/* Length of range(start, limit, delta) with a symbolic bound: delta must be a
+ * concrete non-zero integer, start and limit integers; the length is
+ * max(ceil((limit - start) / delta), 0) = max((limit - start + delta - 1) // delta, 0)
+ * for delta > 0, and the mirror for delta < 0. */
+static gr_status range_len_sym(const ctx_t *c, gr_dim *len, bool *ok) {
+    gr_dim start, limit, delta;
+    GR_TRY(gr_ir_attr_sint(c->g, c->n, "start", dim_c(0), &start, NULL));
+    GR_TRY(gr_ir_attr_sint(c->g, c->n, "limit", dim_c(0), &limit, NULL));
+    GR_TRY(gr_ir_attr_sint(c->g, c->n, "delta", dim_c(1), &delta, NULL));
+    if (dim_is_sym(delta) || delta.size == 0)
+        return fail(c, GR_ERR_INVALID, "range with a symbolic bound needs a constant non-zero integer delta");
+    gr_dim span, num, q;
+    int64_t d = delta.size, ad = d > 0 ? d : -d;
+    GR_TRY(dx(c, GR_DX_SUB, d > 0 ? limit : start, d > 0 ? start : limit, &span, ok));
+    if (*ok) GR_TRY(dx(c, GR_DX_ADD, span, dim_c(ad - 1), &num, ok));
+    if (*ok) GR_TRY(dx(c, GR_DX_DIV, num, dim_c(ad), &q, ok));
+    if (*ok) GR_TRY(dx(c, GR_DX_MAX, q, dim_c(0), len, ok));
     return GR_OK;
 }
 
@@ -815,6 +892,17 @@ static gr_status infer_generator(ctx_t *c) {
     case GR_OP_RANGE: {
         double start, limit, delta;
         if (!gr_ir_attr_find(c->n, "limit")) return fail(c, GR_ERR_INVALID, "attribute 'limit' is required");
+        if (gr_ir_node_has_sym_attr(c->n)) {
+            bool ok = true;
+            if (t == GR_BOOL) return fail(c, GR_ERR_INVALID, "range cannot produce bool");
+            s.ndim = 1;
+            GR_TRY(range_len_sym(c, &s.d[0], &ok));
+            if (!ok) {
+                set_untyped(c, 0);
+                return GR_OK;
+            }
+            break;
+        }
         GR_TRY(gr_ir_attr_float(c->g, c->n, "start", 0.0, &start));
         GR_TRY(gr_ir_attr_float(c->g, c->n, "limit", 0.0, &limit));
         GR_TRY(gr_ir_attr_float(c->g, c->n, "delta", 1.0, &delta));
@@ -868,38 +956,33 @@ static gr_status infer_subgraph(gr_graph *outer, gr_graph *sub) {
         v->ndim = o->ndim;
         v->placement = o->placement;
         for (int d = 0; d < o->ndim; d++) {
-            gr_dim od = o->dims[d];
-            if (dim_is_sym(od)) { /* symbols are per graph: map by name */
-                int32_t s;
-                GR_TRY(gr_ir_sym(sub, owner->syms.data[od.sym], &s));
-                od.sym = s;
-            }
-            v->dims[d] = od;
+            /* expressions are per graph: rebuilt in the subgraph, symbols matched by name */
+            GR_TRY(gr_dx_import(sub, owner, o->dims[d], &v->dims[d]));
         }
     }
     return gr_ir_infer_shapes(sub);
 }
 
-/* Do two values (of possibly different graphs) have the same type? */
-static bool same_type(const gr_graph *ga, const gr_ir_value *a, const gr_graph *gb, const gr_ir_value *b) {
-    if (!a->typed || !b->typed || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+/* Do two values (of possibly different graphs) have the same type? b's
+ * symbolic dims are rebuilt in ga (symbols matched by name) and compared there. */
+static gr_status same_type(gr_graph *ga, const gr_ir_value *a, const gr_graph *gb, const gr_ir_value *b, bool *same) {
+    *same = false;
+    if (!a->typed || !b->typed || a->dtype != b->dtype || a->ndim != b->ndim) return GR_OK;
     for (int i = 0; i < a->ndim; i++) {
-        gr_dim x = a->dims[i], y = b->dims[i];
-        if (dim_is_sym(x) != dim_is_sym(y)) return false;
-        if (!dim_is_sym(x)) {
-            if (x.size != y.size) return false;
-        } else if (strcmp(ga->syms.data[x.sym], gb->syms.data[y.sym])) {
-            return false;
-        }
+        gr_dim y;
+        gr_status st = gr_dx_import(ga, gb, b->dims[i], &y);
+        if (st == GR_ERR_UNSUPPORTED) return gr_error_clear(), GR_OK;
+        GR_TRY(st);
+        if (!dim_eq(a->dims[i], y)) return GR_OK;
     }
-    return true;
+    *same = true;
+    return GR_OK;
 }
 
 /* Copies the type of value v of graph src onto output `slot`, mapping symbols by name. */
 static gr_status adopt_type(ctx_t *c, int slot, const gr_graph *src, const gr_ir_value *v) {
     shape_t s = shape_of(v);
-    for (int d = 0; d < s.ndim; d++)
-        if (dim_is_sym(s.d[d])) GR_TRY(gr_ir_sym(c->g, src->syms.data[s.d[d].sym], &s.d[d].sym));
+    for (int d = 0; d < s.ndim; d++) GR_TRY(gr_dx_import(c->g, src, v->dims[d], &s.d[d]));
     GR_TRY(set_out(c, slot, v->dtype, &s));
     return GR_OK;
 }
@@ -936,7 +1019,9 @@ static gr_status infer_if(ctx_t *c) {
             gr_ir_type_str(else_g, ev, te, sizeof te);
             return fail(c, GR_ERR_SHAPE, "output %d: branches differ in dtype: %s and %s", i, tt, te);
         }
-        if (same_type(then_g, tv, else_g, ev)) GR_TRY(adopt_type(c, i, then_g, tv));
+        bool same;
+        GR_TRY(same_type(then_g, tv, else_g, ev, &same));
+        if (same) GR_TRY(adopt_type(c, i, then_g, tv));
         else set_untyped(c, i);
     }
     return GR_OK;
@@ -959,7 +1044,9 @@ static gr_status infer_loop(ctx_t *c) {
         }
         const gr_ir_value *init = in_val(c, 2 + i);
         const gr_ir_value *bout = &body->values.data[body->outputs.data[1 + i]];
-        if (init && init->typed && same_type(c->g, init, body, bout)) {
+        bool same = false;
+        if (init && init->typed) GR_TRY(same_type(c->g, init, body, bout, &same));
+        if (same) {
             shape_t s = shape_of(init);
             GR_TRY(set_out(c, i, init->dtype, &s));
         } else {
@@ -1019,47 +1106,115 @@ gr_status gr_ir_infer_shapes(gr_graph *g) {
     return GR_OK;
 }
 
-/* ==== specialization ========================================================================== */
-static gr_status specialize_value(gr_graph *g, gr_ir_value *v, const int64_t *sym_values, const gr_graph *root) {
-    for (int d = 0; d < v->ndim; d++) {
-        gr_dim *dim = &v->dims[d];
-        if (!dim_is_sym(*dim)) continue;
-        const char *name = dim->sym >= 0 && dim->sym < g->syms.len ? g->syms.data[dim->sym] : NULL;
-        if (!name) return gr_error(GR_ERR_INVALID, "value '%s': dim %d refers to no symbol", v->name, d);
-        /* symbols are per graph; values are given for the root graph's symbols */
-        int idx = -1;
-        for (int s = 0; s < root->syms.len; s++)
-            if (!strcmp(root->syms.data[s], name)) idx = s;
-        if (idx < 0) continue; /* a subgraph's own symbol (e.g. a loop's growing dim) */
-        int64_t val = sym_values ? sym_values[idx] : -1;
-        if (val < 0)
-            return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of value '%s')", name, v->name);
-        *dim = dim_c(val);
+/* ==== specialization ==========================================================================
+ * Every symbolic dim of the graph's inputs and constants and every symbolic
+ * attribute (a reshape target, slice bounds, a range limit, a fill shape) is
+ * evaluated for the binding; then inference runs again with concrete sizes,
+ * which is where symbolic dims that had to agree are checked. A subgraph has
+ * its own expression table: its symbols take the root's values by name; a
+ * symbol only the subgraph has (none today) keeps its dims symbolic. */
+typedef struct {
+    const int64_t *values; /* per symbol of this graph, -1 = no value */
+    bool is_root;
+} spec_env;
+
+/* what: the value or attribute, for the message when a symbol has no value */
+static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, const char *what, bool *skip, int64_t *out) {
+    *skip = false;
+    bool *used = gr_calloc((size_t)g->syms.len + 1, sizeof(bool));
+    if (!used) return GR_ERR_NOMEM;
+    gr_dx_symbols_of(g, d, used);
+    int unbound = -1;
+    for (int k = 0; k < g->syms.len && unbound < 0; k++)
+        if (used[k] && (!env->values || env->values[k] < 0)) unbound = k;
+    gr_free(used, ((size_t)g->syms.len + 1) * sizeof(bool));
+    if (unbound >= 0) {
+        if (!env->is_root) return *skip = true, GR_OK;
+        return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of %s)", g->syms.data[unbound].name, what);
     }
-    if (!gr_ir_dims_fit(v->ndim, v->dims)) {
-        char t[TYPE_STR_LEN];
-        gr_ir_type_str(g, v, t, sizeof t);
-        return gr_error(GR_ERR_SHAPE, "value '%s' would be %s, more than %lld elements", v->name, t, (long long)GR_MAX_NUMEL);
-    }
-    return GR_OK;
+    return gr_dx_eval(g, d, env->values, out);
 }
 
-static gr_status specialize_graph(gr_graph *g, const int64_t *sym_values, const gr_graph *root) {
+static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
     for (int i = 0; i < g->values.len; i++) {
         gr_ir_value *v = &g->values.data[i];
         if (v->kind == GR_VAL_NODE || !v->typed) continue;
-        GR_TRY(specialize_value(g, v, sym_values, root));
+        for (int d = 0; d < v->ndim; d++) {
+            if (!dim_is_sym(v->dims[d])) continue;
+            int64_t val;
+            bool skip;
+            char what[300];
+            snprintf(what, sizeof what, "value '%s'", v->name);
+            gr_status st = spec_eval(g, env, v->dims[d], what, &skip, &val);
+            if (st == GR_ERR_INVALID) return st;
+            if (st != GR_OK) return gr_error_prefix(st, "value '%s' dim %d", v->name, d);
+            if (skip) continue;
+            if (val < 0) {
+                char e[160];
+                gr_dx_str(g, v->dims[d], e, sizeof e);
+                return gr_error(GR_ERR_SHAPE, "value '%s' dim %d ('%s') is %lld for this binding: a dim cannot be negative",
+                                v->name, d, e, (long long)val);
+            }
+            v->dims[d] = dim_c(val);
+        }
+        if (!gr_ir_dims_fit(v->ndim, v->dims)) {
+            char t[TYPE_STR_LEN];
+            gr_ir_type_str(g, v, t, sizeof t);
+            return gr_error(GR_ERR_SHAPE, "value '%s' would be %s, more than %lld elements", v->name, t, (long long)GR_MAX_NUMEL);
+        }
     }
     for (int i = 0; i < g->nodes.len; i++) {
         gr_ir_node *n = &g->nodes.data[i];
-        for (int a = 0; a < n->n_attr; a++)
-            if (n->attrs[a].kind == GR_IR_ATTR_GRAPH && n->attrs[a].graph)
-                GR_TRY(specialize_graph(n->attrs[a].graph, sym_values, root));
+        for (int a = 0; a < n->n_attr; a++) {
+            gr_ir_attr *at = &n->attrs[a];
+            gr_status st = GR_OK;
+            bool skip = false;
+            if (at->sym && (at->kind == GR_IR_ATTR_INT || at->kind == GR_IR_ATTR_FLOAT)) {
+                int64_t val;
+                st = spec_eval(g, env, (gr_dim){-1, at->expr}, "an attribute", &skip, &val);
+                if (st == GR_OK && !skip) {
+                    at->i = val;
+                    at->f = (double)val;
+                    at->sym = false;
+                }
+            } else if (at->kind == GR_IR_ATTR_INTS && at->exprs) {
+                bool all = true;
+                for (int k = 0; k < at->n && st == GR_OK; k++) {
+                    if (at->exprs[k] == GR_SYM_NONE) continue;
+                    int64_t val;
+                    st = spec_eval(g, env, (gr_dim){-1, at->exprs[k]}, "an attribute", &skip, &val);
+                    if (st == GR_OK && !skip) at->ints[k] = val, at->exprs[k] = GR_SYM_NONE;
+                    else all = false;
+                }
+                if (st == GR_OK && all) {
+                    gr_free(at->exprs, (size_t)at->n * sizeof(int32_t));
+                    at->exprs = NULL;
+                }
+            } else if (at->kind == GR_IR_ATTR_GRAPH && at->graph) {
+                gr_graph *sub = at->graph;
+                int64_t *sv = gr_malloc(sizeof(int64_t) * ((size_t)sub->syms.len + 1));
+                if (!sv) return GR_ERR_NOMEM;
+                for (int k = 0; k < sub->syms.len; k++) {
+                    int32_t r = gr_ir_find_sym(g, sub->syms.data[k].name);
+                    sv[k] = r >= 0 ? env->values[r] : -1;
+                }
+                spec_env sub_env = {sv, false};
+                st = specialize_graph(sub, &sub_env);
+                gr_free(sv, sizeof(int64_t) * ((size_t)sub->syms.len + 1));
+            }
+            if (st != GR_OK) {
+                char where[512];
+                gr_ir_node_where(g, n, where, sizeof where);
+                return gr_error_prefix(st, "%s: attribute '%s'", where, at->name);
+            }
+        }
     }
     return GR_OK;
 }
 
 gr_status gr_ir_specialize(gr_graph *g, const int64_t *sym_values) {
-    GR_TRY(specialize_graph(g, sym_values, g));
+    if (g->syms.len && !sym_values) return gr_error(GR_ERR_INVALID, "specialize: no values for the graph's symbolic dims");
+    spec_env env = {sym_values, true};
+    GR_TRY(specialize_graph(g, &env));
     return gr_ir_infer_shapes(g);
 }

@@ -45,10 +45,10 @@ static gr_status verify_value(const gr_graph *g, const gr_graph *outer, int vi, 
     if (v->typed) {
         for (int d = 0; d < v->ndim; d++) {
             const gr_dim *dim = &v->dims[d];
-            if (dim->sym != GR_SYM_NONE) {
-                if (dim->sym < 0 || dim->sym >= g->syms.len)
-                    return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d refers to symbol %d of %d", origin_of(g), vname,
-                                    d, (int)dim->sym, g->syms.len);
+            if (dim->expr != GR_SYM_NONE) {
+                if (dim->expr < 0 || dim->expr >= g->dx.len)
+                    return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d refers to expression %d of %d", origin_of(g), vname,
+                                    d, (int)dim->expr, g->dx.len);
             } else if (dim->size < 0) {
                 return gr_error(GR_ERR_INVALID, "%s: value '%s' dim %d is negative (%lld) and not symbolic", origin_of(g),
                                 vname, d, (long long)dim->size);
@@ -252,6 +252,11 @@ static gr_status verify_node(const gr_graph *g, int ni) {
             return gr_error(GR_ERR_INVALID, "%s: attribute %d has bad kind %d", where, a, (int)at->kind);
         if ((at->kind == GR_IR_ATTR_INTS || at->kind == GR_IR_ATTR_FLOATS) && at->n < 0)
             return gr_error(GR_ERR_INVALID, "%s: attribute '%s' has negative length", where, at->name ? at->name : "?");
+        bool bad_expr = at->sym && (at->kind == GR_IR_ATTR_INT || at->kind == GR_IR_ATTR_FLOAT) && (at->expr < 0 || at->expr >= g->dx.len);
+        for (int k = 0; at->kind == GR_IR_ATTR_INTS && at->exprs && k < at->n; k++)
+            bad_expr |= at->exprs[k] != GR_SYM_NONE && (at->exprs[k] < 0 || at->exprs[k] >= g->dx.len);
+        if (bad_expr) return gr_error(GR_ERR_INVALID, "%s: attribute '%s' refers to a symbolic expression that does not exist", where,
+                                      at->name ? at->name : "?");
     }
     GR_TRY(gr_ir_check_attrs(g, n));
     for (int a = 0; a < n->n_attr; a++) {
@@ -267,8 +272,28 @@ static gr_status verify_node(const gr_graph *g, int ni) {
 }
 
 /* ==== graph ======================================================================== */
+/* The expression table: operands defined before use (no cycles), symbols that exist. */
+static gr_status verify_exprs(const gr_graph *g) {
+    for (int i = 0; i < g->dx.len; i++) {
+        const gr_dexpr *e = &g->dx.data[i];
+        bool ok;
+        switch (e->op) {
+        case GR_DX_SYM: ok = e->k >= 0 && e->k < g->syms.len; break;
+        case GR_DX_CONST: ok = true; break;
+        case GR_DX_ADD: case GR_DX_MUL: case GR_DX_DIV: case GR_DX_MOD: case GR_DX_MIN: case GR_DX_MAX: case GR_DX_EQ:
+        case GR_DX_LT:
+            ok = e->a >= 0 && e->a < i && e->b >= 0 && e->b < i;
+            break;
+        default: ok = false; break;
+        }
+        if (!ok) return gr_error(GR_ERR_INVALID, "%s: symbolic expression %d is malformed", origin_of(g), i);
+    }
+    return GR_OK;
+}
+
 static gr_status verify_graph(const gr_graph *g, const gr_graph *outer) {
     if (!g) return gr_error(GR_ERR_INVALID, "no graph");
+    GR_TRY(verify_exprs(g));
     if (g->values.len < 0 || g->nodes.len < 0 || (g->values.len && !g->values.data) || (g->nodes.len && !g->nodes.data))
         return gr_error(GR_ERR_INVALID, "%s: malformed value or node arrays", origin_of(g));
     bool *listed = gr_calloc((size_t)(g->values.len ? g->values.len : 1), sizeof(bool));

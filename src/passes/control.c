@@ -99,7 +99,7 @@ static gr_status find_capture(gr_graph *g, const gr_ir_value *cap, int *out) {
     if (ov < 0) return GR_OK;
     gr_ir_value o = owner->values.data[ov]; /* a copy: adding to g cannot move it */
     for (int i = 0; i < o.ndim; i++)
-        if (o.dims[i].sym != GR_SYM_NONE) GR_TRY(gr_ir_sym(g, owner->syms.data[o.dims[i].sym], &o.dims[i].sym));
+        GR_TRY(gr_dx_import(g, owner, o.dims[i], &o.dims[i]));
     int v;
     GR_TRY(gr_ir_add_value(g, cap->name, GR_VAL_INPUT, &v));
     gr_ir_value *d = &g->values.data[v];
@@ -177,6 +177,7 @@ static gr_status inline_node(pred_ctx *pc, const char *tag, bool then_branch, co
         gr_ir_node *nn = &g->nodes.data[new_node]; /* fresh after the append; not kept */
         nn->line = n->line;
         nn->col = n->col;
+        for (int k = 0; k < nn->n_attr && st == GR_OK; k++) st = gr_ir_attr_import_exprs(g, b, &nn->attrs[k]);
         for (int k = 0; k < n->n_out; k++) map[n->out[k]] = nn->out[k];
     }
     for (int k = 0; names && k < n->n_out; k++) gr_strfree(names[k]);
@@ -227,7 +228,7 @@ static bool same_shape(const gr_ir_value *a, const gr_ir_value *b) {
     if (!a->typed || !b->typed) return true; /* decided by shape inference of where */
     if (a->ndim != b->ndim || a->dtype != b->dtype) return false;
     for (int d = 0; d < a->ndim; d++)
-        if (a->dims[d].size != b->dims[d].size || a->dims[d].sym != b->dims[d].sym) return false;
+        if (!gr_dx_equal(a->dims[d], b->dims[d])) return false;
     return true;
 }
 

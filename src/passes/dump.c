@@ -105,25 +105,28 @@ static void unresolved_syms(const gr_graph *g, char *buf, size_t n, int *count) 
         const gr_ir_value *v = &g->values.data[i];
         if (v->kind == GR_VAL_NODE || !v->typed) continue;
         for (int d = 0; d < v->ndim; d++) {
-            int s = v->dims[d].sym;
-            if (s == GR_SYM_NONE || s < 0 || s >= g->syms.len) continue;
-            if (s < 256 && seen[s]) continue;
-            if (s < 256) seen[s] = true;
-            pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "", g->syms.data[s],
-                                    v->name);
-            (*count)++;
+            bool used[256] = {false};
+            if (g->syms.len <= 256) gr_dx_symbols_of(g, v->dims[d], used);
+            for (int s = 0; s < g->syms.len && s < 256; s++) {
+                if (!used[s] || seen[s]) continue;
+                seen[s] = true;
+                pos += (size_t)snprintf(buf + pos, pos < n ? n - pos : 0, "%s%s (of '%s')", *count ? ", " : "",
+                                        g->syms.data[s].name, v->name);
+                (*count)++;
+            }
         }
     }
 }
 
-static const char *const store_names[] = {"none", "input", "const", "arena", "alias", "host"};
+static const char *const store_names[] = {"none", "input", "const", "arena", "alias", "host", "weight (shared)"};
+_Static_assert(sizeof store_names / sizeof store_names[0] == GR_STORE_COUNT, "a name per storage kind");
 
 static void put_mem(gr_strbuf *sb, const gr_graph *g, const gr_mem_plan *m) {
     gr_sb_printf(sb, "== after plan_memory: arena %zu B, weights %zu B ==\n", m->arena_bytes, m->const_bytes);
     for (int v = 0; v < m->n_values && v < g->values.len; v++) {
         const gr_value_store *st = &m->values[v];
         if (st->kind == GR_STORE_NONE) continue;
-        gr_sb_printf(sb, "%%%s: %s", value_name(g, v), (unsigned)st->kind < 6 ? store_names[st->kind] : "?");
+        gr_sb_printf(sb, "%%%s: %s", value_name(g, v), (unsigned)st->kind < GR_STORE_COUNT ? store_names[st->kind] : "?");
         switch (st->kind) {
         case GR_STORE_ARENA:
             gr_sb_printf(sb, " [%zu, %zu) live steps %d..%d", st->offset, st->offset + st->bytes, st->first_step,

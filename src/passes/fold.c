@@ -9,7 +9,9 @@
  * second implementation of every op keeps folded and run-time results
  * bit-identical (random_normal, for one, must give the same bits either way).
  *
- * Left alone: control flow, nodes with a non-concrete or untyped output,
+ * Left alone: control flow, nodes with a non-concrete or untyped output or a
+ * symbolic attribute (on a graph with symbolic dims, the session folds what
+ * no binding changes once, before any plan: those are shared weights),
  * outputs above FOLD_MAX_ELEMS elements (they would bloat the weights; run
  * time computes them), fill and range nodes above FOLD_MAX_CHEAP_GEN_ELEMS
  * elements (their kernels read nothing and fuse into their readers at no
@@ -78,6 +80,8 @@ static gr_status check_range(void *user, int param, const void *base, int64_t lo
 static bool foldable(const gr_graph *g, const gr_ir_node *n) {
     const gr_op_info *info = gr_op_get(n->op);
     if (!info || info->kind == GR_OPK_CONTROL) return false;
+    /* a symbolic attribute (a fill of a symbolic value) has a value only per binding */
+    if (gr_ir_node_has_sym_attr(n)) return false;
     int n_present = 0;
     for (int i = 0; i < n->n_in; i++) {
         int v = n->in[i];

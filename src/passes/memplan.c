@@ -397,10 +397,14 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
         if (st->first_step < 0) st->first_step = 0;
         st->last_step = steps->len; /* outputs outlive the plan: read after the run */
     }
-    /* constants: packed in first-use order */
+    /* constants: the source graph's (borrowed) are shared weights; the plan's own are packed in first-use order */
     size_t const_off = 0;
     for (int v = 0; v < nv; v++) {
         if (out->values[v].kind != GR_STORE_CONST) continue;
+        if (g->values.data[v].borrowed) {
+            out->values[v].kind = GR_STORE_WEIGHT;
+            continue;
+        }
         out->values[v].offset = const_off;
         const_off = align_up(const_off + out->values[v].bytes, GR_ARENA_ALIGN);
     }

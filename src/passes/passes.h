@@ -135,10 +135,13 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args);
 typedef enum {
     GR_STORE_NONE = 0, /* never materialized (fused away) */
     GR_STORE_INPUT,    /* graph input: its own device buffer (placeholder) */
-    GR_STORE_CONST,    /* weight: the constants region */
+    GR_STORE_CONST,    /* constant made for this plan (folded): the plan's constants region */
     GR_STORE_ARENA,    /* activation: arena + offset */
     GR_STORE_ALIAS,    /* view of another value */
     GR_STORE_HOST,     /* lives in host memory (host placement) */
+    GR_STORE_WEIGHT,   /* constant of the source graph (borrowed data): uploaded once per
+                          session and shared by every plan (offset unused) */
+    GR_STORE_COUNT
 } gr_storage_kind;
 
 typedef struct {

@@ -25,7 +25,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     memset(out, 0, sizeof *out);
     gr_compiled c;
     memset(&c, 0, sizeof c);
-    gr_status st = gr_ir_graph_clone(src, &c.g);
+    gr_status st = gr_ir_graph_clone_borrow(src, &c.g); /* weights are shared, not copied */
     if (st == GR_OK) st = after(opts, "input", &c);
     if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", &c);

@@ -64,9 +64,10 @@ gr_status gr_graph_add_input(gr_graph_t g, const char *name, gr_dtype dtype, int
         }
         if (!sym_names || !sym_names[i] || !*sym_names[i])
             return gr_error(GR_ERR_INVALID, "input '%s': dim %d is symbolic (negative) but has no name", name, i);
-        int32_t sym;
-        GR_TRY(gr_ir_sym(g, sym_names[i], &sym));
-        d[i] = (gr_dim){-1, sym};
+        /* a symbol, or an expression over symbols ("seq + 1") */
+        GR_TRY(gr_dx_from_name(g, sym_names[i], &d[i]));
+        if (!gr_dx_is_sym(d[i]) && d[i].size < 0)
+            return gr_error(GR_ERR_INVALID, "input '%s': dim %d ('%s') is negative", name, i, sym_names[i]);
     }
     int v;
     GR_TRY(gr_ir_add_input(g, name, dtype, ndim, d, &v));
@@ -167,15 +168,15 @@ gr_status gr_graph_verify(gr_graph_t g) {
 int gr_graph_num_inputs(gr_graph_t g) { return g ? g->inputs.len : 0; }
 int gr_graph_num_outputs(gr_graph_t g) { return g ? g->outputs.len : 0; }
 
-static void fill_info(const gr_graph *g, const gr_ir_value *v, gr_value_info *out) {
+static void fill_info(gr_graph *g, const gr_ir_value *v, gr_value_info *out) {
     memset(out, 0, sizeof *out);
     out->name = v->name;
     out->dtype = v->dtype;
     out->ndim = v->typed ? v->ndim : -1;
     for (int d = 0; v->typed && d < v->ndim; d++) {
-        bool sym = v->dims[d].sym != GR_SYM_NONE;
+        bool sym = gr_dx_is_sym(v->dims[d]);
         out->dims[d] = sym ? -1 : v->dims[d].size;
-        out->sym_names[d] = sym ? g->syms.data[v->dims[d].sym] : NULL;
+        out->sym_names[d] = sym ? gr_dx_text(g, v->dims[d]) : NULL;
     }
 }
 
@@ -208,13 +209,11 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
     gr_status st = GR_OK;
     for (int i = 0; i < n_dims && st == GR_OK; i++) {
         const char *name = dim_names[i] ? dim_names[i] : "";
-        int sym = -1;
-        for (int k = 0; k < n_syms; k++)
-            if (!strcmp(g->syms.data[k], name)) sym = k;
+        int sym = gr_ir_find_sym(g, name);
         if (sym < 0) {
             gr_strbuf known;
             gr_sb_init(&known);
-            for (int k = 0; k < n_syms; k++) gr_sb_printf(&known, "%s'%s'", k ? ", " : "", g->syms.data[k]);
+            for (int k = 0; k < n_syms; k++) gr_sb_printf(&known, "%s'%s'", k ? ", " : "", g->syms.data[k].name);
             st = known.failed ? gr_nomem()
                               : gr_error(GR_ERR_NOT_FOUND, "the graph has no symbolic dim named '%s' (symbolic dims: %s)", name,
                                          n_syms ? known.data : "none");
@@ -239,6 +238,75 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
     }
     *out_text = gr_sb_take(&sb);
     return *out_text ? GR_OK : GR_ERR_NOMEM;
+}
+
+/* ==== symbolic dims ========================================================================= */
+int gr_graph_num_dims(gr_graph_t g) { return g ? g->syms.len : 0; }
+
+gr_status gr_graph_dim_info(gr_graph_t g, int k, gr_dim_info *out) {
+    if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_graph_dim_info: NULL argument");
+    if (k < 0 || k >= g->syms.len) return gr_error(GR_ERR_INVALID, "symbolic dim index %d out of range (graph has %d)", k, g->syms.len);
+    const gr_ir_symbol *s = &g->syms.data[k];
+    out->name = s->name;
+    out->lo = s->lo;
+    out->hi = s->hi >= GR_DX_INF ? INT64_MAX : s->hi;
+    out->declared = s->declared;
+    return GR_OK;
+}
+
+static gr_status unknown_dim(gr_graph_t g, const char *name) {
+    gr_strbuf known;
+    gr_sb_init(&known);
+    for (int k = 0; k < g->syms.len; k++) gr_sb_printf(&known, "%s'%s'", k ? ", " : "", g->syms.data[k].name);
+    gr_status st = known.failed ? gr_nomem()
+                                : gr_error(GR_ERR_NOT_FOUND, "the graph has no symbolic dim named '%s' (symbolic dims: %s)", name,
+                                           g->syms.len ? known.data : "none");
+    gr_sb_free(&known);
+    return st;
+}
+
+gr_status gr_graph_set_dim_range(gr_graph_t g, const char *name, int64_t lo, int64_t hi) {
+    if (!g || !name) return gr_error(GR_ERR_INVALID, "gr_graph_set_dim_range: NULL argument");
+    int32_t k = gr_ir_find_sym(g, name);
+    if (k < 0) return unknown_dim(g, name);
+    if (hi == INT64_MAX) hi = GR_DX_INF;
+    return gr_dx_set_range(g, k, lo, hi);
+}
+
+gr_status gr_graph_input_dims(gr_graph_t g, int i, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                              int64_t *dims) {
+    if (!g || !dims || n_dims < 0 || (n_dims && (!dim_names || !dim_values)))
+        return gr_error(GR_ERR_INVALID, "gr_graph_input_dims: NULL argument or negative count");
+    if (i < 0 || i >= g->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range (graph has %d)", i, g->inputs.len);
+    size_t size = sizeof(int64_t) * (size_t)(g->syms.len ? g->syms.len : 1);
+    int64_t *vals = gr_malloc(size);
+    if (!vals) return GR_ERR_NOMEM;
+    for (int k = 0; k < g->syms.len; k++) vals[k] = -1;
+    gr_status st = GR_OK;
+    for (int k = 0; k < n_dims && st == GR_OK; k++) {
+        int32_t s = dim_names[k] ? gr_ir_find_sym(g, dim_names[k]) : -1;
+        if (s < 0) st = unknown_dim(g, dim_names[k] ? dim_names[k] : "");
+        else vals[s] = dim_values[k];
+    }
+    const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+    for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+        if (!gr_dx_is_sym(v->dims[d])) {
+            dims[d] = v->dims[d].size;
+            continue;
+        }
+        bool used[256] = {false};
+        if (g->syms.len <= 256) gr_dx_symbols_of(g, v->dims[d], used);
+        for (int k = 0; k < g->syms.len && k < 256 && st == GR_OK; k++)
+            if (used[k] && vals[k] < 0)
+                st = gr_error(GR_ERR_NOT_FOUND, "input '%s' dim %d (%s) needs symbolic dim '%s', which has no value", v->name, d,
+                              gr_dx_text(g, v->dims[d]), g->syms.data[k].name);
+        if (st == GR_OK) st = gr_dx_eval(g, v->dims[d], vals, &dims[d]);
+        if (st == GR_OK && dims[d] < 0)
+            st = gr_error(GR_ERR_SHAPE, "input '%s' dim %d (%s) is %lld for these values: negative", v->name, d,
+                          gr_dx_text(g, v->dims[d]), (long long)dims[d]);
+    }
+    gr_free(vals, size);
+    return st;
 }
 
 /* ==== kernel counters ========================================================================= */

@@ -54,11 +54,34 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
-        for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k], (long long)p->sym_values[k]);
+        for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k].name, (long long)p->sym_values[k]);
         gr_sb_puts(&sb, "\n");
     }
-    gr_sb_printf(&sb, "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes, compiled in %.1f ms\n", p->steps.len,
-                 p->n_kernels, p->mem.arena_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    gr_sb_printf(&sb,
+                 "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes (shared by every binding's plan, uploaded once) "
+                 "+ %zu bytes folded for this binding, compiled in %.1f ms\n",
+                 p->steps.len, p->n_kernels, p->mem.arena_bytes, s->weight_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+    if (s->graph->syms.len) {
+        if (s->opt.arena_policy == GR_ARENA_MAX_SHAPE && p->arena_own_layout) {
+            gr_sb_printf(&sb,
+                         "arena: policy max shape: this binding uses the shared arena of %zu bytes (planned for the largest "
+                         "binding) with its own layout of %zu bytes, not the largest binding's addresses: %s\n",
+                         s->shared_arena_bytes, p->mem.arena_bytes, p->arena_note);
+        } else if (s->opt.arena_policy == GR_ARENA_MAX_SHAPE && p->arena_shared) {
+            gr_sb_printf(&sb, "arena: policy max shape: one arena of %zu bytes planned for the largest binding (", s->shared_arena_bytes);
+            for (int k = 0; k < s->graph->syms.len; k++)
+                gr_sb_printf(&sb, "%s%s=%lld", k ? " " : "", s->graph->syms.data[k].name, (long long)s->max_syms[k]);
+            gr_sb_puts(&sb, "), allocated once; this binding's values sit at the addresses that binding gives them, so every "
+                            "binding shares them\n");
+        } else if (s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
+            gr_sb_printf(&sb, "arena: policy max shape, but this binding has its own arena of %zu bytes: %s\n", p->mem.arena_bytes,
+                         p->arena_note[0] ? p->arena_note : "the largest binding's arena is empty");
+        } else {
+            gr_sb_printf(&sb, "arena: per binding: %zu bytes planned for this binding (policy max shape, --arena max with declared "
+                              "ranges, plans one arena for the largest binding and shares its addresses)\n",
+                         p->mem.arena_bytes);
+        }
+    }
     size_t placeholder_bytes = 0;
     gr_sb_puts(&sb, "inputs:\n");
     for (int i = 0; i < p->g->inputs.len; i++) {

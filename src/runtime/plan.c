@@ -4,13 +4,68 @@
 #include "runtime/runtime-impl.h"
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ==== build ======================================================================== */
+/* GR_ARENA_MAX_SHAPE: gives p's arena values the offsets the largest binding's
+ * plan gave them, if each fits its slot and no two values live at the same
+ * time then overlap (checked with p's own live ranges, so a plan whose steps
+ * differ from the largest binding's is still placed correctly or refused). */
+static bool adopt_max_offsets(gr_session_t s, gr_rt_plan *p) {
+    const gr_rt_plan *m = s->max_plan;
+    gr_mem_plan *mem = &p->mem;
+    int n = 0;
+    for (int v = 0; v < mem->n_values; v++) {
+        gr_value_store *st = &mem->values[v];
+        if (st->kind != GR_STORE_ARENA) continue;
+        if (v >= m->mem.n_values || m->mem.values[v].kind != GR_STORE_ARENA || m->mem.values[v].bytes < st->bytes) {
+            snprintf(p->arena_note, sizeof p->arena_note, "value '%.60s' (%zu bytes) has no slot of that size in the largest binding's plan",
+                     p->g->values.data[v].name, st->bytes);
+            return false;
+        }
+        n++;
+    }
+    for (int a = 0; a < mem->n_values; a++) {
+        const gr_value_store *x = &mem->values[a];
+        if (x->kind != GR_STORE_ARENA || !x->bytes) continue;
+        size_t xo = m->mem.values[a].offset;
+        for (int b = a + 1; b < mem->n_values; b++) {
+            const gr_value_store *y = &mem->values[b];
+            if (y->kind != GR_STORE_ARENA || !y->bytes) continue;
+            if (x->last_step < y->first_step || y->last_step < x->first_step) continue;
+            size_t yo = m->mem.values[b].offset;
+            if (xo < yo + y->bytes && yo < xo + x->bytes) {
+                snprintf(p->arena_note, sizeof p->arena_note,
+                         "values '%.50s' and '%.50s' are live together here but share memory in the largest binding's plan",
+                         p->g->values.data[a].name, p->g->values.data[b].name);
+                return false;
+            }
+        }
+    }
+    for (int v = 0; v < mem->n_values; v++)
+        if (mem->values[v].kind == GR_STORE_ARENA) mem->values[v].offset = m->mem.values[v].offset;
+    (void)n;
+    return true;
+}
+
 static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
     gr_graph *g = p->g;
-    if (p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
+    if (s->max_plan && s->shared_arena) {
+        if (adopt_max_offsets(s, p)) {
+            p->arena = s->shared_arena;
+            p->arena_shared = true;
+        } else if (p->mem.arena_bytes <= s->shared_arena_bytes) {
+            /* a different structure (a dim of 1 turns copies into views, ...): its own
+             * layout, in the same memory; runs never overlap and a run's outputs are
+             * stale once another runs, so one arena serves both */
+            p->arena = s->shared_arena;
+            p->arena_shared = true;
+            p->arena_own_layout = true;
+        }
+    }
+    if (!p->arena_shared && p->mem.arena_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.arena_bytes, &p->arena));
     if (p->mem.const_bytes) GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->mem.const_bytes, &p->consts));
     int ni = g->inputs.len;
     p->input_dev = gr_calloc((size_t)ni, sizeof(void *));
@@ -23,9 +78,12 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (p->mem.values[g->inputs.data[i]].kind != GR_STORE_INPUT) continue; /* host-only value */
         GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]));
     }
-    /* constants: one upload, then they never move */
+    /* the plan's own constants: one upload, then they never move; weights: the session's copies */
+    p->weight_addr = gr_calloc((size_t)g->values.len + 1, sizeof(void *));
+    if (!p->weight_addr) return GR_ERR_NOMEM;
     for (int v = 0; v < g->values.len; v++) {
         const gr_value_store *st = &p->mem.values[v];
+        if (st->kind == GR_STORE_WEIGHT) GR_TRY(gr_rt_weight(s, g->values.data[v].data, &p->weight_addr[v]));
         if (st->kind != GR_STORE_CONST || !st->bytes) continue;
         GR_TRY(gr_dev_memcpy(d, s->stream, (char *)p->consts + st->offset, g->values.data[v].data, st->bytes, GR_COPY_H2D));
     }
@@ -115,6 +173,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     memset(&obs, 0, sizeof obs);
     obs.fn = get_step_hook(&obs.user);
     obs.t_last = gr_now_us();
+    /* a symbolic graph's weight-only subgraphs were folded once at session creation; what folds
+     * here depends on the binding (masks, position tables): measured on the dynamic GPT-2 export,
+     * folding it per binding costs 0.8 ms of host time once and saves 37 of 58 kernels per run */
     gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
@@ -158,6 +219,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
             gr_dev_kernel_release(d, p->funcs[i]);
         gr_free(p->funcs, (size_t)p->steps.len * sizeof(gr_kfunc *));
     }
+    if (p->weight_addr) gr_free(p->weight_addr, ((size_t)p->g->values.len + 1) * sizeof(void *));
     /* allocated after p->g, per input of p->g */
     int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
     if (p->input_dev)
@@ -165,7 +227,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_free(p->input_dev, (size_t)ni * sizeof(void *));
     gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
     gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
-    if (p->arena) gr_dev_free(d, p->arena);
+    if (p->arena && !p->arena_shared) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
     gr_mem_plan_free(&p->mem);
@@ -173,6 +235,34 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_ir_graph_destroy(p->g);
     gr_free(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms);
     gr_free(p, sizeof *p);
+}
+
+gr_status gr_rt_max_plan_init(gr_session_t s) {
+    const gr_graph *g = s->graph;
+    int n = g->syms.len;
+    if (!n) return GR_OK; /* nothing symbolic: the one plan is the largest */
+    s->max_syms = gr_malloc(sizeof(int64_t) * (size_t)n);
+    if (!s->max_syms) return GR_ERR_NOMEM;
+    for (int k = 0; k < n; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        if (!sym->declared || sym->hi >= GR_DX_INF)
+            return gr_error(GR_ERR_INVALID,
+                            "arena policy 'max shape' needs an upper bound for every symbolic dim; '%s' has none (declare "
+                            "its range: gr_graph_set_dim_range, --dim-range %s=LO:HI, or 'dim %s: [lo, hi]' in .gir)",
+                            sym->name, sym->name, sym->name);
+        s->max_syms[k] = sym->hi;
+    }
+    gr_rt_plan *p;
+    gr_status st = gr_rt_plan_build(s, s->max_syms, &p);
+    if (st != GR_OK) return gr_error_prefix(st, "compiling the plan of the largest binding (arena policy 'max shape')");
+    /* its arena becomes the shared one */
+    s->shared_arena = p->arena;
+    s->shared_arena_bytes = p->mem.arena_bytes;
+    p->arena_shared = true;
+    s->max_plan = p;
+    p->next = s->plans;
+    s->plans = p;
+    return GR_OK;
 }
 
 /* ==== binding ======================================================================== */
@@ -189,6 +279,7 @@ void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
     switch (st->kind) {
     case GR_STORE_INPUT: base = p->input_dev[st->offset]; break;
     case GR_STORE_CONST: base = (char *)p->consts + st->offset; break;
+    case GR_STORE_WEIGHT: base = p->weight_addr[root]; break;
     case GR_STORE_ARENA: base = (char *)p->arena + st->offset; break;
     case GR_STORE_HOST: base = s->inputs[st->offset].data; break;
     default: return NULL;

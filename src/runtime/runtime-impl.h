@@ -57,8 +57,13 @@ typedef struct gr_rt_plan {
     gr_segment_list segs;
     gr_rt_segment *seg_state;
     gr_kfunc **funcs;    /* per step (KERNEL), else NULL */
-    void *arena;
-    void *consts;
+    void *arena;         /* own, or the session's shared one (arena_shared) */
+    bool arena_shared;   /* GR_ARENA_MAX_SHAPE: in the session's shared arena */
+    bool arena_own_layout; /* ... with this plan's own offsets (its structure differs from the largest
+                              binding's: arena_note says how), else at the largest binding's addresses */
+    char arena_note[192]; /* why this plan has its own arena under GR_ARENA_MAX_SHAPE ("" if not) */
+    void *consts;        /* the plan's own constants (folded for this binding) */
+    void **weight_addr;  /* per value of g: device address of a shared weight (GR_STORE_WEIGHT), else NULL */
     void **input_dev;    /* per graph input: device placeholder (NULL for @host inputs read
                             only by value: those are read from gr_rt_input.data at launch) */
     size_t *input_bytes; /* per graph input: its bytes for this shape key */
@@ -84,12 +89,29 @@ struct gr_session {
     bool pending;           /* a run was enqueued and not waited for */
     double run_t0;          /* device clock at the start of the pending run */
     uint64_t input_versions; /* source of gr_rt_input.version */
+    /* weights (constants of s->graph), uploaded on first use and shared by every plan:
+     * a plan compiles a borrowing clone, so its weights point at s->graph's data */
+    void **weight_dev;       /* per value of s->graph: device copy, or NULL */
+    int32_t *weight_slots;   /* hash: host data pointer -> value index + 1 */
+    size_t weight_cap;
+    size_t weight_bytes;     /* uploaded so far */
+    /* GR_ARENA_MAX_SHAPE: the plan of the largest binding and its arena, shared by every plan */
+    gr_rt_plan *max_plan;
+    int64_t *max_syms;
+    void *shared_arena;
+    size_t shared_arena_bytes;
     gr_run_stats stats;
     long total_captures;
 };
 
+/* session.c: device address of the weight whose host data (a constant of s->graph) is `host`,
+ * uploaded on first use */
+gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev);
+
 /* plan.c */
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
+/* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
+gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);
 /* Device (or host) address of value v in plan p for the current inputs. */
 void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v);

@@ -12,6 +12,60 @@ void gr_session_options_init(gr_session_options *o) {
     o->max_rerecords = 8;
 }
 
+/* ==== shared weights ============================================================================ */
+static size_t ptr_hash(const void *p, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* The index from host data pointer to s->graph value, built once. */
+static gr_status weights_init(gr_session_t s) {
+    const gr_graph *g = s->graph;
+    size_t cap = 16;
+    while (cap < (size_t)g->values.len * 2 + 2) cap *= 2;
+    s->weight_slots = gr_calloc(cap, sizeof(int32_t));
+    if (!s->weight_slots) return GR_ERR_NOMEM;
+    s->weight_cap = cap; /* before the next allocation: destroy frees by it */
+    s->weight_dev = gr_calloc((size_t)g->values.len + 1, sizeof(void *));
+    if (!s->weight_dev) return GR_ERR_NOMEM;
+    for (int v = 0; v < g->values.len; v++) {
+        if (g->values.data[v].kind != GR_VAL_CONST || !g->values.data[v].data) continue;
+        size_t h = ptr_hash(g->values.data[v].data, cap);
+        while (s->weight_slots[h]) h = (h + 1) & (cap - 1);
+        s->weight_slots[h] = v + 1;
+    }
+    return GR_OK;
+}
+
+gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
+    *dev = NULL;
+    int v = -1;
+    for (size_t h = ptr_hash(host, s->weight_cap); s->weight_slots[h]; h = (h + 1) & (s->weight_cap - 1))
+        if (s->graph->values.data[s->weight_slots[h] - 1].data == host) {
+            v = s->weight_slots[h] - 1;
+            break;
+        }
+    if (v < 0) return gr_error(GR_ERR_INTERNAL, "a plan's weight is not a constant of the session's graph");
+    if (!s->weight_dev[v]) {
+        const gr_ir_value *val = &s->graph->values.data[v];
+        size_t n = val->nbytes ? val->nbytes : 1;
+        void *p = NULL;
+        GR_TRY(gr_dev_alloc(s->dev, GR_MEM_DEVICE, n, &p));
+        gr_status st = val->nbytes ? gr_dev_memcpy(s->dev, s->stream, p, val->data, val->nbytes, GR_COPY_H2D) : GR_OK;
+        if (st != GR_OK) {
+            gr_dev_free(s->dev, p);
+            return st;
+        }
+        s->weight_dev[v] = p;
+        s->weight_bytes += val->nbytes;
+    }
+    *dev = s->weight_dev[v];
+    return GR_OK;
+}
+
 static bool graph_is_concrete(const gr_graph *g) {
     for (int i = 0; i < g->inputs.len; i++)
         if (!gr_ir_value_concrete(&g->values.data[g->inputs.data[i]])) return false;
@@ -43,14 +97,21 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         st = GR_ERR_NOMEM;
         goto fail;
     }
+    /* what no binding changes (weight-only subgraphs) folds once, here, into shared weights;
+     * each binding's plan folds only what depends on its shape */
+    if (!graph_is_concrete(s->graph) && (st = gr_pass_fold_constants(s->graph)) != GR_OK) goto fail;
+    if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
     if (gr_dev_caps_get(s->dev).events) {
         if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
         if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
     }
-    /* a graph without symbolic dims compiles now, so errors surface at creation */
-    if (graph_is_concrete(s->graph)) {
+    /* a graph without symbolic dims compiles now, so errors surface at creation;
+     * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
+    if (!graph_is_concrete(s->graph) && s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
+        if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
+    } else if (graph_is_concrete(s->graph)) {
         if ((st = gr_rt_plan_build(s, NULL, &s->plans)) != GR_OK) goto fail;
     }
     *out = s;
@@ -68,11 +129,19 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
+    if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
+    if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
         gr_free(s->inputs, (size_t)s->graph->inputs.len * sizeof(gr_rt_input));
     }
+    if (s->weight_dev) {
+        for (int v = 0; v < s->graph->values.len; v++)
+            if (s->weight_dev[v] && s->dev) gr_dev_free(s->dev, s->weight_dev[v]);
+        gr_free(s->weight_dev, ((size_t)s->graph->values.len + 1) * sizeof(void *));
+    }
+    gr_free(s->weight_slots, s->weight_cap * sizeof(int32_t));
     if (s->dev) {
         gr_dev_event_destroy(s->dev, s->ev_start);
         gr_dev_event_destroy(s->dev, s->ev_end);
@@ -119,7 +188,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (ndim > 0 && !dims) return gr_error(GR_ERR_INVALID, "input '%s': dims is NULL", name);
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0) return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is negative", name, d);
-        if (v->dims[d].sym == GR_SYM_NONE && dims[d] != v->dims[d].size)
+        if (!gr_dx_is_sym(v->dims[d]) && dims[d] != v->dims[d].size)
             return gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, graph expects %s", name, d, (long long)dims[d], want);
     }
     /* checked: a wrapped count could match a small buffer and bind a huge shape */
@@ -154,36 +223,119 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     return GR_OK;
 }
 
-/* Shape key from the bound inputs: each symbolic dim's value, checked for consistency. */
+/* Shape key from the bound inputs: each symbol's value, checked.
+ *
+ * 1. A dim that is a plain symbol binds it; two inputs disagreeing on a
+ *    symbol is an error naming both inputs and the symbol.
+ * 2. A symbol that appears only inside expressions ("past + 1") is solved
+ *    from a dim whose expression has it as its only unbound symbol, when the
+ *    expression is linear in it (found by evaluating at two points, then
+ *    checked by evaluating at the solution).
+ * 3. Every input dim is then evaluated and must equal the given size, and
+ *    every symbol must lie in its declared range (default: >= 1). */
+static const char *input_name(const gr_graph *g, int i) { return g->values.data[g->inputs.data[i]].name; }
+
+static gr_status solve_linear(const gr_graph *g, gr_dim e, int32_t sym, int64_t *syms, int64_t want, bool *solved) {
+    *solved = false;
+    int64_t f0, f1;
+    syms[sym] = 0;
+    gr_status st = gr_dx_eval(g, e, syms, &f0);
+    if (st == GR_OK) {
+        syms[sym] = 1;
+        st = gr_dx_eval(g, e, syms, &f1);
+    }
+    syms[sym] = -1;
+    if (st != GR_OK) return gr_error_clear(), GR_OK;
+    int64_t slope = f1 - f0, num = want - f0;
+    if (slope == 0 || num % slope != 0 || num / slope < 0) return GR_OK;
+    int64_t x = num / slope, check;
+    syms[sym] = x;
+    if (gr_dx_eval(g, e, syms, &check) != GR_OK || check != want) {
+        gr_error_clear();
+        syms[sym] = -1;
+        return GR_OK;
+    }
+    *solved = true;
+    return GR_OK;
+}
+
 static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     const gr_graph *g = s->graph;
-    int *from = gr_malloc(sizeof(int) * (size_t)g->syms.len);
-    if (!from) return GR_ERR_NOMEM;
-    for (int k = 0; k < g->syms.len; k++) syms[k] = -1, from[k] = -1;
+    int n = g->syms.len;
+    int *from = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    bool *used = gr_calloc((size_t)(n ? n : 1), sizeof(bool));
+    if (!from || !used) {
+        gr_free(from, sizeof(int) * (size_t)(n ? n : 1));
+        gr_free(used, (size_t)(n ? n : 1) * sizeof(bool));
+        return GR_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) syms[k] = -1, from[k] = -1;
     gr_status st = GR_OK;
+    for (int i = 0; i < g->inputs.len && st == GR_OK; i++)
+        if (!s->inputs[i].set) st = gr_error(GR_ERR_INVALID, "input '%s' was not set before run", input_name(g, i));
+    /* 1. plain symbols */
     for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
-        if (!s->inputs[i].set) {
-            st = gr_error(GR_ERR_INVALID, "input '%s' was not set before run", v->name);
-            break;
-        }
-        for (int d = 0; d < v->ndim; d++) {
-            int sym = v->dims[d].sym;
-            if (sym == GR_SYM_NONE) continue;
+        for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+            int32_t sym = gr_dx_as_symbol(g, v->dims[d]);
+            if (sym < 0) continue;
             int64_t have = s->inputs[i].dims[d];
             if (syms[sym] < 0) {
                 syms[sym] = have;
                 from[sym] = i;
             } else if (syms[sym] != have) {
-                st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld in input '%s' but %lld in input '%s'", g->syms.data[sym],
-                              (long long)syms[sym], g->values.data[g->inputs.data[from[sym]]].name, (long long)have, v->name);
-                break;
+                st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld in input '%s' but %lld in input '%s'", g->syms.data[sym].name,
+                              (long long)syms[sym], input_name(g, from[sym]), (long long)have, v->name);
             }
         }
     }
-    for (int k = 0; k < g->syms.len && st == GR_OK; k++)
-        if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k]);
-    gr_free(from, sizeof(int) * (size_t)g->syms.len);
+    /* 2. symbols only inside expressions */
+    for (bool progress = true; progress && st == GR_OK;) {
+        progress = false;
+        for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
+            const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+            for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+                if (!gr_dx_is_sym(v->dims[d])) continue;
+                memset(used, 0, (size_t)(n ? n : 1) * sizeof(bool));
+                gr_dx_symbols_of(g, v->dims[d], used);
+                int32_t unbound = -1, count = 0;
+                for (int k = 0; k < n; k++)
+                    if (used[k] && syms[k] < 0) unbound = k, count++;
+                if (count != 1) continue;
+                bool solved;
+                st = solve_linear(g, v->dims[d], unbound, syms, s->inputs[i].dims[d], &solved);
+                if (solved) from[unbound] = i, progress = true;
+            }
+        }
+    }
+    for (int k = 0; k < n && st == GR_OK; k++)
+        if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k].name);
+    /* 3. ranges, then every dim against its expression */
+    for (int k = 0; k < n && st == GR_OK; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        if (syms[k] >= sym->lo && syms[k] <= sym->hi) continue;
+        char range[64];
+        if (sym->hi >= GR_DX_INF) snprintf(range, sizeof range, ">= %lld", (long long)sym->lo);
+        else snprintf(range, sizeof range, "in %lld..%lld", (long long)sym->lo, (long long)sym->hi);
+        st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is %lld (from input '%s'), outside its %s range (%s)", sym->name,
+                      (long long)syms[k], input_name(g, from[k]), sym->declared ? "declared" : "default", range);
+    }
+    for (int i = 0; i < g->inputs.len && st == GR_OK; i++) {
+        const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+        for (int d = 0; d < v->ndim && st == GR_OK; d++) {
+            if (!gr_dx_is_sym(v->dims[d]) || gr_dx_as_symbol(g, v->dims[d]) >= 0) continue;
+            int64_t want;
+            st = gr_dx_eval(g, v->dims[d], syms, &want);
+            if (st == GR_OK && want != s->inputs[i].dims[d]) {
+                char e[160];
+                gr_dx_str(g, v->dims[d], e, sizeof e);
+                st = gr_error(GR_ERR_SHAPE, "input '%s': dim %d is %lld, but the graph says it is %s = %lld for this binding", v->name, d,
+                              (long long)s->inputs[i].dims[d], e, (long long)want);
+            }
+        }
+    }
+    gr_free(from, sizeof(int) * (size_t)(n ? n : 1));
+    gr_free(used, (size_t)(n ? n : 1) * sizeof(bool));
     return st;
 }
 
@@ -212,7 +364,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         fprintf(stderr, "graft: new shape key (");
         for (int k = 0; k < n; k++) {
             char name[256]; /* a model's name: no terminal escapes */
-            gr_escape_text(name, sizeof name, s->graph->syms.data[k], false);
+            gr_escape_text(name, sizeof name, s->graph->syms.data[k].name, false);
             fprintf(stderr, "%s%s=%lld", k ? ", " : "", name, (long long)syms[k]);
         }
         fprintf(stderr, "): compiling a plan\n");
@@ -293,7 +445,7 @@ gr_status gr_session_run(gr_session_t s) {
         return st;
     }
     s->stats.arena_bytes = p->mem.arena_bytes;
-    s->stats.weight_bytes = p->mem.const_bytes;
+    s->stats.weight_bytes = p->mem.const_bytes + s->weight_bytes;
     s->stats.segments = p->segs.len;
     for (int seg = 0; seg < p->segs.len; seg++)
         if (p->seg_state[seg].state == GR_SEG_CAPTURED) s->stats.segments_in_graphs++;
@@ -396,7 +548,7 @@ gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {
     *out = s->stats;
     if (!s->has_run && s->plans) {
         out->arena_bytes = s->plans->mem.arena_bytes;
-        out->weight_bytes = s->plans->mem.const_bytes;
+        out->weight_bytes = s->plans->mem.const_bytes + s->weight_bytes;
         out->segments = s->plans->segs.len;
     }
     return GR_OK;

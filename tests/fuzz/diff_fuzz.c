@@ -245,8 +245,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int d = 0; d < info.ndim; d++) {
                 int64_t dim = info.dims[d];
                 if (dim < 0) {
-                    int sym = g->values.data[g->inputs.data[i]].dims[d].sym;
-                    dim = sym >= 0 && sym < g->syms.len ? sym_values[sym] : 1;
+                    /* the dim's expression for this binding (1 if it does not evaluate) */
+                    if (gr_dx_eval(g, g->values.data[g->inputs.data[i]].dims[d], sym_values, &dim) != GR_OK || dim < 0) dim = 1;
                 }
                 runs[r].in_dims[i][d] = dim;
                 /* checked here too: a graph that does not specialize was not counted */

@@ -331,8 +331,17 @@ def test_dim_conflicts(tmp_path, sym_model):
 def test_symbolic_bench_and_zero_size(tmp_path, sym_model):
     expect_ok(run_graft("bench", sym_model, "--dim", "N=7", "--iters", "2", "--warmup", "0"))
     out = tmp_path / "o"
-    p = expect_ok(run_graft("run", sym_model, "--dim", "N=0", "--output-dir", str(out)))
+    # 0 is outside a symbolic dim's default range (>= 1): refused, then allowed by a declared range
+    r = run_graft("run", sym_model, "--dim", "N=0", "--output-dir", str(out))
+    assert r.returncode == 1 and "symbolic dim 'N' is 0" in r.stderr and "outside its default range" in r.stderr, r.stderr
+    p = expect_ok(run_graft("run", sym_model, "--dim", "N=0", "--dim-range", "N=0:16", "--output-dir", str(out)))
     assert np.load(out / "z.npy").shape == (0, 4) and "empty" in p.stdout
+    r = run_graft("run", sym_model, "--dim", "N=17", "--dim-range", "N=0:16", "--output-dir", str(out))
+    assert r.returncode == 1 and "outside its declared range (in 0..16)" in r.stderr, r.stderr
+    r = run_graft("run", sym_model, "--dim-range", "Q=1:4", "--dim", "N=2")
+    assert r.returncode == 2 and "no symbolic dim named 'Q'" in r.stderr and "'N'" in r.stderr, r.stderr
+    r = run_graft("run", sym_model, "--dim-range", "N=5:4", "--dim", "N=2")
+    assert r.returncode == 2 and "--dim-range" in r.stderr, r.stderr
 
 
 def test_bench_kernel_counters(tmp_path, sym_model, small_model):
@@ -545,10 +554,15 @@ def test_generated_float_ranges(tmp_path):
     assert np.load(out / "b.npy").dtype == np.float32 and "bf16 written as f32" in p.stdout
 
 
-def test_explain_symbolic_needs_a_shape(tmp_path, sym_model):
-    expect_fail(run_graft("explain", sym_model), USAGE, "'N'", "--dim")
+def test_explain_symbolic_plan_and_binding(tmp_path, sym_model):
+    """without a binding explain prints the symbolic plan; with --dim it compiles that binding"""
+    p = expect_ok(run_graft("explain", sym_model))
+    assert "symbolic plan" in p.stdout and re.search(r"^\s+N\s+range 1\.\. \(default\)", p.stdout, re.M), p.stdout
+    assert "f32[N, 4]" in p.stdout
+    p = expect_ok(run_graft("explain", sym_model, "--dim-range", "N=2:64"))
+    assert re.search(r"N\s+range 2\.\.64 \(declared\)", p.stdout), p.stdout
     p = expect_ok(run_graft("explain", sym_model, "--dim", "N=3", "--device", "sim"))
-    assert p.stdout.strip()
+    assert "shape key: N=3" in p.stdout, p.stdout
 
 
 def test_bench_reports_load_and_compile_phases(tmp_path):

@@ -285,15 +285,64 @@ def test_unsupported_op_message(tmp_path):
     assert "node 'hs' op 'HardSwish' (domain '') is not supported" in r.stderr
 
 
-def test_symbolic_shape_message(tmp_path):
+def test_symbolic_shape_reshape(tmp_path):
+    """Reshape(x, Shape(x)) with a symbolic dim: the shape folds into expressions; dump needs a binding"""
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
     m = make_model(nodes, [("x", F, ["N", 4])], [("y", F, ["N", 4])])
     onnx.save(m, str(tmp_path / "m.onnx"))
     r = graft("dump", str(tmp_path / "m.onnx"), check=False)
-    assert r.returncode != 0 and "rs" in r.stderr and "symbolic dim" in r.stderr
+    assert r.returncode == 2 and "symbolic dim 'N' that nothing binds" in r.stderr and "--dim N=VALUE" in r.stderr
+    r = graft("dump", str(tmp_path / "m.onnx"), "--dim", "N=3")
+    assert "reshape" in r.stdout
 
 
 def test_garbage_file(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"\x08\x07\x12\xff\xff\xff\xff\x0f garbage")
     r = graft("dump", str(tmp_path / "bad.onnx"), check=False)
     assert r.returncode != 0 and "bad.onnx" in r.stderr
+
+
+# ---- CumSum, GatherND, Flatten on run-time values (decomposed into IR ops) --------------------
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumsum_runtime(tmp_path, exclusive, reverse, axis):
+    ax = helper.make_tensor("ax", TensorProto.INT64, [], [axis])
+    for dt, arr in ((F, rand(3, 5)), (TensorProto.INT64, rng.integers(-4, 9, size=(3, 5)).astype(np.int64))):
+        m = make_model([helper.make_node("CumSum", ["x", "ax"], ["y"], exclusive=exclusive, reverse=reverse)],
+                       [("x", dt, [3, 5])], [("y", dt, [3, 5])], inits=[ax])
+        run_model(tmp_path, m, {"x": arr})
+
+
+def test_cumsum_runtime_symbolic_length(tmp_path):
+    """a scan over a symbolic axis: the range mask takes the length per binding"""
+    ax = helper.make_tensor("ax", TensorProto.INT64, [], [1])
+    m = make_model([helper.make_node("CumSum", ["x", "ax"], ["y"])], [("x", F, [2, "seq"])], [("y", F, [2, "seq"])], inits=[ax])
+    for s in (1, 4, 33):
+        run_model(tmp_path, m, {"x": rand(2, s)})
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_gather_nd_runtime(tmp_path, k):
+    """GatherND on a run-time tensor, index tuples of length k, negative components included"""
+    data = rand(4, 3, 5)
+    idx = np.stack([rng.integers(-d, d, size=(2, 6)) for d in (4, 3, 5)[:k]], axis=-1).astype(np.int64)
+    out_shape = [2, 6] + [4, 3, 5][k:]
+    m = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("GatherND", ["r", "i"], ["y"])],
+                   [("x", F, [4, 3, 5]), ("i", TensorProto.INT64, [2, 6, k])], [("y", F, out_shape)])
+    run_model(tmp_path, m, {"x": data, "i": idx})
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, -1])
+def test_flatten(tmp_path, axis):
+    a = axis if axis >= 0 else 3 + axis
+    shape = [2, 3, 4]
+    outer = int(np.prod(shape[:a])) if a else 1
+    m = make_model([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], [("x", F, shape)],
+                   [("y", F, [outer, int(np.prod(shape)) // outer])])
+    run_model(tmp_path, m, {"x": rand(*shape)})
+
+
+def test_flatten_symbolic(tmp_path):
+    m = make_model([helper.make_node("Flatten", ["x"], ["y"], axis=2)], [("x", F, ["b", "s", 4])], [("y", F, [None, 4])])
+    for b, s in ((1, 1), (2, 7)):
+        run_model(tmp_path, m, {"x": rand(b, s, 4)})

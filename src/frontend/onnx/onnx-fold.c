@@ -6,14 +6,20 @@
  * Shape → Gather → Unsqueeze → Concat → Reshape chains; for concrete shapes
  * every link is folded here and the chain vanishes from the IR.
  *
- * Shape of a value with symbolic dims gives a partly known tensor (the
- * elements of symbolic dims are marked unknown); the marks travel through the
- * movement and arithmetic ops below, so Gather(Shape(x), -1) of x[N, 768] is
- * still the constant 768, and only a consumer that needs an unknown element
- * fails, naming itself and the symbolic dim.
+ * Shape of a value with symbolic dims gives a partly symbolic tensor: the
+ * elements of symbolic dims hold their expressions (ox_tensor.sym). They
+ * travel through the movement ops, and integer arithmetic on them builds new
+ * expressions (Add, Sub, Mul, Div and Mod of non-negative operands, Min, Max,
+ * Neg; comparisons and Where when the symbols' ranges decide them), so
+ * Gather(Shape(x), 1) + 1 of x[N, S] is the expression S + 1 and
+ * Gather(Shape(x), -1) of x[N, 768] is still the constant 768. What cannot be
+ * expressed (a product of a symbol and a float, a comparison the ranges do
+ * not decide) is marked OX_UNKNOWN, and only a consumer that needs such an
+ * element fails, naming itself and the value.
  */
 #include "frontend/onnx/onnx-impl.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ==== helpers ========================================================================= */
@@ -33,21 +39,57 @@ static void unravel(int64_t flat, int ndim, const int64_t *dims, int64_t *idx) {
     }
 }
 
-static gr_status mark_unknown(ox_tensor *t, int64_t i) {
-    if (!t->unknown) {
+static gr_status set_sym(ox_tensor *t, int64_t i, int32_t e) {
+    if (!t->sym) {
+        if (e == GR_SYM_NONE) return GR_OK;
         int64_t n = ox_tensor_numel(t);
-        if (!(t->unknown = gr_calloc((size_t)(n ? n : 1), 1))) return GR_ERR_NOMEM;
+        if (!(t->sym = gr_malloc(sizeof(int32_t) * (size_t)(n ? n : 1)))) return GR_ERR_NOMEM;
+        for (int64_t k = 0; k < n; k++) t->sym[k] = GR_SYM_NONE;
     }
-    t->unknown[i] = 1;
+    t->sym[i] = e;
     return GR_OK;
 }
 
-/* dst[j] = src[i], data and unknown mark */
+static gr_status mark_unknown(ox_tensor *t, int64_t i) { return set_sym(t, i, OX_UNKNOWN); }
+
+/* dst[j] = src[i], data and symbolic mark */
 static gr_status move_elem(ox_tensor *dst, int64_t j, const ox_tensor *src, int64_t i) {
     size_t es = gr_dtype_size(dst->dtype);
     memcpy((char *)dst->data + (size_t)j * es, (const char *)src->data + (size_t)i * es, es);
-    if (src->unknown && src->unknown[i]) return mark_unknown(dst, j);
-    return GR_OK;
+    return set_sym(dst, j, src->sym ? src->sym[i] : GR_SYM_NONE);
+}
+
+bool ox_tensor_has_sym(const ox_tensor *t) {
+    if (!t->sym) return false;
+    int64_t n = ox_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (t->sym[i] != GR_SYM_NONE) return true;
+    return false;
+}
+
+bool ox_elem_dim(const ox_tensor *t, int64_t i, gr_dim *out) {
+    if (t->sym && t->sym[i] == OX_UNKNOWN) return false;
+    if (t->sym && t->sym[i] != GR_SYM_NONE) *out = (gr_dim){-1, t->sym[i]};
+    else if (gr_dtype_is_float(t->dtype)) *out = gr_dx_const((int64_t)gr_load_f64(t->data, t->dtype, i));
+    else *out = gr_dx_const(gr_load_i64(t->data, t->dtype, i));
+    return true;
+}
+
+gr_status ox_set_elem(ox_tensor *t, int64_t j, gr_dim d) {
+    if (gr_dtype_is_float(t->dtype)) gr_store_f64(t->data, t->dtype, j, gr_dx_is_sym(d) ? -1.0 : (double)d.size);
+    else gr_store_i64(t->data, t->dtype, j, gr_dx_is_sym(d) ? -1 : d.size);
+    return set_sym(t, j, d.expr);
+}
+
+void ox_sym_desc(ox_ctx *c, const ox_tensor *t, char *buf, size_t n) {
+    snprintf(buf, n, "?");
+    int64_t numel = ox_tensor_numel(t);
+    for (int64_t i = 0; t->sym && i < numel; i++) {
+        if (t->sym[i] == GR_SYM_NONE) continue;
+        if (t->sym[i] == OX_UNKNOWN) snprintf(buf, n, "an expression of symbolic dims graft cannot represent");
+        else gr_dx_str(c->g, (gr_dim){-1, t->sym[i]}, buf, n);
+        return;
+    }
 }
 
 /* element count of dims: 0 when any dim is 0, -1 when past OX_MAX_ELEMS or negative */
@@ -70,7 +112,6 @@ static bool fold_too_big(int n, const int64_t *dims) {
     return e < 0 || e > OX_FOLD_MAX_ELEMS;
 }
 
-static bool elem_unknown(const ox_tensor *t, int64_t i) { return t->unknown && t->unknown[i]; }
 
 static int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
@@ -80,7 +121,11 @@ gr_status ox_tensor_cast(const ox_tensor *t, gr_dtype to, ox_tensor **out) {
     for (int64_t i = 0; i < n; i++) {
         if (gr_dtype_is_float(t->dtype) || gr_dtype_is_float(to)) gr_store_f64((*out)->data, to, i, gr_load_f64(t->data, t->dtype, i));
         else gr_store_i64((*out)->data, to, i, gr_load_i64(t->data, t->dtype, i));
-        if (elem_unknown(t, i) && mark_unknown(*out, i) != GR_OK) {
+        /* an integer expression stays one through casts between integer and float
+         * types; to bool or a narrow type it would need a wrap: not expressed */
+        int32_t e = t->sym ? t->sym[i] : GR_SYM_NONE;
+        if (e >= 0 && (to == GR_BOOL || to == GR_I8 || to == GR_U8)) e = OX_UNKNOWN;
+        if (set_sym(*out, i, e) != GR_OK) {
             ox_tensor_free(*out);
             *out = NULL;
             return GR_ERR_NOMEM;
@@ -94,26 +139,21 @@ gr_status ox_shape_of(ox_ctx *c, int vi, ox_tensor **out) {
     if (vi < 0) return GR_OK;
     const ox_value *v = &c->vals.data[vi];
     int ndim;
-    int64_t dims[GR_MAX_DIMS];
-    bool sym[GR_MAX_DIMS] = {false};
+    gr_dim dims[GR_MAX_DIMS];
     if (v->konst) {
         ndim = v->konst->ndim;
-        for (int i = 0; i < ndim; i++) dims[i] = v->konst->dims[i];
+        for (int i = 0; i < ndim; i++) dims[i] = gr_dx_const(v->konst->dims[i]);
     } else if (v->ir >= 0 && c->g->values.data[v->ir].typed) {
         const gr_ir_value *iv = &c->g->values.data[v->ir];
         ndim = iv->ndim;
-        for (int i = 0; i < ndim; i++) {
-            sym[i] = iv->dims[i].sym != GR_SYM_NONE || iv->dims[i].size < 0;
-            dims[i] = sym[i] ? -1 : iv->dims[i].size;
-        }
+        for (int i = 0; i < ndim; i++) dims[i] = iv->dims[i];
     } else {
         return GR_OK;
     }
     int64_t n = ndim;
     GR_TRY(ox_tensor_new(GR_I64, 1, &n, out));
     for (int i = 0; i < ndim; i++) {
-        ((int64_t *)(*out)->data)[i] = dims[i];
-        if (sym[i] && mark_unknown(*out, i) != GR_OK) {
+        if (ox_set_elem(*out, i, dims[i]) != GR_OK) {
             ox_tensor_free(*out);
             *out = NULL;
             return GR_ERR_NOMEM;
@@ -147,7 +187,7 @@ static gr_status fold_gather(ox_ctx *c, const ox_tensor *data, const ox_tensor *
             istr *= idx->dims[i];
         }
         int64_t g = gr_load_i64(idx->data, idx->dtype, ii);
-        if (elem_unknown(idx, ii)) {
+        if (ox_elem_sym(idx, ii)) {
             ox_tensor_free(*out);
             *out = NULL;
             return GR_ERR_UNSUPPORTED; /* data-dependent index: leave it to the IR */
@@ -218,7 +258,7 @@ static gr_status fold_redim(const ox_tensor *in, int ndim, const int64_t *dims, 
     if (in->nbytes) memcpy((*out)->data, in->data, in->nbytes);
     int64_t n = ox_tensor_numel(in);
     for (int64_t i = 0; i < n; i++)
-        if (elem_unknown(in, i) && mark_unknown(*out, i) != GR_OK) {
+        if (ox_elem_sym(in, i) && set_sym(*out, i, in->sym[i]) != GR_OK) {
             ox_tensor_free(*out);
             *out = NULL;
             return GR_ERR_NOMEM;
@@ -342,6 +382,75 @@ static double ew_float(ew_op op, double a, double b) {
     return 0;
 }
 
+/* a op b where a or b is symbolic. *r receives the result (an expression, a
+ * concrete value, or for a comparison 0/1); *known = false when it cannot be
+ * expressed. ONNX's integer Div truncates and its Mod takes the divisor's
+ * sign; expressions floor: the two agree when the operands are non-negative,
+ * which the symbols' ranges must show. */
+static gr_status sym_binary(ox_ctx *c, ew_op op, gr_dim a, gr_dim b, gr_dim *r, bool *known) {
+    *known = true;
+    int64_t alo, ahi, blo, bhi;
+    gr_dx_bounds(c->g, a, &alo, &ahi);
+    gr_dx_bounds(c->g, b, &blo, &bhi);
+    gr_dx_op dop;
+    switch (op) {
+    case EW_ADD: dop = GR_DX_ADD; break;
+    case EW_SUB: dop = GR_DX_SUB; break;
+    case EW_MUL: dop = GR_DX_MUL; break;
+    case EW_MIN: dop = GR_DX_MIN; break;
+    case EW_MAX: dop = GR_DX_MAX; break;
+    case EW_DIV:
+        if (alo < 0 || blo <= 0) return *known = false, GR_OK;
+        dop = GR_DX_DIV;
+        break;
+    case EW_MOD:
+        if (blo <= 0) return *known = false, GR_OK;
+        dop = GR_DX_MOD;
+        break;
+    case EW_EQ: case EW_LT: case EW_LE: case EW_GT: case EW_GE: {
+        /* conditions are 0/1 expressions (decided by the ranges where they can be):
+         * a <= b is a < b + 1, a > b is b < a, a >= b is b < a + 1 */
+        gr_dim x = a, y = b;
+        gr_status st = GR_OK;
+        if (op == EW_GT || op == EW_GE) x = b, y = a;
+        if (op == EW_LE || op == EW_GE) st = gr_dx_binary(c->g, GR_DX_ADD, y, gr_dx_const(1), &y);
+        if (st == GR_OK) st = gr_dx_binary(c->g, op == EW_EQ ? GR_DX_EQ : GR_DX_LT, x, y, r);
+        if (st == GR_ERR_UNSUPPORTED) return gr_error_clear(), *known = false, GR_OK;
+        return st;
+    }
+    case EW_AND: dop = GR_DX_MUL; break; /* of 0/1 conditions */
+    case EW_OR: { /* a + b - a*b */
+        gr_dim s, p;
+        gr_status st = gr_dx_binary(c->g, GR_DX_ADD, a, b, &s);
+        if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_MUL, a, b, &p);
+        if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_SUB, s, p, r);
+        if (st == GR_ERR_UNSUPPORTED) return gr_error_clear(), *known = false, GR_OK;
+        return st;
+    }
+    default: return *known = false, GR_OK;
+    }
+    gr_status st = gr_dx_binary(c->g, dop, a, b, r);
+    if (st == GR_ERR_UNSUPPORTED) {
+        gr_error_clear();
+        *known = false;
+        return GR_OK;
+    }
+    if (st != GR_OK && st != GR_ERR_NOMEM) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", gr_last_error());
+        return ox_node_error(c, st, "%s", msg);
+    }
+    return st;
+}
+
+/* A float element holding an integer (a cast of a symbolic dim) as a dim; false otherwise. */
+static bool integral_elem(const ox_tensor *t, int64_t i, gr_dim *out) {
+    if (!ox_elem_dim(t, i, out)) return false;
+    if (gr_dx_is_sym(*out) || !gr_dtype_is_float(t->dtype)) return true;
+    double v = gr_load_f64(t->data, t->dtype, i);
+    return v == (double)(int64_t)v && v > -9e15 && v < 9e15;
+}
+
 static gr_status fold_binary(ox_ctx *c, ew_op op, const ox_tensor *a, const ox_tensor *b, ox_tensor **out) {
     int n;
     int64_t dims[GR_MAX_DIMS];
@@ -357,13 +466,23 @@ static gr_status fold_binary(ox_ctx *c, ew_op op, const ox_tensor *a, const ox_t
     for (int64_t j = 0; j < total; j++) {
         unravel(j, n, dims, oi);
         int64_t ia = bcast_index(a, n, oi), ib = bcast_index(b, n, oi);
+        if (ox_elem_sym(a, ia) || ox_elem_sym(b, ib)) {
+            gr_dim da, db, r = gr_dx_const(0);
+            bool known = integral_elem(a, ia, &da) && integral_elem(b, ib, &db);
+            gr_status st = GR_OK;
+            /* float division of integers is not an integer: not expressed */
+            if (known && !(fl && (op == EW_DIV || op == EW_MOD || op == EW_POW))) st = sym_binary(c, op, da, db, &r, &known);
+            else known = false;
+            if (st == GR_OK) st = known ? ox_set_elem(*out, j, r) : mark_unknown(*out, j);
+            if (st != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return st;
+            }
+            continue;
+        }
         if (fl) gr_store_f64((*out)->data, odt, j, ew_float(op, gr_load_f64(a->data, a->dtype, ia), gr_load_f64(b->data, b->dtype, ib)));
         else gr_store_i64((*out)->data, odt, j, ew_int(op, gr_load_i64(a->data, a->dtype, ia), gr_load_i64(b->data, b->dtype, ib)));
-        if ((elem_unknown(a, ia) || elem_unknown(b, ib)) && mark_unknown(*out, j) != GR_OK) {
-            ox_tensor_free(*out);
-            *out = NULL;
-            return GR_ERR_NOMEM;
-        }
     }
     return GR_OK;
 }
@@ -381,24 +500,64 @@ static gr_status fold_where(ox_ctx *c, const ox_tensor *cond, const ox_tensor *a
         unravel(j, n, dims, oi);
         int64_t ic = bcast_index(cond, n, oi);
         const ox_tensor *src = gr_load_i64(cond->data, cond->dtype, ic) ? a : b;
-        if (move_elem(*out, j, src, bcast_index(src, n, oi)) != GR_OK ||
-            (elem_unknown(cond, ic) && mark_unknown(*out, j) != GR_OK)) {
-            ox_tensor_free(*out);
-            *out = NULL;
-            return GR_ERR_NOMEM;
+        if (ox_elem_sym(cond, ic) || ox_elem_sym(a, bcast_index(a, n, oi)) || ox_elem_sym(b, bcast_index(b, n, oi))) {
+            /* c*(x - y) + y over 0/1 condition c, for integer values */
+            gr_dim dc, dx_, dy, t;
+            bool known = ox_elem_dim(cond, ic, &dc) && ox_elem_dim(a, bcast_index(a, n, oi), &dx_) &&
+                         ox_elem_dim(b, bcast_index(b, n, oi), &dy) && !gr_dtype_is_float(a->dtype);
+            gr_status st = GR_OK;
+            if (known && !gr_dx_is_sym(dc)) t = dc.size ? dx_ : dy;
+            else if (known) {
+                st = gr_dx_binary(c->g, GR_DX_SUB, dx_, dy, &t);
+                if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_MUL, dc, t, &t);
+                if (st == GR_OK) st = gr_dx_binary(c->g, GR_DX_ADD, t, dy, &t);
+                if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), known = false, st = GR_OK;
+            }
+            if (st == GR_OK) st = known ? ox_set_elem(*out, j, t) : mark_unknown(*out, j);
+            if (st != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return st;
+            }
+            continue;
         }
+        if (move_elem(*out, j, src, bcast_index(src, n, oi)) != GR_OK) goto nomem;
     }
     return GR_OK;
+nomem:
+    ox_tensor_free(*out);
+    *out = NULL;
+    return GR_ERR_NOMEM;
 }
 
 typedef enum { UN_NEG, UN_ABS, UN_NOT, UN_SQRT, UN_RECIP, UN_EXP, UN_LOG, UN_FLOOR, UN_CEIL } un_op;
 
-static gr_status fold_unary(un_op op, const ox_tensor *x, ox_tensor **out) {
+static gr_status fold_unary(ox_ctx *c, un_op op, const ox_tensor *x, ox_tensor **out) {
     bool fl = gr_dtype_is_float(x->dtype);
     if (!fl && op >= UN_SQRT) return GR_ERR_UNSUPPORTED;
     GR_TRY(ox_tensor_new(x->dtype, x->ndim, x->dims, out));
     int64_t n = ox_tensor_numel(x);
     for (int64_t i = 0; i < n; i++) {
+        if (ox_elem_sym(x, i)) {
+            /* symbolic: -e; |e| and floor/ceil of an integer when the ranges allow; else unknown */
+            gr_dim d, r;
+            bool known = ox_elem_dim(x, i, &d);
+            int64_t lo = 0, hi = 0;
+            if (known) gr_dx_bounds(c->g, d, &lo, &hi);
+            gr_status st = GR_OK;
+            if (known && op == UN_NEG) st = gr_dx_binary(c->g, GR_DX_MUL, d, gr_dx_const(-1), &r);
+            else if (known && op == UN_NOT) st = gr_dx_binary(c->g, GR_DX_SUB, gr_dx_const(1), d, &r); /* of a 0/1 condition */
+            else if (known && (op == UN_FLOOR || op == UN_CEIL || (op == UN_ABS && lo >= 0))) r = d;
+            else known = false;
+            if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), known = false, st = GR_OK;
+            if (st == GR_OK) st = known ? ox_set_elem(*out, i, r) : mark_unknown(*out, i);
+            if (st != GR_OK) {
+                ox_tensor_free(*out);
+                *out = NULL;
+                return st;
+            }
+            continue;
+        }
         if (fl) {
             double v = gr_load_f64(x->data, x->dtype, i);
             switch (op) {
@@ -417,11 +576,6 @@ static gr_status fold_unary(un_op op, const ox_tensor *x, ox_tensor **out) {
             int64_t v = gr_load_i64(x->data, x->dtype, i);
             v = op == UN_NEG ? (int64_t)(0 - (uint64_t)v) : op == UN_ABS ? (v < 0 ? (int64_t)(0 - (uint64_t)v) : v) : op == UN_NOT ? v == 0 : v;
             gr_store_i64((*out)->data, x->dtype, i, v);
-        }
-        if (elem_unknown(x, i) && mark_unknown(*out, i) != GR_OK) {
-            ox_tensor_free(*out);
-            *out = NULL;
-            return GR_ERR_NOMEM;
         }
     }
     return GR_OK;
@@ -551,7 +705,7 @@ static gr_status fold_cumsum(ox_ctx *c, const ox_tensor *x, ox_tensor **out) {
                 else gr_store_i64((*out)->data, x->dtype, e, acci);
             }
             bool was_unknown = unknown;
-            unknown |= elem_unknown(x, e);
+            unknown |= ox_elem_sym(x, e);
             if ((exclusive ? was_unknown : unknown) && mark_unknown(*out, e) != GR_OK) {
                 ox_tensor_free(*out);
                 *out = NULL;
@@ -622,7 +776,7 @@ static gr_status fold_gather_nd(ox_ctx *c, const ox_tensor *data, const ox_tenso
         for (int64_t i = 0; i < q - 1; i++) ibase += oi[i] * ist[i];
         for (int64_t i = 0; i < b; i++) src += oi[i] * dst[i];
         for (int64_t i = 0; i < last; i++) {
-            if (elem_unknown(idx, ibase + i)) {
+            if (ox_elem_sym(idx, ibase + i)) {
                 ox_tensor_free(*out);
                 *out = NULL;
                 return GR_ERR_UNSUPPORTED;
@@ -687,14 +841,13 @@ static gr_status fold_one(ox_ctx *c, const ox_tensor *const *ins, int n_in, ox_t
         if (op_is(c, "Size")) {
             gr_status st = ox_tensor_new(GR_I64, 0, NULL, out);
             if (st == GR_OK) {
-                int64_t p = 1;
-                bool unknown = false;
-                for (int64_t i = 0; i < shape->dims[0]; i++) {
-                    p *= ((int64_t *)shape->data)[i];
-                    unknown |= elem_unknown(shape, i);
+                gr_dim p = gr_dx_const(1), d;
+                for (int64_t i = 0; i < shape->dims[0] && st == GR_OK; i++) {
+                    ox_elem_dim(shape, i, &d); /* shape elements are dims: never unknown */
+                    st = gr_dx_binary(c->g, GR_DX_MUL, p, d, &p);
                 }
-                *(int64_t *)(*out)->data = p;
-                if (unknown) st = mark_unknown(*out, 0);
+                if (st == GR_OK) st = ox_set_elem(*out, 0, p);
+                else if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), st = mark_unknown(*out, 0);
             }
             ox_tensor_free(shape);
             return st;
@@ -806,7 +959,7 @@ static gr_status fold_one(ox_ctx *c, const ox_tensor *const *ins, int n_in, ox_t
         return *out = acc, GR_OK;
     }
     for (int i = 0; i < GR_ARRAY_LEN(unary_ops); i++)
-        if (op_is(c, unary_ops[i].name) && n_in == 1 && data_ins) return fold_unary(unary_ops[i].op, x, out);
+        if (op_is(c, unary_ops[i].name) && n_in == 1 && data_ins) return fold_unary(c, unary_ops[i].op, x, out);
     return GR_ERR_UNSUPPORTED;
 }
 

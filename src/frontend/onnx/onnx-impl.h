@@ -26,17 +26,23 @@
 /* Largest tensor the importer will hold (elements); larger is a malformed model. */
 #define OX_MAX_ELEMS GR_MAX_NUMEL /* graft's one size limit (util.h) */
 
-/* A host tensor known at import time. `unknown` (optional, one byte per
- * element) marks elements that depend on a symbolic dim: such a tensor is only
- * partly known, and a consumer that needs it as a constant fails naming it. */
+/* A host tensor known at import time. `sym` (optional, one entry per element)
+ * marks elements that depend on a symbolic dim: GR_SYM_NONE for a known
+ * element, an expression id of the importing graph (ir/dimexpr.c) for one
+ * computed from symbolic dims (Shape → Gather → Add → ... folds into
+ * expressions), OX_UNKNOWN for one graft cannot express. The data of a
+ * symbolic element is -1. A consumer that takes the tensor as attributes
+ * (Reshape's shape, Slice's ends, Range's limit, ...) takes the expressions;
+ * one that needs plain numbers fails naming the node and the symbol. */
+#define OX_UNKNOWN (-2)
 typedef struct {
     gr_dtype dtype;
     int ndim;
     int64_t dims[GR_MAX_DIMS];
     void *data;
     size_t nbytes;
-    bool owned;       /* data is ours (else it belongs to the IR value it became) */
-    uint8_t *unknown; /* NULL when fully known; owned */
+    bool owned;   /* data is ours (else it belongs to the IR value it became) */
+    int32_t *sym; /* NULL when fully known; owned */
 } ox_tensor;
 
 typedef struct {
@@ -107,6 +113,19 @@ int ox_in(const ox_ctx *c, int i);
 gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **out);
 /* Reads a known integer tensor as int64s (at most max). */
 gr_status ox_need_ints(ox_ctx *c, int i, const char *what, int64_t *vals, int max, int *n);
+/* Reads an integer tensor known at import time whose elements may be
+ * symbolic (expressions over symbolic dims) as dims (at most max). */
+gr_status ox_need_sints(ox_ctx *c, int i, const char *what, gr_dim *vals, int max, int *n);
+/* Is element i of t symbolic (an expression or unknown)? */
+static inline bool ox_elem_sym(const ox_tensor *t, int64_t i) { return t->sym && t->sym[i] != GR_SYM_NONE; }
+/* Does t hold any symbolic element? */
+bool ox_tensor_has_sym(const ox_tensor *t);
+/* Element i as a dim (concrete or an expression); false when it is OX_UNKNOWN. */
+bool ox_elem_dim(const ox_tensor *t, int64_t i, gr_dim *out);
+/* Sets element j (an integer or float tensor) to d. */
+gr_status ox_set_elem(ox_tensor *t, int64_t j, gr_dim d);
+/* The first symbolic element's text ("seq + 1", or "unknown"), for messages. */
+void ox_sym_desc(ox_ctx *c, const ox_tensor *t, char *buf, size_t n);
 
 /* The tensor of the current Constant node (value, value_float(s), value_int(s)). */
 gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out);

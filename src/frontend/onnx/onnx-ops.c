@@ -89,17 +89,44 @@ gr_status ox_need_const(ox_ctx *c, int i, const char *what, const ox_tensor **ou
         return ox_node_error(c, GR_ERR_UNSUPPORTED,
                              "input '%s' (value '%s') must be a constant at import time; a value computed at run time is not supported", what,
                              v->name);
-    if (v->konst->unknown) {
-        int64_t n = ox_tensor_numel(v->konst);
-        for (int64_t k = 0; k < n; k++)
-            if (v->konst->unknown[k])
-                return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                                     "input '%s' (value '%s') depends on a symbolic dim: it is computed from the shape of a "
-                                     "tensor whose dims are not known at import time, which is not supported (export with "
-                                     "static shapes)",
-                                     what, v->name);
+    if (ox_tensor_has_sym(v->konst)) {
+        char desc[256];
+        ox_sym_desc(c, v->konst, desc, sizeof desc);
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "input '%s' (value '%s') depends on a symbolic dim (%s), and this op needs it as plain numbers at "
+                             "import time; graft takes symbolic values only as shapes, slice bounds, range bounds and the "
+                             "like, or as data",
+                             what, v->name, desc);
     }
     *out = v->konst;
+    return GR_OK;
+}
+
+gr_status ox_need_sints(ox_ctx *c, int i, const char *what, gr_dim *vals, int max, int *n) {
+    *n = 0;
+    int vi = ox_in(c, i);
+    if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "input %d ('%s') is required", i, what);
+    const ox_value *v = &c->vals.data[vi];
+    if (v->unavailable) return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' (value '%s') %s", what, v->name, v->unavailable);
+    if (!v->konst)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "input '%s' (value '%s') must be known at import time (a constant, or computed from shapes); a "
+                             "value computed from tensor data at run time is not supported",
+                             what, v->name);
+    const ox_tensor *t = v->konst;
+    if (!gr_dtype_is_int(t->dtype)) return ox_node_error(c, GR_ERR_INVALID, "input '%s' must hold integers", what);
+    int64_t numel = ox_tensor_numel(t);
+    if (t->ndim > 1 || numel > max)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' must be a list of at most %d integers", what, max);
+    for (int64_t k = 0; k < numel; k++) {
+        if (!ox_elem_dim(t, k, &vals[k]))
+            return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                 "input '%s' (value '%s') element %lld depends on the symbolic dims in a way graft cannot "
+                                 "express (a comparison or division the dims' ranges do not decide; declare ranges with "
+                                 "--dim-range, or export with static shapes)",
+                                 what, v->name, (long long)k);
+    }
+    *n = (int)numel;
     return GR_OK;
 }
 
@@ -219,18 +246,39 @@ static gr_status check_arity(ox_ctx *c, int min_in, int max_in, int min_out) {
     return GR_OK;
 }
 
-/* Shapes handed to the IR: each dim >= -1 and the element count at most
- * OX_MAX_ELEMS, so nothing downstream multiplies its way into overflow. */
-static gr_status check_target_shape(ox_ctx *c, const char *what, const int64_t *dims, int n) {
+/* An ints attribute from dims that may be symbolic: the values go to v, the
+ * expression ids to e (both the caller's arrays of n entries). */
+static gr_ir_attr A_sints(const char *name, const gr_dim *d, int n, int64_t *v, int32_t *e) {
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        v[i] = gr_dx_is_sym(d[i]) ? -1 : d[i].size;
+        e[i] = d[i].expr;
+        any |= gr_dx_is_sym(d[i]);
+    }
+    return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INTS, .ints = v, .n = n, .exprs = any ? e : NULL};
+}
+
+/* A scalar int/float attribute from a dim that may be symbolic. */
+static gr_ir_attr A_sint(const char *name, gr_ir_attr_kind kind, gr_dim d) {
+    gr_ir_attr a = {.name = (char *)name, .kind = kind, .i = gr_dx_is_sym(d) ? 0 : d.size, .f = gr_dx_is_sym(d) ? 0.0 : (double)d.size};
+    if (gr_dx_is_sym(d)) a.sym = true, a.expr = d.expr;
+    return a;
+}
+
+/* Symbolic shapes handed to the IR: concrete dims >= -1, concrete part of the
+ * count within the limit (symbolic dims are checked once they have values). */
+static gr_status check_target_sshape(ox_ctx *c, const char *what, const gr_dim *dims, int n) {
     int64_t prod = 1;
     for (int i = 0; i < n; i++) {
-        if (dims[i] < -1) return ox_node_error(c, GR_ERR_SHAPE, "%s has a negative dim (%lld)", what, (long long)dims[i]);
-        if (dims[i] <= 0) continue;
-        if (dims[i] > OX_MAX_ELEMS / prod) return ox_node_error(c, GR_ERR_SHAPE, "%s is too large", what);
-        prod *= dims[i];
+        if (gr_dx_is_sym(dims[i])) continue;
+        if (dims[i].size < -1) return ox_node_error(c, GR_ERR_SHAPE, "%s has a negative dim (%lld)", what, (long long)dims[i].size);
+        if (dims[i].size <= 0) continue;
+        if (dims[i].size > OX_MAX_ELEMS / prod) return ox_node_error(c, GR_ERR_SHAPE, "%s is too large", what);
+        prod *= dims[i].size;
     }
     return GR_OK;
 }
+
 
 static gr_ir_attr A_int(const char *name, int64_t v) { return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INT, .i = v}; }
 static gr_ir_attr A_float(const char *name, double v) { return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_FLOAT, .f = v}; }
@@ -411,32 +459,25 @@ static gr_status cv_reduce(ox_ctx *c, gr_op op) {
 
 static gr_status cv_reshape(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 2, 2, 1));
-    int64_t allowzero, shape[GR_MAX_DIMS];
+    int64_t allowzero;
+    gr_dim shape[GR_MAX_DIMS];
     int n;
     GR_TRY(ox_attr_int(c, "allowzero", 0, &allowzero));
-    GR_TRY(ox_need_ints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
-    GR_TRY(check_target_shape(c, "shape", shape, n));
+    GR_TRY(ox_need_sints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_sshape(c, "shape", shape, n));
     int x;
     GR_TRY(in_ir(c, 0, &x));
     const gr_ir_value *xv = irv(c, x);
-    bool has_infer = false;
-    for (int i = 0; i < n; i++) has_infer |= shape[i] == -1;
     for (int i = 0; i < n && !allowzero; i++) {
-        if (shape[i] != 0) continue;
-        /* ONNX's 0 copies the input's dim; graft IR's 0 is a zero-size dim */
+        if (gr_dx_is_sym(shape[i]) || shape[i].size != 0) continue;
+        /* ONNX's 0 copies the input's dim (symbolic or not); graft IR's 0 is a zero-size dim */
         if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "shape copies dim %d of an input whose shape is unknown", i);
         if (i >= xv->ndim) return ox_node_error(c, GR_ERR_SHAPE, "shape copies dim %d of a rank-%d input", i, xv->ndim);
-        if (xv->dims[i].sym == GR_SYM_NONE && xv->dims[i].size >= 0) {
-            shape[i] = xv->dims[i].size;
-        } else if (!has_infer) {
-            shape[i] = -1;
-            has_infer = true;
-        } else {
-            return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                                 "shape copies dim %d, which is a symbolic dim, and graft IR's reshape can infer only one", i);
-        }
+        shape[i] = xv->dims[i];
     }
-    gr_ir_attr a = A_ints("shape", shape, n);
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr a = A_sints("shape", shape, n, v, e);
     return emit1(c, op, 1, &x, 1, &a);
 }
 
@@ -485,10 +526,11 @@ static gr_status cv_axis_op(ox_ctx *c, gr_op op) {
 
 static gr_status cv_slice(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 3, 5, 1));
-    int64_t starts[GR_MAX_DIMS], ends[GR_MAX_DIMS], axes[GR_MAX_DIMS], steps[GR_MAX_DIMS];
+    gr_dim starts[GR_MAX_DIMS], ends[GR_MAX_DIMS];
+    int64_t axes[GR_MAX_DIMS], steps[GR_MAX_DIMS];
     int ns = 0, ne = 0, na = -1, nst = -1;
-    GR_TRY(ox_need_ints(c, 1, "starts", starts, GR_MAX_DIMS, &ns));
-    GR_TRY(ox_need_ints(c, 2, "ends", ends, GR_MAX_DIMS, &ne));
+    GR_TRY(ox_need_sints(c, 1, "starts", starts, GR_MAX_DIMS, &ns));
+    GR_TRY(ox_need_sints(c, 2, "ends", ends, GR_MAX_DIMS, &ne));
     if (ox_in(c, 3) >= 0) GR_TRY(ox_need_ints(c, 3, "axes", axes, GR_MAX_DIMS, &na));
     if (ox_in(c, 4) >= 0) GR_TRY(ox_need_ints(c, 4, "steps", steps, GR_MAX_DIMS, &nst));
     if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
@@ -497,8 +539,10 @@ static gr_status cv_slice(ox_ctx *c, gr_op op) {
     GR_TRY(in_ir(c, 0, &x));
     gr_ir_attr attrs[4];
     int n = 0;
-    attrs[n++] = A_ints("starts", starts, ns);
-    attrs[n++] = A_ints("ends", ends, ne);
+    int64_t sv[GR_MAX_DIMS], ev[GR_MAX_DIMS];
+    int32_t se[GR_MAX_DIMS], ee[GR_MAX_DIMS];
+    attrs[n++] = A_sints("starts", starts, ns, sv, se);
+    attrs[n++] = A_sints("ends", ends, ne, ev, ee);
     if (na >= 0) attrs[n++] = A_ints("axes", axes, na);
     if (nst >= 0) attrs[n++] = A_ints("steps", steps, nst);
     return emit1(c, op, 1, &x, n, attrs);
@@ -531,7 +575,7 @@ static gr_status cv_split(ox_ctx *c, gr_op op) {
     const gr_ir_value *xv = irv(c, x);
     if (ns < 0 && xv->typed) {
         int64_t ax = axis < 0 ? axis + xv->ndim : axis;
-        if (ax >= 0 && ax < xv->ndim && xv->dims[ax].sym == GR_SYM_NONE && xv->dims[ax].size >= 0 && n_out > 0) {
+        if (ax >= 0 && ax < xv->ndim && !gr_dx_is_sym(xv->dims[ax]) && xv->dims[ax].size >= 0 && n_out > 0) {
             /* opset 18: chunks of ceil(d / n), the last one smaller */
             int64_t d = xv->dims[ax].size, chunk = (d + n_out - 1) / n_out;
             if (d % n_out) {
@@ -553,13 +597,15 @@ static gr_status cv_split(ox_ctx *c, gr_op op) {
 
 static gr_status cv_expand(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 2, 2, 1));
-    int64_t shape[GR_MAX_DIMS];
+    gr_dim shape[GR_MAX_DIMS];
     int n;
-    GR_TRY(ox_need_ints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
-    GR_TRY(check_target_shape(c, "shape", shape, n));
+    GR_TRY(ox_need_sints(c, 1, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_sshape(c, "shape", shape, n));
     int x;
     GR_TRY(in_ir(c, 0, &x));
-    gr_ir_attr a = A_ints("shape", shape, n);
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr a = A_sints("shape", shape, n, v, e);
     return emit1(c, op, 1, &x, 1, &a);
 }
 
@@ -619,12 +665,12 @@ static gr_status cv_constant(ox_ctx *c, gr_op op) {
 
 static gr_status cv_constant_of_shape(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 1, 1, 1));
-    int64_t shape[GR_MAX_DIMS];
+    gr_dim shape[GR_MAX_DIMS];
     int n;
-    GR_TRY(ox_need_ints(c, 0, "shape", shape, GR_MAX_DIMS, &n));
-    GR_TRY(check_target_shape(c, "shape", shape, n));
+    GR_TRY(ox_need_sints(c, 0, "shape", shape, GR_MAX_DIMS, &n));
+    GR_TRY(check_target_sshape(c, "shape", shape, n));
     for (int i = 0; i < n; i++)
-        if (shape[i] < 0) return ox_node_error(c, GR_ERR_SHAPE, "shape has a negative dim");
+        if (!gr_dx_is_sym(shape[i]) && shape[i].size < 0) return ox_node_error(c, GR_ERR_SHAPE, "shape has a negative dim");
     gr_dtype dt = GR_F32;
     double value = 0;
     const Onnx__AttributeProto *a = ox_attr(c, "value");
@@ -638,7 +684,9 @@ static gr_status cv_constant_of_shape(ox_ctx *c, gr_op op) {
         ox_tensor_free(v);
         if (!one) return ox_node_error(c, GR_ERR_INVALID, "attribute 'value' must hold one element");
     }
-    gr_ir_attr attrs[3] = {A_ints("shape", shape, n), A_float("value", value), A_str("dtype", gr_dtype_name(dt))};
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr attrs[3] = {A_sints("shape", shape, n, v, e), A_float("value", value), A_str("dtype", gr_dtype_name(dt))};
     return emit1(c, op, 0, NULL, 3, attrs);
 }
 
@@ -646,6 +694,35 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 3, 3, 1));
     const ox_tensor *t[3];
     static const char *names[3] = {"start", "limit", "delta"};
+    bool symbolic = false;
+    for (int i = 0; i < 3; i++) {
+        int vi = ox_in(c, i);
+        const ox_value *v = vi >= 0 ? &c->vals.data[vi] : NULL;
+        symbolic |= v && v->konst && ox_tensor_has_sym(v->konst);
+    }
+    if (symbolic) {
+        /* a range over symbolic bounds (position ids: Range(0, seq, 1)): integer bounds as dims */
+        gr_dim b[3];
+        gr_dtype dt = GR_I64;
+        for (int i = 0; i < 3; i++) {
+            int vi = ox_in(c, i);
+            const ox_tensor *k = vi >= 0 ? c->vals.data[vi].konst : NULL;
+            if (!k) return ox_node_error(c, GR_ERR_UNSUPPORTED, "input '%s' must be known at import time", names[i]);
+            if (ox_tensor_numel(k) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
+            if (i == 0) dt = k->dtype;
+            if (!ox_elem_dim(k, 0, &b[i]) || (gr_dtype_is_float(k->dtype) && !ox_elem_sym(k, 0) &&
+                                              gr_load_f64(k->data, k->dtype, 0) != (double)b[i].size))
+                return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                     "input '%s' depends on the symbolic dims in a way graft cannot express (a range with "
+                                     "symbolic bounds needs integer start, limit and delta)",
+                                     names[i]);
+        }
+        if (gr_dx_is_sym(b[2]) || b[2].size == 0)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "a range with symbolic bounds needs a constant non-zero delta");
+        gr_ir_attr attrs[4] = {A_sint("start", GR_IR_ATTR_FLOAT, b[0]), A_sint("limit", GR_IR_ATTR_FLOAT, b[1]),
+                               A_sint("delta", GR_IR_ATTR_FLOAT, b[2]), A_str("dtype", gr_dtype_name(dt))};
+        return emit1(c, op, 0, NULL, 4, attrs);
+    }
     for (int i = 0; i < 3; i++) {
         GR_TRY(ox_need_const(c, i, names[i], &t[i]));
         if (ox_tensor_numel(t[i]) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
@@ -658,16 +735,17 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
 
 static gr_status cv_trilu(ox_ctx *c, gr_op op) {
     GR_TRY(check_arity(c, 1, 2, 1));
-    int64_t upper, k = 0;
+    int64_t upper;
+    gr_dim k = gr_dx_const(0);
     GR_TRY(ox_attr_int(c, "upper", 1, &upper));
     if (ox_in(c, 1) >= 0) {
         int n;
-        GR_TRY(ox_need_ints(c, 1, "k", &k, 1, &n));
+        GR_TRY(ox_need_sints(c, 1, "k", &k, 1, &n));
         if (n != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'k' must be a scalar");
     }
     int x;
     GR_TRY(in_ir(c, 0, &x));
-    gr_ir_attr attrs[2] = {A_int("upper", upper != 0), A_int("k", k)};
+    gr_ir_attr attrs[2] = {A_int("upper", upper != 0), A_sint("k", GR_IR_ATTR_INT, k)};
     return emit1(c, op, 1, &x, 2, attrs);
 }
 
@@ -708,15 +786,183 @@ static gr_status cv_cast_like(ox_ctx *c, gr_op op) {
     return emit1(c, op, 1, &x, 1, &a);
 }
 
-/* Ops graft folds at import time (onnx-fold.c) but has no IR op for: reached
- * only when an input is computed at run time. */
-static gr_status cv_fold_only(ox_ctx *c, gr_op op) {
-    (void)op;
-    return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                         "%s is supported only on inputs known at import time (constants and shape arithmetic); "
-                         "on a value computed at run time it is not supported",
-                         c->node->op_type);
+/* ---- GatherND, CumSum, Flatten on run-time values: decomposed into IR ops ----------
+ * Exporters build attention masks with them on tensors computed at run time
+ * (the dynamo exporter's advanced indexing, transformers' packed-sequence
+ * detection); on values known at import time onnx-fold.c evaluates them. */
+
+/* A scalar IR value holding d (a symbolic one is a fill evaluated per binding). */
+static gr_status dim_scalar_ir(ox_ctx *c, gr_dim d, gr_dtype dt, int *ir) {
+    if (!gr_dx_is_sym(d)) return scalar_const_ir(c, dt, (double)d.size, ir);
+    gr_ir_attr attrs[3] = {{.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = NULL, .n = 0}, A_sint("value", GR_IR_ATTR_FLOAT, d),
+                           A_str("dtype", gr_dtype_name(dt))};
+    return emit(c, GR_OP_FILL, 0, NULL, 3, attrs, 1, NULL, false, ir);
 }
+
+static gr_status emit2(ox_ctx *c, gr_op op, int a, int b, int *out) {
+    int in[2] = {a, b};
+    return emit(c, op, 2, in, 0, NULL, 1, NULL, false, out);
+}
+
+/* product of dims[lo, hi) (a copy: emitting nodes moves the IR's value array) */
+static gr_status dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_dim *out) {
+    *out = gr_dx_const(1);
+    for (int i = lo; i < hi; i++) {
+        gr_status st = gr_dx_binary(c->g, GR_DX_MUL, *out, dims[i], out);
+        if (st != GR_OK) return ox_node_error(c, st == GR_ERR_NOMEM ? st : GR_ERR_SHAPE, "the product of the input's dims %d..%d is not expressible", lo, hi - 1);
+    }
+    return GR_OK;
+}
+
+/* GatherND(data, indices), batch_dims 0: data's first k dims flattened into
+ * one, the index tuples turned into linear indices (negative components
+ * counted from the end of their dim), then one Gather along axis 0. */
+static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t batch_dims;
+    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
+    if (batch_dims != 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "GatherND with batch_dims=%lld on a value computed at run time is not supported", (long long)batch_dims);
+    int data, idx;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
+    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
+    int r = dv->ndim, q = iv->ndim;
+    gr_dim kd = iv->dims[q - 1];
+    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
+    int k = (int)kd.size;
+    if (k < 1 || k > r) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d", k, r);
+    if (q - 1 + r - k > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
+    gr_dim ddims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+    gr_dtype it = iv->dtype;
+    int flat = data;
+    if (k > 1) { /* [d0*...*d(k-1), dk, ...] */
+        gr_dim shape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, ddims, 0, k, &shape[0]));
+        for (int i = k; i < r; i++) shape[i - k + 1] = ddims[i];
+        int64_t sv[GR_MAX_DIMS];
+        int32_t se[GR_MAX_DIMS];
+        gr_ir_attr a = A_sints("shape", shape, r - k + 1, sv, se);
+        GR_TRY(emit(c, GR_OP_RESHAPE, 1, &data, 1, &a, 1, NULL, false, &flat));
+    }
+    int lin = -1, zero;
+    GR_TRY(scalar_const_ir(c, it, 0.0, &zero));
+    for (int j = 0; j < k; j++) {
+        int64_t st_ = j, en = j + 1, ax = q - 1;
+        gr_ir_attr sl[3] = {A_ints("starts", &st_, 1), A_ints("ends", &en, 1), A_ints("axes", &ax, 1)};
+        int comp, neg, dj, wrapped, in3[3];
+        GR_TRY(emit(c, GR_OP_SLICE, 1, &idx, 3, sl, 1, NULL, false, &comp));
+        GR_TRY(emit2(c, GR_OP_LESS, comp, zero, &neg));
+        GR_TRY(dim_scalar_ir(c, ddims[j], it, &dj));
+        GR_TRY(emit2(c, GR_OP_ADD, comp, dj, &wrapped));
+        in3[0] = neg, in3[1] = wrapped, in3[2] = comp;
+        GR_TRY(emit(c, GR_OP_WHERE, 3, in3, 0, NULL, 1, NULL, false, &comp));
+        gr_dim stride;
+        GR_TRY(dims_product(c, ddims, j + 1, k, &stride));
+        if (gr_dx_is_sym(stride) || stride.size != 1) {
+            int s;
+            GR_TRY(dim_scalar_ir(c, stride, it, &s));
+            GR_TRY(emit2(c, GR_OP_MUL, comp, s, &comp));
+        }
+        if (lin < 0) lin = comp;
+        else GR_TRY(emit2(c, GR_OP_ADD, lin, comp, &lin));
+    }
+    int64_t last = q - 1;
+    gr_ir_attr sq = A_ints("axes", &last, 1);
+    GR_TRY(emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, &lin));
+    int in[2] = {flat, lin};
+    gr_ir_attr ga = A_int("axis", 0);
+    return emit1(c, GR_OP_GATHER, 2, in, 1, &ga);
+}
+
+/* CumSum(x, axis; exclusive, reverse) as a masked sum: out[.., i] = sum_j M[i, j] x[.., j]
+ * with M[i, j] = j <= i (j < i exclusive; j >= i, j > i reversed), M built
+ * from a range over the (possibly symbolic) length n. O(n^2) work: the scans
+ * exporters emit run over sequence positions of a mask. */
+static gr_status cv_cumsum(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t exclusive, reverse, axis;
+    int na;
+    GR_TRY(ox_attr_int(c, "exclusive", 0, &exclusive));
+    GR_TRY(ox_attr_int(c, "reverse", 0, &reverse));
+    GR_TRY(ox_need_ints(c, 1, "axis", &axis, 1, &na));
+    if (na != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'axis' must be a scalar");
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int rank = xv->ndim;
+    if (rank < 1 || rank + 1 > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "CumSum of a rank-%d tensor is not supported", rank);
+    if (axis < -rank || axis >= rank) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, rank);
+    int a = (int)(axis < 0 ? axis + rank : axis);
+    if (xv->dtype == GR_BOOL) return ox_node_error(c, GR_ERR_SHAPE, "CumSum of bool");
+    gr_dtype dt = xv->dtype;
+    gr_dim n = xv->dims[a];
+    int range, ri, rj, mask, xt = x, xe, zero, prod, sum;
+    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
+                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
+    GR_TRY(emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, &range));
+    int64_t one = 1, zero_ax = 0;
+    gr_ir_attr u1 = A_ints("axes", &one, 1), u0 = A_ints("axes", &zero_ax, 1);
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &range, 1, &u1, 1, NULL, false, &ri)); /* [n, 1]: i */
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &range, 1, &u0, 1, NULL, false, &rj)); /* [1, n]: j */
+    gr_op cmp = reverse ? (exclusive ? GR_OP_GREATER : GR_OP_GREATER_EQUAL) : (exclusive ? GR_OP_LESS : GR_OP_LESS_EQUAL);
+    GR_TRY(emit2(c, cmp, rj, ri, &mask));
+    int64_t perm[GR_MAX_DIMS], inv[GR_MAX_DIMS];
+    for (int i = 0, k = 0; i < rank; i++)
+        if (i != a) perm[k++] = i;
+    perm[rank - 1] = a;
+    for (int i = 0; i < rank; i++) inv[perm[i]] = i;
+    if (a != rank - 1) {
+        gr_ir_attr p = A_ints("perm", perm, rank);
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &x, 1, &p, 1, NULL, false, &xt));
+    }
+    int64_t before_last = rank - 1;
+    gr_ir_attr ue = A_ints("axes", &before_last, 1);
+    GR_TRY(emit(c, GR_OP_UNSQUEEZE, 1, &xt, 1, &ue, 1, NULL, false, &xe)); /* [.., 1, n] */
+    GR_TRY(scalar_const_ir(c, dt, 0.0, &zero));
+    int w[3] = {mask, xe, zero};
+    GR_TRY(emit(c, GR_OP_WHERE, 3, w, 0, NULL, 1, NULL, false, &prod)); /* [.., n, n] */
+    int64_t lastax = -1;
+    gr_ir_attr rs[2] = {A_ints("axes", &lastax, 1), A_int("keepdims", 0)};
+    if (a == rank - 1 && gr_dtype_is_float(dt)) return emit1(c, GR_OP_REDUCE_SUM, 1, &prod, 2, rs);
+    GR_TRY(emit(c, GR_OP_REDUCE_SUM, 1, &prod, 2, rs, 1, NULL, false, &sum));
+    if (!gr_dtype_is_float(dt) && dt != GR_I64) { /* integer sums accumulate in i64 */
+        gr_ir_attr to = A_str("to", gr_dtype_name(dt));
+        if (a == rank - 1) return emit1(c, GR_OP_CAST, 1, &sum, 1, &to);
+        GR_TRY(emit(c, GR_OP_CAST, 1, &sum, 1, &to, 1, NULL, false, &sum));
+    }
+    if (a == rank - 1) return emit1(c, GR_OP_IDENTITY, 1, &sum, 0, NULL);
+    gr_ir_attr p = A_ints("perm", inv, rank);
+    return emit1(c, GR_OP_TRANSPOSE, 1, &sum, 1, &p);
+}
+
+/* Flatten(x; axis): reshape to [d0*..*d(axis-1), d(axis)*..] (symbolic products allowed) */
+static gr_status cv_flatten(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t axis;
+    GR_TRY(ox_attr_int(c, "axis", 1, &axis));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int r = xv->ndim;
+    if (axis < -r || axis > r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, r);
+    int a = (int)(axis < 0 ? axis + r : axis);
+    gr_dim shape[2], xdims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) xdims[i] = xv->dims[i];
+    GR_TRY(dims_product(c, xdims, 0, a, &shape[0]));
+    GR_TRY(dims_product(c, xdims, a, r, &shape[1]));
+    int64_t sv[2];
+    int32_t se[2];
+    gr_ir_attr at = A_sints("shape", shape, 2, sv, se);
+    return emit1(c, op, 1, &x, 1, &at);
+}
+
 
 /* ---- sequences: SplitToSequence read by SequenceAt (how exporters write torch.split) -------- */
 static gr_status cv_split_to_sequence(ox_ctx *c, gr_op op) {
@@ -730,7 +976,7 @@ static gr_status cv_split_to_sequence(ox_ctx *c, gr_op op) {
     if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
     int64_t ax = axis < 0 ? axis + xv->ndim : axis;
     if (ax < 0 || ax >= xv->ndim) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, xv->ndim);
-    if (xv->dims[ax].sym != GR_SYM_NONE || xv->dims[ax].size < 0)
+    if (gr_dx_is_sym(xv->dims[ax]) || xv->dims[ax].size < 0)
         return ox_node_error(c, GR_ERR_UNSUPPORTED, "splitting along a symbolic dim is not supported");
     int64_t d = xv->dims[ax].size, sizes[64];
     int n = 0;
@@ -902,8 +1148,9 @@ static const struct {
     {"IsNaN", GR_OP_ISNAN, cv_simple},
     {"Cast", GR_OP_CAST, cv_cast},
     {"CastLike", GR_OP_CAST, cv_cast_like},
-    {"CumSum", GR_OP_IDENTITY, cv_fold_only},
-    {"GatherND", GR_OP_IDENTITY, cv_fold_only},
+    {"CumSum", GR_OP_IDENTITY, cv_cumsum},
+    {"GatherND", GR_OP_GATHER, cv_gather_nd},
+    {"Flatten", GR_OP_RESHAPE, cv_flatten},
     {"SplitToSequence", GR_OP_SPLIT, cv_split_to_sequence},
     {"SequenceAt", GR_OP_IDENTITY, cv_sequence_at},
     {"MatMul", GR_OP_MATMUL, cv_simple},

@@ -57,7 +57,7 @@ gr_status ox_node_error(ox_ctx *c, gr_status st, const char *fmt, ...) {
 void ox_tensor_free(ox_tensor *t) {
     if (!t) return;
     if (t->owned) gr_free(t->data, t->nbytes);
-    if (t->unknown) gr_free(t->unknown, (size_t)ox_tensor_numel(t));
+    if (t->sym) gr_free(t->sym, sizeof(int32_t) * (size_t)(ox_tensor_numel(t) ? ox_tensor_numel(t) : 1));
     gr_free(t, sizeof *t);
 }
 
@@ -389,6 +389,78 @@ gr_status ox_define_seq(ox_ctx *c, const char *name, const int *irs, int n) {
     return GR_OK;
 }
 
+/* Adds node op(in) with attributes, typed; *out = its output. */
+static gr_status add_helper(ox_ctx *c, gr_op op, const char *base, int k, int n_in, const int *in, int n_attr,
+                            const gr_ir_attr *attrs, int *out) {
+    char *name = gr_sprintf("%s/sym%d", base, k);
+    if (!name) return GR_ERR_NOMEM;
+    for (int j = 1; gr_ir_find_node(c->g, name) >= 0 && j < 1000; j++) {
+        gr_strfree(name);
+        if (!(name = gr_sprintf("%s/sym%d_%d", base, k, j))) return GR_ERR_NOMEM;
+    }
+    int node;
+    gr_status st = gr_ir_add_node(c->g, op, name, n_in, in, 1, NULL, n_attr, attrs, &node);
+    gr_strfree(name);
+    GR_TRY(st);
+    *out = c->g->nodes.data[node].out[0];
+    return gr_ir_infer_node(c->g, node);
+}
+
+/* A tensor computed from symbolic dims used as data (position offsets, a
+ * shape fed to an op as a tensor): each element becomes fill(value=dim(e))
+ * of shape [1] (a constant element a plain fill), concatenated and reshaped.
+ * The fills' values are evaluated for each binding (specialization), so
+ * nothing is left to the host at run time. Such tensors are a handful of
+ * elements; more than 64 is refused. */
+#define OX_SYM_DATA_MAX 64
+static gr_status materialize_symbolic(ox_ctx *c, ox_value *v, int *out_ir) {
+    ox_tensor *t = v->konst;
+    int64_t n = ox_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (t->sym[i] == OX_UNKNOWN)
+            return gr_error(GR_ERR_UNSUPPORTED,
+                            "value '%s' depends on the symbolic dims in a way graft cannot express (a comparison or "
+                            "division their ranges do not decide) and is used as data; declare the dims' ranges "
+                            "(--dim-range) or export with static shapes",
+                            v->name);
+    if (n > OX_SYM_DATA_MAX)
+        return gr_error(GR_ERR_UNSUPPORTED, "value '%s' holds %lld elements computed from symbolic dims (at most %d are supported as data)",
+                        v->name, (long long)n, OX_SYM_DATA_MAX);
+    if (t->dtype == GR_BOOL)
+        return gr_error(GR_ERR_UNSUPPORTED, "value '%s': a bool tensor computed from symbolic dims is not supported as data", v->name);
+    int parts[OX_SYM_DATA_MAX];
+    for (int64_t i = 0; i < n; i++) {
+        gr_dim d;
+        ox_elem_dim(t, i, &d);
+        int64_t one = 1;
+        gr_ir_attr attrs[3] = {
+            {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = &one, .n = t->ndim ? 1 : 0},
+            {.name = "value", .kind = GR_IR_ATTR_FLOAT, .f = gr_dx_is_sym(d) ? 0.0 : gr_load_f64(t->data, t->dtype, i),
+             .sym = gr_dx_is_sym(d), .expr = d.expr},
+            {.name = "dtype", .kind = GR_IR_ATTR_STRING, .s = (char *)gr_dtype_name(t->dtype)},
+        };
+        GR_TRY(add_helper(c, GR_OP_FILL, v->name, (int)i, 0, NULL, 3, attrs, &parts[i]));
+    }
+    int ir = parts[0];
+    if (t->ndim > 0) {
+        gr_ir_attr axis = {.name = "axis", .kind = GR_IR_ATTR_INT, .i = 0};
+        if (n != 1) GR_TRY(add_helper(c, GR_OP_CONCAT, v->name, (int)n, (int)n, parts, 1, &axis, &ir));
+        if (t->ndim != 1) {
+            gr_ir_attr shape = {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = t->dims, .n = t->ndim};
+            int in = ir;
+            GR_TRY(add_helper(c, GR_OP_RESHAPE, v->name, (int)n + 1, 1, &in, 1, &shape, &ir));
+        }
+    }
+    if (n == 0) { /* an empty tensor: a plain constant */
+        GR_TRY(gr_ir_add_const(c->g, NULL, t->dtype, t->ndim, t->dims, t->data, &ir));
+    }
+    /* the value keeps its ONNX name (a graph output is read by it) */
+    if (gr_ir_find_value(c->g, v->name) < 0) GR_TRY(gr_ir_rename_value(c->g, ir, v->name));
+    v->ir = ir;
+    *out_ir = ir;
+    return GR_OK;
+}
+
 gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
     ox_value *v = &c->vals.data[vi];
     if (v->unavailable) return gr_error(GR_ERR_UNSUPPORTED, "value '%s' %s", v->name, v->unavailable);
@@ -400,16 +472,10 @@ gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
     if (v->ir >= 0) return *out_ir = v->ir, GR_OK;
     ox_tensor *t = v->konst;
     if (!t) return gr_error(GR_ERR_INTERNAL, "value '%s' has neither IR value nor data", v->name);
-    if (t->unknown) {
-        int64_t n = ox_tensor_numel(t);
-        for (int64_t i = 0; i < n; i++)
-            if (t->unknown[i])
-                return gr_error(GR_ERR_UNSUPPORTED,
-                                "value '%s' is computed from the shape of a tensor with a symbolic dim; graft needs it "
-                                "as a constant and a symbolic one is not supported (export with static shapes)",
-                                v->name);
-        gr_free(t->unknown, (size_t)n);
-        t->unknown = NULL;
+    if (ox_tensor_has_sym(t)) return materialize_symbolic(c, v, out_ir);
+    if (t->sym) {
+        gr_free(t->sym, sizeof(int32_t) * (size_t)(ox_tensor_numel(t) ? ox_tensor_numel(t) : 1));
+        t->sym = NULL;
     }
     /* The IR takes the data; the known tensor keeps pointing at it. */
     int ir;
@@ -455,7 +521,7 @@ static gr_status fresh_sym(ox_ctx *c, const Onnx__GraphProto *gp, int32_t *out) 
         char name[32];
         snprintf(name, sizeof name, "unk__%d", k);
         bool taken = dim_param_used(gp, name);
-        for (int s = 0; s < c->g->syms.len && !taken; s++) taken = !strcmp(c->g->syms.data[s], name);
+        taken |= gr_ir_find_sym(c->g, name) >= 0;
         if (!taken) return gr_ir_sym(c->g, name, out);
     }
 }
@@ -479,17 +545,23 @@ static gr_status add_graph_input(ox_ctx *c, const Onnx__GraphProto *gp, const On
         const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
         if (dim->has_dim_value) {
             if (dim->dim_value < 0) return gr_error(GR_ERR_INVALID, "%s: dim %zu is negative (%lld)", what, d, (long long)dim->dim_value);
-            dims[d] = (gr_dim){dim->dim_value, GR_SYM_NONE};
+            dims[d] = gr_dx_const(dim->dim_value);
+        } else if (dim->dim_param && *dim->dim_param) {
+            /* a name ("seq") or an expression the dynamo exporter wrote ("s0 + 1") */
+            gr_status st = gr_dx_from_name(c->g, dim->dim_param, &dims[d]);
+            if (st == GR_ERR_SHAPE) return gr_error_prefix(st, "%s: dim %zu ('%s')", what, d, dim->dim_param);
+            GR_TRY(st);
+            if (!gr_dx_is_sym(dims[d]) && dims[d].size < 0)
+                return gr_error(GR_ERR_INVALID, "%s: dim %zu ('%s') is negative", what, d, dim->dim_param);
         } else {
             int32_t sym;
-            if (dim->dim_param && *dim->dim_param) GR_TRY(gr_ir_sym(c->g, dim->dim_param, &sym));
-            else GR_TRY(fresh_sym(c, gp, &sym));
-            dims[d] = (gr_dim){-1, sym};
+            GR_TRY(fresh_sym(c, gp, &sym));
+            GR_TRY(gr_dx_symbol(c->g, c->g->syms.data[sym].name, &dims[d]));
         }
     }
     int64_t prod = 1;
     for (size_t d = 0; d < tt->shape->n_dim; d++) {
-        int64_t sz = dims[d].sym == GR_SYM_NONE ? dims[d].size : 1;
+        int64_t sz = !gr_dx_is_sym(dims[d]) ? dims[d].size : 1;
         if (sz > 0 && sz > OX_MAX_ELEMS / prod) return gr_error(GR_ERR_SHAPE, "%s is too large", what);
         if (sz > 0) prod *= sz;
     }
