@@ -644,6 +644,7 @@ static void test_generic_same_source(void) {
                     CHECK_OK(gr_kernel_clone(k1, &c));
                     if (c) {
                         gr_kernel_apply_slots(c, &m1, v2);
+                        CHECK_OK(gr_kernel_verify(c));
                         CHECK_MSG(gr_kernel_hash(c) == gr_kernel_hash(k2), "form %d: apply_slots does not rebuild k2", form);
                         gr_kernel_destroy(c);
                     }

@@ -178,12 +178,22 @@ static void access_write(const gr_kernel *k, const gr_kslot_map *m, gr_kaccess *
         if (as.inner_stride[d] >= 0) a->inner_stride[d] = vals[as.inner_stride[d]];
     if (as.index_extent >= 0) a->index_extent = vals[as.index_extent];
     if (as.index_stride >= 0) a->index_stride = vals[as.index_stride];
+    /* a dim of extent 1 gets stride 0: its index is always 0, and a store that does not
+     * walk the inner space must keep zero inner strides (gr_kernel_verify) */
     int64_t s = 1;
     if (as.lin)
-        for (int d = k->n_outer - 1; d >= 0; d--) a->stride[d] = s, s *= vals[m->outer[d]];
+        for (int d = k->n_outer - 1; d >= 0; d--) {
+            int64_t ext = vals[m->outer[d]];
+            a->stride[d] = ext == 1 ? 0 : s;
+            s *= ext;
+        }
     s = 1;
     if (as.ri)
-        for (int d = k->n_inner - 1; d >= 0; d--) a->inner_stride[d] = s, s *= vals[m->inner[d]];
+        for (int d = k->n_inner - 1; d >= 0; d--) {
+            int64_t ext = vals[m->inner[d]];
+            a->inner_stride[d] = ext == 1 ? 0 : s;
+            s *= ext;
+        }
 }
 
 void gr_kernel_slot_values(const gr_kernel *k, const gr_kslot_map *m, int64_t *vals) {
