@@ -1,0 +1,92 @@
+/* tests/test_generic_onnx — the dynamic-axis GPT-2 / BERT / Llama exports
+ * (tests/data/onnx/dyn) through one session each: once a binding of a "size class"
+ * has run, a new length of that class prepares no kernel of a new structure, so it
+ * compiles and loads nothing (test_dynamic checks the outputs against PyTorch).
+ * Size classes: a dim of 1 changes structure (broadcasts and views at 1 are lowered
+ * differently), so batch 1 and batch > 1 are separate classes; seq is > 1 here.
+ * Runs on the simulator; GRAFT_TEST_DEVICE=cuda runs it on the GPU, where the NVRTC
+ * compilations and module loads are counted too. */
+#include "check.h"
+#include "npy.h"
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DYN "tests/data/onnx/dyn/"
+
+static const char *const cases[] = {"gpt2_dynamo", "bert_dynamo", "bert_torchscript", "llama_dynamo"};
+/* in order; `fresh`: the first of its class (may add structures) */
+static const struct {
+    const char *name;
+    bool fresh;
+} bindings[] = {{"b1_s5", true}, {"b1_s17", false}, {"b1_s64", false}, {"b3_s7", true}, {"b8_s3", false}};
+
+static gr_device_kind test_device(void) {
+    const char *d = getenv("GRAFT_TEST_DEVICE");
+    return d && !strcmp(d, "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
+}
+
+static bool set_input_file(gr_session_t s, const char *name, const char *path) {
+    npy_array a;
+    char err[NPY_ERR_LEN];
+    if (npy_read(path, &a, err)) {
+        CHECK_MSG(false, "%s", err);
+        return false;
+    }
+    gr_status st = gr_session_set_input(s, name, a.dtype, a.ndim, a.dims, a.data, a.nbytes);
+    npy_free(&a);
+    CHECK_OK(st);
+    return st == GR_OK;
+}
+
+static void run_case(const char *c, gr_mode mode) {
+    char path[512];
+    snprintf(path, sizeof path, DYN "%s/model.onnx", c);
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_load(path, &g));
+    if (!g) return;
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = test_device();
+    o.mode = mode;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    int n_in = gr_graph_num_inputs(g);
+    gr_kernel_stats before, now;
+    memset(&before, 0, sizeof before);
+    for (int b = 0; s && b < (int)(sizeof bindings / sizeof bindings[0]); b++) {
+        bool ok = true;
+        for (int i = 0; i < n_in && ok; i++) {
+            gr_value_info info;
+            CHECK_OK(gr_graph_input_info(g, i, &info));
+            snprintf(path, sizeof path, DYN "%s/%s/%s.npy", c, bindings[b].name, info.name);
+            ok = set_input_file(s, info.name, path);
+        }
+        if (!ok) continue;
+        CHECK_MSG(gr_session_run(s) == GR_OK, "%s %s: run: %s", c, bindings[b].name, gr_last_error());
+        CHECK_OK(gr_session_kernel_stats(s, &now));
+        CHECK_MSG(now.prepared > before.prepared, "%s %s: a new binding prepared no kernel", c, bindings[b].name);
+        CHECK(now.generic_new + now.generic_reused + now.generic_fallbacks > before.generic_new + before.generic_reused);
+        if (!bindings[b].fresh) {
+            CHECK_MSG(now.generic_new == before.generic_new && now.compiled == before.compiled &&
+                          now.modules_loaded == before.modules_loaded,
+                      "%s %s: %ld new structures, %ld compiled, %ld modules loaded", c, bindings[b].name,
+                      now.generic_new - before.generic_new, now.compiled - before.compiled,
+                      now.modules_loaded - before.modules_loaded);
+        }
+        if (mode == GR_MODE_EAGER)
+            printf("%-16s %-6s prepared %3ld, structures %3ld (+%ld), shared %3ld, compiled %ld\n", c, bindings[b].name,
+                   now.prepared, now.generic_new, now.generic_new - before.generic_new, now.generic_reused, now.compiled);
+        before = now;
+    }
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+}
+
+int main(void) {
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        run_case(cases[i], GR_MODE_EAGER);
+        run_case(cases[i], GR_MODE_GRAPH);
+    }
+    return check_summary("test_generic_onnx");
+}
