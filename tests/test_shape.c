@@ -127,7 +127,7 @@ static void test_elementwise(void) {
     T("f32[N,3]", GR_OP_ADD, INS(n3, a13), NOATTR);
     T("f32[N,3]", GR_OP_ADD, INS(n3, n1), NOATTR);
     T("f32[N,3]", GR_OP_ADD, INS(n3, a3), NOATTR);
-    T("f32[max(N, M),3]", GR_OP_ADD, INS(n3, m3), NOATTR); /* N vs M: max(N, M), checked once specialized */
+    T("f32[max(M, N),3]", GR_OP_ADD, INS(n3, m3), NOATTR); /* N vs M: max(N, M), checked once specialized */
     T("f32[4]", GR_OP_ADD, INS(n, c4), NOATTR);  /* N vs 4: 4 (N must be 1 or 4: checked once specialized) */
     T("f32[N]", GR_OP_ADD, INS(n, a1), NOATTR);
     E(GR_ERR_SHAPE, "shapes do not broadcast: f32[2,3] and f32[4,3]", GR_OP_ADD, INS(a23, a43), NOATTR);
@@ -177,8 +177,8 @@ static void test_elementwise(void) {
         int nd = add(GR_OP_ADD, INS(n3, m3), NOATTR, 1, &st);
         q = G->nodes.data[nd].out[0];
     }
-    T("f32[max(N, M),3]", GR_OP_EXP, INS(q), NOATTR);
-    T("f32[max(N, M),3]", GR_OP_ADD, INS(q, a3), NOATTR);
+    T("f32[max(M, N),3]", GR_OP_EXP, INS(q), NOATTR);
+    T("f32[max(M, N),3]", GR_OP_ADD, INS(q, a3), NOATTR);
 }
 
 /* ==== reductions, softmax, layer_norm ===================================================== */
@@ -285,7 +285,7 @@ static void test_movement(void) {
     E(GR_ERR_INVALID, "attribute 'shape' is required", GR_OP_RESHAPE, INS(x), NOATTR);
     T("f32[N,32]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", -1, 32)));
     T("f32[2*N,16]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", -1, 16))); /* 2N: not expressible */
-    T("f32[N*M]", GR_OP_RESHAPE, INS(nm), ATTRS(AIS("shape", -1)));
+    T("f32[M*N]", GR_OP_RESHAPE, INS(nm), ATTRS(AIS("shape", -1)));
     T("f32[2,16]", GR_OP_RESHAPE, INS(s), ATTRS(AIS("shape", 2, 16))); /* trusted until specialized */
     T("f32[3,0]", GR_OP_RESHAPE, INS(z), ATTRS(AIS("shape", 3, 0)));
     T("f32[0,5]", GR_OP_RESHAPE, INS(nz), ATTRS(AIS("shape", -1, 5)));

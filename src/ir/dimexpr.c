@@ -199,11 +199,38 @@ void gr_dx_bounds(const gr_graph *g, gr_dim d, int64_t *lo, int64_t *hi) {
     bounds_rec(g, d.expr, 0, lo, hi);
 }
 
-/* ==== polynomials ============================================================================ */
+/* ==== polynomials ============================================================================
+ * Atoms and terms are ordered structurally (operator, then symbol names,
+ * constants and operands), never by id: ids depend on the order expressions
+ * were made in, and a printed graph parsed back makes them in another order;
+ * the canonical form must not change with it (gir_fuzz checks print(parse(
+ * print(g))) == print(g)). */
+/* the graph whose atoms are compared: set on entry by gr_dx_binary (and atom), per thread */
+static _Thread_local const gr_graph *cmp_graph;
+
+static int dx_cmp_rec(const gr_graph *g, int32_t a, int32_t b, int depth) {
+    if (a == b) return 0;
+    if (depth > DX_MAX_DEPTH) return a < b ? -1 : 1;
+    const gr_dexpr *x = &g->dx.data[a], *y = &g->dx.data[b];
+    if (x->op != y->op) return x->op < y->op ? -1 : 1;
+    if (x->op == GR_DX_CONST) return x->k < y->k ? -1 : x->k > y->k ? 1 : 0;
+    if (x->op == GR_DX_SYM) {
+        const char *nx = x->k >= 0 && x->k < g->syms.len ? g->syms.data[x->k].name : "";
+        const char *ny = y->k >= 0 && y->k < g->syms.len ? g->syms.data[y->k].name : "";
+        int c = strcmp(nx, ny);
+        return c < 0 ? -1 : c > 0 ? 1 : 0;
+    }
+    int c = dx_cmp_rec(g, x->a, y->a, depth + 1);
+    return c ? c : dx_cmp_rec(g, x->b, y->b, depth + 1);
+}
+static int atom_cmp(int32_t a, int32_t b) { return dx_cmp_rec(cmp_graph, a, b, 0); }
+
 static int term_cmp(const term *x, const term *y) {
     if (x->n != y->n) return x->n < y->n ? -1 : 1;
-    for (int i = 0; i < x->n; i++)
-        if (x->atom[i] != y->atom[i]) return x->atom[i] < y->atom[i] ? -1 : 1;
+    for (int i = 0; i < x->n; i++) {
+        int c = atom_cmp(x->atom[i], y->atom[i]);
+        if (c) return c;
+    }
     return 0;
 }
 
@@ -253,7 +280,7 @@ static gr_status term_mul(const term *x, const term *y, term *out) {
     int i = 0, j = 0;
     out->n = 0;
     while (i < x->n || j < y->n) {
-        if (j >= y->n || (i < x->n && x->atom[i] <= y->atom[j])) out->atom[out->n++] = x->atom[i++];
+        if (j >= y->n || (i < x->n && atom_cmp(x->atom[i], y->atom[j]) <= 0)) out->atom[out->n++] = x->atom[i++];
         else out->atom[out->n++] = y->atom[j++];
     }
     return GR_OK;
@@ -353,7 +380,8 @@ static gr_status atom(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out)
     else GR_TRY(intern(g, GR_DX_CONST, -1, -1, a.size, &ia));
     if (gr_dx_is_sym(b)) ib = b.expr;
     else GR_TRY(intern(g, GR_DX_CONST, -1, -1, b.size, &ib));
-    if ((op == GR_DX_MIN || op == GR_DX_MAX || op == GR_DX_EQ) && ib < ia) { /* commutative: one order */
+    cmp_graph = g;
+    if ((op == GR_DX_MIN || op == GR_DX_MAX || op == GR_DX_EQ) && atom_cmp(ib, ia) < 0) { /* commutative: one order */
         int32_t t = ia;
         ia = ib, ib = t;
     }
@@ -385,7 +413,7 @@ static bool poly_div_monomial(const poly *p, const term *m, poly *q) {
         term r = {t->coef / m->coef, 0, {0}};
         int j = 0;
         for (int a = 0; a < t->n; a++) {
-            if (j < m->n && t->atom[a] == m->atom[j]) j++;
+            if (j < m->n && t->atom[a] == m->atom[j]) j++; /* both in structural order: a merge */
             else r.atom[r.n++] = t->atom[a];
         }
         if (j != m->n) return false;
@@ -478,6 +506,7 @@ static gr_status compare(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, const pol
 }
 
 gr_status gr_dx_binary(gr_graph *g, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out) {
+    cmp_graph = g;
     if (!gr_dx_is_sym(a) && !gr_dx_is_sym(b)) {
         int64_t r;
         GR_TRY(concrete_binary(op, a.size, b.size, &r));
