@@ -129,7 +129,7 @@ static void test_parse_print(void) {
     CHECK(gr_dx_as_symbol(G, d) < 0 && !strcmp(gr_dx_text(G, d), "s0 + 1"));
     /* print -> parse -> print is stable, in a fresh graph too (other ids) */
     const char *texts[] = {"2*b*s + s - 7", "max(a, b)//2", "min(seq, 3) % 4 + lt(a, 2)*b", "(a - b)*(a + b) - 1", "eq(a, b)*x + 3",
-                           "-s + 10", "CeilDiv(s, 4)"};
+                           "-s + 10", "CeilDiv(s, 4)", "a % 7 - 2*(b % 7) + c % 5", "x - 3*(y//2)", "x - y % 4"};
     gr_graph *h = NULL;
     CHECK_OK(gr_ir_graph_create(&h));
     for (int i = 0; h && i < (int)(sizeof texts / sizeof texts[0]); i++) {

@@ -641,8 +641,10 @@ static void print_rec(const gr_graph *g, int32_t id, int prec, int depth, gr_str
         } else if (b->op == GR_DX_MUL && g->dx.data[b->a].op == GR_DX_CONST && g->dx.data[b->a].k < 0) {
             int64_t k = g->dx.data[b->a].k;
             gr_sb_puts(sb, " - ");
+            /* after "k*" an operand of the same precedence (s//2, s % 3) needs parentheses:
+             * 2*s % 3 would read back as (2*s) % 3 */
             if (k != -1) gr_sb_printf(sb, "%llu*", (unsigned long long)(-(uint64_t)k));
-            print_rec(g, b->b, 2, depth + 1, sb);
+            print_rec(g, b->b, k != -1 ? 3 : 2, depth + 1, sb);
         } else {
             gr_sb_puts(sb, " + ");
             print_rec(g, e->b, 1, depth + 1, sb);
