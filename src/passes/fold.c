@@ -42,7 +42,6 @@ typedef struct {
     fold_buf *bufs; /* n_bufs entries, all zero outside a node's folding */
     int n_bufs;
     GR_VEC(int) touched;
-    int64_t max_elems; /* outputs above this stay kernels */
 } fold_state;
 
 typedef struct {
@@ -78,7 +77,7 @@ static gr_status check_range(void *user, int param, const void *base, int64_t lo
 }
 
 /* ==== candidates ===================================================================== */
-static bool foldable(const gr_graph *g, const gr_ir_node *n, int64_t max_elems) {
+static bool foldable(const gr_graph *g, const gr_ir_node *n) {
     const gr_op_info *info = gr_op_get(n->op);
     if (!info || info->kind == GR_OPK_CONTROL) return false;
     /* a symbolic attribute (a fill of a symbolic value) has a value only per binding */
@@ -96,7 +95,7 @@ static bool foldable(const gr_graph *g, const gr_ir_node *n, int64_t max_elems) 
         int v = n->out[i];
         if (v < 0 || v >= g->values.len) return false;
         int64_t numel = gr_ir_value_numel(&g->values.data[v]);
-        if (numel < 0 || numel > max_elems) return false;
+        if (numel < 0 || numel > FOLD_MAX_ELEMS) return false;
         if ((n->op == GR_OP_FILL || n->op == GR_OP_RANGE) && numel > FOLD_MAX_CHEAP_GEN_ELEMS) return false;
     }
     return true;
@@ -290,7 +289,7 @@ static void remove_folded(gr_graph *g, const bool *folded) {
 /* ==== one node ================================================================================== */
 static gr_status fold_node(gr_graph *g, fold_state *fs, int ni, bool *folded) {
     *folded = false;
-    if (!foldable(g, &g->nodes.data[ni], fs->max_elems)) return GR_OK;
+    if (!foldable(g, &g->nodes.data[ni])) return GR_OK;
     fold_ctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
@@ -373,16 +372,12 @@ done:
     return st;
 }
 
-gr_status gr_pass_fold_constants(gr_graph *g) { return gr_pass_fold_constants_limit(g, FOLD_MAX_ELEMS); }
-
-gr_status gr_pass_fold_constants_limit(gr_graph *g, int64_t max_elems) {
-    if (max_elems <= 0 || max_elems > FOLD_MAX_ELEMS) max_elems = FOLD_MAX_ELEMS;
+gr_status gr_pass_fold_constants(gr_graph *g) {
     size_t n = (size_t)(g->nodes.len ? g->nodes.len : 1);
     bool *folded = gr_calloc(n, sizeof(bool));
     if (!folded) return gr_nomem();
     fold_state fs;
     memset(&fs, 0, sizeof fs);
-    fs.max_elems = max_elems;
     gr_status st = GR_OK;
     bool any = false;
     /* Folded nodes stay in place until the end: removing each at once moved

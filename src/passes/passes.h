@@ -26,8 +26,6 @@ gr_status gr_pass_predicate_if(gr_graph *g);
  * random_normal) at compile time, turning their outputs into constants.
  * Nodes producing graph outputs are folded too (the output becomes a constant). */
 gr_status gr_pass_fold_constants(gr_graph *g);
-/* The same for outputs of at most max_elems elements (larger ones stay kernels). */
-gr_status gr_pass_fold_constants_limit(gr_graph *g, int64_t max_elems);
 
 /* ---- lowered program ----------------------------------------------------------------- */
 typedef enum {
@@ -193,7 +191,6 @@ typedef struct {
 
 typedef struct {
     bool no_partition;    /* one segment holding every step (gr_pass_partition_none) */
-    int64_t fold_max_elems; /* fold only outputs up to this many elements (0: fold_constants' own limit) */
     /* Called after each pass with the pass's name ("input", "specialize",
      * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until

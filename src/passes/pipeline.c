@@ -31,7 +31,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     if (st == GR_OK) st = after(opts, "specialize", &c);
     if (st == GR_OK) st = gr_pass_predicate_if(c.g);
     if (st == GR_OK) st = after(opts, "predicate_if", &c);
-    if (st == GR_OK) st = gr_pass_fold_constants_limit(c.g, opts ? opts->fold_max_elems : 0);
+    if (st == GR_OK) st = gr_pass_fold_constants(c.g);
     if (st == GR_OK) st = after(opts, "fold_constants", &c);
     if (st == GR_OK) st = gr_pass_lower(c.g, &c.steps);
     if (st == GR_OK) st = after(opts, "lower", &c);

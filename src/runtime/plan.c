@@ -173,15 +173,10 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     memset(&obs, 0, sizeof obs);
     obs.fn = get_step_hook(&obs.user);
     obs.t_last = gr_now_us();
-    /* A symbolic graph's weight-only subgraphs were folded once at session creation; what folds
-     * here depends on the binding (shape vectors, position tables, masks). Folding it saves
-     * kernels on every run but costs host time for every new binding, about 12 ns per element
-     * and op on the interpreter: the dynamic GPT-2 export's [seq, seq] masks took 0.5 of the
-     * 0.8 ms of folding at seq 64, and would take seconds at seq 2048. Up to GR_RT_FOLD_PER_BINDING
-     * elements they fold (vectors of positions up to that length); larger ones stay kernels
-     * (at seq 64: 25 kernels instead of 21, 0.2 ms of folding). */
-    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
-                           .fold_max_elems = s->graph->syms.len ? GR_RT_FOLD_PER_BINDING : 0};
+    /* a symbolic graph's weight-only subgraphs were folded once at session creation; what folds
+     * here depends on the binding (masks, position tables): measured on the dynamic GPT-2 export,
+     * folding it per binding costs 0.8 ms of host time once and saves 37 of 58 kernels per run */
+    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;

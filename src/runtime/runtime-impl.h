@@ -20,9 +20,6 @@ typedef struct {
     uint64_t version; /* bumped by every set_input */
 } gr_rt_input;
 
-/* largest output a symbolic graph's plan folds for its binding (plan.c says why) */
-#define GR_RT_FOLD_PER_BINDING 1024
-
 /* mode auto: timed runs per candidate (eager, graph) before a segment's mode is chosen */
 #define GR_SCG_SAMPLES 3
 
