@@ -597,6 +597,16 @@ gr_status gr_dx_eval(const gr_graph *g, gr_dim d, const int64_t *sym_values, int
     return st;
 }
 
+int gr_dx_degree(const gr_graph *g, gr_dim d) {
+    if (!gr_dx_is_sym(d)) return 0;
+    poly p;
+    cmp_graph = g;
+    if (to_poly(g, d.expr, 0, &p) != GR_OK) return gr_error_clear(), -1;
+    int deg = 0;
+    for (int i = 0; i < p.n; i++) deg = GR_MAX(deg, p.t[i].n);
+    return deg;
+}
+
 void gr_dx_symbols_of(const gr_graph *g, gr_dim d, bool *used) {
     if (!gr_dx_is_sym(d)) return;
     /* iterative walk (expressions are DAGs of bounded depth) */

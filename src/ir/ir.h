@@ -142,6 +142,9 @@ gr_status gr_dx_import(struct gr_graph *dst, const struct gr_graph *src, gr_dim 
 gr_status gr_dx_set_range(struct gr_graph *g, int32_t sym, int64_t lo, int64_t hi);
 /* Symbol index of a plain-symbol dim, else -1. */
 int32_t gr_dx_as_symbol(const struct gr_graph *g, gr_dim d);
+/* Degree of d as a polynomial in its atoms (0 for a constant, 1 for seq or
+ * seq + 1 or min(seq, 4), 2 for seq*seq or batch*seq); -1 past the simplifier's limits. */
+int gr_dx_degree(const struct gr_graph *g, gr_dim d);
 /* Marks in used[0..syms.len) the symbols d depends on. */
 void gr_dx_symbols_of(const struct gr_graph *g, gr_dim d, bool *used);
 
@@ -203,6 +206,7 @@ typedef struct {
     int *out;
     gr_ir_attr *attrs;
     int line, col;   /* source location for messages; 0 if built by API */
+    bool no_fold;    /* constant folding leaves it to run time (set by the pipeline, see passes.h) */
 } gr_ir_node;
 
 /* ---- graph -------------------------------------------------------------------------- */

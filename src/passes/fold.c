@@ -81,7 +81,7 @@ static bool foldable(const gr_graph *g, const gr_ir_node *n) {
     const gr_op_info *info = gr_op_get(n->op);
     if (!info || info->kind == GR_OPK_CONTROL) return false;
     /* a symbolic attribute (a fill of a symbolic value) has a value only per binding */
-    if (gr_ir_node_has_sym_attr(n)) return false;
+    if (gr_ir_node_has_sym_attr(n) || n->no_fold) return false;
     int n_present = 0;
     for (int i = 0; i < n->n_in; i++) {
         int v = n->in[i];

@@ -191,6 +191,13 @@ typedef struct {
 
 typedef struct {
     bool no_partition;    /* one segment holding every step (gr_pass_partition_none) */
+    /* A graph with symbolic dims compiled per binding: before specialization, nodes whose output
+     * grows faster than linearly with the symbols (element count of degree >= 2: a [seq, seq]
+     * mask, a [batch, seq] table) are marked not to fold. Folding them would cost host time for
+     * every new binding growing with seq^2, and folding by concrete size would make the plan's
+     * structure depend on the length; decided on the symbolic shape, every binding gets the same
+     * kernels. Vectors over one symbol (positions) still fold. */
+    bool fold_linear_only;
     /* Called after each pass with the pass's name ("input", "specialize",
      * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until

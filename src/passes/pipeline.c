@@ -16,6 +16,26 @@ void gr_compiled_free(gr_compiled *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* fold_linear_only: marks nodes whose first output's element count has degree >= 2 in the symbols */
+static gr_status mark_superlinear(gr_graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        gr_ir_node *n = &g->nodes.data[i];
+        if (n->n_out < 1 || n->out[0] < 0) continue;
+        const gr_ir_value *v = &g->values.data[n->out[0]];
+        if (!v->typed) continue;
+        gr_dim numel = gr_dx_const(1);
+        bool ok = true;
+        for (int d = 0; d < v->ndim && ok; d++) {
+            gr_status st = gr_dx_binary(g, GR_DX_MUL, numel, v->dims[d], &numel);
+            if (st == GR_ERR_NOMEM) return st;
+            if (st != GR_OK) gr_error_clear(), ok = false;
+        }
+        int deg = ok ? gr_dx_degree(g, numel) : -1;
+        if (deg < 0 || deg >= 2) n->no_fold = true;
+    }
+    return GR_OK;
+}
+
 static gr_status after(const gr_pipeline_opts *o, const char *pass, gr_compiled *c) {
     return o && o->after_pass ? o->after_pass(o->user, pass, c) : GR_OK;
 }
@@ -27,6 +47,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     memset(&c, 0, sizeof c);
     gr_status st = gr_ir_graph_clone_borrow(src, &c.g); /* weights are shared, not copied */
     if (st == GR_OK) st = after(opts, "input", &c);
+    if (st == GR_OK && opts && opts->fold_linear_only) st = mark_superlinear(c.g);
     if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", &c);
     if (st == GR_OK) st = gr_pass_predicate_if(c.g);

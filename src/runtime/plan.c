@@ -173,10 +173,13 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     memset(&obs, 0, sizeof obs);
     obs.fn = get_step_hook(&obs.user);
     obs.t_last = gr_now_us();
-    /* a symbolic graph's weight-only subgraphs were folded once at session creation; what folds
-     * here depends on the binding (masks, position tables): measured on the dynamic GPT-2 export,
-     * folding it per binding costs 0.8 ms of host time once and saves 37 of 58 kernels per run */
-    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs};
+    /* A symbolic graph's weight-only subgraphs were folded once at session creation; what folds
+     * here depends on the binding. Folding costs about 12 ns per element and op on the host for
+     * every new binding: the dynamic GPT-2 export's [seq, seq] masks took 0.5 of its 0.8 ms at
+     * seq 64, and would take seconds at seq 2048. So values growing faster than linearly with the
+     * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
+    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
+                           .fold_linear_only = s->graph->syms.len > 0};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;
