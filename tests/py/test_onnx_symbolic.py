@@ -346,3 +346,33 @@ def test_dim_flag_disagrees_with_input(tmp_path, with_shape_arithmetic):
     assert r.returncode > 0, f"rc {r.returncode}:\n{r.stderr}"
     for word in ("query_states", "seq", "--dim"):
         assert re.search(rf"(?<![\w-]){re.escape(word)}\b", r.stderr), f"the error does not name {word!r}:\n{r.stderr}"
+
+
+# ==== expression dim_params on graph inputs (the dynamo exporter writes "seq + 1", "seq*batch") ====
+def test_expression_dim_params_bind_and_check(tmp_path):
+    """x[batch, seq] and p[batch, "seq + 1"] (a cache one longer): seq binds from x, p's dim is
+    checked against seq + 1; q["2*n"] alone binds n by solving 2*n = its length."""
+    nodes = [node("Slice", ["p", "c1", "big", "c1"], ["p_tail"]),  # p[:, 1:]
+             node("Add", ["x", "p_tail"], ["y"]),
+             node("Relu", ["q"], ["z"])]
+    inits = [helper.make_tensor("c1", TensorProto.INT64, [1], [1]), helper.make_tensor("big", TensorProto.INT64, [1], [1 << 40])]
+    m = make_model(nodes, [("x", F, ["batch", "seq"]), ("p", F, ["batch", "seq + 1"]), ("q", F, ["2*n"])],
+                   [("y", F, ["batch", "seq"]), ("z", F, ["2*n"])], inits)
+    path = str(tmp_path / "model.onnx")
+    onnx.save(m, path)
+    rng = np.random.RandomState(11)
+    for b, s, n in ((1, 1, 1), (2, 9, 3)):
+        feeds = {"x": rand(rng, b, s), "p": rand(rng, b, s + 1), "q": rand(rng, 2 * n)}
+        r, out = run_at(tmp_path, path, feeds, f"e{b}_{s}_{n}")
+        assert r.returncode == 0, r.stderr
+        ref = ReferenceEvaluator(m).run(None, feeds)
+        np.testing.assert_allclose(np.load(out / "y.npy"), ref[0], rtol=1e-6)
+        np.testing.assert_allclose(np.load(out / "z.npy"), ref[1], rtol=1e-6)
+    # p not one longer than x: refused, naming the input, the dim and the expression
+    feeds = {"x": rand(rng, 2, 5), "p": rand(rng, 2, 5), "q": rand(rng, 4)}
+    r, _ = run_at(tmp_path, path, feeds, "bad1")
+    assert r.returncode != 0 and "input 'p': dim 1 is 5, but the graph says it is seq + 1 = 6" in r.stderr, r.stderr
+    # an odd length for 2*n: no n solves it
+    feeds = {"x": rand(rng, 2, 5), "p": rand(rng, 2, 6), "q": rand(rng, 3)}
+    r, _ = run_at(tmp_path, path, feeds, "bad2")
+    assert r.returncode != 0 and "'n'" in r.stderr, r.stderr
