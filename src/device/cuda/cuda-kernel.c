@@ -60,6 +60,9 @@ static gr_status source_module(gr_cuda_ctx *c, const char *source, const char *n
  * using it: a plan destroyed releases its kernels, the last release unloads. */
 
 struct gr_cuda_module {
+    uint64_t skey;       /* structure hash of the kernels using it */
+    gr_kernel *rep;      /* the kernel it was rendered from: a kernel of equal structure renders
+                            the same source, so a prepare finds its module without rendering */
     uint64_t key;        /* hash of the source */
     char *source;        /* compared on a key match: a hash collision never shares a module */
     size_t source_bytes;
@@ -70,6 +73,7 @@ struct gr_cuda_module {
 
 static void module_free(gr_cuda_ctx *c, gr_cuda_module *m) {
     if (m->module) c->cu->cuModuleUnload(m->module);
+    gr_kernel_destroy(m->rep);
     if (m->source) gr_free(m->source, m->source_bytes);
     gr_free(m, sizeof(*m));
 }
@@ -90,6 +94,11 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf 
     gr_cuda_module *m = gr_calloc(1, sizeof(*m));
     if (!m) return GR_ERR_NOMEM;
     m->key = key;
+    m->skey = gr_kernel_structure_hash(k);
+    if (gr_kernel_clone(k, &m->rep) != GR_OK) {
+        gr_free(m, sizeof(*m));
+        return GR_ERR_NOMEM;
+    }
     m->source_bytes = src->len + 1;
     m->source = gr_malloc(m->source_bytes);
     gr_status st = m->source ? GR_OK : GR_ERR_NOMEM;
@@ -111,6 +120,24 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf 
     c->modules.data[c->modules.len++] = m;
     c->kstats.generic_new++;
     *out = m;
+    return GR_OK;
+}
+
+/* A loaded module rendered from a kernel of k's structure, or NULL (no rendering needed to find it). */
+static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kernel *k, gr_cuda_module **out) {
+    *out = NULL;
+    uint64_t skey = gr_kernel_structure_hash(k);
+    for (int i = 0; i < c->modules.len; i++) {
+        gr_cuda_module *m = c->modules.data[i];
+        if (m->skey != skey || !m->rep) continue;
+        bool same = false;
+        GR_TRY(gr_kernel_structure_equal(m->rep, k, &same));
+        if (!same) continue;
+        m->refs++;
+        c->kstats.generic_reused++;
+        *out = m;
+        return GR_OK;
+    }
     return GR_OK;
 }
 
@@ -138,7 +165,11 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
     if (fallback) generic = false;
     gr_strbuf sb;
     gr_sb_init(&sb);
-    gr_status st = gr_render_cuda_mode(k, generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
+    gr_cuda_module *known = NULL;
+    gr_status st = generic ? module_find_structure(c, k, &known) : GR_OK;
+    /* a structure seen before: its module, without rendering the source again (what a new binding
+     * of a symbolic graph mostly prepares) */
+    if (st == GR_OK && !known) st = gr_render_cuda_mode(k, generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         return st;
@@ -146,8 +177,10 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
     gr_kfunc *f = gr_calloc(1, sizeof(*f));
     if (!f) {
         gr_sb_free(&sb);
+        module_put(c, known);
         return GR_ERR_NOMEM;
     }
+    f->shared = known; /* released with f from here on */
     st = gr_kernel_clone(k, &f->kernel);
     if (st != GR_OK) goto fail;
     if (generic) {
@@ -162,7 +195,7 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
             st = GR_ERR_NOMEM;
             goto fail;
         }
-        st = module_get(c, k, &sb, &f->shared, &f->from_cache);
+        if (!f->shared) st = module_get(c, k, &sb, &f->shared, &f->from_cache);
         if (st != GR_OK) goto fail;
         f->fn = f->shared->fn;
     } else {
