@@ -168,7 +168,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
         st = GR_ERR_NOMEM;
         goto fail;
     }
-    if (n_syms) memcpy(p->sym_values, sym_values, sizeof(int64_t) * (size_t)n_syms);
+    /* no values: a graph whose inputs are concrete, compiled at creation; a symbol only
+     * its attributes use has no value, and specialization names it */
+    for (int k = 0; k < n_syms; k++) p->sym_values[k] = sym_values ? sym_values[k] : -1;
     plan_observer obs;
     memset(&obs, 0, sizeof obs);
     obs.fn = get_step_hook(&obs.user);

@@ -308,12 +308,19 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
             }
         }
     }
+    /* a symbol no input dim holds cannot be bound: left without a value (specialization
+     * names what uses it, if anything does) */
+    memset(used, 0, (size_t)(n ? n : 1) * sizeof(bool));
+    for (int i = 0; i < g->inputs.len; i++) {
+        const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
+        for (int d = 0; d < v->ndim; d++) gr_dx_symbols_of(g, v->dims[d], used);
+    }
     for (int k = 0; k < n && st == GR_OK; k++)
-        if (syms[k] < 0) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k].name);
+        if (syms[k] < 0 && used[k]) st = gr_error(GR_ERR_SHAPE, "symbolic dim '%s' is not bound by any input", g->syms.data[k].name);
     /* 3. ranges, then every dim against its expression */
     for (int k = 0; k < n && st == GR_OK; k++) {
         const gr_ir_symbol *sym = &g->syms.data[k];
-        if (syms[k] >= sym->lo && syms[k] <= sym->hi) continue;
+        if (syms[k] < 0 || (syms[k] >= sym->lo && syms[k] <= sym->hi)) continue;
         char range[64];
         if (sym->hi >= GR_DX_INF) snprintf(range, sizeof range, ">= %lld", (long long)sym->lo);
         else snprintf(range, sizeof range, "in %lld..%lld", (long long)sym->lo, (long long)sym->hi);
