@@ -56,7 +56,9 @@ static void errorf(const char *fmt, ...) {
 }
 
 static void notef(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static bool quiet_notes; /* set while bench prepares extra bindings */
 static void notef(const char *fmt, ...) {
+    if (quiet_notes) return;
     va_list ap;
     va_start(ap, fmt);
     vmessage("graft: note: ", fmt, ap);
@@ -1073,6 +1075,68 @@ static int open_session(const cli_opts *o, gr_graph_t *g, gr_session_t *sess, in
     return code;
 }
 
+/* bench on a symbolic model whose dims all come from --dim: the host time to prepare the plan
+ * of a new binding (each --dim value - 1 .. - BENCH_NEW_BINDINGS, or + where that would reach 0;
+ * inputs generated), the one cost a new length pays; *n = 0 when not applicable. */
+#define BENCH_NEW_BINDINGS 5
+static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o, double *mean_ms, int *n, long *compiled) {
+    *n = 0;
+    *mean_ms = 0;
+    *compiled = 0;
+    if (gr_graph_num_dims(g) == 0 || o->n_inputs > 0 || o->n_dims == 0) return 0;
+    kv_arg *dims = calloc((size_t)o->n_dims, sizeof *dims);
+    char (*vals)[32] = calloc((size_t)o->n_dims, sizeof *vals);
+    if (!dims || !vals) {
+        free(dims), free(vals);
+        return 0;
+    }
+    gr_kernel_stats before;
+    memset(&before, 0, sizeof before);
+    gr_session_kernel_stats(sess, &before);
+    double total = 0;
+    quiet_notes = true;
+    for (int k = 1; k <= BENCH_NEW_BINDINGS; k++) {
+        cli_opts o2 = *o;
+        for (int d = 0; d < o->n_dims; d++) {
+            long v = 0;
+            parse_long(o->dims[d].value, &v);
+            /* smaller first (a model's tables end somewhere), within the dim's range */
+            int64_t lo = 1;
+            for (int j = 0; j < gr_graph_num_dims(g); j++) {
+                gr_dim_info di;
+                if (gr_graph_dim_info(g, j, &di) == GR_OK && name_eq(&o->dims[d], di.name)) lo = di.lo;
+            }
+            snprintf(vals[d], sizeof vals[d], "%ld", v - k >= lo ? v - k : v + k);
+            dims[d] = o->dims[d];
+            dims[d].value = vals[d];
+        }
+        o2.dims = dims;
+        input_set in2;
+        gr_run_stats st;
+        int code = resolve_inputs(g, &o2, &in2);
+        if (!code) code = set_inputs(sess, &in2);
+        gr_status rs = code ? GR_ERR_INVALID : gr_session_run(sess);
+        if (rs == GR_OK) rs = gr_session_stats(sess, &st);
+        input_set_free(&in2);
+        if (rs != GR_OK) { /* e.g. past a declared range: stop there */
+            quiet_notes = false;
+            notef("bench: new binding +%d not measured: %s", k, gr_last_error());
+            break;
+        }
+        total += st.compile_us;
+        (*n)++;
+    }
+    quiet_notes = false;
+    gr_kernel_stats after;
+    memset(&after, 0, sizeof after);
+    gr_session_kernel_stats(sess, &after);
+    *compiled = after.compiled - before.compiled;
+    *mean_ms = *n ? total / *n / 1e3 : 0;
+    free(dims);
+    free(vals);
+    return 0;
+}
+
 static int cmd_run(const cli_opts *o) {
     gr_graph_t g = NULL;
     gr_session_t sess = NULL;
@@ -1200,6 +1264,15 @@ static int cmd_bench(const cli_opts *o) {
             else printf("kernel time sum      %.3f us\n", kernel_sum_us), print_text(text);
             gr_free_string(text);
         }
+        /* the cost of a new length: measured after the timed runs and the profile (the current plan changes) */
+        double nb_ms = 0;
+        int nb_n = 0;
+        long nb_compiled = 0;
+        bench_new_bindings(g, sess, o, &nb_ms, &nb_n, &nb_compiled);
+        if (nb_n)
+            printf("new binding          %.3f ms host time to prepare a new binding's plan (mean of %d, each --dim value "
+                   "moved by 1..%d; %ld kernels compiled by NVRTC)\n",
+                   nb_ms, nb_n, nb_n, nb_compiled);
         if (o->json_path) {
             FILE *f = fopen(o->json_path, "w");
             if (!f) {
@@ -1231,6 +1304,7 @@ static int cmd_bench(const cli_opts *o) {
                 fprintf(f, "  \"modules_loaded\": %ld,\n  \"generic_structures\": %ld,\n  \"generic_reused\": %ld,\n", ks.modules_loaded,
                         ks.generic_new, ks.generic_reused);
                 fprintf(f, "  \"load_ms\": %.3f,\n", load_us / 1e3);
+                if (nb_n) fprintf(f, "  \"new_binding_ms\": %.4f,\n  \"new_bindings\": %d,\n  \"new_binding_nvrtc_compiles\": %ld,\n", nb_ms, nb_n, nb_compiled);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);
                 if (fclose(f) != 0) {

@@ -776,3 +776,22 @@ def test_dump_binds_symbolic_dims(sym_model):
     expect_fail(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "M=4"), USAGE, "no symbolic dim named 'M'")
     expect_fail(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "N=5"), USAGE, "'N'", "twice")
     expect_ok(run_graft("dump", sym_model, "--dim", "N=4", "--dim", "N=4"))
+
+
+def test_bench_reports_new_binding_cost(tmp_path, sym_model):
+    """bench on a symbolic model bound by --dim prepares five more bindings and reports their
+    mean plan time (a timing: printed, never asserted); a range that leaves no room stops it
+    with a note, and files given with --input make it skip"""
+    js = tmp_path / "b.json"
+    p = expect_ok(run_graft("bench", sym_model, "--dim", "N=9", "--iters", "1", "--warmup", "0", "--json", str(js)))
+    assert re.search(r"^new binding\s+[0-9.]+ ms host time .* \(mean of 5, each --dim value moved by 1\.\.5; 0 kernels compiled",
+                     p.stdout, re.M), p.stdout
+    rec = json.loads(js.read_text())
+    assert rec["new_bindings"] == 5 and rec["new_binding_ms"] > 0
+    p = expect_ok(run_graft("bench", sym_model, "--dim", "N=2", "--dim-range", "N=2:3", "--iters", "1", "--warmup", "0"))
+    assert "new binding +2 not measured" in p.stderr and "outside its declared range" in p.stderr, p.stderr
+    assert "mean of 1" in p.stdout
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((3, 4), np.float32))
+    p = expect_ok(run_graft("bench", sym_model, "--input", f"x={x}", "--input", f"y={x}", "--iters", "1", "--warmup", "0"))
+    assert "new binding" not in p.stdout
