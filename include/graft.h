@@ -271,6 +271,10 @@ GR_API gr_status gr_session_profile(gr_session_t s, char **out_text, double *ker
 
 /* Human-readable description of the compiled plan (graft explain). */
 GR_API gr_status gr_session_explain(gr_session_t s, char **out_text);
+/* The symbolic plan of a graph, before any binding (graft explain without --dim): its
+ * symbolic dims and their ranges, and the graph with every value's shape as an expression
+ * (constants of more than 16 elements elided). */
+GR_API gr_status gr_graph_explain(gr_graph_t g, char **out_text);
 /* IR after each pass (graft dump). The graph must have no symbolic dims, or: */
 GR_API gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
 /* ... with symbolic dims bound by name: dim_names[i] = dim_values[i] (graft dump --dim N=4).

@@ -1388,19 +1388,8 @@ static int cmd_dump(const cli_opts *o) {
 
 /* explain without a binding: the symbolic plan (dims, ranges, every shape as an expression) */
 static int explain_symbolic(const cli_opts *o, gr_graph_t g) {
-    printf("symbolic plan (no binding given: pass --dim NAME=VALUE or --input to compile and explain one)\n");
-    printf("symbolic dims:\n");
-    for (int k = 0; k < gr_graph_num_dims(g); k++) {
-        gr_dim_info di;
-        if (gr_graph_dim_info(g, k, &di) != GR_OK) continue;
-        if (di.hi == INT64_MAX) printf("  %-20s range %lld.. (%s)\n", show(di.name), (long long)di.lo, di.declared ? "declared" : "default");
-        else printf("  %-20s range %lld..%lld (%s)\n", show(di.name), (long long)di.lo, (long long)di.hi, di.declared ? "declared" : "default");
-    }
-    printf("kernels: generated once per symbolic plan; each binding evaluates the expressions, plans memory\n"
-           "and reuses the compiled kernels (graft bench reports the time to prepare a new binding)\n");
-    printf("graph (every value's shape as an expression):\n");
     char *text = NULL;
-    gr_status st = gr_graph_print(g, &text);
+    gr_status st = gr_graph_explain(g, &text);
     if (st != GR_OK) return api_fail(st, o->model);
     print_text(text);
     gr_free_string(text);

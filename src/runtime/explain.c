@@ -124,3 +124,38 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     *out_text = gr_sb_take(&sb);
     return *out_text ? GR_OK : GR_ERR_NOMEM;
 }
+
+gr_status gr_graph_explain(gr_graph_t g, char **out_text) {
+    if (!g || !out_text) return gr_error(GR_ERR_INVALID, "gr_graph_explain: NULL argument");
+    *out_text = NULL;
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    gr_sb_puts(&sb, "symbolic plan (no binding given: bind the dims, e.g. graft explain --dim NAME=VALUE, to compile and "
+                    "explain one)\nsymbolic dims:\n");
+    for (int k = 0; k < g->syms.len; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        if (sym->hi >= GR_DX_INF)
+            gr_sb_printf(&sb, "  %-20s range %lld.. (%s)\n", sym->name, (long long)sym->lo, sym->declared ? "declared" : "default");
+        else
+            gr_sb_printf(&sb, "  %-20s range %lld..%lld (%s)\n", sym->name, (long long)sym->lo, (long long)sym->hi,
+                         sym->declared ? "declared" : "default");
+    }
+    if (!g->syms.len) gr_sb_puts(&sb, "  none: the graph has one shape\n");
+    gr_sb_puts(&sb, "each binding: the dims evaluated, a plan compiled (weights shared, kernels generic: one compiled module "
+                    "per kernel structure), memory planned per binding or once for the largest (--arena max)\n"
+                    "graph (every value's shape as an expression; constants elided):\n");
+    char *text = NULL;
+    gr_status st = gr_gir_print(g, 16, GR_GIR_ELIDE, &text);
+    if (st == GR_OK) gr_sb_puts(&sb, text);
+    gr_strfree(text);
+    if (st != GR_OK) {
+        gr_sb_free(&sb);
+        return st;
+    }
+    if (sb.failed) {
+        gr_sb_free(&sb);
+        return gr_nomem();
+    }
+    *out_text = gr_sb_take(&sb);
+    return *out_text ? GR_OK : gr_nomem();
+}
