@@ -83,6 +83,13 @@ static void ints_str(const int64_t *v, int n, char *buf, size_t size) {
     snprintf(buf + pos, pos < size ? size - pos : 0, "]");
 }
 
+/* "node 'x' (op) at file:line:col", formatted on first use */
+static const char *where_of(const ctx_t *c) {
+    ctx_t *m = (ctx_t *)c;
+    if (!m->where[0]) gr_ir_node_where(m->g, m->n, m->where, sizeof m->where);
+    return m->where;
+}
+
 static gr_status fail(const ctx_t *c, gr_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static gr_status fail(const ctx_t *c, gr_status st, const char *fmt, ...) {
     char msg[1024];
@@ -90,7 +97,7 @@ static gr_status fail(const ctx_t *c, gr_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return gr_error(st, "%s: %s", c->where, msg);
+    return gr_error(st, "%s: %s", where_of(c), msg);
 }
 
 /* a op b on dims; *ok = false when the result is past the simplifier's limits
@@ -103,7 +110,7 @@ static gr_status dx(const ctx_t *c, gr_dx_op op, gr_dim a, gr_dim b, gr_dim *out
         *out = dim_c(0);
         return GR_OK;
     }
-    if (st == GR_ERR_SHAPE) return gr_error_prefix(st, "%s", c->where);
+    if (st == GR_ERR_SHAPE) return gr_error_prefix(st, "%s", where_of(c));
     return st;
 }
 
@@ -1072,7 +1079,7 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
     c.g = g;
     c.node_index = node;
     c.n = &g->nodes.data[node];
-    gr_ir_node_where(g, c.n, c.where, sizeof c.where);
+    c.where[0] = 0; /* formatted when a message needs it: inference runs for every node, often */
     const gr_op_info *info = gr_op_get(c.n->op);
     if (!info) return fail(&c, GR_ERR_INVALID, "unknown op");
     GR_TRY(gr_ir_check_attrs(g, c.n)); /* an unknown attribute would be ignored below: a silently wrong result */

@@ -63,7 +63,7 @@ static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
         const char *approx;
         GR_TRY(gr_ir_attr_string(c->g, n, "approximate", "none", &approx));
         if (strcmp(approx, "none") && strcmp(approx, "tanh"))
-            return gr_error(GR_ERR_INVALID, "%s: approximate must be \"none\" or \"tanh\", got \"%s\"", c->where, approx);
+            return gr_error(GR_ERR_INVALID, "%s: approximate must be \"none\" or \"tanh\", got \"%s\"", lw_where(c), approx);
         return gr_kx_unary(b->k, strcmp(approx, "tanh") ? GR_KU_GELU : GR_KU_GELU_TANH, t, a[0], out);
     }
     if (n->op == GR_OP_SELU) {
@@ -78,15 +78,15 @@ static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
     if (kind == GR_OPK_UNARY && op_kfn[n->op] >= 0) return gr_kx_unary(b->k, (gr_kunary)op_kfn[n->op], t, a[0], out);
     if ((kind == GR_OPK_BINARY || kind == GR_OPK_COMPARE) && op_kfn[n->op] >= 0)
         return gr_kx_binary(b->k, (gr_kbinary)op_kfn[n->op], t, a[0], a[1], out);
-    return gr_error(GR_ERR_UNSUPPORTED, "%s: not an elementwise op", c->where);
+    return gr_error(GR_ERR_UNSUPPORTED, "%s: not an elementwise op", lw_where(c));
 }
 
 gr_status lw_lower_elementwise(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
     int want = n->op == GR_OP_WHERE ? 3 : gr_op_get(n->op)->kind == GR_OPK_UNARY ? 1 : 2;
-    if (n->n_in != want || n->n_out != 1) return gr_error(GR_ERR_INVALID, "%s: expects %d inputs and 1 output", c->where, want);
+    if (n->n_in != want || n->n_out != 1) return gr_error(GR_ERR_INVALID, "%s: expects %d inputs and 1 output", lw_where(c), want);
     for (int i = 0; i < want; i++)
-        if (n->in[i] < 0) return gr_error(GR_ERR_INVALID, "%s: input %d is missing", c->where, i);
+        if (n->in[i] < 0) return gr_error(GR_ERR_INVALID, "%s: input %d is missing", lw_where(c), i);
     int y = lw_out(c, 0);
     if (lw_numel(c, y) == 0) return GR_OK;
     int64_t dims[GR_MAX_DIMS];

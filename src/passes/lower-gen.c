@@ -45,7 +45,7 @@ gr_status lw_lower_range(gr_lctx *c) {
     const gr_ir_attr *sa = gr_ir_attr_find(n, "start"), *da = gr_ir_attr_find(n, "delta");
     int64_t yd[GR_MAX_DIMS];
     int nd = lw_shape(c, y, yd);
-    if (nd != 1) return gr_error(GR_ERR_SHAPE, "%s: range output must be 1-D, got rank %d", c->where, nd);
+    if (nd != 1) return gr_error(GR_ERR_SHAPE, "%s: range output must be 1-D, got rank %d", lw_where(c), nd);
     if (yd[0] == 0) return GR_OK;
     gr_lkb b;
     GR_TRY(lw_kernel_begin(c, &b, 1, yd));
@@ -122,7 +122,7 @@ gr_status lw_lower_random(gr_lctx *c) {
     int y = lw_out(c, 0);
     gr_dtype t = lw_val(c, y)->dtype;
     if (!gr_dtype_is_float(t))
-        return gr_error(GR_ERR_UNSUPPORTED, "%s: random values need a float dtype, got %s", c->where, gr_dtype_name(t));
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: random values need a float dtype, got %s", lw_where(c), gr_dtype_name(t));
     int64_t seed;
     double p0, p1;
     GR_TRY(gr_ir_attr_int(c->g, n, "seed", 0, &seed));
@@ -190,9 +190,9 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     mi->nb = lw_shape(c, mi->b, mi->bd);
     int ny = lw_shape(c, mi->y, mi->yd);
     mi->t = lw_val(c, mi->y)->dtype;
-    if (mi->na < 1 || mi->nb < 1) return gr_error(GR_ERR_SHAPE, "%s: matmul operands need at least 1 dim", c->where);
+    if (mi->na < 1 || mi->nb < 1) return gr_error(GR_ERR_SHAPE, "%s: matmul operands need at least 1 dim", lw_where(c));
     if (lw_val(c, mi->a)->dtype != mi->t || lw_val(c, mi->b)->dtype != mi->t)
-        return gr_error(GR_ERR_SHAPE, "%s: operand dtypes differ from the output's", c->where);
+        return gr_error(GR_ERR_SHAPE, "%s: operand dtypes differ from the output's", lw_where(c));
     mi->ta = mi->na > 1 && ta;
     mi->tb = mi->nb > 1 && tb;
     int64_t ka;
@@ -203,7 +203,7 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     else if (mi->tb) mi->n = mi->bd[mi->nb - 2], mi->k = mi->bd[mi->nb - 1];
     else mi->n = mi->bd[mi->nb - 1], mi->k = mi->bd[mi->nb - 2];
     if (ka != mi->k)
-        return gr_error(GR_ERR_SHAPE, "%s: inner dims differ (%lld vs %lld)", c->where, (long long)ka, (long long)mi->k);
+        return gr_error(GR_ERR_SHAPE, "%s: inner dims differ (%lld vs %lld)", lw_where(c), (long long)ka, (long long)mi->k);
     int nab = mi->na > 2 ? mi->na - 2 : 0, nbb = mi->nb > 2 ? mi->nb - 2 : 0;
     mi->nbo = GR_MAX(nab, nbb);
     int64_t pa[GR_MAX_DIMS], pb[GR_MAX_DIMS];
@@ -212,7 +212,7 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     mi->batch = 1;
     for (int d = 0; d < mi->nbo; d++) {
         if (pa[d] != pb[d] && pa[d] != 1 && pb[d] != 1)
-            return gr_error(GR_ERR_SHAPE, "%s: batch dim %d does not broadcast (%lld vs %lld)", c->where, d,
+            return gr_error(GR_ERR_SHAPE, "%s: batch dim %d does not broadcast (%lld vs %lld)", lw_where(c), d,
                             (long long)pa[d], (long long)pb[d]);
         mi->batch_dims[d] = pa[d] == 1 ? pb[d] : pa[d];
         mi->batch *= mi->batch_dims[d];
@@ -222,16 +222,16 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     memcpy(wd, mi->batch_dims, sizeof wd);
     if (mi->na > 1) wd[mi->nbo] = mi->m;
     if (mi->nb > 1) wd[want - 1] = mi->n;
-    if (ny != want) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", c->where, ny, want);
+    if (ny != want) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", lw_where(c), ny, want);
     for (int d = 0; d < ny; d++)
-        if (wd[d] != mi->yd[d]) return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", c->where, d,
+        if (wd[d] != mi->yd[d]) return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", lw_where(c), d,
                                                 (long long)mi->yd[d], (long long)wd[d]);
     if (mi->bias >= 0) {
         const gr_ir_value *bv = lw_val(c, mi->bias);
-        if (bv->ndim > ny) return gr_error(GR_ERR_SHAPE, "%s: bias has more dims than the output", c->where);
+        if (bv->ndim > ny) return gr_error(GR_ERR_SHAPE, "%s: bias has more dims than the output", lw_where(c));
         for (int d = 0; d < bv->ndim; d++) {
             int64_t s = bv->dims[d].size, o = mi->yd[d + ny - bv->ndim];
-            if (s != 1 && s != o) return gr_error(GR_ERR_SHAPE, "%s: bias does not broadcast to the output", c->where);
+            if (s != 1 && s != o) return gr_error(GR_ERR_SHAPE, "%s: bias does not broadcast to the output", lw_where(c));
         }
     }
     return GR_OK;

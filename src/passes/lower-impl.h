@@ -20,8 +20,16 @@ typedef struct {
     int node;             /* index of the node being lowered */
     gr_step_list *out;
     int n_kernels;        /* kernels made for this node so far (names) */
-    char where[320];      /* "node 'x' (op)" for messages */
+    char where[320];      /* "node 'x' (op)" for messages: formatted on first use (lw_where) */
 } gr_lctx;
+
+/* "node 'x' (op) at file:line:col": lowering runs for every node of every plan, and only a
+ * failure needs the text, so it is formatted then */
+static inline const char *lw_where(const gr_lctx *c) {
+    gr_lctx *m = (gr_lctx *)c;
+    if (!m->where[0]) gr_ir_node_where(m->g, &m->g->nodes.data[m->node], m->where, sizeof m->where);
+    return m->where;
+}
 
 /* A kernel under construction and the args that bind its params. */
 typedef struct {

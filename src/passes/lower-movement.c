@@ -27,7 +27,7 @@ static gr_status copy_kernel(gr_lctx *c, int x, int y, const gr_kaccess *acc) {
 }
 
 static gr_status shape_mismatch(const gr_lctx *c, int d, int64_t want, int64_t got) {
-    return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", c->where, d, (long long)got, (long long)want);
+    return gr_error(GR_ERR_SHAPE, "%s: output dim %d is %lld, expected %lld", lw_where(c), d, (long long)got, (long long)want);
 }
 
 /* ==== transpose / expand ======================================================================= */
@@ -41,15 +41,15 @@ gr_status lw_lower_transpose(gr_lctx *c) {
     const int64_t *perm;
     int np;
     GR_TRY(gr_ir_attr_ints(c->g, lw_node(c), "perm", &perm, &np));
-    if (np >= 0 && np != nd) return gr_error(GR_ERR_SHAPE, "%s: perm has %d entries for rank %d", c->where, np, nd);
-    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", c->where);
+    if (np >= 0 && np != nd) return gr_error(GR_ERR_SHAPE, "%s: perm has %d entries for rank %d", lw_where(c), np, nd);
+    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", lw_where(c));
     gr_kaccess acc;
     gr_kaccess_init(&acc);
     bool used[GR_MAX_DIMS] = {false};
     for (int j = 0; j < nd; j++) {
         int64_t p = np < 0 ? nd - 1 - j : perm[j];
         if (p < 0) p += nd;
-        if (p < 0 || p >= nd || used[p]) return gr_error(GR_ERR_SHAPE, "%s: perm is not a permutation", c->where);
+        if (p < 0 || p >= nd || used[p]) return gr_error(GR_ERR_SHAPE, "%s: perm is not a permutation", lw_where(c));
         used[p] = true;
         if (yd[j] != xd[p]) return shape_mismatch(c, j, xd[p], yd[j]);
         acc.stride[j] = rs[p];
@@ -61,7 +61,7 @@ gr_status lw_lower_expand(gr_lctx *c) {
     int x = lw_in(c, 0), y = lw_out(c, 0);
     int64_t xd[GR_MAX_DIMS], yd[GR_MAX_DIMS];
     int nx = lw_shape(c, x, xd), ny = lw_shape(c, y, yd);
-    if (nx > ny) return gr_error(GR_ERR_SHAPE, "%s: output rank %d below input rank %d", c->where, ny, nx);
+    if (nx > ny) return gr_error(GR_ERR_SHAPE, "%s: output rank %d below input rank %d", lw_where(c), ny, nx);
     for (int d = 0; d < nx; d++)
         if (xd[d] != 1 && xd[d] != yd[d + ny - nx]) return shape_mismatch(c, d + ny - nx, xd[d], yd[d + ny - nx]);
     gr_kaccess acc;
@@ -85,8 +85,8 @@ gr_status lw_lower_slice(gr_lctx *c) {
     GR_TRY(gr_ir_attr_ints(c->g, n, "axes", &axes, &na));
     GR_TRY(gr_ir_attr_ints(c->g, n, "steps", &steps, &nst));
     if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
-        return gr_error(GR_ERR_INVALID, "%s: starts, ends, axes and steps must have the same length", c->where);
-    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", c->where);
+        return gr_error(GR_ERR_INVALID, "%s: starts, ends, axes and steps must have the same length", lw_where(c));
+    if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", lw_where(c));
     lw_shape(c, y, yd);
     int64_t start[GR_MAX_DIMS], step[GR_MAX_DIMS], count[GR_MAX_DIMS];
     for (int d = 0; d < nd; d++) start[d] = 0, step[d] = 1, count[d] = xd[d];
@@ -94,11 +94,11 @@ gr_status lw_lower_slice(gr_lctx *c) {
     for (int i = 0; i < ns; i++) {
         int a;
         GR_TRY(lw_axis(c, na >= 0 ? axes[i] : i, nd, &a));
-        if (seen[a]) return gr_error(GR_ERR_INVALID, "%s: axis %d sliced twice", c->where, a);
+        if (seen[a]) return gr_error(GR_ERR_INVALID, "%s: axis %d sliced twice", lw_where(c), a);
         seen[a] = true;
         int64_t s = nst >= 0 ? steps[i] : 1;
         if (!gr_ir_slice_axis(xd[a], starts[i], ends[i], s, &start[a], &count[a]))
-            return gr_error(GR_ERR_INVALID, "%s: step 0 on axis %d", c->where, a);
+            return gr_error(GR_ERR_INVALID, "%s: step 0 on axis %d", lw_where(c), a);
         step[a] = s;
     }
     gr_kaccess acc;
@@ -128,12 +128,12 @@ gr_status lw_lower_concat(gr_lctx *c) {
     int64_t pos = 0;
     for (int i = 0; i < n->n_in; i++) {
         int x = n->in[i];
-        if (x < 0 || lw_val(c, x)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: input %d has the wrong rank", c->where, i);
+        if (x < 0 || lw_val(c, x)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: input %d has the wrong rank", lw_where(c), i);
         int64_t xd[GR_MAX_DIMS];
         lw_shape(c, x, xd);
         for (int d = 0; d < nd; d++)
             if (d != axis && xd[d] != yd[d])
-                return gr_error(GR_ERR_SHAPE, "%s: input %d dim %d is %lld, output has %lld", c->where, i, d,
+                return gr_error(GR_ERR_SHAPE, "%s: input %d dim %d is %lld, output has %lld", lw_where(c), i, d,
                                 (long long)xd[d], (long long)yd[d]);
         pos += xd[axis];
     }
@@ -181,13 +181,13 @@ gr_status lw_lower_split(gr_lctx *c) {
     for (int j = 0; j < n_out; j++) {
         int y = lw_out(c, j);
         int64_t yd[GR_MAX_DIMS];
-        if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output %d has the wrong rank", c->where, j);
+        if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output %d has the wrong rank", lw_where(c), j);
         lw_shape(c, y, yd);
         for (int d = 0; d < nd; d++)
             if (d != axis && yd[d] != xd[d]) return shape_mismatch(c, d, xd[d], yd[d]);
         total += yd[axis];
     }
-    if (total != xd[axis]) return gr_error(GR_ERR_SHAPE, "%s: outputs cover %lld of %lld along axis %d", c->where,
+    if (total != xd[axis]) return gr_error(GR_ERR_SHAPE, "%s: outputs cover %lld of %lld along axis %d", lw_where(c),
                                            (long long)total, (long long)xd[axis], axis);
     /* With only size-1 dims before the axis each part is one contiguous run: a view. */
     bool contiguous = gr_shape_numel(axis, xd) == 1;
@@ -216,7 +216,7 @@ static gr_status gather_kernel(gr_lctx *c, int ny, const int64_t *yd, int idx, c
                                int64_t index_stride, int64_t index_extent) {
     if (gr_shape_numel(ny, yd) == 0) return GR_OK;
     if (index_extent <= 0) /* shape inference refuses this; a graph built around it still gets a clear message */
-        return gr_error(GR_ERR_SHAPE, "%s: gathers from an empty axis: every index is out of range", c->where);
+        return gr_error(GR_ERR_SHAPE, "%s: gathers from an empty axis: every index is out of range", lw_where(c));
     da->index_stride = index_stride;
     da->index_extent = index_extent;
     da->origin = c->node; /* an out-of-range index names this node even once fused into another kernel */
@@ -238,14 +238,14 @@ static gr_status gather_kernel(gr_lctx *c, int ny, const int64_t *yd, int idx, c
 gr_status lw_lower_gather(gr_lctx *c) {
     int data = lw_in(c, 0), idx = lw_in(c, 1), y = lw_out(c, 0);
     gr_dtype it = lw_val(c, idx)->dtype;
-    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", c->where, gr_dtype_name(it));
+    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", lw_where(c), gr_dtype_name(it));
     int64_t dd[GR_MAX_DIMS], id[GR_MAX_DIMS], yd[GR_MAX_DIMS], drs[GR_MAX_DIMS], irs[GR_MAX_DIMS];
     int nd = lw_shape(c, data, dd), ni = lw_shape(c, idx, id), ny = lw_shape(c, y, yd);
     int64_t axis64;
     GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
     int a;
     GR_TRY(lw_axis(c, axis64, nd, &a));
-    if (ny != nd - 1 + ni) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", c->where, ny, nd - 1 + ni);
+    if (ny != nd - 1 + ni) return gr_error(GR_ERR_SHAPE, "%s: output rank %d, expected %d", lw_where(c), ny, nd - 1 + ni);
     lw_rowmajor(nd, dd, drs);
     lw_rowmajor(ni, id, irs);
     gr_kaccess ia, da;
@@ -264,14 +264,14 @@ gr_status lw_lower_gather(gr_lctx *c) {
 gr_status lw_lower_gather_elements(gr_lctx *c) {
     int data = lw_in(c, 0), idx = lw_in(c, 1), y = lw_out(c, 0);
     gr_dtype it = lw_val(c, idx)->dtype;
-    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", c->where, gr_dtype_name(it));
+    if (it != GR_I32 && it != GR_I64) return gr_error(GR_ERR_SHAPE, "%s: indices must be i32 or i64, got %s", lw_where(c), gr_dtype_name(it));
     int64_t dd[GR_MAX_DIMS], id[GR_MAX_DIMS], yd[GR_MAX_DIMS], drs[GR_MAX_DIMS];
     int nd = lw_shape(c, data, dd), ni = lw_shape(c, idx, id), ny = lw_shape(c, y, yd);
     int64_t axis64;
     GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
     int a;
     GR_TRY(lw_axis(c, axis64, nd, &a));
-    if (ni != nd || ny != nd) return gr_error(GR_ERR_SHAPE, "%s: data, indices and output must have the same rank", c->where);
+    if (ni != nd || ny != nd) return gr_error(GR_ERR_SHAPE, "%s: data, indices and output must have the same rank", lw_where(c));
     lw_rowmajor(nd, dd, drs);
     gr_kaccess ia, da;
     gr_kaccess_init(&ia);
@@ -296,7 +296,7 @@ gr_status lw_lower_trilu(gr_lctx *c) {
     GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "k", 0, &kk));
     int64_t xd[GR_MAX_DIMS];
     int nd = lw_shape(c, x, xd);
-    if (nd < 2) return gr_error(GR_ERR_SHAPE, "%s: trilu needs at least 2 dims, got %d", c->where, nd);
+    if (nd < 2) return gr_error(GR_ERR_SHAPE, "%s: trilu needs at least 2 dims, got %d", lw_where(c), nd);
     if (gr_shape_numel(nd, xd) == 0) return GR_OK;
     gr_dtype t = lw_val(c, x)->dtype;
     gr_lkb b;

@@ -94,7 +94,7 @@ gr_status lw_lower_reduce(gr_lctx *c) {
     GR_TRY(begin_split(c, &b, x, is_inner, t, &acc, &xl));
     if (gr_kernel_points(b.k) != lw_numel(c, y)) {
         lw_abort_kernel(&b);
-        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, expected %lld", c->where,
+        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, expected %lld", lw_where(c),
                         (long long)lw_numel(c, y), (long long)gr_kernel_points(b.k));
     }
     int v;
@@ -131,11 +131,11 @@ gr_status lw_lower_softmax(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
     int x = lw_in(c, 0), y = lw_out(c, 0);
     gr_dtype xt = lw_val(c, x)->dtype;
-    if (!gr_dtype_is_float(xt)) return gr_error(GR_ERR_UNSUPPORTED, "%s: softmax needs a float input, got %s", c->where, gr_dtype_name(xt));
+    if (!gr_dtype_is_float(xt)) return gr_error(GR_ERR_UNSUPPORTED, "%s: softmax needs a float input, got %s", lw_where(c), gr_dtype_name(xt));
     int64_t axis;
     GR_TRY(gr_ir_attr_int(c->g, n, "axis", -1, &axis));
     int nd = lw_val(c, x)->ndim, a;
-    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: softmax of a scalar", c->where);
+    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: softmax of a scalar", lw_where(c));
     GR_TRY(lw_axis(c, axis, nd, &a));
     if (lw_numel(c, y) == 0) return GR_OK;
     bool is_inner[GR_MAX_DIMS] = {false};
@@ -179,24 +179,24 @@ gr_status lw_lower_layer_norm(gr_lctx *c) {
     int x = lw_in(c, 0), scale = lw_in(c, 1), bias = n->n_in > 2 ? lw_in(c, 2) : -1, y = lw_out(c, 0);
     gr_dtype xt = lw_val(c, x)->dtype;
     if (!gr_dtype_is_float(xt))
-        return gr_error(GR_ERR_UNSUPPORTED, "%s: layer_norm needs a float input, got %s", c->where, gr_dtype_name(xt));
-    if (scale < 0) return gr_error(GR_ERR_INVALID, "%s: scale input is missing", c->where);
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: layer_norm needs a float input, got %s", lw_where(c), gr_dtype_name(xt));
+    if (scale < 0) return gr_error(GR_ERR_INVALID, "%s: scale input is missing", lw_where(c));
     int64_t axis64;
     double eps;
     GR_TRY(gr_ir_attr_int(c->g, n, "axis", -1, &axis64));
     GR_TRY(gr_ir_attr_float(c->g, n, "epsilon", 1e-5, &eps));
     int nd = lw_val(c, x)->ndim, axis;
-    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: layer_norm of a scalar", c->where);
+    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: layer_norm of a scalar", lw_where(c));
     GR_TRY(lw_axis(c, axis64, nd, &axis));
     const int ins[2] = {scale, bias};
     for (int i = 0; i < 2; i++) { /* scale / bias must broadcast to x's normalized dims */
         if (ins[i] < 0) continue;
         const gr_ir_value *p = lw_val(c, ins[i]);
-        if (p->ndim > nd) return gr_error(GR_ERR_SHAPE, "%s: %s has more dims than x", c->where, i ? "bias" : "scale");
+        if (p->ndim > nd) return gr_error(GR_ERR_SHAPE, "%s: %s has more dims than x", lw_where(c), i ? "bias" : "scale");
         for (int d = 0; d < p->ndim; d++) {
             int64_t pd = p->dims[d].size, xd = lw_val(c, x)->dims[d + nd - p->ndim].size;
             if (pd != 1 && pd != xd)
-                return gr_error(GR_ERR_SHAPE, "%s: %s does not broadcast to x", c->where, i ? "bias" : "scale");
+                return gr_error(GR_ERR_SHAPE, "%s: %s does not broadcast to x", lw_where(c), i ? "bias" : "scale");
         }
     }
     if (lw_numel(c, y) == 0) return GR_OK;

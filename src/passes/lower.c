@@ -46,7 +46,7 @@ void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_
 gr_status lw_axis(const gr_lctx *c, int64_t axis, int ndim, int *out) {
     int64_t a = axis < 0 ? axis + ndim : axis;
     if (a < 0 || a >= ndim)
-        return gr_error(GR_ERR_SHAPE, "%s: axis %lld out of range for rank %d", c->where, (long long)axis, ndim);
+        return gr_error(GR_ERR_SHAPE, "%s: axis %lld out of range for rank %d", lw_where(c), (long long)axis, ndim);
     *out = (int)a;
     return GR_OK;
 }
@@ -141,7 +141,7 @@ gr_status lw_store_contig(gr_lctx *c, gr_lkb *b, int v, int value_node) {
 gr_status lw_emit_kernel(gr_lctx *c, gr_lkb *b) {
     gr_status st = gr_kernel_verify(b->k);
     if (st != GR_OK) {
-        if (st != GR_ERR_NOMEM) st = gr_error_prefix(GR_ERR_INTERNAL, "%s: lowering made a bad kernel: ", c->where);
+        if (st != GR_ERR_NOMEM) st = gr_error_prefix(GR_ERR_INTERNAL, "%s: lowering made a bad kernel: ", lw_where(c));
         lw_abort_kernel(b);
         return st;
     }
@@ -187,7 +187,7 @@ gr_status lw_temp_value(gr_lctx *c, gr_dtype t, int ndim, const int64_t *dims, i
     /* a temporary (a matmul operand broadcast to the output's batch) can be
      * larger than every value of the graph: the size limit holds here too */
     if (ndim < 0 || ndim > GR_MAX_DIMS || !gr_shape_numel_checked(ndim, dims, &numel))
-        return gr_error(GR_ERR_SHAPE, "%s: an intermediate of more than %lld elements would be needed", c->where,
+        return gr_error(GR_ERR_SHAPE, "%s: an intermediate of more than %lld elements would be needed", lw_where(c),
                         (long long)GR_MAX_NUMEL);
     int v;
     GR_TRY(gr_ir_add_value(c->g, NULL, GR_VAL_NODE, &v));
@@ -244,9 +244,9 @@ static gr_status check_typed(const gr_lctx *c) {
     for (int s = 0; s < n->n_in + n->n_out; s++) {
         int v = s < n->n_in ? n->in[s] : n->out[s - n->n_in];
         if (v < 0) continue;
-        if (v >= c->g->values.len) return gr_error(GR_ERR_INVALID, "%s: refers to no value (%d)", c->where, v);
+        if (v >= c->g->values.len) return gr_error(GR_ERR_INVALID, "%s: refers to no value (%d)", lw_where(c), v);
         if (!gr_ir_value_concrete(&c->g->values.data[v]))
-            return gr_error(GR_ERR_SHAPE, "%s: value '%s' has no concrete type; run shape inference first", c->where,
+            return gr_error(GR_ERR_SHAPE, "%s: value '%s' has no concrete type; run shape inference first", lw_where(c),
                             c->g->values.data[v].name);
     }
     return GR_OK;
@@ -254,13 +254,13 @@ static gr_status check_typed(const gr_lctx *c) {
 
 gr_status lw_lower_view(gr_lctx *c) {
     if (lw_numel(c, lw_in(c, 0)) != lw_numel(c, lw_out(c, 0)))
-        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, input %lld", c->where,
+        return gr_error(GR_ERR_SHAPE, "%s: output has %lld elements, input %lld", lw_where(c),
                         (long long)lw_numel(c, lw_out(c, 0)), (long long)lw_numel(c, lw_in(c, 0)));
     return lw_emit_alias(c, lw_in(c, 0), 0, lw_out(c, 0));
 }
 
 gr_status lw_lower_control(gr_lctx *c) {
-    return gr_error(GR_ERR_UNSUPPORTED, "%s: control flow not lowered yet", c->where);
+    return gr_error(GR_ERR_UNSUPPORTED, "%s: control flow not lowered yet", lw_where(c));
 }
 
 /* The `lower` column of ir/ops.def. */
@@ -274,7 +274,7 @@ _Static_assert(sizeof lowerings / sizeof lowerings[0] == GR_OP_COUNT, "ir/ops.de
 
 static gr_status lower_dispatch(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
-    if ((unsigned)n->op >= GR_OP_COUNT) return gr_error(GR_ERR_UNSUPPORTED, "%s: no lowering for this op", c->where);
+    if ((unsigned)n->op >= GR_OP_COUNT) return gr_error(GR_ERR_UNSUPPORTED, "%s: no lowering for this op", lw_where(c));
     return lowerings[n->op](c);
 }
 
@@ -286,7 +286,6 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
     c.g = g;
     c.node = node;
     c.out = out;
-    gr_ir_node_where(g, &g->nodes.data[node], c.where, sizeof c.where);
     int first = out->len;
     gr_status st = check_typed(&c);
     if (st == GR_OK) st = lower_dispatch(&c);
