@@ -13,23 +13,17 @@
  */
 #include "check.h"
 #include "npy.h"
+#include "dyn_fixtures.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DYN "tests/data/onnx/dyn/"
 
-static const char *const cases[] = {"gpt2_dynamo", "bert_dynamo", "bert_torchscript", "llama_dynamo"};
 static const struct {
     const char *name;
     int64_t batch, seq;
 } bindings[] = {{"b1_s1", 1, 1}, {"b1_s5", 1, 5}, {"b1_s17", 1, 17}, {"b1_s64", 1, 64}, {"b3_s7", 3, 7}, {"b8_s3", 8, 3}, {"b1_s5", 1, 5}};
-
-static gr_device_kind test_device(void) {
-    const char *d = getenv("GRAFT_TEST_DEVICE");
-    return d && !strcmp(d, "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
-}
 
 static double rel_err(const float *got, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -39,19 +33,6 @@ static double rel_err(const float *got, const float *ref, size_t n) {
         den += (double)ref[i] * ref[i];
     }
     return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
-}
-
-static bool set_input_file(gr_session_t s, const char *name, const char *path) {
-    npy_array a;
-    char err[NPY_ERR_LEN];
-    if (npy_read(path, &a, err)) {
-        CHECK_MSG(false, "%s", err);
-        return false;
-    }
-    gr_status st = gr_session_set_input(s, name, a.dtype, a.ndim, a.dims, a.data, a.nbytes);
-    npy_free(&a);
-    CHECK_OK(st);
-    return st == GR_OK;
 }
 
 /* Runs every binding through one session; returns the number compared. */
@@ -200,10 +181,10 @@ static void test_bad_bindings(void) {
 int main(void) {
     long live = gr_debug_live_allocs();
     int compared = 0;
-    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
+    for (int c = 0; c < (int)(sizeof dyn_cases / sizeof dyn_cases[0]); c++)
         for (int mode = 0; mode < 2; mode++)
             for (int arena = 0; arena < 2; arena++)
-                compared += run_case(cases[c], mode ? GR_MODE_GRAPH : GR_MODE_EAGER, arena ? GR_ARENA_MAX_SHAPE : GR_ARENA_PER_SHAPE);
+                compared += run_case(dyn_cases[c], mode ? GR_MODE_GRAPH : GR_MODE_EAGER, arena ? GR_ARENA_MAX_SHAPE : GR_ARENA_PER_SHAPE);
     printf("compared %d outputs with PyTorch's\n", compared);
     CHECK(compared == 4 * 4 * 7);
     test_max_arena_addresses();

@@ -8,36 +8,17 @@
  * compilations and module loads are counted too. */
 #include "check.h"
 #include "npy.h"
+#include "dyn_fixtures.h"
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DYN "tests/data/onnx/dyn/"
 
-static const char *const cases[] = {"gpt2_dynamo", "bert_dynamo", "bert_torchscript", "llama_dynamo"};
 /* in order; `fresh`: the first of its class (may add structures) */
 static const struct {
     const char *name;
     bool fresh;
 } bindings[] = {{"b1_s5", true}, {"b1_s17", false}, {"b1_s64", false}, {"b3_s7", true}, {"b8_s3", false}};
-
-static gr_device_kind test_device(void) {
-    const char *d = getenv("GRAFT_TEST_DEVICE");
-    return d && !strcmp(d, "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
-}
-
-static bool set_input_file(gr_session_t s, const char *name, const char *path) {
-    npy_array a;
-    char err[NPY_ERR_LEN];
-    if (npy_read(path, &a, err)) {
-        CHECK_MSG(false, "%s", err);
-        return false;
-    }
-    gr_status st = gr_session_set_input(s, name, a.dtype, a.ndim, a.dims, a.data, a.nbytes);
-    npy_free(&a);
-    CHECK_OK(st);
-    return st == GR_OK;
-}
 
 static void run_case(const char *c, gr_mode mode) {
     char path[512];
@@ -84,9 +65,9 @@ static void run_case(const char *c, gr_mode mode) {
 }
 
 int main(void) {
-    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-        run_case(cases[i], GR_MODE_EAGER);
-        run_case(cases[i], GR_MODE_GRAPH);
+    for (int i = 0; i < (int)(sizeof dyn_cases / sizeof dyn_cases[0]); i++) {
+        run_case(dyn_cases[i], GR_MODE_EAGER);
+        run_case(dyn_cases[i], GR_MODE_GRAPH);
     }
     return check_summary("test_generic_onnx");
 }
