@@ -177,8 +177,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     obs.t_last = gr_now_us();
     /* A symbolic graph's weight-only subgraphs were folded once at session creation; what folds
      * here depends on the binding. Folding costs about 12 ns per element and op on the host for
-     * every new binding: the dynamic GPT-2 export's [seq, seq] masks took 0.5 of its 0.8 ms at
-     * seq 64, and would take seconds at seq 2048. So values growing faster than linearly with the
+     * every new binding (simulator interpreter, measured 2026-11-23 on the 2-core dev machine):
+     * the dynamic GPT-2 export's [seq, seq] masks took 0.5 of its 0.8 ms of folding at seq 64;
+     * the cost grows with seq^2 (an extrapolation: about 30 ms at seq 512). So values growing faster than linearly with the
      * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
     gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
                            .fold_linear_only = s->graph->syms.len > 0};
