@@ -66,6 +66,16 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
         case GR_STEP_LIBCALL: {
             const gr_libcall *c = &s->call;
             static const char *bias_names[] = {"none", "row", "full"}, *epi_names[] = {"none", "relu", "gelu"};
+            if (c->kind == GR_LIB_ATTENTION)
+                gr_sb_printf(sb,
+                             "step %d: libcall attention %s (node %s) %s batch=%lld heads=%lld kv_heads=%lld seq_q=%lld "
+                             "seq_k=%lld head_dim=%lld head_dim_v=%lld scale=%g causal=%d mask=%s strides=%lld/%lld/%lld/%lld\n",
+                             i, c->name, node_name(g, s->node), gr_dtype_name(c->dtype), (long long)c->batch,
+                             (long long)c->heads, (long long)c->kv_heads, (long long)c->seq_q, (long long)c->seq_k,
+                             (long long)c->head_dim, (long long)c->head_dim_v, c->alpha, c->causal,
+                             c->has_mask ? gr_dtype_name(c->mask_dtype) : "none", (long long)c->mask_stride[0],
+                             (long long)c->mask_stride[1], (long long)c->mask_stride[2], (long long)c->mask_stride[3]);
+            else
             gr_sb_printf(sb,
                          "step %d: libcall matmul %s (node %s) %s m=%lld n=%lld k=%lld batch=%lld trans_a=%d trans_b=%d "
                          "lda=%lld ldb=%lld ldc=%lld strides=%lld/%lld/%lld alpha=%g bias=%s epilogue=%s\n",

@@ -22,6 +22,12 @@
  * is unsupported. Re-infers shapes when it changed anything. */
 gr_status gr_pass_predicate_if(gr_graph *g);
 
+/* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
+ * softmax over the last axis, matmul; grouped-query repeats of K and V) by one
+ * `attention` node; passes/attention.c has the rules. Works on symbolic dims.
+ * *n_fused (may be NULL) = number of attentions made. */
+gr_status gr_pass_fuse_attention(gr_graph *g, int *n_fused);
+
 /* Evaluates nodes whose inputs are all constants (including generators such as
  * random_normal) at compile time, turning their outputs into constants.
  * Nodes producing graph outputs are folded too (the output becomes a constant). */
@@ -198,8 +204,10 @@ typedef struct {
      * structure depend on the length; decided on the symbolic shape, every binding gets the same
      * kernels. Vectors over one symbol (positions) still fold. */
     bool fold_linear_only;
+    /* Leaves attention unfused (no gr_pass_fuse_attention): the reference path. */
+    bool no_fuse_attention;
     /* Called after each pass with the pass's name ("input", "specialize",
-     * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
+     * "fuse_attention" (when it runs), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
      * their pass ran). An observer (graft dump) prints; a test hook may
      * rewrite the steps after "fuse". A non-OK status stops the pipeline. */
