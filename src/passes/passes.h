@@ -230,5 +230,8 @@ void gr_compiled_free(gr_compiled *c);
  * after lowering and fusion, the memory plan and the segments: what a
  * session compiles for that shape. */
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb);
+/* The same with the pipeline's attention fusion off when no_fuse_attention. */
+gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
+                            gr_strbuf *sb);
 
 #endif
