@@ -534,7 +534,7 @@ static gr_status run_unfused(devctx *d, void *user) {
 /* The fused call against what the unfused path launches for it: Q K^T (cuBLASLt, scale
  * as alpha), a softmax kernel over the materialised scores, P V (cuBLASLt). */
 static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t S, int64_t D) {
-    if (filter && !strstr("attention_timing", filter)) return;
+    if (filter && !strstr("attn_timing", filter)) return;
     attn_bench b;
     memset(&b, 0, sizeof b);
     b.attn = attention_call(t, B, H, H, S, S, D, false, 0);
