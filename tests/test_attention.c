@@ -34,7 +34,7 @@ static void test_fixtures(void) {
         CHECK_OK(gr_onnx_load(path, &g));
         if (!g) continue;
         int n = -1;
-        CHECK_OK(gr_pass_fuse_attention(g, &n));
+        CHECK_OK(gr_pass_fuse_attention(g, true, &n));
         CHECK_MSG(n == 2, "%s: %d attentions fused, expected 2 (one per layer)", cases[c], n);
         CHECK(count_op(g, GR_OP_ATTENTION) == 2);
         CHECK_OK(gr_ir_verify(g));
@@ -77,16 +77,18 @@ static const char *pattern(const char *dt, const char *mask_dims, const char *sc
     return buf;
 }
 
-static int fused_in(const char *text) {
+static int fused_in_f32(const char *text, bool include_f32) {
     gr_graph *g = NULL;
     int n = -1;
     CHECK_OK(gr_graph_parse(text, "<attention test>", NULL, &g)); /* parsed and typed, as graft loads it */
     if (!g) return -1;
-    CHECK_OK(gr_pass_fuse_attention(g, &n));
+    CHECK_OK(gr_pass_fuse_attention(g, include_f32, &n));
     if (n > 0) CHECK_OK(gr_ir_verify(g));
     gr_graph_destroy(g);
     return n;
 }
+
+static int fused_in(const char *text) { return fused_in_f32(text, true); }
 
 static void test_broken(void) {
     char buf[2048];
@@ -94,6 +96,10 @@ static void test_broken(void) {
     CHECK(fused_in(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf)) == 1);
     CHECK(fused_in(pattern("f32", "[seq, seq]", scale, "3", "", buf, sizeof buf)) == 1);
     CHECK(fused_in(pattern("f32", "[2, 1, 1, seq]", "[t] t = div(s, c)", "-1", "", buf, sizeof buf)) == 1);
+    /* by default only f16/bf16 (the tensor-core kernels) */
+    CHECK(fused_in_f32(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), false) == 0);
+    CHECK(fused_in_f32(pattern("bf16", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), false) == 1);
+    CHECK(fused_in_f32(pattern("f16", "[seq, seq]", scale, "-1", "", buf, sizeof buf), false) == 1);
     /* softmax over the query axis */
     CHECK(fused_in(pattern("f32", "[2, 1, 1, seq]", scale, "2", "", buf, sizeof buf)) == 0);
     /* a mask over batch 3 does not broadcast onto scores of batch 2 (the add grows its result) */
@@ -121,6 +127,7 @@ static float *run_graph(gr_graph_t g, bool unfused, int n_in, float *const *data
     gr_session_options_init(&o);
     o.device = GR_DEVICE_SIM;
     o.no_fuse_attention = unfused;
+    o.fuse_attention_f32 = 1;
     gr_session_t s = NULL;
     CHECK_OK(gr_session_create(g, &o, &s));
     if (!s) return NULL;

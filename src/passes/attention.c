@@ -24,6 +24,10 @@
  * unfused (a softmax on another axis, a mask that does not broadcast to the scores, a
  * scale that is not a constant, batch dims that broadcast inside the matmuls).
  *
+ * Only f16/bf16 attention is fused unless include_f32: the f32 kernel (exact FMA, no
+ * tensor cores) is slower than the unfused path on the H100 (bench/attention). Head dims
+ * must be concrete and at most 256 (what the CUDA kernels take).
+ *
  * The old nodes stay in the graph, unread; their steps are removed by dead-step
  * elimination after lowering (passes/dce.c), so they cost compile time only.
  */
@@ -36,6 +40,7 @@
 
 typedef struct {
     gr_graph *g;
+    bool include_f32;
     int *readers; /* readers[v]: number of node inputs reading value v (+1 if a graph output) */
     size_t readers_bytes;
 } at_ctx;
@@ -192,6 +197,10 @@ static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
     if (!is_4d_float(c, m->q) || !is_4d_float(c, kt)) return false;
     const gr_ir_value *qv = val(c, m->q), *ktv = val(c, kt), *vv = val(c, m->v), *sv = val(c, t);
     if (qv->dtype != ktv->dtype || qv->dtype != vv->dtype || qv->dtype != sv->dtype) return false;
+    if (!c->include_f32 && qv->dtype != GR_F16 && qv->dtype != GR_BF16) return false;
+    /* the device kernels take head dims up to 256 */
+    if (gr_dx_is_sym(qv->dims[3]) || qv->dims[3].size > 256 || gr_dx_is_sym(vv->dims[3]) || vv->dims[3].size > 256)
+        return false;
     /* no batch broadcasting inside the matmuls: Q, K^T, V share [B, H] */
     if (!same_dims(qv, ktv, 2) || !same_dims(qv, vv, 2)) return false;
     gr_dim sk = tb ? ktv->dims[2] : ktv->dims[3], dk = tb ? ktv->dims[3] : ktv->dims[2];
@@ -300,9 +309,9 @@ static gr_status count_readers(at_ctx *c) {
     return GR_OK;
 }
 
-gr_status gr_pass_fuse_attention(gr_graph *g, int *n_fused) {
+gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused) {
     if (n_fused) *n_fused = 0;
-    at_ctx c = {.g = g, .readers = NULL, .readers_bytes = 0};
+    at_ctx c = {.g = g, .include_f32 = include_f32, .readers = NULL, .readers_bytes = 0};
     gr_status st = count_readers(&c);
     int fused = 0;
     for (int i = 0; i < g->nodes.len && st == GR_OK; i++) {

@@ -178,11 +178,11 @@ static gr_status observe(void *user, const char *pass, gr_compiled *c) {
 }
 
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb) {
-    return gr_pass_dump_opts(g, sym_values, no_partition, false, sb);
+    return gr_pass_dump_opts(g, sym_values, no_partition, false, false, sb);
 }
 
 gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
-                            gr_strbuf *sb) {
+                            bool fuse_attention_f32, gr_strbuf *sb) {
     if (!sym_values) {
         char syms[1024];
         int n_syms;
@@ -191,7 +191,7 @@ gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool n
             return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first",
                             n_syms, n_syms > 1 ? "s" : "", syms);
     }
-    gr_pipeline_opts o = {.no_partition = no_partition, .no_fuse_attention = no_fuse_attention, .after_pass = observe, .user = sb};
+    gr_pipeline_opts o = {.no_partition = no_partition, .no_fuse_attention = no_fuse_attention, .fuse_attention_f32 = fuse_attention_f32, .after_pass = observe, .user = sb};
     gr_compiled c;
     GR_TRY(gr_pass_pipeline(g, sym_values, &o, &c));
     gr_compiled_free(&c);

@@ -25,8 +25,9 @@ gr_status gr_pass_predicate_if(gr_graph *g);
 /* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
  * softmax over the last axis, matmul; grouped-query repeats of K and V) by one
  * `attention` node; passes/attention.c has the rules. Works on symbolic dims.
- * *n_fused (may be NULL) = number of attentions made. */
-gr_status gr_pass_fuse_attention(gr_graph *g, int *n_fused);
+ * Inputs of f32 (and f64) are fused only when include_f32. *n_fused (may be NULL) =
+ * number of attentions made. */
+gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
 
 /* Evaluates nodes whose inputs are all constants (including generators such as
  * random_normal) at compile time, turning their outputs into constants.
@@ -206,6 +207,8 @@ typedef struct {
     bool fold_linear_only;
     /* Leaves attention unfused (no gr_pass_fuse_attention): the reference path. */
     bool no_fuse_attention;
+    /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
+    bool fuse_attention_f32;
     /* Called after each pass with the pass's name ("input", "specialize",
      * "fuse_attention" (when it runs), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
@@ -232,6 +235,6 @@ void gr_compiled_free(gr_compiled *c);
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb);
 /* The same with the pipeline's attention fusion off when no_fuse_attention. */
 gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
-                            gr_strbuf *sb);
+                            bool fuse_attention_f32, gr_strbuf *sb);
 
 #endif

@@ -50,7 +50,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     /* before specialization: the match sees the symbolic shapes, so every binding gets the same op */
     if (st == GR_OK && !(opts && opts->no_fuse_attention)) {
         int n_fused = 0;
-        st = gr_pass_fuse_attention(c.g, &n_fused);
+        st = gr_pass_fuse_attention(c.g, opts && opts->fuse_attention_f32, &n_fused);
         if (st == GR_OK && n_fused) st = after(opts, "fuse_attention", &c);
     }
     if (st == GR_OK && opts && opts->fold_linear_only) st = mark_superlinear(c.g);
