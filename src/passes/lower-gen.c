@@ -452,7 +452,7 @@ gr_status lw_lower_attention(gr_lctx *c) {
             mv = lw_val(c, m);
         }
         int64_t full[4] = {call->batch, call->heads, call->seq_q, call->seq_k};
-        lw_bcast_strides(c, m, 4, full, call->mask_stride);
+        lw_bcast_strides(c, m, 4, full, 0, call->mask_stride); /* per binding, like a matmul bias */
         call->has_mask = true;
         call->mask_dtype = mv->dtype;
         s.args[4] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = m};
