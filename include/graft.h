@@ -189,6 +189,13 @@ typedef struct {
      * the addresses (what graphs over many shapes need). A plan whose values do not fit
      * those slots gets its own arena, and explain says why. */
     int arena_policy;
+    /* Leaves scaled dot-product attention unfused (matmul, softmax, matmul kernels, the
+     * reference path) instead of one fused attention kernel (passes/attention.c). */
+    int no_fuse_attention;
+    /* Fuses f32 attention too. Off by default: the f32 fused kernel (exact FMA, no tensor
+     * cores) ran 8x slower than the unfused cuBLASLt path on the H100 (bench/attention);
+     * f16/bf16 attention (tensor cores) is fused unless no_fuse_attention. */
+    int fuse_attention_f32;
 } gr_session_options;
 
 enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
@@ -281,6 +288,11 @@ GR_API gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
  * An unknown name is GR_ERR_NOT_FOUND, listing the graph's symbolic dims. */
 GR_API gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names,
                                            const int64_t *dim_values, char **out_text);
+/* ... and with attention left unfused when no_fuse_attention (graft dump --no-fuse-attention),
+ * f32 attention fused too when fuse_attention_f32 (--fuse-attention-f32): gr_session_options. */
+GR_API gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const *dim_names,
+                                           const int64_t *dim_values, int no_fuse_attention, int fuse_attention_f32,
+                                           char **out_text);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,24 @@ echo "== gpucheck =="
 "$build/bin/gpucheck" 2>&1 | tee "$out/gpucheck.log" | tail -40
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpucheck FAILED"; fail=1; }
 
+echo "== fused attention on CUDA vs the simulator (bf16/f16/f32, causal, masks, GQA) and timed vs unfused =="
+mkdir -p "$out/tmp"
+n_attn=$(grep -c "^PASS attn_" "$out/gpucheck.log")
+grep "TIME attention" "$out/gpucheck.log"
+if grep -q "^FAIL attn_" "$out/gpucheck.log" || [ "$n_attn" -lt 41 ]; then echo "attention FAILED ($n_attn passed)"; fail=1; else echo "attention: $n_attn cases passed"; fi
+for m in gpt2_dynamo llama_dynamo; do
+  d=tests/data/onnx/dyn/$m/b1_s64
+  for mode in fused unfused; do
+    flag=--fuse-attention-f32; [ $mode = unfused ] && flag=--no-fuse-attention
+    $G run tests/data/onnx/dyn/$m/model.onnx --device cuda $flag --input input_ids=$d/input_ids.npy \
+      --output-dir "$out/tmp/attn-$m-$mode" > "$out/tmp/attn-$m-$mode.log" 2>&1 || { echo "$m $mode run failed"; fail=1; }
+  done
+  python3 -c "
+import numpy as np,sys
+a=np.load('$out/tmp/attn-$m-fused/last_hidden_state.npy'); b=np.load('$out/tmp/attn-$m-unfused/last_hidden_state.npy')
+e=np.linalg.norm(a-b)/np.linalg.norm(b); print('$m fused vs unfused on CUDA: %.2e' % e); sys.exit(0 if e < 1e-5 else 1)" || { echo "$m attention mismatch"; fail=1; }
+done
+
 echo "== device graph features on CUDA (conditional IF/IF_ELSE/WHILE, updatable nodes, node updates) =="
 if [ -x "$build/tests/test_devgraph" ]; then
   "$build/tests/test_devgraph" cuda 2>&1 | tail -12 | tee "$out/devgraph.log"

@@ -59,6 +59,15 @@
  * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
  *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
  *   held, verified and printed; not executed yet.
+ * attention(q, k, v, mask?; scale=1/sqrt(head_dim), causal=0): fused scaled
+ *   dot-product attention, softmax(scale * q @ k^T + mask) @ v over the last
+ *   axis. q [B, H, Sq, D], k [B, Hkv, Sk, D] (not transposed), v [B, Hkv, Sk, Dv],
+ *   out [B, H, Sq, Dv]; H a multiple of Hkv (grouped-query heads: head h reads
+ *   kv head h / (H/Hkv)). mask: a float tensor of rank <= 4 broadcasting to
+ *   [B, H, Sq, Sk], added to the scaled scores. causal: key j is visible to
+ *   query i when j <= i + Sk - Sq (bottom-right alignment). A row that sees no
+ *   key, or only -inf, is 0 (the unfused softmax would give NaN).
+ *   passes/attention.c makes it from the MatMul/Softmax/MatMul pattern.
  * Attributes: each op takes exactly those of its schema (the attrs column of
  *   ir/ops.def); any other name is refused by the verifier.
  * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).

@@ -380,6 +380,52 @@ static gr_status infer_softmax(ctx_t *c) {
     return GR_OK;
 }
 
+/* attention(q, k, v, mask?): ops.c. Dims that must agree and are symbolic
+ * expressions that differ are checked once they have values. */
+static gr_status infer_attention(ctx_t *c) {
+    const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
+    char tq[TYPE_STR_LEN], tk[TYPE_STR_LEN], tv[TYPE_STR_LEN];
+    type_str(c, q, tq);
+    type_str(c, k, tk);
+    type_str(c, v, tv);
+    int64_t causal;
+    double scale;
+    GR_TRY(attr_int(c, "causal", 0, &causal));
+    GR_TRY(gr_ir_attr_float(c->g, c->n, "scale", 1.0, &scale));
+    if (causal != 0 && causal != 1) return fail(c, GR_ERR_INVALID, "causal must be 0 or 1, not %lld", (long long)causal);
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(q->dtype), "a float dtype"));
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", tq, tk, tv);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", tq, tk, tv);
+    /* concrete dims that differ are an error; symbolic ones are checked per binding */
+#define GR_SAME(a, b) (dim_eq(a, b) || dim_is_sym(a) || dim_is_sym(b))
+    if (!GR_SAME(q->dims[0], k->dims[0]) || !GR_SAME(q->dims[0], v->dims[0]) || !GR_SAME(k->dims[1], v->dims[1]) ||
+        !GR_SAME(k->dims[2], v->dims[2]) || !GR_SAME(q->dims[3], k->dims[3]))
+        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", tq, tk, tv);
+#undef GR_SAME
+    gr_dim h = q->dims[1], hkv = k->dims[1];
+    if (!dim_is_sym(h) && !dim_is_sym(hkv) && (hkv.size == 0 || h.size % hkv.size != 0))
+        return fail(c, GR_ERR_SHAPE, "q has %lld heads, not a multiple of k's %lld", (long long)h.size, (long long)hkv.size);
+    if (m) {
+        char tm[TYPE_STR_LEN];
+        type_str(c, m, tm);
+        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", tm);
+        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", tm);
+        gr_dim full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]};
+        for (int i = 0; i < m->ndim; i++) {
+            gr_dim md = m->dims[i], fd = full[4 - m->ndim + i];
+            if (!dim_is_sym(md) && md.size == 1) continue;
+            if (!dim_eq(md, fd) && !dim_is_sym(md) && !dim_is_sym(fd))
+                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s", tm,
+                            tq, tk);
+        }
+    }
+    shape_t out = shape_of(q);
+    out.d[3] = v->dims[3];
+    return set_out(c, 0, q->dtype, &out);
+}
+
 /* p (scale or bias) must broadcast onto the trailing dims [axis, ndim) of x. */
 static gr_status check_norm_param(const ctx_t *c, int slot, int axis, const char *what) {
     const gr_ir_value *x = in_val(c, 0), *p = in_val(c, slot);

@@ -104,5 +104,6 @@ gr_status lw_lower_fill(gr_lctx *c);
 gr_status lw_lower_range(gr_lctx *c);
 gr_status lw_lower_random(gr_lctx *c);
 gr_status lw_lower_matmul(gr_lctx *c);
+gr_status lw_lower_attention(gr_lctx *c); /* one GR_LIB_ATTENTION library call (lower-gen.c) */
 
 #endif
