@@ -33,3 +33,7 @@ if(Python3_FOUND AND NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
     message(STATUS "graft: numpy/pytest not found for ${Python3_EXECUTABLE}; py_package is skipped")
   endif()
 endif()
+# `pip install .` into a fresh venv and the same tests against the wheel (network, ~1 min):
+# ctest -L slow.
+add_test(NAME py_pip_install COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/py-install-check.sh)
+set_tests_properties(py_pip_install PROPERTIES LABELS slow TIMEOUT 900)
