@@ -17,6 +17,7 @@
 struct gr_stream {
     CUstream s;
     bool capturing; /* between capture_begin and capture_end */
+    bool external;  /* the caller's stream (stream_wrap): destroy frees the wrapper only */
 };
 struct gr_event {
     CUevent e;
@@ -220,8 +221,25 @@ static gr_status cuda_stream_create(void *ctx, gr_stream **out) {
 static void cuda_stream_destroy(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
     if (!s) return;
-    CU(d)->cuStreamDestroy(s->s);
+    if (!s->external) CU(d)->cuStreamDestroy(s->s);
     gr_free(s, sizeof(*s));
+}
+
+static gr_status cuda_stream_wrap(void *ctx, void *handle, gr_stream **out) {
+    (void)ctx;
+    *out = NULL;
+    gr_stream *s = gr_calloc(1, sizeof(*s));
+    if (!s) return GR_ERR_NOMEM;
+    s->s = (CUstream)handle;
+    s->external = true;
+    *out = s;
+    return GR_OK;
+}
+
+static gr_status cuda_stream_wait_event(void *ctx, gr_stream *s, gr_event *e) {
+    cuda_dev *d = ctx;
+    GR_CU_CHECK(CU(d)->cuStreamWaitEvent(cs(s), e->e, 0));
+    return GR_OK;
 }
 
 static gr_status cuda_stream_sync(void *ctx, gr_stream *s) {
@@ -783,6 +801,8 @@ static const struct gr_device_i cuda_iface = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .event_elapsed_us = cuda_event_elapsed_us,
+    .stream_wrap = cuda_stream_wrap,
+    .stream_wait_event = cuda_stream_wait_event,
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .kernel_prepare = cuda_kernel_prepare,

@@ -21,7 +21,7 @@
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)            \
     X(cuStreamSynchronize) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                 \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload)                     \
-    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
     X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiate)            \
