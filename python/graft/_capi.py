@@ -113,7 +113,8 @@ class DimInfo(ctypes.Structure):
 class SessionOptions(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("mode", ctypes.c_int), ("verbose", ctypes.c_int),
                 ("max_rerecords", ctypes.c_int), ("cache_dir", ctypes.c_char_p), ("no_partition", ctypes.c_int),
-                ("arena_policy", ctypes.c_int)]
+                ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
+                ("fuse_attention_f32", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):

@@ -44,7 +44,7 @@ _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
 
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
-         arena="per_shape", no_partition=False):
+         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -52,6 +52,8 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     dims: {"seq": (lo, hi)} declares symbolic dims' ranges (hi None: unbounded).
     arena: "per_shape" or "max" (one arena for the largest binding; needs every dim's hi).
     max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
+    fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
+    fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
     """
     for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS)):
         if value not in table:
@@ -66,6 +68,7 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         lib.gr_session_options_init(ctypes.byref(opts))
         opts.device, opts.mode, opts.verbose = _DEVICES[device], _MODES[mode], int(bool(verbose))
         opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
+        opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
         handle = ctypes.c_void_p()

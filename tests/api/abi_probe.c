@@ -25,6 +25,8 @@ int main(void) {
     printf("gr_session_options.cache_dir %zu\n", offsetof(gr_session_options, cache_dir));
     printf("gr_session_options.no_partition %zu\n", offsetof(gr_session_options, no_partition));
     printf("gr_session_options.arena_policy %zu\n", offsetof(gr_session_options, arena_policy));
+    printf("gr_session_options.no_fuse_attention %zu\n", offsetof(gr_session_options, no_fuse_attention));
+    printf("gr_session_options.fuse_attention_f32 %zu\n", offsetof(gr_session_options, fuse_attention_f32));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));
