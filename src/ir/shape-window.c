@@ -192,7 +192,8 @@ static gr_status out_dim(wctx *c, const wattrs *a, int d, gr_dim in, gr_dim *out
 /* Reads the node's attributes and (for conv) the kernel from w's shape, and checks x and w. */
 static gr_status window_setup(wctx *c, wattrs *a) {
     const gr_ir_value *x = win(c, 0);
-    if (!gr_dtype_is_float(x->dtype))
+    bool int_ok = c->n->op == GR_OP_MAX_POOL && gr_dtype_is_int(x->dtype) && x->dtype != GR_BOOL; /* ONNX MaxPool takes int8/uint8 */
+    if (!gr_dtype_is_float(x->dtype) && !int_ok)
         return wfail(c, GR_ERR_UNSUPPORTED, "input x must be a float tensor, got %s", gr_dtype_name(x->dtype));
     if (x->ndim < 3 || x->ndim > 2 + WIN_MAX_SPATIAL)
         return wfail(c, GR_ERR_SHAPE, "input x has rank %d; expected [N, C, spatial...] with 1 to %d spatial dims", x->ndim,

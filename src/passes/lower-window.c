@@ -185,8 +185,9 @@ static gr_status window_body(gr_lctx *c, gr_lkb *b, wkind kind, const gr_ir_wind
             GR_TRY(bin(k, GR_KB_ADD, t, v, bl, &v));
         }
     } else if (kind == WK_MAX) {
-        int ninf;
-        GR_TRY(gr_kx_const_f(k, t, -INFINITY, &ninf));
+        int ninf; /* integers: an all-padding window (none in valid ONNX) gives the type's minimum */
+        if (gr_dtype_is_float(t)) GR_TRY(gr_kx_const_f(k, t, -INFINITY, &ninf));
+        else GR_TRY(gr_kx_const_i(k, t, xt == GR_U8 ? 0 : xt == GR_I8 ? -128 : xt == GR_I32 ? INT32_MIN : INT64_MIN, &ninf));
         GR_TRY(gr_kx_select(k, t, valid, xl, ninf, &xl));
         GR_TRY(add_reduce(k, GR_KR_MAX, xl, t, &v));
     } else {
@@ -352,22 +353,35 @@ gr_status lw_lower_pad(gr_lctx *c) {
 
 /* ==== resize =======================================================================================
  * Per output dim: x_in = transform(o) in f64 (coord: half_pixel (o + 0.5)/scale - 0.5,
- * pytorch_half_pixel (the same, 0 when out == 1), align_corners o*(in - 1)/(out - 1) (0 when
- * out == 1), asymmetric o/scale, tf_half_pixel_for_nn (o + 0.5)/scale). nearest picks
+ * pytorch_half_pixel (the same, -0.5 when out_f == 1), align_corners o*(in - 1)/(out_f - 1) (0
+ * when out_f == 1), asymmetric o/scale, tf_half_pixel_for_nn (o + 0.5)/scale, half_pixel_symmetric
+ * (half_pixel shifted by in/2 * (1 - out/out_f)), where out_f = in*scale is the resized length as
+ * a real number, as ONNX defines it). nearest picks
  * floor / ceil / round_prefer_floor (ceil(x - 0.5)) / round_prefer_ceil (floor(x + 0.5)), clamped
  * into [0, in); linear reads floor(x) and floor(x) + 1 (clamped) weighted by the fraction. A dim
  * whose size and scale are unchanged reads o directly. */
 
-enum { CO_HALF = 0, CO_PYTORCH_HALF, CO_ALIGN, CO_ASYM, CO_TF_HALF_NN };
+enum { CO_HALF = 0, CO_PYTORCH_HALF, CO_ALIGN, CO_ASYM, CO_TF_HALF_NN, CO_HALF_SYM };
 
+/* out_f = in * scale, the resized length as a real number (ONNX: not the rounded output size) */
 static gr_status resize_coord(gr_kernel *k, int coord, int o, int64_t in, int64_t out, double scale, int *xf) {
     int of, cst;
+    double out_f = scale * (double)in;
     GR_TRY(gr_kx_cast(k, GR_F64, o, &of));
     switch (coord) {
+    case CO_HALF_SYM: { /* offset + (o + 0.5)/scale - 0.5, offset = in/2 * (1 - out/out_f) */
+        double offset = (double)in / 2.0 * (1.0 - (double)out / out_f);
+        GR_TRY(gr_kx_const_f(k, GR_F64, 0.5, &cst));
+        GR_TRY(bin(k, GR_KB_ADD, GR_F64, of, cst, xf));
+        GR_TRY(gr_kx_const_f(k, GR_F64, scale, &cst));
+        GR_TRY(bin(k, GR_KB_DIV, GR_F64, *xf, cst, xf));
+        GR_TRY(gr_kx_const_f(k, GR_F64, offset - 0.5, &cst));
+        return bin(k, GR_KB_ADD, GR_F64, *xf, cst, xf);
+    }
     case CO_HALF:
     case CO_PYTORCH_HALF:
     case CO_TF_HALF_NN:
-        if (coord == CO_PYTORCH_HALF && out <= 1) return gr_kx_const_f(k, GR_F64, 0.0, xf);
+        if (coord == CO_PYTORCH_HALF && out_f == 1.0) return gr_kx_const_f(k, GR_F64, -0.5, xf);
         GR_TRY(gr_kx_const_f(k, GR_F64, 0.5, &cst));
         GR_TRY(bin(k, GR_KB_ADD, GR_F64, of, cst, xf));
         GR_TRY(gr_kx_const_f(k, GR_F64, scale, &cst));
@@ -376,10 +390,10 @@ static gr_status resize_coord(gr_kernel *k, int coord, int o, int64_t in, int64_
         GR_TRY(gr_kx_const_f(k, GR_F64, 0.5, &cst));
         return bin(k, GR_KB_SUB, GR_F64, *xf, cst, xf);
     case CO_ALIGN:
-        if (out <= 1) return gr_kx_const_f(k, GR_F64, 0.0, xf);
+        if (out_f == 1.0) return gr_kx_const_f(k, GR_F64, 0.0, xf);
         GR_TRY(gr_kx_const_f(k, GR_F64, (double)(in - 1), &cst));
         GR_TRY(bin(k, GR_KB_MUL, GR_F64, of, cst, xf));
-        GR_TRY(gr_kx_const_f(k, GR_F64, (double)(out - 1), &cst));
+        GR_TRY(gr_kx_const_f(k, GR_F64, out_f - 1.0, &cst));
         return bin(k, GR_KB_DIV, GR_F64, *xf, cst, xf);
     default:
         GR_TRY(gr_kx_const_f(k, GR_F64, scale, &cst));
@@ -494,9 +508,10 @@ gr_status lw_lower_resize(gr_lctx *c) {
     if (!strcmp(mode, "nearest")) linear = false;
     else if (!strcmp(mode, "linear")) linear = true;
     else return gr_error(GR_ERR_UNSUPPORTED, "%s: resize mode '%s' is not supported (nearest, linear)", lw_where(c), mode);
-    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                         "half_pixel_symmetric"};
     int co = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!strcmp(coord, coords[i])) co = i;
     if (co < 0) return gr_error(GR_ERR_UNSUPPORTED, "%s: coordinate_transformation_mode '%s' is not supported", lw_where(c), coord);
     static const char *const nmodes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};

@@ -543,9 +543,10 @@ gr_status ox_cv_resize(ox_ctx *c, gr_op op) {
     GR_TRY(ox_attr_int(c, "exclude_outside", 0, &exclude));
     if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
         return ox_node_error(c, GR_ERR_UNSUPPORTED, "mode '%s' is not supported (nearest, linear)", mode);
-    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                         "half_pixel_symmetric"};
     bool coord_ok = false;
-    for (int i = 0; i < 5; i++) coord_ok |= !strcmp(coord, coords[i]);
+    for (int i = 0; i < 6; i++) coord_ok |= !strcmp(coord, coords[i]);
     if (!coord_ok) return ox_node_error(c, GR_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported", coord);
     if (!strcmp(coord, "tf_half_pixel_for_nn") && strcmp(mode, "nearest"))
         return ox_node_error(c, GR_ERR_UNSUPPORTED, "coordinate_transformation_mode 'tf_half_pixel_for_nn' is for nearest only");
