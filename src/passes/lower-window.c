@@ -13,10 +13,14 @@
  * every node of a select (the CUDA code is straight-line): a padding tap must
  * still read inside the buffer. Channels and batch stay plain strides.
  *
+ * Group-1 convolutions with long reductions go to the matmul library instead
+ * (im2col + matmul, below lower_window).
+ *
  * pad and resize are elementwise kernels over the output with one gathered
  * load per tap (resize linear: 2 taps per resized dim). */
 #include "passes/lower-impl.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef enum { WK_CONV = 0, WK_CONVT, WK_MAX, WK_AVG } wkind;
@@ -241,7 +245,161 @@ static gr_status lower_window(gr_lctx *c, wkind kind) {
     return lw_emit_kernel(c, &b);
 }
 
-gr_status lw_lower_conv(gr_lctx *c) { return lower_window(c, lw_node(c)->op == GR_OP_CONV_TRANSPOSE ? WK_CONVT : WK_CONV); }
+/* ==== conv as im2col + matmul =================================================================
+ * A group-1 convolution with a long reduction (C_in * kernel >= CONV_GEMM_MIN_K) and enough
+ * output channels runs on the matmul library (cuBLASLt on CUDA): an im2col kernel writes
+ * col[n, (ci, k...), (o...)] (0 for padding taps) into a temporary, then one batched matmul
+ * y[n] = W[C_out, C_in*K] @ col[n] (W broadcast over the batch), then a kernel adds the bias
+ * per output channel (it fuses with a following elementwise op). A 1x1 convolution with unit
+ * strides and no padding reads x itself as col. The direct kernel stays for grouped and
+ * depthwise convolutions and short reductions, where the matmul would be tiny or many. */
+#define CONV_GEMM_MIN_K 32
+#define CONV_GEMM_MIN_COUT 8
+
+static bool conv_use_gemm(const gr_lctx *c, const gr_ir_window *w) {
+    int64_t xd[GR_MAX_DIMS], wd[GR_MAX_DIMS];
+    lw_shape(c, lw_in(c, 0), xd);
+    lw_shape(c, lw_in(c, 1), wd);
+    int64_t kp = 1;
+    for (int d = 0; d < w->n_spatial; d++) kp *= w->kernel[d];
+    return w->group == 1 && w->n_spatial <= 3 && xd[1] * kp >= CONV_GEMM_MIN_K && wd[0] >= CONV_GEMM_MIN_COUT;
+}
+
+static gr_status im2col_body(gr_lctx *c, gr_lkb *b, const gr_ir_window *w, int col) {
+    gr_kernel *k = b->k;
+    int x = lw_in(c, 0), ns = w->n_spatial;
+    int64_t xd[GR_MAX_DIMS], sp_stride[GR_MAX_DIMS], sp = 1;
+    lw_shape(c, x, xd);
+    lw_rowmajor(ns, w->in, sp_stride);
+    for (int d = 0; d < ns; d++) sp *= w->in[d];
+    int valid = -1, lin = -1;
+    for (int d = 0; d < ns; d++) { /* outer: [N, C_in, k_1..k_s, o_1..o_s] */
+        int o, r, q, tmp, cst, ok, cl;
+        GR_TRY(gr_kx_index(k, 2 + d, &r));
+        GR_TRY(gr_kx_index(k, 2 + ns + d, &o));
+        GR_TRY(i64c(k, w->stride[d], &cst));
+        GR_TRY(bin(k, GR_KB_MUL, GR_I64, o, cst, &q));
+        GR_TRY(i64c(k, w->dil[d], &cst));
+        GR_TRY(bin(k, GR_KB_MUL, GR_I64, r, cst, &tmp));
+        GR_TRY(bin(k, GR_KB_ADD, GR_I64, q, tmp, &q));
+        GR_TRY(i64c(k, w->pad_begin[d], &cst));
+        GR_TRY(bin(k, GR_KB_SUB, GR_I64, q, cst, &q));
+        GR_TRY(in_range(k, q, 0, w->in[d], &ok));
+        GR_TRY(and_into(k, &valid, ok));
+        GR_TRY(clamp0(k, q, w->in[d] - 1, &cl));
+        if (sp_stride[d] != 1) {
+            GR_TRY(i64c(k, sp_stride[d], &cst));
+            GR_TRY(bin(k, GR_KB_MUL, GR_I64, cl, cst, &cl));
+        }
+        if (lin < 0) lin = cl;
+        else GR_TRY(bin(k, GR_KB_ADD, GR_I64, lin, cl, &lin));
+    }
+    gr_kaccess xa;
+    gr_kaccess_init(&xa);
+    xa.stride[0] = xd[1] * sp;
+    xa.stride[1] = sp;
+    xa.index = lin;
+    xa.index_stride = 1;
+    xa.index_extent = sp;
+    gr_dtype xt = lw_val(c, x)->dtype;
+    int xl, zero;
+    GR_TRY(lw_load(c, b, x, &xa, &xl));
+    GR_TRY(lw_const(k, xt, 0.0, &zero));
+    GR_TRY(gr_kx_select(k, xt, valid, xl, zero, &xl));
+    return lw_store_contig(c, b, col, xl);
+}
+
+static gr_status lower_conv_gemm(gr_lctx *c, const gr_ir_window *w) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), wv = lw_in(c, 1), bias = n->n_in > 2 ? lw_in(c, 2) : -1, y = lw_out(c, 0);
+    int ns = w->n_spatial;
+    gr_dtype xt = lw_val(c, x)->dtype;
+    int64_t xd[GR_MAX_DIMS], yd[GR_MAX_DIMS];
+    lw_shape(c, x, xd);
+    lw_shape(c, y, yd);
+    int64_t N = xd[0], cin = xd[1], cout = yd[1], kp = 1, P = 1;
+    for (int d = 0; d < ns; d++) kp *= w->kernel[d], P *= w->out[d];
+    int64_t K = cin * kp;
+    bool direct = kp == 1;
+    for (int d = 0; d < ns; d++) direct &= w->stride[d] == 1 && w->pad_begin[d] == 0 && w->pad_end[d] == 0;
+    int col = x;
+    if (!direct) {
+        int64_t cd[3] = {N, K, P}, outer[GR_MAX_DIMS];
+        GR_TRY(lw_temp_value(c, xt, 3, cd, &col));
+        int no = 0;
+        outer[no++] = N;
+        outer[no++] = cin;
+        for (int d = 0; d < ns; d++) outer[no++] = w->kernel[d];
+        for (int d = 0; d < ns; d++) outer[no++] = w->out[d];
+        gr_lkb b;
+        GR_TRY(lw_kernel_begin(c, &b, no, outer));
+        gr_status st = im2col_body(c, &b, w, col);
+        if (st != GR_OK) {
+            lw_abort_kernel(&b);
+            return st;
+        }
+        GR_TRY(lw_emit_kernel(c, &b));
+    }
+    int mm = y;
+    if (bias >= 0) GR_TRY(lw_temp_value(c, xt, 3, (int64_t[3]){N, cout, P}, &mm));
+    gr_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_STEP_LIBCALL;
+    s.node = c->node;
+    s.out_value = -1;
+    s.n_args = GR_LIB_MATMUL_NARGS;
+    gr_libcall *call = &s.call;
+    call->kind = GR_LIB_MATMUL;
+    call->dtype = xt;
+    call->m = cout;
+    call->n = P;
+    call->k = K;
+    call->batch = N;
+    call->lda = K;
+    call->ldb = P;
+    call->ldc = P;
+    call->alpha = 1.0;
+    call->batch_stride_a = 0; /* the weight, shared by every image */
+    call->batch_stride_b = K * P;
+    call->batch_stride_c = cout * P;
+    call->bias = GR_BIAS_NONE;
+    call->epilogue = GR_EPI_NONE;
+    snprintf(call->name, sizeof call->name, "k%d_conv_gemm", c->node);
+    s.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = wv};
+    s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = col};
+    s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = mm};
+    s.args[3] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
+    if (bias < 0) return GR_OK;
+    /* y = mm + bias[co], over y's own dims so that an elementwise reader can take it in (fusion
+     * matches loop dims one to one) */
+    gr_lkb b;
+    GR_TRY(lw_kernel_begin(c, &b, 2 + ns, yd));
+    gr_kaccess ma, ba;
+    gr_kaccess_init(&ma);
+    lw_rowmajor(2 + ns, yd, ma.stride);
+    gr_kaccess_init(&ba);
+    ba.stride[1] = 1;
+    int ml, bl, v;
+    gr_status st = lw_load(c, &b, mm, &ma, &ml);
+    if (st == GR_OK) st = lw_load(c, &b, bias, &ba, &bl);
+    if (st == GR_OK) st = bin(b.k, GR_KB_ADD, xt, ml, bl, &v);
+    if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}
+
+gr_status lw_lower_conv(gr_lctx *c) {
+    if (lw_node(c)->op == GR_OP_CONV) {
+        gr_ir_window w;
+        GR_TRY(gr_ir_window_geometry(c->g, c->node, &w));
+        if (lw_numel(c, lw_out(c, 0)) > 0 && conv_use_gemm(c, &w)) return lower_conv_gemm(c, &w);
+    }
+    return lower_window(c, lw_node(c)->op == GR_OP_CONV_TRANSPOSE ? WK_CONVT : WK_CONV);
+}
 gr_status lw_lower_pool(gr_lctx *c) { return lower_window(c, lw_node(c)->op == GR_OP_MAX_POOL ? WK_MAX : WK_AVG); }
 
 /* ==== pad ========================================================================================
