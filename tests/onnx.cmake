@@ -35,6 +35,11 @@ if(GRAFT_ONNX_ENABLED)
                      ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_symbolic.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_dynamic PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # the convolution family (Conv, ConvTranspose, pools, normalizations, Pad, Resize, examples/cnn.onnx)
+    add_test(NAME onnx_conv
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_conv.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_conv PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONDONTWRITEBYTECODE=1")
     set_tests_properties(onnx_hf_torch PROPERTIES TIMEOUT 900)
   endif()
 

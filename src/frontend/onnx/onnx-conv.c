@@ -148,8 +148,9 @@ gr_status ox_cv_conv_transpose(ox_ctx *c, gr_op op) {
         } else { /* output = in * stride: the total does not depend on in */
             total = opad[d] + eff - strides[d];
         }
-        if (same) {
-            pads[d] = upper ? total / 2 : total - total / 2;
+        if (same) { /* floor division, as onnx.reference: a negative total (stride > kernel) splits -1 as 0 / -1 */
+            int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+            pads[d] = upper ? half : total - half;
             pads[s + d] = total - pads[d];
         } else {
             pads[s + d] = total - pads[d];
