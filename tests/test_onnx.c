@@ -488,6 +488,7 @@ int main(void) {
     test_alloc_failures("exporter_forms.onnx");
     test_alloc_failures("attention.onnx");
     test_alloc_failures("shape_chain.onnx");
+    test_alloc_failures("../../../examples/cnn.onnx"); /* conv family, BatchNormalization folding */
     CHECK_MSG(gr_debug_live_allocs() == base, "%ld allocations leaked", gr_debug_live_allocs() - base);
     return check_summary("test_onnx");
 }
