@@ -159,6 +159,12 @@ typedef struct gr_kernel {
     gr_kstage stages[GR_KMAX_STAGES];
     GR_VEC(gr_kexpr) nodes;    /* topological order */
     int source_node;           /* IR node that produced it (first of a fused group), -1 if none */
+    /* bit d: outer (inner) dim d is symbolic in the model (ir.h, var_dims): 1 at this binding
+     * perhaps, larger at another. Decisions that depend on a dim being 1 (layout classes,
+     * fusion, folding copies into matmuls) treat such a dim as larger, so every binding of a
+     * symbolic model gets kernels of the same structures. Not hashed: the layout words that
+     * it decides are. */
+    uint32_t var_outer, var_inner;
 } gr_kernel;
 
 /* ---- building (used by lowering and fusion) -------------------------------------- */
@@ -201,8 +207,11 @@ uint64_t gr_kernel_hash(const gr_kernel *k);
  * expression ops/dtypes/operands, RANDOM seeds, and each access's layout class: whether
  * its outer walk is contiguous row-major (address = offset + linear index), likewise its
  * inner walk, and which of its other strides are zero (broadcast). Layout classes are
- * structure because they do not change with a dim's size, only with its being 1
- * (a binding with a size-1 dim may get a structure of its own: correct, just not shared).
+ * structure because they do not change with a dim's size, only with its being 1; a dim
+ * that is symbolic in the model (var_outer / var_inner) counts as larger even where it
+ * is 1, so seq 1 and batch 1 share the structures of longer bindings. A stride that is
+ * a product of symbols can still equal the row-major stride only because a factor is 1
+ * at this binding; such a binding gets a structure of its own (correct, not shared).
  *
  * Generic code reads every slot from an array passed at launch, so kernels of one
  * structure share one compiled function (render-cuda.h, GR_RENDER_GENERIC) and the
@@ -236,7 +245,8 @@ typedef struct {
  * compiled literally (the devices count it as a fallback). */
 #define GR_KMAX_SLOTS 480
 
-/* Contiguous row-major walks (dims of extent 1 are ignored: their index is always 0). */
+/* Contiguous row-major walks (dims of extent 1 are ignored, their index is always 0, unless
+ * symbolic: var_outer / var_inner). */
 bool gr_kaccess_outer_contiguous(const gr_kernel *k, const gr_kaccess *a);
 bool gr_kaccess_inner_contiguous(const gr_kernel *k, const gr_kaccess *a);
 /* Slots of access a whose first slot is `first` (layout as in gr_kslot_map_build). */

@@ -161,6 +161,11 @@ typedef struct {
     gr_dim dims[GR_MAX_DIMS];
     gr_placement placement;
     bool typed;        /* dtype and shape known (inputs, constants, inferred outputs) */
+    /* bit d: dim d was symbolic before gr_ir_specialize made it concrete. Lowering and
+     * fusion never treat such a dim as structurally 1 (no view, broadcast or fold that
+     * holds only because it is 1 at this binding), so every binding of a symbolic plan
+     * lowers to kernels of the same structures (shape-generic kernels, kir.h). */
+    uint32_t var_dims;
     int producer;      /* node index for GR_VAL_NODE, else -1 */
     int out_slot;      /* which output of the producer */
     /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */

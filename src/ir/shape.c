@@ -1150,7 +1150,10 @@ static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, con
 static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
     for (int i = 0; i < g->values.len; i++) {
         gr_ir_value *v = &g->values.data[i];
-        if (v->kind == GR_VAL_NODE || !v->typed) continue;
+        if (!v->typed) continue;
+        for (int d = 0; d < v->ndim; d++)
+            if (dim_is_sym(v->dims[d])) v->var_dims |= 1u << d;
+        if (v->kind == GR_VAL_NODE) continue;
         for (int d = 0; d < v->ndim; d++) {
             if (!dim_is_sym(v->dims[d])) continue;
             int64_t val;

@@ -298,7 +298,7 @@ static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
         /* bias broadcasts to the output shape; spread its strides onto (batch..., M, N) */
         int ny = mi->nbo + (mi->na > 1) + (mi->nb > 1);
         int64_t ys[GR_MAX_DIMS];
-        lw_bcast_strides(c, mi->bias, ny, mi->yd, ys);
+        lw_bcast_strides(c, mi->bias, ny, mi->yd, 0, ys);
         gr_kaccess bacc;
         gr_kaccess_init(&bacc);
         for (int d = 0; d < mi->nbo; d++) bacc.stride[d] = ys[d];

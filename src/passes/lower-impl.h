@@ -48,7 +48,13 @@ int lw_shape(const gr_lctx *c, int v, int64_t *dims); /* returns ndim */
 int64_t lw_numel(const gr_lctx *c, int v);
 void lw_rowmajor(int ndim, const int64_t *dims, int64_t *strides);
 /* Strides reading value v (right-aligned) broadcast to an iteration space of out_ndim dims. */
-void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, int64_t *strides);
+/* Strides reading value v broadcast to out_dims (stride 0 where v broadcasts). out_var: the
+ * var_dims bits of the out dims (ir.h), 0 when unknown: a dim of v that is symbolic keeps its
+ * row-major stride where it is 1 at this binding, and a constant-1 dim of v broadcast to a
+ * symbolic dim gets stride 0 even where that dim is 1, so every binding gets kernels of one
+ * layout (kir-generic.c). */
+uint32_t lw_var_space(const gr_lctx *c, int ndim, const int64_t *dims);
+void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, uint32_t out_var, int64_t *strides);
 /* Normalizes axis (negative counts from the end) into [0, ndim); error naming the node. */
 gr_status lw_axis(const gr_lctx *c, int64_t axis, int ndim, int *out);
 
