@@ -233,6 +233,11 @@ static gr_status lower_window(gr_lctx *c, wkind kind) {
     gr_lkb b;
     GR_TRY(lw_kernel_begin(c, &b, n_outer, outer));
     gr_kernel *k = b.k;
+    /* batch and spatial dims symbolic in the model stay "larger than 1" at every binding
+     * (kir.h, var_outer): one kernel structure for all of them */
+    uint32_t yvar = lw_val(c, y)->var_dims;
+    k->var_outer = (yvar & 1u);
+    for (int d = 0; d < ns; d++) k->var_outer |= (yvar >> (2 + d) & 1u) << (sp0 + d);
     k->n_inner = 0;
     if (kind == WK_CONV || kind == WK_CONVT) k->inner[k->n_inner++] = xd[1] / w.group;
     in0 = k->n_inner;
@@ -333,6 +338,9 @@ static gr_status lower_conv_gemm(gr_lctx *c, const gr_ir_window *w) {
         for (int d = 0; d < ns; d++) outer[no++] = w->out[d];
         gr_lkb b;
         GR_TRY(lw_kernel_begin(c, &b, no, outer));
+        uint32_t yvar = lw_val(c, y)->var_dims; /* symbolic batch / spatial dims: kir.h, var_outer */
+        b.k->var_outer = yvar & 1u;
+        for (int d = 0; d < ns; d++) b.k->var_outer |= (yvar >> (2 + d) & 1u) << (2 + ns + d);
         gr_status st = im2col_body(c, &b, w, col);
         if (st != GR_OK) {
             lw_abort_kernel(&b);
