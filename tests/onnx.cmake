@@ -11,6 +11,8 @@ if(GRAFT_ONNX_ENABLED)
   # ...where a new length of a seen size class compiles nothing (shape-generic kernels)
   graft_test(test_generic_onnx SOURCES tests/test_generic_onnx.c tools/npy.c)
   target_include_directories(test_generic_onnx PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # examples/cnn.onnx in one session at several batch sizes, eager and graph
+  graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
