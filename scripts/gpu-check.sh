@@ -41,6 +41,14 @@ else
   echo "test_generic not built (cmake --build $build --target test_generic)"; fail=1
 fi
 
+echo "== convolutions on CUDA (examples/cnn.onnx at batch 1, 4, 2, 3 in one session, eager and graph) =="
+if [ -x "$build/tests/test_cnn_session" ]; then
+  GRAFT_TEST_DEVICE=cuda "$build/tests/test_cnn_session" 2>&1 | tail -12 | tee "$out/cnn-session.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_cnn_session FAILED"; fail=1; }
+else
+  echo "test_cnn_session not built (cmake --build $build --target test_cnn_session)"; fail=1
+fi
+
 echo "== kernel cache: cold vs warm start =="
 export XDG_CACHE_HOME="$out/tmp/cache"; rm -rf "$XDG_CACHE_HOME"
 cold=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')

@@ -510,3 +510,47 @@ def test_errors(tmp_path, case):
                               np.int64 if i.type.tensor_type.elem_type == TensorProto.INT64 else np.float32) for i in m.graph.input}
     err = run_error(tmp_path, m, feeds)
     assert re.search(pattern, err), err
+
+
+# ---- float16 --------------------------------------------------------------------------------------------------
+H = TensorProto.FLOAT16
+
+
+@pytest.mark.parametrize("op", ["conv_direct", "conv_gemm", "conv_transpose", "max_pool", "avg_pool", "resize_linear", "pad"])
+def test_float16(tmp_path, op):
+    """f16 tensors compute in f32 and round once (conv via the f16 matmul for the gemm path)."""
+    x = rand(1, 16, 6, 5).astype(np.float16)
+    inits, node = [], None
+    if op == "conv_direct":
+        inits = [init("w", rand(16, 1, 3, 3).astype(np.float16))]
+        node = helper.make_node("Conv", ["x", "w"], ["y"], group=16, pads=[1, 1, 1, 1])
+    elif op == "conv_gemm":
+        inits = [init("w", rand(8, 16, 3, 3).astype(np.float16)), init("b", rand(8).astype(np.float16))]
+        node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1])
+    elif op == "conv_transpose":
+        inits = [init("w", rand(16, 2, 3, 3).astype(np.float16))]
+        node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])
+    elif op == "max_pool":
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    elif op == "avg_pool":
+        node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], pads=[1, 1, 1, 1], count_include_pad=1)
+    elif op == "resize_linear":
+        inits = [init("sc", np.array([1, 1, 2, 1.5], np.float32))]
+        node = helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")
+    else:
+        inits = [init("pads", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))]
+        node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
+    m = make_model([node], {"x": x.shape}, inits, opset=19)
+    m.graph.input[0].type.tensor_type.elem_type = H
+    m.graph.output[0].type.tensor_type.elem_type = H
+    got = run_graft(tmp_path, m, {"x": x})
+    # reference in f32 (onnx.reference computes f16 in f16 for some ops): cast the model
+    m32 = onnx.load_from_string(m.SerializeToString())
+    m32.graph.input[0].type.tensor_type.elem_type = F
+    m32.graph.output[0].type.tensor_type.elem_type = F
+    for t in m32.graph.initializer:
+        if t.data_type == H:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    want = ReferenceEvaluator(m32).run(None, {"x": x.astype(np.float32)})[0]
+    assert got.dtype == np.float16 and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-2, atol=2e-2)
