@@ -103,7 +103,12 @@ static void test_pools(gr_dtype t) {
     CHECK_OK(gr_ir_add_output(g, node1(g, GR_OP_AVG_POOL, 1, &x, 5, pa)));
     pa[4] = A_INT("count_include_pad", 0);
     CHECK_OK(gr_ir_add_output(g, node1(g, GR_OP_AVG_POOL, 1, &x, 5, pa)));
-    CHECK(render_graph(g, "pools", NULL) == 3);
+    /* 18 taps: the reduction form (12 above: unrolled) */
+    int64_t big[3] = {3, 3, 2};
+    pa[0] = A_INTS("kernel_shape", big, 3);
+    CHECK_OK(gr_ir_add_output(g, node1(g, GR_OP_MAX_POOL, 1, &x, 4, pa)));
+    CHECK_OK(gr_ir_add_output(g, node1(g, GR_OP_AVG_POOL, 1, &x, 5, pa)));
+    CHECK(render_graph(g, "pools", NULL) == 5);
     gr_ir_graph_destroy(g);
 }
 

@@ -210,6 +210,175 @@ static gr_status window_body(gr_lctx *c, gr_lkb *b, wkind kind, const gr_ir_wind
     return lw_store_contig(c, b, y, v);
 }
 
+/* ==== small windows, unrolled =================================================================
+ * A window of at most WIN_UNROLL_MAX taps (C_in/group x kernel: a 3x3 pool or depthwise conv)
+ * is an elementwise kernel with every tap written out, one thread per output element on CUDA,
+ * instead of a block per output element reducing a handful of values. The arithmetic is the
+ * same per tap (validity, clamped position, select), in tap order; validity is separable, so
+ * avg_pool's count is the product over dims of each dim's valid taps. */
+#define WIN_UNROLL_MAX 16
+
+typedef struct {
+    int valid[GR_MAX_DIMS][WIN_UNROLL_MAX]; /* bool node: tap k of dim d inside x */
+    int term[GR_MAX_DIMS][WIN_UNROLL_MAX];  /* i64 node: clamped position * spatial stride */
+    int padded[GR_MAX_DIMS][WIN_UNROLL_MAX];/* bool node: inside the explicitly padded x (avg_pool) */
+} unroll_dims;
+
+static gr_status unroll_dim(gr_kernel *k, wkind kind, const gr_ir_window *w, int d, int o, int64_t sp_stride, unroll_dims *u) {
+    int base, cst;
+    if (kind == WK_CONVT) { /* t = o + pb - k*dil */
+        GR_TRY(i64c(k, w->pad_begin[d], &cst));
+        GR_TRY(bin(k, GR_KB_ADD, GR_I64, o, cst, &base));
+    } else { /* q = o*stride + k*dil; p = q - pb */
+        GR_TRY(i64c(k, w->stride[d], &cst));
+        GR_TRY(bin(k, GR_KB_MUL, GR_I64, o, cst, &base));
+    }
+    for (int64_t kk = 0; kk < w->kernel[d]; kk++) {
+        int p, ok, cl, q = base;
+        if (kind == WK_CONVT) {
+            int z, nonneg;
+            GR_TRY(i64c(k, -kk * w->dil[d], &cst));
+            GR_TRY(bin(k, GR_KB_ADD, GR_I64, base, cst, &p));
+            GR_TRY(i64c(k, 0, &z));
+            GR_TRY(bin(k, GR_KB_GE, GR_BOOL, p, z, &nonneg));
+            if (w->stride[d] > 1) {
+                int m, ex;
+                GR_TRY(i64c(k, w->stride[d], &cst));
+                GR_TRY(bin(k, GR_KB_MOD, GR_I64, p, cst, &m));
+                GR_TRY(bin(k, GR_KB_EQ, GR_BOOL, m, z, &ex));
+                GR_TRY(bin(k, GR_KB_AND, GR_BOOL, nonneg, ex, &nonneg));
+                GR_TRY(bin(k, GR_KB_DIV, GR_I64, p, cst, &p));
+            }
+            GR_TRY(in_range(k, p, 0, w->in[d], &ok));
+            GR_TRY(bin(k, GR_KB_AND, GR_BOOL, nonneg, ok, &ok));
+        } else {
+            if (kk) {
+                GR_TRY(i64c(k, kk * w->dil[d], &cst));
+                GR_TRY(bin(k, GR_KB_ADD, GR_I64, base, cst, &q));
+            }
+            if (kind == WK_AVG) {
+                int lim;
+                GR_TRY(i64c(k, w->in[d] + w->pad_begin[d] + w->pad_end[d], &lim));
+                GR_TRY(bin(k, GR_KB_LT, GR_BOOL, q, lim, &u->padded[d][kk]));
+            }
+            GR_TRY(i64c(k, w->pad_begin[d], &cst));
+            GR_TRY(bin(k, GR_KB_SUB, GR_I64, q, cst, &p));
+            GR_TRY(in_range(k, p, 0, w->in[d], &ok));
+        }
+        GR_TRY(clamp0(k, p, w->in[d] - 1, &cl));
+        if (sp_stride != 1) {
+            GR_TRY(i64c(k, sp_stride, &cst));
+            GR_TRY(bin(k, GR_KB_MUL, GR_I64, cl, cst, &cl));
+        }
+        u->valid[d][kk] = ok;
+        u->term[d][kk] = cl;
+    }
+    return GR_OK;
+}
+
+static gr_status window_unrolled(gr_lctx *c, gr_lkb *b, wkind kind, const gr_ir_window *w, int sp0) {
+    gr_kernel *k = b->k;
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    int ns = w->n_spatial;
+    int64_t xd[GR_MAX_DIMS];
+    lw_shape(c, x, xd);
+    gr_dtype xt = lw_val(c, x)->dtype, t = lw_acc_dtype(xt);
+    int64_t sp_stride[GR_MAX_DIMS], sp = 1, kp = 1, k_stride[GR_MAX_DIMS];
+    lw_rowmajor(ns, w->in, sp_stride);
+    lw_rowmajor(ns, w->kernel, k_stride);
+    for (int d = 0; d < ns; d++) sp *= w->in[d], kp *= w->kernel[d];
+    unroll_dims u;
+    for (int d = 0; d < ns; d++) {
+        int o;
+        GR_TRY(gr_kx_index(k, sp0 + d, &o));
+        GR_TRY(unroll_dim(k, kind, w, d, o, sp_stride[d], &u));
+    }
+    bool conv = kind == WK_CONV || kind == WK_CONVT;
+    int64_t cin_g = conv ? xd[1] / w->group : 1, cout_g = 1;
+    int xp, wp = -1, wv = conv ? lw_in(c, 1) : -1;
+    GR_TRY(lw_param_buffer(b, x, xt, 0, false, &xp));
+    gr_kaccess xa, wa;
+    gr_kaccess_init(&xa);
+    gr_kaccess_init(&wa);
+    xa.stride[0] = xd[1] * sp;
+    xa.stride[1] = conv ? cin_g * sp : sp;
+    xa.index_stride = 1;
+    xa.index_extent = sp;
+    if (conv) {
+        int64_t wd[GR_MAX_DIMS];
+        lw_shape(c, wv, wd);
+        cout_g = kind == WK_CONV ? wd[0] / w->group : wd[1];
+        GR_TRY(lw_param_buffer(b, wv, lw_val(c, wv)->dtype, 0, false, &wp));
+        wa.stride[1] = cin_g * cout_g * kp;
+        wa.stride[2] = kind == WK_CONV ? cin_g * kp : kp;
+    }
+    int zero, acc = -1, ninf = -1;
+    if (gr_dtype_is_float(t)) GR_TRY(gr_kx_const_f(k, t, 0.0, &zero));
+    else GR_TRY(gr_kx_const_i(k, t, 0, &zero));
+    if (kind == WK_MAX) {
+        if (gr_dtype_is_float(t)) GR_TRY(gr_kx_const_f(k, t, -INFINITY, &ninf));
+        else GR_TRY(gr_kx_const_i(k, t, xt == GR_U8 ? 0 : xt == GR_I8 ? -128 : xt == GR_I32 ? INT32_MIN : INT64_MIN, &ninf));
+    }
+    int64_t taps = cin_g * kp;
+    for (int64_t tap = 0; tap < taps; tap++) {
+        int64_t ci = tap / kp, rem = tap % kp, kk[GR_MAX_DIMS];
+        for (int d = 0; d < ns; d++) kk[d] = rem / k_stride[d] % w->kernel[d];
+        int lin = -1, valid = -1, xl, v;
+        for (int d = 0; d < ns; d++) {
+            if (lin < 0) lin = u.term[d][kk[d]];
+            else GR_TRY(bin(k, GR_KB_ADD, GR_I64, lin, u.term[d][kk[d]], &lin));
+            GR_TRY(and_into(k, &valid, u.valid[d][kk[d]]));
+        }
+        gr_kaccess a = xa;
+        a.offset = ci * sp;
+        a.index = lin;
+        GR_TRY(gr_kx_load(k, xp, &a, &xl));
+        if (t != xt) GR_TRY(gr_kx_cast(k, t, xl, &xl));
+        GR_TRY(gr_kx_select(k, t, valid, xl, kind == WK_MAX ? ninf : zero, &v));
+        if (conv) {
+            gr_kaccess wa1 = wa;
+            wa1.offset = (kind == WK_CONV ? ci * kp : ci * cout_g * kp) + rem;
+            int wl;
+            GR_TRY(gr_kx_load(k, wp, &wa1, &wl));
+            if (t != xt) GR_TRY(gr_kx_cast(k, t, wl, &wl));
+            GR_TRY(bin(k, GR_KB_MUL, t, v, wl, &v));
+        }
+        if (acc < 0) acc = v;
+        else GR_TRY(bin(k, kind == WK_MAX ? GR_KB_MAX : GR_KB_ADD, t, acc, v, &acc));
+    }
+    if (kind == WK_AVG) { /* count = prod_d (taps of dim d that count) */
+        int64_t cip;
+        GR_TRY(gr_ir_attr_int(c->g, n, "count_include_pad", 0, &cip));
+        int one, cnt = -1;
+        GR_TRY(gr_kx_const_f(k, t, 1.0, &one));
+        for (int d = 0; d < ns; d++) {
+            int cd = -1;
+            for (int64_t kk = 0; kk < w->kernel[d]; kk++) {
+                int s1;
+                GR_TRY(gr_kx_select(k, t, cip ? u.padded[d][kk] : u.valid[d][kk], one, zero, &s1));
+                if (cd < 0) cd = s1;
+                else GR_TRY(bin(k, GR_KB_ADD, t, cd, s1, &cd));
+            }
+            if (cnt < 0) cnt = cd;
+            else GR_TRY(bin(k, GR_KB_MUL, t, cnt, cd, &cnt));
+        }
+        GR_TRY(bin(k, GR_KB_DIV, t, acc, cnt, &acc));
+    }
+    if (conv && n->n_in > 2 && n->in[2] >= 0) {
+        gr_kaccess ba;
+        gr_kaccess_init(&ba);
+        ba.stride[1] = cout_g;
+        ba.stride[2] = 1;
+        int bl;
+        GR_TRY(lw_load(c, b, n->in[2], &ba, &bl));
+        if (t != xt) GR_TRY(gr_kx_cast(k, t, bl, &bl));
+        GR_TRY(bin(k, GR_KB_ADD, t, acc, bl, &acc));
+    }
+    if (t != xt) GR_TRY(gr_kx_cast(k, xt, acc, &acc));
+    return lw_store_contig(c, b, y, acc);
+}
+
 static gr_status lower_window(gr_lctx *c, wkind kind) {
     gr_ir_window w;
     GR_TRY(gr_ir_window_geometry(c->g, c->node, &w));
@@ -239,10 +408,17 @@ static gr_status lower_window(gr_lctx *c, wkind kind) {
     k->var_outer = (yvar & 1u);
     for (int d = 0; d < ns; d++) k->var_outer |= (yvar >> (2 + d) & 1u) << (sp0 + d);
     k->n_inner = 0;
-    if (kind == WK_CONV || kind == WK_CONVT) k->inner[k->n_inner++] = xd[1] / w.group;
-    in0 = k->n_inner;
-    for (int d = 0; d < ns; d++) k->inner[k->n_inner++] = w.kernel[d];
-    gr_status st = window_body(c, &b, kind, &w, sp0, in0);
+    int64_t taps = kind == WK_CONV || kind == WK_CONVT ? xd[1] / w.group : 1;
+    for (int d = 0; d < ns; d++) taps *= w.kernel[d];
+    gr_status st;
+    if (taps <= WIN_UNROLL_MAX) {
+        st = window_unrolled(c, &b, kind, &w, sp0);
+    } else {
+        if (kind == WK_CONV || kind == WK_CONVT) k->inner[k->n_inner++] = xd[1] / w.group;
+        in0 = k->n_inner;
+        for (int d = 0; d < ns; d++) k->inner[k->n_inner++] = w.kernel[d];
+        st = window_body(c, &b, kind, &w, sp0, in0);
+    }
     if (st != GR_OK) {
         lw_abort_kernel(&b);
         return st;

@@ -137,13 +137,20 @@ def test_conv(tmp_path, case, bias):
 
 
 def test_conv_paths(tmp_path):
-    """A group-1 conv with a long reduction is im2col + matmul; depthwise stays one direct kernel."""
+    """A group-1 conv with a long reduction is im2col + matmul; depthwise stays one direct kernel
+    (unrolled: no inner dims, 'x inner' absent from explain's line; a longer window reduces)."""
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
                    [init("w", rand(8, 16, 3, 3))])
     assert "matmul" in plan_steps(tmp_path, m, "g")
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=16, pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
                    [init("w", rand(16, 1, 3, 3))])
     assert plan_steps(tmp_path, m, "d") == ["kernel"]
+    path = tmp_path / "d.onnx"
+    assert "x inner" not in graft("explain", str(path), "--device", "sim").stdout
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
+                   [init("w", rand(8, 2, 3, 3))])
+    assert plan_steps(tmp_path, m, "d2") == ["kernel"]
+    assert "x inner=18" in graft("explain", str(tmp_path / "d2.onnx"), "--device", "sim").stdout
 
 
 def test_conv_weight_as_input(tmp_path):
@@ -234,6 +241,10 @@ POOL_CASES = {
     "2d_valid": ((1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="VALID")),
     "2d_dilations": ((1, 2, 8, 8), dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1])),
     "3d": ((1, 2, 5, 6, 4), dict(kernel_shape=[2, 3, 2], strides=[2, 2, 1], pads=[0, 1, 1, 1, 1, 0])),
+    # more than 16 taps: a reduction kernel instead of the unrolled one
+    "2d_large_window": ((1, 2, 9, 8), dict(kernel_shape=[5, 4], strides=[2, 2], pads=[2, 1, 2, 2], ceil_mode=1)),
+    "3d_large_window": ((1, 2, 5, 6, 5), dict(kernel_shape=[3, 3, 2], strides=[1, 2, 2], pads=[1, 1, 0, 1, 0, 1],
+                                              dilations=[1, 1, 2])),
 }
 
 
