@@ -341,7 +341,7 @@ gr_status ox_cv_batch_norm(ox_ctx *c, gr_op op) {
             bool done = false;
             if (prod >= 0) st = fold_into_conv(c, prod, sc, b, C, &done);
             if (st == GR_OK && !done) {
-                int s_ir, b_ir, pair[2], y;
+                int s_ir = -1, b_ir = -1, pair[2], y = -1;
                 st = channel_const(c, t, sc, C, rank, &s_ir);
                 if (st == GR_OK) st = channel_const(c, t, b, C, rank, &b_ir);
                 pair[0] = x;
@@ -471,7 +471,7 @@ gr_status ox_cv_group_norm(ox_ctx *c, gr_op op) {
         bc = gr_malloc(cb);
         if (!scc || !bc) st = gr_nomem();
     }
-    int s_ir, b_ir, pair[2];
+    int s_ir = -1, b_ir = -1, pair[2];
     if (st == GR_OK) {
         for (int64_t ch = 0; ch < C; ch++) scc[ch] = sc[ch / (C / groups)], bc[ch] = b[ch / (C / groups)];
         st = channel_const(c, t, scc, C, rank, &s_ir);
