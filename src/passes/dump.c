@@ -176,7 +176,9 @@ gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_par
             return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first",
                             n_syms, n_syms > 1 ? "s" : "", syms);
     }
-    gr_pipeline_opts o = {.no_partition = no_partition, .after_pass = observe, .user = sb};
+    /* as a session plans a binding (runtime/plan.c): what the dump shows is what runs */
+    gr_pipeline_opts o = {.no_partition = no_partition, .after_pass = observe, .user = sb,
+                          .fold_linear_only = g->syms.len > 0};
     gr_compiled c;
     GR_TRY(gr_pass_pipeline(g, sym_values, &o, &c));
     gr_compiled_free(&c);

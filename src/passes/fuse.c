@@ -473,7 +473,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
     fuse_ctx f[FUSE_MAX_READERS];
     gr_fuse_wk *made[FUSE_MAX_READERS] = {NULL};
-    memset(f, 0, sizeof f);
+    memset(f, 0, sizeof f[0] * (size_t)n_readers); /* only these are read (each f is ~2 KB) */
     for (int r = 0; r < n_readers; r++) {
         f[r].p = ps->kernel;
         f[r].ps = ps;

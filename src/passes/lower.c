@@ -85,11 +85,17 @@ uint32_t lw_var_space(const gr_lctx *c, int ndim, const int64_t *dims) {
 gr_status lw_kernel_begin(gr_lctx *c, gr_lkb *b, int n_outer, const int64_t *outer) {
     memset(b, 0, sizeof *b);
     const gr_ir_node *n = lw_node(c);
-    char name[64];
-    if (c->n_kernels == 0)
-        snprintf(name, sizeof name, "k%d_%s", c->node, gr_op_get(n->op)->name);
-    else
-        snprintf(name, sizeof name, "k%d_%s_%d", c->node, gr_op_get(n->op)->name, c->n_kernels);
+    /* k<node>_<op>[_<i>] (without snprintf: every plan of a symbolic model names its kernels) */
+    char name[64], part[40];
+    gr_name_copy(name, sizeof name, "k", c->node);
+    size_t at = strlen(name);
+    gr_name_copy(part, sizeof part, "_", -1);
+    gr_name_copy(part + 1, sizeof part - 1, gr_op_get(n->op)->name, -1);
+    gr_name_copy(name + at, sizeof name - at, part, -1);
+    if (c->n_kernels > 0) {
+        at = strlen(name);
+        gr_name_copy(name + at, sizeof name - at, "_", c->n_kernels);
+    }
     c->n_kernels++;
     GR_TRY(gr_kernel_create(name, &b->k));
     gr_kernel *k = b->k;
@@ -117,7 +123,7 @@ void lw_abort_kernel(gr_lkb *b) {
 
 gr_status lw_param_buffer(gr_lkb *b, int value, gr_dtype t, int64_t elem_offset, bool written, int *out) {
     char name[24];
-    snprintf(name, sizeof name, "%s%d", written ? "y" : "x", b->k->n_params);
+    gr_name_copy(name, sizeof name, written ? "y" : "x", b->k->n_params);
     int p;
     GR_TRY(gr_kernel_add_param(b->k, GR_KP_BUFFER, t, name, &p));
     b->k->params[p].written = written;
@@ -130,7 +136,7 @@ gr_status lw_param_buffer(gr_lkb *b, int value, gr_dtype t, int64_t elem_offset,
 
 gr_status lw_param_host_scalar(gr_lkb *b, int value, gr_dtype t, int *out) {
     char name[24];
-    snprintf(name, sizeof name, "s%d", b->k->n_params);
+    gr_name_copy(name, sizeof name, "s", b->k->n_params);
     int p;
     GR_TRY(gr_kernel_add_param(b->k, gr_dtype_is_float(t) ? GR_KP_SCALAR_F : GR_KP_SCALAR_I, t, name, &p));
     b->args[p].kind = GR_ARG_HOST_SCALAR;
@@ -327,6 +333,8 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
+    /* most nodes lower to one step; growing a list of 1 KB steps by doubling copied it twice */
+    if (gr_vec_reserve(out, g->nodes.len + 16) != GR_OK) return GR_ERR_NOMEM;
     for (int i = 0; i < g->nodes.len; i++) {
         gr_status st = gr_pass_lower_node(g, i, out);
         if (st != GR_OK) {

@@ -198,6 +198,9 @@ typedef struct {
      * structure depend on the length; decided on the symbolic shape, every binding gets the same
      * kernels. Vectors over one symbol (positions) still fold. */
     bool fold_linear_only;
+    /* src's nodes are marked already (gr_pass_mark_superlinear ran on it once: a session
+     * does at creation, so no binding's plan pays for the symbolic products again) */
+    bool src_marked;
     /* Called after each pass with the pass's name ("input", "specialize",
      * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
@@ -214,6 +217,9 @@ typedef struct {
  * (runtime/plan.c) and `graft dump` both run it. On failure *out is empty. */
 gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
                            gr_compiled *out);
+/* Sets no_fold on nodes whose first output's element count has degree >= 2 in the symbols
+ * (what fold_linear_only does to the pipeline's clone). */
+gr_status gr_pass_mark_superlinear(gr_graph *g);
 void gr_compiled_free(gr_compiled *c);
 
 /* ---- `graft dump` ---------------------------------------------------------------------------------- */

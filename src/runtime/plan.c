@@ -182,7 +182,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
      * the cost grows with seq^2 (an extrapolation: about 30 ms at seq 512). So values growing faster than linearly with the
      * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
     gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
-                           .fold_linear_only = s->graph->syms.len > 0};
+                           .fold_linear_only = s->graph->syms.len > 0, .src_marked = true};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;

@@ -100,6 +100,8 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     /* what no binding changes (weight-only subgraphs) folds once, here, into shared weights;
      * each binding's plan folds only what depends on its shape */
     if (!graph_is_concrete(s->graph) && (st = gr_pass_fold_constants(s->graph)) != GR_OK) goto fail;
+    /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
+    if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
