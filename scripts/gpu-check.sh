@@ -59,6 +59,14 @@ else
   echo "test_generic not built (cmake --build $build --target test_generic)"; fail=1
 fi
 
+echo "== convolutions on CUDA (examples/cnn.onnx at batch 1, 4, 2, 3 in one session, eager and graph) =="
+if [ -x "$build/tests/test_cnn_session" ]; then
+  GRAFT_TEST_DEVICE=cuda "$build/tests/test_cnn_session" 2>&1 | tail -12 | tee "$out/cnn-session.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_cnn_session FAILED"; fail=1; }
+else
+  echo "test_cnn_session not built (cmake --build $build --target test_cnn_session)"; fail=1
+fi
+
 echo "== kernel cache: cold vs warm start =="
 export XDG_CACHE_HOME="$out/tmp/cache"; rm -rf "$XDG_CACHE_HOME"
 cold=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')
@@ -67,11 +75,13 @@ warm=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/d
 echo "cold: $cold; $n_cubins cubins cached"; echo "warm: $warm"
 unset XDG_CACHE_HOME
 
-for ex in mlp eos transformer; do
-  m=examples/$ex.gir
+# cnn.onnx (examples/gen_cnn.py): direct, depthwise and im2col+cuBLASLt convolutions, pools, pad, resize
+for m in examples/mlp.gir examples/eos.gir examples/transformer.gir examples/cnn.onnx; do
+  ex=$(basename "${m%.*}")
+  dims=""; [ "$ex" = cnn ] && dims="--dim N=2"   # its batch is symbolic
   rm -rf "$out/tmp"; mkdir -p "$out/tmp"
   # the same random inputs for every run: generated once by the simulator run
-  $G run "$m" --device sim --output-dir "$out/tmp/sim" --save-inputs "$out/tmp/in" > "$out/tmp/sim.log" 2>&1 || { echo "$ex sim run failed"; cat "$out/tmp/sim.log"; fail=1; continue; }
+  $G run "$m" $dims --device sim --output-dir "$out/tmp/sim" --save-inputs "$out/tmp/in" > "$out/tmp/sim.log" 2>&1 || { echo "$ex sim run failed"; cat "$out/tmp/sim.log"; fail=1; continue; }
   ins=""
   for f in "$out"/tmp/in/*.npy; do n=$(basename "$f" .npy); ins="$ins --input $n=$f"; done
   for mode in eager graph; do
@@ -81,7 +91,7 @@ for ex in mlp eos transformer; do
   python3 tools/compare_npy.py "$out/tmp/cuda-eager" "$out/tmp/sim" --tol 1e-4 --label "$ex cuda-vs-sim" || fail=1
   for mode in eager graph; do
     echo "== bench $ex $mode =="
-    $G bench "$m" --device cuda --mode $mode --iters 200 --warmup 20 --repeats 5 --profile --json "$out/bench-$ex-$mode.json" 2>&1 | tee -a "$out/bench.log" | grep -E "time/iter|gpu time|kernel time sum|kernels/iter|in graphs|warning|error"
+    $G bench "$m" $dims --device cuda --mode $mode --iters 200 --warmup 20 --repeats 5 --profile --json "$out/bench-$ex-$mode.json" 2>&1 | tee -a "$out/bench.log" | grep -E "time/iter|gpu time|kernel time sum|kernels/iter|in graphs|warning|error"
   done
 done
 echo "gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"

@@ -1100,6 +1100,11 @@ static gr_status infer_loop(ctx_t *c) {
     return GR_OK;
 }
 
+/* ==== windows, pad, resize: ir/shape-window.c =============================================== */
+static gr_status infer_window(ctx_t *c) { return gr_ir_infer_window(c->g, c->node_index); }
+static gr_status infer_pad(ctx_t *c) { return gr_ir_infer_pad(c->g, c->node_index); }
+static gr_status infer_resize(ctx_t *c) { return gr_ir_infer_resize(c->g, c->node_index); }
+
 /* ==== driver ================================================================================= */
 /* One shape rule per op: the `shape` column of ir/ops.def. */
 typedef gr_status (*shape_rule)(ctx_t *c);

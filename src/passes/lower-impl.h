@@ -5,6 +5,7 @@
  * lower-reduce.c     reductions, softmax, layer_norm
  * lower-movement.c   transpose, expand, slice, concat, split, gather, gather_elements, trilu
  * lower-gen.c        fill, range, random_*, matmul
+ * lower-window.c     conv, conv_transpose, max_pool, avg_pool, pad, resize
  *
  * Every lowering builds kernels through a gr_lkb (kernel + the step arguments
  * binding each of its params, filled in lock step) and hands them to
@@ -105,5 +106,10 @@ gr_status lw_lower_range(gr_lctx *c);
 gr_status lw_lower_random(gr_lctx *c);
 gr_status lw_lower_matmul(gr_lctx *c);
 gr_status lw_lower_attention(gr_lctx *c); /* one GR_LIB_ATTENTION library call (lower-gen.c) */
+/* lower-window.c: conv, conv_transpose, max_pool, avg_pool, pad, resize */
+gr_status lw_lower_conv(gr_lctx *c);
+gr_status lw_lower_pool(gr_lctx *c);
+gr_status lw_lower_pad(gr_lctx *c);
+gr_status lw_lower_resize(gr_lctx *c);
 
 #endif

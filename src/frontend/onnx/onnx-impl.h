@@ -131,6 +131,25 @@ void ox_sym_desc(ox_ctx *c, const ox_tensor *t, char *buf, size_t n);
 gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out);
 /* Converts the current node (c->node). */
 gr_status ox_convert_node(ox_ctx *c);
+/* Helpers of onnx-ops.c that the converters of onnx-conv.c use. */
+gr_status ox_in_ir(ox_ctx *c, int i, int *ir);
+gr_status ox_emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int n_out,
+                  const char *const *out_names, bool last, int *outs);
+gr_status ox_emit1(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs);
+gr_status ox_bind_outputs(ox_ctx *c, int n, const int *irs, const char *why);
+void ox_out_names(const ox_ctx *c, const char **names, int n);
+gr_status ox_check_arity(ox_ctx *c, int min_in, int max_in, int min_out);
+gr_status ox_scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir);
+/* ---- onnx-conv.c: convolutions, pools, normalizations, Pad, Resize ---- */
+gr_status ox_cv_conv(ox_ctx *c, gr_op op);
+gr_status ox_cv_conv_transpose(ox_ctx *c, gr_op op);
+gr_status ox_cv_pool(ox_ctx *c, gr_op op);
+gr_status ox_cv_global_pool(ox_ctx *c, gr_op op);
+gr_status ox_cv_batch_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_instance_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_group_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_pad(ox_ctx *c, gr_op op);
+gr_status ox_cv_resize(ox_ctx *c, gr_op op);
 
 /* ---- onnx-fold.c ----------------------------------------------------------------------------------- */
 /* Tries to evaluate the current node at import time. *folded = true when it

@@ -1108,6 +1108,20 @@ static gr_status cv_einsum(ox_ctx *c, gr_op op) {
     return emit1(c, op, 2, sw, 2, attrs);
 }
 
+/* ==== shared with onnx-conv.c (thin exports of the helpers above) ======================================== */
+gr_status ox_in_ir(ox_ctx *c, int i, int *ir) { return in_ir(c, i, ir); }
+gr_status ox_emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int n_out,
+                  const char *const *out_names, bool last, int *outs) {
+    return emit(c, op, n_in, in, n_attr, attrs, n_out, out_names, last, outs);
+}
+gr_status ox_emit1(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs) {
+    return emit1(c, op, n_in, in, n_attr, attrs);
+}
+gr_status ox_bind_outputs(ox_ctx *c, int n, const int *irs, const char *why) { return bind_outputs(c, n, irs, why); }
+void ox_out_names(const ox_ctx *c, const char **names, int n) { out_names_of(c, names, n); }
+gr_status ox_check_arity(ox_ctx *c, int min_in, int max_in, int min_out) { return check_arity(c, min_in, max_in, min_out); }
+gr_status ox_scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir) { return scalar_const_ir(c, dt, v, ir); }
+
 /* ==== the table ========================================================================================== */
 static const struct {
     const char *onnx;
@@ -1180,6 +1194,17 @@ static const struct {
     {"Dropout", GR_OP_IDENTITY, cv_dropout},
     {"Trilu", GR_OP_TRILU, cv_trilu},
     {"Einsum", GR_OP_MATMUL, cv_einsum},
+    {"Conv", GR_OP_CONV, ox_cv_conv},
+    {"ConvTranspose", GR_OP_CONV_TRANSPOSE, ox_cv_conv_transpose},
+    {"MaxPool", GR_OP_MAX_POOL, ox_cv_pool},
+    {"AveragePool", GR_OP_AVG_POOL, ox_cv_pool},
+    {"GlobalAveragePool", GR_OP_REDUCE_MEAN, ox_cv_global_pool},
+    {"GlobalMaxPool", GR_OP_REDUCE_MAX, ox_cv_global_pool},
+    {"BatchNormalization", GR_OP_MUL, ox_cv_batch_norm},
+    {"InstanceNormalization", GR_OP_LAYER_NORM, ox_cv_instance_norm},
+    {"GroupNormalization", GR_OP_LAYER_NORM, ox_cv_group_norm},
+    {"Pad", GR_OP_PAD, ox_cv_pad},
+    {"Resize", GR_OP_RESIZE, ox_cv_resize},
 };
 
 gr_status ox_convert_node(ox_ctx *c) {
