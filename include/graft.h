@@ -196,7 +196,16 @@ typedef struct {
      * cores) ran 8x slower than the unfused cuBLASLt path on the H100 (bench/attention);
      * f16/bf16 attention (tensor cores) is fused unless no_fuse_attention. */
     int fuse_attention_f32;
+    /* Runs an f32 model in half precision (gr_precision; GR_PRECISION_MODEL = as exported):
+     * at creation, weights get half copies once, matmul/conv/attention run in half with f32
+     * accumulation, softmax, layer norm, reductions and exp/log/pow/erf/gelu/sqrt/sin/cos stay
+     * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
+    int precision;
 } gr_session_options;
+
+typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_PRECISION_COUNT } gr_precision;
+/* "bf16" / "f16" -> GR_PRECISION_BF16 / _F16; anything else is GR_ERR_INVALID naming it. */
+GR_API gr_status gr_precision_parse(const char *name, int *out);
 
 enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 
@@ -341,6 +350,10 @@ GR_API gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char 
                                            const int64_t *dim_values, char **out_text);
 /* ... and with attention left unfused when no_fuse_attention (graft dump --no-fuse-attention),
  * f32 attention fused too when fuse_attention_f32 (--fuse-attention-f32): gr_session_options. */
+/* ... with every pipeline option of a session (no_partition, no_fuse_attention,
+ * fuse_attention_f32, precision; opt NULL = defaults): what that session would compile. */
+GR_API gr_status gr_graph_dump_passes_with(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                           const gr_session_options *opt, char **out_text);
 GR_API gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const *dim_names,
                                            const int64_t *dim_values, int no_fuse_attention, int fuse_attention_f32,
                                            char **out_text);

@@ -166,7 +166,11 @@ static const char usage_inputs[] =
     "  --no-fuse-attention    leave attention unfused (matmul, softmax, matmul: the\n"
     "                         reference path) instead of one fused attention kernel\n"
     "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only; the f32\n"
-    "                         kernel has no tensor cores and is slower than unfused)\n";
+    "                         kernel has no tensor cores and is slower than unfused)\n"
+    "  --precision bf16|f16   run an f32 model in half precision: weights converted once\n"
+    "                         at load, matmuls and attention in bf16/f16 (f32 accumulation),\n"
+    "                         softmax, norms, reductions, exp/log/pow/erf in f32; inputs and\n"
+    "                         outputs keep their dtypes (docs/precision.md)\n";
 
 static const char usage_run[] =
     "usage: graft run MODEL [options]\n"
@@ -211,7 +215,8 @@ static const char usage_dump[] =
     "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
     "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n"
     "  --no-fuse-attention    leave attention unfused (no attention pass)\n"
-    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only)\n";
+    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only)\n"
+    "  --precision bf16|f16   convert an f32 model first (the \"precision\" pass)\n";
 
 static const char usage_explain[] =
     "usage: graft explain MODEL [options]\n"
@@ -255,6 +260,7 @@ typedef struct {
     bool verbose;
     bool no_fuse_attention;
     bool fuse_attention_f32;
+    int precision; /* gr_precision */
 } cli_opts;
 
 static bool parse_long(const char *s, long *out) {
@@ -366,7 +372,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             !strcmp(optname, "--arena") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
-        else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range"))
+        else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range") || !strcmp(optname, "--precision"))
             need = OPT_DIM;
         else if (!strcmp(optname, "--output-dir"))
             need = OPT_OUTDIR;
@@ -418,6 +424,11 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 return EXIT_USAGE;
             }
             o->n_dims++;
+        } else if (!strcmp(optname, "--precision")) {
+            if (gr_precision_parse(value, &o->precision) != GR_OK) {
+                errorf("--precision: unknown precision '%s' (expected bf16 or f16)", show(value));
+                return EXIT_USAGE;
+            }
         } else if (!strcmp(optname, "--dim-range")) {
             if (parse_kv(optname, value, &o->ranges[o->n_ranges])) return EXIT_USAGE;
             int64_t lo, hi;
@@ -825,6 +836,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     so.verbose = o->verbose;
     so.no_fuse_attention = o->no_fuse_attention;
     so.fuse_attention_f32 = o->fuse_attention_f32;
+    so.precision = o->precision;
     gr_status st = gr_session_create(g, &so, sess);
     if (st != GR_OK) {
         *sess = NULL;
@@ -1387,7 +1399,12 @@ static int cmd_dump(const cli_opts *o) {
     }
     if (!code) {
         char *text = NULL;
-        gr_status st = gr_graph_dump_passes_opts(g, n, (const char *const *)names, values, o->no_fuse_attention, o->fuse_attention_f32, &text);
+        gr_session_options so;
+        gr_session_options_init(&so);
+        so.no_fuse_attention = o->no_fuse_attention;
+        so.fuse_attention_f32 = o->fuse_attention_f32;
+        so.precision = o->precision;
+        gr_status st = gr_graph_dump_passes_with(g, n, (const char *const *)names, values, &so, &text);
         if (st == GR_ERR_NOT_FOUND) code = (errorf("--dim: %s", gr_last_error()), EXIT_USAGE);
         else if (st != GR_OK) code = api_fail(st, o->model);
         else print_text(text);

@@ -538,6 +538,28 @@ void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
         }
 }
 
+/* Puts the nodes in the order order[0..len) (a permutation of the node indices) and renumbers
+ * every value's producer; the name index is rebuilt on its next lookup. */
+gr_status gr_ir_reorder_nodes(gr_graph *g, const int *order) {
+    int n = g->nodes.len;
+    if (n == 0) return GR_OK;
+    size_t bytes = sizeof(gr_ir_node) * (size_t)n;
+    gr_ir_node *moved = gr_malloc(bytes);
+    if (!moved) return gr_nomem();
+    for (int i = 0; i < n; i++) moved[i] = g->nodes.data[order[i]];
+    memcpy(g->nodes.data, moved, bytes);
+    gr_free(moved, bytes);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < g->nodes.data[i].n_out; o++) {
+            if (g->nodes.data[i].out[o] < 0) continue;
+            gr_ir_value *v = &g->values.data[g->nodes.data[i].out[o]];
+            v->producer = i;
+            v->out_slot = o;
+        }
+    g->node_index.len = -1;
+    return GR_OK;
+}
+
 gr_status gr_ir_add_output(gr_graph *g, int value) {
     if (value < 0 || value >= g->values.len) return gr_error(GR_ERR_INVALID, "output refers to no value (%d)", value);
     return gr_vec_push(&g->outputs, value);

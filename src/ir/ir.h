@@ -281,6 +281,9 @@ void gr_ir_remove_last_node(gr_graph *g);
  * `at` was) and frees node `at`; renumbers every value's producer. Used by
  * passes that expand a node into several (control-flow inlining). */
 void gr_ir_splice_nodes(gr_graph *g, int at, int first_new);
+/* Puts the nodes in the order order[0..nodes.len) (a permutation: new position i holds old
+ * node order[i]; the caller keeps it topological) and renumbers producers. O(n). */
+gr_status gr_ir_reorder_nodes(gr_graph *g, const int *order);
 /* Looks a value up by name (the last one of that name); -1 if absent. */
 int gr_ir_find_value(const gr_graph *g, const char *name);
 /* Looks a node up by name; -1 if absent. */

@@ -178,11 +178,11 @@ static gr_status observe(void *user, const char *pass, gr_compiled *c) {
 }
 
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb) {
-    return gr_pass_dump_opts(g, sym_values, no_partition, false, false, sb);
+    gr_pipeline_opts o = {.no_partition = no_partition};
+    return gr_pass_dump_opts(g, sym_values, &o, sb);
 }
 
-gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
-                            bool fuse_attention_f32, gr_strbuf *sb) {
+gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, const gr_pipeline_opts *opts, gr_strbuf *sb) {
     if (!sym_values) {
         char syms[1024];
         int n_syms;
@@ -192,9 +192,12 @@ gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool n
                             n_syms, n_syms > 1 ? "s" : "", syms);
     }
     /* as a session plans a binding (runtime/plan.c): what the dump shows is what runs */
-    gr_pipeline_opts o = {.no_partition = no_partition, .no_fuse_attention = no_fuse_attention,
-                          .fuse_attention_f32 = fuse_attention_f32, .after_pass = observe, .user = sb,
-                          .fold_linear_only = g->syms.len > 0};
+    gr_pipeline_opts o = *opts;
+    o.after_pass = observe;
+    o.user = sb;
+    o.fold_linear_only = g->syms.len > 0;
+    o.src_marked = false;
+    o.src_converted = false;
     gr_compiled c;
     GR_TRY(gr_pass_pipeline(g, sym_values, &o, &c));
     gr_compiled_free(&c);

@@ -29,6 +29,26 @@ gr_status gr_pass_predicate_if(gr_graph *g);
  * number of attentions made. */
 gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
 
+/* What a precision conversion did (gr_pass_convert_precision). */
+typedef struct {
+    int weights_converted;     /* f32 constants given a half copy */
+    size_t weight_bytes_saved; /* bytes of those copies (half the f32 bytes) */
+    int casts;                 /* cast nodes inserted */
+    int nodes_half, nodes_f32; /* nodes with converted inputs that run in half / f32 */
+    int attention_fused;       /* attentions fused first (gr_pass_precision) */
+} gr_precision_stats;
+
+/* Converts an f32 graph to run in `half` (GR_BF16 or GR_F16) as autocast would: matmul,
+ * conv and attention in half, softmax, layer_norm, reduce_sum/mean, exp, log, pow, erf,
+ * gelu, sqrt, rsqrt, reciprocal, softplus, sin, cos in f32, the rest in the precision its
+ * inputs have; f32 weights get half copies once; graph inputs and outputs keep their
+ * dtypes (casts in and out). Symbolic dims stay symbolic. Graphs with if/loop are
+ * GR_ERR_UNSUPPORTED. passes/precision.c has the rules; stats may be NULL. */
+gr_status gr_pass_convert_precision(gr_graph *g, gr_dtype half, gr_precision_stats *stats);
+/* The conversion as sessions and the pipeline run it: attention fused first on the f32
+ * graph (f32 included, when fuse_attention), then gr_pass_convert_precision. */
+gr_status gr_pass_precision(gr_graph *g, gr_dtype half, bool fuse_attention, gr_precision_stats *stats);
+
 /* Evaluates nodes whose inputs are all constants (including generators such as
  * random_normal) at compile time, turning their outputs into constants.
  * Nodes producing graph outputs are folded too (the output becomes a constant). */
@@ -212,6 +232,12 @@ typedef struct {
     bool no_fuse_attention;
     /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
     bool fuse_attention_f32;
+    /* Runs gr_pass_precision(precision) first ("precision" after_pass), unless src_converted:
+     * a session converts its graph once at creation, so weights are converted once and
+     * shared by every binding's plan. */
+    bool convert_precision;
+    gr_dtype precision;
+    bool src_converted;
     /* Called after each pass with the pass's name ("input", "specialize",
      * "fuse_attention" (when it runs), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
@@ -239,8 +265,8 @@ void gr_compiled_free(gr_compiled *c);
  * after lowering and fusion, the memory plan and the segments: what a
  * session compiles for that shape. */
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb);
-/* The same with the pipeline's attention fusion off when no_fuse_attention. */
-gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
-                            bool fuse_attention_f32, gr_strbuf *sb);
+/* The same with the pipeline options of opts (no_partition, attention fusion, precision);
+ * its observer and folding fields are the dump's own. */
+gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, const gr_pipeline_opts *opts, gr_strbuf *sb);
 
 #endif

@@ -47,6 +47,10 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     memset(&c, 0, sizeof c);
     gr_status st = gr_ir_graph_clone_borrow(src, &c.g); /* weights are shared, not copied */
     if (st == GR_OK) st = after(opts, "input", &c);
+    if (st == GR_OK && opts && opts->convert_precision && !opts->src_converted) {
+        st = gr_pass_precision(c.g, opts->precision, !opts->no_fuse_attention, NULL);
+        if (st == GR_OK) st = after(opts, "precision", &c);
+    }
     /* before specialization: the match sees the symbolic shapes, so every binding gets the same op */
     if (st == GR_OK && !(opts && opts->no_fuse_attention)) {
         int n_fused = 0;

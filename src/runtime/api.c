@@ -203,7 +203,28 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
 
 gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
                                     int no_fuse_attention, int fuse_attention_f32, char **out_text) {
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.no_fuse_attention = no_fuse_attention;
+    o.fuse_attention_f32 = fuse_attention_f32;
+    return gr_graph_dump_passes_with(g, n_dims, dim_names, dim_values, &o, out_text);
+}
+
+gr_status gr_precision_parse(const char *name, int *out) {
+    if (!out) return gr_error(GR_ERR_INVALID, "gr_precision_parse: out is NULL");
+    if (name && !strcmp(name, "bf16")) return *out = GR_PRECISION_BF16, GR_OK;
+    if (name && !strcmp(name, "f16")) return *out = GR_PRECISION_F16, GR_OK;
+    return gr_error(GR_ERR_INVALID, "unknown precision '%s' (expected bf16 or f16)", name ? name : "(null)");
+}
+
+gr_status gr_graph_dump_passes_with(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                    const gr_session_options *opt, char **out_text) {
     if (out_text) *out_text = NULL;
+    gr_session_options defaults;
+    gr_session_options_init(&defaults);
+    if (!opt) opt = &defaults;
+    if (opt->precision < 0 || opt->precision >= GR_PRECISION_COUNT)
+        return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes_with: precision %d is not a gr_precision", opt->precision);
     if (!g || !out_text || n_dims < 0 || (n_dims && (!dim_names || !dim_values)))
         return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes_dims: NULL argument or negative count");
     int n_syms = g->syms.len;
@@ -235,7 +256,11 @@ gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const 
     gr_strbuf sb;
     gr_sb_init(&sb);
     /* with nothing bound, the dump itself lists every unresolved symbolic dim */
-    if (st == GR_OK) st = gr_pass_dump_opts(g, n_dims ? sym_values : NULL, false, no_fuse_attention != 0, fuse_attention_f32 != 0, &sb);
+    gr_pipeline_opts po = {.no_partition = opt->no_partition != 0, .no_fuse_attention = opt->no_fuse_attention != 0,
+                           .fuse_attention_f32 = opt->fuse_attention_f32 != 0,
+                           .convert_precision = opt->precision != GR_PRECISION_MODEL,
+                           .precision = gr_rt_precision_dtype(opt->precision)};
+    if (st == GR_OK) st = gr_pass_dump_opts(g, n_dims ? sym_values : NULL, &po, &sb);
     gr_free(sym_values, values_size);
     if (st != GR_OK) {
         gr_sb_free(&sb);

@@ -59,6 +59,16 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     gr_sb_init(&sb);
     const char *mode = s->opt.mode == GR_MODE_EAGER ? "eager" : s->opt.mode == GR_MODE_GRAPH ? "graph" : "auto";
     gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
+    if (s->opt.precision != GR_PRECISION_MODEL) {
+        const gr_precision_stats *ps = &s->precision;
+        gr_sb_printf(&sb,
+                     "precision: %s (converted at load: %d weights to %s, %zu bytes; %d nodes in %s, %d kept in f32; %d casts; "
+                     "%d attentions fused first)\n",
+                     gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)), ps->weights_converted,
+                     gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)), ps->weight_bytes_saved,
+                     ps->nodes_half, gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)), ps->nodes_f32, ps->casts,
+                     ps->attention_fused);
+    }
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
         for (int k = 0; k < p->n_syms; k++) gr_sb_printf(&sb, " %s=%lld", s->graph->syms.data[k].name, (long long)p->sym_values[k]);

@@ -96,6 +96,7 @@ struct gr_session {
     gr_event *ev_seg_a, *ev_seg_b; /* mode auto: around one segment */
     gr_session_options opt;
     gr_graph *graph;        /* the session's own copy, symbolic dims intact */
+    gr_precision_stats precision; /* what opt.precision converted at creation (explain) */
     gr_rt_input *inputs;    /* per graph input */
     gr_rt_plan *plans;      /* one per shape key, most recent first */
     gr_rt_plan *current;    /* plan of the last run */
@@ -124,6 +125,10 @@ struct gr_session {
 gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev);
 
 /* plan.c */
+/* gr_session_options.precision as the dtype the conversion targets (GR_F32 for MODEL). */
+static inline gr_dtype gr_rt_precision_dtype(int precision) {
+    return precision == GR_PRECISION_BF16 ? GR_BF16 : precision == GR_PRECISION_F16 ? GR_F16 : GR_F32;
+}
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);

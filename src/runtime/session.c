@@ -90,6 +90,17 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
     double t_clone = gr_now_us();
     if ((st = gr_ir_infer_shapes(s->graph)) != GR_OK) goto fail;
+    if (s->opt.precision < 0 || s->opt.precision >= GR_PRECISION_COUNT) {
+        st = gr_error(GR_ERR_INVALID, "gr_session_create: precision %d is not a gr_precision (bf16 or f16)", s->opt.precision);
+        goto fail;
+    }
+    /* once, before folding: the half weights belong to the session's graph, so every
+     * binding's plan shares them (uploaded once) and no binding converts again */
+    if (s->opt.precision != GR_PRECISION_MODEL &&
+        (st = gr_pass_precision(s->graph, gr_rt_precision_dtype(s->opt.precision), !s->opt.no_fuse_attention, &s->precision)) != GR_OK) {
+        st = gr_error_prefix(st, "precision %s: ", gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)));
+        goto fail;
+    }
     if (s->opt.verbose)
         fprintf(stderr, "graft: session phases (ms): verify %.1f clone %.1f shapes %.1f\n", (t_verify - t0) / 1e3,
                 (t_clone - t_verify) / 1e3, (gr_now_us() - t_clone) / 1e3);
