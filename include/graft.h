@@ -336,6 +336,26 @@ GR_API gr_status gr_session_kernel_stats(gr_session_t s, gr_kernel_stats *out);
  * first, plus their sum. Needs one run before. */
 GR_API gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum_us);
 
+/* Kernel classes of a profile: what each step is (a library call's kind; a kernel's
+ * stages, IR op kind and expression), never its name. */
+typedef enum {
+    GR_KCLASS_MATMUL = 0,  /* cuBLASLt matmul library calls */
+    GR_KCLASS_ATTENTION,   /* fused attention */
+    GR_KCLASS_ELEMENTWISE, /* kernels computing on floats without a reduction */
+    GR_KCLASS_REDUCTION,   /* kernels with a reduction: softmax, layer norm, reduce_* */
+    GR_KCLASS_COPY,        /* data movement only: transpose, concat, slice, gather copies */
+    GR_KCLASS_OTHER,       /* generators, conv and pool kernels */
+    GR_KCLASS_COUNT
+} gr_kernel_class;
+GR_API const char *gr_kernel_class_name(int kernel_class); /* "matmul", ..., "norm/reduction", "copy/movement" */
+typedef struct {
+    double us[GR_KCLASS_COUNT]; /* device time per class; they sum to kernel_sum_us */
+    int kernels[GR_KCLASS_COUNT];
+} gr_profile_classes;
+/* gr_session_profile, and the time per kernel class in *classes (may be NULL); the text
+ * starts with the classes as a table, slowest first, with their share of the sum. */
+GR_API gr_status gr_session_profile_classes(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes);
+
 /* Human-readable description of the compiled plan (graft explain). */
 GR_API gr_status gr_session_explain(gr_session_t s, char **out_text);
 /* The symbolic plan of a graph, before any binding (graft explain without --dim): its

@@ -201,6 +201,8 @@ static const char usage_bench[] =
     "  --repeats N            timed repeats; the median is reported (default 1)\n"
     "  --json FILE            also write the results as JSON to FILE\n"
     "  --profile              also time every kernel with device events (one eager run)\n"
+    "                         and sum the time per kernel class (matmul, attention,\n"
+    "                         elementwise, norm/reduction, copy/movement, other)\n"
     "\n"
     "Runs are enqueued back to back and waited for once per repeat, as framework\n"
     "benchmarks do; inputs are set once, so their placeholders are not refilled.\n";
@@ -1242,6 +1244,8 @@ static int cmd_bench(const cli_opts *o) {
                            : o->mode == GR_MODE_AUTO  ? "auto"
                                                       : "eager (default)";
         double kernel_sum_us = -1;
+        gr_profile_classes classes;
+        memset(&classes, 0, sizeof classes);
         double *sorted = malloc(sizeof(double) * (size_t)o->repeats);
         if (sorted) {
             memcpy(sorted, samples, sizeof(double) * (size_t)o->repeats);
@@ -1285,7 +1289,7 @@ static int cmd_bench(const cli_opts *o) {
         }
         if (o->profile) {
             char *text = NULL;
-            gr_status pst = gr_session_profile(sess, &text, &kernel_sum_us);
+            gr_status pst = gr_session_profile_classes(sess, &text, &kernel_sum_us, &classes);
             if (pst != GR_OK) code = api_fail(pst, "--profile");
             else printf("kernel time sum      %.3f us\n", kernel_sum_us), print_text(text);
             gr_free_string(text);
@@ -1324,7 +1328,27 @@ static int cmd_bench(const cli_opts *o) {
                         stats.weight_bytes, stats.device_bytes);
                 fprintf(f, "  \"segments\": %d,\n  \"segments_in_graphs\": %d,\n  \"captures\": %ld,\n", stats.segments,
                         stats.segments_in_graphs, stats.captures);
-                if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
+                if (kernel_sum_us >= 0) {
+                    fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
+                    /* slowest first, as the table prints them */
+                    int order[GR_KCLASS_COUNT];
+                    for (int c = 0; c < GR_KCLASS_COUNT; c++) order[c] = c;
+                    for (int i = 1; i < GR_KCLASS_COUNT; i++)
+                        for (int j = i; j > 0 && classes.us[order[j]] > classes.us[order[j - 1]]; j--) {
+                            int t = order[j];
+                            order[j] = order[j - 1];
+                            order[j - 1] = t;
+                        }
+                    fputs("  \"kernel_classes\": [", f);
+                    for (int i = 0; i < GR_KCLASS_COUNT; i++) {
+                        int c = order[i];
+                        fputs(i ? ",\n    {\"class\": " : "\n    {\"class\": ", f);
+                        json_string(f, gr_kernel_class_name(c));
+                        fprintf(f, ", \"ms\": %.6f, \"share\": %.6f, \"kernels\": %d}", classes.us[c] / 1e3,
+                                kernel_sum_us > 0 ? classes.us[c] / kernel_sum_us : 0.0, classes.kernels[c]);
+                    }
+                    fputs("\n  ],\n", f);
+                }
                 fprintf(f, "  \"kernels_prepared\": %ld,\n  \"kernels_compiled\": %ld,\n  \"kernel_cache_hits\": %ld,\n", ks.prepared,
                         ks.compiled, ks.disk_cache_hits);
                 fprintf(f, "  \"modules_loaded\": %ld,\n  \"generic_structures\": %ld,\n  \"generic_reused\": %ld,\n", ks.modules_loaded,

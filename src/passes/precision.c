@@ -84,6 +84,7 @@ typedef struct {
     int *to_f32;
     uint8_t *flags;
     int *order;        /* new node order */
+    bool *live;        /* per original node: reaches a graph output */
     int n_order, cap_order;
     gr_precision_stats *stats;
 } pc_ctx;
@@ -226,7 +227,9 @@ static gr_status convert_node(pc_ctx *c, int i) {
         if (cls == PC_LOW) want = index || wide_const ? GR_F32 : c->half;
         else if (cls == PC_F32) want = GR_F32;
         else want = strong ? GR_F32 : c->half;
-        if (c->stats) {
+        /* unread nodes (those an attention replaced) are converted too, so they still type-check
+         * when shapes are inferred again, but not counted: dead-step elimination drops them */
+        if (c->stats && c->live[i]) {
             if (want == GR_F32) c->stats->nodes_f32++;
             else c->stats->nodes_half++;
         }
@@ -265,6 +268,21 @@ static void mark_index(pc_ctx *c) {
         if (mark)
             for (int o = 0; o < n->n_out; o++)
                 if (n->out[o] >= 0) c->flags[n->out[o]] |= PC_INDEX;
+    }
+}
+
+/* Nodes whose outputs reach a graph output (for the statistics: attention fusion leaves the
+ * nodes it replaced in place, and dead-step elimination drops them later). */
+static void mark_live(pc_ctx *c, bool *value_live) {
+    const gr_graph *g = c->g;
+    for (int k = 0; k < g->outputs.len; k++) value_live[g->outputs.data[k]] = true;
+    for (int i = g->nodes.len - 1; i >= 0; i--) {
+        const gr_ir_node *n = &g->nodes.data[i];
+        for (int o = 0; o < n->n_out && !c->live[i]; o++)
+            if (n->out[o] >= 0 && value_live[n->out[o]]) c->live[i] = true;
+        if (c->live[i])
+            for (int s = 0; s < n->n_in; s++)
+                if (n->in[s] >= 0) value_live[n->in[s]] = true;
     }
 }
 
@@ -322,7 +340,12 @@ gr_status gr_pass_convert_precision(gr_graph *g, gr_dtype half, gr_precision_sta
     c.to_half = gr_malloc(n0 * sizeof(int));
     c.to_f32 = gr_malloc(n0 * sizeof(int));
     c.flags = gr_calloc(n0, 1);
-    gr_status st = c.to_half && c.to_f32 && c.flags ? GR_OK : gr_nomem();
+    size_t live_n = (size_t)(n_nodes ? n_nodes : 1);
+    c.live = gr_calloc(live_n, sizeof(bool));
+    bool *value_live = gr_calloc(n0, sizeof(bool));
+    gr_status st = c.to_half && c.to_f32 && c.flags && c.live && value_live ? GR_OK : gr_nomem();
+    if (st == GR_OK) mark_live(&c, value_live);
+    if (value_live) gr_free(value_live, n0 * sizeof(bool));
     if (st == GR_OK) {
         for (int v = 0; v < c.n0; v++) {
             c.to_half[v] = c.to_f32[v] = -1;
@@ -337,6 +360,7 @@ gr_status gr_pass_convert_precision(gr_graph *g, gr_dtype half, gr_precision_sta
     if (c.to_half) gr_free(c.to_half, n0 * sizeof(int));
     if (c.to_f32) gr_free(c.to_f32, n0 * sizeof(int));
     if (c.flags) gr_free(c.flags, n0);
+    if (c.live) gr_free(c.live, live_n * sizeof(bool));
     if (c.order) gr_free(c.order, sizeof(int) * (size_t)c.cap_order);
     return st;
 }

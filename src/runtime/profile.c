@@ -15,7 +15,80 @@ static int slowest_first(const void *a, const void *b) {
     return x->us < y->us ? 1 : x->us > y->us ? -1 : x->step - y->step;
 }
 
+/* ==== kernel classes ========================================================================== */
+
+static const char *const class_names[] = {
+    [GR_KCLASS_MATMUL] = "matmul",         [GR_KCLASS_ATTENTION] = "attention",   [GR_KCLASS_ELEMENTWISE] = "elementwise",
+    [GR_KCLASS_REDUCTION] = "norm/reduction", [GR_KCLASS_COPY] = "copy/movement", [GR_KCLASS_OTHER] = "other",
+};
+_Static_assert(sizeof class_names / sizeof class_names[0] == GR_KCLASS_COUNT, "one name per kernel class");
+
+const char *gr_kernel_class_name(int c) { return c >= 0 && c < GR_KCLASS_COUNT ? class_names[c] : "?"; }
+
+/* Does the kernel compute on floats (beyond loads, stores, index arithmetic and
+ * same-type moves)? Decides elementwise vs copy for kernels without reductions. */
+static bool float_arith(const gr_kernel *k) {
+    for (int i = 0; i < k->nodes.len; i++) {
+        const gr_kexpr *x = &k->nodes.data[i];
+        bool operand_float = x->a >= 0 && x->a < i && gr_dtype_is_float(k->nodes.data[x->a].dtype);
+        switch (x->op) {
+        case GR_KX_UNARY:
+        case GR_KX_BINARY:
+        case GR_KX_SELECT:
+        case GR_KX_RANDOM:
+            if (gr_dtype_is_float(x->dtype) || operand_float) return true;
+            break;
+        case GR_KX_CAST:
+            if ((gr_dtype_is_float(x->dtype) || operand_float) && x->a >= 0 && k->nodes.data[x->a].dtype != x->dtype) return true;
+            break;
+        default: break;
+        }
+    }
+    return false;
+}
+
+/* The class of a step, from what it is: the library call's kind, then for a kernel its
+ * stages (a REDUCE stage: a reduction or normalisation, unless its IR node is a conv or
+ * pool, "other"), its IR node's op kind (generators: "other") and its expression (float
+ * arithmetic: elementwise; only loads and stores: copy/movement). */
+int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st) {
+    if (st->kind == GR_STEP_LIBCALL) return st->call.kind == GR_LIB_ATTENTION ? GR_KCLASS_ATTENTION : GR_KCLASS_MATMUL;
+    if (st->kind != GR_STEP_KERNEL || !st->kernel) return GR_KCLASS_OTHER;
+    const gr_kernel *k = st->kernel;
+    int node = k->source_node >= 0 ? k->source_node : st->node;
+    int op_kind = node >= 0 && node < p->g->nodes.len ? gr_op_get(p->g->nodes.data[node].op)->kind : -1;
+    for (int i = 0; i < k->n_stages; i++)
+        if (k->stages[i].kind == GR_KS_REDUCE) return op_kind == GR_OPK_OTHER ? GR_KCLASS_OTHER : GR_KCLASS_REDUCTION;
+    if (op_kind == GR_OPK_GEN) return GR_KCLASS_OTHER;
+    return float_arith(k) ? GR_KCLASS_ELEMENTWISE : GR_KCLASS_COPY;
+}
+
+static void class_table(gr_strbuf *sb, const gr_profile_classes *pc, double sum) {
+    int order[GR_KCLASS_COUNT];
+    for (int c = 0; c < GR_KCLASS_COUNT; c++) order[c] = c;
+    /* slowest first (insertion sort of six) */
+    for (int i = 1; i < GR_KCLASS_COUNT; i++)
+        for (int j = i; j > 0 && pc->us[order[j]] > pc->us[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    gr_sb_printf(sb, "device time per kernel class (slowest first), sum %.3f us:\n", sum);
+    gr_sb_printf(sb, "  %-15s %12s %7s %8s\n", "class", "time us", "share", "kernels");
+    for (int i = 0; i < GR_KCLASS_COUNT; i++) {
+        int c = order[i];
+        if (!pc->kernels[c]) continue;
+        gr_sb_printf(sb, "  %-15s %12.3f %6.1f%% %8d\n", class_names[c], pc->us[c], sum > 0 ? 100.0 * pc->us[c] / sum : 0.0,
+                     pc->kernels[c]);
+    }
+}
+
 gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum_us) {
+    return gr_session_profile_classes(s, out_text, kernel_sum_us, NULL);
+}
+
+gr_status gr_session_profile_classes(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes) {
+    if (classes) memset(classes, 0, sizeof *classes);
     if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_profile: NULL argument");
     *out_text = NULL;
     if (s->pending) GR_TRY(gr_session_wait(s));
@@ -67,17 +140,23 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
     }
     int n_work = 0;
     double sum = 0;
+    gr_profile_classes pc;
+    memset(&pc, 0, sizeof pc);
     for (int i = 0; i < n && st == GR_OK; i++) {
         const gr_step *step = &p->steps.data[i];
         if (step->kind != GR_STEP_KERNEL && step->kind != GR_STEP_LIBCALL) continue;
         double us = per[i];
         times[n_work++] = (step_time){i, us};
         sum += us;
+        int c = gr_rt_step_class(p, step);
+        pc.us[c] += us;
+        pc.kernels[c]++;
     }
     if (st == GR_OK) {
         qsort(times, (size_t)n_work, sizeof *times, slowest_first);
         gr_strbuf sb;
         gr_sb_init(&sb);
+        class_table(&sb, &pc, sum);
         if (graphs)
             gr_sb_printf(&sb, "per-kernel device time (%s; each kernel replayed %d times in a graph of its own), %d kernels, sum %.3f us:\n",
                          gr_dev_name(d), R, n_work, sum);
@@ -87,12 +166,14 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
         for (int k = 0; k < n_work; k++) {
             const gr_step *step = &p->steps.data[times[k].step];
             const char *name = step->kind == GR_STEP_KERNEL ? step->kernel->name : step->call.name;
-            gr_sb_printf(&sb, "  %9.3f us  %5.1f%%  [%3d] %s\n", times[k].us, sum > 0 ? 100.0 * times[k].us / sum : 0.0, times[k].step, name);
+            gr_sb_printf(&sb, "  %9.3f us  %5.1f%%  [%3d] %-14s %s\n", times[k].us, sum > 0 ? 100.0 * times[k].us / sum : 0.0,
+                         times[k].step, class_names[gr_rt_step_class(p, step)], name);
         }
         *out_text = gr_sb_take(&sb);
         if (!*out_text) st = GR_ERR_NOMEM;
     }
     if (kernel_sum_us) *kernel_sum_us = sum;
+    if (classes && st == GR_OK) *classes = pc;
     if (ev)
         for (int i = 0; i < 2; i++)
             gr_dev_event_destroy(d, ev[i]);

@@ -129,6 +129,8 @@ gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev);
 static inline gr_dtype gr_rt_precision_dtype(int precision) {
     return precision == GR_PRECISION_BF16 ? GR_BF16 : precision == GR_PRECISION_F16 ? GR_F16 : GR_F32;
 }
+/* The gr_kernel_class of step st of plan p (runtime/profile.c). */
+int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st);
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
