@@ -109,11 +109,12 @@ static const gr_ir_value *val(const pc_ctx *c, int v) { return &c->g->values.dat
 
 static bool is_mine(const pc_ctx *c, int v) { return v >= c->n0 || (c->flags[v] & PC_MINE); }
 
-/* A float input the pass may change: an f32 device value, or one it made half. */
+/* A float input the pass may change: an f32 value, or one it made half. (A host scalar
+ * input, a temperature, is an f32 activation: it keeps its reader in f32.) */
 static bool in_play(const pc_ctx *c, int v) {
     if (v < 0) return false;
     const gr_ir_value *x = val(c, v);
-    if (!x->typed || x->placement != GR_PLACE_DEVICE) return false;
+    if (!x->typed) return false;
     return x->dtype == GR_F32 || (x->dtype == c->half && is_mine(c, v));
 }
 

@@ -98,7 +98,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
      * binding's plan shares them (uploaded once) and no binding converts again */
     if (s->opt.precision != GR_PRECISION_MODEL &&
         (st = gr_pass_precision(s->graph, gr_rt_precision_dtype(s->opt.precision), !s->opt.no_fuse_attention, &s->precision)) != GR_OK) {
-        st = gr_error_prefix(st, "precision %s: ", gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)));
+        st = gr_error_prefix(st, "precision %s", gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)));
         goto fail;
     }
     if (s->opt.verbose)
