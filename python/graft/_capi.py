@@ -114,7 +114,7 @@ class SessionOptions(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("mode", ctypes.c_int), ("verbose", ctypes.c_int),
                 ("max_rerecords", ctypes.c_int), ("cache_dir", ctypes.c_char_p), ("no_partition", ctypes.c_int),
                 ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
-                ("fuse_attention_f32", ctypes.c_int)]
+                ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):
@@ -139,6 +139,7 @@ class KernelStats(ctypes.Structure):
 DEVICE_AUTO, DEVICE_SIM, DEVICE_CUDA = 0, 1, 2
 MODE_EAGER, MODE_GRAPH, MODE_AUTO = 0, 1, 2
 ARENA_PER_SHAPE, ARENA_MAX_SHAPE = 0, 1
+PRECISION_MODEL, PRECISION_BF16, PRECISION_F16 = 0, 1, 2
 
 # ---- functions ------------------------------------------------------------------------------
 

@@ -40,11 +40,12 @@ def _shape_of(info):
 _DEVICES = {"auto": C.DEVICE_AUTO, "sim": C.DEVICE_SIM, "cuda": C.DEVICE_CUDA}
 _MODES = {"eager": C.MODE_EAGER, "graph": C.MODE_GRAPH, "auto": C.MODE_AUTO}
 _ARENAS = {"per_shape": C.ARENA_PER_SHAPE, "max": C.ARENA_MAX_SHAPE}
+_PRECISIONS = {None: C.PRECISION_MODEL, "bf16": C.PRECISION_BF16, "f16": C.PRECISION_F16}
 _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
 
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
-         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False):
+         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -54,8 +55,13 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
     fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
+    precision: None (run as exported), "bf16" or "f16": convert an f32 model at load, as
+        autocast does (matmuls and attention in half with f32 accumulation, softmax, norms,
+        reductions, exp/log/pow/erf in f32); inputs and outputs keep their dtypes.
+        docs/precision.md has the rules and the tolerances.
     """
-    for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS)):
+    for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS),
+                               ("precision", precision, _PRECISIONS)):
         if value not in table:
             raise ValueError("graft.load: %s=%r: expected one of %s" % (what, value, ", ".join(map(repr, table))))
     graph = ctypes.c_void_p()
@@ -69,6 +75,7 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         opts.device, opts.mode, opts.verbose = _DEVICES[device], _MODES[mode], int(bool(verbose))
         opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
         opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
+        opts.precision = _PRECISIONS[precision]
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
         handle = ctypes.c_void_p()

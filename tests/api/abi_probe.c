@@ -27,6 +27,7 @@ int main(void) {
     printf("gr_session_options.arena_policy %zu\n", offsetof(gr_session_options, arena_policy));
     printf("gr_session_options.no_fuse_attention %zu\n", offsetof(gr_session_options, no_fuse_attention));
     printf("gr_session_options.fuse_attention_f32 %zu\n", offsetof(gr_session_options, fuse_attention_f32));
+    printf("gr_session_options.precision %zu\n", offsetof(gr_session_options, precision));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));

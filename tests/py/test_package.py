@@ -184,6 +184,23 @@ def test_capsule_not_consumed_is_released(ew):
     assert _dlpack.live_exports() == before
 
 
+def test_precision(tmp_path):
+    """precision="bf16"/"f16": the matmul runs in half (docs/precision.md tolerances), the
+    outputs stay f32; an unknown value is a ValueError naming the choices."""
+    path = write(tmp_path, "mlp.gir", MLP_GIR)
+    x = np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)
+    t = np.array(2.0, np.float32)
+    ref = graft.load(path, device="sim")(x=x, temperature=t)
+    for prec, tol in (("bf16", 8e-3), ("f16", 1e-3)):
+        got = graft.load(path, device="sim", precision=prec)(x=x, temperature=t)
+        for name in ("r", "y"):
+            assert got[name].dtype == np.float32
+            err = np.linalg.norm(got[name] - ref[name]) / np.linalg.norm(ref[name])
+            assert 0 < err <= tol, (prec, name, err)
+    with pytest.raises(ValueError, match="precision='int8'.*'bf16', 'f16'"):
+        graft.load(path, device="sim", precision="int8")
+
+
 def test_closed_session(tmp_path):
     s = graft.load(write(tmp_path, "ew.gir", EW_GIR), device="sim")
     y = s.run_device(x=np.ones((4, 8), np.float32))["y"]
