@@ -59,6 +59,11 @@
  * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
  *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
  *   held, verified and printed; not executed yet.
+ * arg_max / arg_min(x; axis=0, keepdims=1, select_last_index=0) → i64: index
+ *   of the largest (smallest) element along axis; ties give the first index
+ *   (the last with select_last_index); NaN counts as the extreme value, so the
+ *   first (last) NaN wins [np.argmax / np.argmin, ONNX ArgMax / ArgMin]. An
+ *   empty axis is an error.
  * Attributes: each op takes exactly those of its schema (the attrs column of
  *   ir/ops.def); any other name is refused by the verifier.
  * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).

@@ -1108,6 +1108,20 @@ static gr_status cv_einsum(ox_ctx *c, gr_op op) {
     return emit1(c, op, 2, sw, 2, attrs);
 }
 
+/* ---- model-breadth ops (issue 14): ArgMax/ArgMin, TopK, Mod, Tile, OneHot, ... -------- */
+
+static gr_status cv_arg(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 1, 1, 1));
+    int64_t axis, keepdims, last;
+    GR_TRY(ox_attr_int(c, "axis", 0, &axis));
+    GR_TRY(ox_attr_int(c, "keepdims", 1, &keepdims));
+    GR_TRY(ox_attr_int(c, "select_last_index", 0, &last));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    gr_ir_attr attrs[3] = {A_int("axis", axis), A_int("keepdims", keepdims != 0), A_int("select_last_index", last != 0)};
+    return emit1(c, op, 1, &x, 3, attrs);
+}
+
 /* ==== the table ========================================================================================== */
 static const struct {
     const char *onnx;
@@ -1180,6 +1194,8 @@ static const struct {
     {"Dropout", GR_OP_IDENTITY, cv_dropout},
     {"Trilu", GR_OP_TRILU, cv_trilu},
     {"Einsum", GR_OP_MATMUL, cv_einsum},
+    {"ArgMax", GR_OP_ARG_MAX, cv_arg},
+    {"ArgMin", GR_OP_ARG_MIN, cv_arg},
 };
 
 gr_status ox_convert_node(ox_ctx *c) {
