@@ -64,6 +64,9 @@
  *   (the last with select_last_index); NaN counts as the extreme value, so the
  *   first (last) NaN wins [np.argmax / np.argmin, ONNX ArgMax / ArgMin]. An
  *   empty axis is an error.
+ * mod(a, b): remainder of truncating division, the sign of a [C fmod / %,
+ *   np.fmod]; x mod 0 = 0 for integers (the ONNX importer builds ONNX's
+ *   fmod=0 floor remainder, the sign of b, from it).
  * Attributes: each op takes exactly those of its schema (the attrs column of
  *   ir/ops.def); any other name is refused by the verifier.
  * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).

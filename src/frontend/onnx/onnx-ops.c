@@ -1122,6 +1122,260 @@ static gr_status cv_arg(ox_ctx *c, gr_op op) {
     return emit1(c, op, 1, &x, 3, attrs);
 }
 
+/* range(0, n) as i64 (n may be symbolic) */
+static gr_status iota_ir(ox_ctx *c, gr_dim n, int *ir) {
+    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
+                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
+    return emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, ir);
+}
+
+/* reshape of x to dims (concrete or symbolic) */
+static gr_status reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out) {
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr a = A_sints("shape", dims, n, v, e);
+    return emit(c, GR_OP_RESHAPE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out) {
+    gr_ir_attr a = A_ints("axes", &axis, 1);
+    return emit(c, GR_OP_UNSQUEEZE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status where_ir(ox_ctx *c, int cond, int a, int b, int *out) {
+    int in[3] = {cond, a, b};
+    return emit(c, GR_OP_WHERE, 3, in, 0, NULL, 1, NULL, false, out);
+}
+
+/* Mod(a, b; fmod): fmod=1 is C's remainder (the sign of a); fmod=0 is the floor
+ * remainder (the sign of b): r = a mod b, plus b where r != 0 and r, b differ in sign.
+ * ONNX asks fmod=1 for floats; fmod=0 on floats gets np.mod's answer, as the reference does. */
+static gr_status cv_mod(ox_ctx *c, gr_op op) {
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t fmod;
+    GR_TRY(ox_attr_int(c, "fmod", 0, &fmod));
+    if (fmod != 0 && fmod != 1) return ox_node_error(c, GR_ERR_INVALID, "attribute 'fmod' must be 0 or 1, got %lld", (long long)fmod);
+    int in[2];
+    GR_TRY(in_ir(c, 0, &in[0]));
+    GR_TRY(in_ir(c, 1, &in[1]));
+    const gr_ir_value *av = irv(c, in[0]), *bv = irv(c, in[1]);
+    if (av->typed && bv->typed && av->dtype != bv->dtype)
+        return ox_node_error(c, GR_ERR_SHAPE, "A and B have different dtypes (%s, %s)", gr_dtype_name(av->dtype), gr_dtype_name(bv->dtype));
+    if (av->typed && av->dtype == GR_BOOL) return ox_node_error(c, GR_ERR_SHAPE, "Mod of bool");
+    if (fmod || (av->typed && gr_dtype_is_int(av->dtype) && av->dtype == GR_U8)) return emit1(c, op, 2, in, 0, NULL);
+    gr_dtype dt = av->typed ? av->dtype : GR_F32;
+    int r, zero, rz, rneg, bneg, same, keep, rb;
+    GR_TRY(emit2(c, op, in[0], in[1], &r));
+    GR_TRY(scalar_const_ir(c, dt, 0.0, &zero));
+    GR_TRY(emit2(c, GR_OP_EQUAL, r, zero, &rz));
+    GR_TRY(emit2(c, GR_OP_LESS, r, zero, &rneg));
+    GR_TRY(emit2(c, GR_OP_LESS, in[1], zero, &bneg));
+    GR_TRY(emit2(c, GR_OP_EQUAL, rneg, bneg, &same));
+    GR_TRY(emit2(c, GR_OP_OR, rz, same, &keep)); /* keep r unless r != 0 and the signs differ */
+    GR_TRY(emit2(c, GR_OP_ADD, r, in[1], &rb));
+    int w[3] = {keep, r, rb};
+    return emit1(c, GR_OP_WHERE, 3, w, 0, NULL);
+}
+
+/* Tile(x, repeats): x viewed as [.., 1, d_i, ..] (a 1 before each repeated dim),
+ * expanded to [.., r_i, d_i, ..], reshaped to [.., r_i*d_i, ..]. repeats must be
+ * known at import time; dims may be symbolic. */
+static gr_status cv_tile(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int r = xv->ndim, n;
+    int64_t rep[GR_MAX_DIMS];
+    GR_TRY(ox_need_ints(c, 1, "repeats", rep, GR_MAX_DIMS, &n));
+    if (n != r) return ox_node_error(c, GR_ERR_SHAPE, "repeats has %d entries for an input of rank %d", n, r);
+    gr_dim xd[GR_MAX_DIMS], mid[GR_MAX_DIMS], big[GR_MAX_DIMS], fin[GR_MAX_DIMS];
+    int nm = 0;
+    for (int i = 0; i < r; i++) {
+        xd[i] = xv->dims[i];
+        if (rep[i] < 0) return ox_node_error(c, GR_ERR_INVALID, "repeats[%d] = %lld is negative", i, (long long)rep[i]);
+        if (rep[i] != 1) {
+            if (nm == GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "tiling needs more than %d dims", GR_MAX_DIMS);
+            mid[nm] = gr_dx_const(1);
+            big[nm++] = gr_dx_const(rep[i]);
+        }
+        if (nm == GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "tiling needs more than %d dims", GR_MAX_DIMS);
+        mid[nm] = xd[i];
+        big[nm++] = xd[i];
+        gr_status st = gr_dx_binary(c->g, GR_DX_MUL, xd[i], gr_dx_const(rep[i]), &fin[i]);
+        if (st != GR_OK) return ox_node_error(c, st == GR_ERR_NOMEM ? st : GR_ERR_SHAPE, "dim %d times %lld is not expressible", i, (long long)rep[i]);
+    }
+    GR_TRY(check_target_sshape(c, "the tiled shape", fin, r));
+    if (nm == r) return emit1(c, GR_OP_IDENTITY, 1, &x, 0, NULL);
+    int v, e;
+    GR_TRY(reshape_ir(c, x, mid, nm, &v));
+    int64_t bv[GR_MAX_DIMS];
+    int32_t be[GR_MAX_DIMS];
+    gr_ir_attr ea = A_sints("shape", big, nm, bv, be);
+    GR_TRY(emit(c, GR_OP_EXPAND, 1, &v, 1, &ea, 1, NULL, false, &e));
+    int64_t fv[GR_MAX_DIMS];
+    int32_t fe[GR_MAX_DIMS];
+    gr_ir_attr ra = A_sints("shape", fin, r, fv, fe);
+    return emit1(c, GR_OP_RESHAPE, 1, &e, 1, &ra);
+}
+
+/* OneHot(indices, depth, values; axis=-1): where(unsqueeze(idx, axis) == iota(depth),
+ * on, off) with negative indices counted from depth; an index outside
+ * [-depth, depth) matches nothing (all off), as ONNX says. */
+static gr_status cv_one_hot(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 3, 3, 1));
+    int64_t axis;
+    GR_TRY(ox_attr_int(c, "axis", -1, &axis));
+    const ox_tensor *dt;
+    GR_TRY(ox_need_const(c, 1, "depth", &dt));
+    if (ox_tensor_numel(dt) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'depth' must hold one value");
+    double dd = gr_load_f64(dt->data, dt->dtype, 0);
+    if (!(dd >= 1 && dd <= (double)OX_MAX_ELEMS)) return ox_node_error(c, GR_ERR_INVALID, "depth %g is not a positive size", dd);
+    int64_t depth = (int64_t)dd;
+    int idx, vals;
+    GR_TRY(in_ir(c, 0, &idx));
+    GR_TRY(in_ir(c, 2, &vals));
+    const gr_ir_value *iv = irv(c, idx), *vv = irv(c, vals);
+    if (!iv->typed || !vv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (gr_ir_value_numel(vv) != 2 || vv->ndim != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'values' must be [off_value, on_value]");
+    int r = iv->ndim + 1;
+    if (r > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
+    if (axis < -r || axis >= r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for an output of rank %d", (long long)axis, r);
+    int a = (int)(axis < 0 ? axis + r : axis);
+    if (iv->dtype != GR_I64) {
+        gr_ir_attr to = A_str("to", "i64");
+        GR_TRY(emit(c, GR_OP_CAST, 1, &idx, 1, &to, 1, NULL, false, &idx));
+    }
+    int zero, dep, neg, wrapped, u, io, ior, eq, on, off;
+    GR_TRY(scalar_const_ir(c, GR_I64, 0.0, &zero));
+    GR_TRY(scalar_const_ir(c, GR_I64, (double)depth, &dep));
+    GR_TRY(emit2(c, GR_OP_LESS, idx, zero, &neg));
+    GR_TRY(emit2(c, GR_OP_ADD, idx, dep, &wrapped));
+    GR_TRY(where_ir(c, neg, wrapped, idx, &idx));
+    GR_TRY(unsqueeze_ir(c, idx, a, &u));
+    GR_TRY(iota_ir(c, gr_dx_const(depth), &io));
+    gr_dim sh[GR_MAX_DIMS];
+    sh[0] = gr_dx_const(depth);
+    for (int i = a + 1; i < r; i++) sh[i - a] = gr_dx_const(1);
+    GR_TRY(reshape_ir(c, io, sh, r - a, &ior));
+    GR_TRY(emit2(c, GR_OP_EQUAL, u, ior, &eq));
+    for (int k = 0; k < 2; k++) {
+        int64_t s0 = k, e0 = k + 1, ax = 0;
+        gr_ir_attr sl[3] = {A_ints("starts", &s0, 1), A_ints("ends", &e0, 1), A_ints("axes", &ax, 1)};
+        GR_TRY(emit(c, GR_OP_SLICE, 1, &vals, 3, sl, 1, NULL, false, k ? &on : &off));
+    }
+    int w[3] = {eq, on, off};
+    return emit1(c, GR_OP_WHERE, 3, w, 0, NULL);
+}
+
+/* TopK(x, k; axis=-1, largest=1, sorted=1) with k known at import time, by ranks: with
+ * the axis moved last, rank[i] = #{l : l comes before i} where l comes before i when
+ * x[l] is larger (smaller) or equal with l < i, NaN counting as larger than
+ * everything (numpy's sort order, which the ONNX reference uses); the j-th index
+ * is the i whose rank is j, and the values are gathered at the indices. Always
+ * sorted (sorted=0 lets any order through). O(n^2) compare work per row, fused
+ * into one reduction: meant for the small rows exporters use it on. */
+static gr_status cv_top_k(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t axis, largest, sorted_;
+    GR_TRY(ox_attr_int(c, "axis", -1, &axis));
+    GR_TRY(ox_attr_int(c, "largest", 1, &largest));
+    GR_TRY(ox_attr_int(c, "sorted", 1, &sorted_));
+    int64_t k;
+    int nk;
+    GR_TRY(ox_need_ints(c, 1, "K", &k, 1, &nk));
+    if (nk != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'K' must hold one value");
+    int x;
+    GR_TRY(in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int r = xv->ndim;
+    if (r < 1 || r + 1 > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "TopK of a rank-%d tensor is not supported", r);
+    if (axis < -r || axis >= r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, r);
+    int a = (int)(axis < 0 ? axis + r : axis);
+    if (xv->dtype == GR_BOOL) return ox_node_error(c, GR_ERR_SHAPE, "TopK of bool");
+    if (gr_dx_is_sym(xv->dims[a]))
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "TopK along a symbolic dim is not supported (the axis length must be known to check K)");
+    int64_t n = xv->dims[a].size;
+    if (k < 0 || k > n) return ox_node_error(c, GR_ERR_SHAPE, "K = %lld is outside [0, %lld] (the axis length)", (long long)k, (long long)n);
+    bool fl = gr_dtype_is_float(xv->dtype);
+    int64_t perm[GR_MAX_DIMS];
+    for (int i = 0, j = 0; i < r; i++)
+        if (i != a) perm[j++] = i;
+    perm[r - 1] = a;
+    int xt = x;
+    if (a != r - 1) {
+        gr_ir_attr p = A_ints("perm", perm, r);
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &x, 1, &p, 1, NULL, false, &xt));
+    }
+    int xi, xl, io, ii, il, gt, eqv, idxlt, tie, before, cnt, rank;
+    GR_TRY(unsqueeze_ir(c, xt, r, &xi));     /* [.., n, 1]: element i */
+    GR_TRY(unsqueeze_ir(c, xt, r - 1, &xl)); /* [.., 1, n]: element l */
+    GR_TRY(emit2(c, largest ? GR_OP_GREATER : GR_OP_LESS, xl, xi, &gt));
+    GR_TRY(emit2(c, GR_OP_EQUAL, xl, xi, &eqv));
+    if (fl) {
+        int nl, ni, nni, nnl, t;
+        GR_TRY(emit(c, GR_OP_ISNAN, 1, &xl, 0, NULL, 1, NULL, false, &nl));
+        GR_TRY(emit(c, GR_OP_ISNAN, 1, &xi, 0, NULL, 1, NULL, false, &ni));
+        GR_TRY(emit(c, GR_OP_NOT, 1, &ni, 0, NULL, 1, NULL, false, &nni));
+        GR_TRY(emit(c, GR_OP_NOT, 1, &nl, 0, NULL, 1, NULL, false, &nnl));
+        /* largest: a NaN l beats a number i; smallest: a number l beats a NaN i */
+        GR_TRY(largest ? emit2(c, GR_OP_AND, nl, nni, &t) : emit2(c, GR_OP_AND, nnl, ni, &t));
+        GR_TRY(emit2(c, GR_OP_OR, gt, t, &gt));
+        GR_TRY(emit2(c, GR_OP_AND, nl, ni, &t));
+        GR_TRY(emit2(c, GR_OP_OR, eqv, t, &eqv));
+    }
+    GR_TRY(iota_ir(c, gr_dx_const(n), &io));
+    GR_TRY(unsqueeze_ir(c, io, 1, &ii)); /* [n, 1] */
+    GR_TRY(unsqueeze_ir(c, io, 0, &il)); /* [1, n] */
+    GR_TRY(emit2(c, GR_OP_LESS, il, ii, &idxlt));
+    GR_TRY(emit2(c, GR_OP_AND, eqv, idxlt, &tie));
+    GR_TRY(emit2(c, GR_OP_OR, gt, tie, &before));
+    gr_ir_attr to = A_str("to", "i64");
+    GR_TRY(emit(c, GR_OP_CAST, 1, &before, 1, &to, 1, NULL, false, &cnt));
+    int64_t lastax = -1;
+    gr_ir_attr rs[2] = {A_ints("axes", &lastax, 1), A_int("keepdims", 0)};
+    GR_TRY(emit(c, GR_OP_REDUCE_SUM, 1, &cnt, 2, rs, 1, NULL, false, &rank)); /* [.., n] */
+    int ru, jo, ju, sel, zero, pick, idx, vals;
+    GR_TRY(unsqueeze_ir(c, rank, r - 1, &ru)); /* [.., 1, n] */
+    GR_TRY(iota_ir(c, gr_dx_const(k), &jo));
+    GR_TRY(unsqueeze_ir(c, jo, 1, &ju));       /* [k, 1] */
+    GR_TRY(emit2(c, GR_OP_EQUAL, ru, ju, &sel)); /* [.., k, n] */
+    GR_TRY(scalar_const_ir(c, GR_I64, 0.0, &zero));
+    GR_TRY(where_ir(c, sel, il, zero, &pick));
+    GR_TRY(emit(c, GR_OP_REDUCE_SUM, 1, &pick, 2, rs, 1, NULL, false, &idx)); /* [.., k] */
+    int gin[2] = {xt, idx};
+    gr_ir_attr ga = A_int("axis", r - 1);
+    const char *names[2];
+    out_names_of(c, names, 2);
+    int outs[2];
+    if (a == r - 1) {
+        GR_TRY(emit(c, GR_OP_GATHER_ELEMENTS, 2, gin, 1, &ga, 1, &names[0], names[0] != NULL, &outs[0]));
+        GR_TRY(emit(c, GR_OP_IDENTITY, 1, &idx, 0, NULL, 1, &names[1], names[1] != NULL, &outs[1]));
+        return bind_outputs(c, 2, outs, NULL);
+    }
+    GR_TRY(emit(c, GR_OP_GATHER_ELEMENTS, 2, gin, 1, &ga, 1, NULL, false, &vals));
+    int64_t inv[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) inv[perm[i]] = i;
+    gr_ir_attr p = A_ints("perm", inv, r);
+    GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &vals, 1, &p, 1, &names[0], names[0] != NULL, &outs[0]));
+    GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &idx, 1, &p, 1, &names[1], names[1] != NULL, &outs[1]));
+    return bind_outputs(c, 2, outs, NULL);
+}
+
+/* Ops whose output shape depends on tensor data: refused with the reason. */
+static gr_status cv_data_dependent(ox_ctx *c, gr_op op) {
+    (void)op;
+    return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                         "%s has a data-dependent output shape (its length depends on the values of its input at run "
+                         "time), which a static memory plan cannot hold; not supported",
+                         c->node->op_type);
+}
+
 /* ==== the table ========================================================================================== */
 static const struct {
     const char *onnx;
@@ -1196,6 +1450,11 @@ static const struct {
     {"Einsum", GR_OP_MATMUL, cv_einsum},
     {"ArgMax", GR_OP_ARG_MAX, cv_arg},
     {"ArgMin", GR_OP_ARG_MIN, cv_arg},
+    {"Mod", GR_OP_MOD, cv_mod},
+    {"Tile", GR_OP_EXPAND, cv_tile},
+    {"OneHot", GR_OP_WHERE, cv_one_hot},
+    {"TopK", GR_OP_GATHER_ELEMENTS, cv_top_k},
+    {"NonZero", GR_OP_IDENTITY, cv_data_dependent},
 };
 
 gr_status ox_convert_node(ox_ctx *c) {
