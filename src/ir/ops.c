@@ -18,10 +18,10 @@
  * where(cond:bool, a, b): broadcasting of all three; a, b same dtype.
  * cast(x; to="f16"): numeric conversion; float→int truncates toward zero;
  *   →bool is x != 0.
- * reduce_sum / reduce_mean / reduce_max / reduce_min(x; axes=[...], keepdims=1):
+ * reduce_sum / reduce_mean / reduce_max / reduce_min / reduce_prod(x; axes=[...], keepdims=1):
  *   axes absent or empty = all axes; negative axes count from the end.
  *   mean = sum / count. A reduction over a zero-size axis: sum 0, mean NaN,
- *   max -inf, min +inf (floats).
+ *   max -inf, min +inf (floats), prod 1.
  * softmax(x; axis=-1): exp(x - max) / sum, over one axis.
  * layer_norm(x, scale, [bias]; axis=-1, epsilon=1e-5): normalizes over the dims
  *   [axis, ndim) with population variance; scale and bias have the shape of

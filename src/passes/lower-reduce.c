@@ -82,9 +82,10 @@ gr_status lw_lower_reduce(gr_lctx *c) {
         for (int d = 0; d < nd; d++) is_inner[d] = true;
     if (lw_numel(c, y) == 0) return GR_OK;
 
-    gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN : GR_KR_SUM;
+    gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN
+                    : n->op == GR_OP_REDUCE_PROD ? GR_KR_PROD : GR_KR_SUM;
     gr_dtype t = lw_acc_dtype(xt);
-    if (fn == GR_KR_SUM && gr_dtype_is_int(xt)) t = GR_I64;
+    if ((fn == GR_KR_SUM || fn == GR_KR_PROD) && gr_dtype_is_int(xt)) t = GR_I64;
     /* bool max/min run on i64 and come back as acc > 0: an empty max (init
      * INT64_MIN) is false and an empty min (INT64_MAX) true, as ONNX wants */
     if (xt == GR_BOOL) t = GR_I64;

@@ -724,6 +724,17 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
         return emit1(c, op, 0, NULL, 4, attrs);
     }
     for (int i = 0; i < 3; i++) {
+        int vi = ox_in(c, i);
+        const ox_value *v = vi >= 0 ? &c->vals.data[vi] : NULL;
+        if (v && !v->konst && !v->unavailable) /* the length, ceil((limit - start) / delta), is not known when planning */
+            return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                 "input '%s' (value '%s') is computed at run time, so the output length "
+                                 "max(ceil((limit - start) / delta), 0) depends on tensor data (a data-dependent shape, "
+                                 "which a static memory plan cannot hold); Range needs start, limit and delta known at "
+                                 "import time (constants, or computed from shapes)",
+                                 names[i], v->name);
+    }
+    for (int i = 0; i < 3; i++) {
         GR_TRY(ox_need_const(c, i, names[i], &t[i]));
         if (ox_tensor_numel(t[i]) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
     }
@@ -814,40 +825,37 @@ static gr_status dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_
     return GR_OK;
 }
 
-/* GatherND(data, indices), batch_dims 0: data's first k dims flattened into
- * one, the index tuples turned into linear indices (negative components
- * counted from the end of their dim), then one Gather along axis 0. */
-static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
-    (void)op;
-    GR_TRY(check_arity(c, 2, 2, 1));
-    int64_t batch_dims;
-    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
-    if (batch_dims != 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "GatherND with batch_dims=%lld on a value computed at run time is not supported", (long long)batch_dims);
-    int data, idx;
-    GR_TRY(in_ir(c, 0, &data));
-    GR_TRY(in_ir(c, 1, &idx));
-    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
-    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
-    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
-    int r = dv->ndim, q = iv->ndim;
-    gr_dim kd = iv->dims[q - 1];
-    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
-    int k = (int)kd.size;
-    if (k < 1 || k > r) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d", k, r);
-    if (q - 1 + r - k > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
-    gr_dim ddims[GR_MAX_DIMS];
-    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+/* range(0, n) as i64 (n may be symbolic) */
+static gr_status iota_ir(ox_ctx *c, gr_dim n, int *ir) {
+    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
+                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
+    return emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, ir);
+}
+
+/* reshape of x to dims (concrete or symbolic) */
+static gr_status reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out) {
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr a = A_sints("shape", dims, n, v, e);
+    return emit(c, GR_OP_RESHAPE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out) {
+    gr_ir_attr a = A_ints("axes", &axis, 1);
+    return emit(c, GR_OP_UNSQUEEZE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status where_ir(ox_ctx *c, int cond, int a, int b, int *out) {
+    int in[3] = {cond, a, b};
+    return emit(c, GR_OP_WHERE, 3, in, 0, NULL, 1, NULL, false, out);
+}
+
+/* Linear indices of ND index tuples: idx [.., k] over dims[0..k) (copies), negative
+ * components counted from the end of their dim; *lin is [..] (last axis squeezed). */
+static gr_status nd_linear_index(ox_ctx *c, int idx, const gr_dim *dims, int k, int *lin_out) {
+    const gr_ir_value *iv = irv(c, idx);
+    int q = iv->ndim;
     gr_dtype it = iv->dtype;
-    int flat = data;
-    if (k > 1) { /* [d0*...*d(k-1), dk, ...] */
-        gr_dim shape[GR_MAX_DIMS];
-        GR_TRY(dims_product(c, ddims, 0, k, &shape[0]));
-        for (int i = k; i < r; i++) shape[i - k + 1] = ddims[i];
-        int64_t sv[GR_MAX_DIMS];
-        int32_t se[GR_MAX_DIMS];
-        gr_ir_attr a = A_sints("shape", shape, r - k + 1, sv, se);
-        GR_TRY(emit(c, GR_OP_RESHAPE, 1, &data, 1, &a, 1, NULL, false, &flat));
-    }
     int lin = -1, zero;
     GR_TRY(scalar_const_ir(c, it, 0.0, &zero));
     for (int j = 0; j < k; j++) {
@@ -856,12 +864,12 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
         int comp, neg, dj, wrapped, in3[3];
         GR_TRY(emit(c, GR_OP_SLICE, 1, &idx, 3, sl, 1, NULL, false, &comp));
         GR_TRY(emit2(c, GR_OP_LESS, comp, zero, &neg));
-        GR_TRY(dim_scalar_ir(c, ddims[j], it, &dj));
+        GR_TRY(dim_scalar_ir(c, dims[j], it, &dj));
         GR_TRY(emit2(c, GR_OP_ADD, comp, dj, &wrapped));
         in3[0] = neg, in3[1] = wrapped, in3[2] = comp;
         GR_TRY(emit(c, GR_OP_WHERE, 3, in3, 0, NULL, 1, NULL, false, &comp));
         gr_dim stride;
-        GR_TRY(dims_product(c, ddims, j + 1, k, &stride));
+        GR_TRY(dims_product(c, dims, j + 1, k, &stride));
         if (gr_dx_is_sym(stride) || stride.size != 1) {
             int s;
             GR_TRY(dim_scalar_ir(c, stride, it, &s));
@@ -872,7 +880,65 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
     }
     int64_t last = q - 1;
     gr_ir_attr sq = A_ints("axes", &last, 1);
-    GR_TRY(emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, &lin));
+    return emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, lin_out);
+}
+
+/* GatherND(data, indices; batch_dims b): data's dims [b, b+k) flattened with its b
+ * batch dims into one, the index tuples turned into linear indices (plus the
+ * batch's offset, batch_id * prod(dims[b, b+k))), then one Gather along axis 0. */
+static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t batch_dims;
+    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
+    int data, idx;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
+    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
+    int r = dv->ndim, q = iv->ndim;
+    if (batch_dims < 0 || batch_dims >= q || batch_dims >= r)
+        return ox_node_error(c, GR_ERR_SHAPE, "batch_dims=%lld must be below the ranks of data (%d) and indices (%d)", (long long)batch_dims, r, q);
+    int b = (int)batch_dims;
+    gr_dim kd = iv->dims[q - 1];
+    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
+    int k = (int)kd.size;
+    if (k < 1 || k > r - b) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d with %d batch dims", k, r, b);
+    if (q - 1 + r - k - b > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
+    gr_dim ddims[GR_MAX_DIMS], idims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+    for (int i = 0; i < q; i++) idims[i] = iv->dims[i];
+    for (int i = 0; i < b; i++)
+        if (!gr_dx_equal(ddims[i], idims[i]) && !gr_dx_is_sym(ddims[i]) && !gr_dx_is_sym(idims[i]))
+            return ox_node_error(c, GR_ERR_SHAPE, "batch dim %d differs: data %lld, indices %lld", i, (long long)ddims[i].size, (long long)idims[i].size);
+    gr_dtype it = iv->dtype;
+    int flat = data;
+    if (k + b > 1) { /* [d0*...*d(b+k-1), d(b+k), ...] */
+        gr_dim shape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, ddims, 0, b + k, &shape[0]));
+        for (int i = b + k; i < r; i++) shape[i - b - k + 1] = ddims[i];
+        GR_TRY(reshape_ir(c, data, shape, r - b - k + 1, &flat));
+    }
+    int lin;
+    GR_TRY(nd_linear_index(c, idx, ddims + b, k, &lin));
+    if (b > 0) { /* + batch_id * prod(dims[b, b+k)), batch_id shaped [B0..B(b-1), 1, ...] */
+        gr_dim nb, per, bshape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, ddims, 0, b, &nb));
+        GR_TRY(dims_product(c, ddims, b, b + k, &per));
+        int bid, ps;
+        GR_TRY(iota_ir(c, nb, &bid));
+        if (it != GR_I64) {
+            gr_ir_attr to = A_str("to", gr_dtype_name(it));
+            GR_TRY(emit(c, GR_OP_CAST, 1, &bid, 1, &to, 1, NULL, false, &bid));
+        }
+        GR_TRY(dim_scalar_ir(c, per, it, &ps));
+        GR_TRY(emit2(c, GR_OP_MUL, bid, ps, &bid));
+        for (int i = 0; i < b; i++) bshape[i] = ddims[i];
+        for (int i = b; i < q - 1; i++) bshape[i] = gr_dx_const(1);
+        GR_TRY(reshape_ir(c, bid, bshape, q - 1, &bid));
+        GR_TRY(emit2(c, GR_OP_ADD, lin, bid, &lin));
+    }
     int in[2] = {flat, lin};
     gr_ir_attr ga = A_int("axis", 0);
     return emit1(c, GR_OP_GATHER, 2, in, 1, &ga);
@@ -1122,31 +1188,6 @@ static gr_status cv_arg(ox_ctx *c, gr_op op) {
     return emit1(c, op, 1, &x, 3, attrs);
 }
 
-/* range(0, n) as i64 (n may be symbolic) */
-static gr_status iota_ir(ox_ctx *c, gr_dim n, int *ir) {
-    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
-                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
-    return emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, ir);
-}
-
-/* reshape of x to dims (concrete or symbolic) */
-static gr_status reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out) {
-    int64_t v[GR_MAX_DIMS];
-    int32_t e[GR_MAX_DIMS];
-    gr_ir_attr a = A_sints("shape", dims, n, v, e);
-    return emit(c, GR_OP_RESHAPE, 1, &x, 1, &a, 1, NULL, false, out);
-}
-
-static gr_status unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out) {
-    gr_ir_attr a = A_ints("axes", &axis, 1);
-    return emit(c, GR_OP_UNSQUEEZE, 1, &x, 1, &a, 1, NULL, false, out);
-}
-
-static gr_status where_ir(ox_ctx *c, int cond, int a, int b, int *out) {
-    int in[3] = {cond, a, b};
-    return emit(c, GR_OP_WHERE, 3, in, 0, NULL, 1, NULL, false, out);
-}
-
 /* Mod(a, b; fmod): fmod=1 is C's remainder (the sign of a); fmod=0 is the floor
  * remainder (the sign of b): r = a mod b, plus b where r != 0 and r, b differ in sign.
  * ONNX asks fmod=1 for floats; fmod=0 on floats gets np.mod's answer, as the reference does. */
@@ -1367,6 +1408,201 @@ static gr_status cv_top_k(ox_ctx *c, gr_op op) {
     return bind_outputs(c, 2, outs, NULL);
 }
 
+/* ---- ScatterElements / ScatterND on run-time tensors --------------------------------------
+ * No scatter kernel: out[p] is computed at every output position p from a match
+ * matrix M[p, u] = (target of update u == p), so each output element is written
+ * once (no atomics, same bits on every device). reduction none: the last matching
+ * update wins (ONNX leaves duplicates undefined; the reference's sequential
+ * assignment keeps the last), no match keeps data. add / mul / max / min fold the
+ * matching updates into data: data op reduce(where(M, update, identity)) with
+ * identity 0, 1, or data itself for max/min. O(positions x updates) compare work, fused into
+ * one reduction per output; an index outside its dim matches nothing. */
+typedef enum { SC_NONE, SC_ADD, SC_MUL, SC_MAX, SC_MIN } sc_red;
+
+/* The node's final IR node (named, bound to the ONNX output) when `last`, else a helper into *out. */
+static gr_status emit_final(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, bool last, int *out) {
+    if (last) return emit1(c, op, n_in, in, n_attr, attrs);
+    return emit(c, op, n_in, in, n_attr, attrs, 1, NULL, false, out);
+}
+
+static gr_status scatter_reduction(ox_ctx *c, sc_red *out) {
+    char red[16];
+    GR_TRY(ox_attr_string(c, "reduction", "none", red, sizeof red));
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(red, names[i])) return *out = (sc_red)i, GR_OK;
+    return ox_node_error(c, GR_ERR_INVALID, "reduction '%s' is not one of none, add, mul, max, min", red);
+}
+
+/* m: the match matrix, its update axis `uax` (of length n_upd); upd_b: the updates
+ * shaped to broadcast against m (with n_after trailing dims m lacks); data: the
+ * output's shape. none gathers update j from upd_src along axis gax (Gather, or
+ * GatherElements when `elements`). The last node is the ONNX node's output when
+ * `last`, else returned in *out. */
+static gr_status scatter_combine(ox_ctx *c, sc_red red, int m, int uax, int n_after, gr_dim n_upd, int upd_b,
+                                 int upd_src, int gax, bool elements, int data, bool last, int *out) {
+    gr_dtype dt = irv(c, data)->dtype;
+    if (red == SC_NONE) {
+        int jo, minus1, cand, jsel, zero, any, jc, val, anyr;
+        GR_TRY(iota_ir(c, n_upd, &jo));
+        GR_TRY(scalar_const_ir(c, GR_I64, -1.0, &minus1));
+        GR_TRY(where_ir(c, m, jo, minus1, &cand));
+        int64_t ax = uax;
+        gr_ir_attr rs[2] = {A_ints("axes", &ax, 1), A_int("keepdims", 0)};
+        GR_TRY(emit(c, GR_OP_REDUCE_MAX, 1, &cand, 2, rs, 1, NULL, false, &jsel));
+        GR_TRY(scalar_const_ir(c, GR_I64, 0.0, &zero));
+        GR_TRY(emit2(c, GR_OP_GREATER_EQUAL, jsel, zero, &any));
+        GR_TRY(emit2(c, GR_OP_MAX, jsel, zero, &jc));
+        int gin[2] = {upd_src, jc};
+        gr_ir_attr ga = A_int("axis", gax);
+        GR_TRY(emit(c, elements ? GR_OP_GATHER_ELEMENTS : GR_OP_GATHER, 2, gin, 1, &ga, 1, NULL, false, &val));
+        anyr = any;
+        for (int i = 0; i < n_after; i++) GR_TRY(unsqueeze_ir(c, anyr, irv(c, anyr)->ndim, &anyr));
+        int w[3] = {anyr, val, data};
+        return emit_final(c, GR_OP_WHERE, 3, w, 0, NULL, last, out);
+    }
+    int ident, mb = m, sel, r;
+    for (int i = 0; i < n_after; i++) GR_TRY(unsqueeze_ir(c, mb, irv(c, mb)->ndim, &mb));
+    if (red == SC_ADD || red == SC_MUL) GR_TRY(scalar_const_ir(c, dt, red == SC_ADD ? 0.0 : 1.0, &ident));
+    else GR_TRY(unsqueeze_ir(c, data, uax, &ident));
+    GR_TRY(where_ir(c, mb, upd_b, ident, &sel));
+    int64_t ax = uax;
+    gr_ir_attr rs[2] = {A_ints("axes", &ax, 1), A_int("keepdims", 0)};
+    gr_op rop = red == SC_ADD ? GR_OP_REDUCE_SUM : red == SC_MUL ? GR_OP_REDUCE_PROD : red == SC_MAX ? GR_OP_REDUCE_MAX : GR_OP_REDUCE_MIN;
+    GR_TRY(emit(c, rop, 1, &sel, 2, rs, 1, NULL, false, &r));
+    /* where every update matches, data is not among the reduced values: fold it in */
+    int pair[2] = {data, r};
+    gr_op fold = red == SC_ADD ? GR_OP_ADD : red == SC_MUL ? GR_OP_MUL : red == SC_MAX ? GR_OP_MAX : GR_OP_MIN;
+    return emit_final(c, fold, 2, pair, 0, NULL, last, out);
+}
+
+static gr_status scatter_check_types(ox_ctx *c, int data, int idx, int upd) {
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx), *uv = irv(c, upd);
+    if (!dv->typed || !iv->typed || !uv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (!gr_dtype_is_int(iv->dtype)) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers");
+    if (uv->dtype != dv->dtype) return ox_node_error(c, GR_ERR_SHAPE, "updates (%s) and data (%s) differ in dtype", gr_dtype_name(uv->dtype), gr_dtype_name(dv->dtype));
+    return GR_OK;
+}
+
+
+static gr_status cv_scatter_elements(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 3, 3, 1));
+    int64_t axis;
+    sc_red red;
+    GR_TRY(ox_attr_int(c, "axis", 0, &axis));
+    GR_TRY(scatter_reduction(c, &red));
+    int data, idx, upd;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    GR_TRY(in_ir(c, 2, &upd));
+    GR_TRY(scatter_check_types(c, data, idx, upd));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx), *uv = irv(c, upd);
+    int r = dv->ndim;
+    if (r < 1 || r + 1 > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "ScatterElements of a rank-%d tensor is not supported", r);
+    if (iv->ndim != r || uv->ndim != r) return ox_node_error(c, GR_ERR_SHAPE, "data, indices and updates must have the same rank");
+    if (axis < -r || axis >= r) return ox_node_error(c, GR_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)axis, r);
+    int a = (int)(axis < 0 ? axis + r : axis);
+    for (int i = 0; i < r; i++) {
+        if (!gr_dx_equal(iv->dims[i], uv->dims[i])) return ox_node_error(c, GR_ERR_SHAPE, "indices and updates differ in shape (dim %d)", i);
+        if (i != a && !gr_dx_equal(iv->dims[i], dv->dims[i]))
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "indices smaller than data in dim %d (not the axis) is not supported", i);
+    }
+    gr_dim n = dv->dims[a], m = iv->dims[a];
+    if (!gr_dx_is_sym(m) && m.size == 0) return emit1(c, GR_OP_IDENTITY, 1, &data, 0, NULL);
+    int64_t perm[GR_MAX_DIMS], inv[GR_MAX_DIMS];
+    for (int i = 0, j = 0; i < r; i++)
+        if (i != a) perm[j++] = i;
+    perm[r - 1] = a;
+    for (int i = 0; i < r; i++) inv[perm[i]] = i;
+    int d = data, ix = idx, u = upd;
+    if (a != r - 1) {
+        gr_ir_attr p = A_ints("perm", perm, r);
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &data, 1, &p, 1, NULL, false, &d));
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &idx, 1, &p, 1, NULL, false, &ix));
+        GR_TRY(emit(c, GR_OP_TRANSPOSE, 1, &upd, 1, &p, 1, NULL, false, &u));
+    }
+    if (irv(c, ix)->dtype != GR_I64) {
+        gr_ir_attr to = A_str("to", "i64");
+        GR_TRY(emit(c, GR_OP_CAST, 1, &ix, 1, &to, 1, NULL, false, &ix));
+    }
+    int zero, nn, neg, wr, iu, io, ion, mm, ub;
+    GR_TRY(scalar_const_ir(c, GR_I64, 0.0, &zero));
+    GR_TRY(dim_scalar_ir(c, n, GR_I64, &nn));
+    GR_TRY(emit2(c, GR_OP_LESS, ix, zero, &neg));
+    GR_TRY(emit2(c, GR_OP_ADD, ix, nn, &wr));
+    GR_TRY(where_ir(c, neg, wr, ix, &ix));
+    GR_TRY(unsqueeze_ir(c, ix, r - 1, &iu)); /* [.., 1, m] */
+    GR_TRY(iota_ir(c, n, &io));
+    GR_TRY(unsqueeze_ir(c, io, 1, &ion));   /* [n, 1] */
+    GR_TRY(emit2(c, GR_OP_EQUAL, iu, ion, &mm)); /* [.., n, m] */
+    GR_TRY(unsqueeze_ir(c, u, r - 1, &ub));  /* [.., 1, m] */
+    if (a == r - 1) return scatter_combine(c, red, mm, r, 0, m, ub, u, r - 1, true, d, true, NULL);
+    int res;
+    GR_TRY(scatter_combine(c, red, mm, r, 0, m, ub, u, r - 1, true, d, false, &res));
+    gr_ir_attr p = A_ints("perm", inv, r);
+    return emit1(c, GR_OP_TRANSPOSE, 1, &res, 1, &p);
+}
+
+/* ScatterND(data, indices [M.., k], updates [M.., data dims k..]): data viewed as
+ * [P, R..] (P = prod of its first k dims), the index tuples as linear indices
+ * [U] (U = prod M), updates as [U, R..]; M[p, u] = (lin[u] == p). */
+static gr_status cv_scatter_nd(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 3, 3, 1));
+    sc_red red;
+    GR_TRY(scatter_reduction(c, &red));
+    int data, idx, upd;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    GR_TRY(in_ir(c, 2, &upd));
+    GR_TRY(scatter_check_types(c, data, idx, upd));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx), *uv = irv(c, upd);
+    int r = dv->ndim, q = iv->ndim;
+    if (q < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must have rank >= 1");
+    gr_dim kd = iv->dims[q - 1];
+    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
+    int k = (int)kd.size;
+    if (k < 1 || k > r) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d", k, r);
+    int nr = r - k;
+    if (uv->ndim != q - 1 + nr) return ox_node_error(c, GR_ERR_SHAPE, "updates must have rank %d (indices' dims but the last, then data's dims from %d)", q - 1 + nr, k);
+    gr_dim ddims[GR_MAX_DIMS], idims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+    for (int i = 0; i < q; i++) idims[i] = iv->dims[i];
+    for (int i = 0; i < q - 1; i++)
+        if (!gr_dx_equal(uv->dims[i], idims[i])) return ox_node_error(c, GR_ERR_SHAPE, "updates dim %d differs from indices dim %d", i, i);
+    for (int i = 0; i < nr; i++)
+        if (!gr_dx_equal(uv->dims[q - 1 + i], ddims[k + i])) return ox_node_error(c, GR_ERR_SHAPE, "updates dim %d differs from data dim %d", q - 1 + i, k + i);
+    if (nr + 2 > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "ScatterND with %d trailing dims is not supported", nr);
+    gr_dim P, U, shape[GR_MAX_DIMS];
+    GR_TRY(dims_product(c, ddims, 0, k, &P));
+    GR_TRY(dims_product(c, idims, 0, q - 1, &U));
+    if (!gr_dx_is_sym(U) && U.size == 0) return emit1(c, GR_OP_IDENTITY, 1, &data, 0, NULL);
+    int d2, u2, lin, io, ion, linu, mm, ub;
+    shape[0] = P;
+    for (int i = 0; i < nr; i++) shape[1 + i] = ddims[k + i];
+    GR_TRY(reshape_ir(c, data, shape, nr + 1, &d2));
+    shape[0] = U;
+    GR_TRY(reshape_ir(c, upd, shape, nr + 1, &u2));
+    GR_TRY(nd_linear_index(c, idx, ddims, k, &lin));
+    GR_TRY(reshape_ir(c, lin, &U, 1, &lin));
+    if (irv(c, lin)->dtype != GR_I64) {
+        gr_ir_attr to = A_str("to", "i64");
+        GR_TRY(emit(c, GR_OP_CAST, 1, &lin, 1, &to, 1, NULL, false, &lin));
+    }
+    GR_TRY(iota_ir(c, P, &io));
+    GR_TRY(unsqueeze_ir(c, io, 1, &ion));   /* [P, 1] */
+    GR_TRY(unsqueeze_ir(c, lin, 0, &linu)); /* [1, U] */
+    GR_TRY(emit2(c, GR_OP_EQUAL, linu, ion, &mm)); /* [P, U] */
+    GR_TRY(unsqueeze_ir(c, u2, 0, &ub));    /* [1, U, R..] */
+    int res;
+    GR_TRY(scatter_combine(c, red, mm, 1, nr, U, ub, u2, 0, false, d2, false, &res));
+    int64_t sv[GR_MAX_DIMS];
+    int32_t se[GR_MAX_DIMS];
+    gr_ir_attr ra = A_sints("shape", ddims, r, sv, se);
+    return emit1(c, GR_OP_RESHAPE, 1, &res, 1, &ra);
+}
+
 /* Ops whose output shape depends on tensor data: refused with the reason. */
 static gr_status cv_data_dependent(ox_ctx *c, gr_op op) {
     (void)op;
@@ -1455,6 +1691,9 @@ static const struct {
     {"OneHot", GR_OP_WHERE, cv_one_hot},
     {"TopK", GR_OP_GATHER_ELEMENTS, cv_top_k},
     {"NonZero", GR_OP_IDENTITY, cv_data_dependent},
+    {"ReduceProd", GR_OP_REDUCE_PROD, cv_reduce},
+    {"ScatterElements", GR_OP_WHERE, cv_scatter_elements},
+    {"ScatterND", GR_OP_WHERE, cv_scatter_nd},
 };
 
 gr_status ox_convert_node(ox_ctx *c) {
