@@ -728,10 +728,10 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
         const ox_value *v = vi >= 0 ? &c->vals.data[vi] : NULL;
         if (v && !v->konst && !v->unavailable) /* the length, ceil((limit - start) / delta), is not known when planning */
             return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                                 "input '%s' (value '%s') is computed at run time, so the output length "
-                                 "max(ceil((limit - start) / delta), 0) depends on tensor data (a data-dependent shape, "
-                                 "which a static memory plan cannot hold); Range needs start, limit and delta known at "
-                                 "import time (constants, or computed from shapes)",
+                                 "input '%s' (value '%s') must be a constant at import time (or computed from shapes): "
+                                 "computed at run time, it makes the output length max(ceil((limit - start) / delta), 0) "
+                                 "depend on tensor data, a data-dependent shape that a static memory plan cannot hold; "
+                                 "not supported",
                                  names[i], v->name);
     }
     for (int i = 0; i < 3; i++) {
