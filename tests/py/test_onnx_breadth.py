@@ -311,3 +311,50 @@ def test_range_of_run_time_scalars_is_data_dependent(tmp_path):
     err = refused(tmp_path, [helper.make_node("Range", ["s", "l", "d"], ["y"], name="rg")], feeds, ["y"],
                   [const("d", np.array(1, np.int64))])
     assert "'rg'" in err and "data-dependent" in err
+
+
+# ---- Einsum: every valid equation (matmul forms map to one matmul, the rest are lowered) -----
+EINSUM = [
+    ("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("iii->i", [(3, 3, 3)]), ("iij->j", [(3, 3, 2)]), ("iji->j", [(3, 2, 3)]),
+    ("bii->bi", [(2, 3, 3)]), ("ij->ji", [(2, 3)]), ("ij->", [(2, 3)]), ("ij", [(2, 3)]), ("ji", [(2, 3)]),
+    ("...", [(2, 3)]), ("i...->...", [(3, 2, 2)]), ("i,i", [(5,), (5,)]), ("i,i->i", [(4,), (4,)]),
+    ("i,j->ij", [(3,), (4,)]), ("a,b,c->abc", [(2,), (3,), (4,)]), ("ij,jk", [(2, 3), (3, 4)]),
+    ("ij,j->i", [(3, 4), (4,)]), ("ij,ij->i", [(3, 4), (3, 4)]), ("ij,kj->ik", [(3, 4), (5, 4)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),
+    ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 4)]), ("...ij,...jk", [(2, 2, 3), (1, 3, 4)]),
+    ("...i,...i->...", [(2, 3, 4), (3, 4)]), ("Ab,bA->", [(2, 3), (3, 2)]), ("ba,ab", [(3, 2), (2, 3)]),
+    ("ijk,ikj->ik", [(2, 3, 4), (2, 4, 3)]), ("bhid,bhjd->bhij", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]), (" i j , j k -> i k ", [(2, 3), (3, 4)]),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float64])
+@pytest.mark.parametrize("eq,shapes", EINSUM, ids=[e for e, _ in EINSUM])
+def test_einsum_any_equation(tmp_path, eq, shapes, dtype):
+    feeds = {f"x{i}": (rng.standard_normal(s) * 3).astype(dtype) for i, s in enumerate(shapes)}
+    check(tmp_path, [helper.make_node("Einsum", list(feeds), ["y"], equation=eq)], feeds, ["y"])
+
+
+def test_einsum_symbolic_batch(tmp_path):
+    m = make_model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bkj->bk")],
+                   [("a", TensorProto.FLOAT, ["batch", 3, 4]), ("b", TensorProto.FLOAT, ["batch", 5, 4])],
+                   [("y", TensorProto.FLOAT, None)])
+    for b in (1, 3):
+        run_model(tmp_path, m, {"a": rng.standard_normal((b, 3, 4)).astype(np.float32),
+                                "b": rng.standard_normal((b, 5, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("eq,shapes,why", [
+    ("ij,jk->ik", [(2, 3), (4, 5)], "differ"),  # the matmul form
+    ("ij,jk,k->i", [(2, 3), (3, 4), (5,)], "sizes"),  # the general lowering
+    ("ij->k", [(2, 3)], "no input"),
+    ("ij->ii", [(2, 3)], "repeats"),
+    ("i1->i", [(2, 3)], "index letter"),
+    ("ijk->i", [(2, 3)], "rank"),
+    ("ij,jk->ik", [(2, 3)], "terms"),
+    ("i.j->i", [(2, 3)], "ellipsis"),
+])
+def test_einsum_errors(tmp_path, eq, shapes, why):
+    feeds = {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)}
+    err = refused(tmp_path, [helper.make_node("Einsum", list(feeds), ["y"], equation=eq, name="ein")], feeds, ["y"])
+    assert "'ein'" in err and why in err, err
