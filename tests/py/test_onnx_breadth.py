@@ -358,3 +358,168 @@ def test_einsum_errors(tmp_path, eq, shapes, why):
     feeds = {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)}
     err = refused(tmp_path, [helper.make_node("Einsum", list(feeds), ["y"], equation=eq, name="ein")], feeds, ["y"])
     assert "'ein'" in err and why in err, err
+
+
+# ---- control flow: If, Loop, Scan -------------------------------------------------------------
+FT = TensorProto.FLOAT
+
+
+def body(nodes, outs, ins=(), inits=()):
+    return helper.make_graph(nodes, "body", [helper.make_tensor_value_info(n, t, s) for n, t, s in ins],
+                             [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+                             initializer=list(inits))
+
+
+# branches read outer values (x, h) and one computes from them
+THEN_B = body([helper.make_node("Mul", ["x", "h"], ["t1"]), helper.make_node("Add", ["t1", "x"], ["tout"])], ["tout"])
+ELSE_B = body([helper.make_node("Sub", ["h", "x"], ["eout"])], ["eout"])
+ZERO, ONE = const("zero", np.array(0, np.float32)), const("one", np.array(1, np.float32))
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_if_run_time_condition(tmp_path, sign):
+    nodes = [helper.make_node("Exp", ["x"], ["h"]), helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=THEN_B, else_branch=ELSE_B, name="myif")]
+    x = (np.abs(rng.standard_normal((2, 3))) * sign).astype(np.float32)
+    check(tmp_path, nodes, {"x": x}, ["y"], [ZERO])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_import_time_condition_inlines_the_branch(tmp_path, cond):
+    nodes = [helper.make_node("Exp", ["x"], ["h"]),
+             helper.make_node("If", ["cc"], ["y"], then_branch=THEN_B, else_branch=ELSE_B)]
+    check(tmp_path, nodes, {"x": rng.standard_normal((2, 3)).astype(np.float32)}, ["y"], [const("cc", np.array(cond))])
+
+
+def test_if_constant_branch_output_keeps_folding(tmp_path):
+    # an If on a shape comparison choosing a shape constant: Reshape still gets it at import time
+    tb = body([helper.make_node("Constant", [], ["s1"], value=const("v", np.array([3, 2], np.int64)))], ["s1"])
+    eb = body([helper.make_node("Constant", [], ["s2"], value=const("w", np.array([6], np.int64)))], ["s2"])
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "i0"], ["n"]),
+             helper.make_node("Greater", ["n", "one_i"], ["c"]),
+             helper.make_node("If", ["c"], ["shape"], then_branch=tb, else_branch=eb),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    check(tmp_path, nodes, {"x": rng.standard_normal((2, 3)).astype(np.float32)}, ["y"],
+          [const("i0", np.array(0, np.int64)), const("one_i", np.array(1, np.int64))])
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, -1.0])
+def test_if_nested_run_time(tmp_path, scale):
+    inner = helper.make_node("If", ["c2"], ["io"], then_branch=body([helper.make_node("Neg", ["x"], ["a1"])], ["a1"]),
+                             else_branch=body([helper.make_node("Abs", ["h"], ["a2"])], ["a2"]))
+    tb = body([helper.make_node("Less", ["s", "one"], ["c2"]), inner, helper.make_node("Add", ["io", "x"], ["to"])], ["to"])
+    nodes = [helper.make_node("Exp", ["x"], ["h"]), helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=tb, else_branch=ELSE_B)]
+    x = (np.abs(rng.standard_normal((2, 3))) * scale).astype(np.float32)
+    check(tmp_path, nodes, {"x": x}, ["y"], [ZERO, ONE])
+
+
+def test_if_branches_of_different_shapes_are_refused(tmp_path):
+    tb = body([helper.make_node("Identity", ["x"], ["o1"])], ["o1"])
+    eb = body([helper.make_node("ReduceSum", ["x"], ["o2"], keepdims=0)], ["o2"])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=tb, else_branch=eb, name="shapeif")]
+    err = refused(tmp_path, nodes, {"x": np.ones((2, 3), np.float32)}, ["y"], [ZERO])
+    assert "shapeif" in err
+
+
+def nested_ifs(depth):
+    g = body([helper.make_node("Identity", ["x"], ["o%d" % depth])], ["o%d" % depth])
+    for d in range(depth - 1, -1, -1):  # the else branches stay flat: the file grows linearly
+        e = body([helper.make_node("Neg", ["x"], ["e%d" % d])], ["e%d" % d])
+        g = body([helper.make_node("If", ["c"], ["o%d" % d], then_branch=g, else_branch=e)], ["o%d" % d])
+    return g.node[0]
+
+
+def test_if_nesting_depth(tmp_path):
+    c = const("c", np.array(True))
+    for depth in (3, 16):  # 16 levels of subgraphs are the limit
+        check(tmp_path, [helper.make_node("Identity", ["x"], ["xx"]), nested_ifs(depth)], {"x": np.ones(3, np.float32)},
+              ["o0"], [c])
+    # one more is refused before the file is parsed (a hostile file cannot drive protobuf-c's recursion)
+    err = refused(tmp_path, [nested_ifs(17)], {"x": np.ones(3, np.float32)}, ["o0"], [c])
+    assert "nest more than 16" in err
+
+
+LOOP_BODY = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("Cast", ["i"], ["fi"], to=FT),
+                  helper.make_node("Mul", ["v2", "fi"], ["m"]), helper.make_node("ReduceSum", ["m"], ["r"], keepdims=0),
+                  helper.make_node("Reshape", ["r", "one1"], ["sc"]), helper.make_node("Identity", ["cin"], ["cout"])],
+                 ["cout", "v2", "sc"], ins=[("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])],
+                 inits=[const("one1", np.array([1], np.int64))])
+
+
+@pytest.mark.parametrize("trip", [0, 1, 4])
+def test_loop_unrolled_constant_trip_count(tmp_path, trip):
+    # scan outputs are [1]-shaped: onnx.reference vstacks them, ONNX Runtime stacks on a new axis; both agree here
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    outs = ["vf", "scans"] if trip else ["vf"]
+    node = helper.make_node("Loop", ["M", "c0", "v0"], outs, body=LOOP_BODY if trip else body(
+        LOOP_BODY.node[:1] + [LOOP_BODY.node[-1]], ["cout", "v2"], ins=[("i", TensorProto.INT64, []),
+                                                                         ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])]))
+    check(tmp_path, [node], {"x": x, "v0": x}, outs, [const("M", np.array(trip, np.int64)), const("c0", np.array(True))])
+
+
+def test_loop_condition_known_at_import(tmp_path):
+    b = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("Less", ["i", "two"], ["cout"])], ["cout", "v2"],
+             ins=[("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])],
+             inits=[const("two", np.array(2, np.int64))])
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    check(tmp_path, [helper.make_node("Loop", ["", "c0", "v0"], ["vf"], body=b)], {"x": x, "v0": x}, ["vf"],
+          [const("c0", np.array(True))])
+
+
+def test_loop_data_dependent_trip_count_is_refused(tmp_path):
+    x = np.ones((2, 3), np.float32)
+    err = refused(tmp_path, [helper.make_node("Loop", ["M", "c0", "v0"], ["vf", "scans"], body=LOOP_BODY, name="lp")],
+                  {"x": x, "v0": x, "M": np.array(3, np.int64)}, ["vf", "scans"], [const("c0", np.array(True))])
+    assert "'lp'" in err and "trip count" in err
+    b = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("ReduceSum", ["v2"], ["s"], keepdims=0),
+              helper.make_node("Less", ["s", "ten"], ["cout"])], ["cout", "v2"],
+             ins=[("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])],
+             inits=[const("ten", np.array(10, np.float32))])
+    err = refused(tmp_path, [helper.make_node("Loop", ["", "c0", "v0"], ["vf"], body=b, name="lp2")], {"x": x, "v0": x},
+                  ["vf"], [const("c0", np.array(True))])
+    assert "'lp2'" in err and "condition" in err
+    err = refused(tmp_path, [helper.make_node("Loop", ["M", "c0", "v0"], ["vf", "scans"], body=LOOP_BODY, name="lp3")],
+                  {"x": x, "v0": x}, ["vf", "scans"], [const("c0", np.array(True)), const("M", np.array(100000, np.int64))])
+    assert "'lp3'" in err and "unroll" in err
+
+
+SCAN_BODY = body([helper.make_node("Add", ["st", "xi"], ["st2"]), helper.make_node("Mul", ["st2", "xi"], ["o"])],
+                 ["st2", "o"], ins=[("st", FT, [3]), ("xi", FT, [3])])
+
+
+def test_scan_against_reference(tmp_path):
+    xs = rng.standard_normal((4, 3)).astype(np.float32)
+    check(tmp_path, [helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], body=SCAN_BODY, num_scan_inputs=1)],
+          {"s0": np.zeros(3, np.float32), "xs": xs}, ["sf", "ys"])
+
+
+@pytest.mark.parametrize("in_dir,out_dir,in_axis,out_axis", [(1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1),
+                                                             (1, 1, 1, -1)])
+def test_scan_directions_and_axes(tmp_path, in_dir, out_dir, in_axis, out_axis):
+    # onnx.reference implements only the defaults: numpy here
+    xs = rng.standard_normal((3, 3)).astype(np.float32)
+    node = helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], body=SCAN_BODY, num_scan_inputs=1,
+                            scan_input_directions=[in_dir], scan_output_directions=[out_dir],
+                            scan_input_axes=[in_axis], scan_output_axes=[out_axis])
+    m = model([node], {"s0": np.zeros(3, np.float32), "xs": xs}, ["sf", "ys"])
+    path = tmp_path / "scan.onnx"
+    onnx.save(m, str(path))
+    np.save(tmp_path / "s0.npy", np.zeros(3, np.float32))
+    np.save(tmp_path / "xs.npy", xs)
+    graft("run", str(path), "--output-dir", str(tmp_path / "o"), "--device", "sim", "--input", f"s0={tmp_path / 's0.npy'}",
+          "--input", f"xs={tmp_path / 'xs.npy'}")
+    seq = np.moveaxis(xs, in_axis, 0)
+    if in_dir:
+        seq = seq[::-1]
+    st, ys = np.zeros(3, np.float32), []
+    for xi in seq:
+        st = st + xi
+        ys.append(st * xi)
+    if out_dir:
+        ys = ys[::-1]
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "sf.npy"), st, rtol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "ys.npy"), np.stack(ys, axis=out_axis), rtol=1e-6)

@@ -21,6 +21,9 @@
 /* Graft imports opsets 13..21 of the default domain. */
 #define OX_OPSET_MIN 13
 #define OX_OPSET_MAX 21
+/* Subgraphs (If / Loop / Scan bodies) nest at most this deep below the main graph;
+ * a deeper file is refused before it is parsed (onnx.c). */
+#define OX_MAX_GRAPH_DEPTH 16
 /* Constants up to this many elements are folded at import time. */
 #define OX_FOLD_MAX_ELEMS 65536
 /* Largest tensor the importer will hold (elements); larger is a malformed model. */
@@ -54,7 +57,8 @@ typedef struct {
     int n_seq;
 } ox_value;
 
-typedef struct {
+typedef struct ox_ctx ox_ctx;
+struct ox_ctx {
     gr_graph *g;
     const char *origin;
     const char *base_dir;
@@ -68,10 +72,22 @@ typedef struct {
     char *node_name_owned;
     int node_index;
     int sub_count;      /* helper nodes emitted for this ONNX node */
-} ox_ctx;
+    /* subgraphs (If / Loop / Scan bodies): names a body reads from an enclosing
+     * graph resolve through `outer` (ox_resolve). An inlined body (same_graph:
+     * a constant-condition If, an unrolled Loop / Scan iteration) emits into the
+     * outer IR graph; an If branch kept as a subgraph has a graph of its own and
+     * reads outer values as captures (unlisted inputs named like the outer value). */
+    ox_ctx *outer;
+    bool same_graph;
+    char *scope_prefix; /* an inlined body's node names: "<prefix>/<name>" (owned) */
+    int depth;          /* subgraph nesting below the main graph */
+};
 
 /* ---- onnx.c: values ------------------------------------------------------------- */
 int ox_find(const ox_ctx *c, const char *name);
+/* Like ox_find, but a name defined in an enclosing graph is brought into this
+ * scope (as the same IR value, a copy of the constant, or a capture). */
+gr_status ox_resolve(ox_ctx *c, const char *name, int *out);
 /* Registers an ONNX name (must be new); *out = index into c->vals. */
 gr_status ox_define(ox_ctx *c, const char *name, int *out);
 /* IR value for ox value vi (materializes a constant). */
@@ -131,6 +147,18 @@ void ox_sym_desc(ox_ctx *c, const ox_tensor *t, char *buf, size_t n);
 gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out);
 /* Converts the current node (c->node). */
 gr_status ox_convert_node(ox_ctx *c);
+
+/* ---- onnx.c: subgraphs ------------------------------------------------------------ */
+/* Imports body gp as an IR subgraph of c->g (an If branch): its own graph, outer
+ * values read as captures. `what` names it in messages. */
+gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, gr_graph **out);
+/* Inlines body gp into c's graph in a scope of its own: its inputs bound to
+ * copies of in[0..gp->n_input), its outputs copied to out[0..gp->n_output)
+ * (names left NULL; release them with ox_value_clear). */
+gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out);
+/* Copies a value's meaning (IR value, constant data, reason, sequence) into dst. */
+gr_status ox_value_copy(ox_value *dst, const ox_value *src);
+void ox_value_clear(ox_value *v);
 
 /* ---- onnx-fold.c ----------------------------------------------------------------------------------- */
 /* Tries to evaluate the current node at import time. *folded = true when it
