@@ -2128,10 +2128,11 @@ static gr_status cv_loop(ox_ctx *c, gr_op op) {
                              "the loop condition is computed at run time (a data-dependent trip count); graft unrolls a Loop "
                              "whose condition and trip count are known at import time");
     if (m_present && trip < 0) trip = 0;
+    /* without M the condition ends the loop; the iteration bound below stops a runaway one */
     int64_t limit = m_present ? trip : OX_MAX_UNROLL + 1;
-    if (limit > OX_MAX_UNROLL || (int64_t)body->n_node * (limit < 1 ? 1 : limit) > OX_MAX_UNROLLED_NODES)
-        if (m_present) return ox_node_error(c, GR_ERR_UNSUPPORTED, "a trip count of %lld is too many iterations to unroll (at most %d, and %d body nodes in all)",
-                                            (long long)trip, OX_MAX_UNROLL, OX_MAX_UNROLLED_NODES);
+    if (m_present && (trip > OX_MAX_UNROLL || (int64_t)body->n_node * trip > OX_MAX_UNROLLED_NODES))
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "a trip count of %lld is too many iterations to unroll (at most %d, and %d body nodes in all)",
+                             (long long)trip, OX_MAX_UNROLL, OX_MAX_UNROLLED_NODES);
     ox_value state[64], *scans = NULL, in[66], out[129];
     values_init(state, n_state);
     values_init(in, 2 + n_state);
