@@ -523,3 +523,19 @@ def test_scan_directions_and_axes(tmp_path, in_dir, out_dir, in_axis, out_axis):
         ys = ys[::-1]
     np.testing.assert_allclose(np.load(tmp_path / "o" / "sf.npy"), st, rtol=1e-6)
     np.testing.assert_allclose(np.load(tmp_path / "o" / "ys.npy"), np.stack(ys, axis=out_axis), rtol=1e-6)
+
+
+# ---- symbolic dims (one import, several lengths) ------------------------------------------------
+def test_symbolic_seq_arg_top_k_scatter(tmp_path):
+    S = TensorProto.FLOAT
+    nodes = [helper.make_node("ArgMax", ["x"], ["am"], axis=1, keepdims=0),        # over the symbolic dim
+             helper.make_node("TopK", ["x", "k"], ["tv", "ti"], axis=2),            # the axis is concrete
+             helper.make_node("ScatterElements", ["x", "idx", "u"], ["se"], axis=2, reduction="add"),
+             helper.make_node("Einsum", ["x", "x"], ["ein"], equation="bsd,btd->bst")]
+    m = make_model(nodes, [("x", S, [2, "seq", 4]), ("idx", TensorProto.INT64, [2, "seq", 2]), ("u", S, [2, "seq", 2])],
+                   [("am", TensorProto.INT64, None), ("tv", S, None), ("ti", TensorProto.INT64, None), ("se", S, None),
+                    ("ein", S, None)], [const("k", np.array([2], np.int64))])
+    for seq in (1, 3, 5):
+        x = rng.standard_normal((2, seq, 4)).astype(np.float32)
+        run_model(tmp_path, m, {"x": x, "idx": rng.integers(-4, 4, (2, seq, 2)).astype(np.int64),
+                                "u": rng.standard_normal((2, seq, 2)).astype(np.float32)})
