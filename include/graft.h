@@ -189,6 +189,13 @@ typedef struct {
      * the addresses (what graphs over many shapes need). A plan whose values do not fit
      * those slots gets its own arena, and explain says why. */
     int arena_policy;
+    /* Leaves scaled dot-product attention unfused (matmul, softmax, matmul kernels, the
+     * reference path) instead of one fused attention kernel (passes/attention.c). */
+    int no_fuse_attention;
+    /* Fuses f32 attention too. Off by default: the f32 fused kernel (exact FMA, no tensor
+     * cores) ran 8x slower than the unfused cuBLASLt path on the H100 (bench/attention);
+     * f16/bf16 attention (tensor cores) is fused unless no_fuse_attention. */
+    int fuse_attention_f32;
 } gr_session_options;
 
 enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
@@ -245,8 +252,59 @@ typedef struct {
     size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, graphs) */
     double compile_us;       /* compiling the current plan (passes, kernels, uploads) */
     double capture_us;       /* capturing + instantiating graphs so far, this plan */
+    long nodes_updated;      /* last run: kernel nodes of replayed graphs whose arguments were
+                                rewritten (a host scalar changed, a bound device input moved) */
+    long inputs_in_place;    /* last run: device-bound inputs read in place, nothing copied */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
+
+/* ---- zero-copy device I/O ---------------------------------------------------------
+ * Device buffers are memory of the session's device. CUDA: any device pointer of the
+ * primary context of the session's GPU (PyTorch's and CuPy's tensors live there).
+ * Simulator: memory from gr_session_device_alloc of the same session; the simulator
+ * checks every access and reports any other pointer as GR_ERR_HAZARD, as CUDA would fault.
+ *
+ * Lifetimes:
+ * - a bound input buffer must hold its data, unchanged, until the run reading it is over
+ *   (gr_session_wait, or later work on the stream given to gr_session_run_on_stream);
+ * - an output's device address (gr_session_output_device_ptr) is valid until the next
+ *   run of the session (or its destruction): the next run reuses the memory. Its handle
+ *   carries the run's generation, so asking again with an old handle is GR_ERR_STALE;
+ *   a pointer already taken is the caller's to stop using. The memory is read-only. */
+GR_API gr_status gr_session_device_alloc(gr_session_t s, size_t nbytes, void **out);
+GR_API void gr_session_device_free(gr_session_t s, void *ptr);
+/* Synchronous copies between host memory and the session's device memory. */
+GR_API gr_status gr_session_device_upload(gr_session_t s, void *dev_dst, const void *host_src, size_t nbytes);
+GR_API gr_status gr_session_device_download(gr_session_t s, void *host_dst, const void *dev_src, size_t nbytes);
+
+/* Binds input `name` to the caller's device buffer (dtype, shape and nbytes checked as by
+ * gr_session_set_input; symbolic dims bound by its shape). Nothing is copied on the host.
+ * Each run then reads it as follows (gr_run_stats counts what happened):
+ * - in place, the common case: kernels read the buffer itself. A replayed CUDA graph whose
+ *   kernel nodes were captured with another address has those nodes repointed
+ *   (cuGraphExecKernelNodeSetParams; nodes_updated); at the captured address nothing is
+ *   copied and nothing updated (inputs_in_place);
+ * - copied device-to-device into graft's placeholder (bytes_copied) where the plan cannot
+ *   repoint: a library call (cuBLASLt matmul) reads the input inside a captured segment;
+ * - copied to host memory where a step reads it on the host (a scalar read by value).
+ * The binding holds until the input is bound or set again: re-bind (same or new address)
+ * whenever its contents changed, as gr_session_set_input is called again for host data. */
+GR_API gr_status gr_session_bind_input_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
+                                              void *dev_ptr, size_t nbytes);
+/* The device address of output o (see the lifetimes above). An output kept in host memory
+ * is GR_ERR_UNSUPPORTED (read it with gr_session_output_read). */
+GR_API gr_status gr_session_output_device_ptr(gr_session_t s, gr_output o, void **dev_ptr);
+/* gr_session_run ordered on the caller's stream, without a host wait: the run starts after
+ * the work already enqueued on `stream`, and work enqueued on `stream` afterwards starts
+ * after the run (graft runs on its own stream, joined to the caller's by events, so its
+ * CUDA-graph captures never touch the caller's stream). CUDA: a CUstream / cudaStream_t;
+ * pass CU_STREAM_LEGACY ((void *)1) for the legacy default stream. NULL: gr_session_run.
+ * The simulator has one stream per session and no caller streams: only NULL is accepted
+ * there (another value is GR_ERR_UNSUPPORTED). */
+GR_API gr_status gr_session_run_on_stream(gr_session_t s, void *stream);
+/* Work enqueued on `stream` after this call waits for the session's last run (no host
+ * wait); what a consumer of output device pointers on its own stream calls. NULL: no-op. */
+GR_API gr_status gr_session_order_stream(gr_session_t s, void *stream);
 
 /* Kernel preparation counters of the session's device since the session was created.
  * A model with symbolic dims gets shape-generic kernels (sizes passed at launch): one
@@ -281,6 +339,11 @@ GR_API gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text);
  * An unknown name is GR_ERR_NOT_FOUND, listing the graph's symbolic dims. */
 GR_API gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names,
                                            const int64_t *dim_values, char **out_text);
+/* ... and with attention left unfused when no_fuse_attention (graft dump --no-fuse-attention),
+ * f32 attention fused too when fuse_attention_f32 (--fuse-attention-f32): gr_session_options. */
+GR_API gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const *dim_names,
+                                           const int64_t *dim_values, int no_fuse_attention, int fuse_attention_f32,
+                                           char **out_text);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,24 @@ echo "== gpucheck =="
 "$build/bin/gpucheck" 2>&1 | tee "$out/gpucheck.log" | tail -40
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpucheck FAILED"; fail=1; }
 
+echo "== fused attention on CUDA vs the simulator (bf16/f16/f32, causal, masks, GQA) and timed vs unfused =="
+mkdir -p "$out/tmp"
+n_attn=$(grep -c "^PASS attn_" "$out/gpucheck.log")
+grep "TIME attention" "$out/gpucheck.log"
+if grep -q "^FAIL attn_" "$out/gpucheck.log" || [ "$n_attn" -lt 41 ]; then echo "attention FAILED ($n_attn passed)"; fail=1; else echo "attention: $n_attn cases passed"; fi
+for m in gpt2_dynamo llama_dynamo; do
+  d=tests/data/onnx/dyn/$m/b1_s64
+  for mode in fused unfused; do
+    flag=--fuse-attention-f32; [ $mode = unfused ] && flag=--no-fuse-attention
+    $G run tests/data/onnx/dyn/$m/model.onnx --device cuda $flag --input input_ids=$d/input_ids.npy \
+      --output-dir "$out/tmp/attn-$m-$mode" > "$out/tmp/attn-$m-$mode.log" 2>&1 || { echo "$m $mode run failed"; fail=1; }
+  done
+  python3 -c "
+import numpy as np,sys
+a=np.load('$out/tmp/attn-$m-fused/last_hidden_state.npy'); b=np.load('$out/tmp/attn-$m-unfused/last_hidden_state.npy')
+e=np.linalg.norm(a-b)/np.linalg.norm(b); print('$m fused vs unfused on CUDA: %.2e' % e); sys.exit(0 if e < 1e-5 else 1)" || { echo "$m attention mismatch"; fail=1; }
+done
+
 echo "== device graph features on CUDA (conditional IF/IF_ELSE/WHILE, updatable nodes, node updates) =="
 if [ -x "$build/tests/test_devgraph" ]; then
   "$build/tests/test_devgraph" cuda 2>&1 | tail -12 | tee "$out/devgraph.log"
@@ -41,6 +59,14 @@ else
   echo "test_generic not built (cmake --build $build --target test_generic)"; fail=1
 fi
 
+echo "== convolutions on CUDA (examples/cnn.onnx at batch 1, 4, 2, 3 in one session, eager and graph) =="
+if [ -x "$build/tests/test_cnn_session" ]; then
+  GRAFT_TEST_DEVICE=cuda "$build/tests/test_cnn_session" 2>&1 | tail -12 | tee "$out/cnn-session.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_cnn_session FAILED"; fail=1; }
+else
+  echo "test_cnn_session not built (cmake --build $build --target test_cnn_session)"; fail=1
+fi
+
 echo "== kernel cache: cold vs warm start =="
 export XDG_CACHE_HOME="$out/tmp/cache"; rm -rf "$XDG_CACHE_HOME"
 cold=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/dev/null | grep '^compile')
@@ -49,11 +75,13 @@ warm=$($G bench examples/transformer.gir --device cuda --iters 1 --warmup 0 2>/d
 echo "cold: $cold; $n_cubins cubins cached"; echo "warm: $warm"
 unset XDG_CACHE_HOME
 
-for ex in mlp eos transformer; do
-  m=examples/$ex.gir
+# cnn.onnx (examples/gen_cnn.py): direct, depthwise and im2col+cuBLASLt convolutions, pools, pad, resize
+for m in examples/mlp.gir examples/eos.gir examples/transformer.gir examples/cnn.onnx; do
+  ex=$(basename "${m%.*}")
+  dims=""; [ "$ex" = cnn ] && dims="--dim N=2"   # its batch is symbolic
   rm -rf "$out/tmp"; mkdir -p "$out/tmp"
   # the same random inputs for every run: generated once by the simulator run
-  $G run "$m" --device sim --output-dir "$out/tmp/sim" --save-inputs "$out/tmp/in" > "$out/tmp/sim.log" 2>&1 || { echo "$ex sim run failed"; cat "$out/tmp/sim.log"; fail=1; continue; }
+  $G run "$m" $dims --device sim --output-dir "$out/tmp/sim" --save-inputs "$out/tmp/in" > "$out/tmp/sim.log" 2>&1 || { echo "$ex sim run failed"; cat "$out/tmp/sim.log"; fail=1; continue; }
   ins=""
   for f in "$out"/tmp/in/*.npy; do n=$(basename "$f" .npy); ins="$ins --input $n=$f"; done
   for mode in eager graph; do
@@ -63,7 +91,7 @@ for ex in mlp eos transformer; do
   python3 tools/compare_npy.py "$out/tmp/cuda-eager" "$out/tmp/sim" --tol 1e-4 --label "$ex cuda-vs-sim" || fail=1
   for mode in eager graph; do
     echo "== bench $ex $mode =="
-    $G bench "$m" --device cuda --mode $mode --iters 200 --warmup 20 --repeats 5 --profile --json "$out/bench-$ex-$mode.json" 2>&1 | tee -a "$out/bench.log" | grep -E "time/iter|gpu time|kernel time sum|kernels/iter|in graphs|warning|error"
+    $G bench "$m" $dims --device cuda --mode $mode --iters 200 --warmup 20 --repeats 5 --profile --json "$out/bench-$ex-$mode.json" 2>&1 | tee -a "$out/bench.log" | grep -E "time/iter|gpu time|kernel time sum|kernels/iter|in graphs|warning|error"
   done
 done
 echo "gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"

@@ -12,3 +12,28 @@ if(Python3_FOUND AND GRAFT_NM)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/api/check_exports.py
                    $<TARGET_FILE:graft_shared> ${CMAKE_SOURCE_DIR}/include/graft.h)
 endif()
+
+# The Python package (python/graft: ctypes over this build's libgraft.so), on the
+# simulator: tests/py/test_package.py. abi_probe prints the public structs' layout for
+# its check of the ctypes mirrors. Not in sanitizer builds: an ASan/TSan-built
+# library cannot be loaded into an uninstrumented python without preloading the runtime.
+add_executable(abi_probe tests/api/abi_probe.c)
+target_include_directories(abi_probe PRIVATE ${CMAKE_SOURCE_DIR}/include)
+set_target_properties(abi_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+if(Python3_FOUND AND NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import numpy, pytest"
+                  RESULT_VARIABLE graft_py_package_deps OUTPUT_QUIET ERROR_QUIET)
+  if(graft_py_package_deps EQUAL 0)
+    add_test(NAME py_package
+             COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_package.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(py_package PROPERTIES ENVIRONMENT
+      "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>;GRAFT_ABI_PROBE=$<TARGET_FILE:abi_probe>")
+  else()
+    message(STATUS "graft: numpy/pytest not found for ${Python3_EXECUTABLE}; py_package is skipped")
+  endif()
+endif()
+# `pip install .` into a fresh venv and the same tests against the wheel (network, ~1 min):
+# ctest -L slow.
+add_test(NAME py_pip_install COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/py-install-check.sh)
+set_tests_properties(py_pip_install PROPERTIES LABELS slow TIMEOUT 900)

@@ -2,7 +2,12 @@
 include_guard(GLOBAL)
 if(GRAFT_CUDA_ENABLED)
   graft_test(test_render SOURCES tests/test_render.c LAYERS graft_util graft_codegen graft_cuda)
+  # the convolution family's lowered kernels (conv, pools, pad, resize) through NVRTC
+  graft_test(test_render_window SOURCES tests/test_render_window.c
+    LAYERS graft_util graft_ir graft_codegen graft_passes graft_cuda)
 endif()
-if(TARGET test_render)
-  target_include_directories(test_render SYSTEM PRIVATE ${GRAFT_CUDA_INCLUDE_DIR})
-endif()
+foreach(t test_render test_render_window)
+  if(TARGET ${t})
+    target_include_directories(${t} SYSTEM PRIVATE ${GRAFT_CUDA_INCLUDE_DIR})
+  endif()
+endforeach()

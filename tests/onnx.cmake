@@ -11,6 +11,8 @@ if(GRAFT_ONNX_ENABLED)
   # ...where a new length of a seen size class compiles nothing (shape-generic kernels)
   graft_test(test_generic_onnx SOURCES tests/test_generic_onnx.c tools/npy.c)
   target_include_directories(test_generic_onnx PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # examples/cnn.onnx in one session at several batch sizes, eager and graph
+  graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
@@ -35,6 +37,11 @@ if(GRAFT_ONNX_ENABLED)
                      ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_symbolic.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_dynamic PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # the convolution family (Conv, ConvTranspose, pools, normalizations, Pad, Resize, examples/cnn.onnx)
+    add_test(NAME onnx_conv
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_conv.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_conv PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONDONTWRITEBYTECODE=1")
     set_tests_properties(onnx_hf_torch PROPERTIES TIMEOUT 900)
     # model-breadth ops on run-time tensors (ArgMax, TopK, Mod, Tile, OneHot, Scatter*, GatherND, ...)
     add_test(NAME onnx_breadth

@@ -1,2 +1,3 @@
 graft_test(test_runtime SOURCES tests/test_runtime.c)
 graft_test(test_graphmgr SOURCES tests/test_graphmgr.c)
+graft_test(test_devio SOURCES tests/test_devio.c)

@@ -429,6 +429,47 @@ out:
     gr_device_destroy(d);
 }
 
+/* ==== fold_linear_only ============================================================================
+ * A binding's plan folds what depends only on the symbols if its size is linear in them (a
+ * position vector) and leaves [seq, seq] masks to kernels (folding them costs host time
+ * growing with seq^2 per binding). The session marks its graph once (gr_pass_mark_superlinear)
+ * and each plan's clone must keep the marks: checked both ways. */
+static void check_fold_marks(const gr_graph *src, bool linear_only, bool src_marked, bool expect_mask_kept) {
+    gr_pipeline_opts po = {.fold_linear_only = linear_only, .src_marked = src_marked};
+    gr_compiled c;
+    CHECK_OK(gr_pass_pipeline(src, (const int64_t[]){6}, &po, &c));
+    if (!c.g) return;
+    int mask = gr_ir_find_value(c.g, "mask"), pos = gr_ir_find_value(c.g, "pos");
+    CHECK(mask >= 0 && pos >= 0);
+    if (mask >= 0 && pos >= 0) {
+        CHECK_MSG((c.g->values.data[mask].kind != GR_VAL_CONST) == expect_mask_kept, "the [seq, seq] mask %s",
+                  expect_mask_kept ? "was folded" : "was not folded");
+        CHECK_MSG(c.g->values.data[pos].kind == GR_VAL_CONST, "the [seq] positions were not folded");
+    }
+    gr_compiled_free(&c);
+}
+
+static void test_fold_linear_only(void) {
+    const char *text = "graft 1\n"
+                       "input x: f32[seq, seq]\n"
+                       "ones = fill(shape=[seq, seq], value=1.0)\n"
+                       "mask = trilu(ones, upper=0, k=0)\n"
+                       "r = range(start=0.0, limit=dim(seq))\n"
+                       "pos = add(r, r)\n"
+                       "y = add(x, mask)\n"
+                       "z = add(y, pos)\n"
+                       "output z\n";
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse(text, "fold-marks.gir", NULL, &g));
+    if (!g) return;
+    gr_graph *src = (gr_graph *)g;
+    check_fold_marks(src, true, false, true);   /* the pipeline marks its clone */
+    check_fold_marks(src, false, false, false); /* no marks: everything folds */
+    CHECK_OK(gr_pass_mark_superlinear(src));
+    check_fold_marks(src, true, true, true);    /* marked once on the source, kept by the clone */
+    gr_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "cuda")) {
         device = GR_DEVICE_CUDA;
@@ -437,6 +478,7 @@ int main(int argc, char **argv) {
         return check_summary("test_generic (cuda)");
     }
     test_lowered_sources();
+    test_fold_linear_only();
     test_sessions(GR_MODE_EAGER);
     test_sessions(GR_MODE_GRAPH);
     test_device();

@@ -365,7 +365,7 @@ static void test_bad_input(void) {
     CHECK_ERR(gr_onnx_load(DATA "opset12.onnx", &g), GR_ERR_UNSUPPORTED, "opset 12");
     CHECK_ERR(gr_onnx_load(DATA "opset22.onnx", &g), GR_ERR_UNSUPPORTED, "opset 22");
     CHECK_ERR(gr_onnx_load(DATA "unsupported_op.onnx", &g), GR_ERR_UNSUPPORTED,
-              "node 'conv0' op 'Conv' (domain '') is not supported");
+              "node 'pool0' op 'LpPool' (domain '') is not supported");
     CHECK_ERR(gr_onnx_load(DATA "custom_domain.onnx", &g), GR_ERR_UNSUPPORTED,
               "node 'FancyOp_0' op 'FancyOp' (domain 'com.example') is not supported");
     /* 'ii,jj->ij' was refused before Einsum's general lowering: now two diagonals and an outer product */
@@ -571,6 +571,7 @@ int main(void) {
     test_alloc_failures("exporter_forms.onnx");
     test_alloc_failures("attention.onnx");
     test_alloc_failures("shape_chain.onnx");
+    test_alloc_failures("../../../examples/cnn.onnx"); /* conv family, BatchNormalization folding */
     CHECK_MSG(gr_debug_live_allocs() == base, "%ld allocations leaked", gr_debug_live_allocs() - base);
     return check_summary("test_onnx");
 }

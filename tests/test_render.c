@@ -834,6 +834,17 @@ static void test_error_style(void) {
     CHECK_ERR(gr_lt_status(CUBLAS_STATUS_NOT_SUPPORTED, "s->lt->cublasLtMatmul(h, d)"), GR_ERR_DEVICE, "cuBLASLt: cublasLtMatmul(h, d): ");
 }
 
+/* The fused attention kernels (cuda-attn.c): tensor-core mma.sync and generic, every
+ * instantiation, for sm_90 and sm_80 (the oldest with bf16 mma). */
+static void test_attention_source(void) {
+    int compiled = 0;
+    const char *src = gr_cuda_attention_source();
+    CHECK(src && strstr(src, "attn_mma_bf16_d64") && strstr(src, "attn_gen_f32") && strstr(src, "mma.sync.aligned.m16n8k16"));
+    nvrtc_check(src, "graft_attention", 90, &compiled);
+    nvrtc_check(src, "graft_attention_sm80", 80, &compiled);
+    if (nvrtc_present) CHECK(compiled == 2);
+}
+
 int main(void) {
     test_error_style();
     const gr_nvrtc_api *nv = NULL;
@@ -869,6 +880,7 @@ int main(void) {
     test_random(GR_F32);
     test_random(GR_F64);
     test_indirect_mixed();
+    test_attention_source();
     test_generic_same_source();
     test_generic_too_many_slots();
     test_errors();

@@ -174,6 +174,28 @@ static void cleanup(void) {
     rmdir(tmpdir);
 }
 
+/* gr_name_copy: the snprintf("%s%d") it replaces on hot paths, truncation included */
+static void test_name_copy(void) {
+    char b[8], full[64], ref[8];
+    const char *srcs[] = {"", "x", "y", "kernel", "averylongname"};
+    long long ns[] = {-1, 0, 7, 31, 1234567, 9223372036854775807LL};
+    for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            memset(b, 'Z', sizeof b);
+            gr_name_copy(b, sizeof b, srcs[i], ns[j]);
+            if (ns[j] < 0) snprintf(full, sizeof full, "%s", srcs[i]);
+            else snprintf(full, sizeof full, "%s%lld", srcs[i], ns[j]);
+            memcpy(ref, full, sizeof ref - 1); /* what snprintf into 8 bytes keeps */
+            ref[sizeof ref - 1] = 0;
+            CHECK_MSG(strcmp(b, ref) == 0, "gr_name_copy('%s', %lld) = '%s', snprintf '%s'", srcs[i], ns[j], b, ref);
+        }
+    char one[1] = {'Z'};
+    gr_name_copy(one, 1, "abc", 5);
+    CHECK(one[0] == 0);
+    gr_name_copy(b, sizeof b, NULL, 42);
+    CHECK(strcmp(b, "42") == 0);
+}
+
 int main(void) {
     signal(SIGALRM, on_alarm);
     alarm(60);
@@ -186,6 +208,7 @@ int main(void) {
     test_error_messages_escaped();
     test_open_regular();
     test_read_file_alloc_failure();
+    test_name_copy();
     cleanup();
     return check_summary("test_util");
 }

@@ -162,7 +162,11 @@ static const char usage_inputs[] =
     "  --mode eager|graph|auto  deployment mode (default: the library's; auto =\n"
     "                         each segment timed eager and as a graph in its first\n"
     "                         runs, the faster kept)\n"
-    "  --verbose              progress and notes from the runtime on stderr\n";
+    "  --verbose              progress and notes from the runtime on stderr\n"
+    "  --no-fuse-attention    leave attention unfused (matmul, softmax, matmul: the\n"
+    "                         reference path) instead of one fused attention kernel\n"
+    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only; the f32\n"
+    "                         kernel has no tensor cores and is slower than unfused)\n";
 
 static const char usage_run[] =
     "usage: graft run MODEL [options]\n"
@@ -205,7 +209,9 @@ static const char usage_dump[] =
     "\n"
     "options:\n"
     "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
-    "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n";
+    "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n"
+    "  --no-fuse-attention    leave attention unfused (no attention pass)\n"
+    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only)\n";
 
 static const char usage_explain[] =
     "usage: graft explain MODEL [options]\n"
@@ -247,6 +253,8 @@ typedef struct {
     bool profile;
     const char *save_inputs;
     bool verbose;
+    bool no_fuse_attention;
+    bool fuse_attention_f32;
 } cli_opts;
 
 static bool parse_long(const char *s, long *out) {
@@ -371,6 +379,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             need = OPT_BENCH, takes_value = false;
         else if (!strcmp(optname, "--verbose"))
             need = OPT_INPUTS, takes_value = false;
+        else if (!strcmp(optname, "--no-fuse-attention") || !strcmp(optname, "--fuse-attention-f32"))
+            need = OPT_DIM, takes_value = false;
         else {
             errorf("%s: unknown option '%s' (see graft %s --help)", o->cmd, optname, o->cmd);
             return EXIT_USAGE;
@@ -385,6 +395,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 return EXIT_USAGE;
             }
             if (!strcmp(optname, "--profile")) o->profile = true;
+            else if (!strcmp(optname, "--no-fuse-attention")) o->no_fuse_attention = true;
+            else if (!strcmp(optname, "--fuse-attention-f32")) o->fuse_attention_f32 = true;
             else o->verbose = true;
             continue;
         }
@@ -811,6 +823,8 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     if (o->mode >= 0) so.mode = (gr_mode)o->mode;
     if (o->arena >= 0) so.arena_policy = o->arena;
     so.verbose = o->verbose;
+    so.no_fuse_attention = o->no_fuse_attention;
+    so.fuse_attention_f32 = o->fuse_attention_f32;
     gr_status st = gr_session_create(g, &so, sess);
     if (st != GR_OK) {
         *sess = NULL;
@@ -1373,7 +1387,7 @@ static int cmd_dump(const cli_opts *o) {
     }
     if (!code) {
         char *text = NULL;
-        gr_status st = gr_graph_dump_passes_dims(g, n, (const char *const *)names, values, &text);
+        gr_status st = gr_graph_dump_passes_opts(g, n, (const char *const *)names, values, o->no_fuse_attention, o->fuse_attention_f32, &text);
         if (st == GR_ERR_NOT_FOUND) code = (errorf("--dim: %s", gr_last_error()), EXIT_USAGE);
         else if (st != GR_OK) code = api_fail(st, o->model);
         else print_text(text);

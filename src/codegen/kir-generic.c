@@ -13,7 +13,7 @@
 bool gr_kaccess_outer_contiguous(const gr_kernel *k, const gr_kaccess *a) {
     int64_t want = 1;
     for (int d = k->n_outer - 1; d >= 0; d--) {
-        if (k->outer[d] != 1 && a->stride[d] != want) return false;
+        if ((k->outer[d] != 1 || (k->var_outer >> d & 1)) && a->stride[d] != want) return false;
         want *= k->outer[d];
     }
     return true;
@@ -22,7 +22,7 @@ bool gr_kaccess_outer_contiguous(const gr_kernel *k, const gr_kaccess *a) {
 bool gr_kaccess_inner_contiguous(const gr_kernel *k, const gr_kaccess *a) {
     int64_t want = 1;
     for (int d = k->n_inner - 1; d >= 0; d--) {
-        if (k->inner[d] != 1 && a->inner_stride[d] != want) return false;
+        if ((k->inner[d] != 1 || (k->var_inner >> d & 1)) && a->inner_stride[d] != want) return false;
         want *= k->inner[d];
     }
     return true;

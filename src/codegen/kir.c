@@ -10,7 +10,7 @@ gr_status gr_kernel_create(const char *name, gr_kernel **out) {
     *out = NULL;
     gr_kernel *k = gr_calloc(1, sizeof(*k));
     if (!k) return GR_ERR_NOMEM;
-    snprintf(k->name, sizeof(k->name), "%s", name ? name : "kernel");
+    gr_name_copy(k->name, sizeof(k->name), name ? name : "kernel", -1);
     k->n_points_param = -1;
     k->source_node = -1;
     *out = k;
@@ -51,7 +51,7 @@ gr_status gr_kernel_add_param(gr_kernel *k, gr_kparam_kind kind, gr_dtype t, con
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->dtype = t;
-    snprintf(p->name, sizeof(p->name), "%s", name ? name : "p");
+    gr_name_copy(p->name, sizeof(p->name), name ? name : "p", -1);
     if (out) *out = k->n_params;
     k->n_params++;
     return GR_OK;

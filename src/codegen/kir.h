@@ -159,6 +159,12 @@ typedef struct gr_kernel {
     gr_kstage stages[GR_KMAX_STAGES];
     GR_VEC(gr_kexpr) nodes;    /* topological order */
     int source_node;           /* IR node that produced it (first of a fused group), -1 if none */
+    /* bit d: outer (inner) dim d is symbolic in the model (ir.h, var_dims): 1 at this binding
+     * perhaps, larger at another. Decisions that depend on a dim being 1 (layout classes,
+     * fusion, folding copies into matmuls) treat such a dim as larger, so every binding of a
+     * symbolic model gets kernels of the same structures. Not hashed: the layout words that
+     * it decides are. */
+    uint32_t var_outer, var_inner;
 } gr_kernel;
 
 /* ---- building (used by lowering and fusion) -------------------------------------- */
@@ -201,8 +207,11 @@ uint64_t gr_kernel_hash(const gr_kernel *k);
  * expression ops/dtypes/operands, RANDOM seeds, and each access's layout class: whether
  * its outer walk is contiguous row-major (address = offset + linear index), likewise its
  * inner walk, and which of its other strides are zero (broadcast). Layout classes are
- * structure because they do not change with a dim's size, only with its being 1
- * (a binding with a size-1 dim may get a structure of its own: correct, just not shared).
+ * structure because they do not change with a dim's size, only with its being 1; a dim
+ * that is symbolic in the model (var_outer / var_inner) counts as larger even where it
+ * is 1, so seq 1 and batch 1 share the structures of longer bindings. A stride that is
+ * a product of symbols can still equal the row-major stride only because a factor is 1
+ * at this binding; such a binding gets a structure of its own (correct, not shared).
  *
  * Generic code reads every slot from an array passed at launch, so kernels of one
  * structure share one compiled function (render-cuda.h, GR_RENDER_GENERIC) and the
@@ -236,7 +245,8 @@ typedef struct {
  * compiled literally (the devices count it as a fallback). */
 #define GR_KMAX_SLOTS 480
 
-/* Contiguous row-major walks (dims of extent 1 are ignored: their index is always 0). */
+/* Contiguous row-major walks (dims of extent 1 are ignored, their index is always 0, unless
+ * symbolic: var_outer / var_inner). */
 bool gr_kaccess_outer_contiguous(const gr_kernel *k, const gr_kaccess *a);
 bool gr_kaccess_inner_contiguous(const gr_kernel *k, const gr_kaccess *a);
 /* Slots of access a whose first slot is `first` (layout as in gr_kslot_map_build). */
@@ -277,7 +287,7 @@ void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
  * Batched matmul: for each batch b:  C[b] = alpha * op(A[b]) @ op(B[b]) + bias  (+ beta*C)
  * op(X) = X^T when trans. Row-major. Batch offsets in elements. bias (optional)
  * is broadcast along rows: bias[n] (bias_kind ROW) or a full tensor of C's shape. */
-typedef enum { GR_LIB_MATMUL = 0, GR_LIB_COUNT } gr_lib_kind;
+typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_COUNT } gr_lib_kind;
 typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU } gr_epilogue;
 typedef enum { GR_BIAS_NONE = 0, GR_BIAS_ROW, GR_BIAS_FULL } gr_bias_kind;
 
@@ -293,13 +303,38 @@ typedef struct {
     gr_bias_kind bias;
     int64_t batch_stride_bias;
     gr_epilogue epilogue;
+    /* GR_LIB_ATTENTION (alpha is the scale, batch the batch): for each batch b, head h and
+     * query row i, O[b,h,i] = softmax_j(alpha * Q[b,h,i].K[b,h/g,j] + mask[b,h,i,j]) V[b,h/g,j]
+     * with g = heads / kv_heads (grouped-query heads share K and V). Q [batch, heads, seq_q,
+     * head_dim], K [batch, kv_heads, seq_k, head_dim], V [batch, kv_heads, seq_k, head_dim_v],
+     * O [batch, heads, seq_q, head_dim_v], all dense row-major. mask (optional, mask_dtype)
+     * is read at b*mask_stride[0] + h*mask_stride[1] + i*mask_stride[2] + j*mask_stride[3]
+     * (stride 0 = broadcast). causal: key j is visible to query i when j <= i + seq_k - seq_q
+     * (aligned at the bottom right, as for a query block at the end of a cache). A row that
+     * sees no key (or only -inf) is 0. */
+    int64_t heads, kv_heads, seq_q, seq_k, head_dim, head_dim_v;
+    bool causal;
+    bool has_mask;
+    gr_dtype mask_dtype;
+    int64_t mask_stride[4];
     char name[64];
 } gr_libcall;
 /* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
 #define GR_LIB_MATMUL_NARGS 4
+/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL). Every library
+ * call writes its args[2] and only that (memory planning and fusion rely on it). */
+#define GR_LIB_ATTENTION_NARGS 5
+#define GR_LIB_MAX_NARGS 5
+/* Number of launch args of a call of this kind. */
+static inline int gr_libcall_nargs(const gr_libcall *c) {
+    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS : GR_LIB_MATMUL_NARGS;
+}
 
 /* Reference implementation on host memory (f64 accumulation for f32/f64,
  * f32 accumulation for f16/bf16). Used by the simulator. */
 gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args);
+/* The attention kind of it: scores, softmax and the weighted sum in double, one row at a
+ * time (no score matrix of the whole head is kept). */
+gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args);
 
 #endif

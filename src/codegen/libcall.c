@@ -20,6 +20,7 @@ static double epilogue(gr_epilogue e, double v) {
 }
 
 gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
+    if (c->kind == GR_LIB_ATTENTION) return gr_libcall_attention_reference(c, args);
     if (c->kind != GR_LIB_MATMUL)
         return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: unknown kind %d", c->name, (int)c->kind);
     if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)
@@ -90,5 +91,65 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
     }
     gr_free(bt, bt_bytes);
     gr_free(acc, row_bytes);
+    return GR_OK;
+}
+
+/* ==== attention ============================================================================== */
+
+gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args) {
+    if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)
+        return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: attention of %s is not supported", c->name,
+                        gr_dtype_name(c->dtype));
+    if (c->batch < 0 || c->heads <= 0 || c->kv_heads <= 0 || c->seq_q < 0 || c->seq_k < 0 || c->head_dim < 0 ||
+        c->head_dim_v < 0 || c->heads % c->kv_heads != 0)
+        return gr_error(GR_ERR_INVALID,
+                        "libcall %s: bad attention sizes (batch %lld heads %lld kv_heads %lld seq_q %lld seq_k %lld "
+                        "head_dim %lld head_dim_v %lld)",
+                        c->name, (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seq_q,
+                        (long long)c->seq_k, (long long)c->head_dim, (long long)c->head_dim_v);
+    if (c->batch == 0 || c->seq_q == 0 || c->head_dim_v == 0) return GR_OK;
+    const void *Q = args[0].ptr, *K = args[1].ptr, *V = args[3].ptr, *M = args[4].ptr;
+    void *O = args[2].ptr;
+    if (!O || (c->seq_k > 0 && (!K || !V)) || (c->head_dim > 0 && !Q) || (c->has_mask && !M))
+        return gr_error(GR_ERR_INVALID, "libcall %s: NULL operand", c->name);
+    size_t row_bytes = (size_t)(c->seq_k + 1) * sizeof(double) + (size_t)(c->head_dim_v + 1) * sizeof(double);
+    double *p = gr_malloc(row_bytes);
+    if (!p) return GR_ERR_NOMEM;
+    double *acc = p + c->seq_k + 1;
+    int64_t group = c->heads / c->kv_heads, D = c->head_dim, Dv = c->head_dim_v;
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t h = 0; h < c->heads; h++) {
+            int64_t kvh = h / group;
+            int64_t oq = ((b * c->heads + h) * c->seq_q) * D, oo = ((b * c->heads + h) * c->seq_q) * Dv;
+            int64_t ok = ((b * c->kv_heads + kvh) * c->seq_k) * D, ov = ((b * c->kv_heads + kvh) * c->seq_k) * Dv;
+            for (int64_t i = 0; i < c->seq_q; i++) {
+                /* keys past `last` are hidden by the causal rule */
+                int64_t last = c->causal ? i + c->seq_k - c->seq_q : c->seq_k - 1;
+                if (last > c->seq_k - 1) last = c->seq_k - 1;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j <= last; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += gr_load_f64(Q, c->dtype, oq + i * D + d) * gr_load_f64(K, c->dtype, ok + j * D + d);
+                    double sv = c->alpha * dot;
+                    if (c->has_mask)
+                        sv += gr_load_f64(M, c->mask_dtype,
+                                          b * c->mask_stride[0] + h * c->mask_stride[1] + i * c->mask_stride[2] +
+                                              j * c->mask_stride[3]);
+                    p[j] = sv;
+                    if (sv > mx) mx = sv;
+                }
+                for (int64_t d = 0; d < Dv; d++) acc[d] = 0;
+                double sum = 0;
+                if (mx > -INFINITY) /* else no visible key: the row is 0 */
+                    for (int64_t j = 0; j <= last; j++) {
+                        double e = exp(p[j] - mx);
+                        sum += e;
+                        for (int64_t d = 0; d < Dv; d++) acc[d] += e * gr_load_f64(V, c->dtype, ov + j * Dv + d);
+                    }
+                for (int64_t d = 0; d < Dv; d++) gr_store_f64(O, c->dtype, oo + i * Dv + d, sum > 0 ? acc[d] / sum : 0.0);
+            }
+        }
+    gr_free(p, row_bytes);
     return GR_OK;
 }

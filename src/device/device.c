@@ -58,6 +58,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
     c.exec_update = c.graphs && i->exec_update;
     c.updatable_nodes = c.graphs && i->capture_mark_updatable;
     c.conditional_nodes = c.graphs && i->cond_create && i->cond_body_begin && i->cond_body_end;
+    c.external_streams = c.events && i->stream_wrap && i->stream_wait_event;
     c.pinned_memory = gr_dev_has_mem_kind(d, GR_MEM_HOST_PINNED);
     return c;
 }
@@ -66,7 +67,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 36 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 38 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -123,6 +124,17 @@ gr_status gr_dev_event_create(gr_device *d, gr_event **out) {
     *out = NULL;
     GR_DEV_REQUIRE(d, event_create);
     return d->iface->event_create(d->ctx, out);
+}
+
+gr_status gr_dev_stream_wrap(gr_device *d, void *handle, gr_stream **out) {
+    *out = NULL;
+    GR_DEV_REQUIRE(d, stream_wrap);
+    return d->iface->stream_wrap(d->ctx, handle, out);
+}
+
+gr_status gr_dev_stream_wait_event(gr_device *d, gr_stream *s, gr_event *e) {
+    GR_DEV_REQUIRE(d, stream_wait_event);
+    return d->iface->stream_wait_event(d->ctx, s, e);
 }
 
 void gr_dev_event_destroy(gr_device *d, gr_event *e) {

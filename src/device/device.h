@@ -86,6 +86,11 @@ struct gr_device_i {
     void (*event_destroy)(void *ctx, gr_event *e);
     gr_status (*event_record)(void *ctx, gr_event *e, gr_stream *s);
     gr_status (*event_elapsed_us)(void *ctx, gr_event *start, gr_event *end, double *out);
+    /* Optional: a gr_stream over a stream the caller owns (CUDA: a CUstream, including
+     * CU_STREAM_LEGACY / CU_STREAM_PER_THREAD); stream_destroy frees the wrapper only. */
+    gr_status (*stream_wrap)(void *ctx, void *handle, gr_stream **out);
+    /* Optional: work enqueued on s after this call waits for event e (cuStreamWaitEvent). */
+    gr_status (*stream_wait_event)(void *ctx, gr_stream *s, gr_event *e);
 
     /* work */
     gr_status (*memcpy_async)(void *ctx, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
@@ -180,6 +185,8 @@ typedef struct {
     bool exec_update;       /* exec_update: refresh an exec from a graph of the same topology */
     bool updatable_nodes;   /* capture_mark_updatable: device-updatable kernel nodes */
     bool conditional_nodes; /* cond_create/body_begin/body_end: IF / IF_ELSE / WHILE nodes */
+    bool external_streams;  /* stream_wrap + stream_wait_event + events: work ordered against a caller's
+                               stream without a host wait (gr_session_run_on_stream) */
     bool pinned_memory;     /* alloc(GR_MEM_HOST_PINNED): page-locked host buffers, so input copies are
                                true asynchronous DMA (sessions fall back to pageable host memory) */
 } gr_dev_caps;
@@ -201,6 +208,8 @@ gr_status gr_dev_event_create(gr_device *d, gr_event **out);
 void gr_dev_event_destroy(gr_device *d, gr_event *e);
 gr_status gr_dev_event_record(gr_device *d, gr_event *e, gr_stream *s);
 gr_status gr_dev_event_elapsed_us(gr_device *d, gr_event *start, gr_event *end, double *out);
+gr_status gr_dev_stream_wrap(gr_device *d, void *handle, gr_stream **out);
+gr_status gr_dev_stream_wait_event(gr_device *d, gr_stream *s, gr_event *e);
 
 /* work */
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);

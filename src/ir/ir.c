@@ -591,6 +591,7 @@ static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
         gr_ir_node *d = &c->nodes.data[c->nodes.len++];
         memset(d, 0, sizeof *d);
         d->op = s->op;
+        d->no_fold = s->no_fold;
         d->line = s->line;
         d->col = s->col;
         d->name = gr_strdup(s->name);

@@ -161,6 +161,11 @@ typedef struct {
     gr_dim dims[GR_MAX_DIMS];
     gr_placement placement;
     bool typed;        /* dtype and shape known (inputs, constants, inferred outputs) */
+    /* bit d: dim d was symbolic before gr_ir_specialize made it concrete. Lowering and
+     * fusion never treat such a dim as structurally 1 (no view, broadcast or fold that
+     * holds only because it is 1 at this binding), so every binding of a symbolic plan
+     * lowers to kernels of the same structures (shape-generic kernels, kir.h). */
+    uint32_t var_dims;
     int producer;      /* node index for GR_VAL_NODE, else -1 */
     int out_slot;      /* which output of the producer */
     /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */
@@ -316,6 +321,24 @@ int64_t gr_ir_value_numel(const gr_ir_value *v); /* -1 if symbolic or above GR_M
  * elements (gr_shape_numel_checked's rule). */
 bool gr_ir_dims_fit(int ndim, const gr_dim *dims);
 bool gr_ir_value_concrete(const gr_ir_value *v);
+
+/* ---- sliding windows, pad, resize (shape-window.c) ---------------------------------------
+ * Shape rules of conv, conv_transpose, max_pool, avg_pool (gr_ir_infer_window), pad and
+ * resize; the semantics are in ops.c. */
+gr_status gr_ir_infer_window(gr_graph *g, int node);
+gr_status gr_ir_infer_pad(gr_graph *g, int node);
+gr_status gr_ir_infer_resize(gr_graph *g, int node);
+/* Concrete geometry of a window node whose dims are concrete: auto_pad resolved into pads. */
+typedef struct {
+    int n_spatial;
+    int64_t group;
+    int64_t kernel[GR_MAX_DIMS], stride[GR_MAX_DIMS], dil[GR_MAX_DIMS];
+    int64_t pad_begin[GR_MAX_DIMS], pad_end[GR_MAX_DIMS];
+    int64_t in[GR_MAX_DIMS], out[GR_MAX_DIMS];
+} gr_ir_window;
+gr_status gr_ir_window_geometry(const gr_graph *g, int node, gr_ir_window *out);
+/* pad's mode attribute: 0 constant, 1 reflect, 2 edge, 3 wrap; GR_ERR_INVALID (no message) otherwise. */
+gr_status gr_ir_pad_mode(const char *s, int *out);
 
 /* Human-readable type: "f32[256,512]", "f32[N,512]@host" into buf. */
 void gr_ir_type_str(const gr_graph *g, const gr_ir_value *v, char *buf, size_t n);

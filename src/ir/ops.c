@@ -59,6 +59,35 @@
  * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
  *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
  *   held, verified and printed; not executed yet.
+ * attention(q, k, v, mask?; scale=1/sqrt(head_dim), causal=0): fused scaled
+ *   dot-product attention, softmax(scale * q @ k^T + mask) @ v over the last
+ *   axis. q [B, H, Sq, D], k [B, Hkv, Sk, D] (not transposed), v [B, Hkv, Sk, Dv],
+ *   out [B, H, Sq, Dv]; H a multiple of Hkv (grouped-query heads: head h reads
+ *   kv head h / (H/Hkv)). mask: a float tensor of rank <= 4 broadcasting to
+ *   [B, H, Sq, Sk], added to the scaled scores. causal: key j is visible to
+ *   query i when j <= i + Sk - Sq (bottom-right alignment). A row that sees no
+ *   key, or only -inf, is 0 (the unfused softmax would give NaN).
+ *   passes/attention.c makes it from the MatMul/Softmax/MatMul pattern.
+ * conv(x, w, [bias]; strides, pads=[begins.., ends..], dilations, group=1,
+ *   auto_pad="NOTSET"|"SAME_UPPER"|"SAME_LOWER"|"VALID"): x [N, C, S_1..S_s]
+ *   (1 <= s <= 5), w [C_out, C/group, k_1..k_s], bias [C_out] [ONNX Conv];
+ *   shapes and pads in ir/shape-window.c. conv_transpose(x, w, [bias]; strides,
+ *   pads, dilations, group, output_padding): w [C, C_out/group, k..]; out =
+ *   stride*(in - 1) + output_padding + dil*(k - 1) + 1 - pb - pe (pads may be
+ *   negative: the importer turns auto_pad and output_shape into pads)
+ *   [ONNX ConvTranspose]. max_pool / avg_pool(x; kernel_shape, strides, pads,
+ *   dilations, ceil_mode, auto_pad, count_include_pad (avg)): padding taps are
+ *   ignored by max; avg divides by the taps inside x, or with count_include_pad
+ *   inside the explicitly padded x (not the extra ceil_mode ones) [ONNX MaxPool,
+ *   AveragePool]. Float x; max_pool also integers.
+ * pad(x; pads=[begins.., ends..], mode="constant"|"reflect"|"edge"|"wrap",
+ *   value=0): negative pads crop [np.pad + slicing, ONNX Pad].
+ * resize(x; sizes, scales, mode="nearest"|"linear", coord=half_pixel|
+ *   pytorch_half_pixel|align_corners|asymmetric|tf_half_pixel_for_nn|
+ *   half_pixel_symmetric, nearest_mode=round_prefer_floor|round_prefer_ceil|
+ *   floor|ceil): output dims are sizes; scales (default out/in) drive the
+ *   coordinate transform; linear interpolates up to 3 resized dims with clamped
+ *   neighbours [ONNX Resize].
  * arg_max / arg_min(x; axis=0, keepdims=1, select_last_index=0) → i64: index
  *   of the largest (smallest) element along axis; ties give the first index
  *   (the last with select_last_index); NaN counts as the extreme value, so the

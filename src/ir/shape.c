@@ -60,7 +60,20 @@ static shape_t shape_of(const gr_ir_value *v) {
     return s;
 }
 
-static void type_str(const ctx_t *c, const gr_ir_value *v, char *buf) { gr_ir_type_str(c->g, v, buf, TYPE_STR_LEN); }
+static const char *type_str(const ctx_t *c, const gr_ir_value *v, char *buf) {
+    gr_ir_type_str(c->g, v, buf, TYPE_STR_LEN);
+    return buf;
+}
+/* A value's type as text for a message, formatted only where the message is made (the
+ * inference of every binding of a symbolic model runs this code, and formatting every
+ * type eagerly was a tenth of a new binding's host time). */
+#define TYPE_STR(buf, v) type_str(c, (v), (buf))
+static void dims_str(const gr_graph *g, const gr_dim *d, int ndim, char *buf, size_t n);
+static const char *dims_text(const gr_graph *g, const gr_dim *d, int n, char *buf, size_t cap) {
+    dims_str(g, d, n, buf, cap);
+    return buf;
+}
+#define DIMS_STR(buf, d, n) dims_text(c->g, (d), (n), (buf), sizeof(buf))
 
 static void dims_str(const gr_graph *g, const gr_dim *d, int ndim, char *buf, size_t n) {
     size_t pos = 0;
@@ -248,9 +261,7 @@ static gr_status same_dtype(const ctx_t *c, int sa, int sb) {
     const gr_ir_value *a = in_val(c, sa), *b = in_val(c, sb);
     if (a->dtype != b->dtype) {
         char ta[TYPE_STR_LEN], tb[TYPE_STR_LEN];
-        type_str(c, a, ta);
-        type_str(c, b, tb);
-        return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s", ta, tb);
+        return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s", TYPE_STR(ta, a), TYPE_STR(tb, b));
     }
     return GR_OK;
 }
@@ -392,22 +403,66 @@ static gr_status infer_softmax(ctx_t *c) {
     return GR_OK;
 }
 
+/* attention(q, k, v, mask?): ops.c. Dims that must agree and are symbolic
+ * expressions that differ are checked once they have values. */
+static gr_status infer_attention(ctx_t *c) {
+    const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
+    char tq[TYPE_STR_LEN], tk[TYPE_STR_LEN], tv[TYPE_STR_LEN];
+    type_str(c, q, tq);
+    type_str(c, k, tk);
+    type_str(c, v, tv);
+    int64_t causal;
+    double scale;
+    GR_TRY(attr_int(c, "causal", 0, &causal));
+    GR_TRY(gr_ir_attr_float(c->g, c->n, "scale", 1.0, &scale));
+    if (causal != 0 && causal != 1) return fail(c, GR_ERR_INVALID, "causal must be 0 or 1, not %lld", (long long)causal);
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(q->dtype), "a float dtype"));
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", tq, tk, tv);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", tq, tk, tv);
+    /* concrete dims that differ are an error; symbolic ones are checked per binding */
+#define GR_SAME(a, b) (dim_eq(a, b) || dim_is_sym(a) || dim_is_sym(b))
+    if (!GR_SAME(q->dims[0], k->dims[0]) || !GR_SAME(q->dims[0], v->dims[0]) || !GR_SAME(k->dims[1], v->dims[1]) ||
+        !GR_SAME(k->dims[2], v->dims[2]) || !GR_SAME(q->dims[3], k->dims[3]))
+        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", tq, tk, tv);
+#undef GR_SAME
+    gr_dim h = q->dims[1], hkv = k->dims[1];
+    if (!dim_is_sym(h) && !dim_is_sym(hkv) && (hkv.size == 0 || h.size % hkv.size != 0))
+        return fail(c, GR_ERR_SHAPE, "q has %lld heads, not a multiple of k's %lld", (long long)h.size, (long long)hkv.size);
+    if (m) {
+        char tm[TYPE_STR_LEN];
+        type_str(c, m, tm);
+        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", tm);
+        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", tm);
+        gr_dim full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]};
+        for (int i = 0; i < m->ndim; i++) {
+            gr_dim md = m->dims[i], fd = full[4 - m->ndim + i];
+            if (!dim_is_sym(md) && md.size == 1) continue;
+            if (!dim_eq(md, fd) && !dim_is_sym(md) && !dim_is_sym(fd))
+                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s", tm,
+                            tq, tk);
+        }
+    }
+    shape_t out = shape_of(q);
+    out.d[3] = v->dims[3];
+    return set_out(c, 0, q->dtype, &out);
+}
+
 /* p (scale or bias) must broadcast onto the trailing dims [axis, ndim) of x. */
 static gr_status check_norm_param(const ctx_t *c, int slot, int axis, const char *what) {
     const gr_ir_value *x = in_val(c, 0), *p = in_val(c, slot);
     char tx[TYPE_STR_LEN], tp[TYPE_STR_LEN];
-    type_str(c, x, tx);
-    type_str(c, p, tp);
-    if (p->dtype != x->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s %s", tx, what, tp);
+    if (p->dtype != x->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s %s", TYPE_STR(tx, x), what, TYPE_STR(tp, p));
     int tail = x->ndim - axis;
     if (p->ndim > tail)
-        return fail(c, GR_ERR_SHAPE, "%s %s has more dims than the normalized dims of %s (axis %d)", what, tp, tx, axis);
+        return fail(c, GR_ERR_SHAPE, "%s %s has more dims than the normalized dims of %s (axis %d)", what, TYPE_STR(tp, p), TYPE_STR(tx, x), axis);
     for (int i = 0; i < p->ndim; i++) {
         gr_dim pd = p->dims[i], xd = x->dims[x->ndim - p->ndim + i];
         if (!dim_is_sym(pd) && pd.size == 1) continue;
         if (dim_eq(pd, xd)) continue;
         if (dim_is_sym(pd) || dim_is_sym(xd)) continue; /* decided once the symbols have values */
-        return fail(c, GR_ERR_SHAPE, "%s %s does not broadcast to the normalized dims of %s (axis %d)", what, tp, tx, axis);
+        return fail(c, GR_ERR_SHAPE, "%s %s does not broadcast to the normalized dims of %s (axis %d)", what, TYPE_STR(tp, p), TYPE_STR(tx, x), axis);
     }
     return GR_OK;
 }
@@ -433,15 +488,13 @@ static gr_status infer_layer_norm(ctx_t *c) {
 static gr_status infer_matmul(ctx_t *c) {
     const gr_ir_value *a = in_val(c, 0), *b = in_val(c, 1), *bias = in_val(c, 2);
     char ta[TYPE_STR_LEN], tb[TYPE_STR_LEN];
-    type_str(c, a, ta);
-    type_str(c, b, tb);
     int64_t trans_a, trans_b;
     double alpha;
     GR_TRY(attr_int(c, "trans_a", 0, &trans_a));
     GR_TRY(attr_int(c, "trans_b", 0, &trans_b));
     GR_TRY(gr_ir_attr_float(c->g, c->n, "alpha", 1.0, &alpha));
-    if (a->dtype != b->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s", ta, tb);
-    if (a->ndim < 1 || b->ndim < 1) return fail(c, GR_ERR_SHAPE, "matmul needs operands of rank >= 1: %s @ %s", ta, tb);
+    if (a->dtype != b->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s", TYPE_STR(ta, a), TYPE_STR(tb, b));
+    if (a->ndim < 1 || b->ndim < 1) return fail(c, GR_ERR_SHAPE, "matmul needs operands of rank >= 1: %s @ %s", TYPE_STR(ta, a), TYPE_STR(tb, b));
     gr_dim m = dim_c(1), ka, kb, n = dim_c(1);
     if (a->ndim == 1) ka = a->dims[0];
     else {
@@ -460,9 +513,9 @@ static gr_status infer_matmul(ctx_t *c) {
         /* symbolic inner dims that differ as expressions are checked once they have values */
         if (!dim_is_sym(ka) && !dim_is_sym(kb)) {
             if (trans_a || trans_b)
-                return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s (trans_a=%lld, trans_b=%lld)", ta, tb,
+                return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s (trans_a=%lld, trans_b=%lld)", TYPE_STR(ta, a), TYPE_STR(tb, b),
                             (long long)trans_a, (long long)trans_b);
-            return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s", ta, tb);
+            return fail(c, GR_ERR_SHAPE, "inner dims differ: %s @ %s", TYPE_STR(ta, a), TYPE_STR(tb, b));
         }
     }
     shape_t ba = {0}, bb = {0}, batch = {0};
@@ -476,15 +529,14 @@ static gr_status infer_matmul(ctx_t *c) {
     }
     int bad = 0;
     int res = broadcast2(c, &ba, &bb, &batch, &bad);
-    if (res < 0) return fail(c, GR_ERR_SHAPE, "batch dims do not broadcast: %s @ %s", ta, tb);
+    if (res < 0) return fail(c, GR_ERR_SHAPE, "batch dims do not broadcast: %s @ %s", TYPE_STR(ta, a), TYPE_STR(tb, b));
     if (res == SH_UNKNOWN) known = false;
     shape_t out = batch;
     if (a->ndim > 1) out.d[out.ndim++] = m;
     if (b->ndim > 1) out.d[out.ndim++] = n;
     if (bias) {
         char tbias[TYPE_STR_LEN], tout[TYPE_STR_LEN];
-        type_str(c, bias, tbias);
-        if (bias->dtype != a->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s + bias %s", ta, tb, tbias);
+        if (bias->dtype != a->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s + bias %s", TYPE_STR(ta, a), TYPE_STR(tb, b), TYPE_STR(tbias, bias));
         if (known) {
             shape_t sb = shape_of(bias), r = {0};
             res = broadcast2(c, &out, &sb, &r, &bad);
@@ -493,7 +545,7 @@ static gr_status infer_matmul(ctx_t *c) {
                 same = dim_eq(r.d[i], out.d[i]) || res == SH_UNKNOWN || dim_is_sym(r.d[i]) || dim_is_sym(out.d[i]);
             if (!same) {
                 shape_str(c, &out, tout, sizeof tout);
-                return fail(c, GR_ERR_SHAPE, "bias %s does not broadcast to the result %s of %s @ %s", tbias, tout, ta, tb);
+                return fail(c, GR_ERR_SHAPE, "bias %s does not broadcast to the result %s of %s @ %s", TYPE_STR(tbias, bias), tout, TYPE_STR(ta, a), TYPE_STR(tb, b));
             }
         }
     }
@@ -510,23 +562,21 @@ static gr_status infer_reshape(ctx_t *c) {
     GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
     if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char sspec[512], tx[TYPE_STR_LEN];
-    dims_str(c->g, spec, n, sspec, sizeof sspec);
-    type_str(c, x, tx);
     int infer_at = -1;
     gr_dim known[GR_MAX_DIMS];
     int n_known = 0;
     for (int i = 0; i < n; i++) {
         if (!dim_is_sym(spec[i]) && spec[i].size == -1) {
-            if (infer_at >= 0) return fail(c, GR_ERR_INVALID, "shape %s has more than one -1", sspec);
+            if (infer_at >= 0) return fail(c, GR_ERR_INVALID, "shape %s has more than one -1", DIMS_STR(sspec, spec, n));
             infer_at = i;
         } else if (!dim_is_sym(spec[i]) && spec[i].size < 0) {
-            return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
+            return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", DIMS_STR(sspec, spec, n));
         } else {
             known[n_known++] = spec[i];
         }
     }
     if (!gr_ir_dims_fit(n_known, known))
-        return fail(c, GR_ERR_SHAPE, "shape %s holds more than %lld elements", sspec, (long long)GR_MAX_NUMEL);
+        return fail(c, GR_ERR_SHAPE, "shape %s holds more than %lld elements", DIMS_STR(sspec, spec, n), (long long)GR_MAX_NUMEL);
     /* element counts as dims: concrete, or expressions compared structurally */
     bool ok = true;
     gr_dim in_count, known_count;
@@ -537,13 +587,13 @@ static gr_status infer_reshape(ctx_t *c) {
     for (int i = 0; i < n; i++) s.d[i] = spec[i];
     if (ok && infer_at >= 0) {
         if (!dim_is_sym(known_count) && known_count.size == 0)
-            return fail(c, GR_ERR_SHAPE, "cannot infer the -1 of shape %s for %s: the other dims hold no elements", sspec, tx);
+            return fail(c, GR_ERR_SHAPE, "cannot infer the -1 of shape %s for %s: the other dims hold no elements", DIMS_STR(sspec, spec, n), TYPE_STR(tx, x));
         if (!dim_is_sym(in_count) && !dim_is_sym(known_count) && in_count.size % known_count.size != 0)
-            return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s", tx, (long long)in_count.size, sspec);
+            return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s", TYPE_STR(tx, x), (long long)in_count.size, DIMS_STR(sspec, spec, n));
         GR_TRY(dx(c, GR_DX_DIV, in_count, known_count, &s.d[infer_at], &ok));
     } else if (ok && !dim_is_sym(in_count) && !dim_is_sym(known_count) && in_count.size != known_count.size) {
-        return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s (%lld elements)", tx, (long long)in_count.size,
-                    sspec, (long long)known_count.size);
+        return fail(c, GR_ERR_SHAPE, "cannot reshape %s (%lld elements) to %s (%lld elements)", TYPE_STR(tx, x), (long long)in_count.size,
+                    DIMS_STR(sspec, spec, n), (long long)known_count.size);
     }
     /* symbolic counts that differ as expressions are checked once the symbols have values */
     if (!ok) {
@@ -566,8 +616,7 @@ static gr_status infer_transpose(ctx_t *c) {
     } else {
         char sp[512], tx[TYPE_STR_LEN];
         ints_str(perm, n, sp, sizeof sp);
-        type_str(c, x, tx);
-        if (n != x->ndim) return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", sp, n, tx, x->ndim);
+        if (n != x->ndim) return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", sp, n, TYPE_STR(tx, x), x->ndim);
         bool seen[GR_MAX_DIMS] = {false};
         for (int i = 0; i < n; i++) {
             if (perm[i] < 0 || perm[i] >= n || seen[perm[i]])
@@ -587,17 +636,15 @@ static gr_status infer_expand(ctx_t *c) {
     GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
     if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char sspec[512], tx[TYPE_STR_LEN];
-    dims_str(c->g, spec, n, sspec, sizeof sspec);
-    type_str(c, x, tx);
     shape_t target = {0}, xs = shape_of(x), out;
     target.ndim = n;
     for (int i = 0; i < n; i++) {
-        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", sspec);
+        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", DIMS_STR(sspec, spec, n));
         target.d[i] = spec[i];
     }
     int bad = 0;
     int res = broadcast2(c, &xs, &target, &out, &bad);
-    if (res < 0) return fail(c, GR_ERR_SHAPE, "cannot expand %s to %s", tx, sspec);
+    if (res < 0) return fail(c, GR_ERR_SHAPE, "cannot expand %s to %s", TYPE_STR(tx, x), DIMS_STR(sspec, spec, n));
     if (res == SH_UNKNOWN) set_untyped(c, 0);
     else GR_TRY(set_out(c, 0, x->dtype, &out));
     return GR_OK;
@@ -608,7 +655,6 @@ static gr_status infer_squeeze(ctx_t *c) {
     const int64_t *axes;
     int n;
     char tx[TYPE_STR_LEN];
-    type_str(c, x, tx);
     GR_TRY(gr_ir_attr_ints(c->g, c->n, "axes", &axes, &n));
     bool drop[GR_MAX_DIMS] = {false};
     if (n < 0) {
@@ -626,7 +672,7 @@ static gr_status infer_squeeze(ctx_t *c) {
             if (drop[a]) return fail(c, GR_ERR_INVALID, "axis %lld is listed twice", (long long)axes[i]);
             if (!dim_is_sym(x->dims[a]) && x->dims[a].size != 1)
                 return fail(c, GR_ERR_SHAPE, "cannot squeeze axis %lld of %s: its size is %lld, not 1", (long long)axes[i],
-                            tx, (long long)x->dims[a].size);
+                            TYPE_STR(tx, x), (long long)x->dims[a].size);
             drop[a] = true;
         }
     }
@@ -645,8 +691,7 @@ static gr_status infer_unsqueeze(ctx_t *c) {
     int r = x->ndim + n;
     if (r > GR_MAX_DIMS) {
         char tx[TYPE_STR_LEN];
-        type_str(c, x, tx);
-        return fail(c, GR_ERR_SHAPE, "unsqueezing %d axes of %s exceeds %d dims", n, tx, GR_MAX_DIMS);
+        return fail(c, GR_ERR_SHAPE, "unsqueezing %d axes of %s exceeds %d dims", n, TYPE_STR(tx, x), GR_MAX_DIMS);
     }
     bool added[GR_MAX_DIMS] = {false};
     for (int i = 0; i < n; i++) {
@@ -754,10 +799,8 @@ static gr_status infer_concat(ctx_t *c) {
     for (int i = 0; i < c->n->n_in; i++) {
         const gr_ir_value *x = in_val(c, i);
         char t0[TYPE_STR_LEN], ti[TYPE_STR_LEN];
-        type_str(c, x0, t0);
-        type_str(c, x, ti);
-        if (x->dtype != x0->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s (input %d)", t0, ti, i);
-        if (x->ndim != x0->ndim) return fail(c, GR_ERR_SHAPE, "ranks differ: %s and %s (input %d)", t0, ti, i);
+        if (x->dtype != x0->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s and %s (input %d)", TYPE_STR(t0, x0), TYPE_STR(ti, x), i);
+        if (x->ndim != x0->ndim) return fail(c, GR_ERR_SHAPE, "ranks differ: %s and %s (input %d)", TYPE_STR(t0, x0), TYPE_STR(ti, x), i);
         for (int d = 0; d < x->ndim; d++) {
             if (d == a) continue;
             if (dim_eq(x->dims[d], s.d[d])) continue;
@@ -766,7 +809,7 @@ static gr_status infer_concat(ctx_t *c) {
                 if (dim_is_sym(s.d[d])) s.d[d] = x->dims[d];
                 continue;
             }
-            return fail(c, GR_ERR_SHAPE, "dim %d differs: %s and %s (input %d), concatenating on axis %d", d, t0, ti, i, a);
+            return fail(c, GR_ERR_SHAPE, "dim %d differs: %s and %s (input %d), concatenating on axis %d", d, TYPE_STR(t0, x0), TYPE_STR(ti, x), i, a);
         }
         if (known) GR_TRY(dx(c, GR_DX_ADD, total, x->dims[a], &total, &known));
         if (!dim_is_sym(total) && total.size > GR_MAX_NUMEL)
@@ -785,7 +828,6 @@ static gr_status infer_split(ctx_t *c) {
     const int64_t *sizes;
     int n_sizes, n_out = c->n->n_out;
     char tx[TYPE_STR_LEN];
-    type_str(c, x, tx);
     GR_TRY(attr_int(c, "axis", 0, &axis));
     GR_TRY(gr_ir_attr_ints(c->g, c->n, "split", &sizes, &n_sizes));
     if (x->ndim == 0) return fail(c, GR_ERR_SHAPE, "cannot split a 0-d tensor");
@@ -803,7 +845,7 @@ static gr_status infer_split(ctx_t *c) {
                 return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", ss, (long long)INT64_MAX);
         }
         if (!dim_is_sym(d) && sum != d.size)
-            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", ss, (long long)sum, a, tx,
+            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", ss, (long long)sum, a, TYPE_STR(tx, x),
                         (long long)d.size);
         for (int i = 0; i < n_out; i++) {
             s.d[a] = dim_c(sizes[i]);
@@ -820,7 +862,7 @@ static gr_status infer_split(ctx_t *c) {
         return GR_OK;
     }
     if (d.size % n_out != 0)
-        return fail(c, GR_ERR_SHAPE, "axis %d of %s (%lld) does not split into %d equal parts", a, tx, (long long)d.size, n_out);
+        return fail(c, GR_ERR_SHAPE, "axis %d of %s (%lld) does not split into %d equal parts", a, TYPE_STR(tx, x), (long long)d.size, n_out);
     s.d[a] = dim_c(d.size / n_out);
     for (int i = 0; i < n_out; i++) GR_TRY(set_out(c, i, x->dtype, &s));
     return GR_OK;
@@ -831,26 +873,24 @@ static gr_status infer_gather(ctx_t *c) {
     int64_t axis;
     int a = 0;
     char td[TYPE_STR_LEN], ti[TYPE_STR_LEN];
-    type_str(c, data, td);
-    type_str(c, idx, ti);
     GR_TRY(attr_int(c, "axis", 0, &axis));
-    if (idx->dtype != GR_I32 && idx->dtype != GR_I64) return fail(c, GR_ERR_SHAPE, "indices must be i32 or i64, got %s", ti);
-    if (data->ndim == 0) return fail(c, GR_ERR_SHAPE, "cannot gather from 0-d %s", td);
+    if (idx->dtype != GR_I32 && idx->dtype != GR_I64) return fail(c, GR_ERR_SHAPE, "indices must be i32 or i64, got %s", TYPE_STR(ti, idx));
+    if (data->ndim == 0) return fail(c, GR_ERR_SHAPE, "cannot gather from 0-d %s", TYPE_STR(td, data));
     GR_TRY(norm_axis(c, axis, data->ndim, "axis", &a));
     /* no index is valid on an empty axis: a non-empty gather from one fails
      * whatever the indices hold, so it is refused here, at compile time */
     if (!dim_is_sym(data->dims[a]) && data->dims[a].size == 0 && gr_ir_value_numel(idx) > 0)
         return fail(c, GR_ERR_SHAPE, "cannot gather %s from axis %d of %s: the axis is empty, so every index is out of range",
-                    ti, a, td);
+                    TYPE_STR(ti, idx), a, TYPE_STR(td, data));
     shape_t s = {0};
     if (c->n->op == GR_OP_GATHER) {
         int r = data->ndim - 1 + idx->ndim;
-        if (r > GR_MAX_DIMS) return fail(c, GR_ERR_SHAPE, "result of gathering %s from %s exceeds %d dims", ti, td, GR_MAX_DIMS);
+        if (r > GR_MAX_DIMS) return fail(c, GR_ERR_SHAPE, "result of gathering %s from %s exceeds %d dims", TYPE_STR(ti, idx), TYPE_STR(td, data), GR_MAX_DIMS);
         for (int i = 0; i < a; i++) s.d[s.ndim++] = data->dims[i];
         for (int i = 0; i < idx->ndim; i++) s.d[s.ndim++] = idx->dims[i];
         for (int i = a + 1; i < data->ndim; i++) s.d[s.ndim++] = data->dims[i];
     } else {
-        if (idx->ndim != data->ndim) return fail(c, GR_ERR_SHAPE, "indices %s and data %s differ in rank", ti, td);
+        if (idx->ndim != data->ndim) return fail(c, GR_ERR_SHAPE, "indices %s and data %s differ in rank", TYPE_STR(ti, idx), TYPE_STR(td, data));
         s = shape_of(idx);
     }
     GR_TRY(set_out(c, 0, data->dtype, &s));
@@ -864,8 +904,7 @@ static gr_status infer_trilu(ctx_t *c) {
     GR_TRY(attr_int(c, "k", 0, &k));
     if (x->ndim < 2) {
         char tx[TYPE_STR_LEN];
-        type_str(c, x, tx);
-        return fail(c, GR_ERR_SHAPE, "trilu needs rank >= 2, got %s", tx);
+        return fail(c, GR_ERR_SHAPE, "trilu needs rank >= 2, got %s", TYPE_STR(tx, x));
     }
     shape_t s = shape_of(x);
     GR_TRY(set_out(c, 0, x->dtype, &s));
@@ -879,10 +918,9 @@ static gr_status gen_shape(const ctx_t *c, shape_t *s) {
     GR_TRY(gr_ir_attr_sints(c->g, c->n, "shape", spec, GR_MAX_DIMS, &n));
     if (n < 0) return fail(c, GR_ERR_INVALID, "attribute 'shape' is required");
     char ss[512];
-    dims_str(c->g, spec, n, ss, sizeof ss);
     s->ndim = n;
     for (int i = 0; i < n; i++) {
-        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", ss);
+        if (!dim_is_sym(spec[i]) && spec[i].size < 0) return fail(c, GR_ERR_INVALID, "shape %s has a negative dim", DIMS_STR(ss, spec, n));
         s->d[i] = spec[i];
     }
     return GR_OK;
@@ -1031,8 +1069,7 @@ static gr_status infer_if(ctx_t *c) {
         int64_t numel = gr_ir_value_numel(cond);
         if (numel >= 0 && numel != 1) {
             char t[TYPE_STR_LEN];
-            type_str(c, cond, t);
-            return fail(c, GR_ERR_SHAPE, "the condition must hold exactly one element, got %s", t);
+            return fail(c, GR_ERR_SHAPE, "the condition must hold exactly one element, got %s", TYPE_STR(t, cond));
         }
     }
     GR_TRY(infer_subgraph(c->g, then_g));
@@ -1085,6 +1122,11 @@ static gr_status infer_loop(ctx_t *c) {
     }
     return GR_OK;
 }
+
+/* ==== windows, pad, resize: ir/shape-window.c =============================================== */
+static gr_status infer_window(ctx_t *c) { return gr_ir_infer_window(c->g, c->node_index); }
+static gr_status infer_pad(ctx_t *c) { return gr_ir_infer_pad(c->g, c->node_index); }
+static gr_status infer_resize(ctx_t *c) { return gr_ir_infer_resize(c->g, c->node_index); }
 
 /* ==== driver ================================================================================= */
 /* One shape rule per op: the `shape` column of ir/ops.def. */
@@ -1168,7 +1210,10 @@ static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, con
 static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
     for (int i = 0; i < g->values.len; i++) {
         gr_ir_value *v = &g->values.data[i];
-        if (v->kind == GR_VAL_NODE || !v->typed) continue;
+        if (!v->typed) continue;
+        for (int d = 0; d < v->ndim; d++)
+            if (dim_is_sym(v->dims[d])) v->var_dims |= 1u << d;
+        if (v->kind == GR_VAL_NODE) continue;
         for (int d = 0; d < v->ndim; d++) {
             if (!dim_is_sym(v->dims[d])) continue;
             int64_t val;

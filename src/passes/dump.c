@@ -66,6 +66,16 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
         case GR_STEP_LIBCALL: {
             const gr_libcall *c = &s->call;
             static const char *bias_names[] = {"none", "row", "full"}, *epi_names[] = {"none", "relu", "gelu"};
+            if (c->kind == GR_LIB_ATTENTION)
+                gr_sb_printf(sb,
+                             "step %d: libcall attention %s (node %s) %s batch=%lld heads=%lld kv_heads=%lld seq_q=%lld "
+                             "seq_k=%lld head_dim=%lld head_dim_v=%lld scale=%g causal=%d mask=%s strides=%lld/%lld/%lld/%lld\n",
+                             i, c->name, node_name(g, s->node), gr_dtype_name(c->dtype), (long long)c->batch,
+                             (long long)c->heads, (long long)c->kv_heads, (long long)c->seq_q, (long long)c->seq_k,
+                             (long long)c->head_dim, (long long)c->head_dim_v, c->alpha, c->causal,
+                             c->has_mask ? gr_dtype_name(c->mask_dtype) : "none", (long long)c->mask_stride[0],
+                             (long long)c->mask_stride[1], (long long)c->mask_stride[2], (long long)c->mask_stride[3]);
+            else
             gr_sb_printf(sb,
                          "step %d: libcall matmul %s (node %s) %s m=%lld n=%lld k=%lld batch=%lld trans_a=%d trans_b=%d "
                          "lda=%lld ldb=%lld ldc=%lld strides=%lld/%lld/%lld alpha=%g bias=%s epilogue=%s\n",
@@ -168,6 +178,11 @@ static gr_status observe(void *user, const char *pass, gr_compiled *c) {
 }
 
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb) {
+    return gr_pass_dump_opts(g, sym_values, no_partition, false, false, sb);
+}
+
+gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
+                            bool fuse_attention_f32, gr_strbuf *sb) {
     if (!sym_values) {
         char syms[1024];
         int n_syms;
@@ -176,7 +191,10 @@ gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_par
             return gr_error(GR_ERR_SHAPE, "dump: the graph has %d unresolved symbolic dim%s: %s; give them values first",
                             n_syms, n_syms > 1 ? "s" : "", syms);
     }
-    gr_pipeline_opts o = {.no_partition = no_partition, .after_pass = observe, .user = sb};
+    /* as a session plans a binding (runtime/plan.c): what the dump shows is what runs */
+    gr_pipeline_opts o = {.no_partition = no_partition, .no_fuse_attention = no_fuse_attention,
+                          .fuse_attention_f32 = fuse_attention_f32, .after_pass = observe, .user = sb,
+                          .fold_linear_only = g->syms.len > 0};
     gr_compiled c;
     GR_TRY(gr_pass_pipeline(g, sym_values, &o, &c));
     gr_compiled_free(&c);

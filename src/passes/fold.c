@@ -245,9 +245,9 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
         return gr_kernel_interpret(k, args, s->n_args, check_range, &fc);
     }
     case GR_STEP_LIBCALL: {
-        if (s->n_args < GR_LIB_MATMUL_NARGS)
+        if (s->n_args < gr_libcall_nargs(&s->call))
             return gr_error(GR_ERR_INTERNAL, "%s: folding: library call binds %d args", c->where, s->n_args);
-        for (int i = 0; i < GR_LIB_MATMUL_NARGS; i++)
+        for (int i = 0; i < gr_libcall_nargs(&s->call); i++)
             GR_TRY(resolve_arg(c, &s->args[i], GR_KP_BUFFER, &args[i], &slots[i], &fc, i));
         return gr_libcall_reference(&s->call, args);
     }

@@ -262,16 +262,18 @@ bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f) {
         bool inner = j >= c->n_outer;
         int64_t ext = inner ? c->inner[j - c->n_outer] : c->outer[j];
         int64_t stride = inner ? acc->inner_stride[j - c->n_outer] : acc->stride[j];
-        if (ext <= 1) continue;
+        /* a symbolic dim maps like a larger one even where it is 1 (kir.h, var_outer) */
+        bool var = inner ? (c->var_inner >> (j - c->n_outer) & 1) : (c->var_outer >> j & 1);
+        if (ext == 0 || (ext == 1 && !var)) continue;
         int found = -1;
         for (int d = 0; d < p->n_outer && found < 0; d++)
-            if (!used[d] && p->outer[d] == ext && f->rs[d] == stride) found = d;
+            if (!used[d] && p->outer[d] == ext && f->rs[d] == stride && (ext > 1 || (p->var_outer >> d & 1))) found = d;
         if (found < 0) return false;
         used[found] = true;
         f->map[found] = inner ? GR_KIDX_INNER + (j - c->n_outer) : j;
     }
     for (int d = 0; d < p->n_outer; d++)
-        if (p->outer[d] > 1 && !used[d]) return false;
+        if ((p->outer[d] > 1 || (p->var_outer >> d & 1)) && !used[d]) return false;
     return true;
 }
 

@@ -131,16 +131,18 @@ bool gr_fuse_plan_map(fuse_ctx *f) {
         bool inner = j >= c->n_outer;
         int64_t ext = inner ? c->inner[j - c->n_outer] : c->outer[j];
         int64_t stride = inner ? acc->inner_stride[j - c->n_outer] : acc->stride[j];
-        if (ext <= 1) continue;
+        /* a symbolic dim maps like a larger one even where it is 1 (kir.h, var_outer) */
+        bool var = inner ? (c->var_inner >> (j - c->n_outer) & 1) : (c->var_outer >> j & 1);
+        if (ext == 0 || (ext == 1 && !var)) continue;
         int found = -1;
         for (int d = 0; d < p->n_outer && found < 0; d++)
-            if (!used[d] && p->outer[d] == ext && f->rs[d] == stride) found = d;
+            if (!used[d] && p->outer[d] == ext && f->rs[d] == stride && (ext > 1 || (p->var_outer >> d & 1))) found = d;
         if (found < 0) return false; /* broadcast (stride 0) or a layout P does not have */
         used[found] = true;
         f->map[found] = inner ? GR_KIDX_INNER + (j - c->n_outer) : j;
     }
     for (int d = 0; d < p->n_outer; d++)
-        if (p->outer[d] > 1 && !used[d]) return false;
+        if ((p->outer[d] > 1 || (p->var_outer >> d & 1)) && !used[d]) return false;
     return true;
 }
 
@@ -471,7 +473,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
     fuse_ctx f[FUSE_MAX_READERS];
     gr_fuse_wk *made[FUSE_MAX_READERS] = {NULL};
-    memset(f, 0, sizeof f);
+    memset(f, 0, sizeof f[0] * (size_t)n_readers); /* only these are read (each f is ~2 KB) */
     for (int r = 0; r < n_readers; r++) {
         f[r].p = ps->kernel;
         f[r].ps = ps;

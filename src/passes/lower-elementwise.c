@@ -13,18 +13,20 @@ static gr_status elementwise_input(gr_lctx *c, gr_lkb *b, int v, int *out) {
     /* a constant first, whatever its placement: its value is known now, so an
      * @host constant is a literal too (a host scalar param exists for values
      * that change between runs: host inputs) */
-    if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data) {
+    if (gr_ir_value_numel(x) == 1 && x->kind == GR_VAL_CONST && x->data && !x->var_dims) {
         if (gr_dtype_is_float(x->dtype)) return gr_kx_const_f(b->k, x->dtype, gr_load_f64(x->data, x->dtype, 0), out);
         return gr_kx_const_i(b->k, x->dtype, gr_load_i64(x->data, x->dtype, 0), out);
     }
-    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST && x->kind == GR_VAL_INPUT) {
+    if (gr_ir_value_numel(x) == 1 && x->placement == GR_PLACE_HOST && x->kind == GR_VAL_INPUT && !x->var_dims) {
         int p;
         GR_TRY(lw_param_host_scalar(b, v, x->dtype, &p));
         return gr_kx_param(b->k, p, out);
     }
     gr_kaccess acc;
     gr_kaccess_init(&acc);
-    lw_bcast_strides(c, v, b->k->n_outer, b->k->outer, acc.stride);
+    const gr_ir_value *y = lw_val(c, lw_out(c, 0));
+    uint32_t out_var = y->ndim == b->k->n_outer ? y->var_dims : 0;
+    lw_bcast_strides(c, v, b->k->n_outer, b->k->outer, out_var, acc.stride);
     return lw_load(c, b, v, &acc, out);
 }
 

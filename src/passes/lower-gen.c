@@ -298,7 +298,7 @@ static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
         /* bias broadcasts to the output shape; spread its strides onto (batch..., M, N) */
         int ny = mi->nbo + (mi->na > 1) + (mi->nb > 1);
         int64_t ys[GR_MAX_DIMS];
-        lw_bcast_strides(c, mi->bias, ny, mi->yd, ys);
+        lw_bcast_strides(c, mi->bias, ny, mi->yd, 0, ys);
         gr_kaccess bacc;
         gr_kaccess_init(&bacc);
         for (int d = 0; d < mi->nbo; d++) bacc.stride[d] = ys[d];
@@ -401,6 +401,61 @@ gr_status lw_lower_matmul(gr_lctx *c) {
             call->batch_stride_bias = mi.m * mi.n;
         }
         s.args[3] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = bias};
+    }
+    if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
+    return GR_OK;
+}
+
+/* ==== attention ============================================================================== */
+/* One library call over dense q, k, v and out (values are contiguous); the mask is read
+ * through broadcast strides, cast first when its dtype is neither q's nor f32 (the two the
+ * device kernels read). */
+gr_status lw_lower_attention(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int q = lw_in(c, 0), k = lw_in(c, 1), v = lw_in(c, 2), m = n->n_in > 3 ? lw_in(c, 3) : -1, y = lw_out(c, 0);
+    const gr_ir_value *qv = lw_val(c, q), *kv = lw_val(c, k), *vv = lw_val(c, v);
+    double scale;
+    int64_t causal;
+    GR_TRY(gr_ir_attr_float(c->g, n, "scale", 1.0, &scale));
+    GR_TRY(gr_ir_attr_int(c->g, n, "causal", 0, &causal));
+    if (lw_numel(c, y) == 0) return GR_OK;
+    gr_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = GR_STEP_LIBCALL;
+    s.node = c->node;
+    s.out_value = -1;
+    s.n_args = GR_LIB_ATTENTION_NARGS;
+    gr_libcall *call = &s.call;
+    call->kind = GR_LIB_ATTENTION;
+    call->dtype = qv->dtype;
+    call->batch = qv->dims[0].size;
+    call->heads = qv->dims[1].size;
+    call->seq_q = qv->dims[2].size;
+    call->head_dim = qv->dims[3].size;
+    call->kv_heads = kv->dims[1].size;
+    call->seq_k = kv->dims[2].size;
+    call->head_dim_v = vv->dims[3].size;
+    call->alpha = scale;
+    call->causal = causal != 0;
+    snprintf(call->name, sizeof call->name, "k%d_attention", c->node);
+    s.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = q};
+    s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = k};
+    s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = y};
+    s.args[3] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = v};
+    s.args[4] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    if (m >= 0) {
+        const gr_ir_value *mv = lw_val(c, m);
+        if (mv->dtype != qv->dtype && mv->dtype != GR_F32) {
+            int64_t md[GR_MAX_DIMS];
+            for (int i = 0; i < mv->ndim; i++) md[i] = mv->dims[i].size;
+            GR_TRY(lw_materialize(c, m, GR_F32, mv->ndim, md, &m));
+            mv = lw_val(c, m);
+        }
+        int64_t full[4] = {call->batch, call->heads, call->seq_q, call->seq_k};
+        lw_bcast_strides(c, m, 4, full, 0, call->mask_stride); /* per binding, like a matmul bias */
+        call->has_mask = true;
+        call->mask_dtype = mv->dtype;
+        s.args[4] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = m};
     }
     if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
     return GR_OK;

@@ -5,6 +5,7 @@
  * lower-reduce.c     reductions, softmax, layer_norm
  * lower-movement.c   transpose, expand, slice, concat, split, gather, gather_elements, trilu
  * lower-gen.c        fill, range, random_*, matmul
+ * lower-window.c     conv, conv_transpose, max_pool, avg_pool, pad, resize
  *
  * Every lowering builds kernels through a gr_lkb (kernel + the step arguments
  * binding each of its params, filled in lock step) and hands them to
@@ -47,7 +48,13 @@ int lw_shape(const gr_lctx *c, int v, int64_t *dims); /* returns ndim */
 int64_t lw_numel(const gr_lctx *c, int v);
 void lw_rowmajor(int ndim, const int64_t *dims, int64_t *strides);
 /* Strides reading value v (right-aligned) broadcast to an iteration space of out_ndim dims. */
-void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, int64_t *strides);
+/* Strides reading value v broadcast to out_dims (stride 0 where v broadcasts). out_var: the
+ * var_dims bits of the out dims (ir.h), 0 when unknown: a dim of v that is symbolic keeps its
+ * row-major stride where it is 1 at this binding, and a constant-1 dim of v broadcast to a
+ * symbolic dim gets stride 0 even where that dim is 1, so every binding gets kernels of one
+ * layout (kir-generic.c). */
+uint32_t lw_var_space(const gr_lctx *c, int ndim, const int64_t *dims);
+void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, uint32_t out_var, int64_t *strides);
 /* Normalizes axis (negative counts from the end) into [0, ndim); error naming the node. */
 gr_status lw_axis(const gr_lctx *c, int64_t axis, int ndim, int *out);
 
@@ -99,5 +106,11 @@ gr_status lw_lower_fill(gr_lctx *c);
 gr_status lw_lower_range(gr_lctx *c);
 gr_status lw_lower_random(gr_lctx *c);
 gr_status lw_lower_matmul(gr_lctx *c);
+gr_status lw_lower_attention(gr_lctx *c); /* one GR_LIB_ATTENTION library call (lower-gen.c) */
+/* lower-window.c: conv, conv_transpose, max_pool, avg_pool, pad, resize */
+gr_status lw_lower_conv(gr_lctx *c);
+gr_status lw_lower_pool(gr_lctx *c);
+gr_status lw_lower_pad(gr_lctx *c);
+gr_status lw_lower_resize(gr_lctx *c);
 
 #endif

@@ -66,7 +66,7 @@ gr_status lw_lower_expand(gr_lctx *c) {
         if (xd[d] != 1 && xd[d] != yd[d + ny - nx]) return shape_mismatch(c, d + ny - nx, xd[d], yd[d + ny - nx]);
     gr_kaccess acc;
     gr_kaccess_init(&acc);
-    lw_bcast_strides(c, x, ny, yd, acc.stride);
+    lw_bcast_strides(c, x, ny, yd, lw_val(c, y)->var_dims, acc.stride);
     return copy_kernel(c, x, y, &acc);
 }
 
@@ -107,8 +107,11 @@ gr_status lw_lower_slice(gr_lctx *c) {
         if (count[d] != yd[d]) return shape_mismatch(c, d, count[d], yd[d]);
         if (count[d] > 0) acc.offset += start[d] * rs[d];
         /* a dim taken once needs no stride; any other has |step| < dim, so
-         * step * stride stays within the input's element count */
-        acc.stride[d] = count[d] > 1 ? step[d] * rs[d] : 0;
+         * step * stride stays within the input's element count. A symbolic dim taken
+         * once keeps a stride (never used, index 0) for the layout class of larger
+         * bindings (kir.h, var_outer). */
+        if (count[d] > 1) acc.stride[d] = step[d] * rs[d];
+        else acc.stride[d] = (lw_val(c, y)->var_dims >> d & 1) ? (step[d] < 0 ? -rs[d] : rs[d]) : 0;
     }
     return copy_kernel(c, x, y, &acc);
 }
@@ -189,8 +192,9 @@ gr_status lw_lower_split(gr_lctx *c) {
     }
     if (total != xd[axis]) return gr_error(GR_ERR_SHAPE, "%s: outputs cover %lld of %lld along axis %d", lw_where(c),
                                            (long long)total, (long long)xd[axis], axis);
-    /* With only size-1 dims before the axis each part is one contiguous run: a view. */
-    bool contiguous = gr_shape_numel(axis, xd) == 1;
+    /* With only size-1 dims before the axis each part is one contiguous run: a view
+     * (not where a symbolic dim is 1 only at this binding: one structure for all). */
+    bool contiguous = gr_shape_numel(axis, xd) == 1 && !(lw_val(c, x)->var_dims & ((1u << axis) - 1));
     int64_t pos = 0;
     for (int j = 0; j < n_out; j++) {
         int y = lw_out(c, j);
@@ -276,7 +280,7 @@ gr_status lw_lower_gather_elements(gr_lctx *c) {
     gr_kaccess ia, da;
     gr_kaccess_init(&ia);
     gr_kaccess_init(&da);
-    lw_bcast_strides(c, idx, ny, yd, ia.stride);
+    lw_bcast_strides(c, idx, ny, yd, lw_val(c, lw_out(c, 0))->var_dims, ia.stride);
     for (int d = 0; d < nd; d++) {
         if (id[d] != yd[d] && id[d] != 1) return shape_mismatch(c, d, id[d], yd[d]);
         if (d == a) continue;

@@ -16,13 +16,17 @@ static void split_space(const gr_lctx *c, int x, const bool *is_inner, gr_kernel
     int nd = lw_shape(c, x, dims);
     lw_rowmajor(nd, dims, rs);
     gr_kaccess_init(acc);
+    uint32_t var = c->g->values.data[x].var_dims;
     k->n_outer = k->n_inner = 0;
+    k->var_outer = k->var_inner = 0;
     for (int d = 0; d < nd; d++) {
         if (is_inner[d]) {
             acc->inner_stride[k->n_inner] = rs[d];
+            k->var_inner |= (var >> d & 1u) << k->n_inner;
             k->inner[k->n_inner++] = dims[d];
         } else {
             acc->stride[k->n_outer] = rs[d];
+            k->var_outer |= (var >> d & 1u) << k->n_outer;
             k->outer[k->n_outer++] = dims[d];
         }
     }
@@ -163,7 +167,7 @@ gr_status lw_lower_softmax(gr_lctx *c) {
 static gr_status param_load_split(gr_lctx *c, gr_lkb *b, int v, int x, int axis, gr_dtype t, int *out) {
     int64_t xd[GR_MAX_DIMS], st[GR_MAX_DIMS];
     int nd = lw_shape(c, x, xd);
-    lw_bcast_strides(c, v, nd, xd, st);
+    lw_bcast_strides(c, v, nd, xd, lw_val(c, x)->var_dims, st);
     gr_kaccess acc;
     gr_kaccess_init(&acc);
     for (int d = 0; d < nd; d++) {

@@ -33,13 +33,20 @@ void lw_rowmajor(int ndim, const int64_t *dims, int64_t *strides) {
     }
 }
 
-void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, int64_t *strides) {
+void lw_bcast_strides(const gr_lctx *c, int v, int out_ndim, const int64_t *out_dims, uint32_t out_var, int64_t *strides) {
     int64_t dims[GR_MAX_DIMS], rs[GR_MAX_DIMS];
     int nd = lw_shape(c, v, dims);
+    uint32_t in_var = c->g->values.data[v].var_dims;
     lw_rowmajor(nd, dims, rs);
     for (int d = 0; d < out_ndim; d++) {
         int src = d - (out_ndim - nd);
-        strides[d] = (src < 0 || dims[src] == 1 || out_dims[d] == 1) ? 0 : rs[src];
+        bool bcast;
+        if (src < 0) bcast = true;
+        else if (dims[src] != 1) bcast = false;
+        else if (out_dims[d] != 1) bcast = true;
+        else if (in_var >> src & 1) bcast = false;   /* the same dim at every binding */
+        else bcast = (out_var >> d & 1) != 0;        /* constant 1 against a dim that is 1 only now */
+        strides[d] = bcast ? 0 : rs[src];
     }
 }
 
@@ -55,20 +62,47 @@ gr_dtype lw_acc_dtype(gr_dtype t) { return (t == GR_F16 || t == GR_BF16) ? GR_F3
 
 /* ==== kernel builder ====================================================================== */
 
+/* Symbolic dims of a loop nest over `dims`: those of the node's output, or else of an input,
+ * of that very shape (the usual case: elementwise ops, copies, gathers); 0 (all fixed) when
+ * no value has it. */
+uint32_t lw_var_space(const gr_lctx *c, int ndim, const int64_t *dims) {
+    const gr_ir_node *n = lw_node(c);
+    for (int pass = 0; pass < 2; pass++) {
+        int cnt = pass == 0 ? n->n_out : n->n_in;
+        for (int i = 0; i < cnt; i++) {
+            int v = pass == 0 ? n->out[i] : n->in[i];
+            if (v < 0) continue;
+            const gr_ir_value *x = &c->g->values.data[v];
+            if (x->ndim != ndim || !x->var_dims) continue;
+            bool same = true;
+            for (int d = 0; d < ndim && same; d++) same = x->dims[d].size == dims[d];
+            if (same) return x->var_dims;
+        }
+    }
+    return 0;
+}
+
 gr_status lw_kernel_begin(gr_lctx *c, gr_lkb *b, int n_outer, const int64_t *outer) {
     memset(b, 0, sizeof *b);
     const gr_ir_node *n = lw_node(c);
-    char name[64];
-    if (c->n_kernels == 0)
-        snprintf(name, sizeof name, "k%d_%s", c->node, gr_op_get(n->op)->name);
-    else
-        snprintf(name, sizeof name, "k%d_%s_%d", c->node, gr_op_get(n->op)->name, c->n_kernels);
+    /* k<node>_<op>[_<i>] (without snprintf: every plan of a symbolic model names its kernels) */
+    char name[64], part[40];
+    gr_name_copy(name, sizeof name, "k", c->node);
+    size_t at = strlen(name);
+    gr_name_copy(part, sizeof part, "_", -1);
+    gr_name_copy(part + 1, sizeof part - 1, gr_op_get(n->op)->name, -1);
+    gr_name_copy(name + at, sizeof name - at, part, -1);
+    if (c->n_kernels > 0) {
+        at = strlen(name);
+        gr_name_copy(name + at, sizeof name - at, "_", c->n_kernels);
+    }
     c->n_kernels++;
     GR_TRY(gr_kernel_create(name, &b->k));
     gr_kernel *k = b->k;
     k->source_node = c->node;
     k->n_outer = n_outer;
     for (int d = 0; d < n_outer; d++) k->outer[d] = outer[d];
+    k->var_outer = lw_var_space(c, n_outer, outer);
     int p;
     gr_status st = gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &p);
     if (st != GR_OK) {
@@ -89,7 +123,7 @@ void lw_abort_kernel(gr_lkb *b) {
 
 gr_status lw_param_buffer(gr_lkb *b, int value, gr_dtype t, int64_t elem_offset, bool written, int *out) {
     char name[24];
-    snprintf(name, sizeof name, "%s%d", written ? "y" : "x", b->k->n_params);
+    gr_name_copy(name, sizeof name, written ? "y" : "x", b->k->n_params);
     int p;
     GR_TRY(gr_kernel_add_param(b->k, GR_KP_BUFFER, t, name, &p));
     b->k->params[p].written = written;
@@ -102,7 +136,7 @@ gr_status lw_param_buffer(gr_lkb *b, int value, gr_dtype t, int64_t elem_offset,
 
 gr_status lw_param_host_scalar(gr_lkb *b, int value, gr_dtype t, int *out) {
     char name[24];
-    snprintf(name, sizeof name, "s%d", b->k->n_params);
+    gr_name_copy(name, sizeof name, "s", b->k->n_params);
     int p;
     GR_TRY(gr_kernel_add_param(b->k, gr_dtype_is_float(t) ? GR_KP_SCALAR_F : GR_KP_SCALAR_I, t, name, &p));
     b->args[p].kind = GR_ARG_HOST_SCALAR;
@@ -212,7 +246,7 @@ gr_status lw_materialize(gr_lctx *c, int src, gr_dtype t, int ndim, const int64_
     GR_TRY(lw_kernel_begin(c, &b, ndim, dims));
     gr_kaccess acc;
     gr_kaccess_init(&acc);
-    lw_bcast_strides(c, src, ndim, dims, acc.stride);
+    lw_bcast_strides(c, src, ndim, dims, 0, acc.stride);
     int x;
     gr_status st = lw_load(c, &b, src, &acc, &x);
     if (st == GR_OK && lw_val(c, src)->dtype != t) st = gr_kx_cast(b.k, t, x, &x);
@@ -299,6 +333,8 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
+    /* most nodes lower to one step; growing a list of 1 KB steps by doubling copied it twice */
+    if (gr_vec_reserve(out, g->nodes.len + 16) != GR_OK) return GR_ERR_NOMEM;
     for (int i = 0; i < g->nodes.len; i++) {
         gr_status st = gr_pass_lower_node(g, i, out);
         if (st != GR_OK) {

@@ -22,6 +22,13 @@
  * is unsupported. Re-infers shapes when it changed anything. */
 gr_status gr_pass_predicate_if(gr_graph *g);
 
+/* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
+ * softmax over the last axis, matmul; grouped-query repeats of K and V) by one
+ * `attention` node; passes/attention.c has the rules. Works on symbolic dims.
+ * Inputs of f32 (and f64) are fused only when include_f32. *n_fused (may be NULL) =
+ * number of attentions made. */
+gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
+
 /* Evaluates nodes whose inputs are all constants (including generators such as
  * random_normal) at compile time, turning their outputs into constants.
  * Nodes producing graph outputs are folded too (the output becomes a constant). */
@@ -198,8 +205,15 @@ typedef struct {
      * structure depend on the length; decided on the symbolic shape, every binding gets the same
      * kernels. Vectors over one symbol (positions) still fold. */
     bool fold_linear_only;
+    /* src's nodes are marked already (gr_pass_mark_superlinear ran on it once: a session
+     * does at creation, so no binding's plan pays for the symbolic products again) */
+    bool src_marked;
+    /* Leaves attention unfused (no gr_pass_fuse_attention): the reference path. */
+    bool no_fuse_attention;
+    /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
+    bool fuse_attention_f32;
     /* Called after each pass with the pass's name ("input", "specialize",
-     * "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
+     * "fuse_attention" (when it runs), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
      * their pass ran). An observer (graft dump) prints; a test hook may
      * rewrite the steps after "fuse". A non-OK status stops the pipeline. */
@@ -214,6 +228,9 @@ typedef struct {
  * (runtime/plan.c) and `graft dump` both run it. On failure *out is empty. */
 gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
                            gr_compiled *out);
+/* Sets no_fold on nodes whose first output's element count has degree >= 2 in the symbols
+ * (what fold_linear_only does to the pipeline's clone). */
+gr_status gr_pass_mark_superlinear(gr_graph *g);
 void gr_compiled_free(gr_compiled *c);
 
 /* ---- `graft dump` ---------------------------------------------------------------------------------- */
@@ -222,5 +239,8 @@ void gr_compiled_free(gr_compiled *c);
  * after lowering and fusion, the memory plan and the segments: what a
  * session compiles for that shape. */
 gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_partition, gr_strbuf *sb);
+/* The same with the pipeline's attention fusion off when no_fuse_attention. */
+gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, bool no_partition, bool no_fuse_attention,
+                            bool fuse_attention_f32, gr_strbuf *sb);
 
 #endif

@@ -17,7 +17,7 @@ void gr_compiled_free(gr_compiled *c) {
 }
 
 /* fold_linear_only: marks nodes whose first output's element count has degree >= 2 in the symbols */
-static gr_status mark_superlinear(gr_graph *g) {
+gr_status gr_pass_mark_superlinear(gr_graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         gr_ir_node *n = &g->nodes.data[i];
         if (n->n_out < 1 || n->out[0] < 0) continue;
@@ -47,7 +47,13 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     memset(&c, 0, sizeof c);
     gr_status st = gr_ir_graph_clone_borrow(src, &c.g); /* weights are shared, not copied */
     if (st == GR_OK) st = after(opts, "input", &c);
-    if (st == GR_OK && opts && opts->fold_linear_only) st = mark_superlinear(c.g);
+    /* before specialization: the match sees the symbolic shapes, so every binding gets the same op */
+    if (st == GR_OK && !(opts && opts->no_fuse_attention)) {
+        int n_fused = 0;
+        st = gr_pass_fuse_attention(c.g, opts && opts->fuse_attention_f32, &n_fused);
+        if (st == GR_OK && n_fused) st = after(opts, "fuse_attention", &c);
+    }
+    if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c.g);
     if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", &c);
     if (st == GR_OK) st = gr_pass_predicate_if(c.g);

@@ -198,6 +198,11 @@ gr_status gr_graph_dump_passes(gr_graph_t g, char **out_text) { return gr_graph_
 
 gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
                                     char **out_text) {
+    return gr_graph_dump_passes_opts(g, n_dims, dim_names, dim_values, 0, 0, out_text);
+}
+
+gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char *const *dim_names, const int64_t *dim_values,
+                                    int no_fuse_attention, int fuse_attention_f32, char **out_text) {
     if (out_text) *out_text = NULL;
     if (!g || !out_text || n_dims < 0 || (n_dims && (!dim_names || !dim_values)))
         return gr_error(GR_ERR_INVALID, "gr_graph_dump_passes_dims: NULL argument or negative count");
@@ -230,7 +235,7 @@ gr_status gr_graph_dump_passes_dims(gr_graph_t g, int n_dims, const char *const 
     gr_strbuf sb;
     gr_sb_init(&sb);
     /* with nothing bound, the dump itself lists every unresolved symbolic dim */
-    if (st == GR_OK) st = gr_pass_dump(g, n_dims ? sym_values : NULL, false, &sb);
+    if (st == GR_OK) st = gr_pass_dump_opts(g, n_dims ? sym_values : NULL, false, no_fuse_attention != 0, fuse_attention_f32 != 0, &sb);
     gr_free(sym_values, values_size);
     if (st != GR_OK) {
         gr_sb_free(&sb);

@@ -30,6 +30,13 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
         break;
     }
     case GR_STEP_LIBCALL:
+        if (st->call.kind == GR_LIB_ATTENTION) {
+            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s  (from %s)\n", i,
+                         st->call.name, (long long)st->call.batch, (long long)st->call.heads, (long long)st->call.kv_heads,
+                         (long long)st->call.seq_q, (long long)st->call.seq_k, (long long)st->call.head_dim,
+                         gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "", node);
+            break;
+        }
         gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s  (from %s)\n", i, st->call.name, (long long)st->call.m,
                      (long long)st->call.n, (long long)st->call.k, (long long)st->call.batch, gr_dtype_name(st->call.dtype),
                      st->call.bias != GR_BIAS_NONE ? " +bias" : "", node);

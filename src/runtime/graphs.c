@@ -5,7 +5,10 @@
  * What keeps replays correct:
  * - Activations live at fixed arena offsets and external inputs are copied
  *   into per-plan placeholders before the replay (when set again since the
- *   last copy), outside the graph, so no captured pointer ever goes stale.
+ *   last copy), outside the graph, so no captured pointer ever goes stale. A
+ *   caller's device buffer bound in place (gr_session_bind_input_device) is
+ *   the exception: the kernel nodes reading it are compared and repointed
+ *   before each replay, like host scalars below.
  * - A host scalar read by a kernel (GR_ARG_HOST_SCALAR) is baked into the
  *   captured kernel node by value. Before each replay the current value is
  *   compared with the captured one and, if it changed, the exec node's
@@ -41,6 +44,24 @@ static bool has_host_scalar(const gr_step *st) {
     return false;
 }
 
+/* A kernel reading a graph input that a caller's device buffer may be bound to in place:
+ * its captured address can go stale, so it is compared before each replay like a host scalar. */
+static bool reads_movable_input(const gr_rt_plan *p, const gr_step *st) {
+    if (st->kind != GR_STEP_KERNEL) return false;
+    for (int a = 0; a < st->n_args; a++) {
+        if (st->args[a].kind != GR_ARG_VALUE) continue;
+        const gr_value_store *vs = &p->mem.values[st->args[a].value];
+        if (vs->kind == GR_STORE_ALIAS) vs = &p->mem.values[vs->alias_of];
+        if (vs->kind == GR_STORE_INPUT && p->input_in_place[vs->offset]) return true;
+    }
+    return false;
+}
+
+/* Kernel nodes whose arguments the graph manager re-checks before every replay. */
+static bool tracked(const gr_rt_plan *p, const gr_step *st) {
+    return is_work(st) && (has_host_scalar(st) || reads_movable_input(p, st));
+}
+
 static gr_status run_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     const gr_segment *sg = &p->segs.data[seg];
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
@@ -67,7 +88,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
     int n_scalar = 0;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
-        if (is_work(&p->steps.data[i]) && has_host_scalar(&p->steps.data[i])) n_scalar++;
+        if (tracked(p, &p->steps.data[i])) n_scalar++;
     if (n_scalar) {
         st->scalar_cap = n_scalar;
         st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
@@ -80,7 +101,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
         const gr_step *step = &p->steps.data[i];
         rc = gr_rt_step_launch(s, p, i);
-        if (rc != GR_OK || !is_work(step) || !has_host_scalar(step)) continue;
+        if (rc != GR_OK || !tracked(p, step)) continue;
         int k = st->n_scalar_nodes++;
         st->scalar_step[k] = i;
         st->scalar_node[k] = -1;
@@ -128,7 +149,8 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
-/* Patches kernel nodes whose host scalars changed since capture. */
+/* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
+ * address of a caller's device buffer bound in place (zero-copy inputs). */
 static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *st) {
     gr_device *d = s->dev;
     for (int k = 0; k < st->n_scalar_nodes; k++) {
@@ -140,10 +162,11 @@ static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *s
         int n = p->steps.data[i].n_args;
         if (!memcmp(now, was, sizeof(gr_karg) * (size_t)n)) continue;
         if (!gr_dev_caps_get(d).node_set_args)
-            return gr_error(GR_ERR_HAZARD, "step %d: a host scalar changed since capture and device '%s' cannot patch graph nodes",
+            return gr_error(GR_ERR_HAZARD, "step %d: an argument changed since capture and device '%s' cannot patch graph nodes",
                             i, gr_dev_name(d));
         GR_TRY(gr_dev_exec_kernel_node_set_args(d, st->exec, st->scalar_node[k], now, n));
         memcpy(was, now, sizeof(gr_karg) * (size_t)n);
+        s->stats.nodes_updated++;
     }
     return GR_OK;
 }

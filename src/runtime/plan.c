@@ -49,6 +49,37 @@ static bool adopt_max_offsets(gr_session_t s, gr_rt_plan *p) {
     return true;
 }
 
+/* Graph input read by step argument `v` (through a view), or -1. */
+static int input_of(const gr_rt_plan *p, int v) {
+    const gr_value_store *st = &p->mem.values[v];
+    if (st->kind == GR_STORE_ALIAS) st = &p->mem.values[st->alias_of];
+    return st->kind == GR_STORE_INPUT || st->kind == GR_STORE_HOST ? (int)st->offset : -1;
+}
+
+/* How a caller's device buffer bound to each input is read (runtime-impl.h). Kernel
+ * arguments can be repointed in a replayed graph (the graph manager compares and patches
+ * them, graphs.c); a library call's captured nodes cannot, so an input a library call
+ * reads is copied into its placeholder when graphs may be replayed. */
+static void mark_device_input_use(gr_session_t s, gr_rt_plan *p) {
+    int ni = p->g->inputs.len;
+    bool graphs = s->opt.mode != GR_MODE_EAGER;
+    bool repoint = !graphs || gr_dev_caps_get(s->dev).node_set_args;
+    for (int i = 0; i < ni; i++) {
+        p->input_in_place[i] = p->mem.values[p->g->inputs.data[i]].kind == GR_STORE_INPUT && repoint;
+        p->input_host_read[i] = p->mem.values[p->g->inputs.data[i]].kind == GR_STORE_HOST;
+    }
+    for (int k = 0; k < p->steps.len; k++) {
+        const gr_step *st = &p->steps.data[k];
+        for (int a = 0; a < st->n_args; a++) {
+            if (st->args[a].kind == GR_ARG_LITERAL) continue;
+            int i = input_of(p, st->args[a].value);
+            if (i < 0 || i >= ni) continue;
+            if (st->args[a].kind == GR_ARG_HOST_SCALAR) p->input_host_read[i] = true;
+            else if (st->kind == GR_STEP_LIBCALL && graphs) p->input_in_place[i] = false;
+        }
+    }
+}
+
 static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
     gr_graph *g = p->g;
@@ -71,7 +102,11 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     p->input_dev = gr_calloc((size_t)ni, sizeof(void *));
     p->input_bytes = gr_calloc((size_t)ni, sizeof(size_t));
     p->input_version = gr_calloc((size_t)ni, sizeof(uint64_t));
-    if (!p->input_dev || !p->input_bytes || !p->input_version) return GR_ERR_NOMEM;
+    p->input_in_place = gr_calloc((size_t)ni, sizeof(bool));
+    p->input_host_read = gr_calloc((size_t)ni, sizeof(bool));
+    if (!p->input_dev || !p->input_bytes || !p->input_version || !p->input_in_place || !p->input_host_read)
+        return GR_ERR_NOMEM;
+    mark_device_input_use(s, p);
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
         p->input_bytes[i] = (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
@@ -182,7 +217,9 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
      * the cost grows with seq^2 (an extrapolation: about 30 ms at seq 512). So values growing faster than linearly with the
      * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
     gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
-                           .fold_linear_only = s->graph->syms.len > 0};
+                           .fold_linear_only = s->graph->syms.len > 0, .src_marked = true,
+                           .no_fuse_attention = s->opt.no_fuse_attention != 0,
+                           .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;
@@ -227,12 +264,14 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     }
     if (p->weight_addr) gr_free(p->weight_addr, ((size_t)p->g->values.len + 1) * sizeof(void *));
     /* allocated after p->g, per input of p->g */
-    int ni = p->input_dev || p->input_bytes || p->input_version ? p->g->inputs.len : 0;
+    int ni = p->input_dev || p->input_bytes || p->input_version || p->input_in_place || p->input_host_read ? p->g->inputs.len : 0;
     if (p->input_dev)
         for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
     gr_free(p->input_dev, (size_t)ni * sizeof(void *));
     gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
     gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
+    gr_free(p->input_in_place, (size_t)ni * sizeof(bool));
+    gr_free(p->input_host_read, (size_t)ni * sizeof(bool));
     if (p->arena && !p->arena_shared) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
@@ -272,6 +311,11 @@ gr_status gr_rt_max_plan_init(gr_session_t s) {
 }
 
 /* ==== binding ======================================================================== */
+void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i) {
+    if (s->inputs[i].dev_ptr && p->input_in_place[i]) return s->inputs[i].dev_ptr;
+    return p->input_dev[i];
+}
+
 void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
     const gr_value_store *st = &p->mem.values[v];
     int64_t elem_off = 0;
@@ -283,7 +327,7 @@ void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {
     }
     char *base = NULL;
     switch (st->kind) {
-    case GR_STORE_INPUT: base = p->input_dev[st->offset]; break;
+    case GR_STORE_INPUT: base = gr_rt_input_addr(s, p, (int)st->offset); break;
     case GR_STORE_CONST: base = (char *)p->consts + st->offset; break;
     case GR_STORE_WEIGHT: base = p->weight_addr[root]; break;
     case GR_STORE_ARENA: base = (char *)p->arena + st->offset; break;

@@ -17,7 +17,11 @@ typedef struct {
                          (gr_dev_alloc GR_MEM_HOST_PINNED, freed with gr_dev_free), so the
                          copy into the placeholder is a true asynchronous DMA */
     size_t nbytes, cap; /* bytes bound now; bytes allocated */
-    uint64_t version; /* bumped by every set_input */
+    uint64_t version; /* bumped by every set_input and bind_input_device */
+    void *dev_ptr;    /* gr_session_bind_input_device: the caller's device buffer (NULL: bound from
+                         host memory, `data`); `data` then mirrors it only for host-read inputs */
+    bool dev_bound;   /* bound by gr_session_bind_input_device (dev_ptr may be NULL for 0 bytes) */
+    uint64_t host_version; /* version last copied from dev_ptr into `data` (host-read inputs) */
 } gr_rt_input;
 
 /* mode auto: timed runs per candidate (eager, graph) before a segment's mode is chosen */
@@ -68,6 +72,12 @@ typedef struct gr_rt_plan {
                             only by value: those are read from gr_rt_input.data at launch) */
     size_t *input_bytes; /* per graph input: its bytes for this shape key */
     uint64_t *input_version; /* version of each input last copied into its placeholder (0 = never) */
+    /* per graph input, for a caller's device buffer (gr_session_bind_input_device):
+     * in place: kernels read the buffer itself (graph nodes repointed when its address
+     * changes); else it is copied into the placeholder (a library call reads it inside a
+     * graph, or the device cannot repoint nodes). host_read: a step reads it on the host. */
+    bool *input_in_place;
+    bool *input_host_read;
     long n_kernels;      /* kernel + libcall steps */
     double compile_us;
     double capture_us;
@@ -76,7 +86,12 @@ typedef struct gr_rt_plan {
 
 struct gr_session {
     gr_device *dev;
-    gr_stream *stream;
+    gr_stream *stream;      /* the session's own stream: every run's work is enqueued here */
+    /* gr_session_run_on_stream: a wrapper of the caller's stream (re-made when the handle
+     * changes), ordered against `stream` with ev_order (caller -> graft) and ev_done */
+    gr_stream *ext_stream;
+    void *ext_handle;
+    gr_event *ev_order, *ev_done;
     gr_event *ev_start, *ev_end;
     gr_event *ev_seg_a, *ev_seg_b; /* mode auto: around one segment */
     gr_session_options opt;
@@ -124,6 +139,10 @@ gr_status gr_rt_step_launch(gr_session_t s, gr_rt_plan *p, int i);
  * planning (tests insert host steps with it). NULL disables. */
 typedef gr_status (*gr_rt_step_hook)(void *user, gr_graph *g, gr_step_list *steps);
 void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
+
+/* Device (or host) address of graph input i's storage in plan p: the caller's device buffer
+ * when it is read in place, else the plan's placeholder. */
+void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);

@@ -1,6 +1,7 @@
-/* runtime/session — the public session API: create, bind inputs, run (asynchronous;
- * gr_session_wait), read outputs (generation-tagged), stats. explain.c and profile.c
- * hold gr_session_explain and gr_session_profile. */
+/* runtime/session — the public session API: create, bind inputs (host data, or a caller's
+ * device buffer), run (asynchronous; gr_session_wait), read outputs (generation-tagged),
+ * stats. explain.c and profile.c hold gr_session_explain and gr_session_profile; devio.c
+ * the device-memory helpers and caller streams. */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -100,6 +101,8 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     /* what no binding changes (weight-only subgraphs) folds once, here, into shared weights;
      * each binding's plan folds only what depends on its shape */
     if (!graph_is_concrete(s->graph) && (st = gr_pass_fold_constants(s->graph)) != GR_OK) goto fail;
+    /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
+    if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
@@ -147,6 +150,9 @@ void gr_session_destroy(gr_session_t s) {
         gr_dev_event_destroy(s->dev, s->ev_end);
         gr_dev_event_destroy(s->dev, s->ev_seg_a);
         gr_dev_event_destroy(s->dev, s->ev_seg_b);
+        gr_dev_event_destroy(s->dev, s->ev_order);
+        gr_dev_event_destroy(s->dev, s->ev_done);
+        gr_dev_stream_destroy(s->dev, s->ext_stream);
         gr_dev_stream_destroy(s->dev, s->stream);
         gr_device_destroy(s->dev);
     }
@@ -164,9 +170,9 @@ static int find_input(const gr_graph *g, const char *name) {
     return -1;
 }
 
-gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
-                               const void *data, size_t nbytes) {
-    if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_set_input: NULL session or name");
+/* Checks a binding of input `name` (set_input, bind_input_device): its index and byte size. */
+static gr_status check_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                             size_t nbytes, int *index, size_t *bytes) {
     int i = find_input(s->graph, name);
     if (i < 0) {
         gr_strbuf sb;
@@ -198,6 +204,17 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (nbytes != need)
         return gr_error(GR_ERR_SHAPE, "input '%s': %zu bytes given, shape needs %zu", name, nbytes, need);
     if (need && !data) return gr_error(GR_ERR_INVALID, "input '%s': data is NULL", name);
+    *index = i;
+    *bytes = need;
+    return GR_OK;
+}
+
+gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
+                               const void *data, size_t nbytes) {
+    if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_set_input: NULL session or name");
+    int i;
+    size_t need;
+    GR_TRY(check_input(s, name, dtype, ndim, dims, data, nbytes, &i, &need));
     gr_rt_input *in = &s->inputs[i];
     if (s->pending && (need > in->cap || !in->data)) GR_TRY(gr_session_wait(s));
     if (need > in->cap || !in->data) {
@@ -215,6 +232,28 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
     if (s->pending) GR_TRY(gr_session_wait(s));
     if (need) memcpy(in->data, data, need);
     in->version = ++s->input_versions;
+    in->dev_ptr = NULL;
+    in->dev_bound = false;
+    in->nbytes = need;
+    in->dtype = dtype;
+    in->ndim = ndim;
+    for (int d = 0; d < ndim; d++) in->dims[d] = dims[d];
+    in->set = true;
+    return GR_OK;
+}
+
+gr_status gr_session_bind_input_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
+                                      void *dev_ptr, size_t nbytes) {
+    if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_bind_input_device: NULL session or name");
+    int i;
+    size_t need;
+    GR_TRY(check_input(s, name, dtype, ndim, dims, dev_ptr, nbytes, &i, &need));
+    /* the previous run may still read the buffer bound before */
+    if (s->pending) GR_TRY(gr_session_wait(s));
+    gr_rt_input *in = &s->inputs[i];
+    in->version = ++s->input_versions;
+    in->dev_ptr = need ? dev_ptr : NULL; /* a 0-byte input has no buffer: its placeholder stands for it */
+    in->dev_bound = true;
     in->nbytes = need;
     in->dtype = dtype;
     in->ndim = ndim;
@@ -408,6 +447,42 @@ static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+/* A caller's device buffer bound to input i (gr_session_bind_input_device): read in place,
+ * or copied into the placeholder, and mirrored to host memory where a step reads it there. */
+static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
+    gr_device *d = s->dev;
+    gr_rt_input *in = &s->inputs[i];
+    size_t n = p->input_bytes[i];
+    if (!n) return GR_OK;
+    if (p->input_host_read[i] && in->host_version != in->version) {
+        if (n > in->cap || !in->data) {
+            void *h = NULL;
+            gr_mem_kind kind = gr_dev_caps_get(d).pinned_memory ? GR_MEM_HOST_PINNED : GR_MEM_HOST;
+            GR_TRY(gr_dev_alloc(d, kind, n, &h));
+            if (in->data) gr_dev_free(d, in->data);
+            in->data = h;
+            in->cap = n;
+        }
+        /* the host reads it when the step is launched: it must be there now */
+        GR_TRY(gr_dev_memcpy(d, s->stream, in->data, in->dev_ptr, n, GR_COPY_D2H));
+        GR_TRY(gr_dev_stream_sync(d, s->stream));
+        in->host_version = in->version;
+        s->stats.copies++;
+        s->stats.bytes_copied += n;
+    }
+    if (!p->input_dev[i]) return GR_OK; /* read only on the host */
+    if (p->input_in_place[i]) {
+        s->stats.inputs_in_place++;
+        return GR_OK;
+    }
+    if (p->input_version[i] == in->version) return GR_OK;
+    GR_TRY(gr_dev_memcpy(d, s->stream, p->input_dev[i], in->dev_ptr, n, GR_COPY_D2D));
+    p->input_version[i] = in->version;
+    s->stats.copies++;
+    s->stats.bytes_copied += n;
+    return GR_OK;
+}
+
 gr_status gr_session_run(gr_session_t s) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
     if (s->pending) GR_TRY(gr_session_wait(s));
@@ -425,11 +500,16 @@ gr_status gr_session_run(gr_session_t s) {
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
     for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
+        gr_rt_input *in = &s->inputs[i];
+        if (in->dev_bound) {
+            st = device_input(s, p, i);
+            continue;
+        }
         if (!p->input_dev[i] || !p->input_bytes[i]) continue;
-        if (p->input_version[i] == s->inputs[i].version) continue;
-        st = gr_dev_memcpy(d, s->stream, p->input_dev[i], s->inputs[i].data, p->input_bytes[i], GR_COPY_H2D);
+        if (p->input_version[i] == in->version) continue;
+        st = gr_dev_memcpy(d, s->stream, p->input_dev[i], in->data, p->input_bytes[i], GR_COPY_H2D);
         if (st != GR_OK) break;
-        p->input_version[i] = s->inputs[i].version;
+        p->input_version[i] = in->version;
         s->stats.copies++;
         s->stats.bytes_copied += p->input_bytes[i];
     }
@@ -547,6 +627,24 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
     }
     GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, need, GR_COPY_D2H));
     return gr_dev_stream_sync(s->dev, s->stream);
+}
+
+gr_status gr_session_output_device_ptr(gr_session_t s, gr_output o, void **dev_ptr) {
+    if (dev_ptr) *dev_ptr = NULL;
+    if (!dev_ptr) return gr_error(GR_ERR_INVALID, "gr_session_output_device_ptr: dev_ptr is NULL");
+    GR_TRY(check_output(s, o));
+    gr_rt_plan *p = s->current;
+    int v = p->g->outputs.data[o.index];
+    const gr_ir_value *val = &p->g->values.data[v];
+    const gr_value_store *st = &p->mem.values[v];
+    if (st->kind == GR_STORE_ALIAS) st = &p->mem.values[st->alias_of];
+    if (st->kind == GR_STORE_HOST)
+        return gr_error(GR_ERR_UNSUPPORTED, "output '%s' is kept in host memory (a host input): read it with gr_session_output_read",
+                        val->name);
+    if (!gr_ir_value_numel(val)) return GR_OK; /* no elements: no address */
+    *dev_ptr = gr_rt_value_addr(s, p, v);
+    if (!*dev_ptr) return gr_error(GR_ERR_INTERNAL, "output '%s' has no storage", val->name);
+    return GR_OK;
 }
 
 gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {

@@ -237,6 +237,22 @@ char *gr_strndup(const char *s, size_t n) {
 
 char *gr_strdup(const char *s) { return s ? gr_strndup(s, strlen(s)) : NULL; }
 
+char *gr_name_copy(char *dst, size_t cap, const char *src, long long n) {
+    if (cap == 0) return dst;
+    size_t at = 0;
+    while (src && src[at] && at + 1 < cap) dst[at] = src[at], at++;
+    if (n >= 0) {
+        char digits[24];
+        int nd = 0;
+        unsigned long long u = (unsigned long long)n;
+        do digits[nd++] = (char)('0' + u % 10), u /= 10;
+        while (u && nd < (int)sizeof digits);
+        while (nd > 0 && at + 1 < cap) dst[at++] = digits[--nd];
+    }
+    dst[at] = 0;
+    return dst;
+}
+
 void gr_strfree(char *s) {
     if (s) gr_free(s, strlen(s) + 1);
 }

@@ -18,6 +18,10 @@ char *gr_strdup(const char *s);
 char *gr_strndup(const char *s, size_t n);
 void gr_strfree(char *s);             /* frees a string from gr_strdup / gr_strndup / gr_sprintf */
 char *gr_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Copies src into dst[cap] (truncating, always terminated); then, when n >= 0, appends the
+ * decimal n (truncated likewise). For names built on hot paths, where snprintf's cost showed
+ * (kernel and parameter names of every plan). Returns dst. */
+char *gr_name_copy(char *dst, size_t cap, const char *src, long long n);
 
 /* ---- errors -------------------------------------------------------------------
  * gr_error sets the thread's last error and returns the status, so a failure

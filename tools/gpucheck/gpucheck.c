@@ -446,6 +446,137 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
     compare(cu, sim, c.name, NULL, &c, bias == GR_BIAS_NONE ? 3 : 4, specs, sc, 4, written, tol);
 }
 
+/* ==== fused attention ========================================================================= */
+
+/* mask: 0 none, 1 padding [B,1,1,Sk] (f32), 2 full [B,1,Sq,Sk] (the inputs' dtype) */
+static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
+                                 bool causal, int mask) {
+    gr_libcall c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "attn_%s_b%lld_h%lld/%lld_q%lld_k%lld_d%lld%s%s", gr_dtype_name(t), (long long)B,
+             (long long)H, (long long)Hkv, (long long)Sq, (long long)Sk, (long long)D, causal ? "_causal" : "",
+             mask == 1 ? "_padmask" : mask == 2 ? "_fullmask" : "");
+    c.kind = GR_LIB_ATTENTION;
+    c.dtype = t;
+    c.batch = B;
+    c.heads = H;
+    c.kv_heads = Hkv;
+    c.seq_q = Sq;
+    c.seq_k = Sk;
+    c.head_dim = D;
+    c.head_dim_v = D;
+    c.alpha = 1.0 / sqrt((double)D);
+    c.causal = causal;
+    c.has_mask = mask != 0;
+    c.mask_dtype = mask == 1 ? GR_F32 : t;
+    if (mask == 1) c.mask_stride[0] = Sk, c.mask_stride[3] = 1;
+    if (mask == 2) c.mask_stride[0] = Sq * Sk, c.mask_stride[2] = Sk, c.mask_stride[3] = 1;
+    return c;
+}
+
+static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
+                            int64_t D, bool causal, int mask) {
+    gr_libcall c = attention_call(t, B, H, Hkv, Sq, Sk, D, causal, mask);
+    int64_t nmask = mask == 1 ? B * Sk : mask == 2 ? B * Sq * Sk : 1;
+    buf_spec specs[5] = {{t, B * H * Sq * D, -1, 1},  {t, B * Hkv * Sk * D, -1, 1}, {t, B * H * Sq * D, 0, 0},
+                         {t, B * Hkv * Sk * D, -1, 1}, {c.mask_dtype, nmask, -4, 0}};
+    gr_karg sc[5];
+    memset(sc, 0, sizeof sc);
+    bool written[5] = {false, false, true, false, false};
+    /* f32: exact FMA and expf against the double reference; f16/bf16: P is rounded to the
+     * inputs' type before P V (as FlashAttention does), and so is the output */
+    double tol = t == GR_F32 ? 2e-5 : t == GR_F16 ? 3e-3 : 2e-2;
+    compare(cu, sim, c.name, NULL, &c, 5, specs, sc, 5, written, tol);
+}
+
+/* Time of `fn` per call: events around 20 launches after 3 warm-ups. */
+typedef gr_status (*launch_fn)(devctx *d, void *user);
+static double time_us(devctx *d, launch_fn fn, void *user) {
+    gr_event *e0 = NULL, *e1 = NULL;
+    double us = -1;
+    if (gr_dev_event_create(d->dev, &e0) != GR_OK || gr_dev_event_create(d->dev, &e1) != GR_OK) goto done;
+    for (int i = 0; i < 3; i++)
+        if (fn(d, user) != GR_OK) goto done;
+    if (gr_dev_event_record(d->dev, e0, d->s) != GR_OK) goto done;
+    for (int i = 0; i < 20; i++)
+        if (fn(d, user) != GR_OK) goto done;
+    if (gr_dev_event_record(d->dev, e1, d->s) != GR_OK || gr_dev_stream_sync(d->dev, d->s) != GR_OK) goto done;
+    if (gr_dev_event_elapsed_us(d->dev, e0, e1, &us) == GR_OK) us /= 20;
+done:
+    if (us < 0) printf("timing failed: %s\n", gr_last_error());
+    if (e0) gr_dev_event_destroy(d->dev, e0);
+    if (e1) gr_dev_event_destroy(d->dev, e1);
+    return us;
+}
+
+typedef struct {
+    gr_libcall attn, qk, pv;
+    gr_kfunc *softmax;
+    void *q, *k, *v, *o, *s, *p;
+} attn_bench;
+
+static gr_status run_fused(devctx *d, void *user) {
+    attn_bench *b = user;
+    gr_karg a[5] = {{.ptr = b->q}, {.ptr = b->k}, {.ptr = b->o}, {.ptr = b->v}, {.ptr = NULL}};
+    return gr_dev_libcall(d->dev, d->s, &b->attn, a, 5);
+}
+
+static gr_status run_unfused(devctx *d, void *user) {
+    attn_bench *b = user;
+    gr_karg a[4] = {{.ptr = b->q}, {.ptr = b->k}, {.ptr = b->s}, {.ptr = NULL}};
+    GR_TRY(gr_dev_libcall(d->dev, d->s, &b->qk, a, 4));
+    gr_karg sm[2] = {{.ptr = b->s}, {.ptr = b->p}};
+    GR_TRY(gr_dev_kernel_launch(d->dev, d->s, b->softmax, sm, 2));
+    gr_karg c[4] = {{.ptr = b->p}, {.ptr = b->v}, {.ptr = b->o}, {.ptr = NULL}};
+    return gr_dev_libcall(d->dev, d->s, &b->pv, c, 4);
+}
+
+/* The fused call against what the unfused path launches for it: Q K^T (cuBLASLt, scale
+ * as alpha), a softmax kernel over the materialised scores, P V (cuBLASLt). */
+static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t S, int64_t D) {
+    if (filter && !strstr("attn_timing", filter)) return;
+    attn_bench b;
+    memset(&b, 0, sizeof b);
+    b.attn = attention_call(t, B, H, H, S, S, D, false, 0);
+    gr_libcall mm;
+    memset(&mm, 0, sizeof mm);
+    mm.kind = GR_LIB_MATMUL;
+    mm.dtype = t;
+    mm.batch = B * H;
+    mm.m = S, mm.n = S, mm.k = D, mm.trans_b = true, mm.lda = D, mm.ldb = D, mm.ldc = S;
+    mm.batch_stride_a = S * D, mm.batch_stride_b = S * D, mm.batch_stride_c = S * S, mm.alpha = b.attn.alpha;
+    snprintf(mm.name, sizeof mm.name, "qk");
+    b.qk = mm;
+    mm.n = D, mm.k = S, mm.trans_b = false, mm.lda = S, mm.ldb = D, mm.ldc = D;
+    mm.batch_stride_a = S * S, mm.batch_stride_b = S * D, mm.batch_stride_c = S * D, mm.alpha = 1.0;
+    snprintf(mm.name, sizeof mm.name, "pv");
+    b.pv = mm;
+    size_t es = gr_dtype_size(t), nqkv = (size_t)(B * H * S * D) * es, ns = (size_t)(B * H * S * S) * es;
+    gr_kernel *k = softmax_kernel("timing_softmax", t, B * H * S, S);
+    buf_spec spec = {t, B * H * S * D, -1, 1};
+    void *host = make_host(&spec);
+    gr_status st = k && host ? GR_OK : GR_ERR_NOMEM;
+    void **bufs[6] = {&b.q, &b.k, &b.v, &b.o, &b.s, &b.p};
+    for (int i = 0; i < 6 && st == GR_OK; i++) st = gr_dev_alloc(cu->dev, GR_MEM_DEVICE, i < 4 ? nqkv : ns, bufs[i]);
+    for (int i = 0; i < 3 && st == GR_OK; i++) st = gr_dev_memcpy(cu->dev, cu->s, *bufs[i], host, nqkv, GR_COPY_H2D);
+    if (st == GR_OK) st = gr_dev_kernel_prepare_flags(cu->dev, k, 0, &b.softmax);
+    if (st == GR_OK) st = gr_dev_stream_sync(cu->dev, cu->s);
+    if (st == GR_OK) {
+        double fused = time_us(cu, run_fused, &b), unfused = time_us(cu, run_unfused, &b);
+        double flops = 4.0 * (double)(B * H) * (double)S * (double)S * (double)D;
+        printf("TIME attention %s b%lld h%lld s%lld d%lld: fused %.1f us (%.0f TFLOP/s), unfused %.1f us, speedup %.2fx\n",
+               gr_dtype_name(t), (long long)B, (long long)H, (long long)S, (long long)D, fused, flops / fused * 1e-6,
+               unfused, unfused / fused);
+    } else {
+        printf("TIME attention %s: setup failed: %s\n", gr_dtype_name(t), gr_last_error());
+    }
+    if (b.softmax) gr_dev_kernel_release(cu->dev, b.softmax);
+    for (int i = 0; i < 6; i++)
+        if (*bufs[i]) gr_dev_free(cu->dev, *bufs[i]);
+    if (k) gr_kernel_destroy(k);
+    free(host);
+}
+
 /* Generic kernels of one structure at several sizes, all alive at once: one module
  * (a second module load or compile would be a miss), each result against the simulator. */
 static void check_generic_shared(devctx *cu, devctx *sim) {
@@ -731,6 +862,30 @@ int main(int argc, char **argv) {
         check_matmul(&cu, &sim, fdt[d], 64, 128, 32, 1, false, true, GR_BIAS_ROW, GR_EPI_GELU);
         check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_NONE);
     }
+    /* fused attention: the seq lengths, batches, masks and heads of issue 15 */
+    const gr_dtype adt[] = {GR_BF16, GR_F32, GR_F16};
+    const int64_t seqs[] = {1, 17, 128, 512};
+    for (int d = 0; d < 3; d++)
+        for (int si = 0; si < 4; si++)
+            for (int bi = 0; bi < 2; bi++) {
+                int64_t B = bi ? 8 : 1, S = seqs[si];
+                if (adt[d] != GR_BF16 && (B == 8 || S == 512)) continue; /* f32/f16: the small ones (sim time) */
+                if (S == 512 && B == 8) continue;
+                check_attention(&cu, &sim, adt[d], B, 12, 12, S, S, 64, true, 0);
+                check_attention(&cu, &sim, adt[d], B, 12, 12, S, S, 64, false, 1);
+            }
+    for (int d = 0; d < 3; d++) {
+        check_attention(&cu, &sim, adt[d], 2, 12, 12, 77, 77, 64, true, 2);     /* full mask and causal */
+        check_attention(&cu, &sim, adt[d], 2, 8, 2, 100, 100, 128, true, 0);   /* GQA, head_dim 128 */
+        check_attention(&cu, &sim, adt[d], 1, 4, 4, 1, 300, 64, true, 1);      /* one query, long keys */
+        check_attention(&cu, &sim, adt[d], 2, 4, 2, 33, 45, 80, false, 1);     /* other head dim: generic */
+        check_attention(&cu, &sim, adt[d], 1, 2, 1, 50, 20, 64, true, 0);      /* seq_q > seq_k: empty rows */
+    }
+    time_attention(&cu, GR_BF16, 8, 12, 512, 64);
+    time_attention(&cu, GR_F16, 8, 12, 512, 64);
+    time_attention(&cu, GR_F32, 8, 12, 512, 64);
+    time_attention(&cu, GR_BF16, 8, 12, 2048, 64);
+    time_attention(&cu, GR_BF16, 8, 12, 512, 128);
     check_generic_shared(&cu, &sim);
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);

@@ -17,6 +17,7 @@
 struct gr_stream {
     CUstream s;
     bool capturing; /* between capture_begin and capture_end */
+    bool external;  /* the caller's stream (stream_wrap): destroy frees the wrapper only */
 };
 struct gr_event {
     CUevent e;
@@ -129,6 +130,7 @@ static void cuda_destroy(void *ctx) {
         cu->cuCtxSynchronize();
     }
     gr_cuda_blas_destroy(&d->base);
+    gr_cuda_attention_destroy(&d->base);
     for (int i = 0; i < d->kfuncs.len; i++) gr_cuda_kernel_release(&d->base, d->kfuncs.data[i]);
     gr_vec_free(&d->kfuncs);
     gr_vec_free(&d->node_funcs);
@@ -219,8 +221,25 @@ static gr_status cuda_stream_create(void *ctx, gr_stream **out) {
 static void cuda_stream_destroy(void *ctx, gr_stream *s) {
     cuda_dev *d = ctx;
     if (!s) return;
-    CU(d)->cuStreamDestroy(s->s);
+    if (!s->external) CU(d)->cuStreamDestroy(s->s);
     gr_free(s, sizeof(*s));
+}
+
+static gr_status cuda_stream_wrap(void *ctx, void *handle, gr_stream **out) {
+    (void)ctx;
+    *out = NULL;
+    gr_stream *s = gr_calloc(1, sizeof(*s));
+    if (!s) return GR_ERR_NOMEM;
+    s->s = (CUstream)handle;
+    s->external = true;
+    *out = s;
+    return GR_OK;
+}
+
+static gr_status cuda_stream_wait_event(void *ctx, gr_stream *s, gr_event *e) {
+    cuda_dev *d = ctx;
+    GR_CU_CHECK(CU(d)->cuStreamWaitEvent(cs(s), e->e, 0));
+    return GR_OK;
 }
 
 static gr_status cuda_stream_sync(void *ctx, gr_stream *s) {
@@ -345,6 +364,7 @@ static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const 
 
 static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
     cuda_dev *d = ctx;
+    if (call->kind == GR_LIB_ATTENTION) return gr_cuda_attention(&d->base, cs(s), call, args, n_args);
     if (call->kind != GR_LIB_MATMUL) return gr_error(GR_ERR_UNSUPPORTED, "cuda: library call kind %d", (int)call->kind);
     return gr_cuda_matmul(&d->base, cs(s), call, args, n_args);
 }
@@ -781,6 +801,8 @@ static const struct gr_device_i cuda_iface = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .event_elapsed_us = cuda_event_elapsed_us,
+    .stream_wrap = cuda_stream_wrap,
+    .stream_wait_event = cuda_stream_wait_event,
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .kernel_prepare = cuda_kernel_prepare,

@@ -21,7 +21,7 @@
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)            \
     X(cuStreamSynchronize) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                 \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload)                     \
-    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
     X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiate)            \
@@ -121,6 +121,7 @@ typedef struct gr_cuda_ctx {
     CUdeviceptr lt_workspace;
     size_t lt_workspace_bytes;
     GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
+    struct gr_cuda_attn *attn;  /* attention kernels (cuda-attn.c), NULL until the first attention */
     gr_dev_kstats kstats;       /* live_modules is modules.len */
 } gr_cuda_ctx;
 
@@ -157,5 +158,11 @@ void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg 
 gr_status gr_cuda_blas_init(gr_cuda_ctx *c);
 void gr_cuda_blas_destroy(gr_cuda_ctx *c);
 gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+
+/* ---- fused attention (cuda-attn.c) ---- */
+gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+void gr_cuda_attention_destroy(gr_cuda_ctx *c);
+/* The CUDA C of the attention kernels (NVRTC; test_render compiles it without a GPU). */
+const char *gr_cuda_attention_source(void);
 
 #endif

@@ -66,7 +66,7 @@ struct gr_sim_node {
     gr_karg *dev_args; /* updatable node: device-resident args (the handle), else NULL */
     /* LIBCALL */
     gr_libcall call;
-    gr_karg largs[GR_LIB_MATMUL_NARGS];
+    gr_karg largs[GR_LIB_MAX_NARGS];
     /* COPY / MEMSET */
     void *dst;
     const void *src;

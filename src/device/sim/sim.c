@@ -44,6 +44,15 @@ double gr_sim_kernel_time(const gr_kfunc *f) {
 
 double gr_sim_libcall_time(const gr_libcall *c) {
     double es = (double)gr_dtype_size(c->dtype);
+    if (c->kind == GR_LIB_ATTENTION) {
+        /* fused: q, k, v and out move once; two products of seq_q x seq_k x head_dim each */
+        double rows = (double)c->batch * (double)c->heads, kv = (double)c->batch * (double)c->kv_heads;
+        double bytes = es * (rows * (double)(c->seq_q * c->head_dim + c->seq_q * c->head_dim_v) +
+                             kv * (double)(c->seq_k * (c->head_dim + c->head_dim_v)));
+        double flops = 2.0 * rows * (double)c->seq_q * (double)c->seq_k * (double)(c->head_dim + c->head_dim_v);
+        double rate = c->dtype == GR_F32 || c->dtype == GR_F64 ? gr_sim_cost.mm_f32_flops_per_us : gr_sim_cost.mm_flops_per_us;
+        return GR_MAX(bytes / gr_sim_cost.mem_bytes_per_us, flops / rate);
+    }
     double bytes = (double)c->batch * es * (double)(c->m * c->k + c->k * c->n + c->m * c->n);
     double flops = 2.0 * (double)c->batch * (double)c->m * (double)c->n * (double)c->k;
     double rate = c->dtype == GR_F32 || c->dtype == GR_F64 ? gr_sim_cost.mm_f32_flops_per_us : gr_sim_cost.mm_flops_per_us;
@@ -367,7 +376,31 @@ static void mat_range(int64_t batch, int64_t bstride, int64_t rows, int64_t cols
     *hi = h;
 }
 
+/* The bytes an attention call touches through each operand, checked like a kernel's. */
+static gr_status check_attention(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
+    if (call->batch <= 0 || call->seq_q <= 0 || call->heads <= 0) return GR_OK;
+    int64_t es = (int64_t)gr_dtype_size(call->dtype);
+    int64_t nq = call->batch * call->heads * call->seq_q, nkv = call->batch * call->kv_heads * call->seq_k;
+    GR_TRY(check_device_range(c, args[0].ptr, (size_t)(nq * call->head_dim * es), false, what, "Q"));
+    GR_TRY(check_device_range(c, args[2].ptr, (size_t)(nq * call->head_dim_v * es), true, what, "O"));
+    if (nkv > 0) {
+        GR_TRY(check_device_range(c, args[1].ptr, (size_t)(nkv * call->head_dim * es), false, what, "K"));
+        GR_TRY(check_device_range(c, args[3].ptr, (size_t)(nkv * call->head_dim_v * es), false, what, "V"));
+    }
+    if (call->has_mask && call->seq_k > 0) {
+        int64_t full[4] = {call->batch, call->heads, call->seq_q, call->seq_k}, hi = 0;
+        for (int d = 0; d < 4; d++) hi += (full[d] - 1) * call->mask_stride[d];
+        int64_t ms = (int64_t)gr_dtype_size(call->mask_dtype);
+        GR_TRY(check_device_range(c, args[4].ptr, (size_t)((hi + 1) * ms), false, what, "mask"));
+    }
+    return GR_OK;
+}
+
 gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
+    if (call->kind == GR_LIB_ATTENTION) {
+        GR_TRY(check_attention(c, call, args, what));
+        return gr_libcall_reference(call, args);
+    }
     if (call->m > 0 && call->n > 0 && call->batch > 0) {
         int64_t es = (int64_t)gr_dtype_size(call->dtype), lo, hi;
         if (call->k > 0) {
@@ -396,8 +429,8 @@ static gr_status sim_libcall(void *ctx, gr_stream *s, const gr_libcall *call, co
     char what[96];
     snprintf(what, sizeof(what), "libcall %s", call->name);
     GR_TRY(stream_usable(s, what));
-    if (n_args < GR_LIB_MATMUL_NARGS)
-        return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
+    if (n_args < gr_libcall_nargs(call))
+        return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, gr_libcall_nargs(call));
     if (s->capturing) return gr_sim_capture_libcall(c, s, call, args);
     GR_TRY(gr_sim_run_libcall(c, call, args, what));
     advance(c, s, gr_sim_cost.libcall_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));

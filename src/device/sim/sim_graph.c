@@ -150,7 +150,7 @@ gr_status gr_sim_capture_libcall(gr_sim_ctx *c, gr_stream *s, const gr_libcall *
     n.kind = GR_GNODE_LIBCALL;
     n.call = *call;
     n.cond = -1;
-    memcpy(n.largs, args, sizeof(n.largs));
+    memcpy(n.largs, args, sizeof(gr_karg) * (size_t)gr_libcall_nargs(call));
     return append(c, s, &n);
 }
 
@@ -270,7 +270,7 @@ gr_status gr_sim_graph_node_info(void *ctx, gr_dgraph *g, int node, gr_gnode_inf
     if (!n) return gr_error(GR_ERR_INVALID, "sim: graph has no node %d", node);
     out->kind = n->kind;
     out->func = n->kind == GR_GNODE_KERNEL ? n->func : NULL;
-    out->n_args = n->kind == GR_GNODE_KERNEL ? n->n_args : n->kind == GR_GNODE_LIBCALL ? GR_LIB_MATMUL_NARGS : 0;
+    out->n_args = n->kind == GR_GNODE_KERNEL ? n->n_args : n->kind == GR_GNODE_LIBCALL ? gr_libcall_nargs(&n->call) : 0;
     return GR_OK;
 }
 

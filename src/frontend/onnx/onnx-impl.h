@@ -147,6 +147,51 @@ void ox_sym_desc(ox_ctx *c, const ox_tensor *t, char *buf, size_t n);
 gr_status ox_constant_tensor(ox_ctx *c, ox_tensor **out);
 /* Converts the current node (c->node). */
 gr_status ox_convert_node(ox_ctx *c);
+/* Helpers of onnx-ops.c that the converters of onnx-conv.c use. */
+gr_status ox_in_ir(ox_ctx *c, int i, int *ir);
+gr_status ox_emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int n_out,
+                  const char *const *out_names, bool last, int *outs);
+gr_status ox_emit1(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs);
+gr_status ox_bind_outputs(ox_ctx *c, int n, const int *irs, const char *why);
+void ox_out_names(const ox_ctx *c, const char **names, int n);
+gr_status ox_check_arity(ox_ctx *c, int min_in, int max_in, int min_out);
+gr_status ox_scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir);
+gr_status ox_const_ir(ox_ctx *c, ox_tensor *t, int *ir); /* consumes t */
+gr_status ox_emit2(ox_ctx *c, gr_op op, int a, int b, int *out);
+gr_status ox_iota_ir(ox_ctx *c, gr_dim n, int *ir); /* range(0, n) as i64 */
+gr_status ox_reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out);
+gr_status ox_unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out);
+gr_status ox_where_ir(ox_ctx *c, int cond, int a, int b, int *out);
+gr_status ox_dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_dim *out);
+gr_status ox_dim_scalar_ir(ox_ctx *c, gr_dim d, gr_dtype dt, int *ir);
+/* linear indices [..] of index tuples idx [.., k] over dims[0..k) (negatives wrapped) */
+gr_status ox_nd_linear_index(ox_ctx *c, int idx, const gr_dim *dims, int k, int *lin);
+gr_status ox_check_target_sshape(ox_ctx *c, const char *what, const gr_dim *dims, int n);
+/* an ints attribute from possibly symbolic dims (values into v, expressions into e) */
+gr_ir_attr ox_attr_sints(const char *name, const gr_dim *d, int n, int64_t *v, int32_t *e);
+/* ---- onnx-einsum.c, onnx-breadth.c, onnx-control.c ---- */
+gr_status ox_cv_einsum(ox_ctx *c, gr_op op);
+gr_status ox_cv_arg(ox_ctx *c, gr_op op);
+gr_status ox_cv_mod(ox_ctx *c, gr_op op);
+gr_status ox_cv_tile(ox_ctx *c, gr_op op);
+gr_status ox_cv_one_hot(ox_ctx *c, gr_op op);
+gr_status ox_cv_top_k(ox_ctx *c, gr_op op);
+gr_status ox_cv_scatter_elements(ox_ctx *c, gr_op op);
+gr_status ox_cv_scatter_nd(ox_ctx *c, gr_op op);
+gr_status ox_cv_data_dependent(ox_ctx *c, gr_op op);
+gr_status ox_cv_if(ox_ctx *c, gr_op op);
+gr_status ox_cv_loop(ox_ctx *c, gr_op op);
+gr_status ox_cv_scan(ox_ctx *c, gr_op op);
+/* ---- onnx-conv.c: convolutions, pools, normalizations, Pad, Resize ---- */
+gr_status ox_cv_conv(ox_ctx *c, gr_op op);
+gr_status ox_cv_conv_transpose(ox_ctx *c, gr_op op);
+gr_status ox_cv_pool(ox_ctx *c, gr_op op);
+gr_status ox_cv_global_pool(ox_ctx *c, gr_op op);
+gr_status ox_cv_batch_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_instance_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_group_norm(ox_ctx *c, gr_op op);
+gr_status ox_cv_pad(ox_ctx *c, gr_op op);
+gr_status ox_cv_resize(ox_ctx *c, gr_op op);
 
 /* ---- onnx.c: subgraphs ------------------------------------------------------------ */
 /* Imports body gp as an IR subgraph of c->g (an If branch): its own graph, outer

@@ -173,7 +173,7 @@ def main():
     relu = lambda: [helper.make_node("Relu", ["x"], ["y"])]
     save(model(relu(), [vi("x", F, [2])], [vi("y", F, [2])], opset=12), "opset12.onnx", check=False)
     save(model(relu(), [vi("x", F, [2])], [vi("y", F, [2])], opset=22), "opset22.onnx", check=False)
-    m = model([helper.make_node("Conv", ["x", "x"], ["y"], name="conv0")], [vi("x", F, [1, 1, 3, 3])],
+    m = model([helper.make_node("LpPool", ["x"], ["y"], name="pool0", kernel_shape=[2, 2])], [vi("x", F, [1, 1, 3, 3])],
               [vi("y", F, None)])
     save(m, "unsupported_op.onnx", check=False)
     m = model([helper.make_node("FancyOp", ["x"], ["y"], domain="com.example")], [vi("x", F, [2])],

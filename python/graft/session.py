@@ -1,0 +1,338 @@
+"""graft.load and Session: a compiled model with NumPy / DLPack inputs and outputs."""
+import collections
+import ctypes
+import os
+
+import numpy as np
+
+from . import _capi as C
+from . import _dlpack as D
+from ._capi import lib
+
+TensorInfo = collections.namedtuple("TensorInfo", "name dtype shape")
+TensorInfo.__doc__ = "An input or output: graft dtype name ('f32', ...) and shape (ints; a str where symbolic)."
+DimInfo = collections.namedtuple("DimInfo", "name lo hi declared")
+DimInfo.__doc__ = "A symbolic dim and its range (hi None when unbounded)."
+
+# ---- dtypes -------------------------------------------------------------------------------
+DTYPES = ["f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool"]  # gr_dtype order
+_NP = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i8": np.int8,
+       "u8": np.uint8, "bool": np.bool_}
+try:  # bf16 on the host needs ml_dtypes (what JAX and PyTorch's numpy bridge use)
+    import ml_dtypes as _ml_dtypes
+    _NP["bf16"] = _ml_dtypes.bfloat16
+except ImportError:  # pragma: no cover - depends on the machine
+    pass
+_FROM_NP = {np.dtype(v): k for k, v in _NP.items()}
+
+
+def numpy_dtype(name):
+    if name not in _NP:
+        raise C.UnsupportedError("dtype %s has no NumPy equivalent here (bf16 needs the ml_dtypes package)" % name,
+                                 "GR_ERR_UNSUPPORTED", -6)
+    return np.dtype(_NP[name])
+
+
+def _shape_of(info):
+    return tuple(info.sym_names[d].decode() if info.dims[d] < 0 else int(info.dims[d]) for d in range(max(info.ndim, 0)))
+
+
+_DEVICES = {"auto": C.DEVICE_AUTO, "sim": C.DEVICE_SIM, "cuda": C.DEVICE_CUDA}
+_MODES = {"eager": C.MODE_EAGER, "graph": C.MODE_GRAPH, "auto": C.MODE_AUTO}
+_ARENAS = {"per_shape": C.ARENA_PER_SHAPE, "max": C.ARENA_MAX_SHAPE}
+_CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
+
+
+def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
+         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False):
+    """Loads a .onnx or .gir model and compiles it for a device.
+
+    device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
+    mode: "eager", "graph" (CUDA graphs), "auto" (per segment, whichever measures faster).
+    dims: {"seq": (lo, hi)} declares symbolic dims' ranges (hi None: unbounded).
+    arena: "per_shape" or "max" (one arena for the largest binding; needs every dim's hi).
+    max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
+    fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
+    fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
+    """
+    for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS)):
+        if value not in table:
+            raise ValueError("graft.load: %s=%r: expected one of %s" % (what, value, ", ".join(map(repr, table))))
+    graph = ctypes.c_void_p()
+    C.check(lib.gr_graph_load(os.fsencode(os.fspath(path)), ctypes.byref(graph)))
+    try:
+        for name, rng in (dims or {}).items():
+            lo, hi = rng
+            C.check(lib.gr_graph_set_dim_range(graph, name.encode(), int(lo), 2**63 - 1 if hi is None else int(hi)))
+        opts = C.SessionOptions()
+        lib.gr_session_options_init(ctypes.byref(opts))
+        opts.device, opts.mode, opts.verbose = _DEVICES[device], _MODES[mode], int(bool(verbose))
+        opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
+        opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
+        cache = os.fsencode(cache_dir) if cache_dir else None
+        opts.cache_dir = cache
+        handle = ctypes.c_void_p()
+        C.check(lib.gr_session_create(graph, ctypes.byref(opts), ctypes.byref(handle)))
+    except BaseException:
+        lib.gr_graph_destroy(graph)
+        raise
+    return Session(graph, handle, os.fspath(path))
+
+
+class Session:
+    """A model compiled for one device (graft.load). Not thread-safe: one thread at a time.
+
+    session(**inputs) / session.run(**inputs) (or run({"name": value})): inputs are NumPy
+    arrays, Python scalars or any DLPack-capable tensor (__dlpack__). Host inputs are copied;
+    CUDA tensors are bound in place (zero-copy) on a CUDA session. Returns {output name:
+    value}: NumPy arrays (copies) on the simulator, DeviceTensor (DLPack, no copy) on CUDA.
+    run_device() returns DeviceTensor on both.
+    """
+
+    def __init__(self, graph, handle, path):
+        self._graph, self._handle, self.path = graph, handle, path
+        self._held = {}  # input name -> DLPack capsule bound (kept while graft may read it)
+        self.device_kind = "cuda" if lib.gr_session_device_kind(handle) == C.DEVICE_CUDA else "sim"
+        self.device_name = lib.gr_session_device_name(handle).decode("utf-8", "replace")
+        self.stream = None  # CUDA: the stream runs are ordered on (int handle or torch.cuda.Stream); None: legacy default
+        info = C.ValueInfo()
+        self.inputs, self.outputs = [], []
+        for i in range(lib.gr_graph_num_inputs(graph)):
+            C.check(lib.gr_graph_input_info(graph, i, ctypes.byref(info)))
+            self.inputs.append(TensorInfo(info.name.decode(), DTYPES[info.dtype], _shape_of(info)))
+        for i in range(lib.gr_graph_num_outputs(graph)):
+            C.check(lib.gr_graph_output_info(graph, i, ctypes.byref(info)))
+            self.outputs.append(TensorInfo(info.name.decode(), DTYPES[info.dtype], _shape_of(info)))
+        self._input_dtype = {t.name: t.dtype for t in self.inputs}
+        self.dims = {}
+        dim = C.DimInfo()
+        for k in range(lib.gr_graph_num_dims(graph)):
+            C.check(lib.gr_graph_dim_info(graph, k, ctypes.byref(dim)))
+            name = dim.name.decode()
+            self.dims[name] = DimInfo(name, dim.lo, None if dim.hi == 2**63 - 1 else dim.hi, bool(dim.declared))
+
+    # ---- lifetime ----
+    def close(self):
+        """Frees the session; DeviceTensors of it become unusable (StaleError)."""
+        if self._handle:
+            lib.gr_session_destroy(self._handle)
+            lib.gr_graph_destroy(self._graph)
+            self._handle = self._graph = None
+            self._held.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self):
+        if not self._handle:
+            raise C.InvalidError("the session is closed", "GR_ERR_INVALID", -1)
+        return self._handle
+
+    def __repr__(self):
+        return "<graft.Session %s on %s: inputs %s, outputs %s>" % (
+            self.path, self.device_name, [tuple(t) for t in self.inputs], [tuple(t) for t in self.outputs])
+
+    # ---- shapes ----
+    def input_shapes(self, **dims):
+        """Concrete shape of every input for symbolic dims given by name (gr_graph_input_dims)."""
+        names = (ctypes.c_char_p * max(1, len(dims)))(*[k.encode() for k in dims])
+        values = (ctypes.c_int64 * max(1, len(dims)))(*[int(v) for v in dims.values()])
+        out = {}
+        buf = (ctypes.c_int64 * C.MAX_DIMS)()
+        for i, t in enumerate(self.inputs):
+            C.check(lib.gr_graph_input_dims(self._graph, i, len(dims), names, values, buf))
+            out[t.name] = tuple(buf[d] for d in range(len(t.shape)))
+        return out
+
+    # ---- inputs ----
+    def _stream_handle(self):
+        s = self.stream
+        if s is None:
+            return _CU_STREAM_LEGACY
+        s = getattr(s, "cuda_stream", s)  # a torch.cuda.Stream
+        return int(s) or _CU_STREAM_LEGACY  # PyTorch reports the legacy default stream as 0
+
+    def _set_host(self, name, arr):
+        gd = _FROM_NP.get(arr.dtype)
+        if gd is None:
+            raise C.ShapeError("input '%s': NumPy dtype %s has no graft dtype (graph expects %s)" % (
+                name, arr.dtype, self._input_dtype.get(name, "?")), "GR_ERR_SHAPE", -5)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+        dims = (ctypes.c_int64 * max(1, arr.ndim))(*arr.shape)
+        C.check(lib.gr_session_set_input(self._h(), name.encode(), DTYPES.index(gd), arr.ndim, dims,
+                                         arr.ctypes.data, arr.nbytes))
+        self._held.pop(name, None)
+
+    def _set_dlpack(self, name, obj):
+        cuda = self.device_kind == "cuda"
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else D.CPU
+        stream = self._stream_handle() if cuda and dev in (D.CUDA, D.CUDA_MANAGED) else None
+        b = D.borrow(obj, stream)
+        if b.dtype not in DTYPES:
+            raise C.ShapeError("input '%s': DLPack dtype %s has no graft dtype (graph expects %s)" % (
+                name, b.dtype, self._input_dtype.get(name, "?")), "GR_ERR_SHAPE", -5)
+        if b.device_type in (D.CPU, D.CUDA_HOST):
+            if not b.contiguous:
+                return self._set_host(name, np.from_dlpack(obj).copy(order="C"))
+            dims = (ctypes.c_int64 * max(1, len(b.shape)))(*b.shape)
+            C.check(lib.gr_session_set_input(self._h(), name.encode(), DTYPES.index(b.dtype), len(b.shape), dims,
+                                             b.data or None, b.nbytes))
+            self._held.pop(name, None)  # copied: nothing to keep
+            return
+        if b.device_type not in (D.CUDA, D.CUDA_MANAGED):
+            raise C.UnsupportedError("input '%s': DLPack device type %d is neither host memory nor CUDA" % (
+                name, b.device_type), "GR_ERR_UNSUPPORTED", -6)
+        if not cuda:
+            raise C.UnsupportedError("input '%s': a CUDA tensor given to a session on %s; pass host memory (e.g. .cpu())" % (
+                name, self.device_name), "GR_ERR_UNSUPPORTED", -6)
+        if b.device_id != 0:
+            raise C.UnsupportedError("input '%s': on cuda:%d, graft runs on cuda:0" % (name, b.device_id),
+                                     "GR_ERR_UNSUPPORTED", -6)
+        if not b.contiguous:
+            raise C.ShapeError("input '%s': a non-contiguous CUDA tensor (call .contiguous())" % name, "GR_ERR_SHAPE", -5)
+        dims = (ctypes.c_int64 * max(1, len(b.shape)))(*b.shape)
+        C.check(lib.gr_session_bind_input_device(self._h(), name.encode(), DTYPES.index(b.dtype), len(b.shape), dims,
+                                                 b.data or None, b.nbytes))
+        self._held[name] = b.capsule  # the buffer must outlive the runs that read it
+
+    def set_input(self, name, value):
+        """Binds one input (what run(**inputs) does for each)."""
+        if isinstance(value, np.ndarray):
+            return self._set_host(name, value)
+        if hasattr(value, "__dlpack__"):
+            return self._set_dlpack(name, value)
+        want = self._input_dtype.get(name)
+        return self._set_host(name, np.asarray(value, dtype=_NP.get(want) if want else None))
+
+    # ---- run ----
+    def _enqueue(self, args, inputs):
+        if args:
+            if len(args) != 1 or not isinstance(args[0], dict):
+                raise TypeError("run() takes inputs as keywords or one dict {name: value}")
+            inputs = dict(args[0], **inputs)
+        for name, value in inputs.items():
+            self.set_input(name, value)
+        if self.device_kind == "cuda":
+            C.check(lib.gr_session_run_on_stream(self._h(), ctypes.c_void_p(self._stream_handle())))
+        else:
+            C.check(lib.gr_session_run(self._h()))
+
+    def _device_outputs(self):
+        out = {}
+        for i, t in enumerate(self.outputs):
+            o = C.Output()
+            C.check(lib.gr_session_output(self._h(), i, ctypes.byref(o)))
+            out[t.name] = DeviceTensor(self, o)
+        return out
+
+    def run(self, *args, **inputs):
+        """Runs once. Simulator: {name: numpy.ndarray} (copies, yours to keep).
+        CUDA: {name: DeviceTensor} (device memory, valid until the next run)."""
+        self._enqueue(args, inputs)
+        outs = self._device_outputs()
+        if self.device_kind == "cuda":
+            return outs
+        return {k: v.numpy() for k, v in outs.items()}
+
+    __call__ = run
+
+    def run_device(self, *args, **inputs):
+        """Runs once and returns {name: DeviceTensor}: the outputs where the device keeps
+        them, no copy (the simulator's device memory is host memory: a CPU DLPack view)."""
+        self._enqueue(args, inputs)
+        return self._device_outputs()
+
+    # ---- reports ----
+    def explain(self):
+        """The compiled plan (graft explain); for a symbolic model not yet run, the symbolic plan."""
+        text = ctypes.c_void_p()
+        st = lib.gr_session_explain(self._h(), ctypes.byref(text))
+        if st != 0 and self.dims:
+            C.check(lib.gr_graph_explain(self._graph, ctypes.byref(text)))
+        elif st != 0:
+            raise C.error(st)
+        return C.take_string(text.value)
+
+    def stats(self):
+        """The last run: kernels (launched or replayed), kernels_in_graphs, graph_launches
+        (graph replays), copies and bytes_copied, nodes_updated (graph nodes repointed or
+        patched), inputs_in_place (device inputs read without a copy), times (µs), memory;
+        plus the device's kernel preparation counters under 'kernel_prep'."""
+        rs = C.RunStats()
+        C.check(lib.gr_session_stats(self._h(), ctypes.byref(rs)))
+        out = {name: getattr(rs, name) for name, _ in C.RunStats._fields_}
+        ks = C.KernelStats()
+        C.check(lib.gr_session_kernel_stats(self._h(), ctypes.byref(ks)))
+        out["kernel_prep"] = {name: getattr(ks, name) for name, _ in C.KernelStats._fields_}
+        return out
+
+
+class DeviceTensor:
+    """One output of one run, where the device keeps it: valid until the session's next run.
+
+    Afterwards every use raises graft.StaleError (graft's generation check), never stale
+    data. A consumer that already took the memory (torch.from_dlpack, np.from_dlpack) holds
+    a view: it sees the next run's values, so copy what must outlive the run (.numpy(),
+    tensor.clone()).
+    """
+
+    __slots__ = ("_session", "_out", "name", "dtype", "shape", "__weakref__")
+
+    def __init__(self, session, out):
+        self._session, self._out = session, out
+        info = C.ValueInfo()
+        C.check(lib.gr_session_output_info(session._h(), out, ctypes.byref(info)))
+        self.name = info.name.decode()
+        self.dtype = DTYPES[info.dtype]
+        self.shape = tuple(int(info.dims[d]) for d in range(info.ndim))
+
+    def __repr__(self):
+        return "<graft.DeviceTensor %s %s%s on %s>" % (self.name, self.dtype, list(self.shape), self._session.device_kind)
+
+    @property
+    def data_ptr(self):
+        """The device address (checked: StaleError after the next run)."""
+        p = ctypes.c_void_p()
+        C.check(lib.gr_session_output_device_ptr(self._session._h(), self._out, ctypes.byref(p)))
+        return p.value or 0
+
+    @property
+    def nbytes(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * lib.gr_dtype_size(DTYPES.index(self.dtype))
+
+    def numpy(self):
+        """A host copy (StaleError after the next run)."""
+        arr = np.empty(self.shape, dtype=numpy_dtype(self.dtype))
+        C.check(lib.gr_session_output_read(self._session._h(), self._out, arr.ctypes.data, arr.nbytes))
+        return arr
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __dlpack_device__(self):
+        # the simulator's device memory is host memory of this process
+        return (D.CUDA, 0) if self._session.device_kind == "cuda" else (D.CPU, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError("graft.DeviceTensor exports its memory without a copy (copy=True not supported)")
+        ptr = self.data_ptr
+        if self._session.device_kind == "cuda" and stream not in (None, -1):
+            # the consumer's stream waits for the run that wrote this output
+            C.check(lib.gr_session_order_stream(self._session._h(), ctypes.c_void_p(int(stream))))
+        dev_type, dev_id = self.__dlpack_device__()
+        return D.export(ptr or None, self.shape, self.dtype, dev_type, dev_id, self._session)

@@ -1,0 +1,363 @@
+/* device/cuda/cuda-attn — the fused attention library call (GR_LIB_ATTENTION, kir.h).
+ *
+ * FlashAttention-2 style: a block owns 64 query rows of one (batch, head), streams K and
+ * V through shared memory in tiles of 64 keys and keeps a running max and sum per row
+ * (online softmax), so the [seq_q, seq_k] scores never reach device memory. Two kernels,
+ * compiled once per device with NVRTC from the source below (gr_cuda_attention_source):
+ *
+ *  - attn_mma_<t>_d<D> (t = bf16, f16; D = 64, 128, head_dim == head_dim_v): tensor cores
+ *    through inline PTX mma.sync.m16n8k16 with f32 accumulation. 4 warps, 16 query rows
+ *    each; S = Q K^T stays in registers, its accumulator fragment is repacked in place as
+ *    the A operand of P V (the layouts of m16n8k16 line up), so P never touches shared
+ *    memory either. P is rounded to t before P V, as FlashAttention does.
+ *  - attn_gen_<t> (t = f32, bf16, f16; any head_dim, head_dim_v <= 256): one warp per query
+ *    row, 32 keys per tile, exact f32 FMA (f32 inputs are not rounded to tf32) and expf.
+ *    The f32 path and the other head sizes.
+ *
+ * Both apply scale, the mask (f32 or the inputs' type, broadcast strides) and the causal
+ * rule of kir.h, and give 0 for a row that sees no key. Decode (seq_q = 1 against a long
+ * seq_k) runs on the generic kernel without a split over the keys (not done yet).
+ */
+#include "device/cuda/cuda-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+/* ==== kernel source ============================================================================ */
+
+static const char attn_src[] =
+    "typedef unsigned short u16;\n"
+    "typedef unsigned int u32;\n"
+    "struct AttnArgs {\n"
+    "  const void *q, *k, *v, *mask; void *o;\n"
+    "  long long B, H, Hkv, Sq, Sk, D, Dv;\n"
+    "  long long ms0, ms1, ms2, ms3;\n"
+    "  float scale; int causal; int mask_kind; /* 0 none, 1 f32, 2 the inputs' type */\n"
+    "};\n"
+    "#define NEG_INF (-__int_as_float(0x7f800000))\n"
+    "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
+    "  static __device__ void st(float *p, long long i, float x) { p[i] = x; } };\n"
+    "struct TBF16 { typedef u16 T;\n"
+    "  static __device__ float ld(const u16 *p, long long i) { return __uint_as_float(((u32)p[i]) << 16); }\n"
+    "  static __device__ float cvt(u16 h) { return __uint_as_float(((u32)h) << 16); }\n"
+    "  static __device__ void st(u16 *p, long long i, float x) { u16 h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(x)); p[i] = h; }\n"
+    "  static __device__ u32 pack(float lo, float hi) { u32 r; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo)); return r; }\n"
+    "  static __device__ void mma(float *c, const u32 *a, u32 b0, u32 b1) {\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1)); } };\n"
+    "struct TF16 { typedef u16 T;\n"
+    "  static __device__ float cvt(u16 h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+    "  static __device__ float ld(const u16 *p, long long i) { return cvt(p[i]); }\n"
+    "  static __device__ void st(u16 *p, long long i, float x) { u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(x)); p[i] = h; }\n"
+    "  static __device__ u32 pack(float lo, float hi) { u32 r; asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo)); return r; }\n"
+    "  static __device__ void mma(float *c, const u32 *a, u32 b0, u32 b1) {\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1)); } };\n"
+    "template <class X> __device__ float mask_at(const AttnArgs &a, long long b, long long h, long long i, long long j) {\n"
+    "  long long off = b * a.ms0 + h * a.ms1 + i * a.ms2 + j * a.ms3;\n"
+    "  return a.mask_kind == 1 ? ((const float *)a.mask)[off] : X::ld((const typename X::T *)a.mask, off);\n"
+    "}\n"
+    "/* last key query i may see, plus one */\n"
+    "__device__ long long key_end(const AttnArgs &a, long long i) {\n"
+    "  if (!a.causal) return a.Sk;\n"
+    "  long long e = i + a.Sk - a.Sq + 1;\n"
+    "  return e < 0 ? 0 : (e > a.Sk ? a.Sk : e);\n"
+    "}\n"
+    "\n"
+    "/* ---- tensor-core kernel: 64 query rows per block, 4 warps x 16 rows, 64 keys per tile ---- */\n"
+    "template <class X, int D>\n"
+    "__device__ void attn_mma(const AttnArgs a) {\n"
+    "  enum { BM = 64, BN = 64, LD = D + 8 };\n"
+    "  extern __shared__ __align__(16) u16 smem[];\n"
+    "  u16 *Qs = smem, *Ks = Qs + BM * LD, *Vs = Ks + BN * LD;\n"
+    "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;\n"
+    "  const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * BM;\n"
+    "  const long long kvh = h / (a.H / a.Hkv);\n"
+    "  const u16 *Q = (const u16 *)a.q + ((b * a.H + h) * a.Sq) * D;\n"
+    "  const u16 *K = (const u16 *)a.k + ((b * a.Hkv + kvh) * a.Sk) * D;\n"
+    "  const u16 *V = (const u16 *)a.v + ((b * a.Hkv + kvh) * a.Sk) * D;\n"
+    "  u16 *O = (u16 *)a.o + ((b * a.H + h) * a.Sq) * D;\n"
+    "  /* Q tile, 8 bytes at a time (rows past Sq are zeros) */\n"
+    "  for (int e = tid; e < BM * D / 4; e += blockDim.x) {\n"
+    "    int r = e / (D / 4), c = (e % (D / 4)) * 4;\n"
+    "    uint2 v = make_uint2(0, 0);\n"
+    "    if (q0 + r < a.Sq) v = *(const uint2 *)(Q + (q0 + r) * D + c);\n"
+    "    *(uint2 *)(Qs + r * LD + c) = v;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  u32 qa[D / 16][4];\n"
+    "  const int r0 = warp * 16 + g;\n"
+    "  for (int kk = 0; kk < D / 16; kk++) {\n"
+    "    qa[kk][0] = *(const u32 *)(Qs + r0 * LD + kk * 16 + t4 * 2);\n"
+    "    qa[kk][1] = *(const u32 *)(Qs + (r0 + 8) * LD + kk * 16 + t4 * 2);\n"
+    "    qa[kk][2] = *(const u32 *)(Qs + r0 * LD + kk * 16 + 8 + t4 * 2);\n"
+    "    qa[kk][3] = *(const u32 *)(Qs + (r0 + 8) * LD + kk * 16 + 8 + t4 * 2);\n"
+    "  }\n"
+    "  float o[D / 8][4];\n"
+    "  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;\n"
+    "  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};\n"
+    "  const long long row[2] = {q0 + r0, q0 + r0 + 8};\n"
+    "  long long kv_end = key_end(a, q0 + BM - 1 < a.Sq - 1 ? q0 + BM - 1 : a.Sq - 1);\n"
+    "  for (long long kb = 0; kb < kv_end; kb += BN) {\n"
+    "    __syncthreads();\n"
+    "    for (int e = tid; e < BN * D / 4; e += blockDim.x) {\n"
+    "      int r = e / (D / 4), c = (e % (D / 4)) * 4;\n"
+    "      uint2 kv = make_uint2(0, 0), vv = make_uint2(0, 0);\n"
+    "      if (kb + r < a.Sk) { kv = *(const uint2 *)(K + (kb + r) * D + c); vv = *(const uint2 *)(V + (kb + r) * D + c); }\n"
+    "      *(uint2 *)(Ks + r * LD + c) = kv;\n"
+    "      *(uint2 *)(Vs + r * LD + c) = vv;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    float s[BN / 8][4];\n"
+    "    for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;\n"
+    "    for (int kk = 0; kk < D / 16; kk++)\n"
+    "      for (int n = 0; n < BN / 8; n++) {\n"
+    "        const u16 *kp = Ks + (n * 8 + g) * LD + kk * 16 + t4 * 2;\n"
+    "        X::mma(s[n], qa[kk], *(const u32 *)kp, *(const u32 *)(kp + 8));\n"
+    "      }\n"
+    "    float mx[2] = {NEG_INF, NEG_INF};\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        int ri = e >> 1;\n"
+    "        long long col = kb + n * 8 + t4 * 2 + (e & 1);\n"
+    "        float v = s[n][e] * a.scale;\n"
+    "        if (col >= key_end(a, row[ri]) || row[ri] >= a.Sq) v = NEG_INF;\n"
+    "        else if (a.mask_kind) v += mask_at<X>(a, b, h, row[ri], col);\n"
+    "        s[n][e] = v;\n"
+    "        mx[ri] = fmaxf(mx[ri], v);\n"
+    "      }\n"
+    "    float use[2], alpha[2];\n"
+    "    for (int ri = 0; ri < 2; ri++) {\n"
+    "      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));\n"
+    "      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));\n"
+    "      float mn = fmaxf(m[ri], mx[ri]);\n"
+    "      use[ri] = mn == NEG_INF ? 0.f : mn; /* a row with nothing visible yet stays at 0 */\n"
+    "      alpha[ri] = __expf(m[ri] - use[ri]);\n"
+    "      m[ri] = mn;\n"
+    "      l[ri] *= alpha[ri];\n"
+    "    }\n"
+    "    for (int n = 0; n < D / 8; n++) { o[n][0] *= alpha[0]; o[n][1] *= alpha[0]; o[n][2] *= alpha[1]; o[n][3] *= alpha[1]; }\n"
+    "    u32 pa[BN / 16][4];\n"
+    "    for (int n = 0; n < BN / 8; n++) {\n"
+    "      float p0 = __expf(s[n][0] - use[0]), p1 = __expf(s[n][1] - use[0]);\n"
+    "      float p2 = __expf(s[n][2] - use[1]), p3 = __expf(s[n][3] - use[1]);\n"
+    "      l[0] += p0 + p1;\n"
+    "      l[1] += p2 + p3;\n"
+    "      pa[n >> 1][(n & 1) * 2] = X::pack(p0, p1);\n"
+    "      pa[n >> 1][(n & 1) * 2 + 1] = X::pack(p2, p3);\n"
+    "    }\n"
+    "    for (int j = 0; j < BN / 16; j++)\n"
+    "      for (int n = 0; n < D / 8; n++) {\n"
+    "        const u16 *vp = Vs + (j * 16 + t4 * 2) * LD + n * 8 + g;\n"
+    "        u32 b0 = (u32)vp[0] | ((u32)vp[LD] << 16);\n"
+    "        u32 b1 = (u32)vp[8 * LD] | ((u32)vp[9 * LD] << 16);\n"
+    "        X::mma(o[n], pa[j], b0, b1);\n"
+    "      }\n"
+    "  }\n"
+    "  for (int ri = 0; ri < 2; ri++) {\n"
+    "    l[ri] += __shfl_xor_sync(0xffffffffu, l[ri], 1);\n"
+    "    l[ri] += __shfl_xor_sync(0xffffffffu, l[ri], 2);\n"
+    "  }\n"
+    "  for (int ri = 0; ri < 2; ri++) {\n"
+    "    if (row[ri] >= a.Sq) continue;\n"
+    "    float inv = l[ri] > 0.f ? 1.f / l[ri] : 0.f;\n"
+    "    for (int n = 0; n < D / 8; n++)\n"
+    "      *(u32 *)(O + row[ri] * D + n * 8 + t4 * 2) = X::pack(o[n][ri * 2] * inv, o[n][ri * 2 + 1] * inv);\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "/* ---- generic kernel: one warp per query row, 32 keys per tile, f32 math ---- */\n"
+    "template <class X>\n"
+    "__device__ void attn_gen(const AttnArgs a) {\n"
+    "  enum { W = 4, BN = 32, MAXD = 256 };\n"
+    "  extern __shared__ __align__(16) float fsm[];\n"
+    "  const int D = (int)a.D, Dv = (int)a.Dv;\n"
+    "  float *Ks = fsm, *Vs = Ks + BN * (D + 1), *Qs = Vs + BN * Dv;\n"
+    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n"
+    "  const long long b = blockIdx.z, h = blockIdx.y, i = (long long)blockIdx.x * W + warp;\n"
+    "  const long long kvh = h / (a.H / a.Hkv);\n"
+    "  typedef typename X::T T;\n"
+    "  const T *Q = (const T *)a.q + ((b * a.H + h) * a.Sq) * D;\n"
+    "  const T *K = (const T *)a.k + ((b * a.Hkv + kvh) * a.Sk) * D;\n"
+    "  const T *V = (const T *)a.v + ((b * a.Hkv + kvh) * a.Sk) * Dv;\n"
+    "  T *O = (T *)a.o + ((b * a.H + h) * a.Sq) * Dv;\n"
+    "  for (int d = lane; d < D; d += 32) Qs[warp * D + d] = i < a.Sq ? X::ld(Q, i * D + d) : 0.f;\n"
+    "  float acc[MAXD / 32];\n"
+    "  for (int c = 0; c < MAXD / 32; c++) acc[c] = 0.f;\n"
+    "  float m = NEG_INF, l = 0.f;\n"
+    "  long long last_row = (long long)blockIdx.x * W + W - 1;\n"
+    "  if (last_row > a.Sq - 1) last_row = a.Sq - 1;\n"
+    "  long long kv_end = key_end(a, last_row), my_end = i < a.Sq ? key_end(a, i) : 0;\n"
+    "  for (long long kb = 0; kb < kv_end; kb += BN) {\n"
+    "    __syncthreads();\n"
+    "    for (int e = threadIdx.x; e < BN * D; e += blockDim.x) {\n"
+    "      int r = e / D, c = e % D;\n"
+    "      Ks[r * (D + 1) + c] = kb + r < a.Sk ? X::ld(K, (kb + r) * D + c) : 0.f;\n"
+    "    }\n"
+    "    for (int e = threadIdx.x; e < BN * Dv; e += blockDim.x) {\n"
+    "      int r = e / Dv, c = e % Dv;\n"
+    "      Vs[r * Dv + c] = kb + r < a.Sk ? X::ld(V, (kb + r) * Dv + c) : 0.f;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    long long j = kb + lane;\n"
+    "    float s = NEG_INF;\n"
+    "    if (j < my_end) {\n"
+    "      float dot = 0.f;\n"
+    "      for (int d = 0; d < D; d++) dot = fmaf(Qs[warp * D + d], Ks[lane * (D + 1) + d], dot);\n"
+    "      s = dot * a.scale;\n"
+    "      if (a.mask_kind) s += mask_at<X>(a, b, h, i, j);\n"
+    "    }\n"
+    "    float mx = s;\n"
+    "    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));\n"
+    "    float mn = fmaxf(m, mx), use = mn == NEG_INF ? 0.f : mn;\n"
+    "    float alpha = expf(m - use), p = expf(s - use);\n"
+    "    m = mn;\n"
+    "    float ps = p;\n"
+    "    for (int off = 16; off; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);\n"
+    "    l = l * alpha + ps;\n"
+    "    for (int c = 0; c < MAXD / 32; c++) acc[c] *= alpha;\n"
+    "    for (int jj = 0; jj < BN; jj++) {\n"
+    "      float pj = __shfl_sync(0xffffffffu, p, jj);\n"
+    "      if (pj == 0.f) continue;\n"
+    "      for (int c = 0; c < MAXD / 32; c++) {\n"
+    "        int d = lane + 32 * c;\n"
+    "        if (d < Dv) acc[c] = fmaf(pj, Vs[jj * Dv + d], acc[c]);\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "  if (i >= a.Sq) return;\n"
+    "  float inv = l > 0.f ? 1.f / l : 0.f;\n"
+    "  for (int c = 0; c < MAXD / 32; c++) {\n"
+    "    int d = lane + 32 * c;\n"
+    "    if (d < Dv) X::st(O, i * Dv + d, acc[c] * inv);\n"
+    "  }\n"
+    "}\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(const AttnArgs a) { attn_mma<TBF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(const AttnArgs a) { attn_mma<TBF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(const AttnArgs a) { attn_mma<TF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(const AttnArgs a) { attn_mma<TF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(const AttnArgs a) { attn_gen<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(const AttnArgs a) { attn_gen<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(const AttnArgs a) { attn_gen<TF16>(a); }\n";
+
+const char *gr_cuda_attention_source(void) { return attn_src; }
+
+/* The kernel arguments, laid out as the source's AttnArgs. */
+typedef struct {
+    const void *q, *k, *v, *mask;
+    void *o;
+    long long B, H, Hkv, Sq, Sk, D, Dv;
+    long long ms0, ms1, ms2, ms3;
+    float scale;
+    int causal;
+    int mask_kind;
+} attn_args;
+
+enum { K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
+                                                  "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
+                                                  "attn_gen_f16"};
+_Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
+
+struct gr_cuda_attn {
+    CUmodule module;
+    CUfunction fn[K_COUNT];
+    size_t smem_set[K_COUNT]; /* dynamic shared memory the function was allowed so far */
+};
+
+void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
+    if (!c->attn) return;
+    if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
+    gr_free(c->attn, sizeof *c->attn);
+    c->attn = NULL;
+}
+
+/* Compiles and loads the module on first use (outside any capture's rules: relaxed mode). */
+static gr_status attn_state(gr_cuda_ctx *c, struct gr_cuda_attn **out) {
+    if (c->attn) return *out = c->attn, GR_OK;
+    struct gr_cuda_attn *s = gr_calloc(1, sizeof *s);
+    if (!s) return GR_ERR_NOMEM;
+    void *img = NULL;
+    size_t n = 0;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    gr_status st = gr_cuda_nvrtc_compile(attn_src, "graft_attention", c->arch, false, &img, &n);
+    if (st == GR_OK) {
+        c->kstats.compiles++;
+        st = GR_CU_STATUS(c->cu->cuModuleLoadData(&s->module, img));
+        gr_free(img, n);
+    }
+    if (st == GR_OK) c->kstats.module_loads++;
+    for (int i = 0; i < K_COUNT && st == GR_OK; i++)
+        st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&s->fn[i], s->module, kernel_names[i]));
+    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    if (st != GR_OK) {
+        if (s->module) c->cu->cuModuleUnload(s->module);
+        gr_free(s, sizeof *s);
+        return gr_error_prefix(st, "cuda: attention kernels");
+    }
+    c->attn = s;
+    *out = s;
+    return GR_OK;
+}
+
+gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
+    if (n_args < GR_LIB_ATTENTION_NARGS)
+        return gr_error(GR_ERR_INVALID, "cuda: attention %s: %d arguments, expected %d", call->name, n_args,
+                        GR_LIB_ATTENTION_NARGS);
+    if (call->batch <= 0 || call->heads <= 0 || call->seq_q <= 0 || call->head_dim_v <= 0) return GR_OK;
+    if (call->kv_heads <= 0 || call->heads % call->kv_heads)
+        return gr_error(GR_ERR_INVALID, "cuda: attention %s: %lld heads over %lld kv heads", call->name,
+                        (long long)call->heads, (long long)call->kv_heads);
+    if (call->head_dim > 256 || call->head_dim_v > 256 || call->head_dim <= 0)
+        return gr_error(GR_ERR_UNSUPPORTED, "cuda: attention %s: head_dim %lld / %lld (the kernels take 1..256)",
+                        call->name, (long long)call->head_dim, (long long)call->head_dim_v);
+    if (call->heads > 65535 || call->batch > 65535)
+        return gr_error(GR_ERR_UNSUPPORTED, "cuda: attention %s: more than 65535 heads or batches", call->name);
+    int kind;
+    bool mma = call->head_dim == call->head_dim_v && (call->head_dim == 64 || call->head_dim == 128);
+    switch (call->dtype) {
+    case GR_BF16: kind = mma ? (call->head_dim == 64 ? K_MMA_BF16_64 : K_MMA_BF16_128) : K_GEN_BF16; break;
+    case GR_F16: kind = mma ? (call->head_dim == 64 ? K_MMA_F16_64 : K_MMA_F16_128) : K_GEN_F16; break;
+    case GR_F32: kind = K_GEN_F32, mma = false; break;
+    default:
+        return gr_error(GR_ERR_UNSUPPORTED, "cuda: attention %s: %s inputs (f32, f16, bf16 only)", call->name,
+                        gr_dtype_name(call->dtype));
+    }
+    if (call->has_mask && call->mask_dtype != GR_F32 && call->mask_dtype != call->dtype)
+        return gr_error(GR_ERR_UNSUPPORTED, "cuda: attention %s: a %s mask for %s inputs", call->name,
+                        gr_dtype_name(call->mask_dtype), gr_dtype_name(call->dtype));
+    struct gr_cuda_attn *s = NULL;
+    GR_TRY(attn_state(c, &s));
+    attn_args a = {
+        .q = args[0].ptr, .k = args[1].ptr, .o = args[2].ptr, .v = args[3].ptr, .mask = call->has_mask ? args[4].ptr : NULL,
+        .B = call->batch, .H = call->heads, .Hkv = call->kv_heads, .Sq = call->seq_q, .Sk = call->seq_k,
+        .D = call->head_dim, .Dv = call->head_dim_v,
+        .ms0 = call->mask_stride[0], .ms1 = call->mask_stride[1], .ms2 = call->mask_stride[2], .ms3 = call->mask_stride[3],
+        .scale = (float)call->alpha, .causal = call->causal,
+        .mask_kind = !call->has_mask ? 0 : call->mask_dtype == GR_F32 ? 1 : 2,
+    };
+    if (a.mask_kind && !a.mask) return gr_error(GR_ERR_INVALID, "cuda: attention %s: mask argument missing", call->name);
+    size_t smem;
+    unsigned rows_per_block;
+    uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)args[3].ptr;
+    if (mma && (any & 7u)) { /* the tensor-core kernel reads 8 bytes at a time */
+        mma = false;
+        kind = call->dtype == GR_BF16 ? K_GEN_BF16 : K_GEN_F16;
+    }
+    if (mma) {
+        smem = (size_t)(64 + 64 + 64) * (size_t)(call->head_dim + 8) * 2;
+        rows_per_block = 64;
+    } else {
+        smem = sizeof(float) * (size_t)(32 * (call->head_dim + 1) + 32 * call->head_dim_v + 4 * call->head_dim);
+        rows_per_block = 4;
+    }
+    if (smem > 48 * 1024 && s->smem_set[kind] < smem) {
+        GR_CU_CHECK(c->cu->cuFuncSetAttribute(s->fn[kind], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+        s->smem_set[kind] = smem;
+    }
+    unsigned gx = (unsigned)((call->seq_q + rows_per_block - 1) / rows_per_block);
+    void *params[1] = {&a};
+    gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], gx, (unsigned)call->heads, (unsigned)call->batch, 128, 1, 1,
+                                                      (unsigned)smem, stream, params, NULL));
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
+}

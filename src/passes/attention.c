@@ -1,0 +1,331 @@
+/* passes/attention — recognises scaled dot-product attention and replaces it by one
+ * `attention` node (ir/ops.c), which runs as a fused kernel that never materialises the
+ * [seq_q, seq_k] score matrix.
+ *
+ * The pattern, as the exporters write it (GPT-2, BERT and Llama exports of
+ * tests/data/onnx/dyn, dynamo and TorchScript):
+ *
+ *   S = matmul(Q, KT)                 Q [B,H,Sq,D]; KT [B,H,D,Sk] (or K with trans_b)
+ *   T = mul(S, c) | div(S, c)         c a one-element float constant (optional; repeated)
+ *   U = add(T, M) | add(M, T)         M a float mask broadcasting to [B,H,Sq,Sk] (optional)
+ *   P = softmax(U, axis=-1)
+ *   O = matmul(P, V)                  V [B,H,Sk,Dv]
+ *
+ * K is taken back out of KT: KT = transpose(X, p) gives K = transpose(X, p with its last
+ * two entries swapped), which is X itself when that is the identity; otherwise K is
+ * transpose(KT, [0,1,3,2]). Grouped-query heads: when K and V both are
+ * reshape(expand(unsqueeze(Xkv, axes=[2]), [B,Hkv,r,S,D]), [B,Hkv*r,S,D]) (the
+ * repeat_kv of Llama's export), the attention reads Xkv with Hkv heads directly.
+ *
+ * Each intermediate (S, T, U, P) must have the chain's next node as its only reader and
+ * not be a graph output, so nothing else needs the scores. Shapes may be symbolic: dims
+ * are compared as expressions (gr_dx_equal), and the rewrite happens before
+ * specialization, so every binding compiles the same op. What is not matched stays
+ * unfused (a softmax on another axis, a mask that does not broadcast to the scores, a
+ * scale that is not a constant, batch dims that broadcast inside the matmuls).
+ *
+ * Only f16/bf16 attention is fused unless include_f32: the f32 kernel (exact FMA, no
+ * tensor cores) is slower than the unfused path on the H100 (bench/attention). Head dims
+ * must be concrete and at most 256 (what the CUDA kernels take).
+ *
+ * The old nodes stay in the graph, unread; their steps are removed by dead-step
+ * elimination after lowering (passes/dce.c), so they cost compile time only.
+ */
+#include "passes/passes.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ==== graph queries ======================================================================== */
+
+typedef struct {
+    gr_graph *g;
+    bool include_f32;
+    int *readers; /* readers[v]: number of node inputs reading value v (+1 if a graph output) */
+    size_t readers_bytes;
+} at_ctx;
+
+static const gr_ir_value *val(const at_ctx *c, int v) { return &c->g->values.data[v]; }
+
+/* The node producing v with op `op`, read only by one node, or NULL. */
+static const gr_ir_node *single_use_producer(const at_ctx *c, int v, gr_op op) {
+    if (v < 0) return NULL;
+    const gr_ir_value *x = val(c, v);
+    if (x->kind != GR_VAL_NODE || x->producer < 0 || c->readers[v] != 1) return NULL;
+    const gr_ir_node *n = &c->g->nodes.data[x->producer];
+    return n->op == op && n->n_out == 1 ? n : NULL;
+}
+
+static const gr_ir_node *producer(const at_ctx *c, int v, gr_op op) {
+    if (v < 0) return NULL;
+    const gr_ir_value *x = val(c, v);
+    if (x->kind != GR_VAL_NODE || x->producer < 0) return NULL;
+    const gr_ir_node *n = &c->g->nodes.data[x->producer];
+    return n->op == op ? n : NULL;
+}
+
+static bool is_4d_float(const at_ctx *c, int v) {
+    const gr_ir_value *x = val(c, v);
+    return x->typed && x->ndim == 4 && gr_dtype_is_float(x->dtype);
+}
+
+/* A one-element float constant: its value. */
+static bool scalar_const(const at_ctx *c, int v, double *out) {
+    const gr_ir_value *x = val(c, v);
+    if (x->kind != GR_VAL_CONST || !x->typed || !gr_dtype_is_float(x->dtype) || !x->data) return false;
+    if (gr_ir_value_numel(x) != 1) return false;
+    *out = gr_load_f64(x->data, x->dtype, 0);
+    return isfinite(*out) && *out != 0;
+}
+
+static bool plain_matmul(const at_ctx *c, const gr_ir_node *n, bool allow_trans_b, int64_t *trans_b, double *alpha) {
+    if (n->n_in > 2 && n->in[2] >= 0) return false;
+    int64_t ta = 0;
+    if (gr_ir_attr_int(c->g, n, "trans_a", 0, &ta) != GR_OK || gr_ir_attr_int(c->g, n, "trans_b", 0, trans_b) != GR_OK ||
+        gr_ir_attr_float(c->g, n, "alpha", 1.0, alpha) != GR_OK) {
+        gr_error_clear();
+        return false;
+    }
+    return ta == 0 && (*trans_b == 0 || (allow_trans_b && *trans_b == 1)) && isfinite(*alpha);
+}
+
+static bool same_dims(const gr_ir_value *a, const gr_ir_value *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (!gr_dx_equal(a->dims[i], b->dims[i])) return false;
+    return true;
+}
+
+/* The mask broadcasts onto scores u (every dim 1 or equal to u's, rank <= 4, float). */
+static bool mask_fits(const at_ctx *c, int m, int u) {
+    const gr_ir_value *mv = val(c, m), *uv = val(c, u);
+    if (!mv->typed || !gr_dtype_is_float(mv->dtype) || mv->ndim > 4) return false;
+    for (int i = 0; i < mv->ndim; i++) {
+        gr_dim d = mv->dims[i];
+        if (!gr_dx_is_sym(d) && d.size == 1) continue;
+        if (!gr_dx_equal(d, uv->dims[4 - mv->ndim + i])) return false;
+    }
+    return true;
+}
+
+/* x = reshape(expand(unsqueeze(kv, axes=[2]), [B,Hkv,r,S,D]), [B,Hkv*r,S,D]): kv, else -1. */
+static int repeat_kv_source(const at_ctx *c, int x) {
+    const gr_ir_node *rs = producer(c, x, GR_OP_RESHAPE);
+    if (!rs) return -1;
+    const gr_ir_node *ex = producer(c, rs->in[0], GR_OP_EXPAND);
+    if (!ex) return -1;
+    const gr_ir_node *un = producer(c, ex->in[0], GR_OP_UNSQUEEZE);
+    if (!un) return -1;
+    const int64_t *axes = NULL;
+    int n_axes = 0;
+    if (gr_ir_attr_ints(c->g, un, "axes", &axes, &n_axes) != GR_OK) return gr_error_clear(), -1;
+    int kv = un->in[0];
+    if (n_axes != 1 || (axes[0] != 2 && axes[0] != -3) || !is_4d_float(c, kv)) return -1;
+    const gr_ir_value *kvv = val(c, kv), *ev = val(c, ex->out[0]), *xv = val(c, x);
+    if (!ev->typed || ev->ndim != 5 || !xv->typed || xv->ndim != 4) return -1;
+    /* expand keeps B, Hkv, S, D and repeats the new axis */
+    if (!gr_dx_equal(ev->dims[0], kvv->dims[0]) || !gr_dx_equal(ev->dims[1], kvv->dims[1]) ||
+        !gr_dx_equal(ev->dims[3], kvv->dims[2]) || !gr_dx_equal(ev->dims[4], kvv->dims[3]))
+        return -1;
+    /* the reshape merges (Hkv, r) into heads: x is [B, Hkv*r, S, D] */
+    gr_dim heads;
+    if (gr_dx_binary(c->g, GR_DX_MUL, ev->dims[1], ev->dims[2], &heads) != GR_OK) return gr_error_clear(), -1;
+    if (!gr_dx_equal(xv->dims[0], kvv->dims[0]) || !gr_dx_equal(xv->dims[1], heads) ||
+        !gr_dx_equal(xv->dims[2], kvv->dims[2]) || !gr_dx_equal(xv->dims[3], kvv->dims[3]))
+        return -1;
+    return kv;
+}
+
+/* ==== matching ================================================================================ */
+
+typedef struct {
+    int q, k, v, mask;   /* values; k is [B,Hk,Sk,D] when k_perm is NULL */
+    int k_src;           /* when >= 0: k = transpose(k_src, k_perm) must be made */
+    int64_t k_perm[4];
+    double scale;
+} at_match;
+
+static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
+    memset(m, 0, sizeof *m);
+    m->mask = -1;
+    m->k_src = -1;
+    int64_t tb;
+    double alpha;
+    if (pv->n_in < 2 || !plain_matmul(c, pv, false, &tb, &alpha) || alpha != 1.0) return false;
+    if (!is_4d_float(c, pv->in[0]) || !is_4d_float(c, pv->in[1]) || !is_4d_float(c, pv->out[0])) return false;
+    const gr_ir_node *sm = single_use_producer(c, pv->in[0], GR_OP_SOFTMAX);
+    if (!sm) return false;
+    int64_t axis;
+    if (gr_ir_attr_int(c->g, sm, "axis", -1, &axis) != GR_OK) return gr_error_clear(), false;
+    if (axis != -1 && axis != 3) return false;
+    int u = sm->in[0], t = u;
+    m->scale = 1.0;
+    const gr_ir_node *add = single_use_producer(c, u, GR_OP_ADD);
+    if (add) {
+        /* the operand leading to the scores is the one with a scale or the matmul above it */
+        for (int side = 0; side < 2; side++) {
+            int a = add->in[side], b = add->in[1 - side];
+            if ((single_use_producer(c, a, GR_OP_MUL) || single_use_producer(c, a, GR_OP_DIV) ||
+                 single_use_producer(c, a, GR_OP_MATMUL)) &&
+                is_4d_float(c, a) && same_dims(val(c, a), val(c, u), 4) && mask_fits(c, b, u)) {
+                t = a;
+                m->mask = b;
+                break;
+            }
+        }
+        if (m->mask < 0) return false;
+    }
+    /* scale: mul/div by one-element constants, in any number */
+    for (;;) {
+        const gr_ir_node *mul = single_use_producer(c, t, GR_OP_MUL), *div = single_use_producer(c, t, GR_OP_DIV);
+        const gr_ir_node *op = mul ? mul : div;
+        if (!op) break;
+        double k;
+        int x;
+        if (scalar_const(c, op->in[1], &k)) x = op->in[0];
+        else if (mul && scalar_const(c, op->in[0], &k)) x = op->in[1];
+        else return false;
+        if (!is_4d_float(c, x) || !same_dims(val(c, x), val(c, t), 4)) return false;
+        m->scale = div ? m->scale / k : m->scale * k;
+        t = x;
+    }
+    const gr_ir_node *qk = single_use_producer(c, t, GR_OP_MATMUL);
+    if (!qk || qk->n_in < 2 || !plain_matmul(c, qk, true, &tb, &alpha)) return false;
+    m->scale *= alpha;
+    m->q = qk->in[0];
+    m->v = pv->in[1];
+    int kt = qk->in[1];
+    if (!is_4d_float(c, m->q) || !is_4d_float(c, kt)) return false;
+    const gr_ir_value *qv = val(c, m->q), *ktv = val(c, kt), *vv = val(c, m->v), *sv = val(c, t);
+    if (qv->dtype != ktv->dtype || qv->dtype != vv->dtype || qv->dtype != sv->dtype) return false;
+    if (!c->include_f32 && qv->dtype != GR_F16 && qv->dtype != GR_BF16) return false;
+    /* the device kernels take head dims up to 256 */
+    if (gr_dx_is_sym(qv->dims[3]) || qv->dims[3].size > 256 || gr_dx_is_sym(vv->dims[3]) || vv->dims[3].size > 256)
+        return false;
+    /* no batch broadcasting inside the matmuls: Q, K^T, V share [B, H] */
+    if (!same_dims(qv, ktv, 2) || !same_dims(qv, vv, 2)) return false;
+    gr_dim sk = tb ? ktv->dims[2] : ktv->dims[3], dk = tb ? ktv->dims[3] : ktv->dims[2];
+    if (!gr_dx_equal(dk, qv->dims[3]) || !gr_dx_equal(sk, vv->dims[2])) return false;
+    if (!gr_dx_equal(sv->dims[2], qv->dims[2]) || !gr_dx_equal(sv->dims[3], sk)) return false;
+    if (tb) {
+        m->k = kt;
+    } else {
+        const gr_ir_node *tr = producer(c, kt, GR_OP_TRANSPOSE);
+        const int64_t *perm = NULL;
+        int np = -1;
+        if (tr && gr_ir_attr_ints(c->g, tr, "perm", &perm, &np) != GR_OK) gr_error_clear(), np = -1;
+        if (tr && np == 4) {
+            int64_t p[4] = {perm[0], perm[1], perm[3], perm[2]};
+            bool ident = true;
+            for (int i = 0; i < 4; i++) ident = ident && (p[i] == i || p[i] == i - 4);
+            if (ident) m->k = tr->in[0];
+            else {
+                m->k_src = tr->in[0];
+                memcpy(m->k_perm, p, sizeof p);
+            }
+        } else {
+            m->k_src = kt;
+            int64_t p[4] = {0, 1, 3, 2};
+            memcpy(m->k_perm, p, sizeof p);
+        }
+    }
+    /* grouped-query heads: read the kv heads before their repeat */
+    if (m->k_src < 0) {
+        int kk = repeat_kv_source(c, m->k), vk = repeat_kv_source(c, m->v);
+        if (kk >= 0 && vk >= 0 && gr_dx_equal(val(c, kk)->dims[1], val(c, vk)->dims[1])) {
+            m->k = kk;
+            m->v = vk;
+        }
+    }
+    return true;
+}
+
+/* ==== rewriting =============================================================================== */
+
+/* Adds transpose(src, perm) at the end of the node list; its output in *out. */
+static gr_status add_transpose(gr_graph *g, const char *base, int src, const int64_t *perm, int *out) {
+    gr_ir_attr a;
+    memset(&a, 0, sizeof a);
+    a.name = (char *)"perm";
+    a.kind = GR_IR_ATTR_INTS;
+    a.ints = (int64_t *)perm;
+    a.n = 4;
+    char name[300];
+    snprintf(name, sizeof name, "%s.k", base);
+    int node;
+    GR_TRY(gr_ir_add_node(g, GR_OP_TRANSPOSE, gr_ir_find_node(g, name) < 0 ? name : NULL, 1, &src, 1, NULL, 1, &a, &node));
+    *out = g->nodes.data[node].out[0];
+    return gr_ir_infer_node(g, node);
+}
+
+/* Replaces node `at` (the P @ V matmul) by [transpose of K,] attention producing its output value. */
+static gr_status rewrite(gr_graph *g, int at, const at_match *m) {
+    int first_node = g->nodes.len;
+    char base[256];
+    snprintf(base, sizeof base, "%s", g->nodes.data[at].name);
+    int k = m->k;
+    gr_status st = GR_OK;
+    if (m->k_src >= 0) st = add_transpose(g, base, m->k_src, m->k_perm, &k);
+    gr_ir_attr attrs[2];
+    memset(attrs, 0, sizeof attrs);
+    attrs[0].name = (char *)"scale";
+    attrs[0].kind = GR_IR_ATTR_FLOAT;
+    attrs[0].f = m->scale;
+    attrs[1].name = (char *)"causal";
+    attrs[1].kind = GR_IR_ATTR_INT;
+    attrs[1].i = 0;
+    int in[4] = {m->q, k, m->v, m->mask};
+    char name[300];
+    snprintf(name, sizeof name, "%s.attention", base);
+    int node = -1;
+    if (st == GR_OK)
+        st = gr_ir_add_node(g, GR_OP_ATTENTION, gr_ir_find_node(g, name) < 0 ? name : NULL, m->mask >= 0 ? 4 : 3, in, 1,
+                            NULL, 2, attrs, &node);
+    if (st != GR_OK) {
+        while (g->nodes.len > first_node) gr_ir_remove_last_node(g);
+        return st;
+    }
+    /* the attention produces the matmul's own output value (readers keep their index) */
+    int old_out = g->nodes.data[at].out[0];
+    int fresh = g->nodes.data[node].out[0];
+    g->nodes.data[node].out[0] = old_out;
+    if (fresh == g->values.len - 1) {
+        gr_strfree(g->values.data[fresh].name);
+        g->values.len--;
+    }
+    gr_ir_splice_nodes(g, at, first_node);
+    return GR_OK;
+}
+
+static gr_status count_readers(at_ctx *c) {
+    gr_graph *g = c->g;
+    if (c->readers) gr_free(c->readers, c->readers_bytes);
+    c->readers_bytes = sizeof(int) * (size_t)(g->values.len + 1);
+    c->readers = gr_calloc((size_t)(g->values.len + 1), sizeof(int));
+    if (!c->readers) return c->readers_bytes = 0, GR_ERR_NOMEM;
+    for (int i = 0; i < g->nodes.len; i++)
+        for (int j = 0; j < g->nodes.data[i].n_in; j++)
+            if (g->nodes.data[i].in[j] >= 0) c->readers[g->nodes.data[i].in[j]]++;
+    for (int i = 0; i < g->outputs.len; i++) c->readers[g->outputs.data[i]]++;
+    return GR_OK;
+}
+
+gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused) {
+    if (n_fused) *n_fused = 0;
+    at_ctx c = {.g = g, .include_f32 = include_f32, .readers = NULL, .readers_bytes = 0};
+    gr_status st = count_readers(&c);
+    int fused = 0;
+    for (int i = 0; i < g->nodes.len && st == GR_OK; i++) {
+        if (g->nodes.data[i].op != GR_OP_MATMUL) continue;
+        at_match m;
+        if (!match(&c, &g->nodes.data[i], &m)) continue;
+        st = rewrite(g, i, &m);
+        if (st != GR_OK) break;
+        fused++;
+        /* the rewrite moved nodes and may have added values: count again */
+        st = count_readers(&c);
+    }
+    if (c.readers) gr_free(c.readers, c.readers_bytes);
+    if (st == GR_OK && fused) st = gr_ir_infer_shapes(g);
+    if (n_fused) *n_fused = fused;
+    return st;
+}

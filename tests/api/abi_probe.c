@@ -1,0 +1,60 @@
+/* Prints the size of each public struct of graft.h and the offset of each field, in
+ * declaration order: tests/py/test_package.py checks the Python package's ctypes mirrors
+ * against it. A field added to graft.h must be added here and in python/graft/_capi.py. */
+#include <stddef.h>
+#include <stdio.h>
+#include "graft.h"
+
+int main(void) {
+    printf("gr_value_info %zu\n", sizeof(gr_value_info));
+    printf("gr_value_info.name %zu\n", offsetof(gr_value_info, name));
+    printf("gr_value_info.dtype %zu\n", offsetof(gr_value_info, dtype));
+    printf("gr_value_info.ndim %zu\n", offsetof(gr_value_info, ndim));
+    printf("gr_value_info.dims %zu\n", offsetof(gr_value_info, dims));
+    printf("gr_value_info.sym_names %zu\n", offsetof(gr_value_info, sym_names));
+    printf("gr_dim_info %zu\n", sizeof(gr_dim_info));
+    printf("gr_dim_info.name %zu\n", offsetof(gr_dim_info, name));
+    printf("gr_dim_info.lo %zu\n", offsetof(gr_dim_info, lo));
+    printf("gr_dim_info.hi %zu\n", offsetof(gr_dim_info, hi));
+    printf("gr_dim_info.declared %zu\n", offsetof(gr_dim_info, declared));
+    printf("gr_session_options %zu\n", sizeof(gr_session_options));
+    printf("gr_session_options.device %zu\n", offsetof(gr_session_options, device));
+    printf("gr_session_options.mode %zu\n", offsetof(gr_session_options, mode));
+    printf("gr_session_options.verbose %zu\n", offsetof(gr_session_options, verbose));
+    printf("gr_session_options.max_rerecords %zu\n", offsetof(gr_session_options, max_rerecords));
+    printf("gr_session_options.cache_dir %zu\n", offsetof(gr_session_options, cache_dir));
+    printf("gr_session_options.no_partition %zu\n", offsetof(gr_session_options, no_partition));
+    printf("gr_session_options.arena_policy %zu\n", offsetof(gr_session_options, arena_policy));
+    printf("gr_session_options.no_fuse_attention %zu\n", offsetof(gr_session_options, no_fuse_attention));
+    printf("gr_session_options.fuse_attention_f32 %zu\n", offsetof(gr_session_options, fuse_attention_f32));
+    printf("gr_output %zu\n", sizeof(gr_output));
+    printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
+    printf("gr_output.index %zu\n", offsetof(gr_output, index));
+    printf("gr_run_stats %zu\n", sizeof(gr_run_stats));
+    printf("gr_run_stats.time_us %zu\n", offsetof(gr_run_stats, time_us));
+    printf("gr_run_stats.gpu_time_us %zu\n", offsetof(gr_run_stats, gpu_time_us));
+    printf("gr_run_stats.kernels %zu\n", offsetof(gr_run_stats, kernels));
+    printf("gr_run_stats.kernels_in_graphs %zu\n", offsetof(gr_run_stats, kernels_in_graphs));
+    printf("gr_run_stats.graph_launches %zu\n", offsetof(gr_run_stats, graph_launches));
+    printf("gr_run_stats.copies %zu\n", offsetof(gr_run_stats, copies));
+    printf("gr_run_stats.bytes_copied %zu\n", offsetof(gr_run_stats, bytes_copied));
+    printf("gr_run_stats.arena_bytes %zu\n", offsetof(gr_run_stats, arena_bytes));
+    printf("gr_run_stats.weight_bytes %zu\n", offsetof(gr_run_stats, weight_bytes));
+    printf("gr_run_stats.segments %zu\n", offsetof(gr_run_stats, segments));
+    printf("gr_run_stats.segments_in_graphs %zu\n", offsetof(gr_run_stats, segments_in_graphs));
+    printf("gr_run_stats.captures %zu\n", offsetof(gr_run_stats, captures));
+    printf("gr_run_stats.device_bytes %zu\n", offsetof(gr_run_stats, device_bytes));
+    printf("gr_run_stats.compile_us %zu\n", offsetof(gr_run_stats, compile_us));
+    printf("gr_run_stats.capture_us %zu\n", offsetof(gr_run_stats, capture_us));
+    printf("gr_run_stats.nodes_updated %zu\n", offsetof(gr_run_stats, nodes_updated));
+    printf("gr_run_stats.inputs_in_place %zu\n", offsetof(gr_run_stats, inputs_in_place));
+    printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
+    printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
+    printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));
+    printf("gr_kernel_stats.disk_cache_hits %zu\n", offsetof(gr_kernel_stats, disk_cache_hits));
+    printf("gr_kernel_stats.modules_loaded %zu\n", offsetof(gr_kernel_stats, modules_loaded));
+    printf("gr_kernel_stats.generic_new %zu\n", offsetof(gr_kernel_stats, generic_new));
+    printf("gr_kernel_stats.generic_reused %zu\n", offsetof(gr_kernel_stats, generic_reused));
+    printf("gr_kernel_stats.generic_fallbacks %zu\n", offsetof(gr_kernel_stats, generic_fallbacks));
+    return 0;
+}

@@ -1,0 +1,311 @@
+/* Zero-copy device I/O on the simulator (include/graft.h, "zero-copy device I/O"):
+ * inputs bound to a caller's device buffer are read in place (graph nodes repointed when
+ * the address moves, nothing copied or updated when it does not), copied into the
+ * placeholder where a library call reads them inside a graph, mirrored to the host where a
+ * step reads them there; output device addresses follow the generation rule; caller
+ * streams are refused on the simulator; a freed or foreign buffer is a hazard, not a read. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+/* kernels only: x is read in place in every mode */
+static const char *ew_gir =
+    "graft 1\n"
+    "input x: f32[4, 8]\n"
+    "input temperature: f32[] @host\n"
+    "const b: f32[8] = [0, 1, 2, 3, 4, 5, 6, 7]\n"
+    "s = div(x, temperature)\n"
+    "e = exp(s)\n"
+    "y = add(e, b)\n"
+    "output y\n";
+
+/* no host scalar: the kernels reading x are re-checked only because x may move */
+static const char *plain_gir =
+    "graft 1\n"
+    "input x: f32[4, 8]\n"
+    "input temperature: f32[]\n"
+    "const b: f32[8] = [0, 1, 2, 3, 4, 5, 6, 7]\n"
+    "e = exp(x)\n"
+    "y = add(e, b)\n"
+    "z = mul(y, temperature)\n"
+    "output z\n";
+
+/* a matmul (library call) reads x: in graph mode it is copied into its placeholder */
+static const char *mm_gir =
+    "graft 1\n"
+    "input x: f32[4, 8]\n"
+    "input temperature: f32[] @host\n"
+    "w = random_normal(shape=[8, 8], seed=3, std=0.5)\n"
+    "h = matmul(x, w)\n"
+    "s = div(h, temperature)\n"
+    "y = softmax(s, axis=-1)\n"
+    "output y\n";
+
+static const char *dyn_gir =
+    "graft 1\n"
+    "input x: f32[N, 8]\n"
+    "y = mul(x, x)\n"
+    "z = reduce_sum(y, axes=[1], keepdims=0)\n"
+    "output z\n";
+
+static const int64_t xd[2] = {4, 8};
+
+static void fill(float *x, int n, float k) {
+    for (int i = 0; i < n; i++) x[i] = k * (float)((i * 7) % 13 - 6) / 8.0f;
+}
+
+static gr_session_t open_session(const char *gir, gr_mode mode) {
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_graph_parse(gir, "devio.gir", NULL, &g));
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.mode = mode;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_graph_destroy(g);
+    return s;
+}
+
+/* the same model with host inputs: the reference */
+static void reference(const char *gir, const float *x, float temp, float *y) {
+    gr_session_t s = open_session(gir, GR_MODE_EAGER);
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, xd, x, sizeof(float) * 32));
+    CHECK_OK(gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &temp, sizeof temp));
+    CHECK_OK(gr_session_run(s));
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    CHECK_OK(gr_session_output_read(s, o, y, sizeof(float) * 32));
+    gr_session_destroy(s);
+}
+
+/* binds x to dev, sets temperature, runs, reads y; returns the run's stats */
+static gr_run_stats run_bound(gr_session_t s, void *dev, float temp, float *y) {
+    gr_run_stats st;
+    memset(&st, 0, sizeof st);
+    CHECK_OK(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, dev, sizeof(float) * 32));
+    CHECK_OK(gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &temp, sizeof temp));
+    CHECK_OK(gr_session_run(s));
+    CHECK_OK(gr_session_stats(s, &st));
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    CHECK_OK(gr_session_output_read(s, o, y, sizeof(float) * 32));
+    return st;
+}
+
+/* In place: the address the graph was captured with costs nothing; a new one repoints
+ * the nodes that read it, and the results follow the buffer. */
+static void test_in_place(const char *gir, gr_mode mode) {
+    long live0 = gr_debug_live_allocs();
+    gr_session_t s = open_session(gir, mode);
+    /* a temperature set from host memory into a device placeholder is copied every run */
+    size_t temp_bytes = strstr(gir, "@host") ? 0 : sizeof(float);
+    float xa[32], xb[32], ya[32], yb[32], y[32];
+    fill(xa, 32, 1.0f);
+    fill(xb, 32, -0.5f);
+    reference(gir, xa, 2.0f, ya);
+    reference(gir, xb, 2.0f, yb);
+    void *a = NULL, *b = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof xa, &a));
+    CHECK_OK(gr_session_device_alloc(s, sizeof xb, &b));
+    CHECK_OK(gr_session_device_upload(s, a, xa, sizeof xa));
+    CHECK_OK(gr_session_device_upload(s, b, xb, sizeof xb));
+    gr_run_stats st;
+    for (int r = 0; r < 3; r++) { /* graph mode: warm-up, capture + replay, replay */
+        st = run_bound(s, a, 2.0f, y);
+        CHECK_MSG(!memcmp(y, ya, sizeof y), "mode %d run %d: output differs from the host-bound run", mode, r);
+        CHECK(st.bytes_copied == temp_bytes);
+        CHECK(st.inputs_in_place == 1);
+    }
+    CHECK(st.nodes_updated == 0);
+    if (mode == GR_MODE_GRAPH) CHECK(st.graph_launches == 1);
+    st = run_bound(s, b, 2.0f, y); /* moved: repointed, not copied */
+    CHECK(!memcmp(y, yb, sizeof y));
+    CHECK(st.bytes_copied == temp_bytes);
+    if (mode == GR_MODE_GRAPH) CHECK_MSG(st.nodes_updated >= 1, "%ld nodes updated", st.nodes_updated);
+    if (mode == GR_MODE_EAGER) CHECK(st.nodes_updated == 0);
+    st = run_bound(s, b, 2.0f, y); /* same address again: nothing to do */
+    CHECK(!memcmp(y, yb, sizeof y));
+    CHECK(st.nodes_updated == 0 && st.bytes_copied == temp_bytes);
+    st = run_bound(s, a, 2.0f, y); /* back */
+    CHECK(!memcmp(y, ya, sizeof y));
+    /* host data again: the placeholder, bit-identical */
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, xd, xb, sizeof xb));
+    CHECK_OK(gr_session_run(s));
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    CHECK_OK(gr_session_output_read(s, o, y, sizeof y));
+    CHECK(!memcmp(y, yb, sizeof y));
+    CHECK_OK(gr_session_stats(s, &st));
+    CHECK(st.bytes_copied == sizeof xb && st.inputs_in_place == 0); /* temperature not set again */
+    gr_session_device_free(s, a);
+    gr_session_device_free(s, b);
+    gr_session_destroy(s);
+    CHECK(gr_debug_live_allocs() == live0);
+}
+
+/* A matmul reads x inside a captured segment: its node cannot be repointed, so the
+ * buffer is copied device-to-device into the placeholder each time it is bound. */
+static void test_copied_for_libcall(void) {
+    gr_session_t s = open_session(mm_gir, GR_MODE_GRAPH);
+    float xa[32], xb[32], ya[32], yb[32], y[32];
+    fill(xa, 32, 1.0f);
+    fill(xb, 32, 0.25f);
+    reference(mm_gir, xa, 1.5f, ya);
+    reference(mm_gir, xb, 1.5f, yb);
+    void *a = NULL, *b = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof xa, &a));
+    CHECK_OK(gr_session_device_alloc(s, sizeof xb, &b));
+    CHECK_OK(gr_session_device_upload(s, a, xa, sizeof xa));
+    CHECK_OK(gr_session_device_upload(s, b, xb, sizeof xb));
+    for (int r = 0; r < 4; r++) {
+        gr_run_stats st = run_bound(s, r % 2 ? b : a, 1.5f, y);
+        CHECK_MSG(!memcmp(y, r % 2 ? yb : ya, sizeof y), "run %d: output differs from the host-bound run", r);
+        CHECK_MSG(st.bytes_copied == sizeof xa && st.inputs_in_place == 0, "run %d: %zu bytes copied, %ld in place", r,
+                  st.bytes_copied, st.inputs_in_place);
+    }
+    gr_session_device_free(s, a);
+    gr_session_device_free(s, b);
+    gr_session_destroy(s);
+}
+
+/* A host-read input (a scalar read by value) bound to device memory is copied to the host. */
+static void test_host_read_input(gr_mode mode) {
+    gr_session_t s = open_session(ew_gir, mode);
+    float x[32], want[32], y[32], temp = 3.0f;
+    fill(x, 32, 1.0f);
+    reference(ew_gir, x, temp, want);
+    void *dx = NULL, *dt = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof x, &dx));
+    CHECK_OK(gr_session_device_alloc(s, sizeof temp, &dt));
+    CHECK_OK(gr_session_device_upload(s, dx, x, sizeof x));
+    for (int r = 0; r < 3; r++) {
+        CHECK_OK(gr_session_device_upload(s, dt, &temp, sizeof temp));
+        CHECK_OK(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, dx, sizeof x));
+        CHECK_OK(gr_session_bind_input_device(s, "temperature", GR_F32, 0, NULL, dt, sizeof temp));
+        CHECK_OK(gr_session_run(s));
+        gr_output o;
+        CHECK_OK(gr_session_output(s, 0, &o));
+        CHECK_OK(gr_session_output_read(s, o, y, sizeof y));
+        CHECK(!memcmp(y, want, sizeof y));
+        gr_run_stats st;
+        CHECK_OK(gr_session_stats(s, &st));
+        CHECK(st.bytes_copied == sizeof temp);
+    }
+    /* the scalar changes in device memory and is bound again: the run sees it */
+    float temp2 = 0.5f;
+    reference(ew_gir, x, temp2, want);
+    CHECK_OK(gr_session_device_upload(s, dt, &temp2, sizeof temp2));
+    CHECK_OK(gr_session_bind_input_device(s, "temperature", GR_F32, 0, NULL, dt, sizeof temp2));
+    CHECK_OK(gr_session_run(s));
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    CHECK_OK(gr_session_output_read(s, o, y, sizeof y));
+    CHECK(!memcmp(y, want, sizeof y));
+    gr_session_device_free(s, dx);
+    gr_session_device_free(s, dt);
+    gr_session_destroy(s);
+}
+
+/* Output device addresses: the run's values, until the next run; an old handle is stale. */
+static void test_output_device_ptr(void) {
+    gr_session_t s = open_session(ew_gir, GR_MODE_GRAPH);
+    float x[32], y[32], via_ptr[32];
+    fill(x, 32, 1.0f);
+    void *dx = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof x, &dx));
+    CHECK_OK(gr_session_device_upload(s, dx, x, sizeof x));
+    run_bound(s, dx, 2.0f, y);
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    void *py = NULL;
+    CHECK_OK(gr_session_output_device_ptr(s, o, &py));
+    CHECK(py != NULL);
+    CHECK_OK(gr_session_device_download(s, via_ptr, py, sizeof via_ptr));
+    CHECK(!memcmp(via_ptr, y, sizeof y));
+    run_bound(s, dx, 4.0f, y);
+    void *again = NULL;
+    CHECK_ERR(gr_session_output_device_ptr(s, o, &again), GR_ERR_STALE, "has run again");
+    CHECK(again == NULL);
+    CHECK_ERR(gr_session_output_device_ptr(s, o, NULL), GR_ERR_INVALID, "NULL");
+    gr_session_device_free(s, dx);
+    gr_session_destroy(s);
+}
+
+/* Bad bindings are refused with the input's name; freed and foreign buffers are hazards. */
+static void test_errors(void) {
+    gr_session_t s = open_session(ew_gir, GR_MODE_GRAPH);
+    float x[32], y[32];
+    fill(x, 32, 1.0f);
+    void *dx = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof x, &dx));
+    CHECK_OK(gr_session_device_upload(s, dx, x, sizeof x));
+    int64_t bad[2] = {4, 7};
+    CHECK_ERR(gr_session_bind_input_device(s, "x", GR_F32, 2, bad, dx, sizeof(float) * 28), GR_ERR_SHAPE, "input 'x': dim 1 is 7");
+    CHECK_ERR(gr_session_bind_input_device(s, "x", GR_I32, 2, xd, dx, sizeof x), GR_ERR_SHAPE, "dtype i32 given");
+    CHECK_ERR(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, dx, sizeof x - 4), GR_ERR_SHAPE, "bytes given");
+    CHECK_ERR(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, NULL, sizeof x), GR_ERR_INVALID, "input 'x': data is NULL");
+    CHECK_ERR(gr_session_bind_input_device(s, "nope", GR_F32, 2, xd, dx, sizeof x), GR_ERR_NOT_FOUND, "no input named 'nope'");
+    /* caller streams: only NULL on the simulator */
+    CHECK_ERR(gr_session_run_on_stream(s, (void *)1), GR_ERR_UNSUPPORTED, "pass NULL");
+    CHECK_ERR(gr_session_order_stream(s, (void *)1), GR_ERR_UNSUPPORTED, "pass NULL");
+    CHECK_OK(gr_session_order_stream(s, NULL));
+    CHECK_OK(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, dx, sizeof x));
+    float temp = 2.0f;
+    CHECK_OK(gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &temp, sizeof temp));
+    CHECK_OK(gr_session_run_on_stream(s, NULL));
+    CHECK_OK(gr_session_run(s)); /* captured with dx now */
+    /* the buffer freed while still bound: the replay must not read it */
+    gr_session_device_free(s, dx);
+    CHECK_ERR(gr_session_run(s), GR_ERR_HAZARD, "use-after-free");
+    /* host memory is not device memory */
+    float *host = malloc(sizeof x);
+    memcpy(host, x, sizeof x);
+    CHECK_OK(gr_session_bind_input_device(s, "x", GR_F32, 2, xd, host, sizeof x));
+    CHECK_ERR(gr_session_run(s), GR_ERR_HAZARD, "not memory allocated by the device");
+    free(host);
+    (void)y;
+    gr_session_destroy(s);
+}
+
+/* Symbolic dims bound by the device buffer's shape, several lengths in one session. */
+static void test_dynamic(void) {
+    gr_session_t s = open_session(dyn_gir, GR_MODE_GRAPH);
+    for (int r = 0; r < 6; r++) {
+        int64_t n = 1 + (r * 3) % 5, dims[2] = {n, 8};
+        float x[40], z[5];
+        fill(x, (int)(n * 8), 1.0f + (float)r);
+        void *dx = NULL;
+        CHECK_OK(gr_session_device_alloc(s, sizeof(float) * (size_t)n * 8, &dx));
+        CHECK_OK(gr_session_device_upload(s, dx, x, sizeof(float) * (size_t)n * 8));
+        CHECK_OK(gr_session_bind_input_device(s, "x", GR_F32, 2, dims, dx, sizeof(float) * (size_t)n * 8));
+        CHECK_OK(gr_session_run(s));
+        gr_output o;
+        CHECK_OK(gr_session_output(s, 0, &o));
+        CHECK_OK(gr_session_output_read(s, o, z, sizeof(float) * (size_t)n));
+        for (int i = 0; i < n; i++) {
+            double want = 0;
+            for (int j = 0; j < 8; j++) want += (double)x[i * 8 + j] * x[i * 8 + j];
+            CHECK_MSG(z[i] > want * (1 - 1e-5) - 1e-6 && z[i] < want * (1 + 1e-5) + 1e-6, "n=%lld row %d: %g != %g", (long long)n, i,
+                      z[i], want);
+        }
+        gr_session_device_free(s, dx); /* before the next bind: the next run binds another buffer */
+    }
+    gr_session_destroy(s);
+}
+
+int main(void) {
+    for (int m = 0; m < 2; m++) {
+        const char *gir = m ? plain_gir : ew_gir;
+        test_in_place(gir, GR_MODE_EAGER);
+        test_in_place(gir, GR_MODE_GRAPH);
+        test_in_place(gir, GR_MODE_AUTO);
+    }
+    test_copied_for_libcall();
+    test_host_read_input(GR_MODE_EAGER);
+    test_host_read_input(GR_MODE_GRAPH);
+    test_output_device_ptr();
+    test_errors();
+    test_dynamic();
+    return check_summary("test_devio");
+}
