@@ -6,6 +6,7 @@ scalars, TopK with K past the axis, an arg reduction over an empty axis).
 
 Every data input is a graph input (a run-time tensor); only the inputs graft
 needs when planning (K, repeats, depth, axes) are initializers.
+On a GPU machine, GRAFT_TEST_DEVICE=cuda runs the same cases on CUDA.
 """
 import itertools
 
@@ -15,7 +16,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from test_onnx_import import GRAFT, graft, make_model, run_model  # noqa: E402
+from test_onnx_import import DEVICE, GRAFT, graft, make_model, run_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(GRAFT), reason="graft CLI not built")
 
@@ -39,7 +40,7 @@ def refused(tmp_path, nodes, feeds, outs, inits=(), opset=18):
     m = model(nodes, feeds, outs, inits, opset)
     path = tmp_path / "bad.onnx"
     onnx.save(m, str(path))
-    args = ["run", str(path), "--output-dir", str(tmp_path / "o"), "--device", "sim"]
+    args = ["run", str(path), "--output-dir", str(tmp_path / "o"), "--device", DEVICE]
     for k, v in feeds.items():
         np.save(tmp_path / f"{k}.npy", v)
         args += ["--input", f"{k}={tmp_path / f'{k}.npy'}"]
@@ -510,7 +511,7 @@ def test_scan_directions_and_axes(tmp_path, in_dir, out_dir, in_axis, out_axis):
     onnx.save(m, str(path))
     np.save(tmp_path / "s0.npy", np.zeros(3, np.float32))
     np.save(tmp_path / "xs.npy", xs)
-    graft("run", str(path), "--output-dir", str(tmp_path / "o"), "--device", "sim", "--input", f"s0={tmp_path / 's0.npy'}",
+    graft("run", str(path), "--output-dir", str(tmp_path / "o"), "--device", DEVICE, "--input", f"s0={tmp_path / 's0.npy'}",
           "--input", f"xs={tmp_path / 'xs.npy'}")
     seq = np.moveaxis(xs, in_axis, 0)
     if in_dir:
