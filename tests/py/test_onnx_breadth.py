@@ -540,3 +540,16 @@ def test_symbolic_seq_arg_top_k_scatter(tmp_path):
         x = rng.standard_normal((2, seq, 4)).astype(np.float32)
         run_model(tmp_path, m, {"x": x, "idx": rng.integers(-4, 4, (2, seq, 2)).astype(np.int64),
                                 "u": rng.standard_normal((2, seq, 2)).astype(np.float32)})
+
+
+def test_nested_loops_unrolling_is_bounded(tmp_path):
+    # three nested loops of 100 iterations: each alone is small, multiplied out they are not
+    ins = [("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2])]
+    inner = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("Identity", ["cin"], ["cout"])], ["cout", "v2"], ins=ins)
+    for level in range(2):
+        inner = body([helper.make_node("Loop", ["M", "c0", "v"], ["v2"], body=inner),
+                      helper.make_node("Identity", ["cin"], ["cout"])], ["cout", "v2"], ins=ins)
+    x = np.ones(2, np.float32)
+    err = refused(tmp_path, [helper.make_node("Loop", ["M", "c0", "v0"], ["vf"], body=inner, name="outer")],
+                  {"x": x, "v0": x}, ["vf"], [const("M", np.array(100, np.int64)), const("c0", np.array(True))])
+    assert "outer/iter" in err and "more than 131072 nodes" in err

@@ -24,6 +24,9 @@
 /* Subgraphs (If / Loop / Scan bodies) nest at most this deep below the main graph;
  * a deeper file is refused before it is parsed (onnx.c). */
 #define OX_MAX_GRAPH_DEPTH 16
+/* Body nodes inlined (unrolled loops, constant-condition Ifs) in one import, nested
+ * loops multiplied out: a file whose unrolling would be larger is refused. */
+#define OX_MAX_INLINED_NODES ((int64_t)1 << 17)
 /* Constants up to this many elements are folded at import time. */
 #define OX_FOLD_MAX_ELEMS 65536
 /* Largest tensor the importer will hold (elements); larger is a malformed model. */
@@ -81,6 +84,7 @@ struct ox_ctx {
     bool same_graph;
     char *scope_prefix; /* an inlined body's node names: "<prefix>/<name>" (owned) */
     int depth;          /* subgraph nesting below the main graph */
+    int64_t inlined_nodes; /* main graph's scope only: body nodes inlined in all (OX_MAX_INLINED_NODES) */
 };
 
 /* ---- onnx.c: values ------------------------------------------------------------- */

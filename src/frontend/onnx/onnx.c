@@ -759,6 +759,12 @@ gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *
 }
 
 gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out) {
+    ox_ctx *root = c;
+    while (root->outer) root = root->outer;
+    root->inlined_nodes += (int64_t)gp->n_node;
+    if (root->inlined_nodes > OX_MAX_INLINED_NODES)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: unrolling loops and inlining bodies would add more than %lld nodes to the model",
+                        what, (long long)OX_MAX_INLINED_NODES);
     ox_ctx s;
     GR_TRY(scope_begin(c, &s, what));
     s.g = c->g;
