@@ -233,6 +233,8 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     }
     obs.t_last = gr_now_us();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    /* mode auto: segments decided by an earlier process skip their timed runs */
+    if ((st = gr_rt_decisions_apply(s, p)) != GR_OK) goto fail;
     phase_done(&obs, "prepare");
     p->compile_us = gr_now_us() - t0;
     if (s->opt.verbose)

@@ -50,6 +50,11 @@ typedef struct {
     double eager_us[GR_SCG_SAMPLES], graph_us[GR_SCG_SAMPLES];
     int n_eager_samples, n_graph_samples;
     bool decided;
+    bool decision_loaded;   /* the decision came from the decisions file (decisions.c), not timing */
+    /* graph memory: what capturing + instantiating this segment's exec took on the device
+     * (free memory before minus after), counted in gr_session.graph_bytes while exec lives */
+    size_t graph_bytes;
+    long evictions;         /* times this segment's graph was evicted (graph_memory_mb) */
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -117,7 +122,17 @@ struct gr_session {
     size_t shared_arena_bytes;
     gr_run_stats stats;
     long total_captures;
+    /* graph memory (graphs.c): the budget and what the live execs hold, as measured */
+    size_t graph_budget;     /* bytes; 0 = no limit */
+    size_t graph_bytes, graph_bytes_peak;
+    long instantiations, evictions, graphs_live, over_budget;
+    /* mode auto */
+    long timed_runs, decisions_measured, decisions_loaded;
+    struct gr_rt_decisions *decisions; /* decisions.c; NULL when not persisted */
 };
+
+/* session.c: the session totals of stats (graph memory, decisions) copied into *out */
+void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out);
 
 /* session.c: device address of the weight whose host data (a constant of s->graph) is `host`,
  * uploaded on first use */
@@ -146,6 +161,24 @@ void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
+/* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the
+ * session's count) and zeroes the state. */
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+
+/* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
+ * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
+ * open: at session creation (mode auto): computes the model hash and reads the file; a
+ *   missing file is no decision yet, a corrupt or stale one is ignored with a warning
+ *   (stderr when verbose; gr_rt_decisions_note for explain). Only GR_ERR_NOMEM fails.
+ * apply: a new plan's segments take the decisions recorded for its binding (no timing).
+ * record: a decision made by timing is added and the file rewritten (atomically); a write
+ *   failure is a warning, never an error of the run. */
+gr_status gr_rt_decisions_open(gr_session_t s);
+void gr_rt_decisions_close(gr_session_t s);
+gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us);
+/* the decisions file's path ("" when not persisted) and what happened to it (warnings) */
+const char *gr_rt_decisions_path(gr_session_t s);
+const char *gr_rt_decisions_note(gr_session_t s);
 
 #endif
