@@ -146,6 +146,11 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
             gr_sb_printf(&sb, "in a graph (%d nodes, %zu bytes), selected by timing: graph %.2f us < eager %.2f us (mode auto, %s)\n",
                          st->n_nodes, st->graph_bytes, GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]),
                          GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]), decision_source(st));
+        else if (st->decided && (st->state == GR_SEG_EAGER || st->state == GR_SEG_WARMUP))
+            gr_sb_printf(&sb, "eager in its warm-up run, in a graph from the next, selected by timing: graph %.2f us < eager %.2f us "
+                              "(mode auto, %s)\n",
+                         GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]),
+                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]), decision_source(st));
         else if (st->state == GR_SEG_CAPTURED)
             gr_sb_printf(&sb, "in a graph (captured, %d nodes, %zu bytes of graph memory)\n", st->n_nodes, st->graph_bytes);
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
