@@ -11,6 +11,7 @@
  *    with a warning and rewritten; no_persist_decisions writes nothing;
  *  - allocation failures on these paths: an error, never a leak. */
 #include "check.h"
+#include "device/device.h"
 #include "util/cache-file.h"
 #include "util/util.h"
 #include <dirent.h>
@@ -126,6 +127,46 @@ static void test_policy_options(void) {
     o.graph_memory_mb = NAN;
     CHECK_ERR(gr_session_create(g, &o, &s), GR_ERR_INVALID, "graph_memory_mb nan");
     gr_graph_destroy(g);
+}
+
+/* ==== the device façade: free/total memory ========================================================== */
+/* The simulator's free memory drops by each allocation and by each exec graph's bytes,
+ * and comes back when they are freed: what the graph manager's measurement relies on. */
+static void test_mem_info(void) {
+    gr_device *d = NULL;
+    CHECK_OK(gr_device_sim_create(&d));
+    if (!d) return;
+    CHECK(gr_dev_caps_get(d).mem_info);
+    size_t f0, t0, f1, t1;
+    CHECK_OK(gr_dev_mem_info(d, &f0, &t0));
+    CHECK(t0 == (size_t)80 << 30 && f0 <= t0);
+    void *p = NULL;
+    CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, 4096, &p));
+    CHECK_OK(gr_dev_mem_info(d, &f1, &t1));
+    CHECK(t1 == t0 && f0 - f1 == 4096);
+    gr_stream *st = NULL;
+    CHECK_OK(gr_dev_stream_create(d, &st));
+    gr_dgraph *g = NULL;
+    gr_dexec *e = NULL;
+    CHECK_OK(gr_dev_capture_begin(d, st));
+    CHECK_OK(gr_dev_memset(d, st, p, 0, 4096));
+    CHECK_OK(gr_dev_memset(d, st, p, 1, 2048));
+    CHECK_OK(gr_dev_capture_end(d, st, &g));
+    size_t f2, f3, f4;
+    CHECK_OK(gr_dev_mem_info(d, &f2, &t1));
+    CHECK(f2 == f1); /* a captured graph is host-side until instantiated */
+    if (g) CHECK_OK(gr_dev_graph_instantiate(d, g, &e));
+    CHECK_OK(gr_dev_mem_info(d, &f3, &t1));
+    CHECK(f3 < f2 && f2 - f3 < 4096); /* two node records */
+    gr_dev_exec_destroy(d, e);
+    CHECK_OK(gr_dev_mem_info(d, &f4, &t1));
+    CHECK(f4 == f2);
+    gr_dev_graph_destroy(d, g);
+    gr_dev_free(d, p);
+    CHECK_OK(gr_dev_mem_info(d, &f4, &t1));
+    CHECK(f4 == f0);
+    gr_dev_stream_destroy(d, st);
+    gr_device_destroy(d);
 }
 
 /* ==== exact: bit-identical to eager over a shuffled sweep ============================================= */
@@ -484,6 +525,7 @@ int main(void) {
         return 1;
     }
     test_policy_options();
+    test_mem_info();
     gr_graph_t g = parse_model();
     if (g) {
         enum { N = 12 };
