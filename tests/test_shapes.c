@@ -9,7 +9,12 @@
  *  - mode auto's decisions persisted: a second session loads them and times nothing,
  *    explain says where each came from; a corrupt, truncated or stale file is ignored
  *    with a warning and rewritten; no_persist_decisions writes nothing;
- *  - allocation failures on these paths: an error, never a leak. */
+ *  - allocation failures on these paths: an error, never a leak.
+ * `test_shapes cuda` (scripts/gpu-check.sh) runs the session parts on CUDA, where graph
+ * memory is measured with cuMemGetInfo: the budget checks and the over-budget case use the
+ * sizes measured there (a driver that takes no memory for a small graph makes them vacuous,
+ * and the test prints what it measured); the allocation-failure and simulator-only parts
+ * are skipped. Graph outputs are compared with eager bit for bit there too (same kernels). */
 #include "check.h"
 #include "device/device.h"
 #include "util/cache-file.h"
@@ -42,10 +47,12 @@ static const char *model_gir =
 
 #define MAX_S 64
 
+static bool on_cuda; /* `test_shapes cuda` */
+
 static gr_session_options opts(gr_mode mode) {
     gr_session_options o;
     gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
+    o.device = on_cuda ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
     o.mode = mode;
     return o;
 }
@@ -228,6 +235,8 @@ static size_t graph_bytes_of(gr_graph_t g, int seq) {
 
 static void test_budget(gr_graph_t g, int n) {
     size_t one = graph_bytes_of(g, n); /* the largest binding's graphs */
+    if (on_cuda) printf("graph memory of one binding's graphs, measured with cuMemGetInfo: %zu bytes\n", one);
+    if (on_cuda && one == 0) one = (size_t)1 << 20; /* nothing measured: the invariants still hold */
     CHECK(one > 0);
     /* room for about three bindings' graphs */
     gr_session_options o = opts(GR_MODE_GRAPH);
@@ -249,8 +258,12 @@ static void test_budget(gr_graph_t g, int n) {
     CHECK_MSG(mismatches == 0, "%d of %d runs differ from eager under the budget", mismatches, len);
     CHECK_MSG(over == 0, "graph memory exceeded the budget after %d runs", over);
     CHECK(st.graph_budget_bytes == (size_t)(o.graph_memory_mb * 1048576.0));
-    CHECK_MSG(st.evictions > 0 && st.instantiations > n, "evictions %ld instantiations %ld", st.evictions, st.instantiations);
-    CHECK(st.graphs_live >= 1 && st.graphs_live <= 4);
+    if (on_cuda) printf("budget %zu bytes: %ld instantiations, %ld evictions, %ld graphs held, peak %zu bytes\n",
+                        st.graph_budget_bytes, st.instantiations, st.evictions, st.graphs_live, st.graph_bytes_peak);
+    if (!on_cuda) { /* on CUDA graph sizes vary with the driver's pools: the budget is what is checked there */
+        CHECK_MSG(st.evictions > 0 && st.instantiations > n, "evictions %ld instantiations %ld", st.evictions, st.instantiations);
+        CHECK(st.graphs_live >= 1 && st.graphs_live <= 4);
+    }
     CHECK(st.over_budget == 0);
     /* no re-record limit under a budget: the last run (a revisited binding) replays a graph */
     CHECK(st.segments_in_graphs == st.segments);
@@ -266,12 +279,17 @@ static void test_budget(gr_graph_t g, int n) {
         CHECK(same_as_eager(seq, y));
     }
     CHECK_OK(gr_session_stats(s, &st));
-    CHECK(st.instantiations > inst && st.graph_bytes <= st.graph_budget_bytes && st.graph_bytes_peak <= st.graph_budget_bytes);
+    CHECK(st.graph_bytes <= st.graph_budget_bytes && st.graph_bytes_peak <= st.graph_budget_bytes);
+    if (!on_cuda) CHECK(st.instantiations > inst);
     gr_session_destroy(s);
 }
 
 /* A budget smaller than one binding's graph: nothing kept, every run eager and right. */
 static void test_budget_too_small(gr_graph_t g) {
+    if (on_cuda && graph_bytes_of(g, 4) < 2) {
+        printf("the driver took no measurable memory for a graph: the budget-below-one-graph case is skipped\n");
+        return;
+    }
     gr_session_options o = opts(GR_MODE_GRAPH);
     o.graph_memory_mb = 1e-6; /* 1 byte */
     gr_session_t s = NULL;
@@ -471,6 +489,7 @@ static void test_decisions(gr_graph_t g) {
     CHECK(!decisions_file(path, sizeof path));
 
     /* the simulator without a cache_dir persists nothing (and says so) */
+    if (on_cuda) return; /* CUDA would write into ~/.cache */
     o = opts(GR_MODE_AUTO);
     s = NULL;
     CHECK_OK(gr_session_create(g, &o, &s));
@@ -517,16 +536,29 @@ static void test_alloc_failures(gr_graph_t g) {
     CHECK(failures_seen > 50);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    on_cuda = argc > 1 && !strcmp(argv[1], "cuda");
     const char *tmp = getenv("TMPDIR");
     snprintf(cache_dir, sizeof cache_dir, "%s/graft-test-shapes-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(cache_dir)) {
         perror("mkdtemp");
         return 1;
     }
-    test_policy_options();
-    test_mem_info();
     gr_graph_t g = parse_model();
+    if (on_cuda && g) { /* no GPU: one clear failure, not fifty */
+        gr_session_options o = opts(GR_MODE_EAGER);
+        gr_session_t s = NULL;
+        gr_status st = gr_session_create(g, &o, &s);
+        gr_session_destroy(s);
+        if (st != GR_OK) {
+            fprintf(stderr, "test_shapes cuda: no CUDA session: %s\n", gr_last_error());
+            gr_graph_destroy(g);
+            rmdir(cache_dir);
+            return 1;
+        }
+    }
+    test_policy_options();
+    if (!on_cuda) test_mem_info();
     if (g) {
         enum { N = 12 };
         make_references(g, 16); /* the sweeps use 1..N, test_decisions 13 too */
@@ -534,7 +566,7 @@ int main(void) {
         test_budget(g, N);
         test_budget_too_small(g);
         test_decisions(g);
-        test_alloc_failures(g);
+        if (!on_cuda) test_alloc_failures(g);
     }
     gr_graph_destroy(g);
     remove_decisions();
@@ -542,5 +574,5 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/decisions", cache_dir);
     rmdir(dir);
     rmdir(cache_dir);
-    return check_summary("test_shapes");
+    return check_summary(on_cuda ? "test_shapes (cuda)" : "test_shapes");
 }
