@@ -206,7 +206,10 @@ typedef struct {
      * included); when a new graph would exceed the budget, the graphs of the least recently
      * used bindings are evicted and re-captured when their binding comes back. A graph larger
      * than the whole budget is not kept: its segment runs eagerly for that binding, with a
-     * warning. With a budget, max_rerecords does not apply (the budget bounds the graphs). */
+     * warning. With a budget, max_rerecords does not apply (the budget bounds the graphs), and a
+     * binding whose last graph is evicted loses its whole plan too (arena, placeholders, folded
+     * constants; not the largest binding's under GR_ARENA_MAX_SHAPE): it is compiled again,
+     * compiling no kernel (shape-generic kernels stay loaded), when the binding comes back. */
     double graph_memory_mb;
     /* Mode auto: 1 = do not read or write the per-segment decisions file (see
      * gr_session_explain: "decision loaded from"). Decisions are kept per device (name and
@@ -295,6 +298,8 @@ typedef struct {
     long evictions;          /* graphs evicted to stay within graph_memory_mb */
     long graphs_live;        /* instantiated graphs held now, all bindings */
     long over_budget;        /* segments left eager because their graph alone exceeds the budget */
+    long plans_evicted;      /* bindings' whole plans (arena, placeholders) dropped once their last graph was
+                                evicted; re-planned when the binding comes back */
     /* mode auto, session totals: */
     long timed_runs;         /* profiling runs (a segment timed eager or as a graph) */
     long decisions_measured; /* segment decisions made by timing in this session */

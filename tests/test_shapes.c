@@ -193,6 +193,8 @@ static bool same_as_eager(int seq, const float *y) {
     return !memcmp(y, ref_y[seq], sizeof(float) * (size_t)seq * 16);
 }
 
+static size_t unbudgeted_device_bytes; /* device memory held after the sweep without a budget */
+
 static void test_exact_sweep(gr_graph_t g, int n) {
     gr_session_options o = opts(GR_MODE_GRAPH);
     o.max_rerecords = 1000; /* one graph per binding, all kept */
@@ -216,6 +218,8 @@ static void test_exact_sweep(gr_graph_t g, int n) {
     CHECK_MSG(st.instantiations == n && st.graphs_live == n && st.evictions == 0, "instantiations %ld live %ld evictions %ld",
               st.instantiations, st.graphs_live, st.evictions);
     CHECK(st.graph_bytes > 0 && st.graph_bytes == st.graph_bytes_peak && st.graph_budget_bytes == 0);
+    CHECK(st.plans_evicted == 0);
+    unbudgeted_device_bytes = st.device_bytes;
     gr_session_destroy(s);
 }
 
@@ -263,6 +267,9 @@ static void test_budget(gr_graph_t g, int n) {
     if (!on_cuda) { /* on CUDA graph sizes vary with the driver's pools: the budget is what is checked there */
         CHECK_MSG(st.evictions > 0 && st.instantiations > n, "evictions %ld instantiations %ld", st.evictions, st.instantiations);
         CHECK(st.graphs_live >= 1 && st.graphs_live <= 4);
+        /* bindings whose graphs went lost their plans (arenas, placeholders) too */
+        CHECK_MSG(st.plans_evicted > 0 && st.device_bytes < unbudgeted_device_bytes, "plans dropped %ld, device bytes %zu vs %zu",
+                  st.plans_evicted, st.device_bytes, unbudgeted_device_bytes);
     }
     CHECK(st.over_budget == 0);
     /* no re-record limit under a budget: the last run (a revisited binding) replays a graph */
@@ -308,6 +315,48 @@ static void test_budget_too_small(gr_graph_t g) {
     CHECK_OK(gr_session_explain(s, &text));
     CHECK(text && strstr(text, "more than the whole graph memory budget of 1 bytes"));
     gr_free_string(text);
+    gr_session_destroy(s);
+}
+
+/* Mode auto under a budget: a binding whose plan was dropped comes back with its decision
+ * (kept in memory, nothing persisted here) and without a warm-up: no timed run again. */
+static void test_auto_budget(gr_graph_t g) {
+    size_t one = graph_bytes_of(g, 6);
+    if (on_cuda && one == 0) return; /* nothing measured: nothing evicted */
+    gr_session_options o = opts(GR_MODE_AUTO);
+    o.no_persist_decisions = 1;
+    o.graph_memory_mb = (double)(one + one / 2) / 1048576.0;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    float y[MAX_S * 16];
+    gr_run_stats st = {0};
+    for (int seq = 4; seq <= 6 && s; seq++)
+        for (int r = 0; r < 8; r++) {
+            CHECK_OK(run_at(s, seq, 100u + (unsigned)seq, ref_temp(seq), y));
+            CHECK(same_as_eager(seq, y));
+        }
+    if (s) CHECK_OK(gr_session_stats(s, &st));
+    long timed = st.timed_runs, decided = st.decisions_measured;
+    CHECK(decided == 3 * st.segments);
+    for (int cycle = 0; cycle < 3 && s; cycle++)
+        for (int seq = 4; seq <= 6; seq++)
+            for (int r = 0; r < 2; r++) {
+                CHECK_OK(run_at(s, seq, 100u + (unsigned)seq, ref_temp(seq), y));
+                CHECK(same_as_eager(seq, y));
+                CHECK_OK(gr_session_stats(s, &st));
+                CHECK(st.graph_bytes <= st.graph_budget_bytes);
+                /* no warm-up after a re-plan: the binding's first run replays its new graph */
+                if (!on_cuda && st.plans_evicted > 0) CHECK(st.segments_in_graphs == st.segments);
+            }
+    CHECK_MSG(st.timed_runs == timed && st.decisions_measured == decided && st.decisions_loaded == 0,
+              "timed %ld -> %ld, measured %ld -> %ld", timed, st.timed_runs, decided, st.decisions_measured);
+    if (!on_cuda) {
+        CHECK(st.plans_evicted > 0);
+        char *text = NULL;
+        if (s) CHECK_OK(gr_session_explain(s, &text));
+        CHECK(text && strstr(text, "decision kept from this binding's earlier plan"));
+        gr_free_string(text);
+    }
     gr_session_destroy(s);
 }
 
@@ -565,6 +614,7 @@ int main(int argc, char **argv) {
         test_exact_sweep(g, N);
         test_budget(g, N);
         test_budget_too_small(g);
+        test_auto_budget(g);
         test_decisions(g);
         if (!on_cuda) test_alloc_failures(g);
     }

@@ -1295,8 +1295,8 @@ static int cmd_bench(const cli_opts *o) {
         print_bytes("weight bytes", stats.weight_bytes);
         print_bytes("device bytes", stats.device_bytes);
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
-        printf("captures             %ld (%ld instantiations, %ld evictions, %ld graphs held)\n", stats.captures,
-               stats.instantiations, stats.evictions, stats.graphs_live);
+        printf("captures             %ld (%ld instantiations, %ld evictions, %ld graphs held, %ld plans dropped)\n",
+               stats.captures, stats.instantiations, stats.evictions, stats.graphs_live, stats.plans_evicted);
         print_bytes("graph memory", stats.graph_bytes);
         print_bytes("graph memory, peak", stats.graph_bytes_peak);
         if (stats.graph_budget_bytes) print_bytes("graph memory budget", stats.graph_budget_bytes);
@@ -1365,6 +1365,7 @@ static int cmd_bench(const cli_opts *o) {
                         stats.graph_bytes, stats.graph_bytes_peak, stats.graph_budget_bytes);
                 fprintf(f, "  \"instantiations\": %ld,\n  \"evictions\": %ld,\n  \"graphs_live\": %ld,\n  \"over_budget\": %ld,\n",
                         stats.instantiations, stats.evictions, stats.graphs_live, stats.over_budget);
+                fprintf(f, "  \"plans_evicted\": %ld,\n", stats.plans_evicted);
                 fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
                         stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);

@@ -33,6 +33,7 @@ typedef struct {
     uint32_t seg;
     uint32_t graph;
     float eager_us, graph_us;
+    bool from_file; /* read from the file (else made by this session); not stored */
 } decision;
 
 struct gr_rt_decisions {
@@ -74,7 +75,7 @@ static gr_status model_hash(const gr_graph *g, uint64_t *out) {
     return GR_OK;
 }
 
-static uint64_t binding_hash(const gr_rt_plan *p) {
+uint64_t gr_rt_binding_hash(const gr_rt_plan *p) {
     return gr_hash_bytes(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms, 0x62696e64ull);
 }
 
@@ -149,7 +150,7 @@ static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, g
     for (uint32_t i = 0; i < count; i++) {
         const unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
         decision x = {.binding = get_u64(e), .seg_hash = get_u64(e + 8), .seg = get_u32(e + 16), .graph = get_u32(e + 20),
-                      .eager_us = get_f32(e + 24), .graph_us = get_f32(e + 28)};
+                      .eager_us = get_f32(e + 24), .graph_us = get_f32(e + 28), .from_file = true};
         if (x.graph > 1 || !(x.eager_us >= 0) || !(x.graph_us >= 0)) {
             d->entries.len = 0;
             return snprintf(why, why_n, "entry %u is malformed", i), false;
@@ -198,6 +199,10 @@ gr_status gr_rt_decisions_open(gr_session_t s) {
     struct gr_rt_decisions *d = gr_calloc(1, sizeof *d);
     if (!d) return GR_ERR_NOMEM;
     s->decisions = d;
+    if (s->opt.no_persist_decisions) {
+        snprintf(d->note, sizeof d->note, "not persisted (no_persist_decisions)");
+        return GR_OK;
+    }
     char *dir = NULL;
     if (s->opt.cache_dir && s->opt.cache_dir[0]) dir = gr_strdup(s->opt.cache_dir);
     else if (s->dev->kind == GR_DEVICE_SIM) {
@@ -263,14 +268,15 @@ static int find(const struct gr_rt_decisions *d, uint64_t binding, int seg) {
 
 gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p) {
     struct gr_rt_decisions *d = s->decisions;
-    if (!d || !d->path || !d->entries.len || s->opt.mode != GR_MODE_AUTO) return GR_OK;
-    uint64_t b = binding_hash(p);
+    if (!d || !d->entries.len || s->opt.mode != GR_MODE_AUTO) return GR_OK;
+    uint64_t b = gr_rt_binding_hash(p);
     for (int seg = 0; seg < p->segs.len; seg++) {
         if (!p->segs.data[seg].graphable) continue;
         int i = find(d, b, seg);
         if (i < 0) continue;
         const decision *x = &d->entries.data[i];
         if (x->seg_hash != segment_hash(p, seg)) {
+            if (!x->from_file) continue; /* a binding's segments do not change within a session */
             warn(s, "decision for segment %d of this binding is stale (the segment changed since it was saved): timed again", seg);
             continue;
         }
@@ -278,23 +284,24 @@ gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p) {
         for (int k = 0; k < GR_SCG_SAMPLES; k++) st->eager_us[k] = x->eager_us, st->graph_us[k] = x->graph_us;
         st->n_eager_samples = st->n_graph_samples = GR_SCG_SAMPLES;
         st->decided = true;
-        st->decision_loaded = true;
+        st->decision_loaded = x->from_file;
+        st->decision_kept = !x->from_file;
         if (!x->graph) st->state = GR_SEG_CHOSE_EAGER;
-        s->decisions_loaded++;
+        if (x->from_file) s->decisions_loaded++;
     }
     return GR_OK;
 }
 
 gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us) {
     struct gr_rt_decisions *d = s->decisions;
-    if (!d || !d->path) return GR_OK;
-    decision x = {.binding = binding_hash(p), .seg_hash = segment_hash(p, seg), .seg = (uint32_t)seg, .graph = graph,
+    if (!d) return GR_OK;
+    decision x = {.binding = gr_rt_binding_hash(p), .seg_hash = segment_hash(p, seg), .seg = (uint32_t)seg, .graph = graph,
                   .eager_us = (float)eager_us, .graph_us = (float)graph_us};
     int i = find(d, x.binding, seg);
     if (i >= 0) d->entries.data[i] = x;
     else if (d->entries.len < MAX_ENTRIES) GR_TRY(gr_vec_push(&d->entries, x));
-    else return GR_OK; /* full: this decision stays in this process */
-    return write_file(s);
+    else return GR_OK; /* full: this decision stays in its plan */
+    return d->path ? write_file(s) : GR_OK;
 }
 
 const char *gr_rt_decisions_path(gr_session_t s) { return s->decisions && s->decisions->path ? s->decisions->path : ""; }

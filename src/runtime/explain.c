@@ -16,7 +16,9 @@ static const char *seg_state_name(gr_seg_state s) {
 
 /* where a mode-auto decision came from */
 static const char *decision_source(const gr_rt_segment *st) {
-    return st->decision_loaded ? "decision loaded from the decisions file, measured by an earlier session" : "measured now";
+    if (st->decision_loaded) return "decision loaded from the decisions file, measured by an earlier session";
+    if (st->decision_kept) return "decision kept from this binding's earlier plan, dropped under the graph memory budget";
+    return "measured now";
 }
 
 static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
@@ -71,13 +73,12 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      s->graph_bytes, s->graphs_live, s->graph_bytes_peak);
         if (s->graph_budget) gr_sb_printf(&sb, "%zu bytes (least recently used bindings' graphs evicted)", s->graph_budget);
         else gr_sb_puts(&sb, "none (graph_memory_mb / --graph-memory-mb)");
-        gr_sb_printf(&sb, "; %ld captures, %ld instantiations, %ld evictions, %ld segments over budget\n", s->total_captures,
-                     s->instantiations, s->evictions, s->over_budget);
+        gr_sb_printf(&sb, "; %ld captures, %ld instantiations, %ld evictions (%ld plans dropped), %ld segments over budget\n",
+                     s->total_captures, s->instantiations, s->evictions, s->plans_evicted, s->over_budget);
     }
     if (s->opt.mode == GR_MODE_AUTO) {
         const char *path = gr_rt_decisions_path(s), *note = gr_rt_decisions_note(s);
-        if (s->opt.no_persist_decisions) gr_sb_puts(&sb, "decisions: not persisted (no_persist_decisions)\n");
-        else if (path[0]) gr_sb_printf(&sb, "decisions file: %s (%s)\n", path, note[0] ? note : "ok");
+        if (path[0]) gr_sb_printf(&sb, "decisions file: %s (%s)\n", path, note[0] ? note : "ok");
         else gr_sb_printf(&sb, "decisions: %s\n", note);
         gr_sb_printf(&sb, "decisions: %ld measured in this session (%ld timed runs), %ld loaded from the file\n",
                      s->decisions_measured, s->timed_runs, s->decisions_loaded);

@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_WARMUP_RUNS 1
 
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
@@ -110,11 +109,33 @@ static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
     st->n_graph_samples = keep.n_graph_samples;
     st->decided = keep.decided;
     st->decision_loaded = keep.decision_loaded;
+    st->decision_kept = keep.decision_kept;
     st->evictions = keep.evictions + 1;
     st->fallback_reason = keep.fallback_reason;
     st->state = GR_SEG_EAGER;
     s->evictions++;
     if (s->opt.verbose) fprintf(stderr, "graft: evicted the graph of segment %d of a binding (graph memory budget %zu bytes)\n", seg, s->graph_budget);
+}
+
+/* Drops plan q, whose last graph was just evicted: its arena, placeholders and folded constants
+ * go too (the shared arena and the largest binding's plan stay). Its binding is compiled again
+ * when it comes back; kernels are shape-generic, so that compiles no kernel. */
+static void drop_plan(gr_session_t s, gr_rt_plan *q) {
+    if (q == s->max_plan) return;
+    for (int k = 0; k < q->segs.len; k++)
+        if (q->seg_state[k].exec) return;
+    gr_rt_plan **link = &s->plans;
+    while (*link && *link != q) link = &(*link)->next;
+    if (!*link) return;
+    uint64_t b = gr_rt_binding_hash(q);
+    bool known = false;
+    for (int i = 0; i < s->warmed_bindings.len && !known; i++) known = s->warmed_bindings.data[i] == b;
+    /* without room to remember it, the binding just warms up again */
+    if (!known && gr_vec_push(&s->warmed_bindings, b) != GR_OK) gr_error_clear();
+    *link = q->next;
+    if (s->current == q) s->current = NULL; /* a run is in progress: its outputs were stale anyway */
+    gr_rt_plan_destroy(s, q);
+    s->plans_evicted++;
 }
 
 /* Evicts graphs of the least recently used plans other than `keep` until `need` more bytes
@@ -130,6 +151,7 @@ static bool make_room(gr_session_t s, const gr_rt_plan *keep, size_t need) {
         }
         if (!victim) return false;
         evict(s, victim, victim_seg);
+        drop_plan(s, victim);
     }
     return true;
 }

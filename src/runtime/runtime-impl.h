@@ -24,6 +24,10 @@ typedef struct {
     uint64_t host_version; /* version last copied from dev_ptr into `data` (host-read inputs) */
 } gr_rt_input;
 
+/* graph mode: eager runs of a segment before its capture (first-run effects: lazy loading,
+ * library heuristics) */
+#define GR_WARMUP_RUNS 1
+
 /* mode auto: timed runs per candidate (eager, graph) before a segment's mode is chosen */
 #define GR_SCG_SAMPLES 3
 
@@ -51,6 +55,7 @@ typedef struct {
     int n_eager_samples, n_graph_samples;
     bool decided;
     bool decision_loaded;   /* the decision came from the decisions file (decisions.c), not timing */
+    bool decision_kept;     /* ... from this session's earlier plan of the binding (dropped under graph_memory_mb) */
     /* graph memory: what capturing + instantiating this segment's exec took on the device
      * (free memory before minus after), counted in gr_session.graph_bytes while exec lives */
     size_t graph_bytes;
@@ -125,10 +130,13 @@ struct gr_session {
     /* graph memory (graphs.c): the budget and what the live execs hold, as measured */
     size_t graph_budget;     /* bytes; 0 = no limit */
     size_t graph_bytes, graph_bytes_peak;
-    long instantiations, evictions, graphs_live, over_budget;
+    long instantiations, evictions, graphs_live, over_budget, plans_evicted;
     /* mode auto */
     long timed_runs, decisions_measured, decisions_loaded;
-    struct gr_rt_decisions *decisions; /* decisions.c; NULL when not persisted */
+    struct gr_rt_decisions *decisions; /* decisions.c (mode auto); NULL in other modes */
+    /* bindings whose plan was dropped under graph_memory_mb (gr_rt_binding_hash): they were run
+     * before, so their next plan captures without a warm-up run */
+    GR_VEC(uint64_t) warmed_bindings;
 };
 
 /* session.c: the session totals of stats (graph memory, decisions) copied into *out */
@@ -169,11 +177,15 @@ void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
  * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
  * open: at session creation (mode auto): computes the model hash and reads the file; a
  *   missing file is no decision yet, a corrupt or stale one is ignored with a warning
- *   (stderr when verbose; gr_rt_decisions_note for explain). Only GR_ERR_NOMEM fails.
- * apply: a new plan's segments take the decisions recorded for its binding (no timing).
+ *   (stderr when verbose; gr_rt_decisions_note for explain). Not persisted (no_persist_decisions,
+ *   the simulator without cache_dir): the table lives in memory only. Only GR_ERR_NOMEM fails.
+ * apply: a new plan's segments take the decisions recorded for its binding (no timing): read
+ *   from the file, or made by this session for a plan of the binding dropped since.
  * record: a decision made by timing is added and the file rewritten (atomically); a write
  *   failure is a warning, never an error of the run. */
 gr_status gr_rt_decisions_open(gr_session_t s);
+/* hash of a plan's binding (its symbols' values) */
+uint64_t gr_rt_binding_hash(const gr_rt_plan *p);
 void gr_rt_decisions_close(gr_session_t s);
 gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us);

@@ -59,6 +59,7 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->evictions = s->evictions;
     out->graphs_live = s->graphs_live;
     out->over_budget = s->over_budget;
+    out->plans_evicted = s->plans_evicted;
     out->timed_runs = s->timed_runs;
     out->decisions_measured = s->decisions_measured;
     out->decisions_loaded = s->decisions_loaded;
@@ -167,7 +168,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
         double bytes = s->opt.graph_memory_mb * 1048576.0;
         s->graph_budget = bytes < 1 ? 1 : (size_t)bytes;
     }
-    if (s->opt.mode == GR_MODE_AUTO && !s->opt.no_persist_decisions && (st = gr_rt_decisions_open(s)) != GR_OK) goto fail;
+    if (s->opt.mode == GR_MODE_AUTO && (st = gr_rt_decisions_open(s)) != GR_OK) goto fail;
     if (gr_dev_caps_get(s->dev).events) {
         if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
         if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
@@ -196,6 +197,7 @@ void gr_session_destroy(gr_session_t s) {
     }
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
     gr_rt_decisions_close(s);
+    gr_vec_free(&s->warmed_bindings);
     if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
