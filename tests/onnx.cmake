@@ -43,6 +43,11 @@ if(GRAFT_ONNX_ENABLED)
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_conv PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONDONTWRITEBYTECODE=1")
     set_tests_properties(onnx_hf_torch PROPERTIES TIMEOUT 900)
+    # model-breadth ops on run-time tensors (ArgMax, TopK, Mod, Tile, OneHot, Scatter*, GatherND, ...)
+    add_test(NAME onnx_breadth
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_breadth.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_breadth PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
   endif()
 
   # ONNX's own node test cases for every op graft imports (tests/py/onnx_conformance.py):

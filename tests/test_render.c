@@ -340,6 +340,53 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* arg_max / arg_min as passes/lower-reduce.c builds it, over the last dim of [3, 300]:
+ * m = max x (min);  i = min (x == m || isnan(x) ? r : n)  (max ... : -1 for the last index) */
+static void test_arg_reduce(gr_dtype t, bool is_max, bool last) {
+    char name[64];
+    snprintf(name, sizeof name, "arg_%s_%s%s", is_max ? "max" : "min", gr_dtype_name(t), last ? "_last" : "");
+    gr_kernel *k = NULL;
+    int x, y, n, lx, m, hit, nan, idx, miss, cand, res;
+    gr_dtype ct = (t == GR_F16 || t == GR_BF16) ? GR_F32 : t;
+    gr_kaccess ax, ay;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 1;
+    k->outer[0] = 3;
+    k->n_inner = 1;
+    k->inner[0] = 300;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "y", &y));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &n));
+    k->n_points_param = n;
+    gr_kaccess_init(&ax);
+    ax.stride[0] = 300;
+    ax.inner_stride[0] = 1;
+    OK_OR_FAIL(gr_kx_load(k, x, &ax, &lx));
+    if (ct != t) OK_OR_FAIL(gr_kx_cast(k, ct, lx, &lx));
+    OK_OR_FAIL(reduce(k, is_max ? GR_KR_MAX : GR_KR_MIN, lx));
+    OK_OR_FAIL(gr_kx_acc(k, 0, ct, &m));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_EQ, GR_BOOL, lx, m, &hit));
+    if (gr_dtype_is_float(ct)) {
+        OK_OR_FAIL(gr_kx_unary(k, GR_KU_ISNAN, GR_BOOL, lx, &nan));
+        OK_OR_FAIL(gr_kx_binary(k, GR_KB_OR, GR_BOOL, hit, nan, &hit));
+    }
+    OK_OR_FAIL(gr_kx_index(k, GR_KIDX_INNER, &idx));
+    OK_OR_FAIL(gr_kx_const_i(k, GR_I64, last ? -1 : 300, &miss));
+    OK_OR_FAIL(gr_kx_select(k, GR_I64, hit, idx, miss, &cand));
+    OK_OR_FAIL(reduce(k, last ? GR_KR_MAX : GR_KR_MIN, cand));
+    OK_OR_FAIL(gr_kx_acc(k, 1, GR_I64, &res));
+    gr_kaccess_init(&ay);
+    ay.stride[0] = 1;
+    OK_OR_FAIL(store(k, y, res, &ay, false));
+    {
+        const char *needles[] = {"gr_block_reduce(", NULL};
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
 /* Layernorm-like: two inner dims, mean and mean-of-squares, a broadcast weight, rsqrt. */
 static void test_layernorm(gr_dtype t) {
     char name[64];
@@ -824,6 +871,12 @@ int main(void) {
     test_softmax(GR_BF16, true);
     test_layernorm(GR_F32);
     test_layernorm(GR_BF16);
+    test_arg_reduce(GR_F32, true, false);
+    test_arg_reduce(GR_F16, false, true);
+    test_arg_reduce(GR_BF16, true, true);
+    test_arg_reduce(GR_F64, false, false);
+    test_arg_reduce(GR_I32, true, false);
+    test_arg_reduce(GR_U8, false, true);
     test_random(GR_F32);
     test_random(GR_F64);
     test_indirect_mixed();

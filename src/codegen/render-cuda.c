@@ -96,7 +96,7 @@ static const char prelude[] =
     "GR_DI long long gr_div(long long a, long long b) { return b == 0 ? 0 : a / b; }\n"
     "GR_DI float gr_mod(float a, float b) { return fmodf(a, b); }\n"
     "GR_DI double gr_mod(double a, double b) { return fmod(a, b); }\n"
-    "GR_DI long long gr_mod(long long a, long long b) { return b == 0 ? 0 : a % b; }\n"
+    "GR_DI long long gr_mod(long long a, long long b) { return (b == 0 || b == -1) ? 0 : a % b; /* as the simulator: no trap on x % 0 or INT64_MIN % -1 */ }\n"
     "GR_DI float gr_pow(float a, float b) { return powf(a, b); }\n"
     "GR_DI double gr_pow(double a, double b) { return pow(a, b); }\n"
     "GR_DI long long gr_pow(long long a, long long b) { return (long long)pow((double)a, (double)b); }\n"

@@ -18,10 +18,10 @@
  * where(cond:bool, a, b): broadcasting of all three; a, b same dtype.
  * cast(x; to="f16"): numeric conversion; float→int truncates toward zero;
  *   →bool is x != 0.
- * reduce_sum / reduce_mean / reduce_max / reduce_min(x; axes=[...], keepdims=1):
+ * reduce_sum / reduce_mean / reduce_max / reduce_min / reduce_prod(x; axes=[...], keepdims=1):
  *   axes absent or empty = all axes; negative axes count from the end.
  *   mean = sum / count. A reduction over a zero-size axis: sum 0, mean NaN,
- *   max -inf, min +inf (floats).
+ *   max -inf, min +inf (floats), prod 1.
  * softmax(x; axis=-1): exp(x - max) / sum, over one axis.
  * layer_norm(x, scale, [bias]; axis=-1, epsilon=1e-5): normalizes over the dims
  *   [axis, ndim) with population variance; scale and bias have the shape of
@@ -88,6 +88,14 @@
  *   floor|ceil): output dims are sizes; scales (default out/in) drive the
  *   coordinate transform; linear interpolates up to 3 resized dims with clamped
  *   neighbours [ONNX Resize].
+ * arg_max / arg_min(x; axis=0, keepdims=1, select_last_index=0) → i64: index
+ *   of the largest (smallest) element along axis; ties give the first index
+ *   (the last with select_last_index); NaN counts as the extreme value, so the
+ *   first (last) NaN wins [np.argmax / np.argmin, ONNX ArgMax / ArgMin]. An
+ *   empty axis is an error.
+ * mod(a, b): remainder of truncating division, the sign of a [C fmod / %,
+ *   np.fmod]; x mod 0 = 0 for integers (the ONNX importer builds ONNX's
+ *   fmod=0 floor remainder, the sign of b, from it).
  * Attributes: each op takes exactly those of its schema (the attrs column of
  *   ir/ops.def); any other name is refused by the verifier.
  * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).

@@ -367,6 +367,29 @@ static gr_status infer_reduce(ctx_t *c) {
     return GR_OK;
 }
 
+/* arg_max / arg_min: the reduced axis goes (or stays as 1 with keepdims); i64 indices */
+static gr_status infer_arg_reduce(ctx_t *c) {
+    const gr_ir_value *x = in_val(c, 0);
+    int64_t axis, keepdims, last;
+    int a = 0;
+    GR_TRY(attr_int(c, "axis", 0, &axis));
+    GR_TRY(attr_int(c, "keepdims", 1, &keepdims));
+    GR_TRY(attr_int(c, "select_last_index", 0, &last));
+    GR_TRY(need_dtype(c, 0, x->dtype != GR_BOOL, "a numeric dtype"));
+    if (x->ndim == 0) return fail(c, GR_ERR_SHAPE, "%s of a 0-d tensor", c->n->op == GR_OP_ARG_MAX ? "arg_max" : "arg_min");
+    GR_TRY(norm_axis(c, axis, x->ndim, "axis", &a));
+    if (!dim_is_sym(x->dims[a]) && x->dims[a].size == 0)
+        return fail(c, GR_ERR_SHAPE, "%s over axis %d, which is empty: there is no index to return",
+                    c->n->op == GR_OP_ARG_MAX ? "arg_max" : "arg_min", a);
+    shape_t s = {0};
+    for (int i = 0; i < x->ndim; i++) {
+        if (i != a) s.d[s.ndim++] = x->dims[i];
+        else if (keepdims) s.d[s.ndim++] = dim_c(1);
+    }
+    GR_TRY(set_out(c, 0, GR_I64, &s));
+    return GR_OK;
+}
+
 static gr_status infer_softmax(ctx_t *c) {
     const gr_ir_value *x = in_val(c, 0);
     int64_t axis;

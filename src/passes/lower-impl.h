@@ -93,6 +93,7 @@ gr_status lw_lower_elementwise(gr_lctx *c);
 gr_status lw_lower_reduce(gr_lctx *c);
 gr_status lw_lower_softmax(gr_lctx *c);
 gr_status lw_lower_layer_norm(gr_lctx *c);
+gr_status lw_lower_arg_reduce(gr_lctx *c); /* arg_max, arg_min */
 gr_status lw_lower_transpose(gr_lctx *c);
 gr_status lw_lower_expand(gr_lctx *c);
 gr_status lw_lower_slice(gr_lctx *c);

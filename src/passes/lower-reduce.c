@@ -86,9 +86,10 @@ gr_status lw_lower_reduce(gr_lctx *c) {
         for (int d = 0; d < nd; d++) is_inner[d] = true;
     if (lw_numel(c, y) == 0) return GR_OK;
 
-    gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN : GR_KR_SUM;
+    gr_kreduce fn = n->op == GR_OP_REDUCE_MAX ? GR_KR_MAX : n->op == GR_OP_REDUCE_MIN ? GR_KR_MIN
+                    : n->op == GR_OP_REDUCE_PROD ? GR_KR_PROD : GR_KR_SUM;
     gr_dtype t = lw_acc_dtype(xt);
-    if (fn == GR_KR_SUM && gr_dtype_is_int(xt)) t = GR_I64;
+    if ((fn == GR_KR_SUM || fn == GR_KR_PROD) && gr_dtype_is_int(xt)) t = GR_I64;
     /* bool max/min run on i64 and come back as acc > 0: an empty max (init
      * INT64_MIN) is false and an empty min (INT64_MAX) true, as ONNX wants */
     if (xt == GR_BOOL) t = GR_I64;
@@ -231,5 +232,50 @@ gr_status lw_lower_layer_norm(gr_lctx *c) {
     }
     if (st == GR_OK && t != xt) st = gr_kx_cast(k, xt, r, &r);
     if (st == GR_OK) st = lw_store(c, &b, y, r, &acc, true);
+    return finish(c, &b, st);
+}
+
+/* ==== arg_max / arg_min ========================================================================
+ * One kernel, two reduce stages over the axis:  m = max_r x  (min for arg_min; NaN
+ * propagates);  i = min_r (x == m || isnan(x) ? r : n)  (max_r ... : -1 with
+ * select_last_index). A NaN is therefore the extreme value, and its first (last)
+ * index wins, as numpy's argmax/argmin and the ONNX reference give. */
+
+gr_status lw_lower_arg_reduce(gr_lctx *c) {
+    const gr_ir_node *n = lw_node(c);
+    int x = lw_in(c, 0), y = lw_out(c, 0);
+    gr_dtype xt = lw_val(c, x)->dtype;
+    int64_t axis, last;
+    GR_TRY(gr_ir_attr_int(c->g, n, "axis", 0, &axis));
+    GR_TRY(gr_ir_attr_int(c->g, n, "select_last_index", 0, &last));
+    int nd = lw_val(c, x)->ndim, a;
+    if (nd == 0) return gr_error(GR_ERR_SHAPE, "%s: arg reduction of a scalar", lw_where(c));
+    GR_TRY(lw_axis(c, axis, nd, &a));
+    int64_t xd[GR_MAX_DIMS];
+    lw_shape(c, x, xd);
+    if (xd[a] == 0) return gr_error(GR_ERR_SHAPE, "%s: arg reduction over an empty axis has no index to return", lw_where(c));
+    if (lw_numel(c, y) == 0) return GR_OK;
+    bool is_inner[GR_MAX_DIMS] = {false};
+    is_inner[a] = true;
+    gr_dtype t = lw_acc_dtype(xt);
+    gr_lkb b;
+    gr_kaccess acc;
+    int xl, m, hit, nan, idx, miss, cand, res;
+    GR_TRY(begin_split(c, &b, x, is_inner, t, &acc, &xl));
+    gr_kernel *k = b.k;
+    gr_status st = add_reduce(k, n->op == GR_OP_ARG_MAX ? GR_KR_MAX : GR_KR_MIN, xl, &m, t);
+    if (st == GR_OK) st = gr_kx_binary(k, GR_KB_EQ, GR_BOOL, xl, m, &hit);
+    if (st == GR_OK && gr_dtype_is_float(t)) {
+        st = gr_kx_unary(k, GR_KU_ISNAN, GR_BOOL, xl, &nan);
+        if (st == GR_OK) st = gr_kx_binary(k, GR_KB_OR, GR_BOOL, hit, nan, &hit);
+    }
+    if (st == GR_OK) st = gr_kx_index(k, GR_KIDX_INNER, &idx);
+    if (st == GR_OK) st = gr_kx_const_i(k, GR_I64, last ? -1 : xd[a], &miss);
+    if (st == GR_OK) st = gr_kx_select(k, GR_I64, hit, idx, miss, &cand);
+    if (st == GR_OK) st = add_reduce(k, last ? GR_KR_MAX : GR_KR_MIN, cand, &res, GR_I64);
+    gr_kaccess out;
+    gr_kaccess_init(&out);
+    lw_rowmajor(k->n_outer, k->outer, out.stride);
+    if (st == GR_OK) st = lw_store(c, &b, y, res, &out, false);
     return finish(c, &b, st);
 }

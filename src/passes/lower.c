@@ -333,8 +333,6 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
-    /* most nodes lower to one step; growing a list of 1 KB steps by doubling copied it twice */
-    if (gr_vec_reserve(out, g->nodes.len + 16) != GR_OK) return GR_ERR_NOMEM;
     for (int i = 0; i < g->nodes.len; i++) {
         gr_status st = gr_pass_lower_node(g, i, out);
         if (st != GR_OK) {

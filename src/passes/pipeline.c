@@ -74,6 +74,9 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
         gr_compiled_free(&c);
         return st;
     }
+    /* a plan is kept per binding: the room fusion freed (a step is ~1 KB) goes back to malloc,
+     * where the next binding's plan finds it instead of fresh pages */
+    gr_vec_shrink(&c.steps);
     *out = c;
     return GR_OK;
 }

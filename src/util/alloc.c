@@ -273,6 +273,14 @@ char *gr_sprintf(const char *fmt, ...) {
 
 void gr_free_string(char *s) { gr_strfree(s); }
 
+void gr_vec_shrink_(void **data, int *cap, int len, size_t elem) {
+    if (*cap <= len || len <= 0) return; /* an empty vector keeps its room: freeing it is its owner's */
+    void *p = gr_realloc(*data, (size_t)*cap * elem, (size_t)len * elem);
+    if (!p) return; /* keeping the larger block is fine */
+    *data = p;
+    *cap = len;
+}
+
 gr_status gr_vec_grow_(void **data, int *cap, int need, size_t elem) {
     if (need <= *cap) return GR_OK;
     int ncap = *cap ? *cap : 8;

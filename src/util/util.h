@@ -62,6 +62,9 @@ int gr_error_node(void);
 #define GR_VEC(T) struct { T *data; int len, cap; }
 gr_status gr_vec_grow_(void **data, int *cap, int need, size_t elem);
 #define gr_vec_reserve(v, n) gr_vec_grow_((void **)&(v)->data, &(v)->cap, (n), sizeof(*(v)->data))
+/* Gives back the room beyond len (a vector kept for long after it was built). */
+#define gr_vec_shrink(v) gr_vec_shrink_((void **)&(v)->data, &(v)->cap, (v)->len, sizeof(*(v)->data))
+void gr_vec_shrink_(void **data, int *cap, int len, size_t elem);
 #define gr_vec_push(v, x) \
     (gr_vec_reserve((v), (v)->len + 1) != GR_OK ? GR_ERR_NOMEM : ((v)->data[(v)->len++] = (x), GR_OK))
 #define gr_vec_free(v) (gr_free((v)->data, (size_t)(v)->cap * sizeof(*(v)->data)), (v)->data = NULL, (v)->len = (v)->cap = 0)

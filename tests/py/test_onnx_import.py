@@ -32,6 +32,8 @@ def _graft_bin():
 
 
 GRAFT = _graft_bin()
+# the device run_model uses: the simulator, or cuda on a GPU machine (GRAFT_TEST_DEVICE=cuda)
+DEVICE = os.environ.get("GRAFT_TEST_DEVICE", "sim")
 pytestmark = pytest.mark.skipif(not os.path.exists(GRAFT),
                                 reason=f"graft CLI not built ({GRAFT} missing): build the graft_cli target first")
 
@@ -65,7 +67,7 @@ def run_model(tmp_path, m, feeds, rtol=1e-4, atol=1e-5):
     symbolic = any(d.dim_param for i in m.graph.input for d in i.type.tensor_type.shape.dim)
     if not symbolic:  # `graft dump` compiles for one concrete shape
         graft("dump", str(path))
-    args = ["run", str(path), "--output-dir", str(tmp_path / "out"), "--device", "sim"]
+    args = ["run", str(path), "--output-dir", str(tmp_path / "out"), "--device", DEVICE]
     for name, arr in feeds.items():
         f = tmp_path / f"in_{sanitize(name)}.npy"
         np.save(f, arr)

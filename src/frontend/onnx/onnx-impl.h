@@ -21,6 +21,12 @@
 /* Graft imports opsets 13..21 of the default domain. */
 #define OX_OPSET_MIN 13
 #define OX_OPSET_MAX 21
+/* Subgraphs (If / Loop / Scan bodies) nest at most this deep below the main graph;
+ * a deeper file is refused before it is parsed (onnx.c). */
+#define OX_MAX_GRAPH_DEPTH 16
+/* Body nodes inlined (unrolled loops, constant-condition Ifs) in one import, nested
+ * loops multiplied out: a file whose unrolling would be larger is refused. */
+#define OX_MAX_INLINED_NODES ((int64_t)1 << 17)
 /* Constants up to this many elements are folded at import time. */
 #define OX_FOLD_MAX_ELEMS 65536
 /* Largest tensor the importer will hold (elements); larger is a malformed model. */
@@ -54,7 +60,8 @@ typedef struct {
     int n_seq;
 } ox_value;
 
-typedef struct {
+typedef struct ox_ctx ox_ctx;
+struct ox_ctx {
     gr_graph *g;
     const char *origin;
     const char *base_dir;
@@ -68,10 +75,23 @@ typedef struct {
     char *node_name_owned;
     int node_index;
     int sub_count;      /* helper nodes emitted for this ONNX node */
-} ox_ctx;
+    /* subgraphs (If / Loop / Scan bodies): names a body reads from an enclosing
+     * graph resolve through `outer` (ox_resolve). An inlined body (same_graph:
+     * a constant-condition If, an unrolled Loop / Scan iteration) emits into the
+     * outer IR graph; an If branch kept as a subgraph has a graph of its own and
+     * reads outer values as captures (unlisted inputs named like the outer value). */
+    ox_ctx *outer;
+    bool same_graph;
+    char *scope_prefix; /* an inlined body's node names: "<prefix>/<name>" (owned) */
+    int depth;          /* subgraph nesting below the main graph */
+    int64_t inlined_nodes; /* main graph's scope only: body nodes inlined in all (OX_MAX_INLINED_NODES) */
+};
 
 /* ---- onnx.c: values ------------------------------------------------------------- */
 int ox_find(const ox_ctx *c, const char *name);
+/* Like ox_find, but a name defined in an enclosing graph is brought into this
+ * scope (as the same IR value, a copy of the constant, or a capture). */
+gr_status ox_resolve(ox_ctx *c, const char *name, int *out);
 /* Registers an ONNX name (must be new); *out = index into c->vals. */
 gr_status ox_define(ox_ctx *c, const char *name, int *out);
 /* IR value for ox value vi (materializes a constant). */
@@ -140,6 +160,32 @@ gr_status ox_bind_outputs(ox_ctx *c, int n, const int *irs, const char *why);
 void ox_out_names(const ox_ctx *c, const char **names, int n);
 gr_status ox_check_arity(ox_ctx *c, int min_in, int max_in, int min_out);
 gr_status ox_scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir);
+gr_status ox_const_ir(ox_ctx *c, ox_tensor *t, int *ir); /* consumes t */
+gr_status ox_emit2(ox_ctx *c, gr_op op, int a, int b, int *out);
+gr_status ox_iota_ir(ox_ctx *c, gr_dim n, int *ir); /* range(0, n) as i64 */
+gr_status ox_reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out);
+gr_status ox_unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out);
+gr_status ox_where_ir(ox_ctx *c, int cond, int a, int b, int *out);
+gr_status ox_dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_dim *out);
+gr_status ox_dim_scalar_ir(ox_ctx *c, gr_dim d, gr_dtype dt, int *ir);
+/* linear indices [..] of index tuples idx [.., k] over dims[0..k) (negatives wrapped) */
+gr_status ox_nd_linear_index(ox_ctx *c, int idx, const gr_dim *dims, int k, int *lin);
+gr_status ox_check_target_sshape(ox_ctx *c, const char *what, const gr_dim *dims, int n);
+/* an ints attribute from possibly symbolic dims (values into v, expressions into e) */
+gr_ir_attr ox_attr_sints(const char *name, const gr_dim *d, int n, int64_t *v, int32_t *e);
+/* ---- onnx-einsum.c, onnx-breadth.c, onnx-control.c ---- */
+gr_status ox_cv_einsum(ox_ctx *c, gr_op op);
+gr_status ox_cv_arg(ox_ctx *c, gr_op op);
+gr_status ox_cv_mod(ox_ctx *c, gr_op op);
+gr_status ox_cv_tile(ox_ctx *c, gr_op op);
+gr_status ox_cv_one_hot(ox_ctx *c, gr_op op);
+gr_status ox_cv_top_k(ox_ctx *c, gr_op op);
+gr_status ox_cv_scatter_elements(ox_ctx *c, gr_op op);
+gr_status ox_cv_scatter_nd(ox_ctx *c, gr_op op);
+gr_status ox_cv_data_dependent(ox_ctx *c, gr_op op);
+gr_status ox_cv_if(ox_ctx *c, gr_op op);
+gr_status ox_cv_loop(ox_ctx *c, gr_op op);
+gr_status ox_cv_scan(ox_ctx *c, gr_op op);
 /* ---- onnx-conv.c: convolutions, pools, normalizations, Pad, Resize ---- */
 gr_status ox_cv_conv(ox_ctx *c, gr_op op);
 gr_status ox_cv_conv_transpose(ox_ctx *c, gr_op op);
@@ -150,6 +196,18 @@ gr_status ox_cv_instance_norm(ox_ctx *c, gr_op op);
 gr_status ox_cv_group_norm(ox_ctx *c, gr_op op);
 gr_status ox_cv_pad(ox_ctx *c, gr_op op);
 gr_status ox_cv_resize(ox_ctx *c, gr_op op);
+
+/* ---- onnx.c: subgraphs ------------------------------------------------------------ */
+/* Imports body gp as an IR subgraph of c->g (an If branch): its own graph, outer
+ * values read as captures. `what` names it in messages. */
+gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, gr_graph **out);
+/* Inlines body gp into c's graph in a scope of its own: its inputs bound to
+ * copies of in[0..gp->n_input), its outputs copied to out[0..gp->n_output)
+ * (names left NULL; release them with ox_value_clear). */
+gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out);
+/* Copies a value's meaning (IR value, constant data, reason, sequence) into dst. */
+gr_status ox_value_copy(ox_value *dst, const ox_value *src);
+void ox_value_clear(ox_value *v);
 
 /* ---- onnx-fold.c ----------------------------------------------------------------------------------- */
 /* Tries to evaluate the current node at import time. *folded = true when it

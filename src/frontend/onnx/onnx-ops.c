@@ -196,8 +196,14 @@ static gr_status emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, 
         }
         gr_strfree(alt);
     }
+    /* an output name the IR graph has already (an unrolled loop body defines its
+     * names once per iteration) leaves that value an automatic name */
+    const char *names[64];
+    bool named = last && out_names && n_out <= 64;
+    for (int i = 0; named && i < n_out; i++)
+        names[i] = out_names[i] && gr_ir_find_value(c->g, out_names[i]) < 0 ? out_names[i] : NULL;
     int node;
-    gr_status st = gr_ir_add_node(c->g, op, name, n_in, in, n_out, last ? out_names : NULL, n_attr, attrs, &node);
+    gr_status st = gr_ir_add_node(c->g, op, name, n_in, in, n_out, named ? names : NULL, n_attr, attrs, &node);
     gr_strfree(name);
     if (st != GR_OK) return st;
     for (int i = 0; i < n_out; i++) outs[i] = c->g->nodes.data[node].out[i];
@@ -724,6 +730,17 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
         return emit1(c, op, 0, NULL, 4, attrs);
     }
     for (int i = 0; i < 3; i++) {
+        int vi = ox_in(c, i);
+        const ox_value *v = vi >= 0 ? &c->vals.data[vi] : NULL;
+        if (v && !v->konst && !v->unavailable) /* the length, ceil((limit - start) / delta), is not known when planning */
+            return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                 "input '%s' (value '%s') must be a constant at import time (or computed from shapes): "
+                                 "computed at run time, it makes the output length max(ceil((limit - start) / delta), 0) "
+                                 "depend on tensor data, a data-dependent shape that a static memory plan cannot hold; "
+                                 "not supported",
+                                 names[i], v->name);
+    }
+    for (int i = 0; i < 3; i++) {
         GR_TRY(ox_need_const(c, i, names[i], &t[i]));
         if (ox_tensor_numel(t[i]) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
     }
@@ -814,40 +831,37 @@ static gr_status dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_
     return GR_OK;
 }
 
-/* GatherND(data, indices), batch_dims 0: data's first k dims flattened into
- * one, the index tuples turned into linear indices (negative components
- * counted from the end of their dim), then one Gather along axis 0. */
-static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
-    (void)op;
-    GR_TRY(check_arity(c, 2, 2, 1));
-    int64_t batch_dims;
-    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
-    if (batch_dims != 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "GatherND with batch_dims=%lld on a value computed at run time is not supported", (long long)batch_dims);
-    int data, idx;
-    GR_TRY(in_ir(c, 0, &data));
-    GR_TRY(in_ir(c, 1, &idx));
-    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
-    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
-    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
-    int r = dv->ndim, q = iv->ndim;
-    gr_dim kd = iv->dims[q - 1];
-    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
-    int k = (int)kd.size;
-    if (k < 1 || k > r) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d", k, r);
-    if (q - 1 + r - k > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
-    gr_dim ddims[GR_MAX_DIMS];
-    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+/* range(0, n) as i64 (n may be symbolic) */
+static gr_status iota_ir(ox_ctx *c, gr_dim n, int *ir) {
+    gr_ir_attr ra[4] = {A_sint("start", GR_IR_ATTR_FLOAT, gr_dx_const(0)), A_sint("limit", GR_IR_ATTR_FLOAT, n),
+                        A_sint("delta", GR_IR_ATTR_FLOAT, gr_dx_const(1)), A_str("dtype", "i64")};
+    return emit(c, GR_OP_RANGE, 0, NULL, 4, ra, 1, NULL, false, ir);
+}
+
+/* reshape of x to dims (concrete or symbolic) */
+static gr_status reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out) {
+    int64_t v[GR_MAX_DIMS];
+    int32_t e[GR_MAX_DIMS];
+    gr_ir_attr a = A_sints("shape", dims, n, v, e);
+    return emit(c, GR_OP_RESHAPE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out) {
+    gr_ir_attr a = A_ints("axes", &axis, 1);
+    return emit(c, GR_OP_UNSQUEEZE, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+static gr_status where_ir(ox_ctx *c, int cond, int a, int b, int *out) {
+    int in[3] = {cond, a, b};
+    return emit(c, GR_OP_WHERE, 3, in, 0, NULL, 1, NULL, false, out);
+}
+
+/* Linear indices of ND index tuples: idx [.., k] over dims[0..k) (copies), negative
+ * components counted from the end of their dim; *lin is [..] (last axis squeezed). */
+static gr_status nd_linear_index(ox_ctx *c, int idx, const gr_dim *dims, int k, int *lin_out) {
+    const gr_ir_value *iv = irv(c, idx);
+    int q = iv->ndim;
     gr_dtype it = iv->dtype;
-    int flat = data;
-    if (k > 1) { /* [d0*...*d(k-1), dk, ...] */
-        gr_dim shape[GR_MAX_DIMS];
-        GR_TRY(dims_product(c, ddims, 0, k, &shape[0]));
-        for (int i = k; i < r; i++) shape[i - k + 1] = ddims[i];
-        int64_t sv[GR_MAX_DIMS];
-        int32_t se[GR_MAX_DIMS];
-        gr_ir_attr a = A_sints("shape", shape, r - k + 1, sv, se);
-        GR_TRY(emit(c, GR_OP_RESHAPE, 1, &data, 1, &a, 1, NULL, false, &flat));
-    }
     int lin = -1, zero;
     GR_TRY(scalar_const_ir(c, it, 0.0, &zero));
     for (int j = 0; j < k; j++) {
@@ -856,12 +870,12 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
         int comp, neg, dj, wrapped, in3[3];
         GR_TRY(emit(c, GR_OP_SLICE, 1, &idx, 3, sl, 1, NULL, false, &comp));
         GR_TRY(emit2(c, GR_OP_LESS, comp, zero, &neg));
-        GR_TRY(dim_scalar_ir(c, ddims[j], it, &dj));
+        GR_TRY(dim_scalar_ir(c, dims[j], it, &dj));
         GR_TRY(emit2(c, GR_OP_ADD, comp, dj, &wrapped));
         in3[0] = neg, in3[1] = wrapped, in3[2] = comp;
         GR_TRY(emit(c, GR_OP_WHERE, 3, in3, 0, NULL, 1, NULL, false, &comp));
         gr_dim stride;
-        GR_TRY(dims_product(c, ddims, j + 1, k, &stride));
+        GR_TRY(dims_product(c, dims, j + 1, k, &stride));
         if (gr_dx_is_sym(stride) || stride.size != 1) {
             int s;
             GR_TRY(dim_scalar_ir(c, stride, it, &s));
@@ -872,7 +886,65 @@ static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
     }
     int64_t last = q - 1;
     gr_ir_attr sq = A_ints("axes", &last, 1);
-    GR_TRY(emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, &lin));
+    return emit(c, GR_OP_SQUEEZE, 1, &lin, 1, &sq, 1, NULL, false, lin_out);
+}
+
+/* GatherND(data, indices; batch_dims b): data's dims [b, b+k) flattened with its b
+ * batch dims into one, the index tuples turned into linear indices (plus the
+ * batch's offset, batch_id * prod(dims[b, b+k))), then one Gather along axis 0. */
+static gr_status cv_gather_nd(ox_ctx *c, gr_op op) {
+    (void)op;
+    GR_TRY(check_arity(c, 2, 2, 1));
+    int64_t batch_dims;
+    GR_TRY(ox_attr_int(c, "batch_dims", 0, &batch_dims));
+    int data, idx;
+    GR_TRY(in_ir(c, 0, &data));
+    GR_TRY(in_ir(c, 1, &idx));
+    const gr_ir_value *dv = irv(c, data), *iv = irv(c, idx);
+    if (!dv->typed || !iv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shapes of the inputs are not known");
+    if (!gr_dtype_is_int(iv->dtype) || iv->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "indices must be integers of rank >= 1");
+    int r = dv->ndim, q = iv->ndim;
+    if (batch_dims < 0 || batch_dims >= q || batch_dims >= r)
+        return ox_node_error(c, GR_ERR_SHAPE, "batch_dims=%lld must be below the ranks of data (%d) and indices (%d)", (long long)batch_dims, r, q);
+    int b = (int)batch_dims;
+    gr_dim kd = iv->dims[q - 1];
+    if (gr_dx_is_sym(kd)) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the indices' last dim (the index tuple length) must be concrete");
+    int k = (int)kd.size;
+    if (k < 1 || k > r - b) return ox_node_error(c, GR_ERR_SHAPE, "index tuples of length %d for data of rank %d with %d batch dims", k, r, b);
+    if (q - 1 + r - k - b > GR_MAX_DIMS) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the result has more than %d dims", GR_MAX_DIMS);
+    gr_dim ddims[GR_MAX_DIMS], idims[GR_MAX_DIMS];
+    for (int i = 0; i < r; i++) ddims[i] = dv->dims[i];
+    for (int i = 0; i < q; i++) idims[i] = iv->dims[i];
+    for (int i = 0; i < b; i++)
+        if (!gr_dx_equal(ddims[i], idims[i]) && !gr_dx_is_sym(ddims[i]) && !gr_dx_is_sym(idims[i]))
+            return ox_node_error(c, GR_ERR_SHAPE, "batch dim %d differs: data %lld, indices %lld", i, (long long)ddims[i].size, (long long)idims[i].size);
+    gr_dtype it = iv->dtype;
+    int flat = data;
+    if (k + b > 1) { /* [d0*...*d(b+k-1), d(b+k), ...] */
+        gr_dim shape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, ddims, 0, b + k, &shape[0]));
+        for (int i = b + k; i < r; i++) shape[i - b - k + 1] = ddims[i];
+        GR_TRY(reshape_ir(c, data, shape, r - b - k + 1, &flat));
+    }
+    int lin;
+    GR_TRY(nd_linear_index(c, idx, ddims + b, k, &lin));
+    if (b > 0) { /* + batch_id * prod(dims[b, b+k)), batch_id shaped [B0..B(b-1), 1, ...] */
+        gr_dim nb, per, bshape[GR_MAX_DIMS];
+        GR_TRY(dims_product(c, ddims, 0, b, &nb));
+        GR_TRY(dims_product(c, ddims, b, b + k, &per));
+        int bid, ps;
+        GR_TRY(iota_ir(c, nb, &bid));
+        if (it != GR_I64) {
+            gr_ir_attr to = A_str("to", gr_dtype_name(it));
+            GR_TRY(emit(c, GR_OP_CAST, 1, &bid, 1, &to, 1, NULL, false, &bid));
+        }
+        GR_TRY(dim_scalar_ir(c, per, it, &ps));
+        GR_TRY(emit2(c, GR_OP_MUL, bid, ps, &bid));
+        for (int i = 0; i < b; i++) bshape[i] = ddims[i];
+        for (int i = b; i < q - 1; i++) bshape[i] = gr_dx_const(1);
+        GR_TRY(reshape_ir(c, bid, bshape, q - 1, &bid));
+        GR_TRY(emit2(c, GR_OP_ADD, lin, bid, &lin));
+    }
     int in[2] = {flat, lin};
     gr_ir_attr ga = A_int("axis", 0);
     return emit1(c, GR_OP_GATHER, 2, in, 1, &ga);
@@ -1042,73 +1114,7 @@ static gr_status cv_sequence_at(ox_ctx *c, gr_op op) {
     return emit1(c, op, 1, &x, 0, NULL);
 }
 
-/* ---- Einsum: the batched-matmul forms transformer exports use --------------------------- */
-static gr_status einsum_unsupported(ox_ctx *c, const char *eq, const char *why) {
-    return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                         "einsum equation '%s' is not supported (%s); graft maps batched matmul forms such as "
-                         "'bhid,bhjd->bhij', 'bhij,bhjd->bhid' and 'ij,jk->ik'",
-                         eq, why);
-}
-
-static gr_status cv_einsum(ox_ctx *c, gr_op op) {
-    GR_TRY(check_arity(c, 1, 64, 1));
-    char eq[128], sa[32], sb[32], so[32];
-    GR_TRY(ox_attr_string(c, "equation", "", eq, sizeof eq));
-    if (ox_n_in(c) != 2) return einsum_unsupported(c, eq, "graft maps einsums of two operands only");
-    /* strip spaces */
-    size_t w = 0;
-    for (size_t r = 0; eq[r]; r++)
-        if (eq[r] != ' ') eq[w++] = eq[r];
-    eq[w] = 0;
-    const char *comma = strchr(eq, ','), *arrow = strstr(eq, "->");
-    if (!comma || !arrow || comma > arrow || strchr(comma + 1, ',')) return einsum_unsupported(c, eq, "needs two operands and an explicit output");
-    size_t la = (size_t)(comma - eq), lb = (size_t)(arrow - comma - 1), lo = strlen(arrow + 2);
-    if (la >= sizeof sa || lb >= sizeof sb || lo >= sizeof so) return einsum_unsupported(c, eq, "too many indices");
-    memcpy(sa, eq, la), sa[la] = 0;
-    memcpy(sb, comma + 1, lb), sb[lb] = 0;
-    memcpy(so, arrow + 2, lo), so[lo] = 0;
-    const char *ops[3] = {sa, sb, so};
-    for (int k = 0; k < 3; k++) {
-        for (const char *p = ops[k]; *p; p++) {
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) return einsum_unsupported(c, eq, "ellipsis or bad index");
-            if (strchr(p + 1, *p)) return einsum_unsupported(c, eq, "repeated index");
-        }
-    }
-    if (la < 2 || lb < 2 || lo < 2) return einsum_unsupported(c, eq, "operands must have at least 2 dims");
-    /* trailing two letters of each operand; the rest is batch */
-    char a0 = sa[la - 2], a1 = sa[la - 1], b0 = sb[lb - 2], b1 = sb[lb - 1], o0 = so[lo - 2], o1 = so[lo - 1];
-    char k;
-    if (a0 == b0 || a0 == b1) k = a0;
-    else if (a1 == b0 || a1 == b1) k = a1;
-    else return einsum_unsupported(c, eq, "no contraction index in the last two dims");
-    char m = a0 == k ? a1 : a0, n = b0 == k ? b1 : b0;
-    if (m == n || strchr(so, k)) return einsum_unsupported(c, eq, "not a matmul");
-    bool ta = a0 == k, tb = b1 == k, swap;
-    if (o0 == m && o1 == n) swap = false;
-    else if (o0 == n && o1 == m) swap = true;
-    else return einsum_unsupported(c, eq, "output's last two dims are not the matmul's");
-    size_t ba = la - 2, bb = lb - 2, bo = lo - 2;
-    const char *batch = ba ? sa : sb;
-    size_t nb = ba ? ba : bb;
-    bool ok = bo == nb && (!ba || !bb || (ba == bb && !memcmp(sa, sb, ba))) && !memcmp(so, batch, bo);
-    for (size_t i = 0; ok && i < nb; i++) ok = batch[i] != k && batch[i] != m && batch[i] != n;
-    if (!ok) return einsum_unsupported(c, eq, "batch dims must lead, in the same order in both operands and the output");
-    int in[2];
-    GR_TRY(in_ir(c, 0, &in[0]));
-    GR_TRY(in_ir(c, 1, &in[1]));
-    if ((irv(c, in[0])->typed && irv(c, in[0])->ndim != (int)la) || (irv(c, in[1])->typed && irv(c, in[1])->ndim != (int)lb))
-        return ox_node_error(c, GR_ERR_SHAPE, "einsum '%s': operand ranks do not match the equation", eq);
-    if (!swap) {
-        gr_ir_attr attrs[2] = {A_int("trans_a", ta), A_int("trans_b", tb)};
-        return emit1(c, op, 2, in, 2, attrs);
-    }
-    /* (A B)^T = B^T A^T */
-    int sw[2] = {in[1], in[0]};
-    gr_ir_attr attrs[2] = {A_int("trans_a", !tb), A_int("trans_b", !ta)};
-    return emit1(c, op, 2, sw, 2, attrs);
-}
-
-/* ==== shared with onnx-conv.c (thin exports of the helpers above) ======================================== */
+/* ==== shared with the other converter files (thin exports of the helpers above) ======================================== */
 gr_status ox_in_ir(ox_ctx *c, int i, int *ir) { return in_ir(c, i, ir); }
 gr_status ox_emit(ox_ctx *c, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int n_out,
                   const char *const *out_names, bool last, int *outs) {
@@ -1121,6 +1127,18 @@ gr_status ox_bind_outputs(ox_ctx *c, int n, const int *irs, const char *why) { r
 void ox_out_names(const ox_ctx *c, const char **names, int n) { out_names_of(c, names, n); }
 gr_status ox_check_arity(ox_ctx *c, int min_in, int max_in, int min_out) { return check_arity(c, min_in, max_in, min_out); }
 gr_status ox_scalar_const_ir(ox_ctx *c, gr_dtype dt, double v, int *ir) { return scalar_const_ir(c, dt, v, ir); }
+/* ...and with onnx-einsum.c, onnx-breadth.c, onnx-control.c */
+gr_status ox_const_ir(ox_ctx *c, ox_tensor *t, int *ir) { return const_ir(c, t, ir); }
+gr_status ox_emit2(ox_ctx *c, gr_op op, int a, int b, int *out) { return emit2(c, op, a, b, out); }
+gr_status ox_iota_ir(ox_ctx *c, gr_dim n, int *ir) { return iota_ir(c, n, ir); }
+gr_status ox_reshape_ir(ox_ctx *c, int x, const gr_dim *dims, int n, int *out) { return reshape_ir(c, x, dims, n, out); }
+gr_status ox_unsqueeze_ir(ox_ctx *c, int x, int64_t axis, int *out) { return unsqueeze_ir(c, x, axis, out); }
+gr_status ox_where_ir(ox_ctx *c, int cond, int a, int b, int *out) { return where_ir(c, cond, a, b, out); }
+gr_status ox_dims_product(ox_ctx *c, const gr_dim *dims, int lo, int hi, gr_dim *out) { return dims_product(c, dims, lo, hi, out); }
+gr_status ox_dim_scalar_ir(ox_ctx *c, gr_dim d, gr_dtype dt, int *ir) { return dim_scalar_ir(c, d, dt, ir); }
+gr_status ox_nd_linear_index(ox_ctx *c, int idx, const gr_dim *dims, int k, int *lin) { return nd_linear_index(c, idx, dims, k, lin); }
+gr_status ox_check_target_sshape(ox_ctx *c, const char *what, const gr_dim *dims, int n) { return check_target_sshape(c, what, dims, n); }
+gr_ir_attr ox_attr_sints(const char *name, const gr_dim *d, int n, int64_t *v, int32_t *e) { return A_sints(name, d, n, v, e); }
 
 /* ==== the table ========================================================================================== */
 static const struct {
@@ -1193,7 +1211,20 @@ static const struct {
     {"Identity", GR_OP_IDENTITY, cv_simple},
     {"Dropout", GR_OP_IDENTITY, cv_dropout},
     {"Trilu", GR_OP_TRILU, cv_trilu},
-    {"Einsum", GR_OP_MATMUL, cv_einsum},
+    {"Einsum", GR_OP_MATMUL, ox_cv_einsum},
+    {"ArgMax", GR_OP_ARG_MAX, ox_cv_arg},
+    {"ArgMin", GR_OP_ARG_MIN, ox_cv_arg},
+    {"Mod", GR_OP_MOD, ox_cv_mod},
+    {"Tile", GR_OP_EXPAND, ox_cv_tile},
+    {"OneHot", GR_OP_WHERE, ox_cv_one_hot},
+    {"TopK", GR_OP_GATHER_ELEMENTS, ox_cv_top_k},
+    {"NonZero", GR_OP_IDENTITY, ox_cv_data_dependent},
+    {"ReduceProd", GR_OP_REDUCE_PROD, cv_reduce},
+    {"ScatterElements", GR_OP_WHERE, ox_cv_scatter_elements},
+    {"ScatterND", GR_OP_WHERE, ox_cv_scatter_nd},
+    {"If", GR_OP_IF, ox_cv_if},
+    {"Loop", GR_OP_IDENTITY, ox_cv_loop},
+    {"Scan", GR_OP_IDENTITY, ox_cv_scan},
     {"Conv", GR_OP_CONV, ox_cv_conv},
     {"ConvTranspose", GR_OP_CONV_TRANSPOSE, ox_cv_conv_transpose},
     {"MaxPool", GR_OP_MAX_POOL, ox_cv_pool},

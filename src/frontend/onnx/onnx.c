@@ -461,6 +461,10 @@ static gr_status materialize_symbolic(ox_ctx *c, ox_value *v, int *out_ir) {
     return GR_OK;
 }
 
+/* name, or NULL (an automatic name) when the IR graph has it already: an inlined
+ * body (an unrolled loop's iterations) defines its ONNX names once per copy */
+static const char *ir_name_free(const ox_ctx *c, const char *name) { return gr_ir_find_value(c->g, name) >= 0 ? NULL : name; }
+
 gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
     ox_value *v = &c->vals.data[vi];
     if (v->unavailable) return gr_error(GR_ERR_UNSUPPORTED, "value '%s' %s", v->name, v->unavailable);
@@ -483,10 +487,10 @@ gr_status ox_ir(ox_ctx *c, int vi, int *out_ir) {
         void *data = t->data; /* the IR frees it on failure */
         t->data = NULL;
         t->owned = false;
-        GR_TRY(gr_ir_add_const_owned(c->g, v->name, t->dtype, t->ndim, t->dims, data, t->nbytes, &ir));
+        GR_TRY(gr_ir_add_const_owned(c->g, ir_name_free(c, v->name), t->dtype, t->ndim, t->dims, data, t->nbytes, &ir));
         t->data = data;
     } else {
-        GR_TRY(gr_ir_add_const(c->g, v->name, t->dtype, t->ndim, t->dims, t->data, &ir));
+        GR_TRY(gr_ir_add_const(c->g, ir_name_free(c, v->name), t->dtype, t->ndim, t->dims, t->data, &ir));
         t->data = c->g->values.data[ir].data;
     }
     v->ir = ir;
@@ -502,6 +506,7 @@ static void ctx_free(ox_ctx *c) {
     gr_vec_free(&c->vals);
     gr_free(c->slots, (size_t)c->n_slots * sizeof(int));
     gr_strfree(c->node_name_owned);
+    gr_strfree(c->scope_prefix);
 }
 
 /* ==== graph inputs ======================================================================================= */
@@ -577,10 +582,13 @@ static gr_status import_node(ox_ctx *c, const Onnx__NodeProto *np, int index) {
     c->sub_count = 0;
     gr_strfree(c->node_name_owned);
     c->node_name_owned = NULL;
-    if (np->name && *np->name) {
+    if (np->name && *np->name && !c->scope_prefix) {
         c->node_name = np->name;
     } else {
-        c->node_name_owned = gr_sprintf("%s_%d", np->op_type && *np->op_type ? np->op_type : "node", index);
+        const char *op = np->op_type && *np->op_type ? np->op_type : "node";
+        if (np->name && *np->name) c->node_name_owned = gr_sprintf("%s/%s", c->scope_prefix, np->name);
+        else if (c->scope_prefix) c->node_name_owned = gr_sprintf("%s/%s_%d", c->scope_prefix, op, index);
+        else c->node_name_owned = gr_sprintf("%s_%d", op, index);
         if (!c->node_name_owned) return GR_ERR_NOMEM;
         c->node_name = c->node_name_owned;
     }
@@ -591,16 +599,193 @@ static gr_status import_node(ox_ctx *c, const Onnx__NodeProto *np, int index) {
     for (size_t i = 0; i < np->n_input; i++) {
         const char *in = S(np->input[i]);
         if (!*in) continue;
-        int vi = ox_find(c, in);
+        int vi;
+        GR_TRY(ox_resolve(c, in, &vi));
         if (vi < 0)
             return ox_node_error(c, GR_ERR_INVALID,
-                                 "input %zu '%s' names no value (not a graph input, an initializer or an earlier node's output)",
+                                 "input %zu '%s' names no value (not a graph input, an initializer, an earlier node's output "
+                                 "or a value of an enclosing graph)",
                                  i, in);
     }
     bool folded = false;
     GR_TRY(ox_try_fold(c, &folded));
     if (folded) return GR_OK;
     return ox_convert_node(c);
+}
+
+/* ==== scopes: subgraphs and inlined bodies ===================================================== */
+void ox_value_clear(ox_value *v) {
+    ox_tensor_free(v->konst);
+    if (v->seq) gr_free(v->seq, sizeof(int) * (size_t)(v->n_seq ? v->n_seq : 1));
+    const char *name = v->name;
+    memset(v, 0, sizeof *v);
+    v->name = name;
+    v->ir = -1;
+}
+
+gr_status ox_value_copy(ox_value *dst, const ox_value *src) {
+    ox_value_clear(dst);
+    dst->ir = src->ir;
+    dst->unavailable = src->unavailable;
+    if (src->konst) GR_TRY(ox_tensor_cast(src->konst, src->konst->dtype, &dst->konst));
+    if (src->seq) {
+        size_t nb = sizeof(int) * (size_t)(src->n_seq ? src->n_seq : 1);
+        if (!(dst->seq = gr_malloc(nb))) return GR_ERR_NOMEM;
+        memcpy(dst->seq, src->seq, nb);
+        dst->n_seq = src->n_seq;
+    }
+    return GR_OK;
+}
+
+/* Both graphs name automatic values "%N" from counters of their own; a capture takes
+ * the outer value's name into the subgraph, so the counters are kept apart. */
+static void sync_auto_names(gr_graph *a, gr_graph *b) {
+    int m = a->next_auto_name > b->next_auto_name ? a->next_auto_name : b->next_auto_name;
+    a->next_auto_name = b->next_auto_name = m;
+}
+
+gr_status ox_resolve(ox_ctx *c, const char *name, int *out) {
+    *out = ox_find(c, name);
+    if (*out >= 0 || !c->outer || !name || !*name) return GR_OK;
+    ox_ctx *o = c->outer;
+    int ovi;
+    GR_TRY(ox_resolve(o, name, &ovi));
+    if (ovi < 0) return GR_OK;
+    int vi;
+    GR_TRY(ox_define(c, o->vals.data[ovi].name, &vi));
+    ox_value *v = &c->vals.data[vi];
+    const ox_value *src = &o->vals.data[ovi];
+    *out = vi;
+    if (c->same_graph) return ox_value_copy(v, src);
+    if (src->unavailable) {
+        v->unavailable = src->unavailable;
+        return GR_OK;
+    }
+    if (src->seq) {
+        v->unavailable = "is a tensor sequence of an enclosing graph (not supported inside a subgraph)";
+        return GR_OK;
+    }
+    if (src->konst && !ox_tensor_has_sym(src->konst)) return ox_tensor_cast(src->konst, src->konst->dtype, &v->konst);
+    /* a capture: an input of the subgraph, not listed, named like the outer IR value */
+    int oir;
+    sync_auto_names(o->g, c->g);
+    GR_TRY(ox_ir(o, ovi, &oir));
+    sync_auto_names(o->g, c->g);
+    const gr_ir_value *ov = &o->g->values.data[oir];
+    if (gr_ir_find_value(c->g, ov->name) >= 0)
+        return gr_error(GR_ERR_UNSUPPORTED, "value '%s' of an enclosing graph is read in a subgraph that has a value of the same IR name '%s'",
+                        name, ov->name);
+    int cv;
+    GR_TRY(gr_ir_add_value(c->g, ov->name, GR_VAL_INPUT, &cv));
+    gr_ir_value *d = &c->g->values.data[cv];
+    ov = &o->g->values.data[oir];
+    d->typed = ov->typed;
+    d->dtype = ov->dtype;
+    d->ndim = ov->ndim;
+    d->placement = ov->placement;
+    for (int i = 0; i < ov->ndim && i < GR_MAX_DIMS; i++) GR_TRY(gr_dx_import(c->g, o->g, ov->dims[i], &d->dims[i]));
+    c->vals.data[vi].ir = cv;
+    return GR_OK;
+}
+
+static gr_status scope_begin(ox_ctx *c, ox_ctx *s, const char *what) {
+    memset(s, 0, sizeof *s);
+    if (c->depth + 1 > OX_MAX_GRAPH_DEPTH)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: subgraphs nest more than %d levels deep", what, OX_MAX_GRAPH_DEPTH);
+    s->origin = c->origin;
+    s->base_dir = c->base_dir;
+    s->opset = c->opset;
+    s->outer = c;
+    s->depth = c->depth + 1;
+    return GR_OK;
+}
+
+/* Initializers of a body as constants of scope s. */
+static gr_status scope_initializers(ox_ctx *s, const Onnx__GraphProto *gp, const char *what) {
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        const char *name = S(tp->name);
+        if (!*name) return gr_error(GR_ERR_INVALID, "%s: initializer %zu has no name", what, i);
+        char w[600];
+        snprintf(w, sizeof w, "%s: initializer '%.256s'", what, name);
+        ox_tensor *t;
+        GR_TRY(ox_tensor_from_proto(s, tp, w, &t));
+        GR_TRY(ox_define_const(s, name, t));
+    }
+    return GR_OK;
+}
+
+static gr_status scope_nodes(ox_ctx *s, const Onnx__GraphProto *gp) {
+    for (size_t i = 0; i < gp->n_node; i++) GR_TRY(import_node(s, gp->node[i], (int)i));
+    s->node = NULL;
+    s->node_name = NULL;
+    return GR_OK;
+}
+
+static gr_status scope_output(ox_ctx *s, const Onnx__GraphProto *gp, size_t i, const char *what, int *vi) {
+    const char *name = S(gp->output[i]->name);
+    GR_TRY(ox_resolve(s, name, vi));
+    if (*vi < 0) return gr_error(GR_ERR_INVALID, "%s: output '%s' is not produced by any node, input or initializer", what, name);
+    return GR_OK;
+}
+
+gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, gr_graph **out) {
+    *out = NULL;
+    ox_ctx s;
+    GR_TRY(scope_begin(c, &s, what));
+    if (gp->n_input) return gr_error(GR_ERR_INVALID, "%s: a branch takes no inputs, this one declares %zu", what, gp->n_input);
+    if (gp->n_output == 0) return gr_error(GR_ERR_INVALID, "%s has no outputs", what);
+    gr_status st = gr_ir_graph_create(&s.g);
+    if (st == GR_OK) {
+        s.g->parent = c->g;
+        sync_auto_names(c->g, s.g);
+        st = scope_initializers(&s, gp, what);
+    }
+    if (st == GR_OK) st = scope_nodes(&s, gp);
+    for (size_t i = 0; st == GR_OK && i < gp->n_output; i++) {
+        int vi, ir;
+        st = scope_output(&s, gp, i, what, &vi);
+        if (st == GR_OK) st = ox_ir(&s, vi, &ir);
+        if (st == GR_OK) st = gr_ir_add_output(s.g, ir);
+    }
+    if (s.g) sync_auto_names(c->g, s.g);
+    if (st != GR_OK) {
+        gr_ir_graph_destroy(s.g);
+        s.g = NULL;
+    }
+    ctx_free(&s);
+    *out = s.g;
+    return st;
+}
+
+gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out) {
+    ox_ctx *root = c;
+    while (root->outer) root = root->outer;
+    root->inlined_nodes += (int64_t)gp->n_node;
+    if (root->inlined_nodes > OX_MAX_INLINED_NODES)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: unrolling loops and inlining bodies would add more than %lld nodes to the model",
+                        what, (long long)OX_MAX_INLINED_NODES);
+    ox_ctx s;
+    GR_TRY(scope_begin(c, &s, what));
+    s.g = c->g;
+    s.same_graph = true;
+    if (!(s.scope_prefix = gr_strdup(what))) return GR_ERR_NOMEM;
+    gr_status st = scope_initializers(&s, gp, what);
+    for (size_t i = 0; st == GR_OK && i < gp->n_input; i++) {
+        int vi;
+        const char *name = S(gp->input[i]->name);
+        if (!*name) st = gr_error(GR_ERR_INVALID, "%s: input %zu has no name", what, i);
+        if (st == GR_OK) st = ox_define(&s, name, &vi);
+        if (st == GR_OK) st = ox_value_copy(&s.vals.data[vi], &in[i]);
+    }
+    if (st == GR_OK) st = scope_nodes(&s, gp);
+    for (size_t i = 0; st == GR_OK && i < gp->n_output; i++) {
+        int vi;
+        st = scope_output(&s, gp, i, what, &vi);
+        if (st == GR_OK) st = ox_value_copy(&out[i], &s.vals.data[vi]);
+    }
+    ctx_free(&s);
+    return st;
 }
 
 static gr_status check_opset(const Onnx__ModelProto *m, int64_t *opset) {
@@ -647,10 +832,84 @@ static gr_status import_graph(ox_ctx *c, const Onnx__ModelProto *m) {
     return GR_OK;
 }
 
+/* ==== subgraph nesting, checked before parsing ===============================================
+ * AttributeProto.g makes the message grammar recursive, and protobuf-c's parser
+ * recurses once per nested message. This walk of the wire format uses an explicit
+ * stack bounded by OX_MAX_GRAPH_DEPTH and descends only along the path that nests
+ * graphs (Model.graph -> Graph.node -> Node.attribute -> Attribute.g -> Graph ...),
+ * so a file nesting graphs deeper is refused without recursing. A malformed file
+ * is left to protobuf-c, which reports it. */
+enum { PB_MODEL, PB_GRAPH, PB_NODE, PB_ATTR };
+
+static bool pb_varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= end) return false;
+        uint8_t b = p[(*pos)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+static gr_status check_graph_depth(const uint8_t *p, size_t n, const char *origin) {
+    struct {
+        int kind;
+        size_t end;
+    } stack[(OX_MAX_GRAPH_DEPTH + 1) * 3 + 1];
+    int sp = 0, depth = -1; /* the main graph is depth 0 */
+    stack[0].kind = PB_MODEL;
+    stack[0].end = n;
+    size_t pos = 0;
+    while (sp >= 0) {
+        if (pos >= stack[sp].end) {
+            if (stack[sp].kind == PB_GRAPH) depth--;
+            pos = stack[sp--].end;
+            continue;
+        }
+        uint64_t tag, len;
+        if (!pb_varint(p, stack[sp].end, &pos, &tag)) return GR_OK;
+        uint64_t field = tag >> 3;
+        switch (tag & 7) {
+        case 0:
+            if (!pb_varint(p, stack[sp].end, &pos, &len)) return GR_OK;
+            continue;
+        case 1:
+            if (stack[sp].end - pos < 8) return GR_OK;
+            pos += 8;
+            continue;
+        case 5:
+            if (stack[sp].end - pos < 4) return GR_OK;
+            pos += 4;
+            continue;
+        case 2: break;
+        default: return GR_OK;
+        }
+        if (!pb_varint(p, stack[sp].end, &pos, &len) || len > stack[sp].end - pos) return GR_OK;
+        int kind = stack[sp].kind, child = -1;
+        if (kind == PB_MODEL && field == 7) child = PB_GRAPH;
+        else if (kind == PB_GRAPH && field == 1) child = PB_NODE;
+        else if (kind == PB_NODE && field == 5) child = PB_ATTR;
+        else if (kind == PB_ATTR && field == 6) child = PB_GRAPH;
+        if (child < 0) {
+            pos += len;
+            continue;
+        }
+        if (child == PB_GRAPH && ++depth > OX_MAX_GRAPH_DEPTH)
+            return gr_error(GR_ERR_UNSUPPORTED, "%s: subgraphs (If / Loop / Scan bodies) nest more than %d levels deep",
+                            origin, OX_MAX_GRAPH_DEPTH);
+        sp++;
+        stack[sp].kind = child;
+        stack[sp].end = pos + len;
+    }
+    return GR_OK;
+}
+
 gr_status gr_onnx_load_buffer(const void *data, size_t n, const char *origin, const char *base_dir, gr_graph **out) {
     *out = NULL;
     if (!origin) origin = "<onnx>";
     if (!data && n) return gr_error(GR_ERR_INVALID, "%s: no data", origin);
+    GR_TRY(check_graph_depth((const uint8_t *)data, n, origin));
     pb_alloc_state alloc_state = {false};
     ProtobufCAllocator allocator = {.alloc = pb_alloc, .free = pb_free, .allocator_data = &alloc_state};
     Onnx__ModelProto *m = onnx__model_proto__unpack(&allocator, n, (const uint8_t *)data);

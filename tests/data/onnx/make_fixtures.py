@@ -220,5 +220,38 @@ def exporter_forms():
     return written
 
 
+def control_flow():
+    """If on a run-time condition whose branches read outer values (an IR `if`
+    with subgraphs), If on a constant (inlined), Loop with a constant trip count
+    and a scan output, Scan (both unrolled): test_onnx loads it under allocation
+    failures."""
+    B = TensorProto.BOOL
+
+    def body(nodes, outs, ins=(), inits=()):
+        return helper.make_graph(nodes, "b", [vi(n, t, sh) for n, t, sh in ins], [vi(o, TensorProto.UNDEFINED, None) for o in outs],
+                                 initializer=list(inits))
+
+    then_b = body([helper.make_node("Mul", ["x", "h"], ["t1"], name="t_mul"), helper.make_node("Add", ["t1", "x"], ["tout"], name="t_add")], ["tout"])
+    else_b = body([helper.make_node("Sub", ["h", "x"], ["eout"], name="e_sub")], ["eout"])
+    loop_b = body([helper.make_node("Add", ["v", "x"], ["v2"], name="l_add"), helper.make_node("ReduceSum", ["v2"], ["r"], name="l_sum", keepdims=1),
+                   helper.make_node("Identity", ["cin"], ["cout"], name="l_id")], ["cout", "v2", "r"],
+                  ins=[("i", I64, []), ("cin", B, []), ("v", F, [2, 3])])
+    scan_b = body([helper.make_node("Add", ["st", "xi"], ["st2"], name="s_add"), helper.make_node("Mul", ["st2", "xi"], ["o"], name="s_mul")],
+                  ["st2", "o"], ins=[("st", F, [3]), ("xi", F, [3])])
+    m = model([helper.make_node("Exp", ["x"], ["h"], name="exp"), helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+               helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+               helper.make_node("If", ["c"], ["y"], name="if_rt", then_branch=then_b, else_branch=else_b),
+               helper.make_node("If", ["yes"], ["y2"], name="if_const", then_branch=then_b, else_branch=else_b),
+               helper.make_node("Loop", ["three", "yes", "x"], ["vf", "rs"], name="loop", body=loop_b),
+               helper.make_node("Scan", ["s0", "x"], ["sf", "ys"], name="scan", body=scan_b, num_scan_inputs=1)],
+              [vi("x", F, [2, 3])], [vi("y", F, None), vi("y2", F, None), vi("vf", F, None), vi("rs", F, None), vi("sf", F, None),
+                                     vi("ys", F, None)],
+              [numpy_helper.from_array(np.array(0, np.float32), "zero"), numpy_helper.from_array(np.array(True), "yes"),
+               i64("three", 3), numpy_helper.from_array(np.zeros(3, np.float32), "s0")])
+    save(m, "control_flow.onnx", check=False)
+    shutil.copy(os.path.join(HERE, "control_flow.onnx"), os.path.join(CORPUS, "control_flow.onnx"))
+
+
 if __name__ == "__main__":
     main()
+    control_flow()

@@ -1,0 +1,319 @@
+/* frontend/onnx/onnx-control — ONNX control flow: If, Loop, Scan (subgraph
+ * scopes themselves are in onnx.c: ox_import_subgraph, ox_inline_graph). */
+#include "frontend/onnx/onnx-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+static gr_ir_attr A_int(const char *name, int64_t v) { return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INT, .i = v}; }
+static gr_ir_attr A_ints(const char *name, const int64_t *v, int n) {
+    return (gr_ir_attr){.name = (char *)name, .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)v, .n = n};
+}
+static const gr_ir_value *irv(const ox_ctx *c, int ir) { return &c->g->values.data[ir]; }
+
+/* ---- control flow: If, Loop, Scan ------------------------------------------------------------
+ * If: a condition known at import time inlines the branch it selects; otherwise
+ * both branches become IR subgraphs of an `if` node, which passes/control.c
+ * predicates (both run, `where` selects; no host read, no graph break).
+ * Loop and Scan are unrolled at import (each iteration an inlined copy of the
+ * body) when their trip count is known then; a trip count that depends on
+ * tensor data is refused, naming the node. */
+#define OX_MAX_UNROLL 256          /* iterations of one Loop / Scan */
+#define OX_MAX_UNROLLED_NODES 65536 /* body nodes times iterations */
+
+/* IR value of an inlined body's result (a constant is materialized). */
+static gr_status value_to_ir(ox_ctx *c, ox_value *v, const char *what, int *ir) {
+    if (v->unavailable) return ox_node_error(c, GR_ERR_UNSUPPORTED, "%s %s", what, v->unavailable);
+    if (v->seq) return ox_node_error(c, GR_ERR_UNSUPPORTED, "%s is a tensor sequence (not supported here)", what);
+    if (v->ir >= 0) return *ir = v->ir, GR_OK;
+    if (!v->konst) return ox_node_error(c, GR_ERR_INTERNAL, "%s has no value", what);
+    if (ox_tensor_has_sym(v->konst))
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "%s is computed from symbolic dims (not supported as a loop value)", what);
+    ox_tensor *t;
+    GR_TRY(ox_tensor_cast(v->konst, v->konst->dtype, &t));
+    GR_TRY(ox_const_ir(c, t, ir));
+    v->ir = *ir;
+    return GR_OK;
+}
+
+/* Binds ONNX output `name` of the current node to v: a constant stays one (so
+ * later shape arithmetic still folds), an IR value gets a named identity. */
+static gr_status bind_value(ox_ctx *c, const char *name, ox_value *v) {
+    if (!name || !*name) return GR_OK;
+    int vi;
+    if (v->unavailable || v->seq || (v->konst && v->ir < 0)) {
+        GR_TRY(ox_define(c, name, &vi));
+        return ox_value_copy(&c->vals.data[vi], v);
+    }
+    int ir, out;
+    GR_TRY(value_to_ir(c, v, name, &ir));
+    GR_TRY(ox_emit(c, GR_OP_IDENTITY, 1, &ir, 0, NULL, 1, &name, true, &out));
+    return ox_define_ir(c, name, out);
+}
+
+static void values_init(ox_value *v, int n) {
+    memset(v, 0, sizeof *v * (size_t)n);
+    for (int i = 0; i < n; i++) v[i].ir = -1;
+}
+static void values_clear(ox_value *v, int n) {
+    for (int i = 0; i < n; i++) ox_value_clear(&v[i]);
+}
+
+static const Onnx__GraphProto *graph_attr(ox_ctx *c, const char *name) {
+    const Onnx__AttributeProto *a = ox_attr(c, name);
+    return a ? a->g : NULL;
+}
+
+gr_status ox_cv_if(ox_ctx *c, gr_op op) {
+    GR_TRY(ox_check_arity(c, 1, 1, 1));
+    const Onnx__GraphProto *tb = graph_attr(c, "then_branch"), *eb = graph_attr(c, "else_branch");
+    if (!tb || !eb) return ox_node_error(c, GR_ERR_INVALID, "graph attributes 'then_branch' and 'else_branch' are required");
+    int n_out = (int)c->node->n_output;
+    if (n_out > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "more than 64 outputs");
+    if ((int)tb->n_output != n_out || (int)eb->n_output != n_out)
+        return ox_node_error(c, GR_ERR_INVALID, "the branches have %zu and %zu outputs, the node %d", tb->n_output, eb->n_output, n_out);
+    if (tb->n_input || eb->n_input) return ox_node_error(c, GR_ERR_INVALID, "a branch declares inputs (branches take none)");
+    int cvi = ox_in(c, 0);
+    if (cvi < 0) return ox_node_error(c, GR_ERR_INVALID, "input 0 ('cond') is required");
+    const ox_tensor *ck = c->vals.data[cvi].konst;
+    if (ck && !ox_tensor_has_sym(ck)) { /* known now: inline the branch it selects */
+        if (ox_tensor_numel(ck) != 1) return ox_node_error(c, GR_ERR_SHAPE, "the condition must hold one element");
+        bool take = gr_load_f64(ck->data, ck->dtype, 0) != 0;
+        char *what = gr_sprintf("%s/%s", c->node_name, take ? "then" : "else");
+        if (!what) return GR_ERR_NOMEM;
+        ox_value outs[64];
+        values_init(outs, n_out);
+        gr_status st = ox_inline_graph(c, take ? tb : eb, what, NULL, outs);
+        for (int i = 0; st == GR_OK && i < n_out; i++) st = bind_value(c, c->node->output[i], &outs[i]);
+        values_clear(outs, n_out);
+        gr_strfree(what);
+        return st;
+    }
+    char *wt = gr_sprintf("node '%s' (If) then_branch", c->node_name), *we = gr_sprintf("node '%s' (If) else_branch", c->node_name);
+    gr_graph *tg = NULL, *eg = NULL;
+    gr_status st = wt && we ? GR_OK : GR_ERR_NOMEM;
+    int cond = -1, outs[64];
+    if (st == GR_OK) st = ox_in_ir(c, 0, &cond);
+    if (st == GR_OK) st = ox_import_subgraph(c, tb, wt, &tg);
+    if (st == GR_OK) st = ox_import_subgraph(c, eb, we, &eg);
+    if (st == GR_OK) {
+        gr_ir_attr attrs[2] = {{.name = "then_branch", .kind = GR_IR_ATTR_GRAPH, .graph = tg},
+                               {.name = "else_branch", .kind = GR_IR_ATTR_GRAPH, .graph = eg}};
+        const char *names[64];
+        ox_out_names(c, names, n_out);
+        st = ox_emit(c, op, 1, &cond, 2, attrs, n_out, names, true, outs);
+    }
+    gr_ir_graph_destroy(tg);
+    gr_ir_graph_destroy(eg);
+    gr_strfree(wt);
+    gr_strfree(we);
+    if (st != GR_OK) return st;
+    return ox_bind_outputs(c, n_out, outs, NULL);
+}
+
+/* A count or flag input of a Loop: known at import time (else *known = false). */
+static gr_status loop_scalar(ox_ctx *c, int i, const char *what, bool *present, bool *known, int64_t *v) {
+    int vi = ox_in(c, i);
+    *present = vi >= 0;
+    *known = false;
+    if (vi < 0) return GR_OK;
+    const ox_value *x = &c->vals.data[vi];
+    if (!x->konst || ox_tensor_has_sym(x->konst)) return GR_OK;
+    if (ox_tensor_numel(x->konst) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must hold one element", what);
+    *known = true;
+    *v = gr_load_i64(x->konst->data, x->konst->dtype, 0);
+    return GR_OK;
+}
+
+/* Stacks per-iteration values along a new axis (reversed when `reverse`) into the node's output `name`. */
+static gr_status stack_outputs(ox_ctx *c, const char *name, ox_value *vals, int n, int64_t axis, bool reverse) {
+    if (!name || !*name) return GR_OK;
+    if (n == 0) return ox_node_error(c, GR_ERR_UNSUPPORTED, "a scan output of zero iterations has no known shape (not supported)");
+    int parts[OX_MAX_UNROLL], ax = 0;
+    for (int i = 0; i < n; i++) {
+        int ir;
+        GR_TRY(value_to_ir(c, &vals[reverse ? n - 1 - i : i], "a scan output", &ir));
+        const gr_ir_value *v = irv(c, ir);
+        if (!v->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of a scan output is not known");
+        int r = v->ndim + 1;
+        if (axis < -r || axis >= r) return ox_node_error(c, GR_ERR_SHAPE, "scan output axis %lld out of range for rank %d", (long long)axis, r);
+        ax = (int)(axis < 0 ? axis + r : axis);
+        GR_TRY(ox_unsqueeze_ir(c, ir, ax, &parts[i]));
+    }
+    gr_ir_attr a = A_int("axis", ax);
+    int out;
+    GR_TRY(ox_emit(c, GR_OP_CONCAT, n, parts, 1, &a, 1, &name, true, &out));
+    return ox_define_ir(c, name, out);
+}
+
+gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
+    (void)op;
+    const Onnx__GraphProto *body = graph_attr(c, "body");
+    if (!body) return ox_node_error(c, GR_ERR_INVALID, "graph attribute 'body' is required");
+    int n_in = ox_n_in(c), n_state = n_in - 2, n_out = (int)c->node->n_output;
+    if (n_in < 2) return ox_node_error(c, GR_ERR_INVALID, "expects at least 2 inputs (M, cond), got %d", n_in);
+    if (n_state > 64 || n_out > 128) return ox_node_error(c, GR_ERR_UNSUPPORTED, "too many loop-carried values");
+    int n_scan = n_out - n_state;
+    if (n_scan < 0 || (int)body->n_input != 2 + n_state || (int)body->n_output != 1 + n_state + n_scan)
+        return ox_node_error(c, GR_ERR_INVALID, "the body has %zu inputs and %zu outputs; %d loop-carried values and %d outputs need %d and %d",
+                             body->n_input, body->n_output, n_state, n_out, 2 + n_state, 1 + n_out);
+    bool m_present, m_known, c_present, c_known;
+    int64_t trip = 0, cond0 = 1;
+    GR_TRY(loop_scalar(c, 0, "M", &m_present, &m_known, &trip));
+    GR_TRY(loop_scalar(c, 1, "cond", &c_present, &c_known, &cond0));
+    if (m_present && !m_known)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "the trip count M is computed at run time, so the number of iterations depends on tensor data; graft "
+                             "unrolls a Loop whose trip count is known at import time (a LOOP it could run on the device is not "
+                             "supported yet)");
+    if (c_present && !c_known)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                             "the loop condition is computed at run time (a data-dependent trip count); graft unrolls a Loop "
+                             "whose condition and trip count are known at import time");
+    if (m_present && trip < 0) trip = 0;
+    /* without M the condition ends the loop; the iteration bound below stops a runaway one */
+    int64_t limit = m_present ? trip : OX_MAX_UNROLL + 1;
+    if (m_present && (trip > OX_MAX_UNROLL || (int64_t)body->n_node * trip > OX_MAX_UNROLLED_NODES))
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "a trip count of %lld is too many iterations to unroll (at most %d, and %d body nodes in all)",
+                             (long long)trip, OX_MAX_UNROLL, OX_MAX_UNROLLED_NODES);
+    ox_value state[64], *scans = NULL, in[66], out[129];
+    values_init(state, n_state);
+    values_init(in, 2 + n_state);
+    values_init(out, 1 + n_out);
+    size_t scans_bytes = sizeof(ox_value) * (size_t)(n_scan ? n_scan : 1) * OX_MAX_UNROLL;
+    gr_status st = (scans = gr_malloc(scans_bytes)) ? GR_OK : GR_ERR_NOMEM;
+    if (scans) values_init(scans, (int)(scans_bytes / sizeof(ox_value)));
+    for (int i = 0; st == GR_OK && i < n_state; i++) {
+        int vi = ox_in(c, 2 + i);
+        if (vi < 0) st = ox_node_error(c, GR_ERR_INVALID, "loop-carried input %d is missing", i);
+        else st = ox_value_copy(&state[i], &c->vals.data[vi]);
+    }
+    int iters = 0;
+    bool go = cond0 != 0;
+    while (st == GR_OK && go && iters < limit) {
+        if (iters == OX_MAX_UNROLL || (int64_t)body->n_node * (iters + 1) > OX_MAX_UNROLLED_NODES) {
+            st = ox_node_error(c, GR_ERR_UNSUPPORTED, "the loop runs more than %d iterations (or %d body nodes), too many to unroll",
+                               OX_MAX_UNROLL, OX_MAX_UNROLLED_NODES);
+            break;
+        }
+        values_clear(in, 2 + n_state);
+        st = ox_tensor_new(GR_I64, 0, NULL, &in[0].konst);
+        if (st == GR_OK) {
+            *(int64_t *)in[0].konst->data = iters;
+            st = ox_tensor_new(GR_BOOL, 0, NULL, &in[1].konst);
+        }
+        if (st == GR_OK) *(uint8_t *)in[1].konst->data = 1;
+        for (int i = 0; st == GR_OK && i < n_state; i++) st = ox_value_copy(&in[2 + i], &state[i]);
+        char *what = st == GR_OK ? gr_sprintf("%s/iter%d", c->node_name, iters) : NULL;
+        if (st == GR_OK && !what) st = GR_ERR_NOMEM;
+        values_clear(out, 1 + n_out);
+        if (st == GR_OK) st = ox_inline_graph(c, body, what, in, out);
+        gr_strfree(what);
+        if (st != GR_OK) break;
+        const ox_tensor *ck = out[0].konst;
+        if (!ck || ox_tensor_has_sym(ck) || ox_tensor_numel(ck) != 1) {
+            st = ox_node_error(c, GR_ERR_UNSUPPORTED,
+                               "the body computes the loop condition at run time (a data-dependent trip count); graft unrolls a "
+                               "Loop whose condition is known at import time");
+            break;
+        }
+        go = gr_load_f64(ck->data, ck->dtype, 0) != 0;
+        for (int i = 0; st == GR_OK && i < n_state; i++) st = ox_value_copy(&state[i], &out[1 + i]);
+        for (int k = 0; st == GR_OK && k < n_scan; k++) st = ox_value_copy(&scans[k * OX_MAX_UNROLL + iters], &out[1 + n_state + k]);
+        iters++;
+    }
+    for (int i = 0; st == GR_OK && i < n_state; i++) st = bind_value(c, c->node->output[i], &state[i]);
+    for (int k = 0; st == GR_OK && k < n_scan; k++) st = stack_outputs(c, c->node->output[n_state + k], &scans[k * OX_MAX_UNROLL], iters, 0, false);
+    values_clear(state, n_state);
+    values_clear(in, 2 + n_state);
+    values_clear(out, 1 + n_out);
+    if (scans) {
+        values_clear(scans, (int)(scans_bytes / sizeof(ox_value)));
+        gr_free(scans, scans_bytes);
+    }
+    return st;
+}
+
+/* Scan (opset 9+): unrolled over the scan inputs' sequence length, which must be known. */
+gr_status ox_cv_scan(ox_ctx *c, gr_op op) {
+    (void)op;
+    const Onnx__GraphProto *body = graph_attr(c, "body");
+    if (!body) return ox_node_error(c, GR_ERR_INVALID, "graph attribute 'body' is required");
+    int64_t n_scan_in;
+    GR_TRY(ox_attr_int(c, "num_scan_inputs", -1, &n_scan_in));
+    int n_in = ox_n_in(c), n_out = (int)c->node->n_output;
+    if (n_scan_in < 1 || n_scan_in > n_in) return ox_node_error(c, GR_ERR_INVALID, "num_scan_inputs must be in [1, %d]", n_in);
+    int m = (int)n_scan_in, n_state = n_in - m, n_scan_out = n_out - n_state;
+    if (n_in > 64 || n_out > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "too many inputs or outputs");
+    if (n_scan_out < 0 || (int)body->n_input != n_in || (int)body->n_output != n_out)
+        return ox_node_error(c, GR_ERR_INVALID, "the body has %zu inputs and %zu outputs, the node %d and %d", body->n_input, body->n_output, n_in, n_out);
+    const int64_t *in_axes, *in_dirs, *out_axes, *out_dirs;
+    int n_ia, n_id, n_oa, n_od;
+    GR_TRY(ox_attr_ints(c, "scan_input_axes", &in_axes, &n_ia));
+    GR_TRY(ox_attr_ints(c, "scan_input_directions", &in_dirs, &n_id));
+    GR_TRY(ox_attr_ints(c, "scan_output_axes", &out_axes, &n_oa));
+    GR_TRY(ox_attr_ints(c, "scan_output_directions", &out_dirs, &n_od));
+    if ((n_ia >= 0 && n_ia != m) || (n_id >= 0 && n_id != m) || (n_oa >= 0 && n_oa != n_scan_out) || (n_od >= 0 && n_od != n_scan_out))
+        return ox_node_error(c, GR_ERR_INVALID, "scan axes / directions lists do not match the number of scan inputs or outputs");
+    int xs[64], axes[64];
+    int64_t T = -1;
+    for (int j = 0; j < m; j++) {
+        GR_TRY(ox_in_ir(c, n_state + j, &xs[j]));
+        const gr_ir_value *v = irv(c, xs[j]);
+        if (!v->typed || v->ndim < 1) return ox_node_error(c, GR_ERR_SHAPE, "scan input %d must have rank >= 1 and a known shape", j);
+        int64_t a = n_ia > 0 ? in_axes[j] : 0;
+        if (a < -v->ndim || a >= v->ndim) return ox_node_error(c, GR_ERR_SHAPE, "scan input axis %lld out of range", (long long)a);
+        axes[j] = (int)(a < 0 ? a + v->ndim : a);
+        gr_dim d = v->dims[axes[j]];
+        if (gr_dx_is_sym(d))
+            return ox_node_error(c, GR_ERR_UNSUPPORTED,
+                                 "the sequence length of scan input %d is symbolic; graft unrolls a Scan whose length is known "
+                                 "at import time", j);
+        if (T >= 0 && d.size != T) return ox_node_error(c, GR_ERR_SHAPE, "scan inputs differ in sequence length (%lld, %lld)", (long long)T, (long long)d.size);
+        T = d.size;
+    }
+    if (T > OX_MAX_UNROLL || (int64_t)body->n_node * T > OX_MAX_UNROLLED_NODES)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "a sequence of %lld steps is too long to unroll (at most %d)", (long long)T, OX_MAX_UNROLL);
+    ox_value state[64], in[64], out[64], *scans = NULL;
+    values_init(state, n_state);
+    values_init(in, n_in);
+    values_init(out, n_out);
+    size_t scans_bytes = sizeof(ox_value) * (size_t)(n_scan_out ? n_scan_out : 1) * OX_MAX_UNROLL;
+    gr_status st = (scans = gr_malloc(scans_bytes)) ? GR_OK : GR_ERR_NOMEM;
+    if (scans) values_init(scans, (int)(scans_bytes / sizeof(ox_value)));
+    for (int i = 0; st == GR_OK && i < n_state; i++) {
+        int vi = ox_in(c, i);
+        if (vi < 0) st = ox_node_error(c, GR_ERR_INVALID, "state input %d is missing", i);
+        else st = ox_value_copy(&state[i], &c->vals.data[vi]);
+    }
+    for (int64_t t = 0; st == GR_OK && t < T; t++) {
+        values_clear(in, n_in);
+        for (int i = 0; st == GR_OK && i < n_state; i++) st = ox_value_copy(&in[i], &state[i]);
+        for (int j = 0; st == GR_OK && j < m; j++) {
+            int64_t pos = (n_id > 0 && in_dirs[j]) ? T - 1 - t : t, end = pos + 1, ax = axes[j];
+            gr_ir_attr sl[3] = {A_ints("starts", &pos, 1), A_ints("ends", &end, 1), A_ints("axes", &ax, 1)};
+            int part;
+            st = ox_emit(c, GR_OP_SLICE, 1, &xs[j], 3, sl, 1, NULL, false, &part);
+            gr_ir_attr sq = A_ints("axes", &ax, 1);
+            if (st == GR_OK) st = ox_emit(c, GR_OP_SQUEEZE, 1, &part, 1, &sq, 1, NULL, false, &in[n_state + j].ir);
+        }
+        char *what = st == GR_OK ? gr_sprintf("%s/step%lld", c->node_name, (long long)t) : NULL;
+        if (st == GR_OK && !what) st = GR_ERR_NOMEM;
+        values_clear(out, n_out);
+        if (st == GR_OK) st = ox_inline_graph(c, body, what, in, out);
+        gr_strfree(what);
+        for (int i = 0; st == GR_OK && i < n_state; i++) st = ox_value_copy(&state[i], &out[i]);
+        for (int k = 0; st == GR_OK && k < n_scan_out; k++) st = ox_value_copy(&scans[k * OX_MAX_UNROLL + t], &out[n_state + k]);
+    }
+    for (int i = 0; st == GR_OK && i < n_state; i++) st = bind_value(c, c->node->output[i], &state[i]);
+    for (int k = 0; st == GR_OK && k < n_scan_out; k++)
+        st = stack_outputs(c, c->node->output[n_state + k], &scans[k * OX_MAX_UNROLL], (int)T, n_oa > 0 ? out_axes[k] : 0,
+                           n_od > 0 && out_dirs[k]);
+    values_clear(state, n_state);
+    values_clear(in, n_in);
+    values_clear(out, n_out);
+    if (scans) {
+        values_clear(scans, (int)(scans_bytes / sizeof(ox_value)));
+        gr_free(scans, scans_bytes);
+    }
+    return st;
+}
