@@ -283,7 +283,7 @@ typedef struct {
     int segments;
     int segments_in_graphs;
     long captures;           /* total graph captures so far */
-    size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, graphs) */
+    size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, and graph_bytes) */
     double compile_us;       /* compiling the current plan (passes, kernels, uploads) */
     double capture_us;       /* capturing + instantiating graphs so far, this plan */
     long nodes_updated;      /* last run: kernel nodes of replayed graphs whose arguments were

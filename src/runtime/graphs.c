@@ -114,7 +114,18 @@ static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
     st->fallback_reason = keep.fallback_reason;
     st->state = GR_SEG_EAGER;
     s->evictions++;
-    if (s->opt.verbose) fprintf(stderr, "graft: evicted the graph of segment %d of a binding (graph memory budget %zu bytes)\n", seg, s->graph_budget);
+    if (s->opt.verbose) {
+        char key[160] = "";
+        size_t used = 0;
+        for (int k = 0; k < p->n_syms && used < sizeof key; k++) {
+            int w = snprintf(key + used, sizeof key - used, "%s%.40s=%lld", k ? ", " : "", s->graph->syms.data[k].name,
+                             (long long)p->sym_values[k]);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        fprintf(stderr, "graft: graph memory budget %zu bytes: evicted the graph of segment %d (%zu bytes) of binding (%s)\n",
+                s->graph_budget, seg, keep.graph_bytes, key);
+    }
 }
 
 /* Drops plan q, whose last graph was just evicted: its arena, placeholders and folded constants

@@ -622,7 +622,8 @@ gr_status gr_session_wait(gr_session_t s) {
     }
     s->stats.time_us = gr_dev_clock_us(d) - s->run_t0;
     if (s->ev_start && s->ev_end) gr_dev_event_elapsed_us(d, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
-    s->stats.device_bytes = gr_dev_mem_in_use(d);
+    /* graft's allocations plus its graphs' measured memory (the driver's, not an allocation of ours) */
+    s->stats.device_bytes = gr_dev_mem_in_use(d) + s->graph_bytes;
     return GR_OK;
 }
 
