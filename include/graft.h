@@ -201,6 +201,26 @@ typedef struct {
      * accumulation, softmax, layer norm, reductions and exp/log/pow/erf/gelu/sqrt/sin/cos stay
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
+    /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
+     * dims share CUDA graphs. Only GR_SHAPES_EXACT is implemented; the others are refused at
+     * session creation (GR_ERR_UNSUPPORTED naming the policy). */
+    int shape_policy;
+    /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
+     * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
+     * (free memory before and after capture + instantiation: the driver's own graph memory
+     * included); when a new graph would exceed the budget, the graphs of the least recently
+     * used bindings are evicted and re-captured when their binding comes back. A graph larger
+     * than the whole budget is not kept: its segment runs eagerly for that binding, with a
+     * warning. With a budget, max_rerecords does not apply (the budget bounds the graphs), and a
+     * binding whose last graph is evicted loses its whole plan too (arena, placeholders, folded
+     * constants; not the largest binding's under GR_ARENA_MAX_SHAPE): it is compiled again,
+     * compiling no kernel (shape-generic kernels stay loaded), when the binding comes back. */
+    double graph_memory_mb;
+    /* Mode auto: 1 = do not read or write the per-segment decisions file (see
+     * gr_session_explain: "decision loaded from"). Decisions are kept per device (name and
+     * driver), model hash and binding in cache_dir (default $XDG_CACHE_HOME/graft or
+     * ~/.cache/graft; the simulator only uses a cache_dir given explicitly). */
+    int no_persist_decisions;
 } gr_session_options;
 
 typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_PRECISION_COUNT } gr_precision;
@@ -208,6 +228,20 @@ typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_P
 GR_API gr_status gr_precision_parse(const char *name, int *out);
 
 enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
+
+/* Shape policies of graph mode (issue 11). Append-only. */
+typedef enum {
+    GR_SHAPES_EXACT = 0, /* one graph per binding of the symbolic dims (LRU under graph_memory_mb) */
+    GR_SHAPES_PAD,       /* reserved: bindings rounded up to capture sizes (not implemented) */
+    GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
+    GR_SHAPES_UPDATE,    /* reserved: a new shape applied to an existing exec (cuGraphExecUpdate) (not implemented) */
+    GR_SHAPES_AUTO,      /* reserved: chosen per segment by measuring (not implemented) */
+    GR_SHAPES_COUNT
+} gr_shape_policy;
+/* "exact", "pad", "generic", "update", "auto"; "?" when out of range. */
+GR_API const char *gr_shape_policy_name(int policy);
+/* Parses a policy name; GR_ERR_INVALID listing the names when unknown. */
+GR_API gr_status gr_shape_policy_parse(const char *name, int *out);
 
 GR_API void gr_session_options_init(gr_session_options *o);
 
@@ -258,12 +292,27 @@ typedef struct {
     int segments;
     int segments_in_graphs;
     long captures;           /* total graph captures so far */
-    size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, graphs) */
+    size_t device_bytes;     /* device memory held by the session (arena, weights, placeholders, and graph_bytes) */
     double compile_us;       /* compiling the current plan (passes, kernels, uploads) */
     double capture_us;       /* capturing + instantiating graphs so far, this plan */
     long nodes_updated;      /* last run: kernel nodes of replayed graphs whose arguments were
                                 rewritten (a host scalar changed, a bound device input moved) */
     long inputs_in_place;    /* last run: device-bound inputs read in place, nothing copied */
+    /* graph memory (graph mode), session totals: */
+    size_t graph_bytes;      /* device memory held now by instantiated graphs, as measured on the device
+                                (free memory before minus after each capture + instantiation + upload) */
+    size_t graph_bytes_peak; /* the most graph_bytes has been after any run */
+    size_t graph_budget_bytes; /* graph_memory_mb in bytes; 0 = no limit */
+    long instantiations;     /* graphs instantiated so far */
+    long evictions;          /* graphs evicted to stay within graph_memory_mb */
+    long graphs_live;        /* instantiated graphs held now, all bindings */
+    long over_budget;        /* segments left eager because their graph alone exceeds the budget */
+    long plans_evicted;      /* bindings' whole plans (arena, placeholders) dropped once their last graph was
+                                evicted; re-planned when the binding comes back */
+    /* mode auto, session totals: */
+    long timed_runs;         /* profiling runs (a segment timed eager or as a graph) */
+    long decisions_measured; /* segment decisions made by timing in this session */
+    long decisions_loaded;   /* segment decisions taken from the decisions file */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

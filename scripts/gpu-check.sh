@@ -59,6 +59,14 @@ else
   echo "test_generic not built (cmake --build $build --target test_generic)"; fail=1
 fi
 
+echo "== many shapes on CUDA (exact policy: sweep vs eager bit for bit, graph memory budget measured with cuMemGetInfo, persisted auto decisions) =="
+if [ -x "$build/tests/test_shapes" ]; then
+  "$build/tests/test_shapes" cuda 2>&1 | tail -12 | tee "$out/shapes.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shapes FAILED"; fail=1; }
+else
+  echo "test_shapes not built (cmake --build $build --target test_shapes)"; fail=1
+fi
+
 echo "== convolutions on CUDA (examples/cnn.onnx at batch 1, 4, 2, 3 in one session, eager and graph) =="
 if [ -x "$build/tests/test_cnn_session" ]; then
   GRAFT_TEST_DEVICE=cuda "$build/tests/test_cnn_session" 2>&1 | tail -12 | tee "$out/cnn-session.log"

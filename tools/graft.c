@@ -162,6 +162,17 @@ static const char usage_inputs[] =
     "  --mode eager|graph|auto  deployment mode (default: the library's; auto =\n"
     "                         each segment timed eager and as a graph in its first\n"
     "                         runs, the faster kept)\n"
+    "  --shapes exact|pad|generic|update|auto  graph mode over many shapes: how the\n"
+    "                         bindings of symbolic dims share CUDA graphs (default\n"
+    "                         exact: one graph per binding; the others are reserved\n"
+    "                         and refused for now)\n"
+    "  --graph-memory-mb N    graph mode: device memory all bindings' graphs may hold\n"
+    "                         (MiB, fractions allowed; default no limit); the least\n"
+    "                         recently used bindings' graphs are evicted, re-captured\n"
+    "                         when their binding comes back\n"
+    "  --cache-dir DIR        graft's cache directory: kernel cache (CUDA) and mode\n"
+    "                         auto's saved decisions (default $XDG_CACHE_HOME/graft or\n"
+    "                         ~/.cache/graft; the simulator saves decisions only here)\n"
     "  --verbose              progress and notes from the runtime on stderr\n"
     "  --no-fuse-attention    leave attention unfused (matmul, softmax, matmul: the\n"
     "                         reference path) instead of one fused attention kernel\n"
@@ -254,6 +265,9 @@ typedef struct {
     int device; /* gr_device_kind, or -1: the library's default */
     int mode;   /* gr_mode, or -1: the library's default */
     int arena;  /* GR_ARENA_*, or -1: the library's default */
+    int shapes; /* gr_shape_policy, or -1: the library's default */
+    double graph_memory_mb; /* 0: no limit */
+    const char *cache_dir;
     uint64_t seed;
     long iters, warmup, repeats;
     const char *json_path;
@@ -371,7 +385,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         bool takes_value = true;
         int need = 0;
         if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
-            !strcmp(optname, "--arena") ||
+            !strcmp(optname, "--arena") || !strcmp(optname, "--shapes") || !strcmp(optname, "--graph-memory-mb") ||
+            !strcmp(optname, "--cache-dir") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
         else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range") || !strcmp(optname, "--precision"))
@@ -462,6 +477,27 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 errorf("--arena: unknown policy '%s' (expected per-shape or max)", value);
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(optname, "--shapes")) {
+            if (gr_shape_policy_parse(value, &o->shapes) != GR_OK) {
+                errorf("--shapes: unknown policy '%s' (expected exact, pad, generic, update or auto)", show(value));
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--graph-memory-mb")) {
+            char *end = NULL;
+            errno = 0;
+            double mb = strtod(value, &end);
+            /* !(mb > 0) also refuses NaN */
+            if (!*value || *end || errno || !(mb > 0) || mb > 1e9) {
+                errorf("--graph-memory-mb: '%s' is not a positive size in MiB", show(value));
+                return EXIT_USAGE;
+            }
+            o->graph_memory_mb = mb;
+        } else if (!strcmp(optname, "--cache-dir")) {
+            if (!*value) {
+                errorf("--cache-dir: empty directory name");
+                return EXIT_USAGE;
+            }
+            o->cache_dir = value;
         } else if (!strcmp(optname, "--seed")) {
             if (!parse_u64(value, &o->seed)) {
                 errorf("--seed: '%s' is not a non-negative integer", value);
@@ -835,6 +871,9 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     if (o->device >= 0) so.device = (gr_device_kind)o->device;
     if (o->mode >= 0) so.mode = (gr_mode)o->mode;
     if (o->arena >= 0) so.arena_policy = o->arena;
+    if (o->shapes >= 0) so.shape_policy = o->shapes;
+    so.graph_memory_mb = o->graph_memory_mb;
+    if (o->cache_dir) so.cache_dir = o->cache_dir;
     so.verbose = o->verbose;
     so.no_fuse_attention = o->no_fuse_attention;
     so.fuse_attention_f32 = o->fuse_attention_f32;
@@ -1272,7 +1311,15 @@ static int cmd_bench(const cli_opts *o) {
         print_bytes("weight bytes", stats.weight_bytes);
         print_bytes("device bytes", stats.device_bytes);
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
-        printf("captures             %ld\n", stats.captures);
+        printf("captures             %ld (%ld instantiations, %ld evictions, %ld graphs held, %ld plans dropped)\n",
+               stats.captures, stats.instantiations, stats.evictions, stats.graphs_live, stats.plans_evicted);
+        print_bytes("graph memory", stats.graph_bytes);
+        print_bytes("graph memory, peak", stats.graph_bytes_peak);
+        if (stats.graph_budget_bytes) print_bytes("graph memory budget", stats.graph_budget_bytes);
+        if (stats.over_budget) printf("over budget          %ld segments run eagerly: their graph alone exceeds the budget\n", stats.over_budget);
+        if (o->mode == GR_MODE_AUTO)
+            printf("auto decisions       %ld measured (%ld timed runs), %ld loaded from the decisions file\n",
+                   stats.decisions_measured, stats.timed_runs, stats.decisions_loaded);
         printf("load                 %.1f ms (parse or import)\n", load_us / 1e3);
         printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
                stats.capture_us / 1e3);
@@ -1349,6 +1396,16 @@ static int cmd_bench(const cli_opts *o) {
                     }
                     fputs("\n  ],\n", f);
                 }
+                fputs("  \"shape_policy\": ", f);
+                json_string(f, gr_shape_policy_name(o->shapes >= 0 ? o->shapes : GR_SHAPES_EXACT));
+                fprintf(f, ",\n  \"graph_bytes\": %zu,\n  \"graph_bytes_peak\": %zu,\n  \"graph_budget_bytes\": %zu,\n",
+                        stats.graph_bytes, stats.graph_bytes_peak, stats.graph_budget_bytes);
+                fprintf(f, "  \"instantiations\": %ld,\n  \"evictions\": %ld,\n  \"graphs_live\": %ld,\n  \"over_budget\": %ld,\n",
+                        stats.instantiations, stats.evictions, stats.graphs_live, stats.over_budget);
+                fprintf(f, "  \"plans_evicted\": %ld,\n", stats.plans_evicted);
+                fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
+                        stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
+                if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
                 fprintf(f, "  \"kernels_prepared\": %ld,\n  \"kernels_compiled\": %ld,\n  \"kernel_cache_hits\": %ld,\n", ks.prepared,
                         ks.compiled, ks.disk_cache_hits);
                 fprintf(f, "  \"modules_loaded\": %ld,\n  \"generic_structures\": %ld,\n  \"generic_reused\": %ld,\n", ks.modules_loaded,
@@ -1519,7 +1576,7 @@ int main(int argc, char **argv) {
         else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
         return EXIT_USAGE;
     }
-    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .arena = -1, .iters = 10, .warmup = 2, .repeats = 1};
+    cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .arena = -1, .shapes = -1, .iters = 10, .warmup = 2, .repeats = 1};
     o.inputs = calloc((size_t)argc, sizeof *o.inputs);
     o.dims = calloc((size_t)argc, sizeof *o.dims);
     o.ranges = calloc((size_t)argc, sizeof *o.ranges);

@@ -114,7 +114,8 @@ class SessionOptions(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("mode", ctypes.c_int), ("verbose", ctypes.c_int),
                 ("max_rerecords", ctypes.c_int), ("cache_dir", ctypes.c_char_p), ("no_partition", ctypes.c_int),
                 ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
-                ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int)]
+                ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int), ("shape_policy", ctypes.c_int),
+                ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):
@@ -127,7 +128,11 @@ class RunStats(ctypes.Structure):
                 ("bytes_copied", ctypes.c_size_t), ("arena_bytes", ctypes.c_size_t), ("weight_bytes", ctypes.c_size_t),
                 ("segments", ctypes.c_int), ("segments_in_graphs", ctypes.c_int), ("captures", ctypes.c_long),
                 ("device_bytes", ctypes.c_size_t), ("compile_us", ctypes.c_double), ("capture_us", ctypes.c_double),
-                ("nodes_updated", ctypes.c_long), ("inputs_in_place", ctypes.c_long)]
+                ("nodes_updated", ctypes.c_long), ("inputs_in_place", ctypes.c_long),
+                ("graph_bytes", ctypes.c_size_t), ("graph_bytes_peak", ctypes.c_size_t),
+                ("graph_budget_bytes", ctypes.c_size_t), ("instantiations", ctypes.c_long), ("evictions", ctypes.c_long),
+                ("graphs_live", ctypes.c_long), ("over_budget", ctypes.c_long), ("plans_evicted", ctypes.c_long), ("timed_runs", ctypes.c_long),
+                ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long)]
 
 
 class KernelStats(ctypes.Structure):

@@ -60,6 +60,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
     c.conditional_nodes = c.graphs && i->cond_create && i->cond_body_begin && i->cond_body_end;
     c.external_streams = c.events && i->stream_wrap && i->stream_wait_event;
     c.pinned_memory = gr_dev_has_mem_kind(d, GR_MEM_HOST_PINNED);
+    c.mem_info = i->mem_info != NULL;
     return c;
 }
 
@@ -67,7 +68,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 38 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 39 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -103,6 +104,12 @@ bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind) {
 }
 
 size_t gr_dev_mem_in_use(const gr_device *d) { return GR_DEV_HAS(d, mem_in_use) ? d->iface->mem_in_use(d->ctx) : 0; }
+
+gr_status gr_dev_mem_info(gr_device *d, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    GR_DEV_REQUIRE(d, mem_info);
+    return d->iface->mem_info(d->ctx, free_bytes, total_bytes);
+}
 
 /* ---- streams and events ---- */
 gr_status gr_dev_stream_create(gr_device *d, gr_stream **out) {

@@ -150,6 +150,11 @@ struct gr_device_i {
 
     /* Optional: kernel preparation counters (absent: all zero). */
     void (*kernel_stats)(void *ctx, gr_dev_kstats *out);
+
+    /* Optional: free and total device memory as the device sees it (CUDA: cuMemGetInfo, so
+     * memory the driver takes for itself, instantiated graphs included, shows; sim: a device
+     * of GR_SIM_TOTAL_BYTES less its allocations and the bytes of its exec graphs). */
+    gr_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
 };
 
 typedef struct gr_device {
@@ -189,6 +194,7 @@ typedef struct {
                                stream without a host wait (gr_session_run_on_stream) */
     bool pinned_memory;     /* alloc(GR_MEM_HOST_PINNED): page-locked host buffers, so input copies are
                                true asynchronous DMA (sessions fall back to pageable host memory) */
+    bool mem_info;          /* mem_info: free/total device memory can be measured (graph memory accounting) */
 } gr_dev_caps;
 gr_dev_caps gr_dev_caps_get(const gr_device *d); /* all false for NULL */
 
@@ -199,6 +205,8 @@ gr_status gr_dev_alloc(gr_device *d, gr_mem_kind kind, size_t bytes, void **out)
 void gr_dev_free(gr_device *d, void *p);
 bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind); /* default: GR_MEM_DEVICE only */
 size_t gr_dev_mem_in_use(const gr_device *d); /* default 0: the backend does not count */
+/* Free and total device memory now (both 0 on failure). */
+gr_status gr_dev_mem_info(gr_device *d, size_t *free_bytes, size_t *total_bytes);
 
 /* streams and events */
 gr_status gr_dev_stream_create(gr_device *d, gr_stream **out);

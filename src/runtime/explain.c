@@ -14,6 +14,13 @@ static const char *seg_state_name(gr_seg_state s) {
     return "?";
 }
 
+/* where a mode-auto decision came from */
+static const char *decision_source(const gr_rt_segment *st) {
+    if (st->decision_loaded) return "decision loaded from the decisions file, measured by an earlier session";
+    if (st->decision_kept) return "decision kept from this binding's earlier plan, dropped under the graph memory budget";
+    return "measured now";
+}
+
 static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
     const gr_step *st = &p->steps.data[i];
     const char *node = st->node >= 0 && st->node < p->g->nodes.len ? p->g->nodes.data[st->node].name : "-";
@@ -68,6 +75,23 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)), ps->weight_bytes_saved,
                      ps->nodes_half, gr_dtype_name(gr_rt_precision_dtype(s->opt.precision)), ps->nodes_f32, ps->casts,
                      ps->attention_fused);
+    }
+    if (s->opt.mode != GR_MODE_EAGER) {
+        gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims)\n", gr_shape_policy_name(s->opt.shape_policy));
+        gr_sb_printf(&sb, "graph memory: %zu bytes held by %ld graphs (measured on the device: free memory before minus after "
+                          "each capture), peak %zu, budget ",
+                     s->graph_bytes, s->graphs_live, s->graph_bytes_peak);
+        if (s->graph_budget) gr_sb_printf(&sb, "%zu bytes (least recently used bindings' graphs evicted)", s->graph_budget);
+        else gr_sb_puts(&sb, "none (graph_memory_mb / --graph-memory-mb)");
+        gr_sb_printf(&sb, "; %ld captures, %ld instantiations, %ld evictions (%ld plans dropped), %ld segments over budget\n",
+                     s->total_captures, s->instantiations, s->evictions, s->plans_evicted, s->over_budget);
+    }
+    if (s->opt.mode == GR_MODE_AUTO) {
+        const char *path = gr_rt_decisions_path(s), *note = gr_rt_decisions_note(s);
+        if (path[0]) gr_sb_printf(&sb, "decisions file: %s (%s)\n", path, note[0] ? note : "ok");
+        else gr_sb_printf(&sb, "decisions: %s\n", note);
+        gr_sb_printf(&sb, "decisions: %ld measured in this session (%ld timed runs), %ld loaded from the file\n",
+                     s->decisions_measured, s->timed_runs, s->decisions_loaded);
     }
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
@@ -126,15 +150,24 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         else if (s->opt.mode == GR_MODE_EAGER) gr_sb_puts(&sb, "graphable (eager mode: not captured)\n");
         else if (st->state == GR_SEG_FALLBACK) gr_sb_printf(&sb, "NOT in a graph: %s\n", st->fallback_reason ? st->fallback_reason : "");
         else if (st->state == GR_SEG_CHOSE_EAGER)
-            gr_sb_printf(&sb, "eager by choice: measured eager %.2f us <= graph %.2f us (mode auto)\n",
+            gr_sb_printf(&sb, "eager by choice: measured eager %.2f us <= graph %.2f us (mode auto, %s)\n",
                          GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]),
-                         GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]));
+                         GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]), decision_source(st));
         else if (st->state == GR_SEG_CAPTURED && st->decided)
-            gr_sb_printf(&sb, "in a graph (%d nodes), selected by timing: graph %.2f us < eager %.2f us (mode auto)\n", st->n_nodes,
+            gr_sb_printf(&sb, "in a graph (%d nodes, %zu bytes), selected by timing: graph %.2f us < eager %.2f us (mode auto, %s)\n",
+                         st->n_nodes, st->graph_bytes, GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]),
+                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]), decision_source(st));
+        else if (st->decided && (st->state == GR_SEG_EAGER || st->state == GR_SEG_WARMUP))
+            gr_sb_printf(&sb, "eager in its warm-up run, in a graph from the next, selected by timing: graph %.2f us < eager %.2f us "
+                              "(mode auto, %s)\n",
                          GR_MIN(GR_MIN(st->graph_us[0], st->graph_us[1]), st->graph_us[2]),
-                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]));
+                         GR_MIN(GR_MIN(st->eager_us[0], st->eager_us[1]), st->eager_us[2]), decision_source(st));
+        else if (st->state == GR_SEG_CAPTURED)
+            gr_sb_printf(&sb, "in a graph (captured, %d nodes, %zu bytes of graph memory)\n", st->n_nodes, st->graph_bytes);
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
                           st->n_nodes);
+        if (sg->graphable && st->evictions)
+            gr_sb_printf(&sb, "  its graph was evicted %ld times (graph memory budget) and captured again\n", st->evictions);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);
         for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) explain_step(&sb, p, i);
     }

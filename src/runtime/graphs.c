@@ -18,15 +18,28 @@
  *   that segment eagerly, with a warning naming it.
  * - A capture that fails (an operation illegal during capture) leaves the
  *   segment eager for good, with the reason recorded for `graft explain`.
+ *
+ * Graph memory (shape policy exact, graph_memory_mb): each capture's device memory is
+ * measured as the drop of the device's free memory across capture, instantiation and
+ * upload (cuMemGetInfo on CUDA: the driver's own graph memory included). With a budget,
+ * the graphs of the least recently used bindings (plans are kept most recent first) are
+ * evicted to make room: before a capture for the size this segment's graph had in another
+ * binding, after it for the size measured. An evicted segment keeps its warm-up and its
+ * mode-auto decision and is captured again on its binding's next run. A graph that alone
+ * exceeds the budget, or that does not fit beside its own binding's other graphs, is
+ * released and its segment runs eagerly for that binding (a warning, and explain says so).
  */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
 
-#define GR_WARMUP_RUNS 1
 
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
+    if (st->exec) {
+        s->graph_bytes -= GR_MIN(st->graph_bytes, s->graph_bytes);
+        s->graphs_live--;
+    }
     gr_dev_exec_destroy(d, st->exec);
     gr_dev_graph_destroy(d, st->graph);
     gr_free(st->scalar_node, sizeof(int) * (size_t)st->scalar_cap);
@@ -78,6 +91,96 @@ static void fall_back(gr_session_t s, gr_rt_plan *p, int seg, const char *why) {
     st->fallback_reason = gr_strdup(why);
     fprintf(stderr, "graft: warning: segment %d (steps %d..%d) runs eagerly: %s\n", seg, p->segs.data[seg].first_step,
             p->segs.data[seg].first_step + p->segs.data[seg].n_steps - 1, why);
+}
+
+/* ==== graph memory ================================================================================ */
+/* Evicts segment seg's graph of plan p: its memory is given back; the segment keeps its
+ * warm-up and decision, so its binding's next run captures it again straight away. */
+static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    gr_rt_segment keep = *st;
+    st->fallback_reason = NULL; /* captured segments have none; kept below either way */
+    gr_rt_segment_release(s, st);
+    st->records = keep.records;
+    st->warmups = GR_WARMUP_RUNS;
+    memcpy(st->eager_us, keep.eager_us, sizeof st->eager_us);
+    memcpy(st->graph_us, keep.graph_us, sizeof st->graph_us);
+    st->n_eager_samples = keep.n_eager_samples;
+    st->n_graph_samples = keep.n_graph_samples;
+    st->decided = keep.decided;
+    st->decision_loaded = keep.decision_loaded;
+    st->decision_kept = keep.decision_kept;
+    st->evictions = keep.evictions + 1;
+    st->fallback_reason = keep.fallback_reason;
+    st->state = GR_SEG_EAGER;
+    s->evictions++;
+    if (s->opt.verbose) {
+        char key[160] = "";
+        size_t used = 0;
+        for (int k = 0; k < p->n_syms && used < sizeof key; k++) {
+            int w = snprintf(key + used, sizeof key - used, "%s%.40s=%lld", k ? ", " : "", s->graph->syms.data[k].name,
+                             (long long)p->sym_values[k]);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        fprintf(stderr, "graft: graph memory budget %zu bytes: evicted the graph of segment %d (%zu bytes) of binding (%s)\n",
+                s->graph_budget, seg, keep.graph_bytes, key);
+    }
+}
+
+/* Drops plan q, whose last graph was just evicted: its arena, placeholders and folded constants
+ * go too (the shared arena and the largest binding's plan stay). Its binding is compiled again
+ * when it comes back; kernels are shape-generic, so that compiles no kernel. */
+static void drop_plan(gr_session_t s, gr_rt_plan *q) {
+    if (q == s->max_plan) return;
+    for (int k = 0; k < q->segs.len; k++)
+        if (q->seg_state[k].exec) return;
+    gr_rt_plan **link = &s->plans;
+    while (*link && *link != q) link = &(*link)->next;
+    if (!*link) return;
+    uint64_t b = gr_rt_binding_hash(q);
+    bool known = false;
+    for (int i = 0; i < s->warmed_bindings.len && !known; i++) known = s->warmed_bindings.data[i] == b;
+    /* without room to remember it, the binding just warms up again */
+    if (!known && gr_vec_push(&s->warmed_bindings, b) != GR_OK) gr_error_clear();
+    *link = q->next;
+    if (s->current == q) s->current = NULL; /* a run is in progress: its outputs were stale anyway */
+    gr_rt_plan_destroy(s, q);
+    s->plans_evicted++;
+}
+
+/* Evicts graphs of the least recently used plans other than `keep` until `need` more bytes
+ * fit the budget. False when they cannot (what is left belongs to `keep`). */
+static bool make_room(gr_session_t s, const gr_rt_plan *keep, size_t need) {
+    while (s->graph_bytes + need > s->graph_budget) {
+        gr_rt_plan *victim = NULL;
+        int victim_seg = -1;
+        for (gr_rt_plan *q = s->plans; q; q = q->next) { /* the last one with a graph: least recently used */
+            if (q == keep) continue;
+            for (int k = 0; k < q->segs.len; k++)
+                if (q->seg_state[k].exec) victim = q, victim_seg = k;
+        }
+        if (!victim) return false;
+        evict(s, victim, victim_seg);
+        drop_plan(s, victim);
+    }
+    return true;
+}
+
+/* The size segment seg's graph had in the most recently used other binding (0: none known). */
+static size_t expected_bytes(gr_session_t s, const gr_rt_plan *p, int seg) {
+    for (gr_rt_plan *q = s->plans; q; q = q->next)
+        if (q != p && seg < q->segs.len && q->seg_state[seg].graph_bytes) return q->seg_state[seg].graph_bytes;
+    return 0;
+}
+
+static size_t free_device_bytes(gr_session_t s) {
+    size_t free_bytes = 0, total = 0;
+    if (!gr_dev_caps_get(s->dev).mem_info || gr_dev_mem_info(s->dev, &free_bytes, &total) != GR_OK) {
+        gr_error_clear();
+        return 0;
+    }
+    return free_bytes;
 }
 
 /* Records the segment into a graph, instantiates and uploads it. */
@@ -141,6 +244,8 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         }
     }
     GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
+    s->graphs_live++; /* counted from here: release uncounts it */
+    s->instantiations++;
     GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
     st->records++;
     s->total_captures++;
@@ -186,6 +291,7 @@ static gr_status timed(gr_session_t s, gr_rt_plan *p, int seg, seg_runner run, d
     if (!s->ev_seg_a) GR_TRY(gr_dev_event_create(d, &s->ev_seg_a));
     if (!s->ev_seg_b) GR_TRY(gr_dev_event_create(d, &s->ev_seg_b));
     GR_TRY(gr_dev_stream_sync(d, s->stream));
+    s->timed_runs++;
     GR_TRY(gr_dev_event_record(d, s->ev_seg_a, s->stream));
     GR_TRY(run(s, p, seg));
     GR_TRY(gr_dev_event_record(d, s->ev_seg_b, s->stream));
@@ -228,7 +334,7 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             st->state = GR_SEG_WARMUP;
             return run_eager(s, p, seg);
         }
-        if (captures_at_position(s, seg) >= s->opt.max_rerecords) {
+        if (!s->graph_budget && captures_at_position(s, seg) >= s->opt.max_rerecords) {
             char why[256];
             snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
                      s->opt.max_rerecords);
@@ -237,9 +343,14 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
         }
         {
             double t0 = gr_now_us();
+            if (s->graph_budget) make_room(s, p, expected_bytes(s, p, seg)); /* a best effort: measured below */
+            size_t free0 = free_device_bytes(s);
             gr_status rc = capture(s, p, seg);
             p->capture_us += gr_now_us() - t0;
-            if (rc == GR_ERR_NOMEM) return rc;
+            if (rc == GR_ERR_NOMEM) {
+                gr_rt_segment_release(s, st);
+                return rc;
+            }
             if (rc != GR_OK) {
                 char why[1024];
                 snprintf(why, sizeof why, "capture failed: %s", gr_last_error());
@@ -248,6 +359,40 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
                 fall_back(s, p, seg, why);
                 return run_eager(s, p, seg);
             }
+            size_t free1 = free_device_bytes(s);
+            st->graph_bytes = free0 > free1 ? free0 - free1 : 0;
+            s->graph_bytes += st->graph_bytes;
+            if (s->graph_budget) {
+                /* the new graph is counted: room is made for nothing more, or it goes */
+                s->graph_bytes -= st->graph_bytes;
+                bool alone = st->graph_bytes > s->graph_budget;
+                bool fits = !alone && make_room(s, p, st->graph_bytes);
+                s->graph_bytes += st->graph_bytes;
+                if (!fits) {
+                    char why[512];
+                    if (alone)
+                        snprintf(why, sizeof why,
+                                 "its graph takes %zu bytes of device memory, more than the whole graph memory budget of %zu "
+                                 "bytes (graph_memory_mb / --graph-memory-mb): not kept for this binding",
+                                 st->graph_bytes, s->graph_budget);
+                    else
+                        snprintf(why, sizeof why,
+                                 "its graph of %zu bytes does not fit the graph memory budget of %zu bytes beside this "
+                                 "binding's other graphs (graph_memory_mb / --graph-memory-mb): not kept for this binding",
+                                 st->graph_bytes, s->graph_budget);
+                    int records = st->records;
+                    gr_rt_segment keep = *st;
+                    gr_rt_segment_release(s, st);
+                    st->records = records;
+                    st->warmups = GR_WARMUP_RUNS;
+                    memcpy(st->eager_us, keep.eager_us, sizeof st->eager_us);
+                    st->n_eager_samples = keep.n_eager_samples;
+                    s->over_budget++;
+                    fall_back(s, p, seg, why);
+                    return run_eager(s, p, seg);
+                }
+            }
+            if (s->graph_bytes > s->graph_bytes_peak) s->graph_bytes_peak = s->graph_bytes;
         }
         /* replay what was just captured */
         __attribute__((fallthrough));
@@ -256,9 +401,11 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             GR_TRY(timed(s, p, seg, replay, &st->graph_us[st->n_graph_samples++]));
             if (st->n_graph_samples == GR_SCG_SAMPLES) {
                 st->decided = true;
+                s->decisions_measured++;
                 double e = min_of(st->eager_us, st->n_eager_samples), g = min_of(st->graph_us, st->n_graph_samples);
                 if (s->opt.verbose)
                     fprintf(stderr, "graft: segment %d: eager %.2f us, graph %.2f us: %s\n", seg, e, g, g < e ? "graph" : "eager");
+                GR_TRY(gr_rt_decisions_record(s, p, seg, g < e, e, g));
                 if (!(g < e)) {
                     /* the graph does not pay here: give it back and stay eager */
                     int w = st->warmups;

@@ -233,6 +233,14 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     }
     obs.t_last = gr_now_us();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    /* mode auto: segments decided by an earlier process skip their timed runs */
+    if ((st = gr_rt_decisions_apply(s, p)) != GR_OK) goto fail;
+    /* a binding run before (its plan dropped under graph_memory_mb) needs no warm-up run */
+    for (int i = 0; i < s->warmed_bindings.len; i++)
+        if (s->warmed_bindings.data[i] == gr_rt_binding_hash(p)) {
+            for (int k = 0; k < p->segs.len; k++) p->seg_state[k].warmups = GR_WARMUP_RUNS;
+            break;
+        }
     phase_done(&obs, "prepare");
     p->compile_us = gr_now_us() - t0;
     if (s->opt.verbose)

@@ -24,6 +24,10 @@ typedef struct {
     uint64_t host_version; /* version last copied from dev_ptr into `data` (host-read inputs) */
 } gr_rt_input;
 
+/* graph mode: eager runs of a segment before its capture (first-run effects: lazy loading,
+ * library heuristics) */
+#define GR_WARMUP_RUNS 1
+
 /* mode auto: timed runs per candidate (eager, graph) before a segment's mode is chosen */
 #define GR_SCG_SAMPLES 3
 
@@ -50,6 +54,12 @@ typedef struct {
     double eager_us[GR_SCG_SAMPLES], graph_us[GR_SCG_SAMPLES];
     int n_eager_samples, n_graph_samples;
     bool decided;
+    bool decision_loaded;   /* the decision came from the decisions file (decisions.c), not timing */
+    bool decision_kept;     /* ... from this session's earlier plan of the binding (dropped under graph_memory_mb) */
+    /* graph memory: what capturing + instantiating this segment's exec took on the device
+     * (free memory before minus after), counted in gr_session.graph_bytes while exec lives */
+    size_t graph_bytes;
+    long evictions;         /* times this segment's graph was evicted (graph_memory_mb) */
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -118,7 +128,20 @@ struct gr_session {
     size_t shared_arena_bytes;
     gr_run_stats stats;
     long total_captures;
+    /* graph memory (graphs.c): the budget and what the live execs hold, as measured */
+    size_t graph_budget;     /* bytes; 0 = no limit */
+    size_t graph_bytes, graph_bytes_peak;
+    long instantiations, evictions, graphs_live, over_budget, plans_evicted;
+    /* mode auto */
+    long timed_runs, decisions_measured, decisions_loaded;
+    struct gr_rt_decisions *decisions; /* decisions.c (mode auto); NULL in other modes */
+    /* bindings whose plan was dropped under graph_memory_mb (gr_rt_binding_hash): they were run
+     * before, so their next plan captures without a warm-up run */
+    GR_VEC(uint64_t) warmed_bindings;
 };
+
+/* session.c: the session totals of stats (graph memory, decisions) copied into *out */
+void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out);
 
 /* session.c: device address of the weight whose host data (a constant of s->graph) is `host`,
  * uploaded on first use */
@@ -153,6 +176,28 @@ void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
+/* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the
+ * session's count) and zeroes the state. */
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+
+/* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
+ * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
+ * open: at session creation (mode auto): computes the model hash and reads the file; a
+ *   missing file is no decision yet, a corrupt or stale one is ignored with a warning
+ *   (stderr when verbose; gr_rt_decisions_note for explain). Not persisted (no_persist_decisions,
+ *   the simulator without cache_dir): the table lives in memory only. Only GR_ERR_NOMEM fails.
+ * apply: a new plan's segments take the decisions recorded for its binding (no timing): read
+ *   from the file, or made by this session for a plan of the binding dropped since.
+ * record: a decision made by timing is added and the file rewritten (atomically); a write
+ *   failure is a warning, never an error of the run. */
+gr_status gr_rt_decisions_open(gr_session_t s);
+/* hash of a plan's binding (its symbols' values) */
+uint64_t gr_rt_binding_hash(const gr_rt_plan *p);
+void gr_rt_decisions_close(gr_session_t s);
+gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us);
+/* the decisions file's path ("" when not persisted) and what happened to it (warnings) */
+const char *gr_rt_decisions_path(gr_session_t s);
+const char *gr_rt_decisions_note(gr_session_t s);
 
 #endif

@@ -11,6 +11,58 @@ void gr_session_options_init(gr_session_options *o) {
     o->device = GR_DEVICE_AUTO;
     o->mode = GR_MODE_EAGER;
     o->max_rerecords = 8;
+    o->shape_policy = GR_SHAPES_EXACT;
+}
+
+/* ==== shape policies ============================================================================ */
+static const char *const shape_policy_names[] = {"exact", "pad", "generic", "update", "auto"};
+_Static_assert(sizeof shape_policy_names / sizeof shape_policy_names[0] == GR_SHAPES_COUNT,
+               "a name per gr_shape_policy");
+
+const char *gr_shape_policy_name(int policy) {
+    return policy >= 0 && policy < GR_SHAPES_COUNT ? shape_policy_names[policy] : "?";
+}
+
+gr_status gr_shape_policy_parse(const char *name, int *out) {
+    if (!out) return gr_error(GR_ERR_INVALID, "gr_shape_policy_parse: out is NULL");
+    for (int k = 0; name && k < GR_SHAPES_COUNT; k++)
+        if (!strcmp(name, shape_policy_names[k])) return *out = k, GR_OK;
+    char shown[64];
+    gr_escape_text(shown, sizeof shown, name ? name : "(null)", false);
+    return gr_error(GR_ERR_INVALID, "unknown shape policy '%s' (expected exact, pad, generic, update or auto)", shown);
+}
+
+/* The options gr_session_create refuses before doing any work. Only exact is implemented:
+ * the others are reserved names (issue 11), refused here so that a caller asking for one
+ * learns it now instead of silently getting one graph per shape. */
+static gr_status check_shape_options(const gr_session_options *o) {
+    if (o->shape_policy < 0 || o->shape_policy >= GR_SHAPES_COUNT)
+        return gr_error(GR_ERR_INVALID, "shape_policy %d is not a gr_shape_policy (0..%d)", o->shape_policy, GR_SHAPES_COUNT - 1);
+    if (o->shape_policy != GR_SHAPES_EXACT)
+        return gr_error(GR_ERR_UNSUPPORTED,
+                        "shape policy '%s' is not implemented yet (only 'exact', one graph per binding, is; "
+                        "bound its graph memory with graph_memory_mb / --graph-memory-mb)",
+                        gr_shape_policy_name(o->shape_policy));
+    /* !(x >= 0) also refuses NaN */
+    if (!(o->graph_memory_mb >= 0) || o->graph_memory_mb > 1e12)
+        return gr_error(GR_ERR_INVALID, "graph_memory_mb %g is not a size in MiB (0 = no limit, else a positive number)",
+                        o->graph_memory_mb);
+    return GR_OK;
+}
+
+void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
+    out->captures = s->total_captures;
+    out->graph_bytes = s->graph_bytes;
+    out->graph_bytes_peak = s->graph_bytes_peak;
+    out->graph_budget_bytes = s->graph_budget;
+    out->instantiations = s->instantiations;
+    out->evictions = s->evictions;
+    out->graphs_live = s->graphs_live;
+    out->over_budget = s->over_budget;
+    out->plans_evicted = s->plans_evicted;
+    out->timed_runs = s->timed_runs;
+    out->decisions_measured = s->decisions_measured;
+    out->decisions_loaded = s->decisions_loaded;
 }
 
 /* ==== shared weights ============================================================================ */
@@ -81,6 +133,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     GR_TRY(gr_ir_verify(graph));
     double t_verify = gr_now_us();
     if (graph->outputs.len == 0) return gr_error(GR_ERR_INVALID, "graph '%s' has no outputs", graph->origin ? graph->origin : "<api>");
+    if (opt) GR_TRY(check_shape_options(opt));
     gr_session_t s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
     if (opt) s->opt = *opt;
@@ -117,6 +170,16 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
+    if (s->opt.graph_memory_mb > 0) {
+        if (!gr_dev_caps_get(s->dev).mem_info) {
+            st = gr_error(GR_ERR_UNSUPPORTED, "graph_memory_mb: device '%s' cannot report its free memory, so graph memory "
+                                              "cannot be measured", gr_dev_name(s->dev));
+            goto fail;
+        }
+        double bytes = s->opt.graph_memory_mb * 1048576.0;
+        s->graph_budget = bytes < 1 ? 1 : (size_t)bytes;
+    }
+    if (s->opt.mode == GR_MODE_AUTO && (st = gr_rt_decisions_open(s)) != GR_OK) goto fail;
     if (gr_dev_caps_get(s->dev).events) {
         if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
         if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
@@ -144,6 +207,8 @@ void gr_session_destroy(gr_session_t s) {
         s->plans = n;
     }
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
+    gr_rt_decisions_close(s);
+    gr_vec_free(&s->warmed_bindings);
     if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
@@ -547,7 +612,7 @@ gr_status gr_session_run(gr_session_t s) {
     s->stats.segments = p->segs.len;
     for (int seg = 0; seg < p->segs.len; seg++)
         if (p->seg_state[seg].state == GR_SEG_CAPTURED) s->stats.segments_in_graphs++;
-    s->stats.captures = s->total_captures;
+    gr_rt_stats_totals(s, &s->stats);
     s->stats.compile_us = p->compile_us;
     s->stats.capture_us = p->capture_us;
     s->current = p;
@@ -568,7 +633,8 @@ gr_status gr_session_wait(gr_session_t s) {
     }
     s->stats.time_us = gr_dev_clock_us(d) - s->run_t0;
     if (s->ev_start && s->ev_end) gr_dev_event_elapsed_us(d, s->ev_start, s->ev_end, &s->stats.gpu_time_us);
-    s->stats.device_bytes = gr_dev_mem_in_use(d);
+    /* graft's allocations plus its graphs' measured memory (the driver's, not an allocation of ours) */
+    s->stats.device_bytes = gr_dev_mem_in_use(d) + s->graph_bytes;
     return GR_OK;
 }
 
@@ -662,6 +728,7 @@ gr_status gr_session_stats(gr_session_t s, gr_run_stats *out) {
     if (!s || !out) return gr_error(GR_ERR_INVALID, "gr_session_stats: NULL argument");
     if (s->pending) GR_TRY(gr_session_wait(s));
     *out = s->stats;
+    gr_rt_stats_totals(s, out);
     if (!s->has_run && s->plans) {
         out->arena_bytes = s->plans->mem.arena_bytes;
         out->weight_bytes = s->plans->mem.const_bytes + s->weight_bytes;

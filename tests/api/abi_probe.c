@@ -28,6 +28,9 @@ int main(void) {
     printf("gr_session_options.no_fuse_attention %zu\n", offsetof(gr_session_options, no_fuse_attention));
     printf("gr_session_options.fuse_attention_f32 %zu\n", offsetof(gr_session_options, fuse_attention_f32));
     printf("gr_session_options.precision %zu\n", offsetof(gr_session_options, precision));
+    printf("gr_session_options.shape_policy %zu\n", offsetof(gr_session_options, shape_policy));
+    printf("gr_session_options.graph_memory_mb %zu\n", offsetof(gr_session_options, graph_memory_mb));
+    printf("gr_session_options.no_persist_decisions %zu\n", offsetof(gr_session_options, no_persist_decisions));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));
@@ -49,6 +52,17 @@ int main(void) {
     printf("gr_run_stats.capture_us %zu\n", offsetof(gr_run_stats, capture_us));
     printf("gr_run_stats.nodes_updated %zu\n", offsetof(gr_run_stats, nodes_updated));
     printf("gr_run_stats.inputs_in_place %zu\n", offsetof(gr_run_stats, inputs_in_place));
+    printf("gr_run_stats.graph_bytes %zu\n", offsetof(gr_run_stats, graph_bytes));
+    printf("gr_run_stats.graph_bytes_peak %zu\n", offsetof(gr_run_stats, graph_bytes_peak));
+    printf("gr_run_stats.graph_budget_bytes %zu\n", offsetof(gr_run_stats, graph_budget_bytes));
+    printf("gr_run_stats.instantiations %zu\n", offsetof(gr_run_stats, instantiations));
+    printf("gr_run_stats.evictions %zu\n", offsetof(gr_run_stats, evictions));
+    printf("gr_run_stats.graphs_live %zu\n", offsetof(gr_run_stats, graphs_live));
+    printf("gr_run_stats.over_budget %zu\n", offsetof(gr_run_stats, over_budget));
+    printf("gr_run_stats.plans_evicted %zu\n", offsetof(gr_run_stats, plans_evicted));
+    printf("gr_run_stats.timed_runs %zu\n", offsetof(gr_run_stats, timed_runs));
+    printf("gr_run_stats.decisions_measured %zu\n", offsetof(gr_run_stats, decisions_measured));
+    printf("gr_run_stats.decisions_loaded %zu\n", offsetof(gr_run_stats, decisions_loaded));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));

@@ -200,6 +200,18 @@ static void cuda_free(void *ctx, void *ptr) {
 
 static size_t cuda_mem_in_use(void *ctx) { return ((cuda_dev *)ctx)->base.mem_in_use; }
 
+/* cuMemGetInfo: what the whole device has free, so the driver's own allocations (exec
+ * graphs, their kernel parameters, module memory) show, as do other processes' (a
+ * before/after difference is only as exact as the device is quiet). */
+static gr_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes) {
+    cuda_dev *d = ctx;
+    size_t f = 0, t = 0;
+    GR_CU_CHECK(CU(d)->cuMemGetInfo(&f, &t));
+    *free_bytes = f;
+    *total_bytes = t;
+    return GR_OK;
+}
+
 /* ==== streams and events ============================================================================ */
 
 static CUstream cs(gr_stream *s) { return s ? s->s : NULL; }
@@ -826,6 +838,7 @@ static const struct gr_device_i cuda_iface = {
     .cond_body_end = cuda_cond_body_end,
     .clock_us = cuda_clock_us,
     .kernel_stats = cuda_kernel_stats,
+    .mem_info = cuda_mem_info,
 };
 
 /* ==== creation ================================================================================================ */

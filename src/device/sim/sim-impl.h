@@ -37,6 +37,11 @@ typedef struct {
 } gr_sim_costs;
 extern const gr_sim_costs gr_sim_cost;
 
+/* The simulated device's memory: 80 GiB, an H100 80GB's nominal size (only free = total -
+ * used matters to callers: graph memory is measured as a change of free memory); mem_info
+ * reports free = this less live device allocations and exec-graph bytes. */
+#define GR_SIM_TOTAL_BYTES ((size_t)80 << 30)
+
 typedef struct {
     char *base;
     size_t size;
@@ -85,6 +90,7 @@ struct gr_dgraph {
 struct gr_dexec {
     gr_sim_body root;
     bool uploaded;
+    size_t bytes; /* what it holds as device memory (gr_sim_ctx.graph_bytes) */
 };
 
 /* GR_KPREP_GENERIC: the first kernel prepared with a structure is its template; later
@@ -125,6 +131,10 @@ typedef struct {
     GR_VEC(gr_stream *) streams;
     GR_VEC(gr_sim_cond) conds;
     size_t device_bytes;
+    /* Device memory of instantiated graphs: the bytes of each exec's node records and argument
+     * blocks, the simulator's stand-in for what the driver allocates for an exec graph (its
+     * kernel nodes' parameters live in device memory). mem_info counts them as used. */
+    size_t graph_bytes;
     size_t quarantine_bytes; /* freed memory still held, so use-after-free stays detectable */
     double host_us;
     GR_VEC(gr_sim_template *) templates; /* live generic structures */

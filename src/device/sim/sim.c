@@ -206,6 +206,14 @@ static void sim_free(void *ctx, void *ptr) {
 
 static size_t sim_mem_in_use(void *ctx) { return ((gr_sim_ctx *)ctx)->device_bytes; }
 
+static gr_status sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes) {
+    const gr_sim_ctx *c = ctx;
+    size_t used = c->device_bytes + c->graph_bytes;
+    *total_bytes = GR_SIM_TOTAL_BYTES;
+    *free_bytes = used < GR_SIM_TOTAL_BYTES ? GR_SIM_TOTAL_BYTES - used : 0;
+    return GR_OK;
+}
+
 /* Range check for device-side accesses (kernels, libcalls, device ends of copies). */
 static gr_status check_device_range(gr_sim_ctx *c, const char *p, size_t n, bool write, const char *what,
                                     const char *operand) {
@@ -670,6 +678,7 @@ static const struct gr_device_i sim_iface = {
     .cond_body_end = gr_sim_cond_body_end,
     .clock_us = sim_clock_us,
     .kernel_stats = sim_kernel_stats,
+    .mem_info = sim_mem_info,
 };
 
 gr_status gr_device_sim_create(gr_device **out) {

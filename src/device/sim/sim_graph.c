@@ -274,6 +274,17 @@ gr_status gr_sim_graph_node_info(void *ctx, gr_dgraph *g, int node, gr_gnode_inf
     return GR_OK;
 }
 
+/* Bytes of an exec's node records and argument blocks, nested bodies included. */
+static size_t body_bytes(const gr_sim_body *b) {
+    size_t n = 0;
+    for (int i = 0; i < b->nodes.len; i++) {
+        const gr_sim_node *node = &b->nodes.data[i];
+        n += sizeof *node + (size_t)node->n_args * sizeof(gr_karg);
+        if (node->kind == GR_GNODE_CONDITIONAL) n += body_bytes(&node->body[0]) + body_bytes(&node->body[1]);
+    }
+    return n;
+}
+
 gr_status gr_sim_graph_instantiate(void *ctx, gr_dgraph *g, gr_dexec **out) {
     gr_sim_ctx *c = ctx;
     *out = NULL;
@@ -286,12 +297,16 @@ gr_status gr_sim_graph_instantiate(void *ctx, gr_dgraph *g, gr_dexec **out) {
         return st;
     }
     c->host_us += gr_sim_cost.instantiate_per_node_us * body_count(&g->root);
+    e->bytes = body_bytes(&e->root);
+    c->graph_bytes += e->bytes;
     *out = e;
     return GR_OK;
 }
 
 void gr_sim_exec_destroy(void *ctx, gr_dexec *e) {
     if (!e) return;
+    gr_sim_ctx *c = ctx;
+    c->graph_bytes -= e->bytes;
     gr_sim_body_free(&e->root);
     gr_free(e, sizeof(*e));
 }

@@ -1,0 +1,308 @@
+/* runtime/decisions — mode auto's per-segment choice (eager or graph), kept across processes
+ * (issue 11 item 4, GraCE's selective graphs made persistent): a second process on the same
+ * device, driver and model takes each segment's choice from the file and skips the timed
+ * runs that made it.
+ *
+ * One file per (device name, which on CUDA carries the driver and CUDA versions; model hash):
+ *   <cache_dir>/decisions/<16 hex digits of that key>.bin
+ * framed by util/cache-file.h (magic, version, kind, key, length, checksum; written by
+ * rename, so a reader never sees half a file). The payload, little-endian:
+ *   u32 entry count, u32 0, then per entry 32 bytes:
+ *   u64 binding hash (the symbols' values), u64 segment hash (its steps' kinds, kernel names
+ *   and structures), u32 segment index, u32 1 = graph / 0 = eager, f32 eager µs, f32 graph µs.
+ * A file that fails its checks (truncated, corrupt, another key or layout) is ignored with a
+ * warning and rewritten by the next decision; an entry whose segment hash differs from the
+ * plan's (the compiler changed the segment) is stale: ignored with a warning, re-measured,
+ * replaced. Two processes deciding at once: the last writer's table wins (a lost entry is
+ * measured again by a later process, never wrong).
+ */
+#include "runtime/runtime-impl.h"
+#include "util/cache-file.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DECISIONS_KIND 0x31434544u /* "DEC1": this payload layout */
+#define ENTRY_BYTES 32u
+#define MAX_ENTRIES (1 << 20)
+
+typedef struct {
+    uint64_t binding;
+    uint64_t seg_hash;
+    uint32_t seg;
+    uint32_t graph;
+    float eager_us, graph_us;
+    bool from_file; /* read from the file (else made by this session); not stored */
+} decision;
+
+struct gr_rt_decisions {
+    char *path;        /* NULL: not persisted (note says why) */
+    uint64_t key;
+    GR_VEC(decision) entries;
+    char note[768];    /* what happened to the file: for explain and verbose */
+};
+
+/* ==== hashing ======================================================================================= */
+/* 8 bytes a step (FNV-1a's byte loop over a GPT-2's 0.5 GB of weights would take about a second
+ * of warm-up); a multiply-xorshift mix per word, the tail bytes by FNV. */
+static uint64_t hash_words(const void *p, size_t n, uint64_t h) {
+    const unsigned char *b = p;
+    size_t words = n / 8;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, b + i * 8, 8);
+        h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    return gr_hash_bytes(b + words * 8, n % 8, h);
+}
+
+/* The model: its structure as .gir text (constants over 16 elements elided) and the bytes of
+ * every constant, so new weights in the same structure are another model. */
+static gr_status model_hash(const gr_graph *g, uint64_t *out) {
+    char *text = NULL;
+    GR_TRY(gr_gir_print(g, 16, GR_GIR_ELIDE, &text));
+    uint64_t h = gr_hash_bytes(text, strlen(text), 0x6772616674ull);
+    gr_strfree(text);
+    for (int v = 0; v < g->values.len; v++) {
+        const gr_ir_value *val = &g->values.data[v];
+        if (val->kind != GR_VAL_CONST || !val->data) continue;
+        h = hash_words(val->data, val->nbytes, h ^ (uint64_t)v);
+    }
+    *out = h;
+    return GR_OK;
+}
+
+uint64_t gr_rt_binding_hash(const gr_rt_plan *p) {
+    return gr_hash_bytes(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms, 0x62696e64ull);
+}
+
+static uint64_t segment_hash(const gr_rt_plan *p, int seg) {
+    const gr_segment *sg = &p->segs.data[seg];
+    uint64_t h = gr_hash_bytes(&sg->n_steps, sizeof sg->n_steps, 0x736567ull);
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
+        const gr_step *st = &p->steps.data[i];
+        uint32_t kind = (uint32_t)st->kind;
+        h = gr_hash_bytes(&kind, sizeof kind, h);
+        if (st->kind == GR_STEP_KERNEL) {
+            uint64_t k = gr_kernel_structure_hash(st->kernel);
+            h = gr_hash_bytes(&k, sizeof k, h);
+            h = gr_hash_bytes(st->kernel->name, strlen(st->kernel->name), h);
+        } else if (st->kind == GR_STEP_LIBCALL) {
+            h = gr_hash_bytes(st->call.name, strlen(st->call.name), h);
+        }
+    }
+    return h;
+}
+
+/* ==== the file ====================================================================================== */
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+static void put_f32(unsigned char *p, float f) {
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    put_u32(p, v);
+}
+static float get_f32(const unsigned char *p) {
+    uint32_t v = get_u32(p);
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+
+static void warn(gr_session_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(gr_session_t s, const char *fmt, ...) {
+    struct gr_rt_decisions *d = s->decisions;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t used = strlen(d->note);
+    snprintf(d->note + used, sizeof d->note - used, "%swarning: %s", used ? "; " : "", msg);
+    if (s->opt.verbose) fprintf(stderr, "graft: warning: %s\n", msg);
+}
+
+/* Parses a payload into d->entries; false (entries untouched) when it is malformed. */
+static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, gr_status *st, char *why, size_t why_n) {
+    *st = GR_OK;
+    if (n < 8) return snprintf(why, why_n, "payload of %zu bytes, shorter than its 8-byte count", n), false;
+    uint32_t count = get_u32(b);
+    if (count > MAX_ENTRIES || get_u32(b + 4) != 0 || n != 8 + (size_t)count * ENTRY_BYTES)
+        return snprintf(why, why_n, "%u entries do not match a payload of %zu bytes", count, n), false;
+    if ((*st = gr_vec_reserve(&d->entries, (int)count)) != GR_OK) return false;
+    for (uint32_t i = 0; i < count; i++) {
+        const unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
+        decision x = {.binding = get_u64(e), .seg_hash = get_u64(e + 8), .seg = get_u32(e + 16), .graph = get_u32(e + 20),
+                      .eager_us = get_f32(e + 24), .graph_us = get_f32(e + 28), .from_file = true};
+        if (x.graph > 1 || !(x.eager_us >= 0) || !(x.graph_us >= 0)) {
+            d->entries.len = 0;
+            return snprintf(why, why_n, "entry %u is malformed", i), false;
+        }
+        d->entries.data[d->entries.len++] = x;
+    }
+    return true;
+}
+
+static gr_status write_file(gr_session_t s) {
+    struct gr_rt_decisions *d = s->decisions;
+    size_t n = 8 + (size_t)d->entries.len * ENTRY_BYTES;
+    unsigned char *b = gr_calloc(n, 1);
+    if (!b) return GR_ERR_NOMEM;
+    put_u32(b, (uint32_t)d->entries.len);
+    for (int i = 0; i < d->entries.len; i++) {
+        const decision *x = &d->entries.data[i];
+        unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
+        put_u64(e, x->binding);
+        put_u64(e + 8, x->seg_hash);
+        put_u32(e + 16, x->seg);
+        put_u32(e + 20, x->graph);
+        put_f32(e + 24, x->eager_us);
+        put_f32(e + 28, x->graph_us);
+    }
+    gr_status st = gr_cache_file_write(d->path, DECISIONS_KIND, d->key, b, n);
+    gr_free(b, n);
+    if (st == GR_ERR_NOMEM) return st;
+    if (st != GR_OK) {
+        warn(s, "cannot save mode auto's decisions: %s", gr_last_error());
+        gr_error_clear();
+    }
+    return GR_OK;
+}
+
+/* ==== API (runtime-impl.h) ========================================================================== */
+static char *default_dir(void) {
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && xdg[0]) return gr_sprintf("%s/graft", xdg);
+    const char *home = getenv("HOME");
+    if (home && home[0]) return gr_sprintf("%s/.cache/graft", home);
+    return NULL;
+}
+
+gr_status gr_rt_decisions_open(gr_session_t s) {
+    struct gr_rt_decisions *d = gr_calloc(1, sizeof *d);
+    if (!d) return GR_ERR_NOMEM;
+    s->decisions = d;
+    if (s->opt.no_persist_decisions) {
+        snprintf(d->note, sizeof d->note, "not persisted (no_persist_decisions)");
+        return GR_OK;
+    }
+    char *dir = NULL;
+    if (s->opt.cache_dir && s->opt.cache_dir[0]) dir = gr_strdup(s->opt.cache_dir);
+    else if (s->dev->kind == GR_DEVICE_SIM) {
+        /* simulated timings are the same every run, and tests must not share state through $HOME */
+        snprintf(d->note, sizeof d->note, "not persisted: the simulator keeps decisions only in a cache_dir given explicitly");
+        return GR_OK;
+    } else {
+        dir = default_dir();
+        if (!dir) {
+            snprintf(d->note, sizeof d->note, "not persisted: no cache_dir, $XDG_CACHE_HOME or $HOME");
+            return GR_OK;
+        }
+    }
+    if (!dir) return GR_ERR_NOMEM;
+    uint64_t mh = 0;
+    gr_status st = model_hash(s->graph, &mh);
+    if (st != GR_OK) {
+        gr_strfree(dir);
+        return st;
+    }
+    const char *dev = gr_dev_name(s->dev);
+    d->key = gr_hash_bytes(dev, strlen(dev), mh);
+    d->path = gr_sprintf("%s/decisions/%016llx.bin", dir, (unsigned long long)d->key);
+    gr_strfree(dir);
+    if (!d->path) return GR_ERR_NOMEM;
+    void *payload = NULL;
+    size_t n = 0;
+    st = gr_cache_file_read(d->path, DECISIONS_KIND, d->key, 8 + (size_t)MAX_ENTRIES * ENTRY_BYTES, &payload, &n);
+    if (st == GR_ERR_NOMEM) return st;
+    if (st == GR_ERR_NOT_FOUND) {
+        gr_error_clear();
+        snprintf(d->note, sizeof d->note, "no decisions saved yet for this device and model");
+        return GR_OK;
+    }
+    if (st != GR_OK) {
+        warn(s, "ignoring the decisions file (segments are timed again): %s", gr_last_error());
+        gr_error_clear();
+        return GR_OK;
+    }
+    char why[160];
+    bool ok = parse(d, payload, n, &st, why, sizeof why);
+    gr_cache_file_free(payload, n);
+    if (st != GR_OK) return st;
+    if (!ok) warn(s, "ignoring the decisions file %s (segments are timed again): %s", d->path, why);
+    else snprintf(d->note, sizeof d->note, "%d decisions read", d->entries.len);
+    return GR_OK;
+}
+
+void gr_rt_decisions_close(gr_session_t s) {
+    struct gr_rt_decisions *d = s->decisions;
+    if (!d) return;
+    gr_strfree(d->path);
+    gr_vec_free(&d->entries);
+    gr_free(d, sizeof *d);
+    s->decisions = NULL;
+}
+
+static int find(const struct gr_rt_decisions *d, uint64_t binding, int seg) {
+    for (int i = 0; i < d->entries.len; i++)
+        if (d->entries.data[i].binding == binding && d->entries.data[i].seg == (uint32_t)seg) return i;
+    return -1;
+}
+
+gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p) {
+    struct gr_rt_decisions *d = s->decisions;
+    if (!d || !d->entries.len || s->opt.mode != GR_MODE_AUTO) return GR_OK;
+    uint64_t b = gr_rt_binding_hash(p);
+    for (int seg = 0; seg < p->segs.len; seg++) {
+        if (!p->segs.data[seg].graphable) continue;
+        int i = find(d, b, seg);
+        if (i < 0) continue;
+        const decision *x = &d->entries.data[i];
+        if (x->seg_hash != segment_hash(p, seg)) {
+            if (!x->from_file) continue; /* a binding's segments do not change within a session */
+            warn(s, "decision for segment %d of this binding is stale (the segment changed since it was saved): timed again", seg);
+            continue;
+        }
+        gr_rt_segment *st = &p->seg_state[seg];
+        for (int k = 0; k < GR_SCG_SAMPLES; k++) st->eager_us[k] = x->eager_us, st->graph_us[k] = x->graph_us;
+        st->n_eager_samples = st->n_graph_samples = GR_SCG_SAMPLES;
+        st->decided = true;
+        st->decision_loaded = x->from_file;
+        st->decision_kept = !x->from_file;
+        if (!x->graph) st->state = GR_SEG_CHOSE_EAGER;
+        if (x->from_file) s->decisions_loaded++;
+    }
+    return GR_OK;
+}
+
+gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us) {
+    struct gr_rt_decisions *d = s->decisions;
+    if (!d) return GR_OK;
+    decision x = {.binding = gr_rt_binding_hash(p), .seg_hash = segment_hash(p, seg), .seg = (uint32_t)seg, .graph = graph,
+                  .eager_us = (float)eager_us, .graph_us = (float)graph_us};
+    int i = find(d, x.binding, seg);
+    if (i >= 0) d->entries.data[i] = x;
+    else if (d->entries.len < MAX_ENTRIES) GR_TRY(gr_vec_push(&d->entries, x));
+    else return GR_OK; /* full: this decision stays in its plan */
+    return d->path ? write_file(s) : GR_OK;
+}
+
+const char *gr_rt_decisions_path(gr_session_t s) { return s->decisions && s->decisions->path ? s->decisions->path : ""; }
+const char *gr_rt_decisions_note(gr_session_t s) { return s->decisions ? s->decisions->note : ""; }
