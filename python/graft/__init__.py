@@ -14,6 +14,16 @@ from ._capi import IOError_ as IOError  # noqa: A001 - graft's GR_ERR_IO, a Graf
 from .session import DeviceTensor, DimInfo, Session, TensorInfo, load
 
 __version__ = "0.1.0"
-__all__ = ["load", "Session", "DeviceTensor", "TensorInfo", "DimInfo", "GraftError", "InvalidError", "OutOfMemoryError",
+
+
+def explain():
+    """What torch.compile(model, backend="graft") made of each graph this process compiled:
+    graft subgraphs, the ATen ops lowered, the ops left to PyTorch (and why), fallbacks."""
+    import sys
+    backend = sys.modules.get("graft.torch_backend")
+    return backend.explain() if backend else "graft: no torch.compile(backend=\"graft\") graph compiled in this process"
+
+
+__all__ = ["load", "explain", "Session", "DeviceTensor", "TensorInfo", "DimInfo", "GraftError", "InvalidError", "OutOfMemoryError",
            "IOError", "ParseError", "ShapeError", "UnsupportedError", "DeviceError", "StaleError", "NotFoundError",
            "HazardError", "InternalError", "LIBRARY_PATH"]

@@ -207,3 +207,23 @@ def take_string(ptr):
     finally:
         if ptr:
             lib.gr_free_string(ptr)
+
+# ---- graph builder (graft.h "graphs: build with the API"), used by graft.torch_backend ----
+
+GR_ATTR_INT, GR_ATTR_FLOAT, GR_ATTR_STRING, GR_ATTR_INTS, GR_ATTR_FLOATS = 0, 1, 2, 3, 4
+
+
+class Attr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("i", ctypes.c_int64), ("f", ctypes.c_double),
+                ("s", ctypes.c_char_p), ("ints", c_int64_p), ("floats", ctypes.POINTER(ctypes.c_double)),
+                ("n", ctypes.c_int)]
+
+
+_val = ctypes.c_int32
+_fn("gr_graph_create", _i, _P(_vp))
+_fn("gr_graph_add_input", _i, _vp, _cp, _i, _i, c_int64_p, _P(_cp), _P(_val))
+_fn("gr_graph_add_constant", _i, _vp, _cp, _i, _i, c_int64_p, _vp, _P(_val))
+_fn("gr_graph_add_node", _i, _vp, _cp, _cp, _i, _P(_val), _i, _P(Attr), _i, _P(_val))
+_fn("gr_graph_set_output", _i, _vp, _val, _cp)
+_fn("gr_graph_verify", _i, _vp)
+_fn("gr_graph_print", _i, _vp, _P(_vp))

@@ -1,0 +1,731 @@
+"""torch.compile(model, backend="graft"): Dynamo graphs lowered from ATen to graft IR.
+
+    import torch, graft.torch_backend            # an installed wheel needs no import: the
+    graft.torch_backend.register()               # torch_dynamo_backends entry point names it
+    with torch.no_grad():
+        y = torch.compile(model, backend="graft")(x)
+    print(graft.explain())                       # what went to graft, what stayed in PyTorch
+
+Options (torch.compile(..., options={...})): device "auto" (the inputs' device: CUDA
+tensors -> graft's CUDA device, CPU tensors -> the simulator), "sim" or "cuda"; mode
+"auto" | "graph" | "eager" (graft's session modes).
+
+How a graph is lowered
+- ATen, through aot_autograd with functionalization: Dynamo's graph is torch-level
+  (nn.functional calls, in-place ops, views); aot_autograd traces it into functional
+  ATen ops (no mutation, no aliasing: graft IR is values only), lifts parameters to
+  inputs, and decomposes composite ops (linear -> t + addmm, layer_norm ->
+  native_layer_norm, sdpa -> the device's sdpa kernel op). torch.export re-traces
+  the whole module ahead of time, which is not what a Dynamo backend is handed;
+  make_fx alone keeps in-place ops.
+- Each ATen node graft can run (LOWER below: a per-op rule checks dtypes and arguments)
+  is marked supported; CapabilityBasedPartitioner groups supported nodes into
+  subgraphs, each built with graft's C builder API (graft.builder) and compiled into a
+  session; the rest runs in PyTorch, and graft.explain() lists it with the reason.
+- Parameters and buffers are graph inputs (aot_autograd lifts them): on CUDA they are
+  bound as device buffers (gr_session_bind_input_device: PyTorch's own memory, no
+  second copy of the weights); on the simulator they are copied in on each call.
+- Dynamic shapes (dynamic=True, mark_dynamic): a graph with symbolic sizes is
+  re-traced and compiled once per concrete input shape (a cache per subgraph); graft
+  symbols are not used yet.
+- A training graph (grad enabled and an input that requires grad), inputs on several
+  devices, or a failure while lowering fall back to PyTorch with a warning.
+- Outputs are copied out of graft's memory (clone on the device): graft's outputs live
+  only until the next run, and a module's outputs must outlive it.
+"""
+import math
+import operator
+import warnings
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import _capi as C
+from .builder import GraphBuilder
+
+aten = torch.ops.aten
+
+DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+         torch.int64: "i64", torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
+
+
+class NotLowerable(Exception):
+    """A node (or graph) graft does not take; the message says why."""
+
+
+# ---- reports ---------------------------------------------------------------------------------
+
+_REPORTS = []
+
+
+class Report:
+    """What one torch.compile graph became: graft subgraphs, ATen ops lowered, ops left to
+    PyTorch (with the reason), fallbacks."""
+
+    def __init__(self, index):
+        self.index = index
+        self.subgraphs = 0
+        self.lowered = {}      # ATen op name -> count
+        self.left = {}         # ATen op name -> reason
+        self.fallback = None   # why the whole graph runs in PyTorch, if it does
+        self.notes = []
+
+    def text(self):
+        lines = ["graph %d: " % self.index + ("runs in PyTorch: %s" % self.fallback if self.fallback else
+                                             "%d graft subgraph(s)" % self.subgraphs)]
+        if self.lowered:
+            lines.append("  lowered to graft: " + ", ".join("%s x%d" % kv for kv in sorted(self.lowered.items())))
+        if self.left:
+            lines.append("  left to PyTorch:")
+            lines.extend("    %s: %s" % kv for kv in sorted(self.left.items()))
+        lines.extend("  note: " + n for n in self.notes)
+        return "\n".join(lines)
+
+
+def reports():
+    return list(_REPORTS)
+
+
+def explain():
+    if not _REPORTS:
+        return "graft: no torch.compile(backend=\"graft\") graph compiled in this process"
+    return "\n".join(r.text() for r in _REPORTS)
+
+
+def reset():
+    """Forgets the reports (tests)."""
+    _REPORTS.clear()
+
+
+def _warn(msg):
+    warnings.warn("graft backend: " + msg, RuntimeWarning, stacklevel=3)
+
+
+# ---- the lowering table ----------------------------------------------------------------------
+# LOWER[op] = (lower(ctx, node, a) -> value | [values], check(node, a) -> reason | None);
+# `a` is the node's arguments by schema name, defaults filled in.
+
+LOWER = {}
+
+
+def lowers(*ops, check=None):
+    def deco(fn):
+        for op in ops:
+            LOWER[op] = (fn, check)
+        return fn
+    return deco
+
+
+def op_name(target):
+    return getattr(target, "__name__", None) if not isinstance(target, torch._ops.OpOverload) else str(target)
+
+
+def schema_args(node):
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return {}
+    out = {}
+    for i, arg in enumerate(target._schema.arguments):
+        if not arg.kwarg_only and i < len(node.args):
+            out[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            out[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            out[arg.name] = None
+    return out
+
+
+def meta(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def static_shape(t):
+    try:
+        return [int(d) for d in t.shape]
+    except (TypeError, ValueError):
+        raise NotLowerable("symbolic shape")
+
+
+def norm_axis(d, ndim):
+    return d + ndim if d < 0 else d
+
+
+class Lowering:
+    """Builds one graft graph from one FX graph of supported ATen nodes (static shapes)."""
+
+    def __init__(self, gm, report):
+        self.gm, self.report = gm, report
+        self.b = GraphBuilder()
+        self.env = {}
+
+    # values
+    def dtype_of(self, node):
+        return meta(node).dtype
+
+    def const(self, value, dtype):
+        import numpy as np
+        from .session import numpy_dtype
+        gd = DTYPE[dtype]
+        if gd == "bf16":  # NumPy has no bf16 without ml_dtypes: make it through torch
+            t = torch.tensor(value, dtype=dtype)
+            return self.b.constant(self.b.fresh_name("c"), gd, [], t.view(torch.int16).numpy())
+        return self.b.constant(self.b.fresh_name("c"), gd, [], np.array(value, dtype=numpy_dtype(gd)))
+
+    def cast(self, v, have, want):
+        return v if have == want else self.b.node("cast", [v], to=DTYPE[want])
+
+    def val(self, arg, dtype=None):
+        """The graft value of an FX argument, cast to dtype; a Python number becomes a constant."""
+        if isinstance(arg, torch.fx.Node):
+            v = self.env[arg]
+            return self.cast(v, self.dtype_of(arg), dtype) if dtype is not None else v
+        if isinstance(arg, (bool, int, float)):
+            return self.const(arg, dtype)
+        raise NotLowerable("argument %r" % (arg,))
+
+    def run(self):
+        outputs = []
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                m = meta(node)
+                if not isinstance(m, torch.Tensor):
+                    raise NotLowerable("non-tensor input %s" % node.name)
+                self.env[node] = self.b.input(node.name, DTYPE[m.dtype], static_shape(m))
+            elif node.op == "get_attr":
+                t = getattr(self.gm, node.target).detach().contiguous().cpu()
+                raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+                self.env[node] = self.b.constant(node.name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    self.env[node] = self.env[node.args[0]][node.args[1]]
+                    continue
+                fn, _ = LOWER[node.target]
+                self.env[node] = fn(self, node, schema_args(node))
+                name = op_name(node.target)
+                self.report.lowered[name] = self.report.lowered.get(name, 0) + 1
+            elif node.op == "output":
+                outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            else:
+                raise NotLowerable("FX node %s (%s)" % (node.name, node.op))
+        return outputs
+
+
+def _tensor_dtypes_ok(node):
+    vals = [meta(node)]
+    if isinstance(vals[0], (list, tuple)):
+        vals = list(vals[0])
+    for a in node.all_input_nodes:
+        vals.append(meta(a))
+    for v in vals:
+        if isinstance(v, torch.Tensor) and v.dtype not in DTYPE:
+            return "dtype %s" % v.dtype
+        if v is None:
+            return "no tensor metadata"
+    return None
+
+
+def _getitem_only(node, allowed):
+    for u in node.users:
+        if u.target is not operator.getitem or (allowed is not None and u.args[1] not in allowed):
+            return "output %s used" % (u.args[1] if u.target is operator.getitem else "tuple")
+    return None
+
+
+def node_support(node):
+    """None if graft lowers this call_function node, else the reason."""
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return None if isinstance(src, torch.fx.Node) and src.op == "call_function" and node_support(src) is None \
+            else "getitem of an op left to PyTorch"
+    entry = LOWER.get(node.target)
+    if entry is None:
+        return "no graft lowering"
+    reason = _tensor_dtypes_ok(node)
+    if reason is None and entry[1] is not None:
+        reason = entry[1](node, schema_args(node))
+    return reason
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+
+_BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "sub", aten.sub.Scalar: "sub",
+           aten.mul.Tensor: "mul", aten.mul.Scalar: "mul", aten.div.Tensor: "div", aten.div.Scalar: "div",
+           aten.pow.Tensor_Scalar: "pow", aten.pow.Tensor_Tensor: "pow", aten.maximum.default: "max",
+           aten.minimum.default: "min"}
+
+
+def _binary_check(node, a):
+    if node.target in (aten.div.Tensor,) and a.get("rounding_mode") is not None:
+        return "rounding_mode=%s" % a["rounding_mode"]
+    if not isinstance(meta(node), torch.Tensor):
+        return "scalar result"
+    return None
+
+
+@lowers(*_BINARY, check=_binary_check)
+def _binary(ctx, node, a):
+    out = meta(node).dtype
+    x = ctx.val(a["self"], out)
+    y = ctx.val(a["other"] if "other" in a else a["exponent"], out)
+    alpha = a.get("alpha", 1)
+    if alpha is not None and alpha != 1:
+        y = ctx.b.node("mul", [y, ctx.const(alpha, out)])
+    return ctx.b.node(_BINARY[node.target], [x, y])
+
+
+@lowers(aten.rsub.Scalar, aten.rsub.Tensor, check=_binary_check)
+def _rsub(ctx, node, a):
+    out = meta(node).dtype
+    x = ctx.val(a["self"], out)
+    if a.get("alpha", 1) != 1:
+        x = ctx.b.node("mul", [x, ctx.const(a["alpha"], out)])
+    return ctx.b.node("sub", [ctx.val(a["other"], out), x])
+
+
+_COMPARE = {aten.eq.Tensor: "equal", aten.eq.Scalar: "equal", aten.lt.Tensor: "less", aten.lt.Scalar: "less",
+            aten.le.Tensor: "less_equal", aten.le.Scalar: "less_equal", aten.gt.Tensor: "greater",
+            aten.gt.Scalar: "greater", aten.ge.Tensor: "greater_equal", aten.ge.Scalar: "greater_equal",
+            aten.ne.Tensor: "ne", aten.ne.Scalar: "ne"}
+
+
+@lowers(*_COMPARE)
+def _compare(ctx, node, a):
+    x, y = a["self"], a["other"]
+    common = torch.result_type(meta(x), meta(y) if isinstance(y, torch.fx.Node) else y)
+    xv, yv = ctx.val(x, common), ctx.val(y, common)
+    op = _COMPARE[node.target]
+    if op == "ne":
+        return ctx.b.node("not", [ctx.b.node("equal", [xv, yv])])
+    return ctx.b.node(op, [xv, yv])
+
+
+_UNARY = {aten.relu.default: "relu", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
+          aten.silu.default: "silu", aten.neg.default: "neg", aten.exp.default: "exp", aten.log.default: "log",
+          aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.abs.default: "abs", aten.sin.default: "sin",
+          aten.cos.default: "cos", aten.erf.default: "erf", aten.reciprocal.default: "reciprocal",
+          aten.logical_not.default: "not", aten.bitwise_not.default: "not"}
+
+
+def _unary_check(node, a):
+    if node.target in (aten.logical_not.default, aten.bitwise_not.default) and meta(a["self"]).dtype != torch.bool:
+        return "not on %s" % meta(a["self"]).dtype
+    if node.target is aten.reciprocal.default and not meta(node).dtype.is_floating_point:
+        return "integer reciprocal"
+    return None
+
+
+@lowers(*_UNARY, check=_unary_check)
+def _unary(ctx, node, a):
+    return ctx.b.node(_UNARY[node.target], [ctx.val(a["self"], meta(node).dtype)])
+
+
+@lowers(aten.gelu.default)
+def _gelu(ctx, node, a):
+    return ctx.b.node("gelu", [ctx.val(a["self"])], approximate=a["approximate"] or "none")
+
+
+@lowers(aten.where.self)
+def _where(ctx, node, a):
+    out = meta(node).dtype
+    return ctx.b.node("where", [ctx.val(a["condition"], torch.bool), ctx.val(a["self"], out), ctx.val(a["other"], out)])
+
+
+@lowers(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def _copy(ctx, node, a):
+    src = a["self"]
+    v = ctx.val(src)
+    if meta(src).dtype != meta(node).dtype:
+        return ctx.cast(v, meta(src).dtype, meta(node).dtype)
+    return ctx.b.node("identity", [v])
+
+
+# ---- matmul, attention --------------------------------------------------------------------------
+
+@lowers(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(ctx, node, a):
+    return ctx.b.node("matmul", [ctx.val(a["self"]), ctx.val(a["other"] if "other" in a else a["mat2"])])
+
+
+@lowers(aten.addmm.default)
+def _addmm(ctx, node, a):
+    out = meta(node).dtype
+    bias = ctx.val(a["self"], out)
+    if a["beta"] != 1:
+        bias = ctx.b.node("mul", [bias, ctx.const(a["beta"], out)])
+    return ctx.b.node("matmul", [ctx.val(a["mat1"]), ctx.val(a["mat2"]), bias], alpha=float(a["alpha"]))
+
+
+_SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default, aten._scaled_dot_product_efficient_attention.default,
+         aten._scaled_dot_product_flash_attention.default, aten.scaled_dot_product_attention.default)
+if hasattr(aten, "_scaled_dot_product_cudnn_attention"):
+    _SDPA = _SDPA + (aten._scaled_dot_product_cudnn_attention.default,)
+
+
+def _sdpa_check(node, a):
+    q, k = meta(a["query"]), meta(a["key"])
+    if q.dim() != 4 or k.dim() != 4:
+        return "attention on rank %d (graft takes [B, H, S, D])" % q.dim()
+    if a.get("dropout_p", 0.0):
+        return "dropout_p=%s" % a["dropout_p"]
+    if a.get("is_causal") and q.shape[-2] != k.shape[-2]:
+        return "is_causal with Sq != Sk (PyTorch aligns the mask top-left, graft bottom-right)"
+    if a.get("enable_gqa"):
+        return "enable_gqa"
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    if mask is not None and not meta(mask).dtype.is_floating_point and meta(mask).dtype != torch.bool:
+        return "attention mask of %s" % meta(mask).dtype
+    if node.target is not aten.scaled_dot_product_attention.default:
+        return _getitem_only(node, {0})
+    return None
+
+
+@lowers(*_SDPA, check=_sdpa_check)
+def _sdpa(ctx, node, a):
+    q, k, v = a["query"], a["key"], a["value"]
+    dt = meta(q).dtype
+    scale = a.get("scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(meta(q).shape[-1])
+    ins = [ctx.val(q), ctx.val(k), ctx.val(v)]
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    if mask is not None:
+        if meta(mask).dtype == torch.bool:  # keep where true: 0, else -inf
+            m = ctx.b.node("where", [ctx.val(mask), ctx.const(0.0, dt), ctx.const(float("-inf"), dt)])
+        else:
+            m = ctx.val(mask, dt)
+        ins.append(m)
+    out = ctx.b.node("attention", ins, scale=float(scale), causal=int(bool(a.get("is_causal"))))
+    return out if node.target is aten.scaled_dot_product_attention.default else [out]
+
+
+# ---- normalization, softmax, reductions -----------------------------------------------------------
+
+@lowers(aten._softmax.default, aten.softmax.int)
+def _softmax(ctx, node, a):
+    x = ctx.val(a["self"], meta(node).dtype)
+    return ctx.b.node("softmax", [x], axis=int(a["dim"]))
+
+
+@lowers(aten.native_layer_norm.default, check=lambda node, a: _getitem_only(node, {0}))
+def _layer_norm(ctx, node, a):
+    x = meta(a["input"])
+    n = len(a["normalized_shape"])
+    shape = [int(d) for d in a["normalized_shape"]]
+    if a["weight"] is not None:
+        w = ctx.val(a["weight"])
+    else:
+        import numpy as np
+        w = ctx.b.node("fill", [], shape=shape, value=1.0, dtype=DTYPE[x.dtype])
+        del np
+    ins = [ctx.val(a["input"]), w] + ([ctx.val(a["bias"])] if a["bias"] is not None else [])
+    return [ctx.b.node("layer_norm", ins, axis=x.dim() - n, epsilon=float(a["eps"])), None, None]
+
+
+_REDUCE = {aten.mean.dim: "reduce_mean", aten.mean.default: "reduce_mean", aten.sum.dim_IntList: "reduce_sum",
+           aten.sum.default: "reduce_sum", aten.amax.default: "reduce_max", aten.amin.default: "reduce_min"}
+
+
+@lowers(*_REDUCE)
+def _reduce(ctx, node, a):
+    x = ctx.val(a["self"], meta(node).dtype)
+    dims = a.get("dim")
+    dims = [] if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    if not dims and meta(a["self"]).dim() == 0:
+        return ctx.b.node("identity", [x])
+    return ctx.b.node(_REDUCE[node.target], [x], axes=dims, keepdims=int(bool(a.get("keepdim", False))))
+
+
+# ---- data movement ---------------------------------------------------------------------------
+
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.default,
+          aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default, aten.flatten.using_ints)
+
+
+@lowers(*_VIEWS)
+def _view(ctx, node, a):
+    # every view-like op is a reshape to the output's (static) shape
+    return ctx.b.node("reshape", [ctx.val(a["self"])], shape=static_shape(meta(node)))
+
+
+@lowers(aten.expand.default)
+def _expand(ctx, node, a):
+    return ctx.b.node("expand", [ctx.val(a["self"])], shape=static_shape(meta(node)))
+
+
+@lowers(aten.permute.default)
+def _permute(ctx, node, a):
+    nd = meta(a["self"]).dim()
+    return ctx.b.node("transpose", [ctx.val(a["self"])], perm=[norm_axis(d, nd) for d in a["dims"]])
+
+
+@lowers(aten.t.default, aten.transpose.int)
+def _transpose(ctx, node, a):
+    nd = meta(a["self"]).dim()
+    if nd < 2:
+        return ctx.b.node("identity", [ctx.val(a["self"])])
+    d0, d1 = (0, 1) if node.target is aten.t.default else (norm_axis(a["dim0"], nd), norm_axis(a["dim1"], nd))
+    perm = list(range(nd))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return ctx.b.node("transpose", [ctx.val(a["self"])], perm=perm)
+
+
+@lowers(aten.cat.default)
+def _cat(ctx, node, a):
+    out = meta(node).dtype
+    nd = meta(node).dim()
+    ins = [ctx.val(t, out) for t in a["tensors"] if meta(t).numel() > 0 or meta(t).dim() == nd]
+    return ctx.b.node("concat", ins, axis=norm_axis(a["dim"], nd))
+
+
+def _slice(ctx, x, dim, start, end, step=1):
+    return ctx.b.node("slice", [x], starts=[start], ends=[end], axes=[dim], steps=[step])
+
+
+@lowers(aten.slice.Tensor)
+def _slice_tensor(ctx, node, a):
+    nd = meta(a["self"]).dim()
+    start = 0 if a["start"] is None else int(a["start"])
+    end = 2**63 - 1 if a["end"] is None else int(a["end"])
+    return _slice(ctx, ctx.val(a["self"]), norm_axis(a["dim"], nd), start, end, int(a["step"]))
+
+
+@lowers(aten.select.int)
+def _select(ctx, node, a):
+    nd = meta(a["self"]).dim()
+    dim = norm_axis(a["dim"], nd)
+    size = int(meta(a["self"]).shape[dim])
+    i = int(a["index"]) % size if size else 0
+    s = _slice(ctx, ctx.val(a["self"]), dim, i, i + 1)
+    return ctx.b.node("reshape", [s], shape=static_shape(meta(node)))
+
+
+@lowers(aten.unbind.int, check=lambda node, a: _getitem_only(node, None))
+def _unbind(ctx, node, a):
+    m = meta(a["self"])
+    dim = norm_axis(a["dim"], m.dim())
+    x = ctx.val(a["self"])
+    return [ctx.b.node("reshape", [_slice(ctx, x, dim, i, i + 1)], shape=static_shape(o))
+            for i, o in enumerate(meta(node))]
+
+
+@lowers(aten.split.Tensor, aten.split_with_sizes.default, check=lambda node, a: _getitem_only(node, None))
+def _split(ctx, node, a):
+    m = meta(a["self"])
+    dim = norm_axis(a["dim"], m.dim())
+    x = ctx.val(a["self"])
+    outs, start = [], 0
+    for o in meta(node):
+        n = int(o.shape[dim])
+        outs.append(_slice(ctx, x, dim, start, start + n))
+        start += n
+    return outs
+
+
+def _index_check(node, a):
+    idx = [i for i in a["indices"] if i is not None]
+    if len(idx) != 1:
+        return "advanced indexing with %d index tensors" % len(idx)
+    if meta(idx[0]).dtype not in (torch.int64, torch.int32):
+        return "index of %s (a mask)" % meta(idx[0]).dtype
+    return None
+
+
+@lowers(aten.index.Tensor, check=_index_check)
+def _index(ctx, node, a):
+    axis = next(i for i, t in enumerate(a["indices"]) if t is not None)
+    return ctx.b.node("gather", [ctx.val(a["self"]), ctx.val(a["indices"][axis], torch.int64)], axis=axis)
+
+
+@lowers(aten.embedding.default)
+def _embedding(ctx, node, a):
+    return ctx.b.node("gather", [ctx.val(a["weight"]), ctx.val(a["indices"], torch.int64)], axis=0)
+
+
+@lowers(aten.tril.default, aten.triu.default)
+def _trilu(ctx, node, a):
+    return ctx.b.node("trilu", [ctx.val(a["self"])], upper=int(node.target is aten.triu.default),
+                      k=int(a["diagonal"]))
+
+
+# ---- generators ----------------------------------------------------------------------------------
+
+@lowers(aten.full.default, check=lambda node, a: None if isinstance(a["fill_value"], (int, float, bool)) else "fill")
+def _full(ctx, node, a):
+    m = meta(node)
+    return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"]), dtype=DTYPE[m.dtype])
+
+
+@lowers(aten.arange.start_step, aten.arange.default)
+def _arange(ctx, node, a):
+    m = meta(node)
+    start = a.get("start", 0) or 0
+    return ctx.b.node("range", [], start=float(start), limit=float(a["end"]), delta=float(a.get("step", 1) or 1),
+                      dtype=DTYPE[m.dtype])
+
+
+# ---- compiled subgraphs ----------------------------------------------------------------------------
+
+def _device_of(tensors):
+    devs = {t.device.type for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devs) > 1:
+        raise NotLowerable("inputs on several devices (%s)" % ", ".join(sorted(devs)))
+    return devs.pop() if devs else "cpu"
+
+
+class _Compiled:
+    """One graft session for one static graph: inputs by placeholder, outputs in order."""
+
+    def __init__(self, gm, report, device, mode):
+        low = Lowering(gm, report)
+        outs = low.run()
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # each output: ("graft", index) | ("input", placeholder index) | ("const", python value)
+        self.plan, names = [], {}
+        for o in outs:
+            if isinstance(o, torch.fx.Node) and o.op == "placeholder":
+                self.plan.append(("input", self.placeholders.index(o)))
+            elif isinstance(o, torch.fx.Node):
+                v = low.env[o]
+                if v not in names:
+                    names[v] = "out%d" % len(names)
+                    low.b.output(v, names[v])
+                self.plan.append(("graft", names[v]))
+            else:
+                self.plan.append(("const", o))
+        self.single = not isinstance(gm.graph.output_node().args[0], (list, tuple))
+        if not names:
+            raise NotLowerable("no graft output")
+        self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
+        self.cuda = self.session.device_kind == "cuda"
+
+    def __call__(self, *args):
+        s = self.session
+        if self.cuda:
+            s.stream = torch.cuda.current_stream()
+        feeds = {}
+        for ph, a in zip(self.placeholders, args):
+            if isinstance(a, torch.Tensor):
+                feeds[ph.name] = a.detach().contiguous()
+        outs = s.run_device(feeds)
+        got = {k: torch.from_dlpack(v).clone() for k, v in outs.items()}  # graft's outputs live until the next run
+        res = []
+        for kind, x in self.plan:
+            res.append(got[x] if kind == "graft" else args[x] if kind == "input" else x)
+        return res[0] if self.single else tuple(res)
+
+
+class GraftSubgraph(torch.nn.Module):
+    """A partition run by graft: compiled once if its shapes are static, else once per
+    concrete input shape (re-traced with make_fx). A compile failure runs it in PyTorch,
+    with a warning."""
+
+    def __init__(self, gm, report, device, mode):
+        super().__init__()
+        self.gm, self.report, self.device, self.mode = gm, report, device, mode
+        self.cache = {}
+        phs = [meta(n) for n in gm.graph.nodes if n.op == "placeholder"]
+        self.dynamic = any(not isinstance(m, torch.Tensor) or any(not isinstance(d, int) for d in m.shape)
+                           for m in phs)
+        self.failed = None
+        if not self.dynamic:
+            self.cache[None] = self._compile(gm, [m for m in phs])
+        else:
+            report.notes.append("symbolic shapes: compiled per concrete input shape")
+
+    def _compile(self, gm, inputs):
+        device = self.device
+        if device == "auto":
+            device = "cuda" if _device_of(inputs) == "cuda" else "sim"
+        try:
+            return _Compiled(gm, self.report, device, self.mode)
+        except (NotLowerable, C.GraftError) as e:
+            self.report.notes.append("a subgraph runs in PyTorch: %s" % e)
+            _warn("a subgraph runs in PyTorch: %s" % e)
+            return None
+
+    def forward(self, *args):
+        key = None
+        if self.dynamic:
+            key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+            if key not in self.cache:
+                from torch.fx.experimental.proxy_tensor import make_fx
+                with torch.no_grad():
+                    static = make_fx(self.gm)(*args)
+                self.cache[key] = self._compile(static, list(args))
+        compiled = self.cache[key]
+        if compiled is None:
+            return self.gm(*args)
+        return compiled(*args)
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, report):
+        self.report = report
+
+    def is_node_supported(self, submodules, node):
+        if node.op != "call_function":
+            return False
+        reason = node_support(node)
+        if reason is not None and node.target is not operator.getitem:
+            self.report.left[op_name(node.target)] = reason
+        return reason is None
+
+
+def lower_aten_graph(gm, example_inputs, report, device="auto", mode="auto"):
+    """The fw_compiler: partitions an ATen graph and puts each supported part on graft."""
+    support = _Support(report)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    # a partition of only views/getitems is not worth a graft session
+    partitions = [p for p in partitions if any(n.target in LOWER and n.target not in _VIEWS for n in p.nodes)]
+    if not partitions:
+        report.fallback = "no op graft lowers"
+        return gm
+    fused = partitioner.fuse_partitions(partitions)
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("fused_"):
+            sub = getattr(fused, node.target)
+            setattr(fused, node.target, GraftSubgraph(sub, report, device, mode))
+            report.subgraphs += 1
+    fused.recompile()
+    return fused
+
+
+def graft_backend(gm, example_inputs, **kwargs):
+    """The torch.compile backend (torch.compile(model, backend="graft", options={...}))."""
+    options = kwargs.get("options") or {}
+    device, mode = options.get("device", "auto"), options.get("mode", "auto")
+    report = Report(len(_REPORTS))
+    _REPORTS.append(report)
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        report.fallback = "a training graph (grad enabled and inputs that require grad): use torch.no_grad()"
+        _warn("graph %d: %s; it runs in PyTorch" % (report.index, report.fallback))
+        return gm.forward
+    try:
+        _device_of(tensors)
+    except NotLowerable as e:
+        report.fallback = str(e)
+        _warn("graph %d runs in PyTorch: %s" % (report.index, e))
+        return gm.forward
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fw_compiler(aten_gm, aten_inputs):
+        try:
+            return lower_aten_graph(aten_gm, aten_inputs, report, device, mode)
+        except Exception as e:  # anything unexpected: PyTorch runs it, never a wrong answer
+            report.fallback = "lowering failed: %s: %s" % (type(e).__name__, e)
+            _warn("graph %d runs in PyTorch: %s" % (report.index, report.fallback))
+            return aten_gm
+
+    return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+
+
+def register():
+    """Registers backend="graft" with Dynamo unless the installed entry point already did."""
+    import torch._dynamo
+    if "graft" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(graft_backend, name="graft")
