@@ -32,6 +32,20 @@ if(Python3_FOUND AND NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
   else()
     message(STATUS "graft: numpy/pytest not found for ${Python3_EXECUTABLE}; py_package is skipped")
   endif()
+  # torch.compile(backend="graft") (python/graft/torch_backend.py) against eager PyTorch; skipped
+  # (reported as skipped) where the Python has no torch. GRAFT_TORCH_PYTHON names a Python with
+  # torch; GRAFT_TORCH_DEVICE=cuda in the environment runs it with CUDA tensors on a GPU.
+  set(GRAFT_TORCH_PYTHON "${Python3_EXECUTABLE}" CACHE FILEPATH "Python with torch for py_torch_backend")
+  execute_process(COMMAND ${GRAFT_TORCH_PYTHON} -c "import numpy, pytest"
+                  RESULT_VARIABLE graft_py_torch_deps OUTPUT_QUIET ERROR_QUIET)
+  if(graft_py_torch_deps EQUAL 0)
+    add_test(NAME py_torch_backend
+             COMMAND ${GRAFT_TORCH_PYTHON} -m pytest -q -rs -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_torch_backend.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(py_torch_backend PROPERTIES
+      ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>"
+      SKIP_REGULAR_EXPRESSION "torch is not installed" TIMEOUT 600)
+  endif()
 endif()
 # `pip install .` into a fresh venv and the same tests against the wheel (network, ~1 min):
 # ctest -L slow.

@@ -66,6 +66,7 @@ class Report:
     def __init__(self, index):
         self.index = index
         self.subgraphs = 0
+        self.sessions = 0      # graft sessions compiled (one per subgraph, or per shape when dynamic)
         self.lowered = {}      # ATen op name -> count
         self.left = {}         # ATen op name -> reason
         self.fallback = None   # why the whole graph runs in PyTorch, if it does
@@ -73,7 +74,7 @@ class Report:
 
     def text(self):
         lines = ["graph %d: " % self.index + ("runs in PyTorch: %s" % self.fallback if self.fallback else
-                                             "%d graft subgraph(s)" % self.subgraphs)]
+                                             "%d graft subgraph(s), %d session(s)" % (self.subgraphs, self.sessions))]
         if self.lowered:
             lines.append("  lowered to graft: " + ", ".join("%s x%d" % kv for kv in sorted(self.lowered.items())))
         if self.left:
@@ -258,8 +259,6 @@ _BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "sub
 
 
 def _binary_check(node, a):
-    if node.target in (aten.div.Tensor,) and a.get("rounding_mode") is not None:
-        return "rounding_mode=%s" % a["rounding_mode"]
     if not isinstance(meta(node), torch.Tensor):
         return "scalar result"
     return None
@@ -600,6 +599,7 @@ class _Compiled:
             raise NotLowerable("no graft output")
         self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
         self.cuda = self.session.device_kind == "cuda"
+        report.sessions += 1
 
     def __call__(self, *args):
         s = self.session

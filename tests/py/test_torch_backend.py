@@ -1,0 +1,376 @@
+"""torch.compile(model, backend="graft") (python/graft/torch_backend.py) against eager PyTorch:
+every ATen op the backend claims (a small module each; the op must be lowered to graft,
+not left to PyTorch), an MLP and a transformer block end to end, an unsupported op left to
+PyTorch by partitioning (results still right, graft.explain lists it), dynamic shapes
+(compiled per shape), a training graph falling back with a warning, the entry point.
+
+Needs torch (skipped without it). CPU tensors on graft's simulator by default; on a GPU
+machine GRAFT_TORCH_DEVICE=cuda runs the same tests with CUDA tensors on graft's CUDA
+device (ctest: py_torch_backend)."""
+import math
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import graft  # noqa: E402
+import graft.torch_backend as gtb  # noqa: E402
+
+aten = torch.ops.aten
+DEV = os.environ.get("GRAFT_TORCH_DEVICE", "cpu")
+GRAFT_DEVICE = "cuda" if DEV == "cuda" else "sim"
+OPTIONS = {"device": GRAFT_DEVICE, "mode": "eager" if GRAFT_DEVICE == "sim" else "auto"}
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    gtb.register()
+    torch._dynamo.reset()
+    gtb.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def compile_and_compare(fn, *args, rtol=1e-5, atol=1e-5, **compile_kw):
+    """Runs fn eagerly and through backend="graft" (no_grad); returns the report."""
+    args = [a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args]
+    if isinstance(fn, nn.Module):
+        fn = fn.to(DEV).eval()
+    with torch.no_grad():
+        want = fn(*args)
+        got = torch.compile(fn, backend="graft", options=OPTIONS, **compile_kw)(*args)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.device == w.device
+        if w.dtype == torch.bool or not w.dtype.is_floating_point:
+            assert torch.equal(g, w)
+        else:
+            torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+    reps = gtb.reports()
+    assert reps, "the backend was not called"
+    return reps
+
+
+def lowered(reps):
+    out = set()
+    for r in reps:
+        out |= set(r.lowered)
+    return out
+
+
+def left(reps):
+    out = {}
+    for r in reps:
+        out.update(r.left)
+    return out
+
+
+def rnd(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    return torch.randn(*shape, generator=g)
+
+
+class Lin(nn.Module):
+    def __init__(self, n_in, n_out, bias=True):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out, bias=bias)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def _sdpa_mask_float(q, k, v, m):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def _sdpa_mask_bool(q, k, v):
+    m = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+SDPA_OP = "aten._scaled_dot_product_flash_attention_for_cpu.default" if DEV == "cpu" else None
+I = torch.tensor([[1, 0, 3], [2, 2, 1]])  # noqa: E741
+
+# (case id, function, inputs, ATen ops it must lower)
+CASES = [
+    ("add_sub_mul_div", lambda x, y: (x + y, x - y, x * y, x / y, torch.add(x, y, alpha=2)), [rnd(4, 6), rnd(4, 6, seed=1).abs() + 0.5],
+     {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor"}),
+    ("scalars_rsub_broadcast", lambda x, b: (x * 0.5 + 2, 3 - x, x / 4, x + b, x ** 2, torch.pow(x.abs(), b.abs())),
+     [rnd(3, 5), rnd(5)], {"aten.mul.Tensor", "aten.add.Tensor", "aten.rsub.Scalar", "aten.div.Tensor",
+                           "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor"}),
+    ("int_promotion", lambda x, i: (x + i, i * 3, i / 2), [rnd(2, 3), I], {"aten.add.Tensor", "aten.mul.Tensor", "aten.div.Tensor"}),
+    ("max_min", lambda x, y: (torch.maximum(x, y), torch.minimum(x, y)), [rnd(4, 4), rnd(4, 4, seed=3)],
+     {"aten.maximum.default", "aten.minimum.default"}),
+    ("compare", lambda x, y: (x == y, x != y, x < y, x <= y, x <= 0.1, x > y, x >= y, ~(x > 0)), [rnd(3, 4), rnd(3, 4, seed=2).round()],
+     {"aten.eq.Tensor", "aten.ne.Tensor", "aten.lt.Tensor", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.ge.Tensor",
+      "aten.gt.Scalar", "aten.bitwise_not.default"}),
+    ("logical_not", lambda x: torch.logical_not(x > 0), [rnd(3, 4)], {"aten.logical_not.default"}),
+    ("unary_activations", lambda x: (torch.relu(x), torch.tanh(x), torch.sigmoid(x), F.silu(x), F.gelu(x),
+                                     F.gelu(x, approximate="tanh"), -x),
+     [rnd(4, 8)], {"aten.relu.default", "aten.tanh.default", "aten.sigmoid.default", "aten.silu.default",
+                   "aten.gelu.default", "aten.neg.default"}),
+    ("unary_math", lambda x: (torch.exp(x), torch.log(x.abs() + 1), torch.sqrt(x.abs()), torch.rsqrt(x.abs() + 1),
+                              torch.sin(x), torch.cos(x), torch.erf(x), torch.reciprocal(x.abs() + 1)),
+     [rnd(4, 8)], {"aten.exp.default", "aten.log.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.abs.default",
+                   "aten.sin.default", "aten.cos.default", "aten.erf.default", "aten.reciprocal.default"}),
+    ("where", lambda x, y: torch.where(x > 0, x, y * 2), [rnd(3, 4), rnd(1, 4)], {"aten.where.self"}),
+    ("to_dtype_clone", lambda x: (x.to(torch.float64) * 2, x.to(torch.int32), (x * 3).clone(), x.t().contiguous() + 1),
+     [rnd(3, 4)], {"aten._to_copy.default", "aten.clone.default"}),
+    ("mm", lambda x, w: x @ w, [rnd(5, 7), rnd(7, 3)], {"aten.mm.default"}),
+    ("bmm_matmul", lambda a, b, c: (torch.bmm(a, b), c @ b.unsqueeze(0)), [rnd(2, 3, 4), rnd(2, 4, 5), rnd(3, 2, 3, 4)],
+     {"aten.bmm.default"}),
+    ("addmm_linear", Lin(6, 4), [rnd(2, 5, 6)], {"aten.addmm.default", "aten.t.default", "aten._unsafe_view.default"}),
+    ("addmm_beta_alpha", lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), [rnd(4), rnd(3, 5), rnd(5, 4)],
+     {"aten.addmm.default"}),
+    ("softmax", lambda x: (torch.softmax(x, -1), F.softmax(x, dim=0)), [rnd(4, 6)], {"aten._softmax.default"}),
+    ("layer_norm", lambda x, w, b: (F.layer_norm(x, (8,), w, b), F.layer_norm(x, (3, 8), eps=1e-3)),
+     [rnd(2, 3, 8), rnd(8), rnd(8, seed=4)], {"aten.native_layer_norm.default"}),
+    ("reductions", lambda x: (x.mean(-1), x.mean(), x.sum(dim=(0, 2), keepdim=True), x.sum(), x.amax(1), x.amin(-1, keepdim=True)),
+     [rnd(2, 3, 4)], {"aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default",
+                      "aten.amax.default", "aten.amin.default"}),
+    ("views", lambda x: (x.view(6, 4) * 2, x.reshape(4, -1) + 1, x.unsqueeze(1) * 3, x.view(1, 2, 3, 4).squeeze(0) - 1, x.view(1, 2, 1, 3, 4).squeeze((0, 2)) * 2,
+                         x.permute(2, 0, 1) * 2, x.transpose(0, 2) + 1, x.flatten(1) * 2, x[:, :1].expand(2, 3, 4) + x),
+     [rnd(2, 3, 4)], {"aten.view.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.permute.default",
+                      "aten.transpose.int", "aten.expand.default"}),
+    ("cat_slice_select", lambda x, y: (torch.cat([x, y], 1) * 1, x[:, 1:4:2] + 1, x[1] * 2, x[:, -1] + 3, x[..., 2:] * 2),
+     [rnd(3, 5), rnd(3, 2)], {"aten.cat.default", "aten.slice.Tensor", "aten.select.int"}),
+    ("unbind_split", lambda x: tuple(t * 2 for t in x.unbind(1)) + tuple(t + 1 for t in x.split(2, 0)) +
+     tuple(t - 1 for t in torch.split(x, [1, 3], 0)), [rnd(4, 3)],
+     {"aten.unbind.int", "aten.split.Tensor", "aten.split_with_sizes.default"}),
+    ("index_gather", lambda x, i: (x[i] * 2, x[:, i[0]] + 1), [rnd(4, 5), I], {"aten.index.Tensor"}),
+    ("embedding", nn.Embedding(10, 6), [torch.tensor([[1, 2, 9], [0, 4, 4]])], {"aten.embedding.default"}),
+    ("tril_triu", lambda x: (torch.tril(x) * 2, torch.triu(x, 1) + 1), [rnd(4, 4)], {"aten.tril.default", "aten.triu.default"}),
+    ("full_arange", lambda x: (x + torch.full((3, 4), 2.5, device=x.device), x * torch.arange(4, device=x.device),
+                               x + torch.arange(1, 9, 2, device=x.device, dtype=torch.float32)),
+     [rnd(3, 4)], {"aten.full.default", "aten.arange.start_step", "aten.arange.default"}),
+    ("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [rnd(2, 3, 5, 8), rnd(2, 3, 5, 8, seed=1), rnd(2, 3, 5, 8, seed=2)], {SDPA_OP}),
+    ("sdpa_float_mask", _sdpa_mask_float, [rnd(1, 2, 4, 8), rnd(1, 2, 6, 8, seed=1), rnd(1, 2, 6, 8, seed=2), rnd(4, 6)],
+     {SDPA_OP}),
+    ("sdpa_bool_mask_scale", _sdpa_mask_bool, [rnd(1, 2, 4, 8), rnd(1, 2, 4, 8, seed=1), rnd(1, 2, 4, 8, seed=2)], {SDPA_OP}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_aten_op_lowered(case):
+    _, fn, args, ops = case
+    reps = compile_and_compare(fn, *args, rtol=1e-4, atol=1e-5)
+    got = lowered(reps)
+    ops = {o for o in ops if o is not None} or {o for o in got if "scaled_dot_product" in o}
+    assert ops, "no attention op lowered: %s" % got
+    missing = ops - got
+    assert not missing, "not lowered to graft: %s (lowered: %s; left to PyTorch: %s)" % (missing, sorted(got), left(reps))
+    assert all(r.fallback is None for r in reps), [r.fallback for r in reps]
+
+
+# ATen ops of the lowering table that CPU tensors never produce (CUDA's sdpa kernels, and
+# overloads that aot_autograd normalizes away), with why.
+NOT_ON_CPU = {
+    "aten._scaled_dot_product_efficient_attention.default": "CUDA's sdpa kernel",
+    "aten._scaled_dot_product_flash_attention.default": "CUDA's sdpa kernel",
+    "aten._scaled_dot_product_cudnn_attention.default": "CUDA's sdpa kernel",
+    "aten.scaled_dot_product_attention.default": "composite: traced into the device's kernel op",
+    "aten.matmul.default": "composite: traced into mm/bmm",
+    "aten.reshape.default": "composite: traced into view",
+    "aten.flatten.using_ints": "composite: traced into view",
+    "aten.softmax.int": "composite: traced into _softmax",
+    "aten.add.Scalar": "traced as add.Tensor with a scalar",
+    "aten.sub.Scalar": "traced as sub.Tensor with a scalar",
+    "aten.mul.Scalar": "traced as mul.Tensor with a scalar",
+    "aten.div.Scalar": "traced as div.Tensor with a scalar",
+    "aten.rsub.Tensor": "traced as sub.Tensor",
+    "aten.eq.Scalar": "covered by the .Tensor overload's rule",
+    "aten.ne.Scalar": "covered by the .Tensor overload's rule",
+    "aten.lt.Scalar": "covered by the .Tensor overload's rule",
+    "aten.ge.Scalar": "covered by the .Tensor overload's rule",
+    "aten.squeeze.default": "traced as squeeze.dims",
+    "aten.squeeze.dim": "traced as squeeze.dims",
+    "aten.alias.default": "functionalization removes aliases",
+    "aten.lift_fresh_copy.default": "torch.tensor literals in a graph",
+}
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="the CPU set of ATen ops")
+def test_every_claimed_op_has_a_case():
+    covered = set()
+    for _, _, _, ops in CASES:
+        covered |= {o for o in ops if o}
+    claimed = {gtb.op_name(op) for op in gtb.LOWER}
+    untested = claimed - covered - set(NOT_ON_CPU)
+    assert not untested, "lowered ops without a test case: %s" % sorted(untested)
+
+
+# ---- models end to end --------------------------------------------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.l3(F.gelu(self.l2(torch.relu(self.l1(x)))))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (GPT-2 style) over token ids."""
+
+    def __init__(self, vocab=50, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(16, d)
+        self.ln1, self.ln2, self.lnf = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.emb(ids) + self.pos(torch.arange(s, device=ids.device))
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=-1)
+        shape = (b, s, self.heads, -1)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, -1))
+        x = x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+        return torch.softmax(self.head(self.lnf(x)), dim=-1)
+
+
+def test_mlp_end_to_end():
+    torch.manual_seed(0)
+    reps = compile_and_compare(MLP(), rnd(8, 16))
+    assert [r.subgraphs for r in reps] == [1] and not left(reps)
+    assert "graft subgraph" in graft.explain() and "aten.addmm.default x3" in graft.explain()
+
+
+def test_transformer_block_end_to_end():
+    torch.manual_seed(0)
+    ids = torch.tensor([[3, 14, 15, 9, 2, 6, 5, 35], [8, 9, 7, 9, 3, 23, 8, 4]])
+    reps = compile_and_compare(Block(), ids, rtol=1e-4, atol=1e-5)
+    assert [r.subgraphs for r in reps] == [1] and not left(reps), graft.explain()
+
+
+def test_repeated_calls_fresh_inputs():
+    """A compiled module called again with new inputs (same shape) gives new answers."""
+    torch.manual_seed(0)
+    m = MLP().to(DEV).eval()
+    with torch.no_grad():
+        c = torch.compile(m, backend="graft", options=OPTIONS)
+        outs = []
+        for i in range(3):
+            x = rnd(8, 16, seed=10 + i).to(DEV)
+            y = c(x)
+            torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
+            outs.append(y)
+        # earlier outputs are the caller's (copied out of graft's memory): not overwritten by later runs
+        torch.testing.assert_close(outs[0], m(rnd(8, 16, seed=10).to(DEV)), rtol=1e-5, atol=1e-5)
+
+
+def test_parameter_update_is_seen():
+    """Parameters are inputs of the graft graph, not baked in: changing a weight in place
+    changes the compiled module's answer as it does eager's."""
+    m = Lin(6, 4).to(DEV).eval()
+    x = rnd(3, 6).to(DEV)
+    with torch.no_grad():
+        c = torch.compile(m, backend="graft", options=OPTIONS)
+        c(x)
+        m.fc.weight.mul_(2)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+# ---- partitioning, fallbacks ----------------------------------------------------------------
+
+def test_unsupported_op_is_partitioned():
+    def fn(x, w):
+        y = torch.relu(x @ w)
+        z = torch.cumsum(y, dim=1)  # graft has no cumsum: PyTorch runs it
+        q = torch.div(z, 3, rounding_mode="floor")  # div.Tensor_mode: not lowered
+        return torch.tanh(q) + 1, torch.logical_not(q)  # logical_not of floats: refused by its rule
+
+    reps = compile_and_compare(fn, rnd(4, 6), rnd(6, 5))
+    assert sum(r.subgraphs for r in reps) == 2, graft.explain()
+    lost = left(reps)
+    assert lost["aten.cumsum.default"] == "no graft lowering"
+    assert lost["aten.div.Tensor_mode"] == "no graft lowering"
+    assert lost["aten.logical_not.default"] == "not on torch.float32"
+    assert {"aten.mm.default", "aten.relu.default", "aten.tanh.default"} <= lowered(reps)
+    text = graft.explain()
+    assert "left to PyTorch" in text and "aten.cumsum.default: no graft lowering" in text
+
+
+def test_graph_of_only_unsupported_ops_runs_in_pytorch():
+    reps = compile_and_compare(lambda x: torch.cumsum(x, 0), rnd(3, 4))
+    assert reps[0].fallback == "no op graft lowers" and reps[0].subgraphs == 0
+
+
+def test_training_graph_falls_back_with_warning():
+    torch.manual_seed(0)
+    m = MLP().to(DEV)
+    x = rnd(4, 16).to(DEV)
+    want = m(x)
+    with pytest.warns(RuntimeWarning, match="training graph"):
+        got = torch.compile(m, backend="graft", options=OPTIONS)(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()  # autograd still works: PyTorch ran it
+    assert m.l1.weight.grad is not None
+    assert "runs in PyTorch: a training graph" in graft.explain()
+
+
+def test_dynamic_shapes_compile_per_shape():
+    torch.manual_seed(0)
+    m = MLP().to(DEV).eval()
+    with torch.no_grad():
+        c = torch.compile(m, backend="graft", options=OPTIONS, dynamic=True)
+        for n in (3, 5, 9, 5):
+            x = rnd(n, 16).to(DEV)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    reps = gtb.reports()
+    assert any("per concrete input shape" in n for r in reps for n in r.notes), graft.explain()
+    assert all(r.fallback is None for r in reps)
+    assert sum(r.sessions for r in reps) == 3, graft.explain()  # one per shape: 3, 5, 9 (5 again reuses its session)
+
+
+def test_graft_failure_falls_back_to_pytorch(monkeypatch):
+    """A lowering graft refuses (here: an op name graft does not know) runs the subgraph in
+    PyTorch with a warning: the answer is still PyTorch's."""
+    def bad(ctx, node, a):
+        return ctx.b.node("no_such_graft_op", [ctx.val(a["self"])])
+    monkeypatch.setitem(gtb.LOWER, aten.relu.default, (bad, None))
+    with pytest.warns(RuntimeWarning, match="no_such_graft_op"):
+        reps = compile_and_compare(lambda x: torch.relu(x) * 2, rnd(3, 4))
+    assert reps[0].sessions == 0 and "no_such_graft_op" in graft.explain()
+
+
+def test_explain_without_torch_compile():
+    assert "no torch.compile" in graft.explain()
+
+
+def test_entry_point_declared():
+    """pyproject.toml names the backend for Dynamo's torch_dynamo_backends entry point."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "pyproject.toml")).read()
+    section = text.split("[project.entry-points.torch_dynamo_backends]", 1)
+    assert len(section) == 2, "no torch_dynamo_backends entry point"
+    line = section[1].strip().splitlines()[0]
+    name, target = [s.strip().strip('"') for s in line.split("=", 1)]
+    module, attr = target.split(":")
+    assert name == "graft" and getattr(__import__(module, fromlist=[attr]), attr) is gtb.graft_backend
+    assert "graft" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_sdpa_default_scale_matches():
+    q, k, v = rnd(1, 1, 3, 16), rnd(1, 1, 3, 16, seed=5), rnd(1, 1, 3, 16, seed=6)
+    reps = compile_and_compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5 / math.sqrt(16)), q, k, v,
+                               rtol=1e-4)
+    assert any("scaled_dot_product" in o for o in lowered(reps))
+
+
+def test_no_warning_on_inference():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        compile_and_compare(MLP(), rnd(2, 16))
