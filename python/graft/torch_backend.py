@@ -203,6 +203,9 @@ class Lowering:
                 if node.target is operator.getitem:
                     self.env[node] = self.env[node.args[0]][node.args[1]]
                     continue
+                reason = node_support(node)
+                if reason is not None:  # a re-traced graph (dynamic shapes) may hold ops the partition did not
+                    raise NotLowerable("%s: %s" % (op_name(node.target), reason))
                 fn, _ = LOWER[node.target]
                 self.env[node] = fn(self, node, schema_args(node))
                 name = op_name(node.target)
@@ -332,7 +335,7 @@ def _where(ctx, node, a):
     return ctx.b.node("where", [ctx.val(a["condition"], torch.bool), ctx.val(a["self"], out), ctx.val(a["other"], out)])
 
 
-@lowers(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+@lowers(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten.detach.default)
 def _copy(ctx, node, a):
     src = a["self"]
     v = ctx.val(src)
@@ -549,6 +552,16 @@ def _trilu(ctx, node, a):
                       k=int(a["diagonal"]))
 
 
+@lowers(aten.constant_pad_nd.default)
+def _pad(ctx, node, a):
+    nd = meta(a["self"]).dim()
+    pad = [int(p) for p in a["pad"]]  # (last begin, last end, previous begin, ...): torch's order
+    begins, ends = [0] * nd, [0] * nd
+    for i in range(len(pad) // 2):
+        begins[nd - 1 - i], ends[nd - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    return ctx.b.node("pad", [ctx.val(a["self"])], pads=begins + ends, mode="constant", value=float(a["value"]))
+
+
 # ---- generators ----------------------------------------------------------------------------------
 
 @lowers(aten.full.default, check=lambda node, a: None if isinstance(a["fill_value"], (int, float, bool)) else "fill")
@@ -585,15 +598,15 @@ class _Compiled:
         self.plan, names = [], {}
         for o in outs:
             if isinstance(o, torch.fx.Node) and o.op == "placeholder":
-                self.plan.append(("input", self.placeholders.index(o)))
+                self.plan.append(("input", self.placeholders.index(o), None))
             elif isinstance(o, torch.fx.Node):
                 v = low.env[o]
                 if v not in names:
                     names[v] = "out%d" % len(names)
                     low.b.output(v, names[v])
-                self.plan.append(("graft", names[v]))
+                self.plan.append(("graft", names[v], meta(o).device))
             else:
-                self.plan.append(("const", o))
+                self.plan.append(("const", o, None))
         self.single = not isinstance(gm.graph.output_node().args[0], (list, tuple))
         if not names:
             raise NotLowerable("no graft output")
@@ -612,8 +625,11 @@ class _Compiled:
         outs = s.run_device(feeds)
         got = {k: torch.from_dlpack(v).clone() for k, v in outs.items()}  # graft's outputs live until the next run
         res = []
-        for kind, x in self.plan:
-            res.append(got[x] if kind == "graft" else args[x] if kind == "input" else x)
+        for kind, x, device in self.plan:
+            if kind == "graft":  # on the device PyTorch expects (CPU tensors given to a CUDA session come back)
+                res.append(got[x] if got[x].device == device else got[x].to(device))
+            else:
+                res.append(args[x] if kind == "input" else x)
         return res[0] if self.single else tuple(res)
 
 

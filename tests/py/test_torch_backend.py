@@ -123,9 +123,9 @@ CASES = [
     ("to_dtype_clone", lambda x: (x.to(torch.float64) * 2, x.to(torch.int32), (x * 3).clone(), x.t().contiguous() + 1),
      [rnd(3, 4)], {"aten._to_copy.default", "aten.clone.default"}),
     ("mm", lambda x, w: x @ w, [rnd(5, 7), rnd(7, 3)], {"aten.mm.default"}),
-    ("bmm_matmul", lambda a, b, c: (torch.bmm(a, b), c @ b.unsqueeze(0)), [rnd(2, 3, 4), rnd(2, 4, 5), rnd(3, 2, 3, 4)],
-     {"aten.bmm.default"}),
-    ("addmm_linear", Lin(6, 4), [rnd(2, 5, 6)], {"aten.addmm.default", "aten.t.default", "aten._unsafe_view.default"}),
+    ("bmm_matmul", lambda a, b, c: (torch.bmm(a, b), c @ b.unsqueeze(0), torch.matmul(c, b[0])),
+     [rnd(2, 3, 4), rnd(2, 4, 5), rnd(3, 2, 3, 4)], {"aten.bmm.default", "aten._unsafe_view.default"}),
+    ("addmm_linear", Lin(6, 4), [rnd(2, 5, 6)], {"aten.addmm.default", "aten.t.default"}),
     ("addmm_beta_alpha", lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), [rnd(4), rnd(3, 5), rnd(5, 4)],
      {"aten.addmm.default"}),
     ("softmax", lambda x: (torch.softmax(x, -1), F.softmax(x, dim=0)), [rnd(4, 6)], {"aten._softmax.default"}),
@@ -145,6 +145,8 @@ CASES = [
      {"aten.unbind.int", "aten.split.Tensor", "aten.split_with_sizes.default"}),
     ("index_gather", lambda x, i: (x[i] * 2, x[:, i[0]] + 1), [rnd(4, 5), I], {"aten.index.Tensor"}),
     ("embedding", nn.Embedding(10, 6), [torch.tensor([[1, 2, 9], [0, 4, 4]])], {"aten.embedding.default"}),
+    ("pad", lambda x: (F.pad(x, (1, 2)) * 2, F.pad(x, (0, 1, 2, 0), value=-1.5) + 1, F.pad(x, (-1, 1)) * 3), [rnd(3, 4)],
+     {"aten.constant_pad_nd.default"}),
     ("tril_triu", lambda x: (torch.tril(x) * 2, torch.triu(x, 1) + 1), [rnd(4, 4)], {"aten.tril.default", "aten.triu.default"}),
     ("full_arange", lambda x: (x + torch.full((3, 4), 2.5, device=x.device), x * torch.arange(4, device=x.device),
                                x + torch.arange(1, 9, 2, device=x.device, dtype=torch.float32)),
@@ -162,8 +164,9 @@ def test_aten_op_lowered(case):
     _, fn, args, ops = case
     reps = compile_and_compare(fn, *args, rtol=1e-4, atol=1e-5)
     got = lowered(reps)
-    ops = {o for o in ops if o is not None} or {o for o in got if "scaled_dot_product" in o}
-    assert ops, "no attention op lowered: %s" % got
+    ops = {o for o in ops if o is not None}
+    if not ops:  # CUDA: whichever sdpa kernel op PyTorch picks (or its math decomposition), all on graft
+        assert not left(reps), left(reps)
     missing = ops - got
     assert not missing, "not lowered to graft: %s (lowered: %s; left to PyTorch: %s)" % (missing, sorted(got), left(reps))
     assert all(r.fallback is None for r in reps), [r.fallback for r in reps]
@@ -193,6 +196,7 @@ NOT_ON_CPU = {
     "aten.squeeze.dim": "traced as squeeze.dims",
     "aten.alias.default": "functionalization removes aliases",
     "aten.lift_fresh_copy.default": "torch.tensor literals in a graph",
+    "aten.detach.default": "only in graphs re-traced per shape (test_dynamic_shapes_compile_per_shape)",
 }
 
 
