@@ -143,11 +143,63 @@ def meta(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
+# Sizes are ints or SymInts (dynamic shapes). A SymInt is read through its expression,
+# never int()/compared: that would add a guard (specialize) after Dynamo traced the graph.
+
+def static_int(d):
+    if isinstance(d, int):
+        return d
+    expr = d.node.expr
+    if expr.is_Integer:
+        return int(expr)
+    raise NotLowerable("symbolic size %s" % expr)
+
+
 def static_shape(t):
-    try:
-        return [int(d) for d in t.shape]
-    except (TypeError, ValueError):
-        raise NotLowerable("symbolic shape")
+    return [static_int(d) for d in t.shape]
+
+
+def same_size(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return str(getattr(a, "node", None) and a.node.expr if not isinstance(a, int) else a) == \
+        str(getattr(b, "node", None) and b.node.expr if not isinstance(b, int) else b)
+
+
+def input_dim(d):
+    """A graph input's dim for graft: an int, or the name of a plain symbol ("s0")."""
+    if isinstance(d, int) or d.node.expr.is_Integer:
+        return static_int(d)
+    if d.node.expr.is_Symbol:
+        return str(d.node.expr)
+    raise NotLowerable("input dim %s (an expression, not a symbol)" % d.node.expr)
+
+
+def reshape_shape(t):
+    """A reshape's shape attribute: static dims, -1 for the one symbolic dim (graft infers it)."""
+    out = []
+    for d in t.shape:
+        try:
+            out.append(static_int(d))
+        except NotLowerable:
+            out.append(-1)
+    if out.count(-1) > 1:
+        raise NotLowerable("reshape to %d symbolic dims (%s)" % (out.count(-1), list(t.shape)))
+    return out
+
+
+def expand_shape(src, t):
+    """expand's shape: a symbolic dim must be the input's own (1 keeps it: graft's
+    expand broadcasts both ways)."""
+    out, lead = [], t.dim() - src.dim()
+    for i, d in enumerate(t.shape):
+        try:
+            out.append(static_int(d))
+        except NotLowerable:
+            if i < lead or not same_size(src.shape[i - lead], d):
+                raise
+            out.append(1)
+    return out
 
 
 def norm_axis(d, ndim):
@@ -161,6 +213,7 @@ class Lowering:
         self.gm, self.report = gm, report
         self.b = GraphBuilder()
         self.env = {}
+        self.lowered = {}  # ATen op -> count, added to the report once the session exists
 
     # values
     def dtype_of(self, node):
@@ -192,9 +245,9 @@ class Lowering:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 m = meta(node)
-                if not isinstance(m, torch.Tensor):
-                    raise NotLowerable("non-tensor input %s" % node.name)
-                self.env[node] = self.b.input(node.name, DTYPE[m.dtype], static_shape(m))
+                if not isinstance(m, torch.Tensor):  # a SymInt size: graft reads sizes from the tensors
+                    continue
+                self.env[node] = self.b.input(node.name, DTYPE[m.dtype], [input_dim(d) for d in m.shape])
             elif node.op == "get_attr":
                 t = getattr(self.gm, node.target).detach().contiguous().cpu()
                 raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
@@ -209,7 +262,7 @@ class Lowering:
                 fn, _ = LOWER[node.target]
                 self.env[node] = fn(self, node, schema_args(node))
                 name = op_name(node.target)
-                self.report.lowered[name] = self.report.lowered.get(name, 0) + 1
+                self.lowered[name] = self.lowered.get(name, 0) + 1
             elif node.op == "output":
                 outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             else:
@@ -372,7 +425,7 @@ def _sdpa_check(node, a):
         return "attention on rank %d (graft takes [B, H, S, D])" % q.dim()
     if a.get("dropout_p", 0.0):
         return "dropout_p=%s" % a["dropout_p"]
-    if a.get("is_causal") and q.shape[-2] != k.shape[-2]:
+    if a.get("is_causal") and not same_size(q.shape[-2], k.shape[-2]):
         return "is_causal with Sq != Sk (PyTorch aligns the mask top-left, graft bottom-right)"
     if a.get("enable_gqa"):
         return "enable_gqa"
@@ -390,7 +443,7 @@ def _sdpa(ctx, node, a):
     dt = meta(q).dtype
     scale = a.get("scale")
     if scale is None:
-        scale = 1.0 / math.sqrt(meta(q).shape[-1])
+        scale = 1.0 / math.sqrt(static_int(meta(q).shape[-1]))
     ins = [ctx.val(q), ctx.val(k), ctx.val(v)]
     mask = a.get("attn_mask", a.get("attn_bias"))
     if mask is not None:
@@ -449,12 +502,12 @@ _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, at
 @lowers(*_VIEWS)
 def _view(ctx, node, a):
     # every view-like op is a reshape to the output's (static) shape
-    return ctx.b.node("reshape", [ctx.val(a["self"])], shape=static_shape(meta(node)))
+    return ctx.b.node("reshape", [ctx.val(a["self"])], shape=reshape_shape(meta(node)))
 
 
 @lowers(aten.expand.default)
 def _expand(ctx, node, a):
-    return ctx.b.node("expand", [ctx.val(a["self"])], shape=static_shape(meta(node)))
+    return ctx.b.node("expand", [ctx.val(a["self"])], shape=expand_shape(meta(a["self"]), meta(node)))
 
 
 @lowers(aten.permute.default)
@@ -478,7 +531,7 @@ def _transpose(ctx, node, a):
 def _cat(ctx, node, a):
     out = meta(node).dtype
     nd = meta(node).dim()
-    ins = [ctx.val(t, out) for t in a["tensors"] if meta(t).numel() > 0 or meta(t).dim() == nd]
+    ins = [ctx.val(t, out) for t in a["tensors"] if meta(t).dim() == nd]  # (a legacy empty 1-D tensor is skipped)
     return ctx.b.node("concat", ins, axis=norm_axis(a["dim"], nd))
 
 
@@ -489,8 +542,10 @@ def _slice(ctx, x, dim, start, end, step=1):
 @lowers(aten.slice.Tensor)
 def _slice_tensor(ctx, node, a):
     nd = meta(a["self"]).dim()
-    start = 0 if a["start"] is None else int(a["start"])
-    end = 2**63 - 1 if a["end"] is None else int(a["end"])
+    start = 0 if a["start"] is None else a["start"]
+    end = 2**63 - 1 if a["end"] is None else a["end"]
+    if not isinstance(start, int) or not isinstance(end, int):
+        raise NotLowerable("slice bounds given by symbolic sizes")
     return _slice(ctx, ctx.val(a["self"]), norm_axis(a["dim"], nd), start, end, int(a["step"]))
 
 
@@ -498,10 +553,9 @@ def _slice_tensor(ctx, node, a):
 def _select(ctx, node, a):
     nd = meta(a["self"]).dim()
     dim = norm_axis(a["dim"], nd)
-    size = int(meta(a["self"]).shape[dim])
-    i = int(a["index"]) % size if size else 0
-    s = _slice(ctx, ctx.val(a["self"]), dim, i, i + 1)
-    return ctx.b.node("reshape", [s], shape=static_shape(meta(node)))
+    i = int(a["index"])
+    s = _slice(ctx, ctx.val(a["self"]), dim, i, i + 1 if i != -1 else 2**63 - 1)
+    return ctx.b.node("reshape", [s], shape=reshape_shape(meta(node)))
 
 
 @lowers(aten.unbind.int, check=lambda node, a: _getitem_only(node, None))
@@ -509,7 +563,7 @@ def _unbind(ctx, node, a):
     m = meta(a["self"])
     dim = norm_axis(a["dim"], m.dim())
     x = ctx.val(a["self"])
-    return [ctx.b.node("reshape", [_slice(ctx, x, dim, i, i + 1)], shape=static_shape(o))
+    return [ctx.b.node("reshape", [_slice(ctx, x, dim, i, i + 1)], shape=reshape_shape(o))
             for i, o in enumerate(meta(node))]
 
 
@@ -520,7 +574,7 @@ def _split(ctx, node, a):
     x = ctx.val(a["self"])
     outs, start = [], 0
     for o in meta(node):
-        n = int(o.shape[dim])
+        n = static_int(o.shape[dim])
         outs.append(_slice(ctx, x, dim, start, start + n))
         start += n
     return outs
@@ -564,13 +618,26 @@ def _pad(ctx, node, a):
 
 # ---- generators ----------------------------------------------------------------------------------
 
-@lowers(aten.full.default, check=lambda node, a: None if isinstance(a["fill_value"], (int, float, bool)) else "fill")
+def _numbers(*keys):
+    def check(node, a):
+        bad = [k for k in keys if a.get(k) is not None and not isinstance(a[k], (int, float, bool))]
+        return "%s given by symbolic sizes" % ", ".join(bad) if bad else None
+    return check
+
+
+def _full_check(node, a):
+    if any(not isinstance(d, int) for d in a["size"]):
+        return "size given by symbolic sizes"
+    return _numbers("fill_value")(node, a)
+
+
+@lowers(aten.full.default, check=_full_check)
 def _full(ctx, node, a):
     m = meta(node)
     return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"]), dtype=DTYPE[m.dtype])
 
 
-@lowers(aten.arange.start_step, aten.arange.default)
+@lowers(aten.arange.start_step, aten.arange.default, check=_numbers("start", "end", "step"))
 def _arange(ctx, node, a):
     m = meta(node)
     start = a.get("start", 0) or 0
@@ -613,6 +680,9 @@ class _Compiled:
         self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
         self.cuda = self.session.device_kind == "cuda"
         report.sessions += 1
+        for name, n in low.lowered.items():
+            report.lowered[name] = report.lowered.get(name, 0) + n
+        self.symbols = sorted(self.session.dims)
 
     def __call__(self, *args):
         s = self.session
@@ -634,9 +704,9 @@ class _Compiled:
 
 
 class GraftSubgraph(torch.nn.Module):
-    """A partition run by graft: compiled once if its shapes are static, else once per
-    concrete input shape (re-traced with make_fx). A compile failure runs it in PyTorch,
-    with a warning."""
+    """A partition run by graft: compiled once, with Dynamo's symbolic sizes (s0, ...) as
+    graft symbols where the lowering can express them; otherwise once per concrete input
+    shape (re-traced with make_fx). A compile failure runs it in PyTorch, with a warning."""
 
     def __init__(self, gm, report, device, mode):
         super().__init__()
@@ -646,10 +716,19 @@ class GraftSubgraph(torch.nn.Module):
         self.dynamic = any(not isinstance(m, torch.Tensor) or any(not isinstance(d, int) for d in m.shape)
                            for m in phs)
         self.failed = None
-        if not self.dynamic:
-            self.cache[None] = self._compile(gm, [m for m in phs])
+        if self.dynamic:
+            try:
+                device = self.device if self.device != "auto" else (
+                    "cuda" if _device_of(phs) == "cuda" else "sim")
+                compiled = _Compiled(gm, report, device, mode)
+                self.cache[None] = compiled
+                self.dynamic = False
+                report.notes.append("symbolic shapes: one graft session, dims %s as graft symbols" %
+                                    ", ".join(compiled.symbols))
+            except Exception as e:  # anything: the per-shape path (or PyTorch) still answers right
+                report.notes.append("symbolic shapes: compiled per concrete input shape (%s)" % e)
         else:
-            report.notes.append("symbolic shapes: compiled per concrete input shape")
+            self.cache[None] = self._compile(gm, [m for m in phs])
 
     def _compile(self, gm, inputs):
         device = self.device
@@ -657,7 +736,7 @@ class GraftSubgraph(torch.nn.Module):
             device = "cuda" if _device_of(inputs) == "cuda" else "sim"
         try:
             return _Compiled(gm, self.report, device, self.mode)
-        except (NotLowerable, C.GraftError) as e:
+        except Exception as e:  # NotLowerable, GraftError, or a bug: PyTorch runs it, never a wrong answer
             self.report.notes.append("a subgraph runs in PyTorch: %s" % e)
             _warn("a subgraph runs in PyTorch: %s" % e)
             return None
@@ -670,6 +749,8 @@ class GraftSubgraph(torch.nn.Module):
                 from torch.fx.experimental.proxy_tensor import make_fx
                 with torch.no_grad():
                     static = make_fx(self.gm)(*args)
+                static.graph.eliminate_dead_code()  # make_fx keeps a getitem for every tuple output
+                static.recompile()
                 self.cache[key] = self._compile(static, list(args))
         compiled = self.cache[key]
         if compiled is None:
@@ -685,7 +766,8 @@ class _Support(OperatorSupportBase):
         if node.op != "call_function":
             return False
         reason = node_support(node)
-        if reason is not None and node.target is not operator.getitem:
+        if reason is not None and node.target is not operator.getitem and isinstance(meta(node), torch.Tensor):
+            # (size arithmetic on SymInts is not reported: it has no tensor to lower)
             self.report.left[op_name(node.target)] = reason
         return reason is None
 

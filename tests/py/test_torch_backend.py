@@ -325,7 +325,9 @@ def test_training_graph_falls_back_with_warning():
     assert "runs in PyTorch: a training graph" in graft.explain()
 
 
-def test_dynamic_shapes_compile_per_shape():
+def test_dynamic_shapes_become_graft_symbols():
+    """dynamic=True: Dynamo's symbolic batch size is a graft symbol; one session serves
+    every batch size."""
     torch.manual_seed(0)
     m = MLP().to(DEV).eval()
     with torch.no_grad():
@@ -333,6 +335,36 @@ def test_dynamic_shapes_compile_per_shape():
         for n in (3, 5, 9, 5):
             x = rnd(n, 16).to(DEV)
             torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    reps = gtb.reports()
+    assert all(r.fallback is None for r in reps)
+    assert sum(r.sessions for r in reps) == 1, graft.explain()
+    assert any("as graft symbols" in n for r in reps for n in r.notes), graft.explain()
+
+
+def test_mark_dynamic_becomes_graft_symbol():
+    torch.manual_seed(0)
+    m = Lin(16, 8).to(DEV).eval()
+    x = rnd(4, 16).to(DEV)
+    torch._dynamo.mark_dynamic(x, 0)
+    with torch.no_grad():
+        c = torch.compile(m, backend="graft", options=OPTIONS)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+        y = rnd(7, 16).to(DEV)
+        torch.testing.assert_close(c(y), m(y), rtol=1e-5, atol=1e-5)
+    reps = gtb.reports()
+    assert sum(r.sessions for r in reps) == 1, graft.explain()
+
+
+def test_dynamic_shapes_compile_per_shape():
+    """A symbolic graph graft cannot express with symbols (the transformer block: a reshape
+    to [batch, seq, d] has two symbolic dims) is re-traced and compiled once per shape."""
+    torch.manual_seed(0)
+    m = Block().to(DEV).eval()
+    with torch.no_grad():
+        c = torch.compile(m, backend="graft", options=OPTIONS, dynamic=True)
+        for n in (3, 5, 9, 5):
+            ids = torch.randint(0, 50, (2, n), generator=torch.Generator().manual_seed(n)).to(DEV)
+            torch.testing.assert_close(c(ids), m(ids), rtol=1e-4, atol=1e-5)
     reps = gtb.reports()
     assert any("per concrete input shape" in n for r in reps for n in r.notes), graft.explain()
     assert all(r.fallback is None for r in reps)
