@@ -25,9 +25,12 @@ How a graph is lowered
 - Parameters and buffers are graph inputs (aot_autograd lifts them): on CUDA they are
   bound as device buffers (gr_session_bind_input_device: PyTorch's own memory, no
   second copy of the weights); on the simulator they are copied in on each call.
-- Dynamic shapes (dynamic=True, mark_dynamic): a graph with symbolic sizes is
-  re-traced and compiled once per concrete input shape (a cache per subgraph); graft
-  symbols are not used yet.
+- Dynamic shapes (dynamic=True, mark_dynamic): Dynamo's size symbols (s0, ...) become
+  graft symbols, so one session (graft's shape-generic kernels, a plan per binding)
+  serves every size, when each input dim is a plain symbol and each reshape/expand has
+  at most one symbolic dim (its shape attribute is ints: -1 stands for that one). Other
+  symbolic graphs are re-traced (make_fx) and compiled once per concrete input shape.
+  Sizes are read through their expressions, never int()'d: no guard is added.
 - A training graph (grad enabled and an input that requires grad), inputs on several
   devices, or a failure while lowering fall back to PyTorch with a warning.
 - Outputs are copied out of graft's memory (clone on the device): graft's outputs live
@@ -41,7 +44,6 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import _capi as C
 from .builder import GraphBuilder
 
 aten = torch.ops.aten
@@ -471,10 +473,8 @@ def _layer_norm(ctx, node, a):
     shape = [int(d) for d in a["normalized_shape"]]
     if a["weight"] is not None:
         w = ctx.val(a["weight"])
-    else:
-        import numpy as np
+    else:  # graft's layer_norm takes a scale: ones
         w = ctx.b.node("fill", [], shape=shape, value=1.0, dtype=DTYPE[x.dtype])
-        del np
     ins = [ctx.val(a["input"]), w] + ([ctx.val(a["bias"])] if a["bias"] is not None else [])
     return [ctx.b.node("layer_norm", ins, axis=x.dim() - n, epsilon=float(a["eps"])), None, None]
 
@@ -715,7 +715,6 @@ class GraftSubgraph(torch.nn.Module):
         phs = [meta(n) for n in gm.graph.nodes if n.op == "placeholder"]
         self.dynamic = any(not isinstance(m, torch.Tensor) or any(not isinstance(d, int) for d in m.shape)
                            for m in phs)
-        self.failed = None
         if self.dynamic:
             try:
                 device = self.device if self.device != "auto" else (
