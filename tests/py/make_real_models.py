@@ -83,19 +83,32 @@ def _tv():
 
 
 def _wrap(inner, in_names, out_fn):
-    """A module with an explicit positional signature (both exporters name the ONNX
-    inputs after it) returning a tuple of tensors picked by out_fn."""
+    """A module with an explicit positional signature of len(in_names) tensors (both
+    exporters trace it; the ONNX inputs are named by input_names) returning a tuple
+    of tensors picked by out_fn from the model's output."""
     import torch.nn as nn
 
-    class Wrap(nn.Module):
+    class Base(nn.Module):
         def __init__(self, m):
             super().__init__()
             self.m = m
 
-        def forward(self, *args):
+        def call(self, *args):
             return tuple(out_fn(self.m(**dict(zip(in_names, args)))))
 
-    return Wrap(inner)
+    class Wrap1(Base):
+        def forward(self, x0):
+            return self.call(x0)
+
+    class Wrap2(Base):
+        def forward(self, x0, x1):
+            return self.call(x0, x1)
+
+    class Wrap3(Base):
+        def forward(self, x0, x1, x2):
+            return self.call(x0, x1, x2)
+
+    return {1: Wrap1, 2: Wrap2, 3: Wrap3}[len(in_names)](inner)
 
 
 def _image(rng, batch=1, size=224, channels=3):
@@ -504,7 +517,13 @@ def main(argv=None):
     unknown = [m for m in names if m not in BUILDERS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(BUILDERS)})")
-    import torch
+    try:
+        import torch
+        import transformers  # noqa: F401
+        import onnx  # noqa: F401
+    except ImportError as e:
+        print(f"make_real_models: needs torch, transformers and onnx ({e})", file=sys.stderr)
+        return 2
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
     os.makedirs(a.out, exist_ok=True)
     exporters = {"order": list(EXPORTERS), "all": a.both_exporters}
