@@ -232,7 +232,8 @@ def main(argv=None):
         for device in devices:
             for c in cases:
                 for b in bindings_of(c):
-                    row = {"case": c["case"], "exporter": c.get("exporter", "?"), "binding": b["name"],
+                    row = {"case": c["case"], "model": c.get("model", c["case"]),
+                           "exporter": c.get("exporter", "?"), "binding": b["name"],
                            "device": device, "runs": {}, "export_mismatch": b.get("export_mismatch")}
                     outs = {}
                     for mode in modes:
@@ -281,13 +282,16 @@ def table(results, missing, modes, a):
             if r["status"] in ("error", "timeout"):
                 status = r.get("message", r["status"])
                 break
-        model = row["case"].rsplit("_", 1)[0] if row["case"].endswith("_" + str(row["exporter"])) else row["case"]
-        rows.append([model, str(row["exporter"]), row["binding"], row["device"], status[:80],
+        rows.append([row["model"], str(row["exporter"]), row["binding"], row["device"], status[:80],
                      *[fmt_err(runs.get(m)) for m in modes], row.get("bits", "-"),
                      *[(f"{runs[m]['wall_s']:.2f}" if m in runs and "wall_s" in runs[m] else "-") for m in modes]])
+    exported = {row["model"] for row in results}
     for c in missing:
-        rows.append([c.get("model") or c["case"], str(c.get("exporter") or "-"), "-", "-",
-                     f"{c.get('status', 'not exported')}: {c.get('reason', '')}"[:80],
+        model = c.get("model") or c["case"]
+        # a model exported with the other exporter: this row says why the first was not used
+        prefix = "other exporter ok; " if model in exported else ""
+        rows.append([model, str(c.get("exporter") or "-"), "-", "-",
+                     f"{prefix}{c.get('status', 'not exported')}: {c.get('reason', '')}"[:80],
                      *["-" for _ in modes], "-", *["-" for _ in modes]])
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
     out = [f"errors: relative L2 / max abs vs PyTorch, worst output; pass: rel <= {a.tol:g} (float), equal (integer)",

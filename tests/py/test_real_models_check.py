@@ -203,3 +203,177 @@ def test_make_without_torch_says_so(tmp_path):
     r = subprocess.run([sys.executable, MAKE, "--out", str(tmp_path / "o"), "--models", "vit"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "needs torch" in r.stderr, r.stderr
+
+
+# ==== make_real_models.py's bookkeeping, with a stand-in torch ====================================
+# The builders need torch and transformers (GPU machine); the export loop, the exporter
+# fallback, the per-model time limit, the name mapping, the layout and index.json are
+# exercised here with a minimal fake torch whose "exporter" writes a real ONNX graph
+# (Add and Mul of the input), so check_real_models.py runs the result through graft.
+
+FAKE_TORCH = '''
+import contextlib
+import numpy as np
+__version__ = "fake"
+class Tensor:
+    def __init__(self, a):
+        self.a = np.asarray(a)
+    def detach(self):
+        return self
+    def numpy(self):
+        return self.a
+def from_numpy(a):
+    return Tensor(a)
+def manual_seed(s):
+    pass
+def set_num_threads(n):
+    pass
+no_grad = contextlib.nullcontext
+'''
+FAKE_NN = '''
+class Module:
+    def eval(self):
+        return self
+    def __call__(self, *args):
+        return self.forward(*args)
+'''
+FAKE_ONNX_EXPORT = '''
+import onnx
+from onnx import helper, TensorProto
+def export(model, args, path, dynamo=True, input_names=None, output_names=None, opset_version=None, **kw):
+    model.calls.append("dynamo" if dynamo else "torchscript")
+    if model.fail_with(dynamo):
+        raise RuntimeError("fake %s exporter failure" % ("dynamo" if dynamo else "torchscript"),)
+    x = input_names[0]
+    outs = list(output_names) if not (dynamo and model.rename) else ["add_out", "mul_out"]
+    shape = list(args[0].a.shape)
+    g = helper.make_graph(
+        [helper.make_node("Add", [x, x], [outs[0]]), helper.make_node("Mul", [x, x], [outs[1]])], "fake",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape) for o in outs])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset_version)]), path)
+'''
+FAKE_ORT = '''
+import os
+__version__ = "fake"
+class SessionOptions:
+    pass
+class GraphOptimizationLevel:
+    ORT_DISABLE_ALL = 0
+class InferenceSession:
+    def __init__(self, path, so, providers):
+        from onnx.reference import ReferenceEvaluator
+        self.ref = ReferenceEvaluator(path)
+    def run(self, names, feeds):
+        outs = self.ref.run(names, feeds)
+        return [o + 1 for o in outs] if os.environ.get("FAKE_ORT_WRONG") else outs
+'''
+DRIVER = '''
+import sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import make_real_models as M
+import torch
+
+class Fake(torch.nn.Module):
+    def __init__(self, fail=(), rename=False, sleep=0):
+        self.fail, self.rename, self.sleep, self.calls = fail, rename, sleep, []
+    def fail_with(self, dynamo):
+        time.sleep(self.sleep)
+        return ("dynamo" if dynamo else "torchscript") in self.fail
+    def forward(self, x):
+        return (torch.Tensor(x.a + x.a), torch.Tensor(x.a * x.a))
+
+def builder(**kw):
+    def build(rng):
+        return {"module": Fake(**kw), "inputs": {"pixel_values": rng.standard_normal((2, 3, 4)).astype(np.float32)},
+                "outputs": ["sum", "square"], "source": "fake", "config": {"kw": repr(kw)}}
+    return build
+
+def not_built(rng):
+    raise RuntimeError("not built: no such library here")
+
+M.BUILDERS.clear()
+M.BUILDERS.update({"ok": builder(), "fallback": builder(fail=("dynamo",)), "renamed": builder(rename=True),
+                   "nothing": builder(fail=("dynamo", "torchscript")), "slow": builder(sleep=30),
+                   "missing": not_built})
+sys.exit(M.main(sys.argv[2:]))
+'''
+
+
+@pytest.fixture
+def fake_torch(tmp_path):
+    pkg = tmp_path / "fake" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_TORCH + "\nfrom . import nn, onnx\n")
+    (pkg / "nn.py").write_text(FAKE_NN)
+    (pkg / "onnx.py").write_text(FAKE_ONNX_EXPORT)
+    (tmp_path / "fake" / "transformers.py").write_text('__version__ = "fake"\n')
+    (tmp_path / "fake" / "onnxruntime.py").write_text(FAKE_ORT)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    return lambda *args, **extra: subprocess.run([sys.executable, str(tmp_path / "driver.py"), HERE, *args],
+                                                 env=dict(env, **extra), capture_output=True, text=True, timeout=120)
+
+
+def test_make_bookkeeping_with_fake_torch(tmp_path, fake_torch):
+    out = tmp_path / "models"
+    r = fake_torch("--out", str(out), "--models", "ok,fallback,renamed,nothing,slow,missing", "--model-timeout", "2")
+    log = r.stdout + r.stderr
+    assert r.returncode == 1, log  # some model has no exported case
+    assert "none of: nothing, slow, missing" in r.stdout, log
+    index = {c["case"]: c for c in json.load(open(out / "index.json"))["cases"]}
+    assert index["ok_dynamo"]["status"] == "exported"
+    assert index["fallback_dynamo"]["status"] == "not_exported"
+    assert "fake dynamo exporter failure" in index["fallback_dynamo"]["reason"]
+    assert index["fallback_torchscript"]["status"] == "exported"
+    assert "fallback_torchscript" not in index or index["fallback_torchscript"]["exporter"] == "torchscript"
+    assert index["nothing_dynamo"]["status"] == index["nothing_torchscript"]["status"] == "not_exported"
+    assert index["slow"]["status"] == "timeout", index["slow"]
+    assert index["missing"]["status"] == "not_built" and "no such library" in index["missing"]["reason"]
+    assert sorted(d for d in os.listdir(out) if d != "index.json") == ["fallback_torchscript", "ok_dynamo",
+                                                                      "renamed_dynamo"]
+    m = json.load(open(out / "fallback_torchscript" / "manifest.json"))
+    assert m["exporter"] == "torchscript" and "opset_version=17" in m["exporter_call"]
+    assert m["exporters_tried"] and "fake dynamo exporter failure" in m["exporters_tried"][0]
+    assert m["ops"] == ["Add", "Mul"] and m["opset"] == {"ai.onnx": 17}
+    # outputs renamed by the exporter are mapped by position onto the graph's names
+    m = json.load(open(out / "renamed_dynamo" / "manifest.json"))
+    assert m["output_names"] == ["add_out", "mul_out"], m
+    (b,) = m["bindings"]
+    # the export is run with "onnxruntime" too (here onnx.reference behind its API): it agrees
+    assert b["check"]["runtime"] == "onnxruntime fake" and b["check"]["rel_err"] < 1e-6, b
+    assert "export_mismatch" not in b
+    x = np.load(out / "renamed_dynamo" / b["inputs"]["pixel_values"])
+    np.testing.assert_array_equal(np.load(out / "renamed_dynamo" / b["outputs"]["add_out"]), x + x)
+    np.testing.assert_array_equal(np.load(out / "renamed_dynamo" / b["outputs"]["mul_out"]), x * x)
+    # and graft runs what was written
+    if os.path.exists(GRAFT):
+        r = check(out, "--graft", GRAFT, "--devices", "sim", "--json", tmp_path / "r.json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.load(open(tmp_path / "r.json"))
+        assert len(res["results"]) == 3 and all(row["bits"] == "same" for row in res["results"])
+        assert {c["case"] for c in res["not_exported"]} == {"fallback_dynamo", "nothing_dynamo",
+                                                            "nothing_torchscript", "slow", "missing"}
+        assert "timeout: " in r.stdout and "not_built: " in r.stdout
+        assert "other exporter ok; not_exported: RuntimeError: fake dynamo" in r.stdout  # exported by the other
+
+
+def test_make_records_an_export_onnxruntime_disagrees_with(tmp_path, fake_torch):
+    out = tmp_path / "models"
+    r = fake_torch("--out", str(out), "--models", "ok", FAKE_ORT_WRONG="1")
+    assert r.returncode == 0 and "MISMATCH" in r.stdout, r.stdout + r.stderr
+    (b,) = json.load(open(out / "ok_dynamo" / "manifest.json"))["bindings"]
+    assert "onnxruntime fake differs from PyTorch" in b["export_mismatch"], b
+    assert json.load(open(out / "index.json"))["cases"][0]["export_mismatch"] == ["static"]
+    if os.path.exists(GRAFT):
+        r = check(out, "--graft", GRAFT, "--devices", "sim")
+        assert r.returncode == 0, r.stdout + r.stderr  # graft matches PyTorch; only the export check is off
+        assert "graft is not to blame there" in r.stdout and "ok_dynamo static" in r.stdout
+
+
+def test_make_both_exporters_with_fake_torch(tmp_path, fake_torch):
+    out = tmp_path / "models"
+    r = fake_torch("--out", str(out), "--models", "ok", "--both-exporters")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(d for d in os.listdir(out) if d != "index.json") == ["ok_dynamo", "ok_torchscript"]
