@@ -254,7 +254,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    lines = table(results, missing, modes, a)
+    lines = table(results, missing, modes, a) + about(cases)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if a.summary:
@@ -267,6 +267,26 @@ def main(argv=None):
     bad = any(r["status"] != "ok" for row in results for r in row["runs"].values())
     bad = bad or any(row.get("bits") == "DIFFER" for row in results)
     return 1 if bad else 0
+
+
+def about(cases):
+    """One line per case from its manifest: what built it, its size, how the export went."""
+    out = []
+    for c in cases:
+        bits = [str(c[k]) for k in ("source", "exporter_call") if c.get(k)]
+        if c.get("nodes") is not None:
+            bits.append(f"{c['nodes']} nodes, {len(c.get('ops', []))} op types")
+        if c.get("export_s") is not None:
+            bits.append(f"exported in {c['export_s']}s")
+        checks = [b["check"] for b in c.get("bindings", []) if "check" in b]
+        errs = [k["rel_err"] for k in checks if k.get("rel_err") is not None]
+        if errs:
+            bits.append(f"{checks[0]['runtime']} max rel err {max(errs):.1e}")
+        if c.get("notes"):
+            bits.append("; ".join(c["notes"]))
+        if bits:
+            out.append(f"  {c['case']}: " + "; ".join(bits))
+    return ["cases:", *out] if out else []
 
 
 def table(results, missing, modes, a):
