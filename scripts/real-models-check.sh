@@ -33,7 +33,7 @@ fail=0
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "graft: $graft ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
-  python3 -c "import torch, transformers, onnx; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnx', onnx.__version__)" 2>&1  | tail -1
+  python3 -c "import torch, transformers, onnx; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnx', onnx.__version__)" 2>&1 | tail -1
   python3 -c "import torchvision; print('torchvision', torchvision.__version__)" 2>&1 | tail -1
   python3 -c "import onnxruntime; print('onnxruntime', onnxruntime.__version__)" 2>&1 | tail -1
 } > "$logs/device.txt"
