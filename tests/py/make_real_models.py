@@ -399,6 +399,8 @@ def write_case(out_root, name, exporters, log, timeout):
                 except ModelTimeout:
                     raise
                 except Exception as e:  # noqa: BLE001
+                    if time.time() - t0 >= timeout:  # an exporter that wrapped our ModelTimeout in its own error
+                        raise ModelTimeout("the model's time limit ran out") from e
                     reason = first_line(e)
                     cause = e.__cause__ or e.__context__
                     if cause is not None:

@@ -279,7 +279,10 @@ class Fake(torch.nn.Module):
     def __init__(self, fail=(), rename=False, sleep=0):
         self.fail, self.rename, self.sleep, self.calls = fail, rename, sleep, []
     def fail_with(self, dynamo):
-        time.sleep(self.sleep)
+        try:
+            time.sleep(self.sleep)
+        except Exception as e:  # as an exporter wraps what goes wrong inside it in its own error
+            raise RuntimeError("exporter internal error") from e
         return ("dynamo" if dynamo else "torchscript") in self.fail
     def forward(self, x):
         return (torch.Tensor(x.a + x.a), torch.Tensor(x.a * x.a))
