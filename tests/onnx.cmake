@@ -48,6 +48,13 @@ if(GRAFT_ONNX_ENABLED)
              COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_breadth.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_breadth PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # the torch-free half of scripts/real-models-check.sh (tests/py/check_real_models.py) on the
+    # committed exports and doctored copies; the export half needs torch (GPU machine)
+    add_test(NAME onnx_real_models_check
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_real_models_check.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_real_models_check PROPERTIES
+                         ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONDONTWRITEBYTECODE=1" TIMEOUT 600)
   endif()
 
   # ONNX's own node test cases for every op graft imports (tests/py/onnx_conformance.py):

@@ -81,6 +81,8 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     /* a plan is kept per binding: the room fusion freed (a step is ~1 KB) goes back to malloc,
      * where the next binding's plan finds it instead of fresh pages */
     gr_vec_shrink(&c.steps);
+    for (int i = 0; i < c.steps.len; i++)
+        if (c.steps.data[i].kind == GR_STEP_KERNEL && c.steps.data[i].kernel) gr_vec_shrink(&c.steps.data[i].kernel->nodes);
     *out = c;
     return GR_OK;
 }

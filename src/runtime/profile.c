@@ -25,26 +25,29 @@ _Static_assert(sizeof class_names / sizeof class_names[0] == GR_KCLASS_COUNT, "o
 
 const char *gr_kernel_class_name(int c) { return c >= 0 && c < GR_KCLASS_COUNT ? class_names[c] : "?"; }
 
-/* Does the kernel compute on floats (beyond loads, stores, index arithmetic and
- * same-type moves)? Decides elementwise vs copy for kernels without reductions. */
-static bool float_arith(const gr_kernel *k) {
+/* Does the kernel compute (any unary/binary/select/random node, or a cast that changes
+ * the type), rather than only move data (loads, stores, gathers by a loaded index)?
+ * Decides elementwise vs copy for kernels without reductions; integer arithmetic counts
+ * (position ids, masks are elementwise work). */
+static bool computes(const gr_kernel *k) {
     for (int i = 0; i < k->nodes.len; i++) {
         const gr_kexpr *x = &k->nodes.data[i];
-        bool operand_float = x->a >= 0 && x->a < i && gr_dtype_is_float(k->nodes.data[x->a].dtype);
         switch (x->op) {
         case GR_KX_UNARY:
         case GR_KX_BINARY:
         case GR_KX_SELECT:
-        case GR_KX_RANDOM:
-            if (gr_dtype_is_float(x->dtype) || operand_float) return true;
-            break;
+        case GR_KX_RANDOM: return true;
         case GR_KX_CAST:
-            if ((gr_dtype_is_float(x->dtype) || operand_float) && x->a >= 0 && k->nodes.data[x->a].dtype != x->dtype) return true;
+            if (x->a >= 0 && x->a < i && k->nodes.data[x->a].dtype != x->dtype) return true;
             break;
         default: break;
         }
     }
     return false;
+}
+
+static bool is_window_op(gr_op op) {
+    return op == GR_OP_CONV || op == GR_OP_CONV_TRANSPOSE || op == GR_OP_MAX_POOL || op == GR_OP_AVG_POOL;
 }
 
 /* The class of a step, from what it is: the library call's kind, then for a kernel its
@@ -56,11 +59,13 @@ int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st) {
     if (st->kind != GR_STEP_KERNEL || !st->kernel) return GR_KCLASS_OTHER;
     const gr_kernel *k = st->kernel;
     int node = k->source_node >= 0 ? k->source_node : st->node;
-    int op_kind = node >= 0 && node < p->g->nodes.len ? gr_op_get(p->g->nodes.data[node].op)->kind : -1;
+    bool known = node >= 0 && node < p->g->nodes.len;
+    gr_op op = known ? p->g->nodes.data[node].op : GR_OP_IDENTITY;
+    if (known && is_window_op(op)) return GR_KCLASS_OTHER; /* direct convolutions and pools */
     for (int i = 0; i < k->n_stages; i++)
-        if (k->stages[i].kind == GR_KS_REDUCE) return op_kind == GR_OPK_OTHER ? GR_KCLASS_OTHER : GR_KCLASS_REDUCTION;
-    if (op_kind == GR_OPK_GEN) return GR_KCLASS_OTHER;
-    return float_arith(k) ? GR_KCLASS_ELEMENTWISE : GR_KCLASS_COPY;
+        if (k->stages[i].kind == GR_KS_REDUCE) return GR_KCLASS_REDUCTION;
+    if (known && gr_op_get(op)->kind == GR_OPK_GEN) return GR_KCLASS_OTHER;
+    return computes(k) ? GR_KCLASS_ELEMENTWISE : GR_KCLASS_COPY;
 }
 
 static void class_table(gr_strbuf *sb, const gr_profile_classes *pc, double sum) {
