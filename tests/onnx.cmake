@@ -48,6 +48,11 @@ if(GRAFT_ONNX_ENABLED)
              COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_breadth.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_breadth PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # activations and rounding exporters emit (Clip, HardSwish, LeakyRelu, PRelu, Elu, Round, LogSoftmax, ...)
+    add_test(NAME onnx_activations
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_activations.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_activations PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
     # the torch-free half of scripts/real-models-check.sh (tests/py/check_real_models.py) on the
     # committed exports and doctored copies; the export half needs torch (GPU machine)
     add_test(NAME onnx_real_models_check

@@ -203,7 +203,9 @@ def build_whisper_encoder(rng):
     cfg = T.WhisperConfig(d_model=TINY["hidden"], encoder_layers=TINY["layers"], decoder_layers=1,
                           encoder_attention_heads=TINY["heads"], decoder_attention_heads=TINY["heads"],
                           encoder_ffn_dim=TINY["ffn"], decoder_ffn_dim=TINY["ffn"], num_mel_bins=80,
-                          max_source_positions=frames // 2, vocab_size=TINY["vocab"], max_target_positions=64)
+                          max_source_positions=frames // 2, vocab_size=TINY["vocab"], max_target_positions=64,
+                          # the defaults are GPT-2's token ids (50256, ...), past a tiny vocabulary
+                          pad_token_id=1, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     enc = T.WhisperModel(cfg).get_encoder()
     x = {"input_features": rng.standard_normal((1, 80, frames)).astype(np.float32)}
     return {"module": _wrap(enc, ["input_features"], lambda o: (o.last_hidden_state,)),

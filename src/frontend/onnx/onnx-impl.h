@@ -177,6 +177,23 @@ gr_ir_attr ox_attr_sints(const char *name, const gr_dim *d, int n, int64_t *v, i
 gr_status ox_cv_einsum(ox_ctx *c, gr_op op);
 gr_status ox_cv_arg(ox_ctx *c, gr_op op);
 gr_status ox_cv_mod(ox_ctx *c, gr_op op);
+/* onnx-activations.c */
+gr_status ox_cv_clip(ox_ctx *c, gr_op op);
+gr_status ox_cv_hard_sigmoid(ox_ctx *c, gr_op op);
+gr_status ox_cv_hard_swish(ox_ctx *c, gr_op op);
+gr_status ox_cv_leaky_relu(ox_ctx *c, gr_op op);
+gr_status ox_cv_prelu(ox_ctx *c, gr_op op);
+gr_status ox_cv_elu(ox_ctx *c, gr_op op);
+gr_status ox_cv_celu(ox_ctx *c, gr_op op);
+gr_status ox_cv_softsign(ox_ctx *c, gr_op op);
+gr_status ox_cv_mish(ox_ctx *c, gr_op op);
+gr_status ox_cv_thresholded_relu(ox_ctx *c, gr_op op);
+gr_status ox_cv_sign(ox_ctx *c, gr_op op);
+gr_status ox_cv_round(ox_ctx *c, gr_op op);
+gr_status ox_cv_sum(ox_ctx *c, gr_op op);
+gr_status ox_cv_mean(ox_ctx *c, gr_op op);
+gr_status ox_cv_log_softmax(ox_ctx *c, gr_op op);
+
 gr_status ox_cv_tile(ox_ctx *c, gr_op op);
 gr_status ox_cv_one_hot(ox_ctx *c, gr_op op);
 gr_status ox_cv_top_k(ox_ctx *c, gr_op op);
