@@ -637,6 +637,25 @@ def _full(ctx, node, a):
     return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"]), dtype=DTYPE[m.dtype])
 
 
+def _sized_check(node, a):
+    if any(not isinstance(d, int) for d in a["size"]):
+        return "size given by symbolic sizes"
+    return None
+
+
+@lowers(aten.ones.default, aten.zeros.default, check=_sized_check)
+def _ones_zeros(ctx, node, a):
+    m = meta(node)
+    return ctx.b.node("fill", [], shape=static_shape(m), value=1.0 if node.target is aten.ones.default else 0.0,
+                      dtype=DTYPE[m.dtype])
+
+
+@lowers(aten.scalar_tensor.default, check=_numbers("s"))
+def _scalar_tensor(ctx, node, a):
+    m = meta(node)
+    return ctx.b.node("fill", [], shape=[], value=float(a["s"]), dtype=DTYPE[m.dtype])
+
+
 @lowers(aten.arange.start_step, aten.arange.default, check=_numbers("start", "end", "step"))
 def _arange(ctx, node, a):
     m = meta(node)
@@ -648,7 +667,9 @@ def _arange(ctx, node, a):
 # ---- compiled subgraphs ----------------------------------------------------------------------------
 
 def _device_of(tensors):
-    devs = {t.device.type for t in tensors if isinstance(t, torch.Tensor)}
+    # a 0-d CPU tensor mixes with CUDA tensors in PyTorch (a scalar); it is copied in with the inputs
+    ts = [t for t in tensors if isinstance(t, torch.Tensor)]
+    devs = {t.device.type for t in ts if not (t.device.type == "cpu" and t.dim() == 0)} or {t.device.type for t in ts}
     if len(devs) > 1:
         raise NotLowerable("inputs on several devices (%s)" % ", ".join(sorted(devs)))
     return devs.pop() if devs else "cpu"
