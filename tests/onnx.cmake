@@ -60,6 +60,14 @@ if(GRAFT_ONNX_ENABLED)
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_real_models_check PROPERTIES
                          ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONDONTWRITEBYTECODE=1" TIMEOUT 600)
+    # torch-free copies of four real exports (tests/data/onnx/real: CLIP text, DeBERTa-v2, Whisper
+    # encoder, XLNet; made on the H100 by tests/py/make_real_models.py with PyTorch's outputs),
+    # eager and graph on the simulator against PyTorch (bench/models/2026-11-23-h100)
+    add_test(NAME onnx_real_fixtures
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/py/check_real_models.py ${CMAKE_SOURCE_DIR}/tests/data/onnx/real
+                     --graft ${CMAKE_BINARY_DIR}/bin/graft --devices sim
+             WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+    set_tests_properties(onnx_real_fixtures PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" TIMEOUT 600)
   endif()
 
   # ONNX's own node test cases for every op graft imports (tests/py/onnx_conformance.py):
