@@ -59,6 +59,10 @@ def main():
     with open(a.out, "w") as out:
         for name in a.models.split(","):
             model = getattr(torchvision.models, name)(weights=None).cuda().eval()
+            with torch.no_grad():  # torchvision zero-initialises ViT's head: outputs would all be 0
+                for p in model.parameters():
+                    if p.dim() > 1 and not p.any():
+                        p.normal_(0, 0.02)
             for b in [int(x) for x in a.batches.split(",")]:
                 pool = [torch.randn(b, 3, 224, 224, device="cuda") for _ in range(4)]
                 with torch.no_grad():
