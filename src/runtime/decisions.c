@@ -98,29 +98,13 @@ static uint64_t segment_hash(const gr_rt_plan *p, int seg) {
 }
 
 /* ==== the file ====================================================================================== */
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 static void put_f32(unsigned char *p, float f) {
     uint32_t v;
     memcpy(&v, &f, 4);
-    put_u32(p, v);
+    gr_le_put_u32(p, v);
 }
 static float get_f32(const unsigned char *p) {
-    uint32_t v = get_u32(p);
+    uint32_t v = gr_le_get_u32(p);
     float f;
     memcpy(&f, &v, 4);
     return f;
@@ -143,13 +127,13 @@ static void warn(gr_session_t s, const char *fmt, ...) {
 static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, gr_status *st, char *why, size_t why_n) {
     *st = GR_OK;
     if (n < 8) return snprintf(why, why_n, "payload of %zu bytes, shorter than its 8-byte count", n), false;
-    uint32_t count = get_u32(b);
-    if (count > MAX_ENTRIES || get_u32(b + 4) != 0 || n != 8 + (size_t)count * ENTRY_BYTES)
+    uint32_t count = gr_le_get_u32(b);
+    if (count > MAX_ENTRIES || gr_le_get_u32(b + 4) != 0 || n != 8 + (size_t)count * ENTRY_BYTES)
         return snprintf(why, why_n, "%u entries do not match a payload of %zu bytes", count, n), false;
     if ((*st = gr_vec_reserve(&d->entries, (int)count)) != GR_OK) return false;
     for (uint32_t i = 0; i < count; i++) {
         const unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
-        decision x = {.binding = get_u64(e), .seg_hash = get_u64(e + 8), .seg = get_u32(e + 16), .graph = get_u32(e + 20),
+        decision x = {.binding = gr_le_get_u64(e), .seg_hash = gr_le_get_u64(e + 8), .seg = gr_le_get_u32(e + 16), .graph = gr_le_get_u32(e + 20),
                       .eager_us = get_f32(e + 24), .graph_us = get_f32(e + 28), .from_file = true};
         if (x.graph > 1 || !(x.eager_us >= 0) || !(x.graph_us >= 0)) {
             d->entries.len = 0;
@@ -165,14 +149,14 @@ static gr_status write_file(gr_session_t s) {
     size_t n = 8 + (size_t)d->entries.len * ENTRY_BYTES;
     unsigned char *b = gr_calloc(n, 1);
     if (!b) return GR_ERR_NOMEM;
-    put_u32(b, (uint32_t)d->entries.len);
+    gr_le_put_u32(b, (uint32_t)d->entries.len);
     for (int i = 0; i < d->entries.len; i++) {
         const decision *x = &d->entries.data[i];
         unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
-        put_u64(e, x->binding);
-        put_u64(e + 8, x->seg_hash);
-        put_u32(e + 16, x->seg);
-        put_u32(e + 20, x->graph);
+        gr_le_put_u64(e, x->binding);
+        gr_le_put_u64(e + 8, x->seg_hash);
+        gr_le_put_u32(e + 16, x->seg);
+        gr_le_put_u32(e + 20, x->graph);
         put_f32(e + 24, x->eager_us);
         put_f32(e + 28, x->graph_us);
     }

@@ -14,22 +14,6 @@ static const char cache_magic[8] = {'g', 'r', 'a', 'f', 't', 'C', 'F', '\n'};
 
 /* ==== encoding ================================================================================= */
 
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* The checksum covers the header fields too, so a flipped kind or key byte
  * reads as corruption rather than as an entry for something else. */
@@ -104,11 +88,11 @@ gr_status gr_cache_file_write(const char *path, uint32_t kind, uint64_t key, con
     }
     unsigned char header[GR_CACHE_FILE_HEADER_BYTES];
     memcpy(header, cache_magic, sizeof cache_magic);
-    put_u32(header + 8, GR_CACHE_FILE_VERSION);
-    put_u32(header + 12, kind);
-    put_u64(header + 16, key);
-    put_u64(header + 24, (uint64_t)n);
-    put_u64(header + 32, entry_checksum(header, payload ? payload : "", n));
+    gr_le_put_u32(header + 8, GR_CACHE_FILE_VERSION);
+    gr_le_put_u32(header + 12, kind);
+    gr_le_put_u64(header + 16, key);
+    gr_le_put_u64(header + 24, (uint64_t)n);
+    gr_le_put_u64(header + 32, entry_checksum(header, payload ? payload : "", n));
 
     char *tmp = NULL;
     int fd = -1;
@@ -176,11 +160,11 @@ static gr_status read_entry(int fd, const char *path, uint32_t kind, uint64_t ke
         return gr_error(GR_ERR_IO, "cache file '%s' is truncated (short read of its header)", path);
     if (memcmp(header, cache_magic, sizeof cache_magic) != 0)
         return gr_error(GR_ERR_IO, "cache file '%s' has a wrong magic (not a graft cache file)", path);
-    uint32_t version = get_u32(header + 8);
+    uint32_t version = gr_le_get_u32(header + 8);
     if (version != GR_CACHE_FILE_VERSION)
         return gr_error(GR_ERR_IO, "cache file '%s' has format version %u (this graft reads %u)", path, version,
                         GR_CACHE_FILE_VERSION);
-    uint64_t len = get_u64(header + 24);
+    uint64_t len = gr_le_get_u64(header + 24);
     if (len != size - GR_CACHE_FILE_HEADER_BYTES)
         return gr_error(GR_ERR_IO, "cache file '%s' is truncated or padded (header says %llu payload bytes, file holds %llu)",
                         path, (unsigned long long)len, (unsigned long long)(size - GR_CACHE_FILE_HEADER_BYTES));
@@ -192,14 +176,14 @@ static gr_status read_entry(int fd, const char *path, uint32_t kind, uint64_t ke
         gr_free(buf, n ? n : 1);
         return gr_error(GR_ERR_IO, "cache file '%s' is truncated (read %zu of %zu payload bytes)", path, got, n);
     }
-    if (get_u64(header + 32) != entry_checksum(header, buf, n)) {
+    if (gr_le_get_u64(header + 32) != entry_checksum(header, buf, n)) {
         gr_free(buf, n ? n : 1);
         return gr_error(GR_ERR_IO, "cache file '%s' fails its checksum (corrupt)", path);
     }
-    if (get_u32(header + 12) != kind || get_u64(header + 16) != key) {
+    if (gr_le_get_u32(header + 12) != kind || gr_le_get_u64(header + 16) != key) {
         gr_free(buf, n ? n : 1);
         return gr_error(GR_ERR_IO, "cache file '%s' holds another entry (kind %08x key %016llx; wanted kind %08x key %016llx)",
-                        path, get_u32(header + 12), (unsigned long long)get_u64(header + 16), kind,
+                        path, gr_le_get_u32(header + 12), (unsigned long long)gr_le_get_u64(header + 16), kind,
                         (unsigned long long)key);
     }
     *out = buf;

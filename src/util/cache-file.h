@@ -44,4 +44,22 @@ void gr_cache_file_free(void *payload, size_t n);
 /* mkdir -p; GR_ERR_IO naming the component that could not be made. */
 gr_status gr_mkdir_p(const char *path);
 
+/* Little-endian fields of the files' payloads (one byte order whatever the host's). */
+static inline void gr_le_put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void gr_le_put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t gr_le_get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t gr_le_get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 #endif

@@ -245,20 +245,15 @@ gr_status ox_cv_sign(ox_ctx *c, gr_op op) {
     GR_TRY(scalar(c, dt, 1.0, &one));
     GR_TRY(ox_emit2(c, GR_OP_GREATER, x, zero, &gt));
     GR_TRY(ox_emit2(c, GR_OP_LESS, x, zero, &lt));
-    if (gr_dtype_is_float(dt)) {
-        int nan, pos;
+    GR_TRY(ox_where_ir(c, gt, one, zero, &y));
+    if (gr_dtype_is_float(dt) || (gr_dtype_is_int(dt) && dt != GR_U8)) { /* signed: -1 below zero */
         GR_TRY(scalar(c, dt, -1.0, &mone));
-        GR_TRY(ox_where_ir(c, gt, one, zero, &pos));
-        GR_TRY(ox_where_ir(c, lt, mone, pos, &y));
+        GR_TRY(ox_where_ir(c, lt, mone, y, &y));
+    }
+    if (gr_dtype_is_float(dt)) {
+        int nan;
         GR_TRY(unary(c, GR_OP_ISNAN, x, &nan));
         GR_TRY(ox_where_ir(c, nan, x, y, &y));
-    } else if (gr_dtype_is_int(dt) && dt != GR_U8) {
-        int pos;
-        GR_TRY(scalar(c, dt, -1.0, &mone));
-        GR_TRY(ox_where_ir(c, gt, one, zero, &pos));
-        GR_TRY(ox_where_ir(c, lt, mone, pos, &y));
-    } else {
-        GR_TRY(ox_where_ir(c, gt, one, zero, &y));
     }
     return finish(c, y);
 }
