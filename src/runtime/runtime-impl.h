@@ -138,6 +138,7 @@ struct gr_session {
     /* bindings whose plan was dropped under graph_memory_mb (gr_rt_binding_hash): they were run
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
+    struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
 };
 
 /* session.c: the session totals of stats (graph memory, decisions) copied into *out */
@@ -155,6 +156,14 @@ static inline gr_dtype gr_rt_precision_dtype(int precision) {
 /* The gr_kernel_class of step st of plan p (runtime/profile.c). */
 int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st);
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
+/* ---- probe.c: data-dependent symbols (NonZero's count, ...) ---- */
+typedef struct gr_rt_probe gr_rt_probe;
+bool gr_rt_probe_needed(const gr_graph *g);
+/* Binds the data-dependent symbols in syms (the others bound from the inputs): runs the
+ * probe and reads the counts on the host. */
+gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);
+void gr_rt_probe_explain(gr_session_t s, gr_strbuf *sb);
+void gr_rt_probe_destroy(gr_session_t s);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);

@@ -199,7 +199,11 @@ gr_status ox_cv_one_hot(ox_ctx *c, gr_op op);
 gr_status ox_cv_top_k(ox_ctx *c, gr_op op);
 gr_status ox_cv_scatter_elements(ox_ctx *c, gr_op op);
 gr_status ox_cv_scatter_nd(ox_ctx *c, gr_op op);
-gr_status ox_cv_data_dependent(ox_ctx *c, gr_op op);
+gr_status ox_cv_nonzero(ox_ctx *c, gr_op op);
+/* Range whose start/limit/delta are computed at run time (a data-dependent length). */
+gr_status ox_range_runtime(ox_ctx *c);
+/* A data-dependent symbol named base_<node>, computed at run time by count_ir (range [0, hi]). */
+gr_status ox_data_symbol(ox_ctx *c, const char *base, int count_ir, int64_t hi, gr_dim *out);
 gr_status ox_cv_if(ox_ctx *c, gr_op op);
 gr_status ox_cv_loop(ox_ctx *c, gr_op op);
 gr_status ox_cv_scan(ox_ctx *c, gr_op op);
