@@ -1,8 +1,9 @@
 """Model-breadth ONNX ops (issue 14) on run-time tensors, through the graft CLI
 on the simulator, against onnx.reference: ArgMax/ArgMin, TopK, Mod, Tile,
 OneHot, ScatterElements, ScatterND, GatherND with batch_dims, ReduceProd,
-CumSum, and the clear errors for what is refused (NonZero, Range on run-time
-scalars, TopK with K past the axis, an arg reduction over an empty axis).
+CumSum, and the clear errors for what is refused (TopK with K past the axis, an
+arg reduction over an empty axis). NonZero and Range on run-time scalars:
+test_onnx_datadep.py.
 
 Every data input is a graph input (a run-time tensor); only the inputs graft
 needs when planning (K, repeats, depth, axes) are initializers.
@@ -300,18 +301,7 @@ def test_cumsum_exclusive_reverse(tmp_path, exclusive, reverse, dtype):
               ["y"], [const("a", np.array(axis, np.int64))])
 
 
-# ---- refused, naming the node ----------------------------------------------------------------
-def test_nonzero_is_data_dependent(tmp_path):
-    err = refused(tmp_path, [helper.make_node("NonZero", ["x"], ["y"], name="nz")], {"x": np.ones((2, 2), np.float32)},
-                  ["y"])
-    assert "'nz'" in err and "data-dependent" in err
-
-
-def test_range_of_run_time_scalars_is_data_dependent(tmp_path):
-    feeds = {"s": np.array(0, np.int64), "l": np.array(5, np.int64)}
-    err = refused(tmp_path, [helper.make_node("Range", ["s", "l", "d"], ["y"], name="rg")], feeds, ["y"],
-                  [const("d", np.array(1, np.int64))])
-    assert "'rg'" in err and "data-dependent" in err
+# NonZero and Range on run-time scalars: tests/py/test_onnx_datadep.py (data-dependent dims)
 
 
 # ---- Einsum: every valid equation (matmul forms map to one matmul, the rest are lowered) -----
