@@ -225,6 +225,8 @@ gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *
 /* Inlines body gp into c's graph in a scope of its own: its inputs bound to
  * copies of in[0..gp->n_input), its outputs copied to out[0..gp->n_output)
  * (names left NULL; release them with ox_value_clear). */
+gr_status ox_import_loop_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir,
+                              gr_graph **out, bool *cond_true);
 gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out);
 /* Copies a value's meaning (IR value, constant data, reason, sequence) into dst. */
 gr_status ox_value_copy(ox_value *dst, const ox_value *src);
