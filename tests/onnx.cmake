@@ -13,6 +13,8 @@ if(GRAFT_ONNX_ENABLED)
   target_include_directories(test_generic_onnx PRIVATE ${CMAKE_SOURCE_DIR}/tools)
   # examples/cnn.onnx in one session at several batch sizes, eager and graph
   graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
+  # data-dependent output shapes (NonZero, Range, Loop over run-time counts) in one session
+  graft_test(test_datadep SOURCES tests/test_datadep.c)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
