@@ -105,8 +105,14 @@ static void run_model(const char *name, const char *const *past, const char *con
             double er = rel_err(logits, ref, (size_t)(b * vocab));
             if (er > worst) worst = er;
         }
-        if (t + 1 >= P)
+        if (t + 1 >= P) {
             for (int64_t r = 0; r < b; r++) tokens[r * total + t + 1] = argmax(logits + r * vocab, vocab);
+            int64_t dev[8];
+            CHECK_OK(gr_decode_engine_step_greedy(e, ids, t + 1, dev)); /* the same step again: ids from the device */
+            for (int64_t r = 0; r < b; r++)
+                CHECK_MSG(dev[r] == tokens[r * total + t + 1], "%s: device argmax %lld, host %lld", name, (long long)dev[r],
+                          (long long)tokens[r * total + t + 1]);
+        }
     }
     CHECK_MSG(worst <= 1e-4, "%s: rewritten step vs per-length step: relative error %.3e", name, worst);
     int mism = 0;

@@ -27,6 +27,7 @@ struct gr_decode_engine {
     int64_t batch, max_len;
     int64_t vocab;
     int logits_out;         /* output index of logits */
+    int ids_out;            /* output index of graft.next_ids (greedy on the device) */
     bool has_pos, has_mask;
     int64_t *ids, *pos, *mask; /* host staging: [batch], [batch], [batch * max_len] */
     int64_t mask_len;       /* positions set to 1 in mask so far */
@@ -138,6 +139,25 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     gr_decode_spec spec = {.max_len = max_len, .sym_at_max = sv_a, .sym_at_max_minus1 = sv_b, .n_state = n_state,
                            .past = past, .present = present};
     if ((st = gr_pass_decode_rewrite(g, &spec, &rw)) != GR_OK) goto done;
+    /* greedy on the device: graft.next_ids = argmax over the vocabulary of the step's logits, so a
+     * greedy step reads back batch ids instead of batch x vocab logits */
+    {
+        int lo = -1;
+        for (int i = 0; i < rw->outputs.len; i++)
+            if (!strcmp(rw->values.data[rw->outputs.data[i]].name, "logits")) lo = rw->outputs.data[i];
+        if (lo >= 0 && rw->values.data[lo].ndim == 3) {
+            gr_ir_attr a[3];
+            memset(a, 0, sizeof a);
+            a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = 2};
+            a[1] = (gr_ir_attr){.name = "keepdims", .kind = GR_IR_ATTR_INT, .i = 0};
+            a[2] = (gr_ir_attr){.name = "select_last_index", .kind = GR_IR_ATTR_INT, .i = 0};
+            const char *names[1] = {"graft.next_ids"};
+            int n;
+            if ((st = gr_ir_add_node(rw, GR_OP_ARG_MAX, "graft.greedy", 1, &lo, 1, names, 3, a, &n)) != GR_OK) goto done;
+            if ((st = gr_ir_infer_node(rw, n)) != GR_OK) goto done;
+            if ((st = gr_ir_add_output(rw, rw->nodes.data[n].out[0])) != GR_OK) goto done;
+        }
+    }
     if (!(e = gr_calloc(1, sizeof *e))) {
         st = GR_ERR_NOMEM;
         goto done;
@@ -147,9 +167,11 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     o.precision = GR_PRECISION_MODEL; /* the source graph is converted already */
     o.arena_policy = GR_ARENA_PER_SHAPE;
     if ((st = gr_session_create(rw, &o, &e->s)) != GR_OK) goto done;
-    e->logits_out = -1;
-    for (int i = 0; i < rw->outputs.len; i++)
+    e->logits_out = e->ids_out = -1;
+    for (int i = 0; i < rw->outputs.len; i++) {
         if (!strcmp(rw->values.data[rw->outputs.data[i]].name, "logits")) e->logits_out = i;
+        if (!strcmp(rw->values.data[rw->outputs.data[i]].name, "graft.next_ids")) e->ids_out = i;
+    }
     if (e->logits_out < 0) {
         st = gr_error(GR_ERR_UNSUPPORTED, "decode engine: the model has no output named 'logits'");
         goto done;
@@ -233,6 +255,13 @@ gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t
     gr_output o;
     GR_TRY(gr_session_output(e->s, e->logits_out, &o));
     return gr_session_output_read(e->s, o, logits, sizeof(float) * (size_t)(b * e->vocab));
+}
+
+gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next) {
+    GR_TRY(gr_decode_engine_step(e, ids, kv_len, NULL));
+    gr_output o;
+    GR_TRY(gr_session_output(e->s, e->ids_out, &o));
+    return gr_session_output_read(e->s, o, next, sizeof(int64_t) * (size_t)e->batch);
 }
 
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e) { return e->vocab; }

@@ -212,6 +212,8 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
                                   int64_t batch, int64_t max_len, gr_decode_engine **out);
 gr_status gr_decode_engine_reset(gr_decode_engine *e);
 gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
+/* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */
+gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next);
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e);
 struct gr_session *gr_decode_engine_session(gr_decode_engine *e);
 void gr_decode_engine_destroy(gr_decode_engine *e);
