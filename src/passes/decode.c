@@ -328,6 +328,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
             if (nd->in[k] >= 0 && nd->in[k] < pi.cap) in_pad |= pi.pad[nd->in[k]];
         if (!in_pad && !pi.pad[o]) continue;
         if (g->values.data[o].inplace_of) continue; /* a state update: zero-padded by construction */
+        if (!g->values.data[o].typed) continue;     /* a mask added by this loop: safe by construction */
         const gr_op_info *info = gr_op_get(nd->op);
         int x = nd->n_in > 0 ? nd->in[0] : -1;
         const gr_ir_value *xv = x >= 0 ? &g->values.data[x] : NULL;
@@ -344,7 +345,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
                 const gr_ir_value *kv = &g->values.data[nd->in[k]];
                 bool zero_const = kv->kind == GR_VAL_CONST && gr_ir_value_numel(kv) == 1 && kv->data &&
                                   gr_dtype_is_float(kv->dtype) && gr_load_f64(kv->data, kv->dtype, 0) == 0.0;
-                if (!zero_const) z &= pi.zero[nd->in[k]] << (ov->ndim - kv->ndim);
+                if (!zero_const) z &= kv->ndim <= ov->ndim ? pi.zero[nd->in[k]] << (ov->ndim - kv->ndim) : 0;
             }
             pi.zero[o] = z;
             continue;
