@@ -140,7 +140,7 @@ static gr_status unroll_one(gr_graph *g, int k) {
     gr_status st = GR_OK;
     for (int64_t t = 0; t < trip && st == GR_OK; t++) {
         for (int v = 0; v < b->values.len; v++) map[v] = -1;
-        char tag[32];
+        char tag[64];
         snprintf(tag, sizeof tag, "iter%lld.i", (long long)t);
         st = add_scalar(g, loop, tag, GR_I64, t, &map[b->inputs.data[0]]);
         snprintf(tag, sizeof tag, "iter%lld.cond", (long long)t);
@@ -157,12 +157,12 @@ static gr_status unroll_one(gr_graph *g, int k) {
         }
     }
     for (int i = 0; i < n_carried && st == GR_OK; i++) {
-        char tag[32];
+        char tag[64];
         snprintf(tag, sizeof tag, "out%d", i);
         st = emit_into(g, loop, tag, GR_OP_IDENTITY, 1, &state[i], 0, NULL, outs[i]);
     }
     for (int j = 0; j < n_scan && st == GR_OK; j++) {
-        char tag[32];
+        char tag[64];
         snprintf(tag, sizeof tag, "scan%d", j);
         if (trip > 0) {
             gr_ir_attr a = {.name = (char *)"axis", .kind = GR_IR_ATTR_INT, .i = 0};
