@@ -35,6 +35,18 @@ bool gr_rt_probe_needed(const gr_graph *g) {
     return false;
 }
 
+gr_status gr_rt_probe_check_options(gr_session_t s) {
+    const gr_graph *g = s->graph;
+    if (s->opt.arena_policy != GR_ARENA_MAX_SHAPE) return GR_OK;
+    for (int k = 0; k < g->syms.len; k++)
+        if (g->syms.data[k].data_value >= 0)
+            /* its largest binding would plan for the count's bound (2^31 elements for a Range) */
+            return gr_error(GR_ERR_UNSUPPORTED, "arena policy max shape (--arena max): %s has a data-dependent output shape, so "
+                                                "there is no largest binding to plan one arena for; use the per-binding arena",
+                            g->syms.data[k].origin ? g->syms.data[k].origin : g->syms.data[k].name);
+    return GR_OK;
+}
+
 void gr_rt_probe_destroy(gr_session_t s) {
     gr_rt_probe *pr = s->probe;
     if (!pr) return;

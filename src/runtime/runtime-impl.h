@@ -159,6 +159,8 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
 /* ---- probe.c: data-dependent symbols (NonZero's count, ...) ---- */
 typedef struct gr_rt_probe gr_rt_probe;
 bool gr_rt_probe_needed(const gr_graph *g);
+/* Session options a graph with data-dependent dims cannot honour (at creation). */
+gr_status gr_rt_probe_check_options(gr_session_t s);
 /* Binds the data-dependent symbols in syms (the others bound from the inputs): runs the
  * probe and reads the counts on the host. */
 gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);

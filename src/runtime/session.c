@@ -187,6 +187,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     }
     /* a graph without symbolic dims compiles now, so errors surface at creation;
      * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
+    if ((st = gr_rt_probe_check_options(s)) != GR_OK) goto fail; /* probe.c */
     if (!graph_is_concrete(s->graph) && s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
         if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
     } else if (graph_is_concrete(s->graph)) {

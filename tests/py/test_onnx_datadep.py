@@ -298,3 +298,28 @@ def test_loop_while_condition_is_still_refused(tmp_path):
     with pytest.raises(graft.GraftError) as e:
         graft.load(path, device=DEVICE, mode="eager")
     assert "'wl'" in str(e.value) and "while-loop" in str(e.value)
+
+
+# ---- what stays refused, naming the node ---------------------------------------------------------
+def test_nonzero_in_a_run_time_if_branch_is_refused(tmp_path):
+    then_b = helper.make_graph([helper.make_node("NonZero", ["x"], ["t"], name="nz_in_branch")], "t", [],
+                               [helper.make_tensor_value_info("t", TensorProto.UNDEFINED, None)])
+    else_b = helper.make_graph([helper.make_node("Shape", ["x"], ["e"], name="shape_in_branch")], "e", [],
+                               [helper.make_tensor_value_info("e", TensorProto.UNDEFINED, None)])
+    m = make([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "z"], ["c"]),
+              helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b, name="branchy")],
+             {"x": (np.float32, (2, 2))}, ["y"], [const("z", np.float32(0))])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    with pytest.raises(graft.GraftError) as e:
+        graft.load(path, device=DEVICE, mode="eager")
+    assert "nz_in_branch" in str(e.value) and "If branch" in str(e.value)
+
+
+def test_arena_max_is_refused_for_data_dependent_dims(tmp_path):
+    m = make([helper.make_node("NonZero", ["x"], ["y"], name="nz")], {"x": (np.float32, (2, 3))}, ["y"])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    with pytest.raises(graft.GraftError) as e:
+        graft.load(path, device=DEVICE, mode="eager", arena="max")
+    assert "NonZero 'nz'" in str(e.value) and "data-dependent" in str(e.value)
