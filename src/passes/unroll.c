@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define GR_UNROLL_MAX 256 /* iterations of one loop, as the ONNX importer's unrolling */
+
 /* base (taken over) made unique among g's node (node) or value (!node) names */
 static char *unique_name(const gr_graph *g, bool node, char *base) {
     char *s = base;
@@ -119,8 +121,11 @@ static gr_status unroll_one(gr_graph *g, int k) {
         return gr_error(GR_ERR_UNSUPPORTED, "%s: a loop without a trip count bound at plan time is not supported", where);
     if (trip_a->sym) return gr_error(GR_ERR_INVALID, "%s: its trip count is not bound for this plan", where);
     int64_t trip = trip_a->i;
+    if (trip > GR_UNROLL_MAX) /* a data-dependent count's range stops it earlier, naming the ONNX node */
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: %lld iterations at this binding, more than the %d graft unrolls", where, (long long)trip,
+                        GR_UNROLL_MAX);
     int n_in = g->nodes.data[k].n_in, n_out = g->nodes.data[k].n_out, n_carried = n_in - 2, n_scan = n_out - n_carried;
-    if (trip < 0 || trip > 4096 || n_carried < 0 || n_scan < 0 || b->inputs.len < 2 + n_carried ||
+    if (trip < 0 || n_carried < 0 || n_scan < 0 || b->inputs.len < 2 + n_carried ||
         b->outputs.len != 1 + n_carried + n_scan)
         return gr_error(GR_ERR_INVALID, "%s: trip count %lld, %d carried values, %d scan outputs and a body of %d inputs and %d "
                                         "outputs do not fit",

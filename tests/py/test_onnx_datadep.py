@@ -323,3 +323,72 @@ def test_arena_max_is_refused_for_data_dependent_dims(tmp_path):
     with pytest.raises(graft.GraftError) as e:
         graft.load(path, device=DEVICE, mode="eager", arena="max")
     assert "NonZero 'nz'" in str(e.value) and "data-dependent" in str(e.value)
+
+
+# ---- Scan over a symbolic sequence length (a loop unrolled per binding) --------------------------
+SCAN_BODY = body([helper.make_node("Add", ["st", "xi"], ["st2"]), helper.make_node("Mul", ["st2", "xi"], ["o"])],
+                 ["st2", "o"], [("st", FT, [3]), ("xi", FT, [3])])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("in_dir,out_dir,in_axis,out_axis", [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 1, 1), (1, 1, 1, 0)])
+def test_scan_symbolic_length(tmp_path, mode, in_dir, out_dir, in_axis, out_axis):
+    node = helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], body=SCAN_BODY, num_scan_inputs=1, name="sc",
+                            scan_input_directions=[in_dir], scan_output_directions=[out_dir],
+                            scan_input_axes=[in_axis], scan_output_axes=[out_axis])
+    xs_shape = ["T", 3] if in_axis == 0 else [3, "T"]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("s0", FT, [3]), helper.make_tensor_value_info("xs", FT, xs_shape)],
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("sf", "ys")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    # onnx.reference implements only the default directions and axes: numpy here, the reference as well for those
+    ref = ReferenceEvaluator(m) if (in_dir, out_dir, in_axis, out_axis) == (0, 0, 0, 0) else None
+    with graft.load(path, device=DEVICE, mode=mode) as sess:
+        for t in (4, 1, 6, 4):
+            xs = rng.standard_normal((t, 3) if in_axis == 0 else (3, t)).astype(np.float32)
+            s0 = rng.standard_normal(3).astype(np.float32)
+            got = sess.run(s0=s0, xs=xs)
+            seq = np.moveaxis(xs, in_axis, 0)
+            if in_dir:
+                seq = seq[::-1]
+            st, ys = s0, []
+            for xi in seq:
+                st = st + xi
+                ys.append(st * xi)
+            if out_dir:
+                ys = ys[::-1]
+            np.testing.assert_allclose(got["sf"], st, rtol=1e-6)
+            np.testing.assert_allclose(got["ys"], np.stack(ys, axis=out_axis), rtol=1e-6)
+            if ref:
+                for name, w in zip(("sf", "ys"), ref.run(None, {"s0": s0, "xs": xs})):
+                    np.testing.assert_allclose(got[name], w, rtol=1e-6)
+
+
+def test_scan_symbolic_length_past_the_unroll_limit(tmp_path):
+    g = helper.make_graph([helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], body=SCAN_BODY, num_scan_inputs=1, name="sc")], "g",
+                          [helper.make_tensor_value_info("s0", FT, [3]), helper.make_tensor_value_info("xs", FT, ["T", 3])],
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("sf", "ys")])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    with graft.load(path, device=DEVICE, mode="eager") as s:
+        with pytest.raises(graft.GraftError) as e:
+            s.run(s0=np.zeros(3, np.float32), xs=np.zeros((300, 3), np.float32))
+        assert "sc" in str(e.value) and "more than the 256" in str(e.value)
+        got = s.run(s0=np.zeros(3, np.float32), xs=np.ones((2, 3), np.float32))
+        np.testing.assert_array_equal(got["sf"], 2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scan_over_a_data_dependent_length(tmp_path, mode):
+    """Scan over the rows NonZero selects: its length is the probe's count."""
+    nodes = [helper.make_node("NonZero", ["m"], ["nz"], name="rows"),
+             helper.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
+             helper.make_node("Gather", ["x", "idx"], ["sel"], axis=0),
+             helper.make_node("Scan", ["s0", "sel"], ["sf", "ys"], body=SCAN_BODY, num_scan_inputs=1, name="sc")]
+    m = make(nodes, {"m": (np.bool_, (5,)), "x": (np.float32, (5, 3)), "s0": (np.float32, (3,))}, ["sf", "ys"],
+             [const("ax0", np.array([0], np.int64))])
+    feeds = [{"m": rng.random(5) < p, "x": rng.standard_normal((5, 3)).astype(np.float32),
+              "s0": rng.standard_normal(3).astype(np.float32)} for p in (0.5, 1.0, 0.3, 0.5)]
+    feeds = [f for f in feeds if f["m"].any()]  # the reference cannot stack zero steps
+    run_session(tmp_path, m, feeds, mode)

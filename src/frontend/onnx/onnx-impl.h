@@ -227,6 +227,8 @@ gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *
  * (names left NULL; release them with ox_value_clear). */
 gr_status ox_import_loop_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir,
                               gr_graph **out, bool *cond_true);
+gr_status ox_import_scan_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir, int n_scan_in,
+                              const int *xs_ir, const int *axes, gr_graph **out);
 gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out);
 /* Copies a value's meaning (IR value, constant data, reason, sequence) into dst. */
 gr_status ox_value_copy(ox_value *dst, const ox_value *src);
