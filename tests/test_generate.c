@@ -289,6 +289,62 @@ static void test_errors(void) {
     gr_graph_destroy(g);
 }
 
+
+/* ==== allocation failures: every one fails cleanly (GR_ERR_NOMEM), leaks nothing, and the session
+ * generates afterwards ==================================================================================== */
+static gr_session_t fresh_llama(void) {
+    gr_graph_t g = load("llama");
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = GR_DEVICE_SIM;
+    gr_session_t t = NULL;
+    if (g) CHECK_OK(gr_session_create(g, &so, &t));
+    gr_graph_destroy(g);
+    return t;
+}
+
+static void test_alloc_failures(void) {
+    enum { W = 2 + 5 };
+    int64_t prompt[2] = {5, 6}, want[W], got[W];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = 5;
+    o.beams = 2;
+    /* the allocations binding and generating make in a fresh session */
+    gr_session_t s = fresh_llama();
+    if (!s) return;
+    int bound = 0;
+    gr_debug_fail_alloc_after(0);
+    CHECK_OK(gr_session_bind_state_auto(s, &bound));
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 2, want, NULL));
+    long total = gr_debug_fail_alloc_after(0);
+    gr_session_destroy(s);
+    int failures = 0;
+    for (long n = 1; n <= total; n += n < 150 ? 1 : 89) {
+        long live0 = gr_debug_live_allocs();
+        gr_session_t t = fresh_llama();
+        if (!t) break;
+        gr_debug_fail_alloc_after(n);
+        bound = 0;
+        gr_status st = gr_session_bind_state_auto(t, &bound);
+        if (st == GR_OK) st = gr_session_generate(t, &o, prompt, 1, 2, got, NULL);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing: wrong ids without an error", n);
+        } else {
+            failures++;
+            CHECK_MSG(st == GR_ERR_NOMEM, "allocation %ld failing gave %s: %s", n, gr_status_name(st), gr_last_error());
+            /* the session still works once memory is back */
+            if (gr_session_num_states(t) < 4) CHECK_OK(gr_session_bind_state_auto(t, &bound));
+            CHECK_OK(gr_session_generate(t, &o, prompt, 1, 2, got, NULL));
+            CHECK(!memcmp(got, want, sizeof want));
+        }
+        gr_session_destroy(t);
+        CHECK_MSG(gr_debug_live_allocs() == live0, "allocation %ld failing: %ld allocations leaked", n, gr_debug_live_allocs() - live0);
+    }
+    CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
+}
+
 int main(void) {
     long live0 = gr_debug_live_allocs();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
@@ -296,6 +352,7 @@ int main(void) {
         test_sampling_and_eos(models[i]);
     }
     test_errors();
+    test_alloc_failures();
     CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
     return check_summary("test_generate");
 }
