@@ -139,7 +139,12 @@ struct gr_session {
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
+    /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
+    struct gr_rt_gen *gen;
 };
+
+/* generate.c: frees the state bindings and their device buffers (session destruction) */
+void gr_rt_gen_free(gr_session_t s);
 
 /* session.c: the session totals of stats (graph memory, decisions) copied into *out */
 void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out);
