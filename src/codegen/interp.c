@@ -474,7 +474,7 @@ static gr_status run_store(interp_ctx *c, const gr_kstage *s) {
 
 /* ==== node evaluation ===================================================================== */
 
-static uint64_t splitmix(uint64_t seed, uint64_t counter) {
+uint64_t gr_kernel_random_bits(uint64_t seed, uint64_t counter) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + counter;
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
@@ -570,9 +570,9 @@ static gr_status eval_node(interp_ctx *c, int j) {
         double *r = F(c, j);
         uint64_t seed = (uint64_t)e->i;
         if (e->dtype == GR_F64)
-            for (int l = 0; l < nl; l++) r[l] = (double)(splitmix(seed, (uint64_t)ctr[l]) >> 11) * 0x1p-53;
+            for (int l = 0; l < nl; l++) r[l] = (double)(gr_kernel_random_bits(seed, (uint64_t)ctr[l]) >> 11) * 0x1p-53;
         else
-            for (int l = 0; l < nl; l++) r[l] = (double)((float)(splitmix(seed, (uint64_t)ctr[l]) >> 40) * 0x1p-24f);
+            for (int l = 0; l < nl; l++) r[l] = (double)((float)(gr_kernel_random_bits(seed, (uint64_t)ctr[l]) >> 40) * 0x1p-24f);
         return GR_OK;
     }
     }

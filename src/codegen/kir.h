@@ -271,6 +271,10 @@ gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool
  * gather origins (for messages). GR_ERR_INVALID when the structures differ. */
 gr_status gr_kernel_instantiate(const gr_kernel *t, const gr_kernel *k, gr_kernel **out);
 
+/* RANDOM's 64 bits for a seed and counter (the definition at the top of this file); the
+ * interpreter and host code that must draw the same numbers (seeded sampling) share it. */
+uint64_t gr_kernel_random_bits(uint64_t seed, uint64_t counter);
+
 /* ---- reference interpreter ----------------------------------------------------------------
  * Runs the kernel on host memory (BUFFER args are host pointers; a
  * BUFFER_INDIRECT arg points at a slot holding the buffer pointer). Before

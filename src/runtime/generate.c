@@ -196,13 +196,7 @@ void gr_generate_options_init(gr_generate_options *o) {
 
 /* graft's RANDOM (codegen/kir.h): splitmix64's finalizer over seed * golden + counter, f64 in [0,1) */
 static double gen_uniform(uint64_t seed, uint64_t counter) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + counter;
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return (double)(x >> 11) * 0x1.0p-53;
+    return (double)(gr_kernel_random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 
 /* ==== the step engine (reference: the unrewritten step through the session) ===================== */
