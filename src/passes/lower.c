@@ -333,6 +333,12 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
+    return gr_pass_lower_reuse(g, out);
+}
+
+gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out) {
+    if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
+    out->len = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         gr_status st = gr_pass_lower_node(g, i, out);
         if (st != GR_OK) {

@@ -219,7 +219,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
                            .fold_linear_only = s->graph->syms.len > 0, .src_marked = true,
                            .no_fuse_attention = s->opt.no_fuse_attention != 0,
-                           .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
+                           .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0, .scratch = &s->plan_scratch};
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;

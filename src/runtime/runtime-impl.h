@@ -138,6 +138,7 @@ struct gr_session {
     /* bindings whose plan was dropped under graph_memory_mb (gr_rt_binding_hash): they were run
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
+    gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
 };
 
 /* session.c: the session totals of stats (graph memory, decisions) copied into *out */
