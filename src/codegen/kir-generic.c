@@ -304,24 +304,39 @@ uint64_t gr_kernel_structure_hash(const gr_kernel *k) {
     return h;
 }
 
+/* Words of one structure: in `local` up to its size (most kernels), on the heap past it, so
+ * comparing two kernels (every kernel a new binding's plan prepares) allocates nothing. */
+#define WORD_BUF_LOCAL 512
 typedef struct {
     uint64_t *data;
     int len, cap;
     bool failed;
+    uint64_t local[WORD_BUF_LOCAL];
 } word_buf;
+
+static void word_buf_init(word_buf *b) {
+    b->data = b->local;
+    b->len = 0;
+    b->cap = WORD_BUF_LOCAL;
+    b->failed = false;
+}
+
+static void word_buf_free(word_buf *b) {
+    if (b->data != b->local) gr_free(b->data, sizeof(uint64_t) * (size_t)b->cap);
+}
 
 static void buf_word(void *user, uint64_t v) {
     word_buf *b = user;
     if (b->failed) return;
     if (b->len == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
+        int cap = 2 * b->cap;
         uint64_t *d = gr_malloc(sizeof(uint64_t) * (size_t)cap);
         if (!d) {
             b->failed = true;
             return;
         }
-        if (b->len) memcpy(d, b->data, sizeof(uint64_t) * (size_t)b->len);
-        gr_free(b->data, sizeof(uint64_t) * (size_t)b->cap);
+        memcpy(d, b->data, sizeof(uint64_t) * (size_t)b->len);
+        word_buf_free(b);
         b->data = d;
         b->cap = cap;
     }
@@ -330,14 +345,16 @@ static void buf_word(void *user, uint64_t v) {
 
 gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out) {
     *out = false;
-    word_buf wa = {0}, wb = {0};
+    word_buf wa, wb;
+    word_buf_init(&wa);
+    word_buf_init(&wb);
     structure_words(a, buf_word, &wa);
     structure_words(b, buf_word, &wb);
     gr_status st = wa.failed || wb.failed ? GR_ERR_NOMEM : GR_OK;
     if (st == GR_OK)
         *out = wa.len == wb.len && (wa.len == 0 || !memcmp(wa.data, wb.data, sizeof(uint64_t) * (size_t)wa.len));
-    gr_free(wa.data, sizeof(uint64_t) * (size_t)wa.cap);
-    gr_free(wb.data, sizeof(uint64_t) * (size_t)wb.cap);
+    word_buf_free(&wa);
+    word_buf_free(&wb);
     return st;
 }
 
