@@ -11,6 +11,9 @@ if(GRAFT_ONNX_ENABLED)
   # ...where a new length of a seen size class compiles nothing (shape-generic kernels)
   graft_test(test_generic_onnx SOURCES tests/test_generic_onnx.c tools/npy.c)
   target_include_directories(test_generic_onnx PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # ...and where a plan built in memory earlier plans reused equals a fresh build
+  graft_test(test_plan_reuse SOURCES tests/test_plan_reuse.c tools/npy.c)
+  target_include_directories(test_plan_reuse PRIVATE ${CMAKE_SOURCE_DIR}/tools)
   # examples/cnn.onnx in one session at several batch sizes, eager and graph
   graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
 

@@ -156,6 +156,9 @@ static inline gr_dtype gr_rt_precision_dtype(int precision) {
 /* The gr_kernel_class of step st of plan p (runtime/profile.c). */
 int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st);
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
+/* The pipeline options of s's plans, without observer or scratch (tests build a plan's
+ * binding afresh with them and compare). */
+void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);
