@@ -268,7 +268,10 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
                         k->n_points_param);
     int n = k->nodes.len;
     /* inner_dep[i]: node i reads an inner loop index (directly, through operands or a gather). */
-    bool *inner_dep = gr_calloc((size_t)n + 1, 2 * sizeof(bool)); /* inner_dep[n+1] then cone[n+1] */
+    /* inner_dep[n+1] then cone[n+1]; on the stack for the usual kernel (every kernel of a
+     * new binding's plan is verified two or three times) */
+    bool local[2 * 256];
+    bool *inner_dep = n + 1 <= 256 ? memset(local, 0, 2 * ((size_t)n + 1)) : gr_calloc((size_t)n + 1, 2 * sizeof(bool));
     if (!inner_dep) return GR_ERR_NOMEM;
     bool *cone = inner_dep + n + 1;
     gr_status st = GR_OK;
@@ -374,7 +377,7 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
     }
 done:
 #undef VFAIL
-    gr_free(inner_dep, ((size_t)n + 1) * 2 * sizeof(bool));
+    if (inner_dep != local) gr_free(inner_dep, ((size_t)n + 1) * 2 * sizeof(bool));
     return st;
 }
 
