@@ -95,6 +95,12 @@ static void ints_str(const int64_t *v, int n, char *buf, size_t size) {
         pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s%lld", i ? "," : "", (long long)v[i]);
     snprintf(buf + pos, pos < size ? size - pos : 0, "]");
 }
+/* An int list as text for a message, formatted only where the message is made (as TYPE_STR). */
+static const char *ints_text(const int64_t *v, int n, char *buf, size_t size) {
+    ints_str(v, n, buf, size);
+    return buf;
+}
+#define INTS_STR(buf, v, n) ints_text((v), (n), (buf), sizeof(buf))
 
 /* "node 'x' (op) at file:line:col", formatted on first use */
 static const char *where_of(const ctx_t *c) {
@@ -408,9 +414,6 @@ static gr_status infer_softmax(ctx_t *c) {
 static gr_status infer_attention(ctx_t *c) {
     const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
     char tq[TYPE_STR_LEN], tk[TYPE_STR_LEN], tv[TYPE_STR_LEN];
-    type_str(c, q, tq);
-    type_str(c, k, tk);
-    type_str(c, v, tv);
     int64_t causal;
     double scale;
     GR_TRY(attr_int(c, "causal", 0, &causal));
@@ -418,30 +421,29 @@ static gr_status infer_attention(ctx_t *c) {
     if (causal != 0 && causal != 1) return fail(c, GR_ERR_INVALID, "causal must be 0 or 1, not %lld", (long long)causal);
     GR_TRY(need_dtype(c, 0, gr_dtype_is_float(q->dtype), "a float dtype"));
     if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
-        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
     /* concrete dims that differ are an error; symbolic ones are checked per binding */
 #define GR_SAME(a, b) (dim_eq(a, b) || dim_is_sym(a) || dim_is_sym(b))
     if (!GR_SAME(q->dims[0], k->dims[0]) || !GR_SAME(q->dims[0], v->dims[0]) || !GR_SAME(k->dims[1], v->dims[1]) ||
         !GR_SAME(k->dims[2], v->dims[2]) || !GR_SAME(q->dims[3], k->dims[3]))
-        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
 #undef GR_SAME
     gr_dim h = q->dims[1], hkv = k->dims[1];
     if (!dim_is_sym(h) && !dim_is_sym(hkv) && (hkv.size == 0 || h.size % hkv.size != 0))
         return fail(c, GR_ERR_SHAPE, "q has %lld heads, not a multiple of k's %lld", (long long)h.size, (long long)hkv.size);
     if (m) {
         char tm[TYPE_STR_LEN];
-        type_str(c, m, tm);
-        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", tm);
-        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", tm);
+        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", TYPE_STR(tm, m));
+        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", TYPE_STR(tm, m));
         gr_dim full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]};
         for (int i = 0; i < m->ndim; i++) {
             gr_dim md = m->dims[i], fd = full[4 - m->ndim + i];
             if (!dim_is_sym(md) && md.size == 1) continue;
             if (!dim_eq(md, fd) && !dim_is_sym(md) && !dim_is_sym(fd))
-                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s", tm,
-                            tq, tk);
+                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s",
+                            TYPE_STR(tm, m), TYPE_STR(tq, q), TYPE_STR(tk, k));
         }
     }
     shape_t out = shape_of(q);
@@ -615,12 +617,12 @@ static gr_status infer_transpose(ctx_t *c) {
         for (int i = 0; i < x->ndim; i++) s.d[i] = x->dims[x->ndim - 1 - i];
     } else {
         char sp[512], tx[TYPE_STR_LEN];
-        ints_str(perm, n, sp, sizeof sp);
-        if (n != x->ndim) return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", sp, n, TYPE_STR(tx, x), x->ndim);
+        if (n != x->ndim)
+            return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", INTS_STR(sp, perm, n), n, TYPE_STR(tx, x), x->ndim);
         bool seen[GR_MAX_DIMS] = {false};
         for (int i = 0; i < n; i++) {
             if (perm[i] < 0 || perm[i] >= n || seen[perm[i]])
-                return fail(c, GR_ERR_INVALID, "perm %s is not a permutation of 0..%d", sp, n - 1);
+                return fail(c, GR_ERR_INVALID, "perm %s is not a permutation of 0..%d", INTS_STR(sp, perm, n), n - 1);
             seen[perm[i]] = true;
             s.d[i] = x->dims[perm[i]];
         }
@@ -836,16 +838,18 @@ static gr_status infer_split(ctx_t *c) {
     shape_t s = shape_of(x);
     if (n_sizes >= 0) {
         char ss[512];
-        ints_str(sizes, n_sizes, ss, sizeof ss);
-        if (n_sizes != n_out) return fail(c, GR_ERR_INVALID, "split %s has %d sizes for %d outputs", ss, n_sizes, n_out);
+        if (n_sizes != n_out)
+            return fail(c, GR_ERR_INVALID, "split %s has %d sizes for %d outputs", INTS_STR(ss, sizes, n_sizes), n_sizes, n_out);
         int64_t sum = 0;
         for (int i = 0; i < n_sizes; i++) {
-            if (sizes[i] < 0) return fail(c, GR_ERR_INVALID, "split %s has a negative size", ss);
+            if (sizes[i] < 0) return fail(c, GR_ERR_INVALID, "split %s has a negative size", INTS_STR(ss, sizes, n_sizes));
             if (gr_add_overflow(sum, sizes[i], &sum))
-                return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", ss, (long long)INT64_MAX);
+                return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", INTS_STR(ss, sizes, n_sizes),
+                            (long long)INT64_MAX);
         }
         if (!dim_is_sym(d) && sum != d.size)
-            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", ss, (long long)sum, a, TYPE_STR(tx, x),
+            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", INTS_STR(ss, sizes, n_sizes),
+                        (long long)sum, a, TYPE_STR(tx, x),
                         (long long)d.size);
         for (int i = 0; i < n_out; i++) {
             s.d[a] = dim_c(sizes[i]);
