@@ -343,18 +343,32 @@ static void buf_word(void *user, uint64_t v) {
     b->data[b->len++] = v;
 }
 
+/* b's words checked against a's as they come */
+typedef struct {
+    const word_buf *a;
+    int at;
+    bool differ;
+} word_cmp;
+
+static void cmp_word(void *user, uint64_t v) {
+    word_cmp *c = user;
+    if (c->differ) return;
+    if (c->at >= c->a->len || c->a->data[c->at] != v) c->differ = true;
+    c->at++;
+}
+
 gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out) {
     *out = false;
-    word_buf wa, wb;
+    word_buf wa;
     word_buf_init(&wa);
-    word_buf_init(&wb);
     structure_words(a, buf_word, &wa);
-    structure_words(b, buf_word, &wb);
-    gr_status st = wa.failed || wb.failed ? GR_ERR_NOMEM : GR_OK;
-    if (st == GR_OK)
-        *out = wa.len == wb.len && (wa.len == 0 || !memcmp(wa.data, wb.data, sizeof(uint64_t) * (size_t)wa.len));
+    gr_status st = wa.failed ? GR_ERR_NOMEM : GR_OK;
+    if (st == GR_OK) {
+        word_cmp c = {.a = &wa, .at = 0, .differ = false};
+        structure_words(b, cmp_word, &c);
+        *out = !c.differ && c.at == wa.len;
+    }
     word_buf_free(&wa);
-    word_buf_free(&wb);
     return st;
 }
 
