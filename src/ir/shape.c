@@ -1195,18 +1195,27 @@ typedef struct {
 } spec_env;
 
 /* what: the value or attribute, for the message when a symbol has no value */
-static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, const char *what, bool *skip, int64_t *out) {
+/* value_name: the value whose dim d is, or NULL for an attribute (named in the message only) */
+static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, const char *value_name, bool *skip,
+                           int64_t *out) {
     *skip = false;
-    bool *used = gr_calloc((size_t)g->syms.len + 1, sizeof(bool));
+    /* on the stack for the usual symbol count: every symbolic dim of every binding comes here */
+    bool local[64];
+    size_t n_used = (size_t)g->syms.len + 1;
+    bool *used = n_used <= 64 ? memset(local, 0, n_used) : gr_calloc(n_used, sizeof(bool));
     if (!used) return GR_ERR_NOMEM;
     gr_dx_symbols_of(g, d, used);
     int unbound = -1;
     for (int k = 0; k < g->syms.len && unbound < 0; k++)
         if (used[k] && (!env->values || env->values[k] < 0)) unbound = k;
-    gr_free(used, ((size_t)g->syms.len + 1) * sizeof(bool));
+    if (used != local) gr_free(used, n_used * sizeof(bool));
     if (unbound >= 0) {
         if (!env->is_root) return *skip = true, GR_OK;
-        return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of %s)", g->syms.data[unbound].name, what);
+        if (!value_name)
+            return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of an attribute)",
+                            g->syms.data[unbound].name);
+        return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of value '%s')", g->syms.data[unbound].name,
+                        value_name);
     }
     return gr_dx_eval(g, d, env->values, out);
 }
@@ -1222,9 +1231,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
             if (!dim_is_sym(v->dims[d])) continue;
             int64_t val;
             bool skip;
-            char what[300];
-            snprintf(what, sizeof what, "value '%s'", v->name);
-            gr_status st = spec_eval(g, env, v->dims[d], what, &skip, &val);
+            gr_status st = spec_eval(g, env, v->dims[d], v->name, &skip, &val);
             if (st == GR_ERR_INVALID) return st;
             if (st != GR_OK) return gr_error_prefix(st, "value '%s' dim %d", v->name, d);
             if (skip) continue;
@@ -1250,7 +1257,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
             bool skip = false;
             if (at->sym && (at->kind == GR_IR_ATTR_INT || at->kind == GR_IR_ATTR_FLOAT)) {
                 int64_t val;
-                st = spec_eval(g, env, (gr_dim){-1, at->expr}, "an attribute", &skip, &val);
+                st = spec_eval(g, env, (gr_dim){-1, at->expr}, NULL, &skip, &val);
                 if (st == GR_OK && !skip) {
                     at->i = val;
                     at->f = (double)val;
@@ -1261,7 +1268,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
                 for (int k = 0; k < at->n && st == GR_OK; k++) {
                     if (at->exprs[k] == GR_SYM_NONE) continue;
                     int64_t val;
-                    st = spec_eval(g, env, (gr_dim){-1, at->exprs[k]}, "an attribute", &skip, &val);
+                    st = spec_eval(g, env, (gr_dim){-1, at->exprs[k]}, NULL, &skip, &val);
                     if (st == GR_OK && !skip) at->ints[k] = val, at->exprs[k] = GR_SYM_NONE;
                     else all = false;
                 }
