@@ -427,6 +427,97 @@ GR_API gr_status gr_graph_dump_passes_opts(gr_graph_t g, int n_dims, const char 
                                            const int64_t *dim_values, int no_fuse_attention, int fuse_attention_f32,
                                            char **out_text);
 
+
+/* ---- generation: decode loops over a step model with state (issue 12) -------------------------
+ * A decoder exported as ONE step: inputs input_ids [batch, seq] (integer), optionally
+ * attention_mask [batch, past + seq] and position_ids [batch, seq], and a cache (`past_*` inputs)
+ * that the step returns grown (`present_*` outputs, [batch, ..., past + seq, ...]); an output
+ * [batch, seq, vocab] holds the logits. A state binding declares that an output feeds an input on
+ * the next step. The state stays in device memory between steps: graft copies each present into a
+ * session-owned device buffer (reordered by beam on the device for beam search) that is bound as
+ * the next step's past; only the last position's logits come to the host to pick tokens
+ * (docs/design.md, "Generation").
+ *
+ * gr_session_bind_state(s, output, input): `output` feeds `input` on the next step. Checked:
+ * both names exist (the message says which side is missing), same dtype and rank, and the dims
+ * agree on every axis but the growing one: the axis where the input has a plain symbol ("past")
+ * and the output another symbol or an expression ("past + seq", "total"). A state may also keep
+ * its shape (no growing axis). An input bound twice is an error. Every failure is GR_ERR_INVALID
+ * naming the output and the input. Binding lowers the range of the input's growing symbol to
+ * start at 0 (the prompt step has no past).
+ *
+ * gr_session_bind_state_auto(s, &n): pairs outputs and inputs by name and binds each pair (n =
+ * pairs bound by this call; 0 when none matches). For every output whose name contains "present",
+ * the first occurrence is replaced by "past_key_values", then by "past"; the first of those that
+ * names an input not bound yet is its pair. That covers the common exports:
+ *   present.N.key / .value          -> past_key_values.N.key / .value   (optimum)
+ *   present_key_values.N.key/.value -> past_key_values.N.key / .value
+ *   present_kN / present_vN         -> past_kN / past_vN
+ *   present.N                       -> past.N                            (GPT-2 style, key and value stacked)
+ *   present_key_N, present-anything -> past_key_N, past-anything
+ * A pair that matches by name but not by dtype or shape is an error, as for gr_session_bind_state. */
+GR_API gr_status gr_session_bind_state(gr_session_t s, const char *output, const char *input);
+GR_API gr_status gr_session_bind_state_auto(gr_session_t s, int *n_bound);
+/* The state bindings made so far, in order: k in 0..gr_session_num_states()-1. The names live as
+ * long as the session. */
+GR_API int gr_session_num_states(gr_session_t s);
+GR_API gr_status gr_session_state_info(gr_session_t s, int k, const char **output, const char **input);
+
+/* How the prompt runs (gr_generate_options.prompt_mode). */
+typedef enum {
+    GR_PROMPT_AUTO = 0,  /* whole prompt as one step when input_ids' seq dim is symbolic, else token by token */
+    GR_PROMPT_WHOLE,     /* one step of seq = prompt_len (refused when the export fixes seq) */
+    GR_PROMPT_TOKENS,    /* prompt_len steps of one token: the same ids as GR_PROMPT_WHOLE */
+    GR_PROMPT_COUNT
+} gr_prompt_mode;
+
+/* Streaming: called after each generated position with its tokens, one per batch row
+ * (n = batch). step counts generated positions from 0. With beams > 1 the tokens of a position
+ * are known only at the end (the best hypothesis wins then): the calls come after the loop, one
+ * per position. */
+typedef void (*gr_token_fn)(void *user, int64_t step, const int64_t *tokens, int64_t n);
+
+typedef struct {
+    int64_t max_new_tokens;  /* positions generated after the prompt (> 0) */
+    int64_t eos_id;          /* -1: none. A row that produced eos emits pad_id from then on (as Hugging Face);
+                                generation stops early once every row has finished (the rest is pad_id) */
+    int64_t pad_id;          /* -1 (default): eos_id */
+    int beams;               /* 1: greedy or sampling; k > 1: beam search of width k (Hugging Face's
+                                do_sample=False beam search, early_stopping=True) */
+    double length_penalty;   /* beam search: a finished hypothesis scores sum(logprob) / len ** length_penalty (1.0) */
+    int sample;              /* 0: greedy (argmax, lowest index on ties); 1: sampling */
+    int top_k;               /* sampling: keep the k most likely tokens (0 = all) */
+    double top_p;            /* sampling: keep the smallest set whose probability reaches top_p (1.0 = all) */
+    double temperature;      /* sampling: logits divided by it first (> 0; 1.0) */
+    uint64_t seed;           /* sampling: u = RANDOM(seed, counter = step * batch + row), graft's counter-based
+                                generator (splitmix64, f64 in [0,1); codegen/kir.h), then the inverse CDF over
+                                the kept tokens in descending probability */
+    int prompt_mode;         /* gr_prompt_mode */
+    gr_token_fn on_token;    /* may be NULL */
+    void *user;
+    /* names; NULL = "input_ids", "attention_mask", "position_ids" (the last two are fed when the model
+     * has them) and "logits" (else the only output not bound as state) */
+    const char *input_ids, *attention_mask, *position_ids, *logits;
+} gr_generate_options;
+GR_API void gr_generate_options_init(gr_generate_options *o);
+
+typedef struct {
+    double prompt_us;        /* the prompt step(s) up to the first new token (device clock: simulated on sim) */
+    double decode_us;        /* the steps after it */
+    int64_t prompt_steps;    /* model steps for the prompt (1, or prompt_len token by token) */
+    int64_t decode_steps;    /* model steps after the prompt */
+    int64_t new_tokens;      /* positions generated per row (max_new_tokens, fewer when every row hit eos) */
+    double ms_per_token;     /* decode_us / decode_steps, in ms: one position for every row */
+    double tokens_per_s;     /* batch * new_tokens / (prompt_us + decode_us) */
+    long plans;              /* bindings (shape keys) the session holds a compiled plan for */
+} gr_generate_stats;
+
+/* Generates max_new_tokens positions after prompt [batch, prompt_len] (row-major int64) into
+ * out_tokens [batch, prompt_len + max_new_tokens] (the prompt first). The session needs at least one
+ * state binding (gr_session_bind_state[_auto]). st may be NULL. */
+GR_API gr_status gr_session_generate(gr_session_t s, const gr_generate_options *o, const int64_t *prompt, int64_t batch,
+                                     int64_t prompt_len, int64_t *out_tokens, gr_generate_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,9 @@ if(GRAFT_ONNX_ENABLED)
   # ...and where a plan built in memory earlier plans reused equals a fresh build
   graft_test(test_plan_reuse SOURCES tests/test_plan_reuse.c tools/npy.c)
   target_include_directories(test_plan_reuse PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # decoder steps with a KV cache: the rewritten single-shape step against the per-length one
+  graft_test(test_decode SOURCES tests/test_decode.c tools/npy.c)
+  target_include_directories(test_decode PRIVATE ${CMAKE_SOURCE_DIR}/tools)
   # examples/cnn.onnx in one session at several batch sizes, eager and graph
   graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
 

@@ -4,6 +4,7 @@
  * and storing elements of any dtype. Exit codes: 0 success, 1 runtime failure
  * (bad model, bad data, device error), 2 usage error (bad arguments).
  * Every error is one line `graft: <message>` on stderr. */
+#include "generate.h"
 #include "graft.h"
 #include "npy.h"
 #include "util/util.h"
@@ -137,6 +138,8 @@ static const char usage_main[] =
     "  bench    run a model repeatedly and print timing and launch statistics\n"
     "  dump     print the IR after each compiler pass\n"
     "  explain  print the compiled plan (segments, graph breaks and their causes)\n"
+    "  generate run a decoder step model with a KV cache in a generation loop (greedy,\n"
+    "           sampling, beam search) and write the token ids\n"
     "\n"
     "  graft <command> --help   options of one command\n"
     "  graft --version          print the version\n"
@@ -1551,8 +1554,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         if (argc > 2 && strcmp(cmd, "help") == 0) {
             const char *c = argv[2];
+            if (!strcmp(c, "generate")) {
+                fputs(graft_generate_usage, stdout);
+                return 0;
+            }
             if (strcmp(c, "run") && strcmp(c, "bench") && strcmp(c, "dump") && strcmp(c, "explain")) {
-                errorf("help: unknown command '%s' (commands: run, bench, dump, explain)", c);
+                errorf("help: unknown command '%s' (commands: run, bench, dump, explain, generate)", c);
                 return EXIT_USAGE;
             }
             print_usage(stdout, c);
@@ -1565,6 +1572,7 @@ int main(int argc, char **argv) {
         printf("graft %s\n", GRAFT_CLI_VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "generate")) return graft_cmd_generate(argc, argv);
     int allowed;
     int (*fn)(const cli_opts *);
     if (!strcmp(cmd, "run")) allowed = OPT_INPUTS | OPT_DIM | OPT_OUTDIR, fn = cmd_run;
@@ -1573,7 +1581,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "explain")) allowed = OPT_INPUTS | OPT_DIM, fn = cmd_explain;
     else {
         if (cmd[0] == '-') errorf("unknown option '%s' (see graft --help)", cmd);
-        else errorf("unknown command '%s' (commands: run, bench, dump, explain; see graft --help)", cmd);
+        else errorf("unknown command '%s' (commands: run, bench, dump, explain, generate; see graft --help)", cmd);
         return EXIT_USAGE;
     }
     cli_opts o = {.cmd = cmd, .out_dir = "out", .device = -1, .mode = -1, .arena = -1, .shapes = -1, .iters = 10, .warmup = 2, .repeats = 1};

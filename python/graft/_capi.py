@@ -200,6 +200,32 @@ _fn("gr_session_device_upload", _i, _vp, _vp, _vp, _sz)
 _fn("gr_session_device_download", _i, _vp, _vp, _vp, _sz)
 
 
+# ---- generation (graft.h "generation") ----
+TOKEN_FN = ctypes.CFUNCTYPE(None, _vp, ctypes.c_int64, c_int64_p, ctypes.c_int64)
+
+
+class GenerateOptions(ctypes.Structure):
+    _fields_ = [("max_new_tokens", ctypes.c_int64), ("eos_id", ctypes.c_int64), ("pad_id", ctypes.c_int64),
+                ("beams", ctypes.c_int), ("length_penalty", ctypes.c_double), ("sample", ctypes.c_int),
+                ("top_k", ctypes.c_int), ("top_p", ctypes.c_double), ("temperature", ctypes.c_double),
+                ("seed", ctypes.c_uint64), ("prompt_mode", ctypes.c_int), ("on_token", TOKEN_FN), ("user", _vp),
+                ("input_ids", _cp), ("attention_mask", _cp), ("position_ids", _cp), ("logits", _cp)]
+
+
+class GenerateStats(ctypes.Structure):
+    _fields_ = [("prompt_us", ctypes.c_double), ("decode_us", ctypes.c_double), ("prompt_steps", ctypes.c_int64),
+                ("decode_steps", ctypes.c_int64), ("new_tokens", ctypes.c_int64), ("ms_per_token", ctypes.c_double),
+                ("tokens_per_s", ctypes.c_double), ("plans", ctypes.c_long)]
+
+
+_fn("gr_session_bind_state", _i, _vp, _cp, _cp)
+_fn("gr_session_bind_state_auto", _i, _vp, _P(_i))
+_fn("gr_session_num_states", _i, _vp)
+_fn("gr_session_state_info", _i, _vp, _i, _P(_cp), _P(_cp))
+_fn("gr_generate_options_init", None, _P(GenerateOptions))
+_fn("gr_session_generate", _i, _vp, _P(GenerateOptions), c_int64_p, ctypes.c_int64, ctypes.c_int64, c_int64_p,
+    _P(GenerateStats))
+
 def take_string(ptr):
     """A string graft malloc'd (gr_session_explain, ...), freed here."""
     try:

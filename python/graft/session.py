@@ -283,6 +283,28 @@ class Session:
         out["kernel_prep"] = {name: getattr(ks, name) for name, _ in C.KernelStats._fields_}
         return out
 
+    # ---- generation (graft.generate) ----
+    def bind_state(self, output, input):
+        """Output `output` feeds input `input` on the next step (a KV cache: present -> past)."""
+        from .generate import bind_state
+        bind_state(self, output, input)
+
+    def bind_state_auto(self):
+        """Pairs present*/past* names (include/graft.h lists them); returns the pairs bound."""
+        from .generate import bind_state_auto
+        return bind_state_auto(self)
+
+    @property
+    def states(self):
+        """The state bindings, [(output, input)]."""
+        from .generate import states
+        return states(self)
+
+    def generate(self, prompt, max_new_tokens, **options):
+        """graft.generate(self, prompt, max_new_tokens, **options)."""
+        from .generate import generate
+        return generate(self, prompt, max_new_tokens, **options)
+
 
 class DeviceTensor:
     """One output of one run, where the device keeps it: valid until the session's next run.

@@ -166,6 +166,10 @@ typedef struct {
      * holds only because it is 1 at this binding), so every binding of a symbolic plan
      * lowers to kernels of the same structures (shape-generic kernels, kir.h). */
     uint32_t var_dims;
+    /* value index + 1 of a graph input whose placeholder this value is written into in place
+     * (a decode step's KV-cache state, passes/decode.c), 0 = none: memory planning stores it
+     * there instead of in the arena, and allows that one write into an input */
+    int inplace_of;
     int producer;      /* node index for GR_VAL_NODE, else -1 */
     int out_slot;      /* which output of the producer */
     /* GR_VAL_CONST: owned data, nbytes = numel * dtype size */

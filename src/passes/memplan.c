@@ -324,6 +324,13 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
             gr_value_store *st = &out->values[arg->value];
             if (st->kind != GR_STORE_NONE) continue;
             if (val->kind == GR_VAL_CONST) st->kind = GR_STORE_CONST;
+            else if (val->kind == GR_VAL_NODE && val->inplace_of > 0 && val->inplace_of <= nv &&
+                     g->values.data[val->inplace_of - 1].kind == GR_VAL_INPUT) {
+                /* decode state: written into its input's placeholder (the next step reads it there) */
+                st->kind = GR_STORE_ALIAS;
+                st->alias_of = val->inplace_of - 1;
+                st->alias_elem_offset = 0;
+            }
             /* A zero-size value gets no kernel (lowering skips it) but can still
              * be read, e.g. by a reduction over the empty axis: it gets an
              * (empty) arena slot so its address exists. */
@@ -368,6 +375,7 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
             int r = root_of(out, s->args[a].value);
             gr_storage_kind k = out->values[r].kind;
             if (k != GR_STORE_INPUT && k != GR_STORE_CONST && k != GR_STORE_HOST) continue;
+            if (k == GR_STORE_INPUT && g->values.data[s->args[a].value].inplace_of == r + 1) continue; /* decode state */
             char where[512] = "plan";
             if (s->node >= 0 && s->node < g->nodes.len) gr_ir_node_where(g, &g->nodes.data[s->node], where, sizeof where);
             const char *what = k == GR_STORE_CONST ? "weight" : "graph input";

@@ -210,6 +210,25 @@ gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_l
 gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out);
 void gr_segment_list_free(gr_segment_list *l);
 
+/* ---- the KV-cache rewrite (decode.c) ----------------------------------------------------------
+ * A single-token decode step of ONE concrete shape for every position: the state inputs are
+ * max_len long, each present = concat(past, new) becomes an in-place write at position
+ * graft.kv_len - 1 (a new i64[1] input: valid positions after the step), softmaxes over cache
+ * axes are masked past the valid length, contractions over them read zeros there. Cache axes
+ * are the ones whose extent differs between the two bindings (past = max_len - 1 and
+ * max_len - 2, seq = 1; the caller resolves every symbol for both). GR_ERR_UNSUPPORTED naming
+ * the node where the model does something on a cache axis graft cannot keep exact. */
+typedef struct {
+    int64_t max_len;
+    const int64_t *sym_at_max;        /* symbol values of src at past = max_len - 1 */
+    const int64_t *sym_at_max_minus1; /* ... at past = max_len - 2 */
+    int n_state;
+    const char *const *past;          /* state input names */
+    const char *const *present;       /* the outputs that feed them, same order */
+} gr_decode_spec;
+/* *out: a new concrete graph borrowing src's constants (src must outlive it). */
+gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec, gr_graph **out);
+
 /* ---- the pipeline ----------------------------------------------------------------------------- */
 /* What one run of the pipeline produces for one concrete shape key. */
 typedef struct {

@@ -139,7 +139,12 @@ struct gr_session {
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
+    /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
+    struct gr_rt_gen *gen;
 };
+
+/* generate.c: frees the state bindings and their device buffers (session destruction) */
+void gr_rt_gen_free(gr_session_t s);
 
 /* session.c: the session totals of stats (graph memory, decisions) copied into *out */
 void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out);
@@ -203,5 +208,23 @@ gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool gr
 /* the decisions file's path ("" when not persisted) and what happened to it (warnings) */
 const char *gr_rt_decisions_path(gr_session_t s);
 const char *gr_rt_decisions_note(gr_session_t s);
+
+/* ---- the rewritten decode engine (decode.c) ---------------------------------------------------
+ * One session over gr_pass_decode_rewrite's single-token step of `src`'s model at `batch` rows
+ * and `max_len` cache positions: one plan and (in graph mode) one captured graph for every
+ * position. State buffers start at zero (reset: a new sequence). step(ids[batch], kv_len):
+ * the token at position kv_len - 1 of every row; logits [batch, vocab] are read back when
+ * `logits` is not NULL. GR_ERR_UNSUPPORTED (naming the input or node) when the model cannot
+ * be rewritten; the caller then keeps the per-length steps. */
+typedef struct gr_decode_engine gr_decode_engine;
+gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                  int64_t batch, int64_t max_len, gr_decode_engine **out);
+gr_status gr_decode_engine_reset(gr_decode_engine *e);
+gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
+/* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */
+gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next);
+int64_t gr_decode_engine_vocab(const gr_decode_engine *e);
+struct gr_session *gr_decode_engine_session(gr_decode_engine *e);
+void gr_decode_engine_destroy(gr_decode_engine *e);
 
 #endif

@@ -207,6 +207,7 @@ void gr_session_destroy(gr_session_t s) {
         s->plans = n;
     }
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
+    gr_rt_gen_free(s);
     gr_rt_decisions_close(s);
     gr_vec_free(&s->warmed_bindings);
     gr_pipeline_scratch_free(&s->plan_scratch);

@@ -1,0 +1,509 @@
+/* passes/decode — the KV-cache rewrite: one decode step of fixed shapes for every position.
+ *
+ * A decoder exported as one step reads its cache as inputs `past` [.., past, ..] and
+ * returns `present = concat(past, new)` along the sequence axis, so every step is a new
+ * shape (a new plan, a new CUDA graph). This pass builds, from the symbolic step graph,
+ * a graph of ONE concrete shape for a single-token step (seq 1) at batch b:
+ *
+ *   - every state input is a buffer of max_len positions on its sequence axis, and the
+ *     concat becomes where(position == kv_len - 1, new, past): the new token's keys and
+ *     values are written at the position held in the device input `graft.kv_len` (the
+ *     number of valid positions after this step), in place into the input's placeholder
+ *     (gr_ir_value.inplace_of, memory planning): the next step reads them there;
+ *   - the model is specialized at past = max_len - 1 (and every symbol that moves with
+ *     it, such as the attention mask's `total`), so each tensor along the cache axis is
+ *     max_len long: positions >= kv_len are padding;
+ *   - padding must not reach a result: a softmax over a cache axis reads -inf there
+ *     (where(position < valid, x, -inf), valid from graft.kv_len), which makes its
+ *     output exactly 0 there; a matmul that contracts over a cache axis needs both
+ *     operands zero in the padding (state buffers are zero there: only positions < kv_len
+ *     are ever written; softmax outputs are after the mask), or gets the same where(.., 0)
+ *     on the operand that is not; any other reduction over a cache axis is refused
+ *     (GR_ERR_UNSUPPORTED naming the node: the caller keeps the per-length plans).
+ *
+ * Which axes are cache axes comes from the symbolic graph: an axis whose extent grows by
+ * one from the binding at past = max_len - 2 to the one at past = max_len - 1 (the caller
+ * passes both bindings); its valid length is kv_len plus the constant by which its extent
+ * differs from max_len. Values that the model derives from `past` as numbers are taken at
+ * past = max_len - 1; for a single-token step that is what a causal mask needs (every
+ * earlier position visible), and the caller checks the rewritten step against the
+ * per-length step before trusting it (runtime/decode.c), so a model that computes
+ * positions from the cache length is caught, not answered wrongly. */
+#include "passes/passes.h"
+#include <math.h>
+#include <string.h>
+
+/* ---- small builders ---------------------------------------------------------------------- */
+static gr_status node1(gr_graph *g, gr_op op, const char *name, int n_in, const int *in, int n_attr,
+                       const gr_ir_attr *attrs, int *out_value) {
+    int n;
+    GR_TRY(gr_ir_add_node(g, op, name, n_in, in, 1, NULL, n_attr, attrs, &n));
+    *out_value = g->nodes.data[n].out[0];
+    return GR_OK;
+}
+
+static gr_status const_i64(gr_graph *g, int64_t v, int *out) {
+    int64_t dims[1] = {1};
+    return gr_ir_add_const(g, NULL, GR_I64, 1, dims, &v, out);
+}
+
+/* A scalar constant of dtype t holding v (f32/f16/bf16/f64). */
+static gr_status const_scalar(gr_graph *g, gr_dtype t, double v, int *out) {
+    unsigned char buf[8];
+    if (t == GR_F32) {
+        float f = (float)v;
+        memcpy(buf, &f, 4);
+    } else if (t == GR_F64) {
+        memcpy(buf, &v, 8);
+    } else if (t == GR_F16 || t == GR_BF16) {
+        uint16_t h = t == GR_F16 ? gr_f32_to_half((float)v) : gr_f32_to_bf16((float)v);
+        memcpy(buf, &h, 2);
+    } else {
+        return gr_error(GR_ERR_UNSUPPORTED, "decode rewrite: no %s constant for a mask", gr_dtype_name(t));
+    }
+    return gr_ir_add_const(g, NULL, t, 0, NULL, buf, out);
+}
+
+/* Positions 0..n-1 along axis `axis` of a rank-`rank` value: i64 [n, 1, ..., 1] (rank - axis dims). */
+static gr_status positions(gr_graph *g, int64_t n, int axis, int rank, int *out) {
+    gr_ir_attr a[4];
+    memset(a, 0, sizeof a);
+    a[0] = (gr_ir_attr){.name = "start", .kind = GR_IR_ATTR_FLOAT, .f = 0};
+    a[1] = (gr_ir_attr){.name = "limit", .kind = GR_IR_ATTR_FLOAT, .f = (double)n};
+    a[2] = (gr_ir_attr){.name = "delta", .kind = GR_IR_ATTR_FLOAT, .f = 1};
+    a[3] = (gr_ir_attr){.name = "dtype", .kind = GR_IR_ATTR_STRING, .s = "i64"};
+    int r;
+    GR_TRY(node1(g, GR_OP_RANGE, NULL, 0, NULL, 4, a, &r));
+    int64_t shape[GR_MAX_DIMS];
+    int nd = rank - axis;
+    shape[0] = n;
+    for (int i = 1; i < nd; i++) shape[i] = 1;
+    gr_ir_attr s = {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = shape, .n = nd};
+    return node1(g, GR_OP_RESHAPE, NULL, 1, &r, 1, &s, out);
+}
+
+/* ---- which axes are cache axes ---------------------------------------------------------- */
+typedef struct {
+    uint32_t *pad;    /* per value: bit d = axis d grows with the cache */
+    int64_t *delta;   /* per value * GR_MAX_DIMS: extent - max_len on a cache axis (valid = kv_len + delta) */
+    uint32_t *zero;   /* per value: bit d = zero at every padding position of axis d */
+    int cap;
+} pad_info;
+
+static void pad_free(pad_info *p) {
+    gr_free(p->pad, sizeof(uint32_t) * (size_t)p->cap);
+    gr_free(p->delta, sizeof(int64_t) * GR_MAX_DIMS * (size_t)p->cap);
+    gr_free(p->zero, sizeof(uint32_t) * (size_t)p->cap);
+    memset(p, 0, sizeof *p);
+}
+
+static gr_status pad_grow(pad_info *p, int n) {
+    if (n <= p->cap) return GR_OK;
+    int cap = n + n / 2 + 16;
+    uint32_t *pad = gr_calloc((size_t)cap, sizeof(uint32_t));
+    int64_t *delta = gr_calloc((size_t)cap * GR_MAX_DIMS, sizeof(int64_t));
+    uint32_t *zero = gr_calloc((size_t)cap, sizeof(uint32_t));
+    if (!pad || !delta || !zero) {
+        gr_free(pad, sizeof(uint32_t) * (size_t)cap);
+        gr_free(delta, sizeof(int64_t) * GR_MAX_DIMS * (size_t)cap);
+        gr_free(zero, sizeof(uint32_t) * (size_t)cap);
+        return GR_ERR_NOMEM;
+    }
+    if (p->cap) {
+        memcpy(pad, p->pad, sizeof(uint32_t) * (size_t)p->cap);
+        memcpy(delta, p->delta, sizeof(int64_t) * GR_MAX_DIMS * (size_t)p->cap);
+        memcpy(zero, p->zero, sizeof(uint32_t) * (size_t)p->cap);
+    }
+    pad_free(p);
+    p->pad = pad, p->delta = delta, p->zero = zero, p->cap = cap;
+    return GR_OK;
+}
+
+/* ---- the rewrite ------------------------------------------------------------------------- */
+static gr_status refuse(const gr_graph *g, int node, const char *why) {
+    char where[512] = "graph";
+    if (node >= 0 && node < g->nodes.len) gr_ir_node_where(g, &g->nodes.data[node], where, sizeof where);
+    return gr_error(GR_ERR_UNSUPPORTED, "decode rewrite: %s: %s", where, why);
+}
+
+/* Topological order of all nodes (producers first, otherwise the current order). */
+static gr_status reorder(gr_graph *g) {
+    int n = g->nodes.len;
+    if (n == 0) return GR_OK;
+    int *order = gr_malloc(sizeof(int) * (size_t)n);
+    unsigned char *state = gr_calloc((size_t)n, 1);
+    int *stack = gr_malloc(sizeof(int) * (size_t)n * 2);
+    gr_status st = GR_OK;
+    if (!order || !state || !stack) {
+        st = GR_ERR_NOMEM;
+        goto out;
+    }
+    int k = 0;
+    for (int root = 0; root < n; root++) {
+        if (state[root]) continue;
+        int sp = 0;
+        stack[sp++] = root, stack[sp++] = 0;
+        state[root] = 1;
+        while (sp) {
+            int nd = stack[sp - 2], i = stack[sp - 1];
+            const gr_ir_node *node = &g->nodes.data[nd];
+            if (i < node->n_in) {
+                stack[sp - 1] = i + 1;
+                int v = node->in[i];
+                int p = v >= 0 ? g->values.data[v].producer : -1;
+                if (p >= 0 && !state[p]) {
+                    state[p] = 1;
+                    stack[sp++] = p, stack[sp++] = 0;
+                } else if (p >= 0 && state[p] == 1) {
+                    st = gr_error(GR_ERR_INTERNAL, "decode rewrite: a cycle through node '%s'", g->nodes.data[p].name);
+                    goto out;
+                }
+                continue;
+            }
+            state[nd] = 2;
+            order[k++] = nd;
+            sp -= 2;
+        }
+    }
+    st = gr_ir_reorder_nodes(g, order);
+out:
+    gr_free(order, sizeof(int) * (size_t)n);
+    gr_free(state, (size_t)n);
+    gr_free(stack, sizeof(int) * (size_t)n * 2);
+    return st;
+}
+
+/* where(position < kv_len + delta, x, fill) along `axis`: the value to read instead of x. */
+static gr_status masked(gr_graph *g, int x, int axis, int64_t delta, int kv_len, double fill, int *out) {
+    const gr_ir_value *xv = &g->values.data[x];
+    int rank = xv->ndim;
+    gr_dtype t = xv->dtype;
+    int64_t extent = xv->dims[axis].size;
+    int pos, valid = kv_len, cond, f;
+    GR_TRY(positions(g, extent, axis, rank, &pos));
+    if (delta != 0) {
+        int c;
+        GR_TRY(const_i64(g, delta, &c));
+        int in[2] = {kv_len, c};
+        GR_TRY(node1(g, GR_OP_ADD, NULL, 2, in, 0, NULL, &valid));
+    }
+    int in[2] = {pos, valid};
+    GR_TRY(node1(g, GR_OP_LESS, NULL, 2, in, 0, NULL, &cond));
+    GR_TRY(const_scalar(g, t, fill, &f));
+    int w[3] = {cond, x, f};
+    return node1(g, GR_OP_WHERE, NULL, 3, w, 0, NULL, out);
+}
+
+static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
+
+gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec, gr_graph **out) {
+    *out = NULL;
+    if (spec->max_len < 2) return gr_error(GR_ERR_INVALID, "decode rewrite: max_len %lld is below 2", (long long)spec->max_len);
+    int nv0 = src->values.len;
+    pad_info pi = {0};
+    gr_graph *g = NULL;
+    gr_status st = pad_grow(&pi, nv0);
+    if (st != GR_OK) return st;
+    /* cache axes from the symbolic dims at the two bindings */
+    for (int v = 0; v < nv0; v++) {
+        const gr_ir_value *val = &src->values.data[v];
+        if (!val->typed) continue;
+        for (int d = 0; d < val->ndim; d++) {
+            if (!gr_dx_is_sym(val->dims[d])) continue;
+            int64_t a, b;
+            if (gr_dx_eval(src, val->dims[d], spec->sym_at_max, &a) != GR_OK ||
+                gr_dx_eval(src, val->dims[d], spec->sym_at_max_minus1, &b) != GR_OK) {
+                gr_error_clear();
+                continue;
+            }
+            if (a == b) continue;
+            pi.pad[v] |= 1u << d;
+            /* a merged axis (batch * total) moves by more than one: a cache axis whose
+             * valid length is not kv_len + constant; only movement and indexing may touch it */
+            pi.delta[v * GR_MAX_DIMS + d] = a - b == 1 ? a - spec->max_len : INT64_MIN;
+        }
+    }
+    if ((st = gr_ir_graph_clone_borrow(src, &g)) != GR_OK) goto fail;
+    if ((st = gr_ir_specialize(g, spec->sym_at_max)) != GR_OK) goto fail;
+    int kv_len;
+    {
+        gr_dim d1 = gr_dx_const(1);
+        if ((st = gr_ir_add_input(g, "graft.kv_len", GR_I64, 1, &d1, &kv_len)) != GR_OK) goto fail;
+    }
+    /* state: present = concat(past chain, new) -> where(position == kv_len - 1, new, past) */
+    for (int i = 0; i < spec->n_state; i++) {
+        int past = gr_ir_find_value(g, spec->past[i]), pres = gr_ir_find_value(g, spec->present[i]);
+        if (past < 0 || g->values.data[past].kind != GR_VAL_INPUT) {
+            st = gr_error(GR_ERR_INVALID, "decode rewrite: state input '%s' is not an input of the model", spec->past[i]);
+            goto fail;
+        }
+        int cn = pres >= 0 ? g->values.data[pres].producer : -1;
+        if (cn < 0 || g->nodes.data[cn].op != GR_OP_CONCAT || g->nodes.data[cn].n_in != 2) {
+            st = gr_error(GR_ERR_UNSUPPORTED,
+                          "decode rewrite: state output '%s' is not made by a two-input Concat of its past '%s' and the new "
+                          "entries",
+                          spec->present[i], spec->past[i]);
+            goto fail;
+        }
+        gr_ir_node *c = &g->nodes.data[cn];
+        /* the first operand must be the past input itself or single-input concats / identities of it */
+        int first = c->in[0], guard = 0;
+        while (first != past && guard++ < 8) {
+            int p = g->values.data[first].producer;
+            if (p < 0) break;
+            const gr_ir_node *pn = &g->nodes.data[p];
+            if (!((pn->op == GR_OP_CONCAT || pn->op == GR_OP_IDENTITY) && pn->n_in == 1)) break;
+            first = pn->in[0];
+        }
+        if (first != past) {
+            st = refuse(g, cn, "its first operand is not the state input (the cache must grow by concat(past, new))");
+            goto fail;
+        }
+        int64_t axis64;
+        if ((st = gr_ir_attr_int(g, c, "axis", 0, &axis64)) != GR_OK) goto fail;
+        gr_ir_value *pv = &g->values.data[past];
+        int axis = norm_axis(axis64, pv->ndim);
+        if (axis < 0 || axis >= pv->ndim || !(pi.pad[past] & (1u << axis)) || pv->dims[axis].size != spec->max_len - 1 ||
+            g->values.data[c->in[1]].dims[axis].size != 1) {
+            st = refuse(g, cn, "the concat axis is not the cache axis of a single-token step");
+            goto fail;
+        }
+        /* only the concat chain may read the past input: anything else would see the new entry */
+        for (int n = 0; n < g->nodes.len; n++) {
+            const gr_ir_node *nd = &g->nodes.data[n];
+            for (int k = 0; k < nd->n_in; k++) {
+                if (nd->in[k] != past || n == cn) continue;
+                bool chain = (nd->op == GR_OP_CONCAT || nd->op == GR_OP_IDENTITY) && nd->n_in == 1;
+                if (!chain) {
+                    st = refuse(g, n, "reads a KV-cache input other than to grow it");
+                    goto fail;
+                }
+            }
+        }
+        pv->dims[axis].size = spec->max_len;
+        int pos, p1, m1, cond;
+        if ((st = positions(g, spec->max_len, axis, pv->ndim, &pos)) != GR_OK) goto fail;
+        if ((st = const_i64(g, -1, &m1)) != GR_OK) goto fail;
+        {
+            int in[2] = {kv_len, m1};
+            if ((st = node1(g, GR_OP_ADD, NULL, 2, in, 0, NULL, &p1)) != GR_OK) goto fail;
+        }
+        {
+            int in[2] = {pos, p1};
+            if ((st = node1(g, GR_OP_EQUAL, NULL, 2, in, 0, NULL, &cond)) != GR_OK) goto fail;
+        }
+        c = &g->nodes.data[cn]; /* the node array may have moved */
+        int newv = c->in[1];
+        for (int a = 0; a < c->n_attr; a++) gr_ir_attr_free(&c->attrs[a]);
+        gr_free(c->attrs, (size_t)c->n_attr * sizeof(gr_ir_attr));
+        c->attrs = NULL, c->n_attr = 0;
+        gr_free(c->in, (size_t)c->n_in * sizeof(int));
+        if (!(c->in = gr_malloc(3 * sizeof(int)))) {
+            c->n_in = 0;
+            st = GR_ERR_NOMEM;
+            goto fail;
+        }
+        c->n_in = 3;
+        c->in[0] = cond, c->in[1] = newv, c->in[2] = past;
+        c->op = GR_OP_WHERE;
+        g->values.data[pres].inplace_of = past + 1;
+    }
+    if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
+    /* padding must not reach a result: masks before softmax, zero operands for contractions */
+    if ((st = reorder(g)) != GR_OK) goto fail;
+    if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
+    /* state inputs and their updates are zero in the padding (only positions < kv_len are written) */
+    for (int i = 0; i < spec->n_state; i++) {
+        int past = gr_ir_find_value(g, spec->past[i]), pres = gr_ir_find_value(g, spec->present[i]);
+        pi.zero[past] = pi.pad[past];
+        pi.zero[pres] = pi.pad[pres];
+    }
+    for (int n = 0; n < g->nodes.len; n++) {
+        gr_ir_node *nd = &g->nodes.data[n];
+        if (nd->n_out < 1) continue;
+        int o = nd->out[0];
+        if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
+        uint32_t in_pad = 0;
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0 && nd->in[k] < pi.cap) in_pad |= pi.pad[nd->in[k]];
+        if (!in_pad && !pi.pad[o]) continue;
+        if (g->values.data[o].inplace_of) continue; /* a state update: zero-padded by construction */
+        if (!g->values.data[o].typed) continue;     /* a mask added by this loop: safe by construction */
+        const gr_op_info *info = gr_op_get(nd->op);
+        int x = nd->n_in > 0 ? nd->in[0] : -1;
+        const gr_ir_value *xv = x >= 0 ? &g->values.data[x] : NULL;
+        const gr_ir_value *ov = &g->values.data[o];
+        if (x >= 0 && x < nv0 && !src->values.data[x].typed && info->kind == GR_OPK_REDUCE) {
+            st = refuse(g, n, "its input's shape is not known symbolically, so graft cannot tell whether it spans the KV cache");
+            goto fail;
+        }
+        switch (nd->op) {
+        case GR_OP_WHERE: {
+            /* zero in the padding when both picks are (a constant 0 counts) */
+            uint32_t z = pi.pad[o];
+            for (int k = 1; k < 3 && k < nd->n_in; k++) {
+                const gr_ir_value *kv = &g->values.data[nd->in[k]];
+                bool zero_const = kv->kind == GR_VAL_CONST && gr_ir_value_numel(kv) == 1 && kv->data &&
+                                  gr_dtype_is_float(kv->dtype) && gr_load_f64(kv->data, kv->dtype, 0) == 0.0;
+                if (!zero_const) z &= kv->ndim <= ov->ndim ? pi.zero[nd->in[k]] << (ov->ndim - kv->ndim) : 0;
+            }
+            pi.zero[o] = z;
+            continue;
+        }
+        case GR_OP_CAST:
+            pi.zero[o] = pi.zero[x];
+            continue;
+        case GR_OP_SOFTMAX: {
+            int64_t ax;
+            if ((st = gr_ir_attr_int(g, nd, "axis", -1, &ax)) != GR_OK) goto fail;
+            int a = norm_axis(ax, xv->ndim);
+            if (!(pi.pad[x] & (1u << a))) {
+                pi.zero[o] = 0;
+                continue;
+            }
+            int64_t delta = pi.delta[x * GR_MAX_DIMS + a];
+            if (delta == INT64_MIN) {
+                st = refuse(g, n, "normalizes over an axis that merges the KV-cache axis with others");
+                goto fail;
+            }
+            int m;
+            if ((st = masked(g, x, a, delta, kv_len, -INFINITY, &m)) != GR_OK) goto fail;
+            nd = &g->nodes.data[n];
+            nd->in[0] = m;
+            if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
+            pi.pad[m] = pi.pad[x];
+            pi.zero[o] = pi.pad[o];
+            continue;
+        }
+        case GR_OP_MATMUL: {
+            int b = nd->in[1];
+            const gr_ir_value *bv = &g->values.data[b];
+            if (xv->ndim < 2 || bv->ndim < 2) {
+                st = refuse(g, n, "a matrix-vector product over the KV cache");
+                goto fail;
+            }
+            int ak = xv->ndim - 1, bk = bv->ndim - 2;
+            bool a_pad = pi.pad[x] & (1u << ak), b_pad = pi.pad[b] & (1u << bk);
+            if (!a_pad && !b_pad) continue;
+            if (!(a_pad && b_pad)) {
+                st = refuse(g, n, "contracts a KV-cache axis with an axis that is not one");
+                goto fail;
+            }
+            int64_t delta = pi.delta[x * GR_MAX_DIMS + ak];
+            if (delta == INT64_MIN || delta != pi.delta[b * GR_MAX_DIMS + bk]) {
+                st = refuse(g, n, "contracts KV-cache axes of different lengths");
+                goto fail;
+            }
+            for (int side = 0; side < 2; side++) {
+                int v = nd->in[side], axis = side ? bk : ak;
+                if (pi.zero[v] & (1u << axis)) continue;
+                int m;
+                if ((st = masked(g, v, axis, delta, kv_len, 0.0, &m)) != GR_OK) goto fail;
+                nd = &g->nodes.data[n];
+                nd->in[side] = m;
+                if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
+                pi.pad[m] = pi.pad[v];
+                pi.zero[m] = pi.pad[v];
+            }
+            continue;
+        }
+        case GR_OP_TRANSPOSE: {
+            const int64_t *perm;
+            int np;
+            if ((st = gr_ir_attr_ints(g, nd, "perm", &perm, &np)) != GR_OK) goto fail;
+            uint32_t z = 0;
+            for (int d = 0; d < ov->ndim; d++) {
+                int64_t from = np < 0 ? xv->ndim - 1 - d : (d < np ? perm[d] : -1);
+                if (from >= 0 && from < GR_MAX_DIMS && (pi.zero[x] & (1u << from))) z |= 1u << d;
+            }
+            pi.zero[o] = z & pi.pad[o];
+            continue;
+        }
+        case GR_OP_CONCAT: {
+            int64_t ax;
+            if ((st = gr_ir_attr_int(g, nd, "axis", 0, &ax)) != GR_OK) goto fail;
+            if (nd->n_in > 1 && (pi.pad[o] & (1u << norm_axis(ax, ov->ndim)))) {
+                st = refuse(g, n, "concatenates along a KV-cache axis (only the cache's own growth can be rewritten)");
+                goto fail;
+            }
+        }
+        /* fall through */
+        case GR_OP_RESHAPE:
+        case GR_OP_EXPAND:
+        case GR_OP_UNSQUEEZE:
+        case GR_OP_SQUEEZE:
+        case GR_OP_IDENTITY:
+        case GR_OP_SLICE: {
+            /* movement: an output cache axis is zero-padded when the input axis it comes from
+             * is (matched by extent and the product of the leading extents; expand aligns
+             * from the right) */
+            uint32_t z = 0;
+            int64_t lead_o = 1;
+            for (int d = 0; d < ov->ndim; d++) {
+                if (pi.pad[o] & (1u << d)) {
+                    bool all_zero = true;
+                    int n_src = nd->op == GR_OP_CONCAT ? nd->n_in : 1;
+                    for (int k = 0; k < n_src && all_zero; k++) {
+                        const gr_ir_value *iv = &g->values.data[nd->in[k]];
+                        bool found = false;
+                        int64_t lead_i = 1;
+                        int off = ov->ndim - iv->ndim;
+                        for (int e = 0; e < iv->ndim; e++) {
+                            bool same = nd->op == GR_OP_EXPAND ? e + off == d
+                                                               : (lead_i == lead_o && iv->dims[e].size == ov->dims[d].size);
+                            if (same && (pi.zero[nd->in[k]] & (1u << e))) found = true;
+                            lead_i *= iv->dims[e].size;
+                        }
+                        all_zero = found;
+                    }
+                    if (all_zero) z |= 1u << d;
+                }
+                lead_o *= ov->dims[d].size;
+            }
+            pi.zero[o] = z;
+            continue;
+        }
+        case GR_OP_GATHER:
+        case GR_OP_GATHER_ELEMENTS:
+        case GR_OP_SPLIT:
+            continue; /* indexing with positions computed for the padded layout; splits keep axes */
+        default:
+            break;
+        }
+        if (info->kind == GR_OPK_UNARY || info->kind == GR_OPK_BINARY || info->kind == GR_OPK_COMPARE ||
+            info->kind == GR_OPK_GEN)
+            continue; /* elementwise: padding stays in the padding */
+        if (info->kind == GR_OPK_REDUCE) {
+            uint32_t reduced = 0;
+            if (nd->op == GR_OP_LAYER_NORM || nd->op == GR_OP_ARG_MAX || nd->op == GR_OP_ARG_MIN) {
+                int64_t ax;
+                if ((st = gr_ir_attr_int(g, nd, "axis", nd->op == GR_OP_LAYER_NORM ? -1 : 0, &ax)) != GR_OK) goto fail;
+                int a = norm_axis(ax, xv->ndim);
+                for (int d = a; d < (nd->op == GR_OP_LAYER_NORM ? xv->ndim : a + 1); d++) reduced |= 1u << d;
+            } else {
+                const int64_t *axes;
+                int na;
+                if ((st = gr_ir_attr_ints(g, nd, "axes", &axes, &na)) != GR_OK) goto fail;
+                if (na < 0) reduced = ~0u;
+                for (int k = 0; k < na; k++) reduced |= 1u << norm_axis(axes[k], xv->ndim);
+            }
+            if (reduced & pi.pad[x]) {
+                st = refuse(g, n, "reduces over a KV-cache axis (graft cannot prove the padding neutral)");
+                goto fail;
+            }
+            continue;
+        }
+        st = refuse(g, n, "an operation graft does not know to be safe on a padded KV-cache axis");
+        goto fail;
+    }
+    if ((st = reorder(g)) != GR_OK) goto fail;
+    if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
+    if ((st = gr_ir_verify(g)) != GR_OK) goto fail;
+    pad_free(&pi);
+    *out = g;
+    return GR_OK;
+fail:
+    pad_free(&pi);
+    gr_ir_graph_destroy(g);
+    return st;
+}

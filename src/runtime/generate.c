@@ -1,0 +1,833 @@
+/* runtime/generate — decode loops over a step model with state: state bindings (present ->
+ * past), the generation loop (greedy, sampling, beam search) and its reference engine.
+ *
+ * The reference engine runs the unrewritten step through the ordinary session: every step is a
+ * binding of the symbolic dims (past grows), each present output is copied device-to-device into
+ * a session-owned buffer bound as the next step's past (gr_session_bind_input_device: read in
+ * place, so a captured graph of a binding replays with nothing repointed), and only the last
+ * position's logits are copied to the host, where tokens are picked. The per-step work is behind
+ * gen_run_step / gen_commit_state so that another engine (the rewritten cache with device-side
+ * selection) can sit beside it. */
+#include "runtime/runtime-impl.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== state bindings ============================================================================ */
+typedef struct {
+    int out_index;  /* graph output */
+    int in_index;   /* graph input */
+    int grow_axis;  /* the axis that grows by the step's seq (-1: the state keeps its shape) */
+    void *buf;      /* session-owned device buffer bound as the input */
+    size_t buf_bytes;
+} gen_state;
+
+struct gr_rt_gen {
+    gen_state *states;
+    int n, cap;
+};
+
+void gr_rt_gen_free(gr_session_t s) {
+    if (!s || !s->gen) return;
+    struct gr_rt_gen *g = s->gen;
+    for (int k = 0; k < g->n; k++)
+        if (g->states[k].buf && s->dev) gr_dev_free(s->dev, g->states[k].buf);
+    gr_free(g->states, (size_t)g->cap * sizeof(gen_state));
+    gr_free(g, sizeof *g);
+    s->gen = NULL;
+}
+
+static const gr_ir_value *graph_input(const gr_graph *g, int i) { return &g->values.data[g->inputs.data[i]]; }
+static const gr_ir_value *graph_output(const gr_graph *g, int i) { return &g->values.data[g->outputs.data[i]]; }
+
+static int find_input(const gr_graph *g, const char *name) {
+    for (int i = 0; i < g->inputs.len; i++)
+        if (!strcmp(graph_input(g, i)->name, name)) return i;
+    return -1;
+}
+
+static int find_output(const gr_graph *g, const char *name) {
+    for (int i = 0; i < g->outputs.len; i++)
+        if (graph_output(g, i)->name && !strcmp(graph_output(g, i)->name, name)) return i;
+    return -1;
+}
+
+static int state_of_input(const gr_session_t s, int in_index) {
+    if (!s->gen) return -1;
+    for (int k = 0; k < s->gen->n; k++)
+        if (s->gen->states[k].in_index == in_index) return k;
+    return -1;
+}
+
+/* The checks of a binding; on success *grow_axis is the growing axis (-1: none). */
+static gr_status check_pair(gr_session_t s, int oi, int ii, const char *output, const char *input, int *grow_axis) {
+    gr_graph *g = s->graph;
+    const gr_ir_value *o = graph_output(g, oi), *in = graph_input(g, ii);
+    char ot[256], it[256];
+    gr_ir_type_str(g, o, ot, sizeof ot);
+    gr_ir_type_str(g, in, it, sizeof it);
+    if (state_of_input(s, ii) >= 0)
+        return gr_error(GR_ERR_INVALID, "state: input '%s' is already bound (to output '%s'); cannot bind it to output '%s' too", input,
+                        graph_output(g, s->gen->states[state_of_input(s, ii)].out_index)->name, output);
+    if (o->dtype != in->dtype)
+        return gr_error(GR_ERR_INVALID, "state: output '%s' (%s) cannot feed input '%s' (%s): dtypes differ", output, ot, input, it);
+    if (o->ndim != in->ndim)
+        return gr_error(GR_ERR_INVALID, "state: output '%s' (%s) cannot feed input '%s' (%s): ranks differ (%d, %d)", output, ot,
+                        input, it, o->ndim, in->ndim);
+    int grow = -1;
+    for (int d = 0; d < o->ndim; d++) {
+        if (gr_dx_equal(o->dims[d], in->dims[d])) continue;
+        /* the growing axis: a plain symbol (past) in the input, another symbol or an
+         * expression (past + seq, total) in the output */
+        bool grows = gr_dx_as_symbol(g, in->dims[d]) >= 0 && gr_dx_is_sym(o->dims[d]);
+        if (grows && grow < 0) {
+            grow = d;
+            continue;
+        }
+        char od[96], id[96];
+        gr_dx_str(g, o->dims[d], od, sizeof od);
+        gr_dx_str(g, in->dims[d], id, sizeof id);
+        return gr_error(GR_ERR_INVALID,
+                        "state: output '%s' (%s) cannot feed input '%s' (%s): dim %d is %s in the output but %s in the input "
+                        "(only the sequence axis, a symbol such as 'past' in the input, may differ)",
+                        output, ot, input, it, d, od, id);
+    }
+    *grow_axis = grow;
+    return GR_OK;
+}
+
+static gr_status add_state(gr_session_t s, int oi, int ii, int grow) {
+    if (!s->gen) {
+        s->gen = gr_calloc(1, sizeof *s->gen);
+        if (!s->gen) return GR_ERR_NOMEM;
+    }
+    struct gr_rt_gen *gg = s->gen;
+    if (gg->n == gg->cap) {
+        int cap = gg->cap ? gg->cap * 2 : 8;
+        gen_state *p = gr_realloc(gg->states, (size_t)gg->cap * sizeof(gen_state), (size_t)cap * sizeof(gen_state));
+        if (!p) return GR_ERR_NOMEM;
+        gg->states = p;
+        gg->cap = cap;
+    }
+    gg->states[gg->n++] = (gen_state){.out_index = oi, .in_index = ii, .grow_axis = grow};
+    if (grow >= 0) {
+        /* the prompt step runs with an empty past */
+        int32_t sym = gr_dx_as_symbol(s->graph, graph_input(s->graph, ii)->dims[grow]);
+        gr_ir_symbol *sy = &s->graph->syms.data[sym];
+        if (sy->lo > 0) GR_TRY(gr_dx_set_range(s->graph, sym, 0, sy->hi));
+    }
+    return GR_OK;
+}
+
+gr_status gr_session_bind_state(gr_session_t s, const char *output, const char *input) {
+    if (!s || !output || !input) return gr_error(GR_ERR_INVALID, "gr_session_bind_state: NULL argument");
+    int oi = find_output(s->graph, output), ii = find_input(s->graph, input);
+    if (oi < 0 && ii < 0)
+        return gr_error(GR_ERR_INVALID, "state: neither output '%s' nor input '%s' exists in the model", output, input);
+    if (oi < 0) return gr_error(GR_ERR_INVALID, "state: output '%s' (to feed input '%s') does not exist in the model", output, input);
+    if (ii < 0) return gr_error(GR_ERR_INVALID, "state: input '%s' (fed by output '%s') does not exist in the model", input, output);
+    int grow;
+    GR_TRY(check_pair(s, oi, ii, output, input, &grow));
+    return add_state(s, oi, ii, grow);
+}
+
+/* name with the first "present" replaced by `by`, into buf; false when it does not fit or has none */
+static bool replace_present(const char *name, const char *by, char *buf, size_t n) {
+    const char *at = strstr(name, "present");
+    if (!at) return false;
+    int w = snprintf(buf, n, "%.*s%s%s", (int)(at - name), name, by, at + strlen("present"));
+    return w > 0 && (size_t)w < n;
+}
+
+gr_status gr_session_bind_state_auto(gr_session_t s, int *n_bound) {
+    if (n_bound) *n_bound = 0;
+    if (!s) return gr_error(GR_ERR_INVALID, "gr_session_bind_state_auto: session is NULL");
+    static const char *const replacements[] = {"past_key_values", "past"};
+    int bound = 0;
+    for (int oi = 0; oi < s->graph->outputs.len; oi++) {
+        const char *name = graph_output(s->graph, oi)->name;
+        if (!name) continue;
+        for (size_t r = 0; r < sizeof replacements / sizeof replacements[0]; r++) {
+            char cand[1024];
+            if (!replace_present(name, replacements[r], cand, sizeof cand)) continue;
+            int ii = find_input(s->graph, cand);
+            if (ii < 0 || state_of_input(s, ii) >= 0) continue;
+            int grow;
+            GR_TRY(check_pair(s, oi, ii, name, cand, &grow));
+            GR_TRY(add_state(s, oi, ii, grow));
+            bound++;
+            break;
+        }
+    }
+    if (n_bound) *n_bound = bound;
+    return GR_OK;
+}
+
+int gr_session_num_states(gr_session_t s) { return s && s->gen ? s->gen->n : 0; }
+
+gr_status gr_session_state_info(gr_session_t s, int k, const char **output, const char **input) {
+    if (!s) return gr_error(GR_ERR_INVALID, "gr_session_state_info: session is NULL");
+    if (k < 0 || k >= gr_session_num_states(s))
+        return gr_error(GR_ERR_INVALID, "gr_session_state_info: state %d out of range (%d bound)", k, gr_session_num_states(s));
+    if (output) *output = graph_output(s->graph, s->gen->states[k].out_index)->name;
+    if (input) *input = graph_input(s->graph, s->gen->states[k].in_index)->name;
+    return GR_OK;
+}
+
+/* ==== options ===================================================================================== */
+void gr_generate_options_init(gr_generate_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->max_new_tokens = 16;
+    o->eos_id = -1;
+    o->pad_id = -1;
+    o->beams = 1;
+    o->length_penalty = 1.0;
+    o->top_p = 1.0;
+    o->temperature = 1.0;
+    o->prompt_mode = GR_PROMPT_AUTO;
+}
+
+/* graft's RANDOM (codegen/kir.h): splitmix64's finalizer over seed * golden + counter, f64 in [0,1) */
+static double gen_uniform(uint64_t seed, uint64_t counter) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + counter;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (double)(x >> 11) * 0x1.0p-53;
+}
+
+/* ==== the step engine (reference: the unrewritten step through the session) ===================== */
+typedef struct {
+    gr_session_t s;
+    const gr_generate_options *o;
+    int in_ids, in_mask, in_pos, out_logits;
+    int64_t rows;       /* batch * beams */
+    int64_t vocab;
+    int64_t max_total;  /* prompt_len + max_new_tokens */
+    float *logits;      /* [rows, vocab]: the last position's logits of the last step */
+    size_t logits_bytes;
+    int64_t *scratch;   /* [rows * max(max_total, ...)]: ids, mask, positions */
+    size_t scratch_bytes;
+    void *mask_buf;     /* attention_mask in its dtype, [rows, max_total] */
+    size_t mask_bytes;
+    void *row_tmp;      /* one row of logits in the output's dtype (f16/bf16 conversion) */
+    size_t row_tmp_bytes;
+    int64_t steps;
+} gen_ctx;
+
+/* fills n elements of an integer (or float) input with v[i] in dtype t */
+static void store_ints(void *dst, gr_dtype t, const int64_t *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (t) {
+        case GR_I64: ((int64_t *)dst)[i] = v[i]; break;
+        case GR_I32: ((int32_t *)dst)[i] = (int32_t)v[i]; break;
+        case GR_F32: ((float *)dst)[i] = (float)v[i]; break;
+        case GR_F64: ((double *)dst)[i] = (double)v[i]; break;
+        case GR_BOOL:
+        case GR_U8: ((uint8_t *)dst)[i] = (uint8_t)(v[i] != 0); break;
+        case GR_I8: ((int8_t *)dst)[i] = (int8_t)v[i]; break;
+        default: break; /* refused in gen_check_io */
+        }
+    }
+}
+
+static gr_status set_int_input(gen_ctx *c, int index, const int64_t *v, int64_t rows, int64_t cols) {
+    const gr_ir_value *in = graph_input(c->s->graph, index);
+    size_t n = (size_t)(rows * cols) * gr_dtype_size(in->dtype);
+    void *dst = c->mask_buf;
+    if (in->dtype == GR_I64) dst = (void *)v;
+    else store_ints(dst, in->dtype, v, rows * cols);
+    int64_t dims[2] = {rows, cols};
+    return gr_session_set_input(c->s, in->name, in->dtype, 2, dims, dst, n);
+}
+
+/* One step: ids [rows, seq] after `past` positions. Leaves the last position's logits in
+ * c->logits and the presents in the session's outputs (gen_commit_state moves them). */
+static gr_status gen_run_step(gen_ctx *c, const int64_t *ids, int64_t seq, int64_t past) {
+    gr_session_t s = c->s;
+    int64_t rows = c->rows, total = past + seq;
+    GR_TRY(set_int_input(c, c->in_ids, ids, rows, seq));
+    if (c->in_pos >= 0) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t t = 0; t < seq; t++) c->scratch[r * seq + t] = past + t;
+        GR_TRY(set_int_input(c, c->in_pos, c->scratch, rows, seq));
+    }
+    if (c->in_mask >= 0) {
+        for (int64_t i = 0; i < rows * total; i++) c->scratch[i] = 1;
+        GR_TRY(set_int_input(c, c->in_mask, c->scratch, rows, total));
+    }
+    for (int k = 0; k < s->gen->n; k++) {
+        const gen_state *st = &s->gen->states[k];
+        const gr_ir_value *in = graph_input(s->graph, st->in_index);
+        int64_t dims[GR_MAX_DIMS];
+        if (past == 0 && st->grow_axis < 0)
+            return gr_error(GR_ERR_INVALID, "state input '%s' keeps its shape: it needs an initial value, which generation "
+                                            "cannot give (only growing caches start empty)", in->name);
+        /* the present of the last step had these dims, with the growing axis at `past` */
+        if (past > 0) {
+            const gr_ir_value *ov = graph_output(s->current->g, st->out_index);
+            for (int d = 0; d < in->ndim; d++) dims[d] = ov->dims[d].size;
+        } else {
+            for (int d = 0; d < in->ndim; d++) {
+                if (d == st->grow_axis) continue;
+                if (d == 0) dims[d] = rows;
+                else if (!gr_dx_is_sym(in->dims[d])) dims[d] = in->dims[d].size;
+                else
+                    return gr_error(GR_ERR_UNSUPPORTED, "state input '%s': dim %d is symbolic (not the batch or the sequence axis): "
+                                                        "its size for an empty cache is unknown", in->name, d);
+            }
+            dims[st->grow_axis] = 0;
+        }
+        int64_t numel = 1;
+        if (!gr_shape_numel_checked(in->ndim, dims, &numel))
+            return gr_error(GR_ERR_SHAPE, "state input '%s': the shape holds too many elements", in->name);
+        size_t bytes = (size_t)numel * gr_dtype_size(in->dtype);
+        if (bytes > st->buf_bytes) return gr_error(GR_ERR_INTERNAL, "state input '%s': buffer too small", in->name);
+        GR_TRY(gr_session_bind_input_device(s, in->name, in->dtype, in->ndim, dims, bytes ? st->buf : NULL, bytes));
+    }
+    GR_TRY(gr_session_run(s));
+    c->steps++;
+    /* the last position's logits of each row, to the host */
+    gr_output lo;
+    GR_TRY(gr_session_output(s, c->out_logits, &lo));
+    const gr_ir_value *lv = graph_output(s->current->g, c->out_logits);
+    if (lv->ndim != 3 || lv->dims[0].size != rows || lv->dims[1].size != seq || lv->dims[2].size != c->vocab)
+        return gr_error(GR_ERR_SHAPE, "logits '%s': expected [%lld, %lld, %lld] for this step", lv->name, (long long)rows,
+                        (long long)seq, (long long)c->vocab);
+    void *dev;
+    GR_TRY(gr_session_output_device_ptr(s, lo, &dev));
+    size_t esz = gr_dtype_size(lv->dtype);
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = (const char *)dev + (size_t)((r * seq + seq - 1) * c->vocab) * esz;
+        void *dst = lv->dtype == GR_F32 ? (void *)(c->logits + r * c->vocab) : (char *)c->row_tmp + (size_t)(r * c->vocab) * esz;
+        GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, (size_t)c->vocab * esz, GR_COPY_D2H));
+    }
+    GR_TRY(gr_dev_stream_sync(s->dev, s->stream));
+    if (lv->dtype != GR_F32)
+        for (int64_t i = 0; i < rows * c->vocab; i++) c->logits[i] = (float)gr_load_f64(c->row_tmp, lv->dtype, i);
+    return GR_OK;
+}
+
+/* Moves each present of the last step into its state buffer, on the device: row r of the
+ * buffer gets row src_rows[r] of the present (beam reordering; NULL: row r). */
+static gr_status gen_commit_state(gen_ctx *c, const int64_t *src_rows) {
+    gr_session_t s = c->s;
+    for (int k = 0; k < s->gen->n; k++) {
+        gen_state *st = &s->gen->states[k];
+        gr_output o;
+        GR_TRY(gr_session_output(s, st->out_index, &o));
+        size_t bytes = gr_session_output_nbytes(s, o);
+        if (bytes > st->buf_bytes) return gr_error(GR_ERR_INTERNAL, "state '%s': buffer too small", graph_output(s->graph, st->out_index)->name);
+        if (!bytes) continue;
+        void *src;
+        GR_TRY(gr_session_output_device_ptr(s, o, &src));
+        if (!src_rows) {
+            GR_TRY(gr_dev_memcpy(s->dev, s->stream, st->buf, src, bytes, GR_COPY_D2D));
+            continue;
+        }
+        size_t row = bytes / (size_t)c->rows; /* batch is the outermost axis (gen_prepare checks) */
+        for (int64_t r = 0; r < c->rows; r++)
+            GR_TRY(gr_dev_memcpy(s->dev, s->stream, (char *)st->buf + (size_t)r * row, (const char *)src + (size_t)src_rows[r] * row, row,
+                                 GR_COPY_D2D));
+    }
+    return GR_OK;
+}
+
+/* ==== setup ======================================================================================= */
+static int io_index(const gr_graph *g, const char *name, const char *def, bool out) {
+    return out ? find_output(g, name ? name : def) : find_input(g, name ? name : def);
+}
+
+static bool int_like(gr_dtype t) { return t == GR_I64 || t == GR_I32 || t == GR_I8 || t == GR_U8 || t == GR_BOOL || t == GR_F32 || t == GR_F64; }
+
+static gr_status gen_prepare(gen_ctx *c, int64_t batch, int64_t prompt_len) {
+    gr_session_t s = c->s;
+    const gr_generate_options *o = c->o;
+    gr_graph *g = s->graph;
+    c->in_ids = io_index(g, o->input_ids, "input_ids", false);
+    if (c->in_ids < 0) return gr_error(GR_ERR_INVALID, "generate: the model has no input '%s' (token ids)", o->input_ids ? o->input_ids : "input_ids");
+    c->in_mask = io_index(g, o->attention_mask, "attention_mask", false);
+    if (o->attention_mask && c->in_mask < 0) return gr_error(GR_ERR_INVALID, "generate: the model has no input '%s'", o->attention_mask);
+    c->in_pos = io_index(g, o->position_ids, "position_ids", false);
+    if (o->position_ids && c->in_pos < 0) return gr_error(GR_ERR_INVALID, "generate: the model has no input '%s'", o->position_ids);
+    c->out_logits = o->logits ? find_output(g, o->logits) : find_output(g, "logits");
+    if (o->logits && c->out_logits < 0) return gr_error(GR_ERR_INVALID, "generate: the model has no output '%s'", o->logits);
+    if (c->out_logits < 0) {
+        int found = -1, count = 0;
+        for (int oi = 0; oi < g->outputs.len; oi++) {
+            bool state = false;
+            for (int k = 0; k < s->gen->n; k++) state |= s->gen->states[k].out_index == oi;
+            if (!state) found = oi, count++;
+        }
+        if (count != 1)
+            return gr_error(GR_ERR_INVALID, "generate: no output named 'logits' and %d outputs not bound as state: name the logits", count);
+        c->out_logits = found;
+    }
+    /* every input is fed by the loop */
+    for (int i = 0; i < g->inputs.len; i++) {
+        if (i == c->in_ids || i == c->in_mask || i == c->in_pos) {
+            if (state_of_input(s, i) >= 0)
+                return gr_error(GR_ERR_INVALID, "generate: input '%s' is bound as state but the loop feeds it", graph_input(g, i)->name);
+            const gr_ir_value *v = graph_input(g, i);
+            if (v->ndim != 2 || !int_like(v->dtype))
+                return gr_error(GR_ERR_INVALID, "generate: input '%s' must be a 2-D integer tensor [batch, seq] (is %s, rank %d)", v->name,
+                                gr_dtype_name(v->dtype), v->ndim);
+            continue;
+        }
+        if (state_of_input(s, i) < 0)
+            return gr_error(GR_ERR_INVALID,
+                            "generate: input '%s' is neither the token ids ('%s'), attention_mask, position_ids nor a bound state",
+                            graph_input(g, i)->name, graph_input(g, c->in_ids)->name);
+    }
+    for (int k = 0; k < s->gen->n; k++)
+        if (s->gen->states[k].out_index == c->out_logits)
+            return gr_error(GR_ERR_INVALID, "generate: output '%s' is the logits and a state", graph_output(g, c->out_logits)->name);
+    const gr_ir_value *lv = graph_output(g, c->out_logits);
+    if (lv->ndim != 3 || gr_dx_is_sym(lv->dims[2]))
+        return gr_error(GR_ERR_INVALID, "generate: logits '%s' must be [batch, seq, vocab] with a fixed vocab", lv->name);
+    if (lv->dtype != GR_F32 && lv->dtype != GR_F16 && lv->dtype != GR_BF16 && lv->dtype != GR_F64)
+        return gr_error(GR_ERR_INVALID, "generate: logits '%s' are %s: floats expected", lv->name, gr_dtype_name(lv->dtype));
+    c->vocab = lv->dims[2].size;
+    if (c->vocab <= 0) return gr_error(GR_ERR_INVALID, "generate: logits '%s' have no vocabulary", lv->name);
+    const gr_ir_value *iv = graph_input(g, c->in_ids);
+    if (!gr_dx_is_sym(iv->dims[1]) && o->prompt_mode == GR_PROMPT_WHOLE && iv->dims[1].size != prompt_len)
+        return gr_error(GR_ERR_INVALID, "generate: prompt mode 'whole' needs a symbolic seq dim, but input '%s' has seq %lld", iv->name,
+                        (long long)iv->dims[1].size);
+    if (!gr_dx_is_sym(iv->dims[1]) && iv->dims[1].size != 1)
+        return gr_error(GR_ERR_INVALID, "generate: input '%s' has a fixed seq of %lld: a decode step takes 1", iv->name,
+                        (long long)iv->dims[1].size);
+    c->rows = batch * (o->beams > 1 ? o->beams : 1);
+    c->max_total = prompt_len + o->max_new_tokens;
+    /* host scratch */
+    int64_t n_scratch = c->rows * (c->max_total > prompt_len ? c->max_total : prompt_len);
+    c->scratch_bytes = (size_t)n_scratch * sizeof(int64_t);
+    c->mask_bytes = (size_t)n_scratch * 8;
+    c->logits_bytes = (size_t)(c->rows * c->vocab) * sizeof(float);
+    c->row_tmp_bytes = (size_t)(c->rows * c->vocab) * 8;
+    c->scratch = gr_malloc(c->scratch_bytes);
+    c->mask_buf = gr_malloc(c->mask_bytes);
+    c->logits = gr_malloc(c->logits_bytes);
+    c->row_tmp = gr_malloc(c->row_tmp_bytes);
+    if (!c->scratch || !c->mask_buf || !c->logits || !c->row_tmp) return GR_ERR_NOMEM;
+    /* state buffers for the longest cache; batch must be the outermost axis (rows are reordered as blocks) */
+    for (int k = 0; k < s->gen->n; k++) {
+        gen_state *st = &s->gen->states[k];
+        const gr_ir_value *in = graph_input(g, st->in_index);
+        if (in->ndim < 1 || !gr_dx_equal(in->dims[0], iv->dims[0]))
+            return gr_error(GR_ERR_INVALID, "generate: state input '%s' must have the batch (dim 0 of '%s') as its first axis", in->name,
+                            iv->name);
+        if (st->grow_axis == 0) return gr_error(GR_ERR_INVALID, "generate: state input '%s' grows along its batch axis", in->name);
+        int64_t numel = c->rows;
+        for (int d = 1; d < in->ndim; d++) {
+            int64_t n;
+            if (d == st->grow_axis) n = c->max_total;
+            else if (!gr_dx_is_sym(in->dims[d])) n = in->dims[d].size;
+            else
+                return gr_error(GR_ERR_UNSUPPORTED, "generate: state input '%s': dim %d is symbolic (neither batch nor the sequence axis)",
+                                in->name, d);
+            if (gr_mul_overflow(numel, n, &numel) || numel > GR_MAX_NUMEL)
+                return gr_error(GR_ERR_SHAPE, "generate: state input '%s' of %lld positions is too large", in->name, (long long)c->max_total);
+        }
+        size_t bytes = (size_t)numel * gr_dtype_size(in->dtype);
+        if (bytes > st->buf_bytes) {
+            if (s->pending) GR_TRY(gr_session_wait(s));
+            void *p = NULL;
+            GR_TRY(gr_dev_alloc(s->dev, GR_MEM_DEVICE, bytes ? bytes : 1, &p));
+            if (st->buf) gr_dev_free(s->dev, st->buf);
+            st->buf = p;
+            st->buf_bytes = bytes;
+        }
+    }
+    return GR_OK;
+}
+
+static void gen_ctx_free(gen_ctx *c) {
+    gr_free(c->scratch, c->scratch_bytes);
+    gr_free(c->mask_buf, c->mask_bytes);
+    gr_free(c->logits, c->logits_bytes);
+    gr_free(c->row_tmp, c->row_tmp_bytes);
+}
+
+/* ==== token selection (host) ===================================================================== */
+/* argmax, lowest index on ties (torch.argmax) */
+static int64_t pick_greedy(const float *x, int64_t vocab) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+typedef struct {
+    double p;
+    int64_t id;
+} scored;
+
+/* descending by value, ascending id on ties */
+static int cmp_scored_desc(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Hugging Face's order: temperature, top-k (every logit below the k-th largest dropped), top-p
+ * (the smallest most-likely set whose probability reaches top_p, at least one token), then the
+ * inverse CDF of u over the kept tokens in descending probability. */
+static int64_t pick_sample(const float *x, int64_t vocab, const gr_generate_options *o, double u, scored *tmp) {
+    for (int64_t v = 0; v < vocab; v++) tmp[v] = (scored){(double)x[v] / o->temperature, v};
+    qsort(tmp, (size_t)vocab, sizeof *tmp, cmp_scored_desc);
+    int64_t keep = vocab;
+    if (o->top_k > 0 && o->top_k < vocab) {
+        double kth = tmp[o->top_k - 1].p;
+        keep = o->top_k;
+        while (keep < vocab && tmp[keep].p >= kth) keep++; /* ties with the k-th stay, as HF's threshold */
+    }
+    double mx = tmp[0].p, sum = 0;
+    for (int64_t i = 0; i < keep; i++) sum += exp(tmp[i].p - mx);
+    for (int64_t i = 0; i < keep; i++) tmp[i].p = exp(tmp[i].p - mx) / sum;
+    if (o->top_p < 1.0) {
+        double cum = 0;
+        int64_t n = 0;
+        while (n < keep) {
+            cum += tmp[n++].p;
+            if (cum >= o->top_p) break;
+        }
+        keep = n;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < keep; i++) total += tmp[i].p;
+    double target = u * total, cum = 0;
+    for (int64_t i = 0; i < keep; i++) {
+        cum += tmp[i].p;
+        if (target < cum) return tmp[i].id;
+    }
+    return tmp[keep - 1].id;
+}
+
+/* ==== the loops ================================================================================== */
+typedef struct {
+    gen_ctx *c;
+    const int64_t *prompt;
+    int64_t batch, prompt_len;
+    int64_t *out;
+    int64_t width; /* prompt_len + max_new_tokens */
+    double t0, t_first;
+} gen_run;
+
+/* The prompt: one step of every prompt token, or one step per token. rows = batch * reps (each
+ * prompt row repeated reps times, beams). Leaves the logits of the last prompt position. */
+static gr_status gen_prompt(gen_run *R, int64_t reps) {
+    gen_ctx *c = R->c;
+    const gr_ir_value *iv = graph_input(c->s->graph, c->in_ids);
+    bool whole = c->o->prompt_mode == GR_PROMPT_WHOLE || (c->o->prompt_mode == GR_PROMPT_AUTO && gr_dx_is_sym(iv->dims[1]));
+    int64_t P = R->prompt_len, rows = c->rows;
+    int64_t *ids = gr_malloc((size_t)(rows * P) * sizeof(int64_t));
+    if (!ids) return GR_ERR_NOMEM;
+    for (int64_t r = 0; r < rows; r++) memcpy(ids + r * P, R->prompt + (r / reps) * P, (size_t)P * sizeof(int64_t));
+    gr_status st = GR_OK;
+    if (whole) {
+        st = gen_run_step(c, ids, P, 0);
+    } else {
+        int64_t *col = gr_malloc((size_t)rows * sizeof(int64_t));
+        if (!col) st = GR_ERR_NOMEM;
+        for (int64_t t = 0; t < P && st == GR_OK; t++) {
+            for (int64_t r = 0; r < rows; r++) col[r] = ids[r * P + t];
+            st = gen_run_step(c, col, 1, t);
+            if (st == GR_OK && t + 1 < P) st = gen_commit_state(c, NULL);
+        }
+        gr_free(col, (size_t)rows * sizeof(int64_t));
+    }
+    gr_free(ids, (size_t)(rows * P) * sizeof(int64_t));
+    return st;
+}
+
+static gr_status gen_greedy(gen_run *R, gr_generate_stats *stats) {
+    gen_ctx *c = R->c;
+    const gr_generate_options *o = c->o;
+    gr_session_t s = c->s;
+    int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, vocab = c->vocab;
+    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
+    size_t tok_bytes = (size_t)B * sizeof(int64_t), fin_bytes = (size_t)B;
+    size_t tmp_bytes = o->sample ? (size_t)vocab * sizeof(scored) : 0;
+    int64_t *tok = gr_malloc(tok_bytes);
+    uint8_t *finished = gr_calloc((size_t)B, 1);
+    scored *tmp = tmp_bytes ? gr_malloc(tmp_bytes) : NULL;
+    gr_status st = (!tok || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
+    if (st == GR_OK) st = gen_prompt(R, 1);
+    int64_t j = 0;
+    for (; j < N && st == GR_OK; j++) {
+        bool all = true;
+        for (int64_t r = 0; r < B; r++) {
+            const float *x = c->logits + r * vocab;
+            int64_t t;
+            if (finished[r]) t = pad;
+            else if (o->sample) t = pick_sample(x, vocab, o, gen_uniform(o->seed, (uint64_t)(j * B + r)), tmp);
+            else t = pick_greedy(x, vocab);
+            if (o->eos_id >= 0 && t == o->eos_id) finished[r] = 1;
+            all &= finished[r] != 0;
+            tok[r] = t;
+            R->out[r * R->width + P + j] = t;
+        }
+        if (j == 0) R->t_first = gr_session_clock_us(s);
+        if (o->on_token) o->on_token(o->user, j, tok, B);
+        if (j + 1 == N || (o->eos_id >= 0 && all)) {
+            j++;
+            break;
+        }
+        st = gen_commit_state(c, NULL);
+        if (st == GR_OK) st = gen_run_step(c, tok, 1, P + j);
+    }
+    if (st == GR_OK) {
+        stats->new_tokens = j;
+        for (int64_t r = 0; r < B; r++)
+            for (int64_t k = j; k < N; k++) R->out[r * R->width + P + k] = pad;
+    }
+    gr_free(tok, tok_bytes);
+    gr_free(finished, fin_bytes);
+    if (tmp) gr_free(tmp, tmp_bytes);
+    return st;
+}
+
+/* ---- beam search: Hugging Face's do_sample=False algorithm (early_stopping=True) ----
+ * Per batch row, k running beams with scores (beam 0 at 0, the others at -1e9 after the prompt,
+ * so the first step expands beam 0 only). Each step: scores + log_softmax of the last logits,
+ * the top 2k of k x vocab (descending, lowest flat index on ties); the best k that are not EOS
+ * (and, at the last position, none) run on; EOS candidates among the first k, and every one of
+ * the first k at the last position, are finished hypotheses scored sum / len ** length_penalty
+ * and kept when among the k best finished. A batch row is done when it holds k finished
+ * hypotheses; the loop stops when every row is. The cache rows follow their beams (D2D). */
+typedef struct {
+    float score;
+    int64_t len;
+    int64_t *tokens; /* max_new_tokens */
+} beam_hyp;
+
+static gr_status gen_beam(gen_run *R, gr_generate_stats *stats) {
+    gen_ctx *c = R->c;
+    const gr_generate_options *o = c->o;
+    gr_session_t s = c->s;
+    int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, vocab = c->vocab, K = o->beams, rows = c->rows;
+    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
+    int64_t K2 = 2 * K;
+    const float NEG = -1.0e9f;
+    size_t score_bytes = (size_t)rows * sizeof(float), seq_bytes = (size_t)(rows * N) * sizeof(int64_t);
+    size_t cand_bytes = (size_t)K2 * sizeof(scored), src_bytes = (size_t)rows * sizeof(int64_t);
+    size_t hyp_bytes = (size_t)(B * K) * sizeof(beam_hyp), hyp_tok_bytes = (size_t)(B * K * N) * sizeof(int64_t);
+    size_t lp_bytes = (size_t)vocab * sizeof(float), done_bytes = (size_t)B;
+    float *score = gr_malloc(score_bytes), *new_score = gr_malloc(score_bytes), *lp = gr_malloc(lp_bytes);
+    int64_t *seqs = gr_malloc(seq_bytes), *new_seqs = gr_malloc(seq_bytes);
+    scored *cand = gr_malloc(cand_bytes);
+    int64_t *src = gr_malloc(src_bytes), *tok = gr_malloc(src_bytes);
+    beam_hyp *hyp = gr_calloc((size_t)(B * K), sizeof(beam_hyp));
+    int64_t *hyp_tok = gr_malloc(hyp_tok_bytes);
+    uint8_t *done = gr_calloc((size_t)B, 1);
+    gr_status st = GR_OK;
+    if (!score || !new_score || !lp || !seqs || !new_seqs || !cand || !src || !tok || !hyp || !hyp_tok || !done) st = GR_ERR_NOMEM;
+    if (st == GR_OK) {
+        for (int64_t r = 0; r < rows; r++) score[r] = r % K == 0 ? 0.0f : NEG;
+        for (int64_t h = 0; h < B * K; h++) hyp[h] = (beam_hyp){NEG, 0, hyp_tok + h * N};
+        st = gen_prompt(R, K);
+    }
+    int64_t j = 0;
+    for (; j < N && st == GR_OK; j++) {
+        bool last = j + 1 == N;
+        for (int64_t b = 0; b < B; b++) {
+            /* top 2k of scores + logprobs over k x vocab: insertion into a sorted list */
+            int64_t n_cand = 0;
+            for (int64_t i = 0; i < K; i++) {
+                const float *x = c->logits + (b * K + i) * vocab;
+                double mx = x[0], sum = 0;
+                for (int64_t v = 1; v < vocab; v++) mx = x[v] > mx ? x[v] : mx;
+                for (int64_t v = 0; v < vocab; v++) sum += exp((double)x[v] - mx);
+                double lse = mx + log(sum);
+                for (int64_t v = 0; v < vocab; v++) lp[v] = (float)((double)x[v] - lse);
+                for (int64_t v = 0; v < vocab; v++) {
+                    double sc = (double)(score[b * K + i] + lp[v]); /* f32 sums, as torch */
+                    int64_t id = i * vocab + v;
+                    if (n_cand == K2 && !(sc > cand[K2 - 1].p)) continue; /* ties keep the lower flat index */
+                    int64_t at = n_cand < K2 ? n_cand++ : K2 - 1;
+                    while (at > 0 && sc > cand[at - 1].p) {
+                        cand[at] = cand[at - 1];
+                        at--;
+                    }
+                    cand[at] = (scored){sc, id};
+                }
+            }
+            /* finished hypotheses: EOS (or every candidate at the last position) among the first k */
+            for (int64_t ci = 0; ci < K && !done[b]; ci++) {
+                int64_t beam = cand[ci].id / vocab, t = cand[ci].id % vocab;
+                bool eos = o->eos_id >= 0 && t == o->eos_id;
+                if (!eos && !last) continue;
+                float fs = (float)(cand[ci].p / pow((double)(j + 1), o->length_penalty));
+                beam_hyp *hs = hyp + b * K;
+                /* the k best finished: replace the worst when better (existing ones win ties) */
+                int64_t worst = 0;
+                for (int64_t h = 1; h < K; h++)
+                    if (hs[h].score < hs[worst].score) worst = h;
+                if (!(fs > hs[worst].score)) continue;
+                memcpy(hs[worst].tokens, seqs + (b * K + beam) * N, (size_t)j * sizeof(int64_t));
+                hs[worst].tokens[j] = t;
+                hs[worst].len = j + 1;
+                hs[worst].score = fs;
+            }
+            if (!done[b]) {
+                bool full = true;
+                for (int64_t h = 0; h < K; h++) full &= hyp[b * K + h].score > NEG;
+                if (full) done[b] = 1;
+            }
+            /* the k best non-EOS continuations run on */
+            int64_t n = 0;
+            for (int64_t ci = 0; ci < K2 && n < K; ci++) {
+                int64_t beam = cand[ci].id / vocab, t = cand[ci].id % vocab;
+                if (o->eos_id >= 0 && t == o->eos_id) continue;
+                int64_t r = b * K + n++;
+                src[r] = b * K + beam;
+                tok[r] = t;
+                new_score[r] = (float)cand[ci].p;
+                memcpy(new_seqs + r * N, seqs + (b * K + beam) * N, (size_t)j * sizeof(int64_t));
+                new_seqs[r * N + j] = t;
+            }
+            for (; n < K; n++) { /* fewer than k non-EOS candidates: dead beams */
+                int64_t r = b * K + n;
+                src[r] = b * K;
+                tok[r] = pad >= 0 ? pad : 0;
+                new_score[r] = NEG;
+                memcpy(new_seqs + r * N, seqs + b * K * N, (size_t)j * sizeof(int64_t));
+                new_seqs[r * N + j] = tok[r];
+            }
+        }
+        memcpy(score, new_score, score_bytes);
+        memcpy(seqs, new_seqs, seq_bytes);
+        if (j == 0) R->t_first = gr_session_clock_us(s);
+        bool all = true;
+        for (int64_t b = 0; b < B; b++) all &= done[b] != 0;
+        if (last || all) {
+            j++;
+            break;
+        }
+        st = gen_commit_state(c, src);
+        if (st == GR_OK) st = gen_run_step(c, tok, 1, P + j);
+    }
+    if (st == GR_OK) {
+        stats->new_tokens = j;
+        for (int64_t b = 0; b < B; b++) {
+            beam_hyp *best = NULL;
+            for (int64_t h = 0; h < K; h++)
+                if (hyp[b * K + h].score > NEG && (!best || hyp[b * K + h].score > best->score)) best = &hyp[b * K + h];
+            for (int64_t t = 0; t < N; t++) {
+                int64_t v = pad;
+                if (best && t < best->len) v = best->tokens[t];
+                else if (!best && t < j) v = seqs[b * K * N + t];
+                R->out[b * R->width + P + t] = v;
+            }
+        }
+        if (o->on_token) {
+            for (int64_t t = 0; t < j && st == GR_OK; t++) {
+                for (int64_t b = 0; b < B; b++) tok[b] = R->out[b * R->width + P + t];
+                o->on_token(o->user, t, tok, B);
+            }
+        }
+    }
+    gr_free(score, score_bytes);
+    gr_free(new_score, score_bytes);
+    gr_free(lp, lp_bytes);
+    gr_free(seqs, seq_bytes);
+    gr_free(new_seqs, seq_bytes);
+    gr_free(cand, cand_bytes);
+    gr_free(src, src_bytes);
+    gr_free(tok, src_bytes);
+    gr_free(hyp, hyp_bytes);
+    gr_free(hyp_tok, hyp_tok_bytes);
+    gr_free(done, done_bytes);
+    return st;
+}
+
+/* ==== entry ======================================================================================= */
+static gr_status check_options(const gr_generate_options *o, int64_t batch, int64_t prompt_len, int64_t vocab_unknown) {
+    (void)vocab_unknown;
+    if (batch <= 0) return gr_error(GR_ERR_INVALID, "generate: batch is %lld (must be > 0)", (long long)batch);
+    if (prompt_len <= 0) return gr_error(GR_ERR_INVALID, "generate: prompt length is %lld (must be > 0)", (long long)prompt_len);
+    if (o->max_new_tokens <= 0)
+        return gr_error(GR_ERR_INVALID, "generate: max_new_tokens is %lld (must be > 0)", (long long)o->max_new_tokens);
+    if (o->beams < 1) return gr_error(GR_ERR_INVALID, "generate: beams is %d (must be >= 1)", o->beams);
+    if (o->beams > 1 && o->sample) return gr_error(GR_ERR_INVALID, "generate: beam search (beams %d) with sampling is not supported", o->beams);
+    if (o->prompt_mode < 0 || o->prompt_mode >= GR_PROMPT_COUNT)
+        return gr_error(GR_ERR_INVALID, "generate: prompt_mode %d is not a gr_prompt_mode", o->prompt_mode);
+    if (o->sample) {
+        if (!(o->temperature > 0) || !isfinite(o->temperature))
+            return gr_error(GR_ERR_INVALID, "generate: temperature %g must be > 0", o->temperature);
+        if (!(o->top_p > 0 && o->top_p <= 1)) return gr_error(GR_ERR_INVALID, "generate: top_p %g must be in (0, 1]", o->top_p);
+        if (o->top_k < 0) return gr_error(GR_ERR_INVALID, "generate: top_k %d must be >= 0 (0 = off)", o->top_k);
+    }
+    if (o->beams > 1 && !isfinite(o->length_penalty))
+        return gr_error(GR_ERR_INVALID, "generate: length_penalty %g is not finite", o->length_penalty);
+    int64_t total, rows;
+    if (__builtin_add_overflow(prompt_len, o->max_new_tokens, &total) || gr_mul_overflow(batch, o->beams, &rows) ||
+        gr_mul_overflow(rows, total, &total) || total > GR_MAX_NUMEL)
+        return gr_error(GR_ERR_INVALID, "generate: batch %lld x (prompt %lld + %lld new tokens) x %d beams is too large", (long long)batch,
+                        (long long)prompt_len, (long long)o->max_new_tokens, o->beams);
+    return GR_OK;
+}
+
+static long count_plans(gr_session_t s) {
+    long n = 0;
+    for (gr_rt_plan *p = s->plans; p; p = p->next) n++;
+    return n;
+}
+
+gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, const int64_t *prompt, int64_t batch, int64_t prompt_len,
+                              int64_t *out_tokens, gr_generate_stats *stats) {
+    gr_generate_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!s || !prompt || !out_tokens) return gr_error(GR_ERR_INVALID, "gr_session_generate: NULL argument");
+    gr_generate_options defaults;
+    if (!opt) {
+        gr_generate_options_init(&defaults);
+        opt = &defaults;
+    }
+    GR_TRY(check_options(opt, batch, prompt_len, 0));
+    if (!s->gen || s->gen->n == 0)
+        return gr_error(GR_ERR_INVALID, "generate: no KV-cache state bound: bind it with gr_session_bind_state(s, \"present...\", "
+                                        "\"past...\") or gr_session_bind_state_auto");
+    gen_ctx c = {.s = s, .o = opt, .in_mask = -1, .in_pos = -1};
+    gen_run R = {.c = &c, .prompt = prompt, .batch = batch, .prompt_len = prompt_len, .out = out_tokens,
+                 .width = prompt_len + opt->max_new_tokens};
+    gr_status st = gen_prepare(&c, batch, prompt_len);
+    if (st == GR_OK) {
+        for (int64_t b = 0; b < batch; b++) {
+            for (int64_t t = 0; t < prompt_len; t++) {
+                int64_t id = prompt[b * prompt_len + t];
+                if (id < 0 || id >= c.vocab) {
+                    st = gr_error(GR_ERR_INVALID, "generate: prompt token [%lld, %lld] = %lld is outside the vocabulary (0..%lld)",
+                                  (long long)b, (long long)t, (long long)id, (long long)c.vocab - 1);
+                    break;
+                }
+                out_tokens[b * R.width + t] = id;
+            }
+            if (st != GR_OK) break;
+        }
+    }
+    if (st == GR_OK) {
+        R.t0 = gr_session_clock_us(s);
+        st = opt->beams > 1 ? gen_beam(&R, stats) : gen_greedy(&R, stats);
+    }
+    if (st == GR_OK) {
+        double t_end = gr_session_clock_us(s);
+        stats->prompt_us = R.t_first - R.t0;
+        stats->decode_us = t_end - R.t_first;
+        const gr_ir_value *iv = graph_input(s->graph, c.in_ids);
+        bool whole = opt->prompt_mode == GR_PROMPT_WHOLE || (opt->prompt_mode == GR_PROMPT_AUTO && gr_dx_is_sym(iv->dims[1]));
+        stats->prompt_steps = whole ? 1 : prompt_len;
+        stats->decode_steps = c.steps - stats->prompt_steps;
+        stats->ms_per_token = stats->decode_steps > 0 ? stats->decode_us / (double)stats->decode_steps / 1e3 : 0;
+        double all_us = stats->prompt_us + stats->decode_us;
+        stats->tokens_per_s = all_us > 0 ? (double)(batch * stats->new_tokens) / (all_us / 1e6) : 0;
+        stats->plans = count_plans(s);
+    }
+    gen_ctx_free(&c);
+    return st;
+}

@@ -1,0 +1,358 @@
+/* tests/test_generate — decode loops over step exports with a KV cache (issue 12, reference path).
+ *
+ * Fixtures: tests/data/onnx/decode/{gpt2,llama} (make_decode_fixtures.py): one-step exports whose
+ * cache grows by concatenation, with Hugging Face's greedy and beam-4 ids for a [2, 4] prompt.
+ * Checked: state binding (automatic pairing, every bad binding's message), greedy equal to HF's
+ * ids with the whole prompt and token by token, eager and graph mode; beam 4 equal to HF's;
+ * sampling reproducible by seed, different across seeds, top_k = 1 equal to greedy; eos stopping;
+ * streaming; no leaks. */
+#include "check.h"
+#include "npy.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const models[] = {"gpt2", "llama"};
+
+static gr_graph_t load(const char *model) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/onnx/decode/%s/model.onnx", model);
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_load(path, &g));
+    return g;
+}
+
+static gr_session_t open_session(const char *model, gr_mode mode, bool bind) {
+    gr_graph_t g = load(model);
+    if (!g) return NULL;
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = GR_DEVICE_SIM;
+    so.mode = mode;
+    so.max_rerecords = 1000; /* graph mode: a graph for every binding (each step's past is one) */
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &so, &s));
+    gr_graph_destroy(g);
+    if (s && bind) {
+        int n = 0;
+        CHECK_OK(gr_session_bind_state_auto(s, &n));
+        CHECK_MSG(n == 4, "%s: %d states bound automatically, 4 expected", model, n);
+    }
+    return s;
+}
+
+static bool read_npy(const char *model, const char *file, npy_array *a) {
+    char path[256], err[NPY_ERR_LEN];
+    snprintf(path, sizeof path, "tests/data/onnx/decode/%s/%s", model, file);
+    int rc = npy_read(path, a, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    return rc == 0 && a->dtype == GR_I64 && a->ndim == 2;
+}
+
+static int64_t mismatches(const int64_t *a, const int64_t *b, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += a[i] != b[i];
+    return bad;
+}
+
+typedef struct {
+    int64_t calls, last_step, tokens;
+    int64_t seen[64];
+} stream_log;
+
+static void on_token(void *user, int64_t step, const int64_t *tokens, int64_t n) {
+    stream_log *l = user;
+    if (l->calls < 32 && n == 2) l->seen[2 * l->calls] = tokens[0], l->seen[2 * l->calls + 1] = tokens[1];
+    l->calls++;
+    l->last_step = step;
+    l->tokens += n;
+}
+
+/* ==== (a) greedy = HF, whole prompt and token by token, eager and graph; (b) beam 4 = HF ======== */
+static void test_reference_ids(const char *model) {
+    npy_array prompt = {0}, greedy = {0}, beam = {0};
+    if (!read_npy(model, "prompt.npy", &prompt) || !read_npy(model, "greedy.npy", &greedy) || !read_npy(model, "beam4.npy", &beam)) goto done;
+    int64_t B = prompt.dims[0], P = prompt.dims[1], W = greedy.dims[1], N = W - P;
+    int64_t *out = calloc((size_t)(B * W), sizeof(int64_t));
+    static const gr_mode modes[] = {GR_MODE_EAGER, GR_MODE_GRAPH};
+    for (int m = 0; m < 2; m++) {
+        gr_session_t s = open_session(model, modes[m], true);
+        if (!s) continue;
+        for (int pm = GR_PROMPT_WHOLE; pm <= GR_PROMPT_TOKENS; pm++) {
+            gr_generate_options o;
+            gr_generate_options_init(&o);
+            o.max_new_tokens = N;
+            o.prompt_mode = pm;
+            stream_log log = {0};
+            o.on_token = on_token;
+            o.user = &log;
+            gr_generate_stats st;
+            memset(out, 0xff, (size_t)(B * W) * sizeof(int64_t));
+            CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, &st));
+            int64_t bad = mismatches(out, greedy.data, B * W);
+            CHECK_MSG(bad == 0, "%s greedy (%s, prompt %s): %lld of %lld ids differ from Hugging Face's", model, m ? "graph" : "eager",
+                      pm == GR_PROMPT_WHOLE ? "whole" : "tokens", (long long)bad, (long long)(B * W));
+            CHECK(log.calls == N && log.last_step == N - 1 && log.tokens == N * B);
+            CHECK(log.seen[0] == out[P] && log.seen[1] == out[W + P]);
+            CHECK(st.new_tokens == N && st.prompt_steps == (pm == GR_PROMPT_WHOLE ? 1 : P) && st.decode_steps == N - 1);
+            CHECK(st.plans >= 1 && st.ms_per_token > 0 && st.tokens_per_s > 0);
+        }
+        if (m == 0) {
+            /* the session runs a second generation the same way (state buffers reused) */
+            gr_generate_options o;
+            gr_generate_options_init(&o);
+            o.max_new_tokens = N;
+            CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, NULL));
+            CHECK(mismatches(out, greedy.data, B * W) == 0);
+        }
+        if (m == 1) {
+            gr_run_stats rs;
+            CHECK_OK(gr_session_stats(s, &rs));
+            CHECK_MSG(rs.captures >= N - 1, "%s graph mode: %ld captures (a graph per decode binding seen twice)", model, rs.captures);
+        }
+        /* beam 4 */
+        gr_generate_options o;
+        gr_generate_options_init(&o);
+        o.max_new_tokens = N;
+        o.beams = 4;
+        stream_log log = {0};
+        o.on_token = on_token;
+        o.user = &log;
+        memset(out, 0xff, (size_t)(B * W) * sizeof(int64_t));
+        CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, NULL));
+        int64_t bad = mismatches(out, beam.data, B * W);
+        CHECK_MSG(bad == 0, "%s beam 4 (%s): %lld of %lld ids differ from Hugging Face's", model, m ? "graph" : "eager", (long long)bad,
+                  (long long)(B * W));
+        CHECK(log.calls == N && log.seen[2 * (N - 1)] == out[W - 1]);
+        gr_session_destroy(s);
+    }
+    free(out);
+done:
+    npy_free(&prompt);
+    npy_free(&greedy);
+    npy_free(&beam);
+}
+
+/* ==== (c) sampling, (d) eos ====================================================================== */
+static void test_sampling_and_eos(const char *model) {
+    npy_array prompt = {0}, greedy = {0};
+    if (!read_npy(model, "prompt.npy", &prompt) || !read_npy(model, "greedy.npy", &greedy)) goto done;
+    int64_t B = prompt.dims[0], P = prompt.dims[1], W = greedy.dims[1], N = W - P, n = B * W;
+    gr_session_t s = open_session(model, GR_MODE_EAGER, true);
+    if (!s) goto done;
+    int64_t *a = calloc((size_t)n, 8), *b = calloc((size_t)n, 8), *c = calloc((size_t)n, 8);
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = N;
+    o.sample = 1;
+    o.seed = 1234;
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, a, NULL));
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, b, NULL));
+    CHECK_MSG(mismatches(a, b, n) == 0, "%s: sampling with one seed is not reproducible", model);
+    o.seed = 99;
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, c, NULL));
+    CHECK_MSG(mismatches(a, c, n) > 0, "%s: seeds 1234 and 99 sampled the same ids", model);
+    /* random weights give flat distributions: samples are not the greedy ids */
+    CHECK(mismatches(a, greedy.data, n) > 0);
+    o.top_k = 1;
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, c, NULL));
+    CHECK_MSG(mismatches(c, greedy.data, n) == 0, "%s: top_k = 1 differs from greedy", model);
+    o.top_k = 0;
+    o.top_p = 1e-6; /* only the most likely token reaches it */
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, c, NULL));
+    CHECK_MSG(mismatches(c, greedy.data, n) == 0, "%s: top_p = 1e-6 differs from greedy", model);
+    o.top_p = 0.9;
+    o.temperature = 0.7;
+    o.top_k = 20;
+    o.prompt_mode = GR_PROMPT_TOKENS;
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, a, NULL));
+    o.prompt_mode = GR_PROMPT_WHOLE;
+    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, b, NULL));
+    CHECK_MSG(mismatches(a, b, n) == 0, "%s: sampling differs between the prompt modes", model);
+
+    /* eos: the token greedy emits for row 0 at step 3 (the first such step in row 0) */
+    const int64_t *g = greedy.data;
+    int64_t j = 3;
+    int64_t eos = g[P + j];
+    for (int64_t k = 0; k < j; k++)
+        if (g[P + k] == eos) j = k;
+    gr_generate_options e;
+    gr_generate_options_init(&e);
+    e.max_new_tokens = N;
+    e.eos_id = eos;
+    CHECK_OK(gr_session_generate(s, &e, prompt.data, B, P, a, NULL));
+    for (int64_t r = 0; r < B; r++) {
+        /* each row follows greedy up to its first eos, then repeats eos (pad = eos) */
+        bool stopped = false;
+        for (int64_t t = P; t < W; t++) {
+            int64_t want = stopped ? eos : g[r * W + t];
+            CHECK_MSG(a[r * W + t] == want, "%s eos %lld: row %lld position %lld is %lld, expected %lld", model, (long long)eos,
+                      (long long)r, (long long)t, (long long)a[r * W + t], (long long)want);
+            if (g[r * W + t] == eos) stopped = true;
+        }
+    }
+    CHECK(a[P + j] == eos && a[W - 1] == eos);
+    e.pad_id = 0;
+    gr_generate_stats st;
+    CHECK_OK(gr_session_generate(s, &e, prompt.data, B, P, b, &st));
+    CHECK(b[P + j] == eos && (j + 1 >= N || b[P + j + 1] == 0));
+    free(a);
+    free(b);
+    free(c);
+    gr_session_destroy(s);
+done:
+    npy_free(&prompt);
+    npy_free(&greedy);
+}
+
+/* ==== (e) bad bindings and bad calls ============================================================== */
+static void test_errors(void) {
+    gr_session_t s = open_session("gpt2", GR_MODE_EAGER, false);
+    if (!s) return;
+    int64_t prompt[4] = {5, 6, 7, 8}, out[8];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = 4;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "no KV-cache state");
+    CHECK_ERR(gr_session_bind_state(s, "present.9.key", "past_key_values.0.key"), GR_ERR_INVALID, "output 'present.9.key'");
+    CHECK_ERR(gr_session_bind_state(s, "present.0.key", "past.0.key"), GR_ERR_INVALID, "input 'past.0.key' (fed by output 'present.0.key') does not exist");
+    CHECK_ERR(gr_session_bind_state(s, "nope", "nada"), GR_ERR_INVALID, "neither output 'nope' nor input 'nada'");
+    /* dtype: logits f32 vs input_ids i64 */
+    CHECK_ERR(gr_session_bind_state(s, "logits", "input_ids"), GR_ERR_INVALID, "dtypes differ");
+    /* rank: logits [batch, seq, vocab] vs past [batch, 4, past, 16] */
+    CHECK_ERR(gr_session_bind_state(s, "logits", "past_key_values.0.key"), GR_ERR_INVALID, "ranks differ");
+    CHECK_OK(gr_session_bind_state(s, "present.0.key", "past_key_values.0.key"));
+    CHECK_ERR(gr_session_bind_state(s, "present.1.key", "past_key_values.0.key"), GR_ERR_INVALID, "already bound");
+    CHECK(gr_session_num_states(s) == 1);
+    const char *on = NULL, *in = NULL;
+    CHECK_OK(gr_session_state_info(s, 0, &on, &in));
+    CHECK(on && in && !strcmp(on, "present.0.key") && !strcmp(in, "past_key_values.0.key"));
+    CHECK_ERR(gr_session_state_info(s, 1, &on, &in), GR_ERR_INVALID, "out of range");
+    /* generation with unbound cache inputs names them */
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "past_key_values.0.value");
+    int n = 0;
+    CHECK_OK(gr_session_bind_state_auto(s, &n));
+    CHECK(n == 3 && gr_session_num_states(s) == 4);
+    o.max_new_tokens = 0;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "max_new_tokens is 0");
+    o.max_new_tokens = 4;
+    o.beams = 2;
+    o.sample = 1;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "with sampling");
+    o.beams = 1;
+    o.temperature = 0;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "temperature");
+    o.temperature = 1;
+    o.top_p = 1.5;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "top_p");
+    o.sample = 0;
+    prompt[2] = 211;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "outside the vocabulary");
+    prompt[2] = 7;
+    o.logits = "present.0.key";
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "is the logits and a state");
+    o.logits = NULL;
+    /* after errors, the session still generates */
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 4, out, NULL));
+    gr_session_destroy(s);
+
+    /* a shape mismatch on a non-sequence axis: llama's present_k0 [batch, 2, total, 16] against a
+     * hand-made graph is not possible here, so pair llama's key with its own value of another
+     * layer (same shapes: allowed) and gpt2-style mismatch through dims: the past of llama has
+     * 2 heads; bind present -> an input with a different head count does not exist in the
+     * fixtures, so build one with the API */
+    gr_graph_t g;
+    CHECK_OK(gr_graph_create(&g));
+    int64_t pd[3] = {-1, 4, -1}, qd[3] = {-1, 2, -1};
+    const char *ps[3] = {"batch", NULL, "past"}, *qs[3] = {"batch", NULL, "past"};
+    gr_value_t past, q, outv;
+    CHECK_OK(gr_graph_add_input(g, "past_x", GR_F32, 3, pd, ps, &past));
+    CHECK_OK(gr_graph_add_input(g, "past_y", GR_F32, 3, qd, qs, &q));
+    CHECK_OK(gr_graph_add_node(g, "concat", "cat", 2, (gr_value_t[]){past, past}, 1,
+                               (gr_attr[]){{.name = "axis", .kind = GR_ATTR_INT, .i = 2}}, 1, &outv));
+    CHECK_OK(gr_graph_set_output(g, outv, "present_x"));
+    gr_value_t y2;
+    CHECK_OK(gr_graph_add_node(g, "neg", "n", 1, &q, 0, NULL, 1, &y2));
+    CHECK_OK(gr_graph_set_output(g, y2, "present_z"));
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = GR_DEVICE_SIM;
+    gr_session_t s2 = NULL;
+    CHECK_OK(gr_session_create(g, &so, &s2));
+    if (s2) {
+        CHECK_ERR(gr_session_bind_state(s2, "present_x", "past_y"), GR_ERR_INVALID, "dim 1 is 4 in the output but 2 in the input");
+        CHECK_ERR(gr_session_bind_state(s2, "present_z", "past_x"), GR_ERR_INVALID, "dim 1 is 2 in the output but 4 in the input");
+        CHECK_OK(gr_session_bind_state(s2, "present_x", "past_x"));
+        gr_session_destroy(s2);
+    }
+    gr_graph_destroy(g);
+}
+
+
+/* ==== allocation failures: every one fails cleanly (GR_ERR_NOMEM), leaks nothing, and the session
+ * generates afterwards ==================================================================================== */
+static gr_session_t fresh_llama(void) {
+    gr_graph_t g = load("llama");
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = GR_DEVICE_SIM;
+    gr_session_t t = NULL;
+    if (g) CHECK_OK(gr_session_create(g, &so, &t));
+    gr_graph_destroy(g);
+    return t;
+}
+
+static void test_alloc_failures(void) {
+    enum { W = 2 + 5 };
+    int64_t prompt[2] = {5, 6}, want[W], got[W];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = 5;
+    o.beams = 2;
+    /* the allocations binding and generating make in a fresh session */
+    gr_session_t s = fresh_llama();
+    if (!s) return;
+    int bound = 0;
+    gr_debug_fail_alloc_after(0);
+    CHECK_OK(gr_session_bind_state_auto(s, &bound));
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 2, want, NULL));
+    long total = gr_debug_fail_alloc_after(0);
+    gr_session_destroy(s);
+    int failures = 0;
+    for (long n = 1; n <= total; n += n < 150 ? 1 : 89) {
+        long live0 = gr_debug_live_allocs();
+        gr_session_t t = fresh_llama();
+        if (!t) break;
+        gr_debug_fail_alloc_after(n);
+        bound = 0;
+        gr_status st = gr_session_bind_state_auto(t, &bound);
+        if (st == GR_OK) st = gr_session_generate(t, &o, prompt, 1, 2, got, NULL);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing: wrong ids without an error", n);
+        } else {
+            failures++;
+            CHECK_MSG(st == GR_ERR_NOMEM, "allocation %ld failing gave %s: %s", n, gr_status_name(st), gr_last_error());
+            /* the session still works once memory is back */
+            if (gr_session_num_states(t) < 4) CHECK_OK(gr_session_bind_state_auto(t, &bound));
+            CHECK_OK(gr_session_generate(t, &o, prompt, 1, 2, got, NULL));
+            CHECK(!memcmp(got, want, sizeof want));
+        }
+        gr_session_destroy(t);
+        CHECK_MSG(gr_debug_live_allocs() == live0, "allocation %ld failing: %ld allocations leaked", n, gr_debug_live_allocs() - live0);
+    }
+    CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
+}
+
+int main(void) {
+    long live0 = gr_debug_live_allocs();
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        test_reference_ids(models[i]);
+        test_sampling_and_eos(models[i]);
+    }
+    test_errors();
+    test_alloc_failures();
+    CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
+    return check_summary("test_generate");
+}
