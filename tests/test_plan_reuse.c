@@ -7,7 +7,9 @@
  * session's own pipeline options, no scratch) and compares everything a plan runs from:
  * every step (kind, node, arguments, output), every kernel (parameters, loop nest, nodes with
  * their constants and accesses, stages), every library call, every value's storage (kind,
- * offset, size, alias, live range), the arena and constant sizes, and the segments.
+ * offset, size, alias, live range), the arena and constant sizes, and the segments; and again
+ * against a fresh run whose memory plan places values with the interval tree instead of the
+ * list (memplan.c: the same offsets either way).
  * Runs on the simulator; GRAFT_TEST_DEVICE=cuda runs it on the GPU. */
 #include "check.h"
 #include "npy.h"
@@ -73,13 +75,17 @@ static bool arg_eq(const gr_step_arg *a, const gr_step_arg *b) {
            !memcmp(&a->literal, &b->literal, sizeof a->literal);
 }
 
-/* p (built in the session) against a fresh pipeline run for its binding */
-static void compare_with_fresh(gr_session_t s, const gr_rt_plan *p, const char *what) {
+/* p (built in the session) against a fresh pipeline run for its binding; tree_only: the fresh
+ * run places arena values with the interval tree (the session's plans, with few values, use the
+ * list: memplan.c) */
+static void compare_with_fresh(gr_session_t s, const gr_rt_plan *p, bool tree_only, const char *what) {
     gr_pipeline_opts po;
     gr_rt_plan_pipeline_opts(s, &po);
     CHECK(po.scratch == NULL && po.after_pass == NULL);
     gr_compiled c;
+    gr_pass_plan_memory_debug_tree_only(tree_only);
     CHECK_OK(gr_pass_pipeline(s->graph, p->sym_values, &po, &c));
+    gr_pass_plan_memory_debug_tree_only(false);
     char why[160] = "";
     bool same = c.steps.len == p->steps.len;
     if (!same) snprintf(why, sizeof why, "%d steps / %d fresh", p->steps.len, c.steps.len);
@@ -140,7 +146,9 @@ static void run_case(const char *c) {
     for (const gr_rt_plan *p = s ? s->plans : NULL; p; p = p->next, n++) {
         char what[128];
         snprintf(what, sizeof what, "%s, plan %d", c, n);
-        compare_with_fresh(s, p, what);
+        compare_with_fresh(s, p, false, what);
+        snprintf(what, sizeof what, "%s, plan %d, fresh plan placed by the interval tree", c, n);
+        compare_with_fresh(s, p, true, what);
     }
     CHECK_MSG(n == n_plans && n > 1, "%s: %d plans for %d bindings", c, n, n_plans);
     gr_session_destroy(s);

@@ -193,6 +193,9 @@ typedef struct {
 /* Offsets in one arena from liveness (greedy best fit over sorted sizes,
  * 256-byte alignment). Graph outputs live to the end of the plan. */
 gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_mem_plan *out);
+/* Tests: place every plan's arena values with the interval tree that large plans use (plans
+ * with few values use a list; both give the same offsets). Process-wide; set before use. */
+void gr_pass_plan_memory_debug_tree_only(bool on);
 void gr_mem_plan_free(gr_mem_plan *p);
 
 /* ---- partitioning --------------------------------------------------------------------------- */
