@@ -25,7 +25,6 @@
  * between them.
  */
 #include "passes/passes.h"
-#include <stdio.h>
 #include <string.h>
 
 
@@ -226,7 +225,7 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
     for (int i = 0; i < np; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(k->params[i].name, k->params[j].name)) {
-                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
+                gr_name_copy(k->params[i].name, sizeof k->params[i].name, "p", alt++); /* "p%d", without printf */
                 j = -1; /* re-check against all earlier names (alt grows, so this ends) */
             }
 done:

@@ -14,7 +14,6 @@
  *     that is sparse enough (list labelling, Bender et al. 2002), so a
  *     splice costs O(log n) amortized. */
 #include "passes/fuse-impl.h"
-#include <stdio.h>
 #include <string.h>
 
 #define LABEL_MAX ((uint64_t)1 << 62)
@@ -446,7 +445,7 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs) {
     for (int i = 0; i < k->n_params; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(k->params[i].name, k->params[j].name)) {
-                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
+                gr_name_copy(k->params[i].name, sizeof k->params[i].name, "p", alt++); /* "p%d", without printf */
                 j = -1;
             }
     k->source_node = p->source_node >= 0 && (k->source_node < 0 || p->source_node < k->source_node) ? p->source_node
