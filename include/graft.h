@@ -498,7 +498,21 @@ typedef struct {
     /* names; NULL = "input_ids", "attention_mask", "position_ids" (the last two are fed when the model
      * has them) and "logits" (else the only output not bound as state) */
     const char *input_ids, *attention_mask, *position_ids, *logits;
+    /* gr_generate_engine: which step runs (auto: the rewritten cache where the model allows it and
+     * it agrees with the per-length step on the prompt, else the reference) */
+    int engine;
+    /* rewritten engine: cache positions (0 = prompt_len + max_new_tokens); one plan and one graph
+     * serve every generation whose prompt + new tokens fit and whose batch is the same */
+    int64_t max_length;
 } gr_generate_options;
+/* The step engines of gr_session_generate. Append-only. */
+typedef enum {
+    GR_ENGINE_AUTO = 0,   /* rewritten when possible (greedy or sampling), checked once per session, else reference */
+    GR_ENGINE_REFERENCE,  /* the unrewritten step: one binding (plan) per position, presents copied into state buffers */
+    GR_ENGINE_REWRITTEN,  /* the KV-cache rewrite (docs/design.md §3b): one step shape, cache written in place,
+                             greedy on the device; an error where the model cannot be rewritten or beams > 1 */
+    GR_ENGINE_COUNT
+} gr_generate_engine;
 GR_API void gr_generate_options_init(gr_generate_options *o);
 
 typedef struct {
@@ -510,6 +524,8 @@ typedef struct {
     double ms_per_token;     /* decode_us / decode_steps, in ms: one position for every row */
     double tokens_per_s;     /* batch * new_tokens / (prompt_us + decode_us) */
     long plans;              /* bindings (shape keys) the session holds a compiled plan for */
+    int engine;              /* the engine that ran: GR_ENGINE_REFERENCE or GR_ENGINE_REWRITTEN */
+    long captures;           /* rewritten engine: graph captures of its session so far (1 in graph mode) */
 } gr_generate_stats;
 
 /* Generates max_new_tokens positions after prompt [batch, prompt_len] (row-major int64) into

@@ -19,6 +19,8 @@ if(GRAFT_ONNX_ENABLED)
   target_include_directories(test_decode PRIVATE ${CMAKE_SOURCE_DIR}/tools)
   # examples/cnn.onnx in one session at several batch sizes, eager and graph
   graft_test(test_cnn_session SOURCES tests/test_cnn_session.c)
+  # data-dependent output shapes (NonZero, Range, Loop over run-time counts) in one session
+  graft_test(test_datadep SOURCES tests/test_datadep.c)
 
   # pytest end to end (needs the graft CLI; skips itself when it is missing)
   find_program(GRAFT_PYTEST NAMES pytest pytest-3)
@@ -54,6 +56,13 @@ if(GRAFT_ONNX_ENABLED)
              COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_breadth.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_breadth PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # data-dependent output shapes (NonZero, Range on run-time scalars, Loop with a run-time trip
+    # count): many values through one session (the Python package), eager and graph, and explain
+    add_test(NAME onnx_datadep
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_datadep.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(onnx_datadep PROPERTIES ENVIRONMENT
+      "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>;PYTHONDONTWRITEBYTECODE=1")
     # activations and rounding exporters emit (Clip, HardSwish, LeakyRelu, PRelu, Elu, Round, LogSoftmax, ...)
     add_test(NAME onnx_activations
              COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_activations.py

@@ -84,6 +84,7 @@ static void test_reference_ids(const char *model) {
             gr_generate_options_init(&o);
             o.max_new_tokens = N;
             o.prompt_mode = pm;
+            o.engine = GR_ENGINE_REFERENCE;
             stream_log log = {0};
             o.on_token = on_token;
             o.user = &log;
@@ -103,6 +104,7 @@ static void test_reference_ids(const char *model) {
             gr_generate_options o;
             gr_generate_options_init(&o);
             o.max_new_tokens = N;
+            o.engine = GR_ENGINE_REFERENCE;
             CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, NULL));
             CHECK(mismatches(out, greedy.data, B * W) == 0);
         }
@@ -110,6 +112,36 @@ static void test_reference_ids(const char *model) {
             gr_run_stats rs;
             CHECK_OK(gr_session_stats(s, &rs));
             CHECK_MSG(rs.captures >= N - 1, "%s graph mode: %ld captures (a graph per decode binding seen twice)", model, rs.captures);
+        }
+        /* the rewritten engine (auto picks it: greedy, checked against the per-length step once),
+         * twice: the second generation reuses its plan and graph; then a longer cache than needed */
+        for (int rep = 0; rep < 3; rep++) {
+            gr_generate_options o;
+            gr_generate_options_init(&o);
+            o.max_new_tokens = N;
+            o.engine = rep == 2 ? GR_ENGINE_REWRITTEN : GR_ENGINE_AUTO;
+            o.max_length = rep == 2 ? 64 : 0;
+            stream_log log = {0};
+            o.on_token = on_token;
+            o.user = &log;
+            gr_generate_stats st;
+            memset(out, 0xff, (size_t)(B * W) * sizeof(int64_t));
+            CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, &st));
+            int64_t bad = mismatches(out, greedy.data, B * W);
+            CHECK_MSG(bad == 0, "%s greedy, rewritten engine (%s, run %d): %lld of %lld ids differ from Hugging Face's", model,
+                      m ? "graph" : "eager", rep, (long long)bad, (long long)(B * W));
+            CHECK_MSG(st.engine == GR_ENGINE_REWRITTEN, "%s: engine %d ran, want the rewritten one", model, st.engine);
+            CHECK_MSG(st.captures == (m ? 1 : 0), "%s (%s, run %d): %ld captures of the rewritten step (its own session)", model,
+                      m ? "graph" : "eager", rep, st.captures);
+            CHECK(log.calls == N && st.new_tokens == N && st.decode_steps == N - 1 && st.ms_per_token > 0);
+        }
+        {
+            gr_generate_options o;
+            gr_generate_options_init(&o);
+            o.max_new_tokens = N;
+            o.engine = GR_ENGINE_REWRITTEN;
+            o.beams = 2;
+            CHECK_ERR(gr_session_generate(s, &o, prompt.data, B, P, out, NULL), GR_ERR_INVALID, "does not run beam search");
         }
         /* beam 4 */
         gr_generate_options o;

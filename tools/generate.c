@@ -40,6 +40,12 @@ const char graft_generate_usage[] =
     "  --sample               sample instead of argmax: --temperature T (1.0), then\n"
     "                         --top-k K (0 = off), then --top-p P (1.0 = off), drawn with\n"
     "                         --seed S (0; graft's counter-based RNG: reproducible)\n"
+    "  --engine auto|reference|rewritten  rewritten: the KV cache rewritten into max-length\n"
+    "                         buffers written in place, one step shape and one graph for\n"
+    "                         every position, greedy on the device (greedy and sampling);\n"
+    "                         reference: one binding per position; auto (default): the\n"
+    "                         rewritten one where the model allows it and it agrees with\n"
+    "                         the reference on the prompt\n"
     "  --prompt-mode auto|whole|tokens  the prompt as one step (whole; needs a symbolic\n"
     "                         seq), one step per token (tokens), or whole where the export\n"
     "                         allows (auto, default); both give the same ids\n"
@@ -82,7 +88,7 @@ typedef struct {
     double top_p, temperature, length_penalty;
     uint64_t seed;
     bool sample, quiet, verbose, have_max_new, sampling_opt;
-    int device, mode, arena, precision, prompt_mode, max_rerecords;
+    int device, mode, arena, precision, prompt_mode, max_rerecords, engine;
     const char **state; /* PRESENT=PAST */
     int n_state;
 } gen_opts;
@@ -136,7 +142,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         static const char *const valued[] = {"--prompt", "--max-new-tokens", "--beams", "--eos", "--pad", "--top-k", "--top-p",
                                              "--temperature", "--seed", "--output-dir", "--device", "--mode", "--arena",
                                              "--precision", "--cache-dir", "--prompt-mode", "--state", "--max-length",
-                                             "--length-penalty", "--max-rerecords"};
+                                             "--length-penalty", "--max-rerecords", "--engine"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -188,6 +194,11 @@ static int parse(int argc, char **argv, gen_opts *o) {
             if (!strcmp(v, "per-shape")) o->arena = GR_ARENA_PER_SHAPE;
             else if (!strcmp(v, "max")) o->arena = GR_ARENA_MAX_SHAPE;
             else ok = false;
+        } else if (!strcmp(a, "--engine")) {
+            if (!strcmp(v, "auto")) o->engine = GR_ENGINE_AUTO;
+            else if (!strcmp(v, "reference")) o->engine = GR_ENGINE_REFERENCE;
+            else if (!strcmp(v, "rewritten")) o->engine = GR_ENGINE_REWRITTEN;
+            else ok = false;
         } else if (!strcmp(a, "--prompt-mode")) {
             if (!strcmp(v, "auto")) o->prompt_mode = GR_PROMPT_AUTO;
             else if (!strcmp(v, "whole")) o->prompt_mode = GR_PROMPT_WHOLE;
@@ -201,7 +212,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
                 {"--max-new-tokens", "an integer"}, {"--beams", "an integer from 1 to 1024"}, {"--eos", "a token id >= 0"},
                 {"--pad", "a token id >= 0"}, {"--top-k", "an integer >= 0"}, {"--top-p", "a number in (0, 1]"},
                 {"--temperature", "a number > 0"}, {"--seed", "an integer >= 0"}, {"--device", "sim, cuda or auto"},
-                {"--mode", "eager, graph or auto"}, {"--arena", "per-shape or max"}, {"--prompt-mode", "auto, whole or tokens"},
+                {"--mode", "eager, graph or auto"}, {"--arena", "per-shape or max"}, {"--prompt-mode", "auto, whole or tokens"}, {"--engine", "auto, reference or rewritten"},
                 {"--precision", "bf16 or f16"}, {"--state", "PRESENT=PAST"}, {"--max-length", "an integer > 0"},
                 {"--length-penalty", "a finite number"}, {"--max-rerecords", "an integer > 0"}};
             const char *hint = "a valid value";
@@ -410,6 +421,8 @@ static int run_generate(const gen_opts *o) {
     go.seed = o->seed;
     go.length_penalty = o->length_penalty;
     go.prompt_mode = o->prompt_mode;
+    go.engine = o->engine;
+    go.max_length = o->max_length;
     stream_ctx sc = {.quiet = o->quiet};
     go.on_token = on_token;
     go.user = &sc;
@@ -434,6 +447,9 @@ static int run_generate(const gen_opts *o) {
     printf("generated %lld x %lld tokens (%s%s), prompt %lld tokens in %lld step%s\n", (long long)B, (long long)gs.new_tokens,
            o->beams > 1 ? "beam search" : o->sample ? "sampling" : "greedy", gs.new_tokens < o->max_new ? ", every row hit eos" : "",
            (long long)P, (long long)gs.prompt_steps, gs.prompt_steps == 1 ? "" : "s");
+    printf("  %-22s %s\n", "engine",
+           gs.engine == GR_ENGINE_REWRITTEN ? "rewritten (one step shape, cache in place)" : "reference (one binding per position)");
+    if (gs.engine == GR_ENGINE_REWRITTEN) printf("  %-22s %ld\n", "rewritten-step graphs", gs.captures);
     printf("  %-22s %.3f ms\n", "prompt", gs.prompt_us / 1e3);
     printf("  %-22s %.3f ms (%lld steps)\n", "ms per token", gs.ms_per_token, (long long)gs.decode_steps);
     printf("  %-22s %.1f (batch x new tokens / total time)\n", "tokens/s", gs.tokens_per_s);

@@ -16,6 +16,7 @@ import numpy as np
 from . import _capi as C
 from ._capi import lib
 
+_ENGINES = {"auto": 0, "reference": 1, "rewritten": 2}
 _PROMPT_MODES = {"auto": 0, "whole": 1, "tokens": 2}
 
 
@@ -46,7 +47,8 @@ def states(session):
 
 
 def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, pad_id=None, sample=False, top_k=0, top_p=1.0,
-             temperature=1.0, seed=0, length_penalty=1.0, prompt_mode="auto", on_token=None, state=None, input_ids=None,
+             temperature=1.0, seed=0, length_penalty=1.0, prompt_mode="auto", on_token=None, state=None, engine="auto",
+             max_length=0, input_ids=None,
              attention_mask=None, position_ids=None, logits=None, return_stats=False, **load_options):
     """Generates max_new_tokens positions after `prompt` (int [batch, prompt_len]); returns int64
     [batch, prompt_len + max_new_tokens], the prompt first (and the stats with return_stats=True).
@@ -59,6 +61,9 @@ def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, p
     prompt_mode: "auto", "whole" (one step) or "tokens" (one step per token);
     on_token(step, tokens): called per generated position with one id per batch row;
     state: {output: input} pairs to bind; None binds the usual names when nothing is bound yet;
+    engine: "auto" (the rewritten KV cache where the model allows it, checked against the per-length
+    step once per session; else the reference), "reference" or "rewritten" (an error where it cannot run);
+    max_length: cache positions of the rewritten engine (0: prompt_len + max_new_tokens);
     input_ids, attention_mask, position_ids, logits: the model's names when they differ.
     """
     from .session import Session, load
@@ -72,14 +77,14 @@ def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, p
     try:
         return _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, top_p, temperature, seed,
                          length_penalty, prompt_mode, on_token, state, (input_ids, attention_mask, position_ids, logits),
-                         return_stats)
+                         return_stats, engine, max_length)
     finally:
         if owned is not None:
             owned.close()
 
 
 def _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, top_p, temperature, seed, length_penalty,
-              prompt_mode, on_token, state, names, return_stats):
+              prompt_mode, on_token, state, names, return_stats, engine="auto", max_length=0):
     p = np.asarray(prompt)
     if p.ndim != 2 or not np.issubdtype(p.dtype, np.integer):
         raise C.InvalidError("graft.generate: the prompt must be an integer array [batch, prompt_len], got %s %s" % (p.dtype, p.shape),
@@ -103,6 +108,9 @@ def _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, t
     o.pad_id = -1 if pad_id is None else int(pad_id)
     o.top_k, o.top_p, o.temperature, o.seed = int(top_k), float(top_p), float(temperature), int(seed)
     o.length_penalty, o.prompt_mode = float(length_penalty), _PROMPT_MODES[prompt_mode]
+    if engine not in _ENGINES:
+        raise ValueError("graft.generate: engine=%r: expected one of %s" % (engine, ", ".join(map(repr, _ENGINES))))
+    o.engine, o.max_length = _ENGINES[engine], int(max_length)
     keep = [name.encode() if name else None for name in names]
     o.input_ids, o.attention_mask, o.position_ids, o.logits = keep
     errors = []

@@ -94,7 +94,7 @@ int32_t gr_ir_find_sym(const gr_graph *g, const char *name) {
 gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out) {
     int32_t i = gr_ir_find_sym(g, name);
     if (i >= 0) return *out = i, GR_OK;
-    gr_ir_symbol s = {gr_strdup(name), 1, GR_DX_INF, false}; /* default range: >= 1 (see ir.h) */
+    gr_ir_symbol s = {gr_strdup(name), 1, GR_DX_INF, false, -1, NULL}; /* default range: >= 1 (see ir.h) */
     if (!s.name) return GR_ERR_NOMEM;
     if (gr_vec_push(&g->syms, s) != GR_OK) {
         gr_strfree(s.name);

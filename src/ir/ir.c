@@ -40,7 +40,7 @@ void gr_ir_graph_destroy(gr_graph *g) {
         if (!g->values.data[i].borrowed) gr_free(g->values.data[i].data, g->values.data[i].nbytes);
     }
     for (int i = 0; i < g->nodes.len; i++) node_free(&g->nodes.data[i]);
-    for (int i = 0; i < g->syms.len; i++) gr_strfree(g->syms.data[i].name);
+    for (int i = 0; i < g->syms.len; i++) gr_strfree(g->syms.data[i].name), gr_strfree(g->syms.data[i].origin);
     gr_vec_free(&g->values);
     gr_vec_free(&g->nodes);
     gr_vec_free(&g->inputs);
@@ -578,9 +578,15 @@ static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
     /* symbols and expressions keep their indices: dims and attributes copy as they are */
     for (int i = 0; i < g->syms.len; i++) {
         gr_ir_symbol sym = g->syms.data[i];
+        sym.origin = NULL;
         if (!(sym.name = gr_strdup(sym.name))) goto nomem;
+        if (g->syms.data[i].origin && !(sym.origin = gr_strdup(g->syms.data[i].origin))) {
+            gr_strfree(sym.name);
+            goto nomem;
+        }
         if (gr_vec_push(&c->syms, sym) != GR_OK) {
             gr_strfree(sym.name);
+            gr_strfree(sym.origin);
             goto nomem;
         }
     }
@@ -704,4 +710,153 @@ void gr_ir_node_where(const gr_graph *g, const gr_ir_node *n, char *buf, size_t 
         snprintf(buf, size, "node '%s' (%s) at %s:%d:%d", n->name, info ? info->name : "?", origin, n->line, n->col);
     else
         snprintf(buf, size, "node '%s' (%s)", n->name, info ? info->name : "?");
+}
+
+/* ==== data-dependent symbols, pruning (runtime/probe.c) ====================================== */
+gr_status gr_ir_data_symbol(gr_graph *g, const char *base, int32_t data_value, int64_t hi, const char *origin, gr_dim *out) {
+    char *name = gr_strdup(base);
+    for (int k = 2; name && gr_ir_find_sym(g, name) >= 0; k++) {
+        gr_strfree(name);
+        name = gr_sprintf("%s.%d", base, k);
+    }
+    if (!name) return gr_nomem();
+    int32_t sym;
+    gr_status st = gr_ir_sym(g, name, &sym);
+    gr_strfree(name);
+    GR_TRY(st);
+    gr_ir_symbol *s = &g->syms.data[sym];
+    if (!(s->origin = gr_strdup(origin))) return gr_nomem();
+    s->lo = 0; /* a count may be 0 */
+    s->hi = hi;
+    s->declared = true;
+    s->data_value = data_value;
+    return gr_dx_symbol(g, g->syms.data[sym].name, out);
+}
+
+static void mark_dim_syms(const gr_graph *g, gr_dim d, bool *used) {
+    if (gr_dx_is_sym(d)) gr_dx_symbols_of(g, d, used);
+}
+
+/* symbols of sub (a subgraph) marked in used[] of top by name */
+static gr_status syms_used_sub(const gr_graph *top, const gr_graph *sub, bool *used) {
+    bool *own = gr_calloc((size_t)sub->syms.len + 1, sizeof(bool));
+    if (!own) return gr_nomem();
+    gr_ir_syms_used(sub, own);
+    for (int k = 0; k < sub->syms.len; k++) {
+        int32_t t = own[k] ? gr_ir_find_sym(top, sub->syms.data[k].name) : -1;
+        if (t >= 0) used[t] = true;
+    }
+    gr_free(own, ((size_t)sub->syms.len + 1) * sizeof(bool));
+    return GR_OK;
+}
+
+void gr_ir_syms_used(const gr_graph *g, bool *used) {
+    for (int v = 0; v < g->values.len; v++)
+        for (int d = 0; d < g->values.data[v].ndim; d++) mark_dim_syms(g, g->values.data[v].dims[d], used);
+    for (int i = 0; i < g->nodes.len; i++) {
+        const gr_ir_node *n = &g->nodes.data[i];
+        for (int a = 0; a < n->n_attr; a++) {
+            const gr_ir_attr *at = &n->attrs[a];
+            if (at->sym) mark_dim_syms(g, (gr_dim){-1, at->expr}, used);
+            for (int k = 0; at->exprs && k < at->n; k++)
+                if (at->exprs[k] != GR_SYM_NONE) mark_dim_syms(g, (gr_dim){-1, at->exprs[k]}, used);
+            /* out of memory here only loses the subgraph's marks: the caller then sees a
+             * symbol as unused, and specialization names it if something needs it */
+            if (at->kind == GR_IR_ATTR_GRAPH && at->graph && syms_used_sub(g, at->graph, used) != GR_OK) gr_error_clear();
+        }
+    }
+}
+
+/* values of g named like a value of sub (its captures), marked needed */
+static void mark_captures(const gr_graph *g, const gr_graph *sub, bool *need) {
+    for (int v = 0; v < sub->values.len; v++) {
+        int o = gr_ir_find_value(g, sub->values.data[v].name);
+        if (o >= 0) need[o] = true;
+    }
+    for (int i = 0; i < sub->nodes.len; i++)
+        for (int a = 0; a < sub->nodes.data[i].n_attr; a++)
+            if (sub->nodes.data[i].attrs[a].kind == GR_IR_ATTR_GRAPH && sub->nodes.data[i].attrs[a].graph)
+                mark_captures(g, sub->nodes.data[i].attrs[a].graph, need);
+}
+
+gr_status gr_ir_prune(gr_graph *g) {
+    int nv = g->values.len, nn = g->nodes.len, ns = g->syms.len;
+    bool *need = gr_calloc((size_t)nv + 1, sizeof(bool)), *keep = gr_calloc((size_t)nn + 1, sizeof(bool));
+    bool *used = gr_calloc((size_t)ns + 1, sizeof(bool));
+    int *map = gr_malloc(sizeof(int) * ((size_t)nv + 1));
+    gr_status st = need && keep && used && map ? GR_OK : gr_nomem();
+    for (int i = 0; st == GR_OK && i < g->inputs.len; i++) need[g->inputs.data[i]] = true;
+    for (int i = 0; st == GR_OK && i < g->outputs.len; i++) need[g->outputs.data[i]] = true;
+    /* to a fixed point: producers of needed values, their inputs and captures, and the
+     * count values of the data-dependent symbols the kept values' dims use */
+    for (bool changed = st == GR_OK; changed;) {
+        changed = false;
+        for (int i = nn - 1; i >= 0; i--) {
+            const gr_ir_node *n = &g->nodes.data[i];
+            bool want = keep[i];
+            for (int o = 0; !want && o < n->n_out; o++) want = n->out[o] >= 0 && need[n->out[o]];
+            if (!want || keep[i]) continue;
+            keep[i] = changed = true;
+            for (int o = 0; o < n->n_out; o++)
+                if (n->out[o] >= 0) need[n->out[o]] = true;
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k] >= 0) need[n->in[k]] = true;
+            for (int a = 0; a < n->n_attr; a++)
+                if (n->attrs[a].kind == GR_IR_ATTR_GRAPH && n->attrs[a].graph) mark_captures(g, n->attrs[a].graph, need);
+        }
+        memset(used, 0, (size_t)ns + 1);
+        for (int v = 0; v < nv; v++)
+            if (need[v])
+                for (int d = 0; d < g->values.data[v].ndim; d++) mark_dim_syms(g, g->values.data[v].dims[d], used);
+        for (int k = 0; k < ns; k++) {
+            int32_t dv = g->syms.data[k].data_value;
+            if (used[k] && dv >= 0 && dv < nv && !need[dv]) need[dv] = changed = true;
+        }
+    }
+    if (st == GR_OK) {
+        int kept = 0;
+        for (int v = 0; v < nv; v++) {
+            gr_ir_value *x = &g->values.data[v];
+            if (!need[v]) {
+                map[v] = -1;
+                gr_strfree(x->name);
+                if (!x->borrowed) gr_free(x->data, x->nbytes);
+                continue;
+            }
+            map[v] = kept;
+            g->values.data[kept++] = *x;
+        }
+        g->values.len = kept;
+        int kn = 0;
+        for (int i = 0; i < nn; i++) {
+            if (!keep[i]) {
+                node_free(&g->nodes.data[i]);
+                continue;
+            }
+            g->nodes.data[kn] = g->nodes.data[i];
+            gr_ir_node *n = &g->nodes.data[kn];
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k] >= 0) n->in[k] = map[n->in[k]];
+            for (int o = 0; o < n->n_out; o++)
+                if (n->out[o] >= 0) {
+                    n->out[o] = map[n->out[o]];
+                    if (n->out[o] >= 0) g->values.data[n->out[o]].producer = kn;
+                }
+            kn++;
+        }
+        g->nodes.len = kn;
+        for (int i = 0; i < g->inputs.len; i++) g->inputs.data[i] = map[g->inputs.data[i]];
+        for (int i = 0; i < g->outputs.len; i++) g->outputs.data[i] = map[g->outputs.data[i]];
+        for (int k = 0; k < ns; k++) {
+            int32_t dv = g->syms.data[k].data_value;
+            if (dv >= 0) g->syms.data[k].data_value = dv < nv ? map[dv] : -1;
+        }
+        g->value_index.len = -1; /* both name indices are stale now */
+        g->node_index.len = -1;
+    }
+    gr_free(need, (size_t)nv + 1);
+    gr_free(keep, (size_t)nn + 1);
+    gr_free(used, (size_t)ns + 1);
+    gr_free(map, sizeof(int) * ((size_t)nv + 1));
+    return st;
 }

@@ -102,6 +102,13 @@ typedef struct {
     char *name;
     int64_t lo, hi; /* range (default [1, GR_DX_INF]) */
     bool declared;  /* lo/hi were set by the model or the user */
+    /* A data-dependent symbol (NonZero's count, the length of a Range over run-time
+     * scalars, a Loop's run-time trip count): no input shape binds it; before each run
+     * the session computes `data_value` (a 1-element value of this graph: the count) on
+     * the device and reads it on the host (runtime/probe.c). -1 for ordinary symbols.
+     * `origin` names the user's node for messages ("NonZero 'nz'"); NULL otherwise. */
+    int32_t data_value;
+    char *origin;
 } gr_ir_symbol;
 
 struct gr_graph;
@@ -263,6 +270,16 @@ gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out);
 
 /* Symbol index for a symbol name, created if new. */
 gr_status gr_ir_sym(gr_graph *g, const char *name, int32_t *out);
+/* A new data-dependent symbol (see gr_ir_symbol) named `base` (made unique with a
+ * ".2", ".3" suffix), range [0, hi], computed at run time by value `data_value`;
+ * origin names the node for messages. *out is its dim. */
+gr_status gr_ir_data_symbol(gr_graph *g, const char *base, int32_t data_value, int64_t hi, const char *origin, gr_dim *out);
+/* Marks in used[0..g->syms.len) the symbols that g's value dims and symbolic
+ * attributes (subgraphs included, matched by name) refer to. */
+void gr_ir_syms_used(const gr_graph *g, bool *used);
+/* Removes the nodes and values that g's outputs do not need (inputs stay, in their
+ * order); data-dependent symbols whose value goes get data_value -1. Indices change. */
+gr_status gr_ir_prune(gr_graph *g);
 /* Symbol index by name, -1 if absent. */
 int32_t gr_ir_find_sym(const gr_graph *g, const char *name);
 

@@ -1098,9 +1098,11 @@ static gr_status infer_if(ctx_t *c) {
     return GR_OK;
 }
 
-/* loop(max_trip, cond, carried...; body): body inputs (iter, cond, carried...),
+/* loop(max_trip, cond, carried...; body, trip): body inputs (iter, cond, carried...),
  * body outputs (cond, carried..., scan...). A carried output is typed when the
- * body keeps its type; scan outputs depend on the trip count: untyped. */
+ * body keeps its type; a scan output is [trip, body output's shape] when the node
+ * has a `trip` attribute (a data-dependent symbol: passes/unroll.c unrolls it per
+ * binding), else untyped (the trip count is not known). */
 static gr_status infer_loop(ctx_t *c) {
     gr_graph *body = graph_attr(c, "body");
     if (!body) return fail(c, GR_ERR_INVALID, "needs graph attribute 'body'");
@@ -1110,7 +1112,18 @@ static gr_status infer_loop(ctx_t *c) {
         return fail(c, GR_ERR_SHAPE, "body has %d outputs for %d carried values", body->outputs.len, n_carried);
     for (int i = 0; i < c->n->n_out; i++) {
         if (i >= n_carried) {
-            set_untyped(c, i);
+            const gr_ir_attr *trip = gr_ir_attr_find(c->n, "trip");
+            int bo = 1 + i < body->outputs.len ? body->outputs.data[1 + i] : -1;
+            const gr_ir_value *sv = bo >= 0 ? &body->values.data[bo] : NULL;
+            if (!trip || trip->kind != GR_IR_ATTR_INT || !sv || !sv->typed || sv->ndim + 1 > GR_MAX_DIMS) {
+                set_untyped(c, i);
+                continue;
+            }
+            shape_t s;
+            s.ndim = sv->ndim + 1;
+            s.d[0] = trip->sym ? (gr_dim){-1, trip->expr} : dim_c(trip->i);
+            for (int d = 0; d < sv->ndim; d++) GR_TRY(gr_dx_import(c->g, body, sv->dims[d], &s.d[d + 1]));
+            GR_TRY(set_out(c, i, sv->dtype, &s));
             continue;
         }
         const gr_ir_value *init = in_val(c, 2 + i);

@@ -21,6 +21,8 @@
  * graph break). Branch outputs must have equal shapes; `loop` inside a branch
  * is unsupported. Re-infers shapes when it changed anything. */
 gr_status gr_pass_predicate_if(gr_graph *g);
+/* Unrolls each `loop` whose `trip` attribute specialization bound (passes/unroll.c). */
+gr_status gr_pass_unroll_loops(gr_graph *g);
 
 /* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
  * softmax over the last axis, matmul; grouped-query repeats of K and V) by one

@@ -65,6 +65,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c.g);
     if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", &c);
+    if (st == GR_OK) st = gr_pass_unroll_loops(c.g); /* loops over a data-dependent trip count (unroll.c) */
     if (st == GR_OK) st = gr_pass_predicate_if(c.g);
     if (st == GR_OK) st = after(opts, "predicate_if", &c);
     if (st == GR_OK) st = gr_pass_fold_constants(c.g);

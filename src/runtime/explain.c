@@ -123,6 +123,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                          p->mem.arena_bytes);
         }
     }
+    gr_rt_probe_explain(s, &sb);
     size_t placeholder_bytes = 0;
     gr_sb_puts(&sb, "inputs:\n");
     for (int i = 0; i < p->g->inputs.len; i++) {
@@ -185,10 +186,15 @@ gr_status gr_graph_explain(gr_graph_t g, char **out_text) {
     for (int k = 0; k < g->syms.len; k++) {
         const gr_ir_symbol *sym = &g->syms.data[k];
         if (sym->hi >= GR_DX_INF)
-            gr_sb_printf(&sb, "  %-20s range %lld.. (%s)\n", sym->name, (long long)sym->lo, sym->declared ? "declared" : "default");
+            gr_sb_printf(&sb, "  %-20s range %lld.. (%s)\n", sym->name, (long long)sym->lo,
+                         sym->data_value >= 0 ? "data-dependent" : sym->declared ? "declared" : "default");
         else
             gr_sb_printf(&sb, "  %-20s range %lld..%lld (%s)\n", sym->name, (long long)sym->lo, (long long)sym->hi,
-                         sym->declared ? "declared" : "default");
+                         sym->data_value >= 0 ? "data-dependent" : sym->declared ? "declared" : "default");
+        if (sym->data_value >= 0)
+            gr_sb_printf(&sb, "    partition break: %s: output shape depends on tensor data; graft runs the graph up to its count, "
+                              "reads the count on the host (one synchronisation per run) and plans the rest for it\n",
+                         sym->origin ? sym->origin : sym->name);
     }
     if (!g->syms.len) gr_sb_puts(&sb, "  none: the graph has one shape\n");
     gr_sb_puts(&sb, "each binding: the dims evaluated, a plan compiled (weights shared, kernels generic: one compiled module "

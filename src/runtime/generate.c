@@ -26,11 +26,16 @@ typedef struct {
 struct gr_rt_gen {
     gen_state *states;
     int n, cap;
+    /* the rewritten engine (runtime/decode.c), kept for the next generation of the same batch */
+    gr_decode_engine *eng;
+    int64_t eng_batch, eng_max;
+    int eng_verdict; /* 0: not checked against the per-length step yet; 1: agrees; -1: refused or disagrees */
 };
 
 void gr_rt_gen_free(gr_session_t s) {
     if (!s || !s->gen) return;
     struct gr_rt_gen *g = s->gen;
+    gr_decode_engine_destroy(g->eng);
     for (int k = 0; k < g->n; k++)
         if (g->states[k].buf && s->dev) gr_dev_free(s->dev, g->states[k].buf);
     gr_free(g->states, (size_t)g->cap * sizeof(gen_state));
@@ -514,7 +519,7 @@ typedef struct {
     int64_t batch, prompt_len;
     int64_t *out;
     int64_t width; /* prompt_len + max_new_tokens */
-    double t0, t_first;
+    double t0, t_first, t_end;
 } gen_run;
 
 /* The prompt: one step of every prompt token, or one step per token. rows = batch * reps (each
@@ -754,6 +759,10 @@ static gr_status check_options(const gr_generate_options *o, int64_t batch, int6
         return gr_error(GR_ERR_INVALID, "generate: max_new_tokens is %lld (must be > 0)", (long long)o->max_new_tokens);
     if (o->beams < 1) return gr_error(GR_ERR_INVALID, "generate: beams is %d (must be >= 1)", o->beams);
     if (o->beams > 1 && o->sample) return gr_error(GR_ERR_INVALID, "generate: beam search (beams %d) with sampling is not supported", o->beams);
+    if (o->engine < 0 || o->engine >= GR_ENGINE_COUNT) return gr_error(GR_ERR_INVALID, "generate: engine %d is not a gr_generate_engine", o->engine);
+    if (o->engine == GR_ENGINE_REWRITTEN && o->beams > 1)
+        return gr_error(GR_ERR_INVALID, "generate: the rewritten engine does not run beam search yet (beams %d): use the reference or auto engine", o->beams);
+    if (o->max_length < 0) return gr_error(GR_ERR_INVALID, "generate: max_length %lld is negative", (long long)o->max_length);
     if (o->prompt_mode < 0 || o->prompt_mode >= GR_PROMPT_COUNT)
         return gr_error(GR_ERR_INVALID, "generate: prompt_mode %d is not a gr_prompt_mode", o->prompt_mode);
     if (o->sample) {
@@ -770,6 +779,128 @@ static gr_status check_options(const gr_generate_options *o, int64_t batch, int6
         return gr_error(GR_ERR_INVALID, "generate: batch %lld x (prompt %lld + %lld new tokens) x %d beams is too large", (long long)batch,
                         (long long)prompt_len, (long long)o->max_new_tokens, o->beams);
     return GR_OK;
+}
+
+/* ==== the rewritten engine ==========================================================================
+ * Greedy and sampling through gr_decode_engine: the prompt token by token (the rewritten step is a
+ * single-token step), then one replay per position. The first generation of a session also runs the
+ * prompt through the per-length step and compares the last position's logits (relative error at most
+ * 1e-3 in f32, 3e-2 under bf16/f16 precision): a model the rewrite would get wrong (positions derived
+ * from the cache length) is caught there, and auto falls back to the reference. Returns
+ * GR_ERR_UNSUPPORTED (with a message) when the engine cannot serve this call. */
+static double rel_err_f32(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+}
+
+static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
+    gen_ctx *c = R->c;
+    gr_session_t s = c->s;
+    const gr_generate_options *o = c->o;
+    struct gr_rt_gen *gg = s->gen;
+    int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, V = c->vocab;
+    int64_t need = P + N, max_len = o->max_length > need ? o->max_length : need;
+    if (gg->eng_verdict < 0) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine was refused earlier in this session");
+    if (o->beams > 1) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine does not run beam search yet");
+    if (max_len < 2) max_len = 2;
+    if (!gg->eng || gg->eng_batch != B || gg->eng_max < need) {
+        gr_decode_engine_destroy(gg->eng);
+        gg->eng = NULL;
+        const char **past = gr_calloc((size_t)gg->n, sizeof(char *)), **pres = gr_calloc((size_t)gg->n, sizeof(char *));
+        gr_status st = (!past || !pres) ? GR_ERR_NOMEM : GR_OK;
+        for (int k = 0; st == GR_OK && k < gg->n; k++) {
+            past[k] = graph_input(s->graph, gg->states[k].in_index)->name;
+            pres[k] = graph_output(s->graph, gg->states[k].out_index)->name;
+        }
+        if (st == GR_OK) st = gr_decode_engine_create(s, gg->n, past, pres, B, max_len, &gg->eng);
+        gr_free(past, (size_t)gg->n * sizeof(char *));
+        gr_free(pres, (size_t)gg->n * sizeof(char *));
+        if (st != GR_OK) {
+            if (st == GR_ERR_UNSUPPORTED) gg->eng_verdict = -1;
+            return st;
+        }
+        gg->eng_batch = B, gg->eng_max = max_len;
+    }
+    gr_decode_engine *e = gg->eng;
+    gr_session_t es = gr_decode_engine_session(e);
+    R->t0 = gr_session_clock_us(es); /* its own clock (simulated on sim) */
+    if (gr_decode_engine_vocab(e) != V) return gr_error(GR_ERR_INTERNAL, "generate: the rewritten step's vocabulary differs");
+    size_t lbytes = (size_t)(B * V) * sizeof(float), ibytes = (size_t)B * sizeof(int64_t);
+    float *logits = gr_malloc(lbytes);
+    int64_t *ids = gr_malloc(ibytes), *next = gr_malloc(ibytes);
+    uint8_t *finished = gr_calloc((size_t)B, 1);
+    size_t tmp_bytes = o->sample ? (size_t)V * sizeof(scored) : 0;
+    scored *tmp = tmp_bytes ? gr_malloc(tmp_bytes) : NULL;
+    gr_status st = (!logits || !ids || !next || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
+    if (st == GR_OK) st = gr_decode_engine_reset(e);
+    for (int64_t t = 0; t < P && st == GR_OK; t++) {
+        for (int64_t r = 0; r < B; r++) ids[r] = R->prompt[r * P + t];
+        st = gr_decode_engine_step(e, ids, t + 1, t + 1 == P ? logits : NULL);
+    }
+    if (st == GR_OK && gg->eng_verdict == 0) {
+        /* the once-per-session check: the per-length step on the whole prompt */
+        c->rows = B;
+        st = gen_prompt(R, 1);
+        if (st == GR_OK) {
+            double err = rel_err_f32(logits, c->logits, (size_t)(B * V));
+            double tol = s->opt.precision == GR_PRECISION_MODEL ? 1e-3 : 3e-2;
+            if (!(err <= tol)) {
+                gg->eng_verdict = -1;
+                st = gr_error(GR_ERR_UNSUPPORTED,
+                              "generate: the rewritten step disagrees with the per-length step on the prompt (relative error "
+                              "%.3g > %.3g): the model may derive positions from the cache length; using the reference engine",
+                              err, tol);
+            } else {
+                gg->eng_verdict = 1;
+            }
+        }
+    }
+    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
+    int64_t j = 0;
+    bool have_ids = false; /* next[] holds the device's greedy ids for position P + j */
+    for (; j < N && st == GR_OK; j++) {
+        bool all = true;
+        for (int64_t r = 0; r < B; r++) {
+            int64_t t;
+            if (finished[r]) t = pad;
+            else if (o->sample) t = pick_sample(logits + r * V, V, o, gen_uniform(o->seed, (uint64_t)(j * B + r)), tmp);
+            else t = have_ids ? next[r] : pick_greedy(logits + r * V, V);
+            if (o->eos_id >= 0 && t == o->eos_id) finished[r] = 1;
+            all &= finished[r] != 0;
+            ids[r] = t;
+            R->out[r * R->width + P + j] = t;
+        }
+        if (j == 0) R->t_first = gr_session_clock_us(es);
+        if (o->on_token) o->on_token(o->user, j, ids, B);
+        if (j + 1 == N || (o->eos_id >= 0 && all)) {
+            j++;
+            break;
+        }
+        if (o->sample) st = gr_decode_engine_step(e, ids, P + j + 1, logits);
+        else st = gr_decode_engine_step_greedy(e, ids, P + j + 1, next), have_ids = true;
+        c->steps++;
+    }
+    if (st == GR_OK) {
+        stats->new_tokens = j;
+        for (int64_t r = 0; r < B; r++)
+            for (int64_t k = j; k < N; k++) R->out[r * R->width + P + k] = pad;
+        stats->engine = GR_ENGINE_REWRITTEN;
+        gr_run_stats rs;
+        if (gr_session_stats(gr_decode_engine_session(e), &rs) == GR_OK) stats->captures = rs.captures;
+        stats->prompt_steps = P;
+        R->t_end = gr_session_clock_us(es);
+    }
+    gr_free(logits, lbytes);
+    gr_free(ids, ibytes);
+    gr_free(next, ibytes);
+    gr_free(finished, (size_t)B);
+    if (tmp) gr_free(tmp, tmp_bytes);
+    return st;
 }
 
 static long count_plans(gr_session_t s) {
@@ -813,7 +944,36 @@ gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, co
     }
     if (st == GR_OK) {
         R.t0 = gr_session_clock_us(s);
-        st = opt->beams > 1 ? gen_beam(&R, stats) : gen_greedy(&R, stats);
+        bool fast = false;
+        if (opt->engine == GR_ENGINE_REWRITTEN || (opt->engine == GR_ENGINE_AUTO && opt->beams == 1)) {
+            int64_t steps0 = c.steps;
+            st = gen_fast(&R, stats);
+            fast = st == GR_OK;
+            if (st == GR_ERR_UNSUPPORTED && opt->engine == GR_ENGINE_AUTO) {
+                if (s->opt.verbose) fprintf(stderr, "graft: note: %s\n", gr_last_error());
+                gr_error_clear();
+                c.steps = steps0;
+                c.rows = batch * opt->beams;
+                R.t0 = gr_session_clock_us(s);
+                st = GR_OK;
+            }
+        }
+        if (st == GR_OK && !fast) {
+            st = opt->beams > 1 ? gen_beam(&R, stats) : gen_greedy(&R, stats);
+            stats->engine = GR_ENGINE_REFERENCE;
+        }
+        if (fast) {
+            double t_end = R.t_end;
+            stats->prompt_us = R.t_first - R.t0;
+            stats->decode_us = t_end - R.t_first;
+            stats->decode_steps = stats->new_tokens > 0 ? stats->new_tokens - 1 : 0;
+            stats->ms_per_token = stats->decode_steps > 0 ? stats->decode_us / (double)stats->decode_steps / 1e3 : 0;
+            double all_us = stats->prompt_us + stats->decode_us;
+            stats->tokens_per_s = all_us > 0 ? (double)(batch * stats->new_tokens) / (all_us / 1e6) : 0;
+            stats->plans = count_plans(s);
+            gen_ctx_free(&c);
+            return GR_OK;
+        }
     }
     if (st == GR_OK) {
         double t_end = gr_session_clock_us(s);

@@ -139,6 +139,7 @@ struct gr_session {
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
+    struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
 };
@@ -164,6 +165,16 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
 /* The pipeline options of s's plans, without observer or scratch (tests build a plan's
  * binding afresh with them and compare). */
 void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po);
+/* ---- probe.c: data-dependent symbols (NonZero's count, ...) ---- */
+typedef struct gr_rt_probe gr_rt_probe;
+bool gr_rt_probe_needed(const gr_graph *g);
+/* Session options a graph with data-dependent dims cannot honour (at creation). */
+gr_status gr_rt_probe_check_options(gr_session_t s);
+/* Binds the data-dependent symbols in syms (the others bound from the inputs): runs the
+ * probe and reads the counts on the host. */
+gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);
+void gr_rt_probe_explain(gr_session_t s, gr_strbuf *sb);
+void gr_rt_probe_destroy(gr_session_t s);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);

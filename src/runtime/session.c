@@ -120,6 +120,7 @@ gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
 }
 
 static bool graph_is_concrete(const gr_graph *g) {
+    if (gr_rt_probe_needed(g)) return false; /* data-dependent dims: bound at each run (probe.c) */
     for (int i = 0; i < g->inputs.len; i++)
         if (!gr_ir_value_concrete(&g->values.data[g->inputs.data[i]])) return false;
     return true;
@@ -186,6 +187,7 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     }
     /* a graph without symbolic dims compiles now, so errors surface at creation;
      * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
+    if ((st = gr_rt_probe_check_options(s)) != GR_OK) goto fail; /* probe.c */
     if (!graph_is_concrete(s->graph) && s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
         if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
     } else if (graph_is_concrete(s->graph)) {
@@ -201,6 +203,7 @@ fail:
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
     if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
+    gr_rt_probe_destroy(s);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
@@ -468,6 +471,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
     gr_status st = resolve_syms(s, syms);
+    if (st == GR_OK) st = gr_rt_probe_bind(s, syms); /* data-dependent symbols (probe.c) */
     if (st != GR_OK) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;

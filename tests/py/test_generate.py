@@ -138,7 +138,13 @@ def test_python_api_states_stream_and_errors():
     out, stats = s.generate(prompt, 12, on_token=lambda step, ids: seen.append((step, ids.tolist())), return_stats=True)
     np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
     assert [st for st, _ in seen] == list(range(12)) and seen[0][1] == out[:, 4].tolist()
-    assert stats["new_tokens"] == 12 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11
+    # auto: the rewritten engine (the prompt token by token through the single-token step)
+    assert stats["engine"] == 2 and stats["new_tokens"] == 12 and stats["prompt_steps"] == 4 and stats["decode_steps"] == 11
+    out, stats = s.generate(prompt, 12, engine="reference", return_stats=True)
+    np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
+    assert stats["engine"] == 1 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11
+    with pytest.raises(ValueError, match="engine="):
+        s.generate(prompt, 3, engine="fast")
     with pytest.raises(graft.InvalidError, match="max_new_tokens is 0"):
         s.generate(prompt, 0)
     with pytest.raises(graft.InvalidError, match="integer array"):

@@ -1,8 +1,9 @@
 """Model-breadth ONNX ops (issue 14) on run-time tensors, through the graft CLI
 on the simulator, against onnx.reference: ArgMax/ArgMin, TopK, Mod, Tile,
 OneHot, ScatterElements, ScatterND, GatherND with batch_dims, ReduceProd,
-CumSum, and the clear errors for what is refused (NonZero, Range on run-time
-scalars, TopK with K past the axis, an arg reduction over an empty axis).
+CumSum, and the clear errors for what is refused (TopK with K past the axis, an
+arg reduction over an empty axis). NonZero and Range on run-time scalars:
+test_onnx_datadep.py.
 
 Every data input is a graph input (a run-time tensor); only the inputs graft
 needs when planning (K, repeats, depth, axes) are initializers.
@@ -300,18 +301,7 @@ def test_cumsum_exclusive_reverse(tmp_path, exclusive, reverse, dtype):
               ["y"], [const("a", np.array(axis, np.int64))])
 
 
-# ---- refused, naming the node ----------------------------------------------------------------
-def test_nonzero_is_data_dependent(tmp_path):
-    err = refused(tmp_path, [helper.make_node("NonZero", ["x"], ["y"], name="nz")], {"x": np.ones((2, 2), np.float32)},
-                  ["y"])
-    assert "'nz'" in err and "data-dependent" in err
-
-
-def test_range_of_run_time_scalars_is_data_dependent(tmp_path):
-    feeds = {"s": np.array(0, np.int64), "l": np.array(5, np.int64)}
-    err = refused(tmp_path, [helper.make_node("Range", ["s", "l", "d"], ["y"], name="rg")], feeds, ["y"],
-                  [const("d", np.array(1, np.int64))])
-    assert "'rg'" in err and "data-dependent" in err
+# NonZero and Range on run-time scalars: tests/py/test_onnx_datadep.py (data-dependent dims)
 
 
 # ---- Einsum: every valid equation (matmul forms map to one matmul, the rest are lowered) -----
@@ -472,10 +462,9 @@ def test_loop_condition_known_at_import(tmp_path):
 
 
 def test_loop_data_dependent_trip_count_is_refused(tmp_path):
+    """A condition the body computes at run time (a while-loop) is refused; a run-time M with a
+    condition that stays true runs (test_onnx_datadep.py)."""
     x = np.ones((2, 3), np.float32)
-    err = refused(tmp_path, [helper.make_node("Loop", ["M", "c0", "v0"], ["vf", "scans"], body=LOOP_BODY, name="lp")],
-                  {"x": x, "v0": x, "M": np.array(3, np.int64)}, ["vf", "scans"], [const("c0", np.array(True))])
-    assert "'lp'" in err and "trip count" in err
     b = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("ReduceSum", ["v2"], ["s"], keepdims=0),
               helper.make_node("Less", ["s", "ten"], ["cout"])], ["cout", "v2"],
              ins=[("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])],

@@ -1,9 +1,10 @@
 /* frontend/onnx/onnx-breadth — model-breadth ops on run-time tensors: ArgMax,
- * ArgMin, Mod, Tile, OneHot, TopK, ScatterElements, ScatterND, and the refusal of
- * ops with data-dependent output shapes (NonZero). All but ArgMax/ArgMin (one IR
+ * ArgMin, Mod, Tile, OneHot, TopK, ScatterElements, ScatterND, and the ops with
+ * data-dependent output shapes (NonZero, Range on run-time scalars). All but ArgMax/ArgMin (one IR
  * op with its own kernel) decompose into IR ops, so the simulator and the CUDA
  * backend run the same kernels. */
 #include "frontend/onnx/onnx-impl.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -445,11 +446,160 @@ gr_status ox_cv_scatter_nd(ox_ctx *c, gr_op op) {
     return ox_emit1(c, GR_OP_RESHAPE, 1, &res, 1, &ra);
 }
 
-/* Ops whose output shape depends on tensor data: refused with the reason. */
-gr_status ox_cv_data_dependent(ox_ctx *c, gr_op op) {
+/* ---- data-dependent output shapes (runtime/probe.c) ------------------------------------------
+ * NonZero's count and the length of a Range over run-time scalars are data-dependent
+ * symbols: the importer emits the IR that computes the count (a 1-element value) and
+ * makes a symbol whose run-time value it is (gr_ir_data_symbol). The session computes
+ * the counts before each run (one host synchronisation) and plans the rest for them. */
+
+/* Symbol name for a node: base_<node> with characters outside [A-Za-z0-9_.] replaced. */
+static char *count_symbol_name(const char *base, const char *node) {
+    char *s = gr_sprintf("%s_%s", base, node);
+    for (char *p = s; p && *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.')) *p = '_';
+    return s;
+}
+
+gr_status ox_data_symbol(ox_ctx *c, const char *base, int count_ir, int64_t hi, gr_dim *out) {
+    if (c->g->parent)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "%s inside an If branch has a data-dependent output shape (not supported there: "
+                                                    "the branches of a run-time If must have the same shapes)", c->node->op_type);
+    char *name = count_symbol_name(base, c->node_name), *origin = gr_sprintf("%s '%s'", c->node->op_type, c->node_name);
+    gr_status st = name && origin ? gr_ir_data_symbol(c->g, name, count_ir, hi, origin, out) : gr_nomem();
+    gr_strfree(name);
+    gr_strfree(origin);
+    return st;
+}
+
+static gr_status reduce_sum_ir(ox_ctx *c, int x, int64_t axis, int *out) {
+    gr_ir_attr a[2] = {A_ints("axes", &axis, 1), A_int("keepdims", 0)};
+    return ox_emit(c, GR_OP_REDUCE_SUM, 1, &x, 2, a, 1, NULL, false, out);
+}
+
+static gr_status cast_ir(ox_ctx *c, int x, gr_dtype to, int *out) {
+    gr_ir_attr a = A_str("to", gr_dtype_name(to));
+    return ox_emit(c, GR_OP_CAST, 1, &x, 1, &a, 1, NULL, false, out);
+}
+
+/* NonZero(x) -> [rank, nnz] i64, the coordinates of the non-zero elements in row-major
+ * order. With m the flattened mask (x != 0) and rank_j = sum_{i<j} m_i (an exclusive
+ * prefix count as a masked sum over an [N, N] compare: O(N^2) work, fused into one
+ * reduction kernel), the k-th non-zero is the j with m_j and rank_j == k, found by a
+ * compare-and-select reduction over [nnz, N] (O(nnz * N)); its coordinates are
+ * (j // stride_a) % d_a. Meant for the masks exporters apply it to (thousands of
+ * elements); nnz = sum(m) is the data-dependent symbol. */
+gr_status ox_cv_nonzero(ox_ctx *c, gr_op op) {
     (void)op;
-    return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                         "%s has a data-dependent output shape (its length depends on the values of its input at run "
-                         "time), which a static memory plan cannot hold; not supported",
-                         c->node->op_type);
+    GR_TRY(ox_check_arity(c, 1, 1, 1));
+    int x;
+    GR_TRY(ox_in_ir(c, 0, &x));
+    const gr_ir_value *xv = irv(c, x);
+    if (!xv->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the shape of the input is not known");
+    int r = xv->ndim;
+    if (r < 1) return ox_node_error(c, GR_ERR_UNSUPPORTED, "NonZero of a rank-0 tensor is not supported (numpy deprecates it)");
+    gr_dtype dt = xv->dtype;
+    gr_dim dims[GR_MAX_DIMS], n;
+    for (int i = 0; i < r; i++) dims[i] = xv->dims[i];
+    GR_TRY(ox_dims_product(c, dims, 0, r, &n));
+    int mb = x, flat, mi, count, zero;
+    if (dt != GR_BOOL) { /* x != 0 (NaN is non-zero) */
+        int eq;
+        GR_TRY(ox_scalar_const_ir(c, dt, 0.0, &zero));
+        GR_TRY(ox_emit2(c, GR_OP_EQUAL, x, zero, &eq));
+        GR_TRY(ox_emit(c, GR_OP_NOT, 1, &eq, 0, NULL, 1, NULL, false, &mb));
+    }
+    GR_TRY(ox_reshape_ir(c, mb, &n, 1, &flat));
+    GR_TRY(cast_ir(c, flat, GR_I64, &mi));
+    GR_TRY(reduce_sum_ir(c, mi, 0, &count));
+    gr_dim nnz;
+    GR_TRY(ox_data_symbol(c, "nonzero", count, gr_dx_is_sym(n) ? GR_DX_INF : n.size, &nnz));
+    int iota, ri, rj, lt, mrow, zero64, contrib, rank;
+    GR_TRY(ox_iota_ir(c, n, &iota));
+    GR_TRY(ox_unsqueeze_ir(c, iota, 1, &ri)); /* [N, 1]: i */
+    GR_TRY(ox_unsqueeze_ir(c, iota, 0, &rj)); /* [1, N]: j */
+    GR_TRY(ox_emit2(c, GR_OP_LESS, rj, ri, &lt));
+    GR_TRY(ox_unsqueeze_ir(c, mi, 0, &mrow));
+    GR_TRY(ox_scalar_const_ir(c, GR_I64, 0.0, &zero64));
+    GR_TRY(ox_where_ir(c, lt, mrow, zero64, &contrib));
+    GR_TRY(reduce_sum_ir(c, contrib, 1, &rank)); /* [N]: non-zeros before j */
+    int kio, kc, rrow, hit, mbrow, sel, pick, idx;
+    GR_TRY(ox_iota_ir(c, nnz, &kio));
+    GR_TRY(ox_unsqueeze_ir(c, kio, 1, &kc));      /* [nnz, 1]: k */
+    GR_TRY(ox_unsqueeze_ir(c, rank, 0, &rrow));   /* [1, N] */
+    GR_TRY(ox_emit2(c, GR_OP_EQUAL, rrow, kc, &hit));
+    GR_TRY(ox_unsqueeze_ir(c, flat, 0, &mbrow));
+    GR_TRY(ox_emit2(c, GR_OP_AND, hit, mbrow, &sel));
+    GR_TRY(ox_where_ir(c, sel, rj, zero64, &pick));
+    GR_TRY(reduce_sum_ir(c, pick, 1, &idx));      /* [nnz]: flat index of the k-th non-zero */
+    int parts[GR_MAX_DIMS];
+    for (int a = 0; a < r; a++) {
+        gr_dim stride;
+        int q = idx;
+        GR_TRY(ox_dims_product(c, dims, a + 1, r, &stride));
+        if (gr_dx_is_sym(stride) || stride.size != 1) {
+            int sv;
+            GR_TRY(ox_dim_scalar_ir(c, stride, GR_I64, &sv));
+            GR_TRY(ox_emit2(c, GR_OP_DIV, q, sv, &q));
+        }
+        if (a > 0) {
+            int dv;
+            GR_TRY(ox_dim_scalar_ir(c, dims[a], GR_I64, &dv));
+            GR_TRY(ox_emit2(c, GR_OP_MOD, q, dv, &q));
+        }
+        GR_TRY(ox_unsqueeze_ir(c, q, 0, &parts[a]));
+    }
+    if (r == 1) return ox_emit1(c, GR_OP_IDENTITY, 1, parts, 0, NULL);
+    gr_ir_attr ca = A_int("axis", 0);
+    return ox_emit1(c, GR_OP_CONCAT, r, parts, 1, &ca);
+}
+
+/* Range(start, limit, delta) on run-time scalars: the length max(ceil((limit - start) /
+ * delta), 0), computed in f64 (NaN when delta is 0, which the probe refuses), is a
+ * data-dependent symbol; the output is start + iota(length) * delta in the inputs' dtype.
+ * The length is bounded by 2^31 - 1 elements and 4 GiB of output. */
+#define OX_RANGE_MAX_ELEMS (((int64_t)1 << 31) - 1)
+#define OX_RANGE_MAX_BYTES ((int64_t)1 << 32)
+gr_status ox_range_runtime(ox_ctx *c) {
+    static const char *names[3] = {"start", "limit", "delta"};
+    int in[3], f[3];
+    gr_dtype dt = GR_F32;
+    for (int i = 0; i < 3; i++) {
+        GR_TRY(ox_in_ir(c, i, &in[i]));
+        const gr_ir_value *v = irv(c, in[i]);
+        if (!v->typed) return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of input '%s' is not known", names[i]);
+        if (gr_ir_value_numel(v) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be a scalar", names[i]);
+        if (i == 0) dt = v->dtype;
+        else if (v->dtype != dt)
+            return ox_node_error(c, GR_ERR_SHAPE, "inputs 'start' and '%s' have different dtypes (%s, %s)", names[i], gr_dtype_name(dt),
+                                 gr_dtype_name(v->dtype));
+        if (v->ndim) { /* [1] or [1, 1]: a 0-d scalar, so the arithmetic below stays 0-d */
+            GR_TRY(ox_reshape_ir(c, in[i], NULL, 0, &in[i]));
+        }
+    }
+    if (dt != GR_F32 && dt != GR_F64 && dt != GR_I32 && dt != GR_I64 && dt != GR_F16 && dt != GR_I8)
+        return ox_node_error(c, GR_ERR_UNSUPPORTED, "Range of %s is not supported", gr_dtype_name(dt));
+    for (int i = 0; i < 3; i++) {
+        if (dt == GR_F64) f[i] = in[i];
+        else GR_TRY(cast_ir(c, in[i], GR_F64, &f[i]));
+    }
+    int span, q, up, zero, nan, dz, len, count;
+    GR_TRY(ox_emit2(c, GR_OP_SUB, f[1], f[0], &span));
+    GR_TRY(ox_emit2(c, GR_OP_DIV, span, f[2], &q));
+    GR_TRY(ox_emit(c, GR_OP_CEIL, 1, &q, 0, NULL, 1, NULL, false, &up));
+    GR_TRY(ox_scalar_const_ir(c, GR_F64, 0.0, &zero));
+    GR_TRY(ox_emit2(c, GR_OP_MAX, up, zero, &len));
+    GR_TRY(ox_scalar_const_ir(c, GR_F64, NAN, &nan));
+    GR_TRY(ox_emit2(c, GR_OP_EQUAL, f[2], zero, &dz));
+    GR_TRY(ox_where_ir(c, dz, nan, len, &count));
+    int64_t hi = OX_RANGE_MAX_BYTES / (int64_t)gr_dtype_size(dt);
+    if (hi > OX_RANGE_MAX_ELEMS) hi = OX_RANGE_MAX_ELEMS;
+    gr_dim length;
+    GR_TRY(ox_data_symbol(c, "range", count, hi, &length));
+    int iota, it, step;
+    GR_TRY(ox_iota_ir(c, length, &iota));
+    if (dt == GR_I64) it = iota;
+    else GR_TRY(cast_ir(c, iota, dt, &it));
+    GR_TRY(ox_emit2(c, GR_OP_MUL, it, in[2], &step));
+    int sum[2] = {in[0], step};
+    return ox_emit1(c, GR_OP_ADD, 2, sum, 0, NULL);
 }

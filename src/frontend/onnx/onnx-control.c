@@ -145,6 +145,83 @@ static gr_status stack_outputs(ox_ctx *c, const char *name, ox_value *vals, int 
     return ox_define_ir(c, name, out);
 }
 
+/* Loop(M, cond, v...) with M or the initial condition computed at run time, whose body
+ * keeps the condition true (passes it on or writes true; checked at import with the
+ * condition input set to true): it runs trip = cond ? max(M, 0) : 0 iterations. trip is
+ * a data-dependent symbol (runtime/probe.c reads it before each run) and the body an IR
+ * subgraph of a `loop` node whose `trip` attribute is that symbol; passes/unroll.c
+ * unrolls it per binding. At most OX_MAX_UNROLL iterations (the symbol's range: a larger
+ * M is a clear error at run time, naming the node). A body that computes its condition
+ * (a while-loop) is not supported: it would need the device's conditional nodes. */
+static gr_status loop_run_time_trip(ox_ctx *c, const Onnx__GraphProto *body, int n_state, int n_scan, bool run_time_cond) {
+    int n_out = n_state + n_scan, in[66], m;
+    for (int i = 0; i < n_state; i++) {
+        int vi = ox_in(c, 2 + i);
+        if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "loop-carried input %d is missing", i);
+        GR_TRY(value_to_ir(c, &c->vals.data[vi], "a loop-carried input", &in[2 + i]));
+    }
+    GR_TRY(ox_in_ir(c, 0, &m));
+    const gr_ir_value *mv = irv(c, m);
+    if (!mv->typed || gr_ir_value_numel(mv) != 1 || !gr_dtype_is_int(mv->dtype))
+        return ox_node_error(c, GR_ERR_SHAPE, "input 'M' must be one integer");
+    if (mv->ndim) GR_TRY(ox_reshape_ir(c, m, NULL, 0, &m));
+    if (irv(c, m)->dtype != GR_I64) {
+        gr_ir_attr to = {.name = (char *)"to", .kind = GR_IR_ATTR_STRING, .s = (char *)"i64"};
+        GR_TRY(ox_emit(c, GR_OP_CAST, 1, &m, 1, &to, 1, NULL, false, &m));
+    }
+    int zero, count, cond;
+    GR_TRY(ox_scalar_const_ir(c, GR_I64, 0.0, &zero));
+    GR_TRY(ox_emit2(c, GR_OP_MAX, m, zero, &count)); /* ONNX: M <= 0 runs no iteration */
+    if (run_time_cond) { /* false before the first iteration: none */
+        int c0, ce;
+        GR_TRY(ox_in_ir(c, 1, &c0));
+        const gr_ir_value *cv = irv(c, c0);
+        if (!cv->typed || gr_ir_value_numel(cv) != 1) return ox_node_error(c, GR_ERR_SHAPE, "input 'cond' must be one element");
+        if (cv->ndim) GR_TRY(ox_reshape_ir(c, c0, NULL, 0, &c0));
+        if (irv(c, c0)->dtype != GR_BOOL) {
+            int z, eq;
+            GR_TRY(ox_scalar_const_ir(c, irv(c, c0)->dtype, 0.0, &z));
+            GR_TRY(ox_emit2(c, GR_OP_EQUAL, c0, z, &eq));
+            GR_TRY(ox_emit(c, GR_OP_NOT, 1, &eq, 0, NULL, 1, NULL, false, &c0));
+        }
+        int w[3] = {c0, count, zero};
+        GR_TRY(ox_emit(c, GR_OP_WHERE, 3, w, 0, NULL, 1, NULL, false, &ce));
+        count = ce;
+    }
+    GR_TRY(ox_scalar_const_ir(c, GR_BOOL, 1.0, &cond));
+    int64_t per = body->n_node ? OX_MAX_UNROLLED_NODES / (int64_t)body->n_node : OX_MAX_UNROLL;
+    int64_t hi = per < OX_MAX_UNROLL ? per : OX_MAX_UNROLL;
+    char *what = gr_sprintf("node '%s' (Loop) body", c->node_name);
+    if (!what) return gr_nomem();
+    gr_graph *bg = NULL;
+    bool cond_true = false;
+    gr_status st = ox_import_loop_body(c, body, what, n_state, in + 2, &bg, &cond_true);
+    gr_strfree(what);
+    if (st == GR_OK && !cond_true)
+        st = ox_node_error(c, GR_ERR_UNSUPPORTED, "the body computes the loop condition at run time and the trip count is "
+                                                  "known only at run time too (a while-loop): not supported; graft runs a Loop "
+                                                  "with a run-time trip count whose body keeps the condition true");
+    gr_dim trip;
+    if (st == GR_OK) st = ox_data_symbol(c, "loop", count, hi, &trip);
+    int outs[128];
+    if (st == GR_OK) {
+        in[0] = count;
+        in[1] = cond;
+        gr_ir_attr attrs[2] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg},
+                               {.name = (char *)"trip", .kind = GR_IR_ATTR_INT, .sym = true, .expr = trip.expr}};
+        const char *names[128];
+        ox_out_names(c, names, n_out);
+        st = ox_emit(c, GR_OP_LOOP, 2 + n_state, in, 2, attrs, n_out, names, true, outs);
+    }
+    gr_ir_graph_destroy(bg);
+    GR_TRY(st);
+    for (int i = 0; i < n_out; i++)
+        if (!irv(c, outs[i])->typed)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of output %d is not known (the body changes a loop-carried "
+                                                        "value's type or shape)", i);
+    return ox_bind_outputs(c, n_out, outs, NULL);
+}
+
 gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
     (void)op;
     const Onnx__GraphProto *body = graph_attr(c, "body");
@@ -160,11 +237,9 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
     int64_t trip = 0, cond0 = 1;
     GR_TRY(loop_scalar(c, 0, "M", &m_present, &m_known, &trip));
     GR_TRY(loop_scalar(c, 1, "cond", &c_present, &c_known, &cond0));
-    if (m_present && !m_known)
-        return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                             "the trip count M is computed at run time, so the number of iterations depends on tensor data; graft "
-                             "unrolls a Loop whose trip count is known at import time (a LOOP it could run on the device is not "
-                             "supported yet)");
+    /* a trip count known only at run time: M computed then, or a run-time initial condition */
+    if (m_present && (!m_known || (c_present && !c_known)) && !(c_known && cond0 == 0))
+        return loop_run_time_trip(c, body, n_state, n_scan, c_present && !c_known);
     if (c_present && !c_known)
         return ox_node_error(c, GR_ERR_UNSUPPORTED,
                              "the loop condition is computed at run time (a data-dependent trip count); graft unrolls a Loop "
@@ -233,6 +308,78 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
     return st;
 }
 
+/* reversed along axis: gather(x, (n - 1) - iota(n), axis) */
+static gr_status reverse_ir(ox_ctx *c, int x, gr_dim n, int axis, int *out) {
+    gr_dim last;
+    gr_status st = gr_dx_binary(c->g, GR_DX_SUB, n, gr_dx_const(1), &last);
+    if (st != GR_OK) return ox_node_error(c, st == GR_ERR_NOMEM ? st : GR_ERR_SHAPE, "the sequence length minus one is not expressible");
+    int iota, l, idx;
+    GR_TRY(ox_iota_ir(c, n, &iota));
+    GR_TRY(ox_dim_scalar_ir(c, last, GR_I64, &l));
+    GR_TRY(ox_emit2(c, GR_OP_SUB, l, iota, &idx));
+    int in[2] = {x, idx};
+    gr_ir_attr a = A_int("axis", axis);
+    return ox_emit(c, GR_OP_GATHER, 2, in, 1, &a, 1, NULL, false, out);
+}
+
+/* Scan over a symbolic sequence length T: a `loop` node whose trip attribute is T, unrolled
+ * per binding (passes/unroll.c, at most 256 steps); its body slices scan input j at the
+ * iteration number (a gather; reversed inputs are reversed first), and the stacked scan
+ * outputs are reversed and moved to their output axes afterwards. */
+static gr_status scan_symbolic(ox_ctx *c, const Onnx__GraphProto *body, int n_state, int m, int n_scan_out, const int *xs_in,
+                               const int *axes, gr_dim len, const int64_t *in_dirs, const int64_t *out_axes, const int64_t *out_dirs) {
+    int in[130], xs[64], outs[130];
+    for (int i = 0; i < n_state; i++) {
+        int vi = ox_in(c, i);
+        if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "state input %d is missing", i);
+        GR_TRY(value_to_ir(c, &c->vals.data[vi], "a state input", &in[2 + i]));
+    }
+    for (int j = 0; j < m; j++) {
+        xs[j] = xs_in[j];
+        if (in_dirs && in_dirs[j]) GR_TRY(reverse_ir(c, xs[j], len, axes[j], &xs[j]));
+    }
+    GR_TRY(ox_dim_scalar_ir(c, len, GR_I64, &in[0]));
+    GR_TRY(ox_scalar_const_ir(c, GR_BOOL, 1.0, &in[1]));
+    char *what = gr_sprintf("node '%s' (Scan) body", c->node_name);
+    if (!what) return gr_nomem();
+    gr_graph *bg = NULL;
+    gr_status st = ox_import_scan_body(c, body, what, n_state, in + 2, m, xs, axes, &bg);
+    gr_strfree(what);
+    int n_out = n_state + n_scan_out;
+    if (st == GR_OK) {
+        gr_ir_attr attrs[2] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg},
+                               {.name = (char *)"trip", .kind = GR_IR_ATTR_INT, .sym = true, .expr = len.expr}};
+        st = ox_emit(c, GR_OP_LOOP, 2 + n_state, in, 2, attrs, n_out, NULL, false, outs);
+    }
+    gr_ir_graph_destroy(bg);
+    GR_TRY(st);
+    for (int i = 0; i < n_out; i++)
+        if (!irv(c, outs[i])->typed)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of output %d is not known (the body changes a state's type or shape)", i);
+    for (int i = 0; i < n_state; i++) {
+        ox_value v = {.ir = outs[i]};
+        GR_TRY(bind_value(c, c->node->output[i], &v));
+    }
+    for (int k = 0; k < n_scan_out; k++) {
+        const char *name = c->node->output[n_state + k];
+        if (!name || !*name) continue;
+        int y = outs[n_state + k], r = irv(c, y)->ndim;
+        if (out_dirs && out_dirs[k]) GR_TRY(reverse_ir(c, y, len, 0, &y));
+        int64_t a = out_axes ? out_axes[k] : 0;
+        if (a < -r || a >= r) return ox_node_error(c, GR_ERR_SHAPE, "scan output axis %lld out of range for rank %d", (long long)a, r);
+        if (a < 0) a += r;
+        if (a > 0) { /* the stacked axis 0 moves to a */
+            int64_t perm[GR_MAX_DIMS];
+            for (int d = 0, src = 1; d < r; d++) perm[d] = d == a ? 0 : src++;
+            gr_ir_attr p = A_ints("perm", perm, r);
+            GR_TRY(ox_emit(c, GR_OP_TRANSPOSE, 1, &y, 1, &p, 1, NULL, false, &y));
+        }
+        ox_value v = {.ir = y};
+        GR_TRY(bind_value(c, name, &v));
+    }
+    return GR_OK;
+}
+
 /* Scan (opset 9+): unrolled over the scan inputs' sequence length, which must be known. */
 gr_status ox_cv_scan(ox_ctx *c, gr_op op) {
     (void)op;
@@ -256,6 +403,8 @@ gr_status ox_cv_scan(ox_ctx *c, gr_op op) {
         return ox_node_error(c, GR_ERR_INVALID, "scan axes / directions lists do not match the number of scan inputs or outputs");
     int xs[64], axes[64];
     int64_t T = -1;
+    gr_dim len = gr_dx_const(-1);
+    bool symbolic = false;
     for (int j = 0; j < m; j++) {
         GR_TRY(ox_in_ir(c, n_state + j, &xs[j]));
         const gr_ir_value *v = irv(c, xs[j]);
@@ -264,13 +413,17 @@ gr_status ox_cv_scan(ox_ctx *c, gr_op op) {
         if (a < -v->ndim || a >= v->ndim) return ox_node_error(c, GR_ERR_SHAPE, "scan input axis %lld out of range", (long long)a);
         axes[j] = (int)(a < 0 ? a + v->ndim : a);
         gr_dim d = v->dims[axes[j]];
-        if (gr_dx_is_sym(d))
-            return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                                 "the sequence length of scan input %d is symbolic; graft unrolls a Scan whose length is known "
-                                 "at import time", j);
+        if (j > 0 && !gr_dx_equal(d, len) && (gr_dx_is_sym(d) || gr_dx_is_sym(len)))
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "scan inputs 0 and %d have sequence lengths graft cannot show equal", j);
+        symbolic |= gr_dx_is_sym(d);
+        len = d;
+        if (gr_dx_is_sym(d)) continue;
         if (T >= 0 && d.size != T) return ox_node_error(c, GR_ERR_SHAPE, "scan inputs differ in sequence length (%lld, %lld)", (long long)T, (long long)d.size);
         T = d.size;
     }
+    if (symbolic) /* a length bound at run time: a loop unrolled per binding */
+        return scan_symbolic(c, body, n_state, m, n_scan_out, xs, axes, len, n_id > 0 ? in_dirs : NULL, n_oa > 0 ? out_axes : NULL,
+                             n_od > 0 ? out_dirs : NULL);
     if (T > OX_MAX_UNROLL || (int64_t)body->n_node * T > OX_MAX_UNROLLED_NODES)
         return ox_node_error(c, GR_ERR_UNSUPPORTED, "a sequence of %lld steps is too long to unroll (at most %d)", (long long)T, OX_MAX_UNROLL);
     ox_value state[64], in[64], out[64], *scans = NULL;

@@ -199,7 +199,11 @@ gr_status ox_cv_one_hot(ox_ctx *c, gr_op op);
 gr_status ox_cv_top_k(ox_ctx *c, gr_op op);
 gr_status ox_cv_scatter_elements(ox_ctx *c, gr_op op);
 gr_status ox_cv_scatter_nd(ox_ctx *c, gr_op op);
-gr_status ox_cv_data_dependent(ox_ctx *c, gr_op op);
+gr_status ox_cv_nonzero(ox_ctx *c, gr_op op);
+/* Range whose start/limit/delta are computed at run time (a data-dependent length). */
+gr_status ox_range_runtime(ox_ctx *c);
+/* A data-dependent symbol named base_<node>, computed at run time by count_ir (range [0, hi]). */
+gr_status ox_data_symbol(ox_ctx *c, const char *base, int count_ir, int64_t hi, gr_dim *out);
 gr_status ox_cv_if(ox_ctx *c, gr_op op);
 gr_status ox_cv_loop(ox_ctx *c, gr_op op);
 gr_status ox_cv_scan(ox_ctx *c, gr_op op);
@@ -221,6 +225,10 @@ gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *
 /* Inlines body gp into c's graph in a scope of its own: its inputs bound to
  * copies of in[0..gp->n_input), its outputs copied to out[0..gp->n_output)
  * (names left NULL; release them with ox_value_clear). */
+gr_status ox_import_loop_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir,
+                              gr_graph **out, bool *cond_true);
+gr_status ox_import_scan_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir, int n_scan_in,
+                              const int *xs_ir, const int *axes, gr_graph **out);
 gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out);
 /* Copies a value's meaning (IR value, constant data, reason, sequence) into dst. */
 gr_status ox_value_copy(ox_value *dst, const ox_value *src);

@@ -732,13 +732,8 @@ static gr_status cv_range(ox_ctx *c, gr_op op) {
     for (int i = 0; i < 3; i++) {
         int vi = ox_in(c, i);
         const ox_value *v = vi >= 0 ? &c->vals.data[vi] : NULL;
-        if (v && !v->konst && !v->unavailable) /* the length, ceil((limit - start) / delta), is not known when planning */
-            return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                                 "input '%s' (value '%s') must be a constant at import time (or computed from shapes): "
-                                 "computed at run time, it makes the output length max(ceil((limit - start) / delta), 0) "
-                                 "depend on tensor data, a data-dependent shape that a static memory plan cannot hold; "
-                                 "not supported",
-                                 names[i], v->name);
+        if (v && !v->konst && !v->unavailable) /* the length depends on tensor data: a data-dependent dim */
+            return ox_range_runtime(c);
     }
     for (int i = 0; i < 3; i++) {
         GR_TRY(ox_need_const(c, i, names[i], &t[i]));
@@ -1235,7 +1230,7 @@ static const struct {
     {"Tile", GR_OP_EXPAND, ox_cv_tile},
     {"OneHot", GR_OP_WHERE, ox_cv_one_hot},
     {"TopK", GR_OP_GATHER_ELEMENTS, ox_cv_top_k},
-    {"NonZero", GR_OP_IDENTITY, ox_cv_data_dependent},
+    {"NonZero", GR_OP_IDENTITY, ox_cv_nonzero},
     {"ReduceProd", GR_OP_REDUCE_PROD, cv_reduce},
     {"ScatterElements", GR_OP_WHERE, ox_cv_scatter_elements},
     {"ScatterND", GR_OP_WHERE, ox_cv_scatter_nd},

@@ -758,6 +758,163 @@ gr_status ox_import_subgraph(ox_ctx *c, const Onnx__GraphProto *gp, const char *
     return st;
 }
 
+/* A Loop body as the IR subgraph of a `loop` node run a data-dependent number of
+ * times (unrolled per binding, passes/unroll.c): inputs (iteration i64[], condition
+ * bool[], carried values typed like state_ir's values of c->g); the ONNX condition input
+ * is the constant true, so a body that passes it on (or writes true) has a condition
+ * known here: *cond_true. */
+gr_status ox_import_loop_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir,
+                              gr_graph **out, bool *cond_true) {
+    *out = NULL;
+    *cond_true = false;
+    ox_ctx s;
+    GR_TRY(scope_begin(c, &s, what));
+    if ((int)gp->n_input != 2 + n_state || gp->n_output < (size_t)(1 + n_state))
+        return gr_error(GR_ERR_INVALID, "%s: %zu inputs and %zu outputs for %d loop-carried values", what, gp->n_input, gp->n_output, n_state);
+    gr_status st = gr_ir_graph_create(&s.g);
+    if (st == GR_OK) {
+        s.g->parent = c->g;
+        sync_auto_names(c->g, s.g);
+        st = scope_initializers(&s, gp, what);
+    }
+    for (size_t i = 0; st == GR_OK && i < gp->n_input; i++) {
+        const char *name = S(gp->input[i]->name);
+        if (!*name) {
+            st = gr_error(GR_ERR_INVALID, "%s: input %zu has no name", what, i);
+            break;
+        }
+        int ir = -1;
+        if (i == 0) {
+            st = gr_ir_add_input(s.g, name, GR_I64, 0, NULL, &ir);
+        } else if (i == 1) { /* the IR input exists for the loop op's convention; ONNX reads the constant */
+            char *in_name = gr_sprintf("%s/cond_in", what);
+            ox_tensor *t = NULL;
+            st = in_name ? gr_ir_add_input(s.g, in_name, GR_BOOL, 0, NULL, &ir) : gr_nomem();
+            gr_strfree(in_name);
+            if (st == GR_OK) st = ox_tensor_new(GR_BOOL, 0, NULL, &t);
+            if (st == GR_OK) {
+                *(uint8_t *)t->data = 1;
+                st = ox_define_const(&s, name, t);
+            }
+            continue;
+        } else {
+            const gr_ir_value *o = &c->g->values.data[state_ir[i - 2]];
+            if (!o->typed) {
+                st = gr_error(GR_ERR_UNSUPPORTED, "%s: the type of loop-carried value %zu is not known", what, i - 2);
+                break;
+            }
+            gr_dim dims[GR_MAX_DIMS];
+            gr_dtype dt = o->dtype;
+            int nd = o->ndim;
+            for (int d = 0; d < nd && st == GR_OK; d++) st = gr_dx_import(s.g, c->g, c->g->values.data[state_ir[i - 2]].dims[d], &dims[d]);
+            if (st == GR_OK) st = gr_ir_add_input(s.g, name, dt, nd, dims, &ir);
+        }
+        if (st == GR_OK) st = ox_define_ir(&s, name, ir);
+    }
+    if (st == GR_OK) st = scope_nodes(&s, gp);
+    for (size_t i = 0; st == GR_OK && i < gp->n_output; i++) {
+        int vi, ir;
+        st = scope_output(&s, gp, i, what, &vi);
+        if (st == GR_OK && i == 0) {
+            const ox_tensor *k = s.vals.data[vi].konst;
+            *cond_true = k && !ox_tensor_has_sym(k) && ox_tensor_numel(k) == 1 && gr_load_f64(k->data, k->dtype, 0) != 0;
+        }
+        if (st == GR_OK) st = ox_ir(&s, vi, &ir);
+        if (st == GR_OK) st = gr_ir_add_output(s.g, ir);
+    }
+    if (s.g) sync_auto_names(c->g, s.g);
+    if (st != GR_OK) {
+        gr_ir_graph_destroy(s.g);
+        s.g = NULL;
+    }
+    ctx_free(&s);
+    *out = s.g;
+    return st;
+}
+
+/* A Scan body as the IR subgraph of a `loop` node over a symbolic sequence length:
+ * inputs (iteration i64[], condition bool[], states typed like state_ir's values); scan
+ * input j is gather(xs_ir[j], iteration, axis axes[j]) of the outer value xs_ir[j] (a
+ * capture, by name); outputs (true, states..., scan outputs...). */
+gr_status ox_import_scan_body(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, int n_state, const int *state_ir, int n_scan_in,
+                              const int *xs_ir, const int *axes, gr_graph **out) {
+    *out = NULL;
+    ox_ctx s;
+    GR_TRY(scope_begin(c, &s, what));
+    if ((int)gp->n_input != n_state + n_scan_in) return gr_error(GR_ERR_INVALID, "%s: %zu inputs", what, gp->n_input);
+    gr_status st = gr_ir_graph_create(&s.g);
+    int iter = -1, cond = -1;
+    char *name_i = gr_sprintf("%s/iter", what), *name_c = gr_sprintf("%s/cond", what);
+    if (st == GR_OK && (!name_i || !name_c)) st = gr_nomem();
+    if (st == GR_OK) {
+        s.g->parent = c->g;
+        sync_auto_names(c->g, s.g);
+        st = gr_ir_add_input(s.g, name_i, GR_I64, 0, NULL, &iter);
+    }
+    if (st == GR_OK) st = gr_ir_add_input(s.g, name_c, GR_BOOL, 0, NULL, &cond);
+    if (st == GR_OK) st = scope_initializers(&s, gp, what);
+    for (int i = 0; st == GR_OK && i < (int)gp->n_input; i++) {
+        const char *name = S(gp->input[i]->name);
+        if (!*name) {
+            st = gr_error(GR_ERR_INVALID, "%s: input %d has no name", what, i);
+            break;
+        }
+        int outer = i < n_state ? state_ir[i] : xs_ir[i - n_state], ir = -1;
+        gr_ir_value ov = c->g->values.data[outer]; /* a copy: adding values moves the array */
+        if (!ov.typed) {
+            st = gr_error(GR_ERR_UNSUPPORTED, "%s: the type of input %d is not known", what, i);
+            break;
+        }
+        gr_dim dims[GR_MAX_DIMS];
+        for (int d = 0; d < ov.ndim && st == GR_OK; d++) st = gr_dx_import(s.g, c->g, ov.dims[d], &dims[d]);
+        if (st == GR_OK && i < n_state) st = gr_ir_add_input(s.g, name, ov.dtype, ov.ndim, dims, &ir);
+        if (st == GR_OK && i >= n_state) { /* the capture, then this iteration's slice */
+            int cap, node;
+            st = gr_ir_add_value(s.g, ov.name, GR_VAL_INPUT, &cap);
+            if (st == GR_OK) {
+                gr_ir_value *cv = &s.g->values.data[cap];
+                cv->typed = true;
+                cv->dtype = ov.dtype;
+                cv->ndim = ov.ndim;
+                for (int d = 0; d < ov.ndim; d++) cv->dims[d] = dims[d];
+                gr_ir_attr ax = {.name = (char *)"axis", .kind = GR_IR_ATTR_INT, .i = axes[i - n_state]};
+                int in2[2] = {cap, iter};
+                char *nn = gr_sprintf("%s/slice%d", what, i - n_state);
+                st = nn ? gr_ir_add_node(s.g, GR_OP_GATHER, nn, 2, in2, 1, NULL, 1, &ax, &node) : gr_nomem();
+                gr_strfree(nn);
+                if (st == GR_OK) st = gr_ir_infer_node(s.g, node);
+                if (st == GR_OK) ir = s.g->nodes.data[node].out[0];
+            }
+        }
+        if (st == GR_OK) st = ox_define_ir(&s, name, ir);
+    }
+    if (st == GR_OK) st = scope_nodes(&s, gp);
+    if (st == GR_OK) { /* the condition: true */
+        uint8_t one = 1;
+        int k;
+        char *nm = gr_sprintf("%s/true", what);
+        st = nm ? gr_ir_add_const(s.g, nm, GR_BOOL, 0, NULL, &one, &k) : gr_nomem();
+        gr_strfree(nm);
+        if (st == GR_OK) st = gr_ir_add_output(s.g, k);
+    }
+    for (size_t i = 0; st == GR_OK && i < gp->n_output; i++) {
+        int vi, ir;
+        st = scope_output(&s, gp, i, what, &vi);
+        if (st == GR_OK) st = ox_ir(&s, vi, &ir);
+        if (st == GR_OK) st = gr_ir_add_output(s.g, ir);
+    }
+    if (s.g) sync_auto_names(c->g, s.g);
+    gr_strfree(name_i);
+    gr_strfree(name_c);
+    if (st != GR_OK) {
+        gr_ir_graph_destroy(s.g);
+        s.g = NULL;
+    }
+    ctx_free(&s);
+    *out = s.g;
+    return st;
+}
+
 gr_status ox_inline_graph(ox_ctx *c, const Onnx__GraphProto *gp, const char *what, const ox_value *in, ox_value *out) {
     ox_ctx *root = c;
     while (root->outer) root = root->outer;

@@ -252,6 +252,33 @@ def control_flow():
     shutil.copy(os.path.join(HERE, "control_flow.onnx"), os.path.join(CORPUS, "control_flow.onnx"))
 
 
+def data_dependent():
+    """Data-dependent output shapes (runtime/probe.c): NonZero feeding a Gather (x[x != 0]),
+    Range over a limit computed from data (the count of x > 0), Loop with a run-time trip
+    count M (a loop-carried sum of the iteration numbers and a scan output of 2 i):
+    tests/test_datadep.c runs it in one session and under allocation failures."""
+    B = TensorProto.BOOL
+    loop_b = helper.make_graph([helper.make_node("Add", ["acc", "i"], ["acc2"], name="l_add"),
+                                helper.make_node("Add", ["i", "i"], ["twice"], name="l_twice"),
+                                helper.make_node("Identity", ["cin"], ["cout"], name="l_id")], "b",
+                               [vi("i", I64, []), vi("cin", B, []), vi("acc", I64, [])],
+                               [vi(o, TensorProto.UNDEFINED, None) for o in ("cout", "acc2", "twice")])
+    m = model([helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
+               helper.make_node("Squeeze", ["nz", "ax0"], ["idx"], name="sq"),
+               helper.make_node("Gather", ["x", "idx"], ["g"], name="gather", axis=0),
+               helper.make_node("Greater", ["x", "zero"], ["pos"], name="gt"),
+               helper.make_node("Cast", ["pos"], ["posi"], name="cast", to=I64),
+               helper.make_node("ReduceSum", ["posi"], ["lim"], name="count", keepdims=0),
+               helper.make_node("Range", ["zero_i", "lim", "one_i"], ["r"], name="rg"),
+               helper.make_node("Loop", ["M", "", "zero_i"], ["accf", "scans"], name="lp", body=loop_b)],
+              [vi("x", F, [6]), vi("M", I64, [])],
+              [vi("g", F, None), vi("r", I64, None), vi("accf", I64, None), vi("scans", I64, None)],
+              [i64("ax0", [0]), numpy_helper.from_array(np.array(0, np.float32), "zero"), i64("zero_i", 0), i64("one_i", 1)])
+    save(m, "data_dependent.onnx", check=False)
+    shutil.copy(os.path.join(HERE, "data_dependent.onnx"), os.path.join(CORPUS, "data_dependent.onnx"))
+
+
 if __name__ == "__main__":
     main()
     control_flow()
+    data_dependent()
