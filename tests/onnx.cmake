@@ -11,6 +11,9 @@ if(GRAFT_ONNX_ENABLED)
   # ...where a new length of a seen size class compiles nothing (shape-generic kernels)
   graft_test(test_generic_onnx SOURCES tests/test_generic_onnx.c tools/npy.c)
   target_include_directories(test_generic_onnx PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # ...and where a plan built in memory earlier plans reused equals a fresh build
+  graft_test(test_plan_reuse SOURCES tests/test_plan_reuse.c tools/npy.c)
+  target_include_directories(test_plan_reuse PRIVATE ${CMAKE_SOURCE_DIR}/tools)
   # decoder steps with a KV cache: the rewritten single-shape step against the per-length one
   graft_test(test_decode SOURCES tests/test_decode.c tools/npy.c)
   target_include_directories(test_decode PRIVATE ${CMAKE_SOURCE_DIR}/tools)

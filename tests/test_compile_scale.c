@@ -468,12 +468,18 @@ static void random_plan_case(int n_steps, int n_outputs, bool check_reference, c
 }
 
 static void test_memplan(void) {
-    char what[64];
-    for (int t = 0; t < 200; t++) {
-        int n = 1 + (int)rnd(t < 150 ? 40 : 300);
-        snprintf(what, sizeof what, "random plan %d (%d steps)", t, n);
-        random_plan_case(n, (int)rnd((uint32_t)(n / 2 + 2)), true, what);
+    char what[80];
+    /* plans of few arena values are placed with a list, larger ones with the interval tree:
+     * both against the reference, and the tree on small plans too */
+    for (int tree_only = 0; tree_only < 2; tree_only++) {
+        gr_pass_plan_memory_debug_tree_only(tree_only);
+        for (int t = 0; t < 200; t++) {
+            int n = 1 + (int)rnd(t < 150 ? 40 : 300);
+            snprintf(what, sizeof what, "random plan %d (%d steps%s)", t, n, tree_only ? ", tree only" : "");
+            random_plan_case(n, (int)rnd((uint32_t)(n / 2 + 2)), true, what);
+        }
     }
+    gr_pass_plan_memory_debug_tree_only(false);
     /* many values live at the end (the shape that made the old search cubic) */
     random_plan_case(600, 500, true, "600 steps, 500 outputs");
     random_plan_case(20000, 20000, false, "20000 steps, 20000 outputs");

@@ -293,9 +293,18 @@ static void structure_words(const gr_kernel *k, word_fn w, void *u) {
     }
 }
 
+/* gr_hash_bytes(&v, sizeof v, *h) written out (FNV-1a over v's bytes in memory order): every
+ * kernel a new binding's plan prepares is hashed, a word at a time. test_render pins the result. */
 static void hash_word(void *user, uint64_t v) {
     uint64_t *h = user;
-    *h = gr_hash_bytes(&v, sizeof v, *h);
+    unsigned char b[sizeof v];
+    memcpy(b, &v, sizeof v);
+    uint64_t x = 1469598103934665603ull ^ *h;
+    for (size_t i = 0; i < sizeof v; i++) {
+        x ^= b[i];
+        x *= 1099511628211ull;
+    }
+    *h = x;
 }
 
 uint64_t gr_kernel_structure_hash(const gr_kernel *k) {
@@ -304,40 +313,71 @@ uint64_t gr_kernel_structure_hash(const gr_kernel *k) {
     return h;
 }
 
+/* Words of one structure: in `local` up to its size (most kernels), on the heap past it, so
+ * comparing two kernels (every kernel a new binding's plan prepares) allocates nothing. */
+#define WORD_BUF_LOCAL 512
 typedef struct {
     uint64_t *data;
     int len, cap;
     bool failed;
+    uint64_t local[WORD_BUF_LOCAL];
 } word_buf;
+
+static void word_buf_init(word_buf *b) {
+    b->data = b->local;
+    b->len = 0;
+    b->cap = WORD_BUF_LOCAL;
+    b->failed = false;
+}
+
+static void word_buf_free(word_buf *b) {
+    if (b->data != b->local) gr_free(b->data, sizeof(uint64_t) * (size_t)b->cap);
+}
 
 static void buf_word(void *user, uint64_t v) {
     word_buf *b = user;
     if (b->failed) return;
     if (b->len == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
+        int cap = 2 * b->cap;
         uint64_t *d = gr_malloc(sizeof(uint64_t) * (size_t)cap);
         if (!d) {
             b->failed = true;
             return;
         }
-        if (b->len) memcpy(d, b->data, sizeof(uint64_t) * (size_t)b->len);
-        gr_free(b->data, sizeof(uint64_t) * (size_t)b->cap);
+        memcpy(d, b->data, sizeof(uint64_t) * (size_t)b->len);
+        word_buf_free(b);
         b->data = d;
         b->cap = cap;
     }
     b->data[b->len++] = v;
 }
 
+/* b's words checked against a's as they come */
+typedef struct {
+    const word_buf *a;
+    int at;
+    bool differ;
+} word_cmp;
+
+static void cmp_word(void *user, uint64_t v) {
+    word_cmp *c = user;
+    if (c->differ) return;
+    if (c->at >= c->a->len || c->a->data[c->at] != v) c->differ = true;
+    c->at++;
+}
+
 gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out) {
     *out = false;
-    word_buf wa = {0}, wb = {0};
+    word_buf wa;
+    word_buf_init(&wa);
     structure_words(a, buf_word, &wa);
-    structure_words(b, buf_word, &wb);
-    gr_status st = wa.failed || wb.failed ? GR_ERR_NOMEM : GR_OK;
-    if (st == GR_OK)
-        *out = wa.len == wb.len && (wa.len == 0 || !memcmp(wa.data, wb.data, sizeof(uint64_t) * (size_t)wa.len));
-    gr_free(wa.data, sizeof(uint64_t) * (size_t)wa.cap);
-    gr_free(wb.data, sizeof(uint64_t) * (size_t)wb.cap);
+    gr_status st = wa.failed ? GR_ERR_NOMEM : GR_OK;
+    if (st == GR_OK) {
+        word_cmp c = {.a = &wa, .at = 0, .differ = false};
+        structure_words(b, cmp_word, &c);
+        *out = !c.differ && c.at == wa.len;
+    }
+    word_buf_free(&wa);
     return st;
 }
 

@@ -1,15 +1,35 @@
 /* codegen/kir — building, verifying, printing and hashing kernel IR.
  * Semantics are documented in kir.h; the interpreter lives in interp.c. */
 #include "codegen/kir.h"
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ==== building ========================================================================= */
 
+/* Everything but params[n_params..] and stages[n_stages..], which nothing reads (add_param and
+ * add_stage fill an entry whole): a kernel is ~2.9 KB, mostly those two arrays, and the
+ * lowering and fusion of one plan create ~130 (a new binding of a symbolic model pays it). */
+static void kernel_zero(gr_kernel *k) {
+    memset(k, 0, offsetof(gr_kernel, params));
+    memset(&k->n_outer, 0, offsetof(gr_kernel, stages) - offsetof(gr_kernel, n_outer));
+    memset(&k->nodes, 0, sizeof *k - offsetof(gr_kernel, nodes));
+}
+
+/* The same parts of src into dst (nodes shared: the caller copies them). */
+static void kernel_copy(gr_kernel *dst, const gr_kernel *src) {
+    memcpy(dst, src, offsetof(gr_kernel, params));
+    memcpy(dst->params, src->params, sizeof(gr_kparam) * (size_t)GR_MIN(GR_MAX(src->n_params, 0), GR_KMAX_PARAMS));
+    memcpy(&dst->n_outer, &src->n_outer, offsetof(gr_kernel, stages) - offsetof(gr_kernel, n_outer));
+    memcpy(dst->stages, src->stages, sizeof(gr_kstage) * (size_t)GR_MIN(GR_MAX(src->n_stages, 0), GR_KMAX_STAGES));
+    memcpy(&dst->nodes, &src->nodes, sizeof *dst - offsetof(gr_kernel, nodes));
+}
+
 gr_status gr_kernel_create(const char *name, gr_kernel **out) {
     *out = NULL;
-    gr_kernel *k = gr_calloc(1, sizeof(*k));
+    gr_kernel *k = gr_malloc(sizeof(*k));
     if (!k) return GR_ERR_NOMEM;
+    kernel_zero(k);
     gr_name_copy(k->name, sizeof(k->name), name ? name : "kernel", -1);
     k->n_points_param = -1;
     k->source_node = -1;
@@ -27,7 +47,7 @@ gr_status gr_kernel_clone(const gr_kernel *k, gr_kernel **out) {
     *out = NULL;
     gr_kernel *c = gr_malloc(sizeof(*c));
     if (!c) return GR_ERR_NOMEM;
-    *c = *k;
+    kernel_copy(c, k);
     c->nodes.data = NULL;
     c->nodes.len = c->nodes.cap = 0;
     if (k->nodes.len > 0) {
@@ -248,7 +268,10 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
                         k->n_points_param);
     int n = k->nodes.len;
     /* inner_dep[i]: node i reads an inner loop index (directly, through operands or a gather). */
-    bool *inner_dep = gr_calloc((size_t)n + 1, 2 * sizeof(bool)); /* inner_dep[n+1] then cone[n+1] */
+    /* inner_dep[n+1] then cone[n+1]; on the stack for the usual kernel (every kernel of a
+     * new binding's plan is verified two or three times) */
+    bool local[2 * 256];
+    bool *inner_dep = n + 1 <= 256 ? memset(local, 0, 2 * ((size_t)n + 1)) : gr_calloc((size_t)n + 1, 2 * sizeof(bool));
     if (!inner_dep) return GR_ERR_NOMEM;
     bool *cone = inner_dep + n + 1;
     gr_status st = GR_OK;
@@ -354,7 +377,7 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
     }
 done:
 #undef VFAIL
-    gr_free(inner_dep, ((size_t)n + 1) * 2 * sizeof(bool));
+    if (inner_dep != local) gr_free(inner_dep, ((size_t)n + 1) * 2 * sizeof(bool));
     return st;
 }
 

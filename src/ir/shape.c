@@ -95,6 +95,12 @@ static void ints_str(const int64_t *v, int n, char *buf, size_t size) {
         pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s%lld", i ? "," : "", (long long)v[i]);
     snprintf(buf + pos, pos < size ? size - pos : 0, "]");
 }
+/* An int list as text for a message, formatted only where the message is made (as TYPE_STR). */
+static const char *ints_text(const int64_t *v, int n, char *buf, size_t size) {
+    ints_str(v, n, buf, size);
+    return buf;
+}
+#define INTS_STR(buf, v, n) ints_text((v), (n), (buf), sizeof(buf))
 
 /* "node 'x' (op) at file:line:col", formatted on first use */
 static const char *where_of(const ctx_t *c) {
@@ -408,9 +414,6 @@ static gr_status infer_softmax(ctx_t *c) {
 static gr_status infer_attention(ctx_t *c) {
     const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
     char tq[TYPE_STR_LEN], tk[TYPE_STR_LEN], tv[TYPE_STR_LEN];
-    type_str(c, q, tq);
-    type_str(c, k, tk);
-    type_str(c, v, tv);
     int64_t causal;
     double scale;
     GR_TRY(attr_int(c, "causal", 0, &causal));
@@ -418,30 +421,29 @@ static gr_status infer_attention(ctx_t *c) {
     if (causal != 0 && causal != 1) return fail(c, GR_ERR_INVALID, "causal must be 0 or 1, not %lld", (long long)causal);
     GR_TRY(need_dtype(c, 0, gr_dtype_is_float(q->dtype), "a float dtype"));
     if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
-        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
     /* concrete dims that differ are an error; symbolic ones are checked per binding */
 #define GR_SAME(a, b) (dim_eq(a, b) || dim_is_sym(a) || dim_is_sym(b))
     if (!GR_SAME(q->dims[0], k->dims[0]) || !GR_SAME(q->dims[0], v->dims[0]) || !GR_SAME(k->dims[1], v->dims[1]) ||
         !GR_SAME(k->dims[2], v->dims[2]) || !GR_SAME(q->dims[3], k->dims[3]))
-        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", tq, tk, tv);
+        return fail(c, GR_ERR_SHAPE, "q %s, k %s and v %s do not agree (batch, kv heads, key length, head_dim)", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
 #undef GR_SAME
     gr_dim h = q->dims[1], hkv = k->dims[1];
     if (!dim_is_sym(h) && !dim_is_sym(hkv) && (hkv.size == 0 || h.size % hkv.size != 0))
         return fail(c, GR_ERR_SHAPE, "q has %lld heads, not a multiple of k's %lld", (long long)h.size, (long long)hkv.size);
     if (m) {
         char tm[TYPE_STR_LEN];
-        type_str(c, m, tm);
-        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", tm);
-        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", tm);
+        if (!gr_dtype_is_float(m->dtype)) return fail(c, GR_ERR_SHAPE, "mask %s must be a float tensor", TYPE_STR(tm, m));
+        if (m->ndim > 4) return fail(c, GR_ERR_SHAPE, "mask %s has more than 4 dims", TYPE_STR(tm, m));
         gr_dim full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]};
         for (int i = 0; i < m->ndim; i++) {
             gr_dim md = m->dims[i], fd = full[4 - m->ndim + i];
             if (!dim_is_sym(md) && md.size == 1) continue;
             if (!dim_eq(md, fd) && !dim_is_sym(md) && !dim_is_sym(fd))
-                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s", tm,
-                            tq, tk);
+                return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s",
+                            TYPE_STR(tm, m), TYPE_STR(tq, q), TYPE_STR(tk, k));
         }
     }
     shape_t out = shape_of(q);
@@ -615,12 +617,12 @@ static gr_status infer_transpose(ctx_t *c) {
         for (int i = 0; i < x->ndim; i++) s.d[i] = x->dims[x->ndim - 1 - i];
     } else {
         char sp[512], tx[TYPE_STR_LEN];
-        ints_str(perm, n, sp, sizeof sp);
-        if (n != x->ndim) return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", sp, n, TYPE_STR(tx, x), x->ndim);
+        if (n != x->ndim)
+            return fail(c, GR_ERR_SHAPE, "perm %s has %d entries for %s of rank %d", INTS_STR(sp, perm, n), n, TYPE_STR(tx, x), x->ndim);
         bool seen[GR_MAX_DIMS] = {false};
         for (int i = 0; i < n; i++) {
             if (perm[i] < 0 || perm[i] >= n || seen[perm[i]])
-                return fail(c, GR_ERR_INVALID, "perm %s is not a permutation of 0..%d", sp, n - 1);
+                return fail(c, GR_ERR_INVALID, "perm %s is not a permutation of 0..%d", INTS_STR(sp, perm, n), n - 1);
             seen[perm[i]] = true;
             s.d[i] = x->dims[perm[i]];
         }
@@ -836,16 +838,18 @@ static gr_status infer_split(ctx_t *c) {
     shape_t s = shape_of(x);
     if (n_sizes >= 0) {
         char ss[512];
-        ints_str(sizes, n_sizes, ss, sizeof ss);
-        if (n_sizes != n_out) return fail(c, GR_ERR_INVALID, "split %s has %d sizes for %d outputs", ss, n_sizes, n_out);
+        if (n_sizes != n_out)
+            return fail(c, GR_ERR_INVALID, "split %s has %d sizes for %d outputs", INTS_STR(ss, sizes, n_sizes), n_sizes, n_out);
         int64_t sum = 0;
         for (int i = 0; i < n_sizes; i++) {
-            if (sizes[i] < 0) return fail(c, GR_ERR_INVALID, "split %s has a negative size", ss);
+            if (sizes[i] < 0) return fail(c, GR_ERR_INVALID, "split %s has a negative size", INTS_STR(ss, sizes, n_sizes));
             if (gr_add_overflow(sum, sizes[i], &sum))
-                return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", ss, (long long)INT64_MAX);
+                return fail(c, GR_ERR_SHAPE, "split sizes %s add up to more than %lld", INTS_STR(ss, sizes, n_sizes),
+                            (long long)INT64_MAX);
         }
         if (!dim_is_sym(d) && sum != d.size)
-            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", ss, (long long)sum, a, TYPE_STR(tx, x),
+            return fail(c, GR_ERR_SHAPE, "split sizes %s sum to %lld, but axis %d of %s has %lld", INTS_STR(ss, sizes, n_sizes),
+                        (long long)sum, a, TYPE_STR(tx, x),
                         (long long)d.size);
         for (int i = 0; i < n_out; i++) {
             s.d[a] = dim_c(sizes[i]);
@@ -1204,18 +1208,27 @@ typedef struct {
 } spec_env;
 
 /* what: the value or attribute, for the message when a symbol has no value */
-static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, const char *what, bool *skip, int64_t *out) {
+/* value_name: the value whose dim d is, or NULL for an attribute (named in the message only) */
+static gr_status spec_eval(const gr_graph *g, const spec_env *env, gr_dim d, const char *value_name, bool *skip,
+                           int64_t *out) {
     *skip = false;
-    bool *used = gr_calloc((size_t)g->syms.len + 1, sizeof(bool));
+    /* on the stack for the usual symbol count: every symbolic dim of every binding comes here */
+    bool local[64];
+    size_t n_used = (size_t)g->syms.len + 1;
+    bool *used = n_used <= 64 ? memset(local, 0, n_used) : gr_calloc(n_used, sizeof(bool));
     if (!used) return GR_ERR_NOMEM;
     gr_dx_symbols_of(g, d, used);
     int unbound = -1;
     for (int k = 0; k < g->syms.len && unbound < 0; k++)
         if (used[k] && (!env->values || env->values[k] < 0)) unbound = k;
-    gr_free(used, ((size_t)g->syms.len + 1) * sizeof(bool));
+    if (used != local) gr_free(used, n_used * sizeof(bool));
     if (unbound >= 0) {
         if (!env->is_root) return *skip = true, GR_OK;
-        return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of %s)", g->syms.data[unbound].name, what);
+        if (!value_name)
+            return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of an attribute)",
+                            g->syms.data[unbound].name);
+        return gr_error(GR_ERR_INVALID, "specialize: no value for symbolic dim '%s' (of value '%s')", g->syms.data[unbound].name,
+                        value_name);
     }
     return gr_dx_eval(g, d, env->values, out);
 }
@@ -1231,9 +1244,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
             if (!dim_is_sym(v->dims[d])) continue;
             int64_t val;
             bool skip;
-            char what[300];
-            snprintf(what, sizeof what, "value '%s'", v->name);
-            gr_status st = spec_eval(g, env, v->dims[d], what, &skip, &val);
+            gr_status st = spec_eval(g, env, v->dims[d], v->name, &skip, &val);
             if (st == GR_ERR_INVALID) return st;
             if (st != GR_OK) return gr_error_prefix(st, "value '%s' dim %d", v->name, d);
             if (skip) continue;
@@ -1259,7 +1270,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
             bool skip = false;
             if (at->sym && (at->kind == GR_IR_ATTR_INT || at->kind == GR_IR_ATTR_FLOAT)) {
                 int64_t val;
-                st = spec_eval(g, env, (gr_dim){-1, at->expr}, "an attribute", &skip, &val);
+                st = spec_eval(g, env, (gr_dim){-1, at->expr}, NULL, &skip, &val);
                 if (st == GR_OK && !skip) {
                     at->i = val;
                     at->f = (double)val;
@@ -1270,7 +1281,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
                 for (int k = 0; k < at->n && st == GR_OK; k++) {
                     if (at->exprs[k] == GR_SYM_NONE) continue;
                     int64_t val;
-                    st = spec_eval(g, env, (gr_dim){-1, at->exprs[k]}, "an attribute", &skip, &val);
+                    st = spec_eval(g, env, (gr_dim){-1, at->exprs[k]}, NULL, &skip, &val);
                     if (st == GR_OK && !skip) at->ints[k] = val, at->exprs[k] = GR_SYM_NONE;
                     else all = false;
                 }

@@ -55,6 +55,13 @@ typedef struct {
     int values_before; /* g->values.len before lowering: later values are temporaries */
 } fold_ctx;
 
+/* The node being folded, for a message: formatted on first use (every new binding of a
+ * symbolic model folds nodes, and messages are for failures). */
+static const char *fold_where(fold_ctx *c) {
+    if (!c->where[0]) gr_ir_node_where(c->g, &c->g->nodes.data[c->node], c->where, sizeof c->where);
+    return c->where;
+}
+
 /* per-launch bounds check handed to the interpreter */
 typedef struct {
     const char *kernel;
@@ -109,7 +116,7 @@ static size_t value_bytes(const gr_ir_value *v) {
 
 /* Makes sure value v has a host buffer: a constant's data, or a fresh zeroed one. */
 static gr_status ensure_buf(fold_ctx *c, int v) {
-    if (v < 0 || v >= c->n_bufs) return gr_error(GR_ERR_INTERNAL, "%s: folding: step refers to value %d", c->where, v);
+    if (v < 0 || v >= c->n_bufs) return gr_error(GR_ERR_INTERNAL, "%s: folding: step refers to value %d", fold_where(c), v);
     fold_buf *b = &c->bufs[v];
     if (b->base) return GR_OK;
     GR_TRY(gr_vec_push(&c->fs->touched, v));
@@ -122,7 +129,7 @@ static gr_status ensure_buf(fold_ctx *c, int v) {
         return GR_OK;
     }
     if (!gr_ir_value_concrete(val))
-        return gr_error(GR_ERR_INTERNAL, "%s: folding: value '%s' has no concrete type", c->where, val->name);
+        return gr_error(GR_ERR_INTERNAL, "%s: folding: value '%s' has no concrete type", fold_where(c), val->name);
     size_t bytes = value_bytes(val);
     b->base = gr_calloc(1, bytes ? bytes : 1);
     if (!b->base) return GR_ERR_NOMEM;
@@ -184,7 +191,7 @@ static gr_status resolve_arg(fold_ctx *c, const gr_step_arg *a, gr_kparam_kind k
         const fold_buf *b = &c->bufs[a->value];
         size_t off = (size_t)a->elem_offset * gr_dtype_size(c->g->values.data[a->value].dtype);
         if (a->elem_offset < 0 || off > b->bytes)
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: offset %lld outside value '%s'", c->where, (long long)a->elem_offset,
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: offset %lld outside value '%s'", fold_where(c), (long long)a->elem_offset,
                             c->g->values.data[a->value].name);
         char *ptr = b->base + off;
         fc->avail[p] = (int64_t)(b->bytes - off);
@@ -203,13 +210,13 @@ static gr_status resolve_arg(fold_ctx *c, const gr_step_arg *a, gr_kparam_kind k
         const gr_ir_value *v = &c->g->values.data[a->value];
         const fold_buf *b = &c->bufs[a->value];
         if (b->bytes < gr_dtype_size(v->dtype))
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: host scalar '%s' is empty", c->where, v->name);
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: host scalar '%s' is empty", fold_where(c), v->name);
         if (kind == GR_KP_SCALAR_F) out->f = gr_load_f64(b->base, v->dtype, 0);
         else out->i = gr_load_i64(b->base, v->dtype, 0);
         return GR_OK;
     }
     }
-    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad argument kind %d", c->where, (int)a->kind);
+    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad argument kind %d", fold_where(c), (int)a->kind);
 }
 
 static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
@@ -222,12 +229,12 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
     case GR_STEP_ALIAS: {
         const gr_step_arg *a = &s->args[0];
         if (s->n_args < 1 || a->kind != GR_ARG_VALUE || s->out_value < 0 || s->out_value >= c->n_bufs)
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: malformed alias step", c->where);
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: malformed alias step", fold_where(c));
         GR_TRY(ensure_buf(c, a->value));
         const fold_buf *src = &c->bufs[a->value];
         size_t off = (size_t)a->elem_offset * gr_dtype_size(c->g->values.data[a->value].dtype);
         if (a->elem_offset < 0 || off > src->bytes)
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: alias offset %lld outside value '%s'", c->where,
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: alias offset %lld outside value '%s'", fold_where(c),
                             (long long)a->elem_offset, c->g->values.data[a->value].name);
         fold_buf *dst = &c->bufs[s->out_value];
         if (!dst->base) GR_TRY(gr_vec_push(&c->fs->touched, s->out_value));
@@ -238,7 +245,7 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
     case GR_STEP_KERNEL: {
         const gr_kernel *k = s->kernel;
         if (!k || s->n_args != k->n_params || s->n_args > GR_KMAX_PARAMS)
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: kernel step binds %d args for %d params", c->where, s->n_args,
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: kernel step binds %d args for %d params", fold_where(c), s->n_args,
                             k ? k->n_params : -1);
         fc.kernel = k->name;
         for (int i = 0; i < s->n_args; i++) GR_TRY(resolve_arg(c, &s->args[i], k->params[i].kind, &args[i], &slots[i], &fc, i));
@@ -246,13 +253,13 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
     }
     case GR_STEP_LIBCALL: {
         if (s->n_args < gr_libcall_nargs(&s->call))
-            return gr_error(GR_ERR_INTERNAL, "%s: folding: library call binds %d args", c->where, s->n_args);
+            return gr_error(GR_ERR_INTERNAL, "%s: folding: library call binds %d args", fold_where(c), s->n_args);
         for (int i = 0; i < gr_libcall_nargs(&s->call); i++)
             GR_TRY(resolve_arg(c, &s->args[i], GR_KP_BUFFER, &args[i], &slots[i], &fc, i));
         return gr_libcall_reference(&s->call, args);
     }
     }
-    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad step kind %d", c->where, (int)s->kind);
+    return gr_error(GR_ERR_INTERNAL, "%s: folding: bad step kind %d", fold_where(c), (int)s->kind);
 }
 
 /* ==== node removal =========================================================================== */
@@ -296,7 +303,6 @@ static gr_status fold_node(gr_graph *g, fold_state *fs, int ni, bool *folded) {
     c.fs = fs;
     c.node = ni;
     c.values_before = g->values.len;
-    gr_ir_node_where(g, &g->nodes.data[ni], c.where, sizeof c.where);
     int n_out = g->nodes.data[ni].n_out;
     void **data = NULL;
     size_t *nbytes = NULL;
@@ -321,7 +327,7 @@ static gr_status fold_node(gr_graph *g, fold_state *fs, int ni, bool *folded) {
     bool host_step = false;
     for (int i = 0; i < c.steps.len && st == GR_OK && !host_step; i++) st = run_step(&c, &c.steps.data[i], &host_step);
     if (st != GR_OK) {
-        if (st != GR_ERR_NOMEM) gr_error_prefix(st, "while folding %s", c.where);
+        if (st != GR_ERR_NOMEM) gr_error_prefix(st, "while folding %s", fold_where(&c));
         goto done;
     }
     if (host_step) goto done;
@@ -333,7 +339,7 @@ static gr_status fold_node(gr_graph *g, fold_state *fs, int ni, bool *folded) {
         size_t bytes = value_bytes(val);
         fold_buf *b = &c.bufs[v];
         if (bytes > 0 && (!b->base || b->bytes < bytes)) {
-            st = gr_error(GR_ERR_INTERNAL, "%s: folding: the lowered steps do not produce output %d", c.where, i);
+            st = gr_error(GR_ERR_INTERNAL, "%s: folding: the lowered steps do not produce output %d", fold_where(&c), i);
             goto done;
         }
         if (b->owned && b->bytes == bytes && bytes > 0) {

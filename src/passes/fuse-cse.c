@@ -25,7 +25,6 @@
  * between them.
  */
 #include "passes/passes.h"
-#include <stdio.h>
 #include <string.h>
 
 
@@ -113,12 +112,16 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
     size_t nn = (size_t)(n ? n : 1);
     size_t cap = 16;
     while (cap < 2 * nn) cap *= 2;
-    int *rep = gr_malloc(nn * sizeof(int));
-    bool *live = gr_calloc(nn, sizeof(bool));
-    int *table = gr_malloc(cap * sizeof(int));
-    GR_VEC(gr_kexpr) out = {0};
+    /* on the stack for the usual kernel (fusion runs this after every fusion of every plan) */
+    enum { LOCAL_NODES = 256 };
+    int rep_local[LOCAL_NODES], table_local[2 * LOCAL_NODES];
+    bool live_local[LOCAL_NODES];
+    bool local = nn <= LOCAL_NODES;
+    int *rep = local ? rep_local : gr_malloc(nn * sizeof(int));
+    bool *live = local ? memset(live_local, 0, nn) : gr_calloc(nn, sizeof(bool));
+    int *table = local ? table_local : gr_malloc(cap * sizeof(int));
     gr_status st = GR_OK;
-    if (!rep || !live || !table || gr_vec_reserve(&out, n ? n : 1) != GR_OK) {
+    if (!rep || !live || !table) {
         st = gr_nomem();
         goto done;
     }
@@ -158,7 +161,10 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
         if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) live[x->access.index] = true;
     }
 
-    /* 3. hash-consing of the live nodes, in order */
+    /* 3. hash-consing of the live nodes, in order, compacted in place: node j goes to index
+     * out_len <= j, and nodes before j are read only through rep from here on */
+    gr_kexpr *out = k->nodes.data;
+    int out_len = 0;
     for (int j = 0; j < n; j++) {
         rep[j] = -1;
         if (!live[j]) continue;
@@ -173,22 +179,16 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
         size_t slot = (size_t)spread(expr_hash(&e)) & (cap - 1);
         if (mergeable)
             for (; table[slot] >= 0; slot = (slot + 1) & (cap - 1))
-                if (expr_same(&out.data[table[slot]], &e)) break;
+                if (expr_same(&out[table[slot]], &e)) break;
         if (mergeable && table[slot] >= 0) {
             rep[j] = table[slot];
             continue;
         }
-        rep[j] = out.len;
-        out.data[out.len++] = e; /* reserved above: at most n nodes */
+        rep[j] = out_len;
+        out[out_len++] = e;
         if (mergeable) table[slot] = rep[j];
     }
-
-    /* commit: nothing below fails */
-    gr_vec_free(&k->nodes);
-    k->nodes.data = out.data;
-    k->nodes.len = out.len;
-    k->nodes.cap = out.cap;
-    out.data = NULL;
+    k->nodes.len = out_len; /* nothing below fails */
     for (int s = 0; s < k->n_stages; s++)
         if (k->stages[s].value >= 0 && k->stages[s].value < n) k->stages[s].value = rep[k->stages[s].value];
 
@@ -225,13 +225,14 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
     for (int i = 0; i < np; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(k->params[i].name, k->params[j].name)) {
-                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
+                gr_name_copy(k->params[i].name, sizeof k->params[i].name, "p", alt++); /* "p%d", without printf */
                 j = -1; /* re-check against all earlier names (alt grows, so this ends) */
             }
 done:
-    gr_vec_free(&out);
-    gr_free(rep, nn * sizeof(int));
-    gr_free(live, nn * sizeof(bool));
-    gr_free(table, cap * sizeof(int));
+    if (!local) {
+        gr_free(rep, nn * sizeof(int));
+        gr_free(live, nn * sizeof(bool));
+        gr_free(table, cap * sizeof(int));
+    }
     return st;
 }

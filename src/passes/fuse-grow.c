@@ -14,7 +14,6 @@
  *     that is sparse enough (list labelling, Bender et al. 2002), so a
  *     splice costs O(log n) amortized. */
 #include "passes/fuse-impl.h"
-#include <stdio.h>
 #include <string.h>
 
 #define LABEL_MAX ((uint64_t)1 << 62)
@@ -60,23 +59,20 @@ static int **slot_ints(gr_fuse_wk *w, int i) {
     return a[i];
 }
 
-/* Moves n int arrays from old_n to new_n entries, all or none (so the size
- * recorded for each stays right). */
+/* Moves n int arrays from old_n to new_n entries, all or none. The n arrays share one block
+ * (array 0 starts it), so a kernel grown in place costs one allocation per growth, not n. */
 static gr_status grow_ints(int **(*get)(gr_fuse_wk *, int), gr_fuse_wk *w, int n, int old_n, int new_n) {
-    int *fresh[WK_NODE_INTS];
-    for (int i = 0; i < n; i++) {
-        fresh[i] = gr_malloc(sizeof(int) * (size_t)new_n);
-        if (!fresh[i]) {
-            while (i-- > 0) gr_free(fresh[i], sizeof(int) * (size_t)new_n);
-            return GR_ERR_NOMEM;
-        }
-    }
+    int64_t count;
+    if (gr_mul_overflow(n, new_n, &count) || count > (int64_t)(SIZE_MAX / sizeof(int))) return GR_ERR_NOMEM;
+    int *block = gr_malloc(sizeof(int) * (size_t)count);
+    if (!block) return GR_ERR_NOMEM;
+    int *old = *get(w, 0);
     for (int i = 0; i < n; i++) {
         int **a = get(w, i);
-        if (*a) memcpy(fresh[i], *a, sizeof(int) * (size_t)old_n);
-        gr_free(*a, sizeof(int) * (size_t)old_n);
-        *a = fresh[i];
+        if (*a) memcpy(block + (size_t)i * (size_t)new_n, *a, sizeof(int) * (size_t)old_n);
+        *a = block + (size_t)i * (size_t)new_n;
     }
+    gr_free(old, sizeof(int) * (size_t)n * (size_t)old_n);
     return GR_OK;
 }
 
@@ -109,8 +105,8 @@ static gr_status wk_reserve(gr_fuse_wk *w, int nodes, int slots) {
 
 void gr_fuse_wk_destroy(gr_fuse_wk *w) {
     if (!w) return;
-    for (int i = 0; i < WK_NODE_INTS; i++) gr_free(*node_ints(w, i), sizeof(int) * (size_t)w->cap);
-    for (int i = 0; i < WK_SLOT_INTS; i++) gr_free(*slot_ints(w, i), sizeof(int) * (size_t)w->slot_cap);
+    gr_free(*node_ints(w, 0), sizeof(int) * WK_NODE_INTS * (size_t)w->cap); /* one block each (grow_ints) */
+    gr_free(*slot_ints(w, 0), sizeof(int) * WK_SLOT_INTS * (size_t)w->slot_cap);
     gr_free(w->label, sizeof(uint64_t) * (size_t)w->cap);
     gr_free(w, sizeof *w);
 }
@@ -449,7 +445,7 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs) {
     for (int i = 0; i < k->n_params; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(k->params[i].name, k->params[j].name)) {
-                snprintf(k->params[i].name, sizeof k->params[i].name, "p%d", alt++);
+                gr_name_copy(k->params[i].name, sizeof k->params[i].name, "p", alt++); /* "p%d", without printf */
                 j = -1;
             }
     k->source_node = p->source_node >= 0 && (k->source_node < 0 || p->source_node < k->source_node) ? p->source_node

@@ -511,8 +511,11 @@ gr_status gr_pass_fuse_matmul_layouts(const gr_graph *g, gr_step_list *steps) {
             if (try_operands(&c, i) || try_output(&c, i)) changed = true;
         }
         int kept = 0;
-        for (int i = 0; i < steps->len; i++)
-            if (!c.dead[i]) steps->data[kept++] = steps->data[i];
+        for (int i = 0; i < steps->len; i++) {
+            if (c.dead[i]) continue;
+            if (kept != i) steps->data[kept] = steps->data[i]; /* a step is ~1.1 KB: no copy in place */
+            kept++;
+        }
         steps->len = kept;
         if (!changed || st != GR_OK) break;
         st = gr_pass_dce(g, steps);

@@ -569,7 +569,10 @@ static gr_status fuse_sweep(const gr_graph *g, gr_step_list *steps, const bool *
     }
     int kept = 0;
     for (int j = 0; j < steps->len; j++)
-        if (!sc.dead[j]) steps->data[kept++] = steps->data[j];
+        if (!sc.dead[j]) {
+            if (kept != j) steps->data[kept] = steps->data[j]; /* a step is ~1.1 KB: no copy in place */
+            kept++;
+        }
     steps->len = kept;
     sweep_free(&sc);
     return st;

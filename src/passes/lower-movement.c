@@ -155,7 +155,7 @@ gr_status lw_lower_concat(gr_lctx *c) {
         gr_kaccess_init(&in);
         gr_kaccess_init(&out);
         lw_rowmajor(nd, xd, in.stride);
-        memcpy(out.stride, rs, sizeof rs);
+        memcpy(out.stride, rs, sizeof(int64_t) * (size_t)nd); /* past nd: the zeros of gr_kaccess_init, not stack bytes */
         out.offset = here * rs[axis];
         int v;
         gr_status st = lw_load(c, &b, x, &in, &v);
@@ -206,7 +206,7 @@ gr_status lw_lower_split(gr_lctx *c) {
         }
         gr_kaccess acc;
         gr_kaccess_init(&acc);
-        memcpy(acc.stride, rs, sizeof rs);
+        memcpy(acc.stride, rs, sizeof(int64_t) * (size_t)nd); /* past nd: zeros (CSE compares all dims) */
         acc.offset = here * rs[axis];
         GR_TRY(copy_kernel(c, x, y, &acc));
     }

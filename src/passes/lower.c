@@ -172,6 +172,15 @@ gr_status lw_store_contig(gr_lctx *c, gr_lkb *b, int v, int value_node) {
     return lw_store(c, b, v, value_node, &acc, false);
 }
 
+/* A zeroed step at the end of c->out, not counted yet (the caller fills it, then len++): built
+ * in place, since a step is ~1.1 KB and every plan of a symbolic model lowers ~100 of them. */
+static gr_step *new_step(gr_lctx *c) {
+    if (gr_vec_reserve(c->out, c->out->len + 1) != GR_OK) return NULL;
+    gr_step *s = &c->out->data[c->out->len];
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
 gr_status lw_emit_kernel(gr_lctx *c, gr_lkb *b) {
     gr_status st = gr_kernel_verify(b->k);
     if (st != GR_OK) {
@@ -179,18 +188,18 @@ gr_status lw_emit_kernel(gr_lctx *c, gr_lkb *b) {
         lw_abort_kernel(b);
         return st;
     }
-    gr_step s;
-    memset(&s, 0, sizeof s);
-    s.kind = GR_STEP_KERNEL;
-    s.kernel = b->k;
-    s.n_args = b->k->n_params;
-    memcpy(s.args, b->args, sizeof s.args);
-    s.out_value = -1;
-    s.node = c->node;
-    if (gr_vec_push(c->out, s) != GR_OK) {
+    gr_step *s = new_step(c);
+    if (!s) {
         lw_abort_kernel(b);
         return gr_nomem();
     }
+    s->kind = GR_STEP_KERNEL;
+    s->kernel = b->k;
+    s->n_args = b->k->n_params;
+    memcpy(s->args, b->args, sizeof s->args);
+    s->out_value = -1;
+    s->node = c->node;
+    c->out->len++;
     b->k = NULL;
     return GR_OK;
 }
@@ -203,16 +212,16 @@ gr_status lw_const(gr_kernel *k, gr_dtype t, double v, int *out) {
 /* ==== steps without kernels ================================================================ */
 
 gr_status lw_emit_alias(gr_lctx *c, int src, int64_t elem_offset, int dst) {
-    gr_step s;
-    memset(&s, 0, sizeof s);
-    s.kind = GR_STEP_ALIAS;
-    s.n_args = 1;
-    s.args[0].kind = GR_ARG_VALUE;
-    s.args[0].value = src;
-    s.args[0].elem_offset = elem_offset;
-    s.out_value = dst;
-    s.node = c->node;
-    if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
+    gr_step *s = new_step(c);
+    if (!s) return gr_nomem();
+    s->kind = GR_STEP_ALIAS;
+    s->n_args = 1;
+    s->args[0].kind = GR_ARG_VALUE;
+    s->args[0].value = src;
+    s->args[0].elem_offset = elem_offset;
+    s->out_value = dst;
+    s->node = c->node;
+    c->out->len++;
     return GR_OK;
 }
 
@@ -333,6 +342,12 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
+    return gr_pass_lower_reuse(g, out);
+}
+
+gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out) {
+    if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
+    out->len = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         gr_status st = gr_pass_lower_node(g, i, out);
         if (st != GR_OK) {

@@ -255,6 +255,41 @@ static size_t space_lowest_fit(const space *sp, int f, int l, size_t need) {
     return y;
 }
 
+/* ---- few values: a list ---------------------------------------------------------------------- */
+/* The same lowest fit as space_lowest_fit, over the placed values in a list sorted by offset:
+ * O(n) a value, so O(n^2) a plan, against the tree's O(n log^2 n) with a larger constant. A new
+ * binding's plan of a transformer export has ~50 arena values, where the list takes a third of
+ * the tree's instructions; past GR_MEMPLAN_SMALL values the tree keeps large graphs fast. Both
+ * give the lowest offset whose [offset, offset + need) meets no placed value live at a step of
+ * [f, l], so plans are the same either way (test_plan_reuse builds with both and compares). */
+#define GR_MEMPLAN_SMALL 256
+static int small_limit = GR_MEMPLAN_SMALL;
+
+void gr_pass_plan_memory_debug_tree_only(bool on) { small_limit = on ? -1 : GR_MEMPLAN_SMALL; }
+
+typedef struct {
+    size_t start, end; /* arena bytes [start, end) */
+    int first, last;   /* live steps [first, last] */
+} placed;
+
+static size_t placed_lowest_fit(const placed *p, int n, int f, int l, size_t need) {
+    size_t y = 0;
+    for (int i = 0; i < n; i++) { /* by start: once one starts past y + need, none later meets it */
+        if (p[i].last < f || l < p[i].first) continue;
+        if (p[i].start >= y + need) break;
+        if (p[i].end > y) y = p[i].end;
+    }
+    return y;
+}
+
+static void placed_insert(placed *p, int *n, placed x) {
+    int at = *n;
+    while (at > 0 && p[at - 1].start > x.start) at--;
+    memmove(p + at + 1, p + at, sizeof(placed) * (size_t)(*n - at));
+    p[at] = x;
+    (*n)++;
+}
+
 gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_mem_plan *out) {
     memset(out, 0, sizeof *out);
     int nv = g->values.len;
@@ -423,8 +458,10 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
     for (int v = 0; v < nv; v++)
         if (out->values[v].kind == GR_STORE_ARENA) n_arena++;
     sized_value *order = gr_malloc(sizeof(sized_value) * (size_t)(n_arena ? n_arena : 1));
+    bool small = n_arena <= small_limit;
     space sp;
-    gr_status st = space_init(&sp, steps->len + 1);
+    memset(&sp, 0, sizeof sp); /* what space_free frees when unused */
+    gr_status st = small ? GR_OK : space_init(&sp, steps->len + 1);
     if (!order || st != GR_OK) {
         gr_free(order, sizeof(sized_value) * (size_t)(n_arena ? n_arena : 1));
         space_free(&sp);
@@ -435,17 +472,26 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
     for (int v = 0; v < nv; v++)
         if (out->values[v].kind == GR_STORE_ARENA) order[k++] = (sized_value){v, out->values[v].bytes};
     qsort(order, (size_t)n_arena, sizeof *order, by_size_desc);
+    placed *by_start = small ? gr_malloc(sizeof(placed) * (size_t)(n_arena ? n_arena : 1)) : NULL;
+    if (small && !by_start) st = GR_ERR_NOMEM;
+    int n_placed = 0;
     size_t arena = 0;
     for (int i = 0; i < n_arena && st == GR_OK; i++) {
         gr_value_store *vs = &out->values[order[i].value];
         if (vs->first_step < 0) vs->first_step = vs->last_step = 0; /* written but never read */
         size_t need = align_up(vs->bytes ? vs->bytes : 1, GR_ARENA_ALIGN);
-        vs->offset = space_lowest_fit(&sp, vs->first_step, vs->last_step, need);
+        if (small) {
+            vs->offset = placed_lowest_fit(by_start, n_placed, vs->first_step, vs->last_step, need);
+            placed_insert(by_start, &n_placed, (placed){vs->offset, vs->offset + need, vs->first_step, vs->last_step});
+        } else {
+            vs->offset = space_lowest_fit(&sp, vs->first_step, vs->last_step, need);
+            st = space_reserve(&sp);
+            if (st == GR_OK) space_insert(&sp, 1, 0, sp.size, vs->first_step, vs->last_step, vs->offset, vs->offset + need);
+        }
         if (vs->offset + need > arena) arena = vs->offset + need;
-        st = space_reserve(&sp);
-        if (st == GR_OK) space_insert(&sp, 1, 0, sp.size, vs->first_step, vs->last_step, vs->offset, vs->offset + need);
     }
     out->arena_bytes = arena;
+    gr_free(by_start, sizeof(placed) * (size_t)(n_arena ? n_arena : 1));
     gr_free(order, sizeof(sized_value) * (size_t)(n_arena ? n_arena : 1));
     space_free(&sp);
     if (st != GR_OK) {

@@ -122,6 +122,9 @@ bool gr_step_arg_equal(const gr_step_arg *a, const gr_step_arg *b);
  * unsqueeze, identity). A 1-element @host input read by an elementwise op is
  * a SCALAR_F/SCALAR_I param bound with GR_ARG_HOST_SCALAR. */
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out);
+/* The same into out's own buffer (out->len set to 0 first, its capacity kept): a caller
+ * that lowers many plans reuses one buffer (gr_pipeline_scratch). On failure out is freed. */
+gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out);
 gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out);
 void gr_step_list_free(gr_step_list *l);
 
@@ -192,6 +195,9 @@ typedef struct {
 /* Offsets in one arena from liveness (greedy best fit over sorted sizes,
  * 256-byte alignment). Graph outputs live to the end of the plan. */
 gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_mem_plan *out);
+/* Tests: place every plan's arena values with the interval tree that large plans use (plans
+ * with few values use a list; both give the same offsets). Process-wide; set before use. */
+void gr_pass_plan_memory_debug_tree_only(bool on);
 void gr_mem_plan_free(gr_mem_plan *p);
 
 /* ---- partitioning --------------------------------------------------------------------------- */
@@ -266,7 +272,19 @@ typedef struct {
      * rewrite the steps after "fuse". A non-OK status stops the pipeline. */
     gr_status (*after_pass)(void *user, const char *pass, gr_compiled *state);
     void *user;
+    /* Optional: buffers reused by every run given the same scratch (a session's plans), so a
+     * new plan does not touch fresh memory for what it throws away (NULL: none). One run at
+     * a time per scratch. The result is the same with or without. */
+    struct gr_pipeline_scratch *scratch;
 } gr_pipeline_opts;
+
+/* Build-time buffers of the pipeline kept between runs: the step list that lowering and
+ * fusion work in (a step is ~1.1 KB and lowering makes about one per node, so this list is
+ * the largest block of a plan's build; a plan keeps an exact copy of its final steps). */
+typedef struct gr_pipeline_scratch {
+    gr_step_list steps; /* len 0 between runs; kernels are never left in it */
+} gr_pipeline_scratch;
+void gr_pipeline_scratch_free(gr_pipeline_scratch *s);
 
 /* THE pass pipeline, the only place its order is written: clone src, bind
  * the symbolic dims (sym_values[sym] for sym in 0..src->syms.len; NULL when

@@ -16,6 +16,11 @@ void gr_compiled_free(gr_compiled *c) {
     memset(c, 0, sizeof *c);
 }
 
+void gr_pipeline_scratch_free(gr_pipeline_scratch *s) {
+    if (!s) return;
+    gr_step_list_free(&s->steps); /* holds no kernel between runs: only the buffer goes */
+}
+
 /* fold_linear_only: marks nodes whose first output's element count has degree >= 2 in the symbols */
 gr_status gr_pass_mark_superlinear(gr_graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
@@ -65,7 +70,11 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     if (st == GR_OK) st = after(opts, "predicate_if", &c);
     if (st == GR_OK) st = gr_pass_fold_constants(c.g);
     if (st == GR_OK) st = after(opts, "fold_constants", &c);
-    if (st == GR_OK) st = gr_pass_lower(c.g, &c.steps);
+    if (st == GR_OK && opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
+        c.steps = opts->scratch->steps;
+        memset(&opts->scratch->steps, 0, sizeof opts->scratch->steps);
+        st = gr_pass_lower_reuse(c.g, &c.steps);
+    } else if (st == GR_OK) st = gr_pass_lower(c.g, &c.steps);
     if (st == GR_OK) st = after(opts, "lower", &c);
     if (st == GR_OK) st = gr_pass_fuse(c.g, &c.steps);
     if (st == GR_OK) st = after(opts, "fuse", &c);
@@ -80,8 +89,25 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
         return st;
     }
     /* a plan is kept per binding: the room fusion freed (a step is ~1 KB) goes back to malloc,
-     * where the next binding's plan finds it instead of fresh pages */
-    gr_vec_shrink(&c.steps);
+     * where the next binding's plan finds it instead of fresh pages; with a scratch, the plan
+     * gets an exact copy and the working buffer (grown past malloc's mmap threshold by the
+     * lowering of a model of ~100 nodes, so fresh pages for every plan) waits for the next run */
+    if (opts && opts->scratch) {
+        gr_step *kept = NULL;
+        if (c.steps.len > 0) {
+            kept = gr_malloc(sizeof(gr_step) * (size_t)c.steps.len);
+            if (!kept) {
+                gr_compiled_free(&c);
+                return gr_nomem();
+            }
+            memcpy(kept, c.steps.data, sizeof(gr_step) * (size_t)c.steps.len);
+        }
+        opts->scratch->steps.data = c.steps.data;
+        opts->scratch->steps.cap = c.steps.cap;
+        opts->scratch->steps.len = 0;
+        c.steps.data = kept;
+        c.steps.cap = c.steps.len;
+    } else gr_vec_shrink(&c.steps);
     for (int i = 0; i < c.steps.len; i++)
         if (c.steps.data[i].kind == GR_STEP_KERNEL && c.steps.data[i].kernel) gr_vec_shrink(&c.steps.data[i].kernel->nodes);
     *out = c;

@@ -190,6 +190,18 @@ static gr_status after_pass(void *user, const char *pass, gr_compiled *c) {
     return st;
 }
 
+void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
+    /* A symbolic graph's weight-only subgraphs were folded once at session creation; what folds
+     * here depends on the binding. Folding costs about 12 ns per element and op on the host for
+     * every new binding (simulator interpreter, measured 2026-11-23 on the 2-core dev machine):
+     * the dynamic GPT-2 export's [seq, seq] masks took 0.5 of its 0.8 ms of folding at seq 64;
+     * the cost grows with seq^2 (an extrapolation: about 30 ms at seq 512). So values growing faster than linearly with the
+     * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
+    *po = (gr_pipeline_opts){.no_partition = s->opt.no_partition != 0, .fold_linear_only = s->graph->syms.len > 0,
+                             .src_marked = true, .no_fuse_attention = s->opt.no_fuse_attention != 0,
+                             .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
+}
+
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
     *out = NULL;
     double t0 = gr_now_us();
@@ -210,16 +222,11 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     memset(&obs, 0, sizeof obs);
     obs.fn = get_step_hook(&obs.user);
     obs.t_last = gr_now_us();
-    /* A symbolic graph's weight-only subgraphs were folded once at session creation; what folds
-     * here depends on the binding. Folding costs about 12 ns per element and op on the host for
-     * every new binding (simulator interpreter, measured 2026-11-23 on the 2-core dev machine):
-     * the dynamic GPT-2 export's [seq, seq] masks took 0.5 of its 0.8 ms of folding at seq 64;
-     * the cost grows with seq^2 (an extrapolation: about 30 ms at seq 512). So values growing faster than linearly with the
-     * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
-    gr_pipeline_opts po = {.no_partition = s->opt.no_partition != 0, .after_pass = after_pass, .user = &obs,
-                           .fold_linear_only = s->graph->syms.len > 0, .src_marked = true,
-                           .no_fuse_attention = s->opt.no_fuse_attention != 0,
-                           .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
+    gr_pipeline_opts po;
+    gr_rt_plan_pipeline_opts(s, &po);
+    po.after_pass = after_pass;
+    po.user = &obs;
+    po.scratch = &s->plan_scratch;
     gr_compiled c;
     if ((st = gr_pass_pipeline(s->graph, p->sym_values, &po, &c)) != GR_OK) goto fail;
     p->g = c.g;

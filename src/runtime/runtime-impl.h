@@ -138,6 +138,7 @@ struct gr_session {
     /* bindings whose plan was dropped under graph_memory_mb (gr_rt_binding_hash): they were run
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
+    gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
@@ -161,6 +162,9 @@ static inline gr_dtype gr_rt_precision_dtype(int precision) {
 /* The gr_kernel_class of step st of plan p (runtime/profile.c). */
 int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st);
 gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out);
+/* The pipeline options of s's plans, without observer or scratch (tests build a plan's
+ * binding afresh with them and compare). */
+void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po);
 /* ---- probe.c: data-dependent symbols (NonZero's count, ...) ---- */
 typedef struct gr_rt_probe gr_rt_probe;
 bool gr_rt_probe_needed(const gr_graph *g);

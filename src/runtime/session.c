@@ -213,6 +213,7 @@ void gr_session_destroy(gr_session_t s) {
     gr_rt_gen_free(s);
     gr_rt_decisions_close(s);
     gr_vec_free(&s->warmed_bindings);
+    gr_pipeline_scratch_free(&s->plan_scratch);
     if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
