@@ -26,9 +26,10 @@ void gr_pipeline_scratch_free(gr_pipeline_scratch *s) {
  * every symbol at 1). Why the second rule: GPT-2's position-embedding rows [1, seq, hidden] are a
  * gather of a weight by a folded Range; folding them costs host time in every new binding's plan
  * (~12 ns per element in the interpreter: ~5 ms at hidden 768 and seq 512), while leaving them a
- * kernel costs one launch per run (41 -> 42 kernels for the tiny export). Position ids, lengths
- * and other vectors over a symbol (1 element per unit) still fold. */
-#define FOLD_MAX_PER_SYM 256
+ * kernel costs one launch per run (41 -> 42 kernels for the tiny export, hidden 64, where folding
+ * them was 11% of a new plan's host instructions). Position ids, lengths, masks of a few columns
+ * (up to 16 elements per unit) still fold. */
+#define FOLD_MAX_PER_SYM 16
 gr_status gr_pass_mark_superlinear(gr_graph *g) {
     size_t ones_bytes = sizeof(int64_t) * (size_t)(g->syms.len > 0 ? g->syms.len : 1);
     int64_t *ones = gr_malloc(ones_bytes);
