@@ -88,7 +88,7 @@ static void run_model(const char *name, const char *const *past, const char *con
     CHECK_MSG(npy_read(path, &greedy, err) == 0, "%s", err);
     int64_t b = prompt.dims[0], P = prompt.dims[1], total = greedy.dims[1], max_len = 24;
     gr_decode_engine *e = NULL;
-    CHECK_OK(gr_decode_engine_create(s, n_state, past, present, b, max_len, &e));
+    CHECK_OK(gr_decode_engine_create(s, n_state, past, present, NULL, b, max_len, &e));
     if (!e) goto done;
     int64_t vocab = gr_decode_engine_vocab(e);
     float *logits = calloc((size_t)(b * vocab), sizeof(float)), *ref = calloc((size_t)(b * vocab), sizeof(float));
@@ -156,12 +156,12 @@ int main(void) {
     CHECK_OK(gr_session_create(g, &o, &s));
     gr_decode_engine *e = NULL;
     const char *bad_past[] = {"past_nope"}, *bad_pres[] = {"present.0.key"};
-    CHECK_ERR(gr_decode_engine_create(s, 1, bad_past, bad_pres, 1, 16, &e), GR_ERR_INVALID, "no input 'past_nope'");
+    CHECK_ERR(gr_decode_engine_create(s, 1, bad_past, bad_pres, NULL, 1, 16, &e), GR_ERR_INVALID, "no input 'past_nope'");
     const char *q1[] = {"logits", "present.0.value", "present.1.key", "present.1.value"};
-    CHECK_ERR(gr_decode_engine_create(s, 4, gp, q1, 1, 16, &e), GR_ERR_UNSUPPORTED, "is not made by a two-input Concat");
+    CHECK_ERR(gr_decode_engine_create(s, 4, gp, q1, NULL, 1, 16, &e), GR_ERR_UNSUPPORTED, "is not made by a two-input Concat");
     const char *q2[] = {"present.0.value", "present.0.key", "present.1.key", "present.1.value"};
-    CHECK_ERR(gr_decode_engine_create(s, 4, gp, q2, 1, 16, &e), GR_ERR_UNSUPPORTED, "first operand is not the state input");
-    CHECK_ERR(gr_decode_engine_create(s, 2, gp, gq, 1, 16, &e), GR_ERR_UNSUPPORTED, "is neither a cache state");
+    CHECK_ERR(gr_decode_engine_create(s, 4, gp, q2, NULL, 1, 16, &e), GR_ERR_UNSUPPORTED, "first operand is not the state input");
+    CHECK_ERR(gr_decode_engine_create(s, 2, gp, gq, NULL, 1, 16, &e), GR_ERR_UNSUPPORTED, "is neither a cache state");
     CHECK(e == NULL);
     gr_session_destroy(s);
     gr_graph_destroy(g);
