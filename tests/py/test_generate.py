@@ -67,6 +67,19 @@ def test_cli_beam_and_modes(model, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "beam4.npy")))
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_cli_device_loop(model, tmp_path):
+    # greedy through the rewritten engine's decode loop on the device, 5 steps per launch, graph mode
+    proc = run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 12,
+                     "--device", "sim", "--mode", "graph", "--engine", "rewritten", "--steps-per-launch", 5, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "greedy.npy")))
+    assert "device-loop launches   3" in proc.stdout, proc.stdout
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("step ")]) == 12
+    expect_fail(run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 3,
+                          "--steps-per-launch", 0), 2, "--steps-per-launch: bad value '0'", "an integer > 0")
+
+
 def test_cli_sampling_equals_api(tmp_path):
     model = "llama"
     args = ["--sample", "--top-k", 50, "--top-p", 0.9, "--temperature", 0.8, "--seed", 7]
@@ -140,9 +153,17 @@ def test_python_api_states_stream_and_errors():
     assert [st for st, _ in seen] == list(range(12)) and seen[0][1] == out[:, 4].tolist()
     # auto: the rewritten engine (the prompt token by token through the single-token step)
     assert stats["engine"] == 2 and stats["new_tokens"] == 12 and stats["prompt_steps"] == 4 and stats["decode_steps"] == 11
+    # the decode loop on the device: 11 steps after the prompt, 16 per launch by default
+    assert stats["launches"] == 1
+    out, stats = s.generate(prompt, 12, steps_per_launch=3, on_token=lambda step, ids: seen.append((step, ids.tolist())),
+                            return_stats=True)
+    np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
+    assert stats["launches"] == 4 and seen[12:] == seen[:12]
+    with pytest.raises(ValueError, match="steps_per_launch"):
+        s.generate(prompt, 3, steps_per_launch=-1)
     out, stats = s.generate(prompt, 12, engine="reference", return_stats=True)
     np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
-    assert stats["engine"] == 1 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11
+    assert stats["engine"] == 1 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11 and stats["launches"] == 0
     with pytest.raises(ValueError, match="engine="):
         s.generate(prompt, 3, engine="fast")
     with pytest.raises(graft.InvalidError, match="max_new_tokens is 0"):
