@@ -132,6 +132,30 @@ def test_cli_errors(tmp_path):
                 "outside the vocabulary")
 
 
+def test_bench_decode_dry_run(tmp_path):
+    # bench/decode.py's harness without torch: each variant in its own process (a crashing one is
+    # an error row, the others go on), ids compared with HF's (replayed from the fixtures)
+    import subprocess
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "decode.py"), "--dry-run", "--models", "gpt2,llama",
+                           "--batches", "1", "--beams", "1,4", "--variants", "hf-eager,graft,graft-reference",
+                           "--dry-run-fail", "graft-reference", "--out", str(tmp_path / "d"), "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    rows = json.load(open(tmp_path / "d.json"))["rows"]
+    assert len(rows) == 12
+    for r in rows:
+        if r["variant"] == "graft":
+            assert r["ids_vs_hf_eager"]["match"], r
+            assert r["graft_launches"] == (1 if r["decode"] == "greedy" else 0) and r["graft_engine"] == (
+                "rewritten" if r["decode"] == "greedy" else "reference")
+        elif r["variant"] == "graft-reference":
+            assert r["error"] == "exit 3" and "ids_vs_hf_eager" not in r
+        else:
+            assert r.get("replayed") and r["ids_vs_hf_eager"]["reference"]
+    assert "graft-reference (exit 3)" in open(tmp_path / "d.md").read()
+
+
 def test_help_lists_generate():
     proc = run_graft("--help")
     assert "generate" in proc.stdout
