@@ -88,8 +88,29 @@ static void run_model(const char *name, const char *const *past, const char *con
     CHECK_MSG(npy_read(path, &greedy, err) == 0, "%s", err);
     int64_t b = prompt.dims[0], P = prompt.dims[1], total = greedy.dims[1], max_len = 24;
     gr_decode_engine *e = NULL;
+    /* the source session's weights on the device first (one run), then the engine */
+    {
+        const gr_ir_value *lv0 = &s->graph->values.data[s->graph->outputs.data[0]];
+        int64_t v0 = lv0->dims[2].size, kv0[4] = {b, kv_heads, 0, 16};
+        float *tmp = calloc((size_t)(b * v0), sizeof(float));
+        CHECK_OK(reference_logits(s, past, n_state, kv0, (const int64_t *)prompt.data, b, P, 1, v0, tmp));
+        free(tmp);
+    }
+    size_t dev0 = gr_dev_mem_in_use(s->dev);
     CHECK_OK(gr_decode_engine_create(s, n_state, past, present, NULL, b, max_len, &e));
     if (!e) goto done;
+    /* the engine reads the source session's weights (same device): it uploads only the constants
+     * the rewrite added, so the device grows by the cache buffers and activations, not the weights */
+    {
+        gr_session_t es = gr_decode_engine_session(e);
+        size_t grown = gr_dev_mem_in_use(s->dev) - dev0;
+        printf("%s %s: source weights %zu B, engine's own uploads %zu B, device +%zu B for the engine\n", name,
+               mode == GR_MODE_GRAPH ? "graph" : "eager", s->weight_bytes, es->weight_bytes, grown);
+        CHECK_MSG(es->dev == s->dev && es->weight_bytes * 20 < s->weight_bytes, "%s: the engine uploaded %zu B of weights (source %zu B)",
+                  name, es->weight_bytes, s->weight_bytes);
+        CHECK_MSG(grown < s->weight_bytes / 2, "%s: the engine took %zu B of device memory, the weights are %zu B", name, grown,
+                  s->weight_bytes);
+    }
     int64_t vocab = gr_decode_engine_vocab(e);
     float *logits = calloc((size_t)(b * vocab), sizeof(float)), *ref = calloc((size_t)(b * vocab), sizeof(float));
     int64_t *tokens = calloc((size_t)(b * total), sizeof(int64_t)), ids[8];

@@ -305,7 +305,7 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     gr_session_options o = src->opt;
     o.precision = GR_PRECISION_MODEL; /* the source graph is converted already */
     o.arena_policy = GR_ARENA_PER_SHAPE;
-    if ((st = gr_session_create(rw, &o, &e->s)) != GR_OK) goto done;
+    if ((st = gr_rt_session_create_child(rw, &o, src, &e->s)) != GR_OK) goto done;
     const gr_graph *eg = e->s->graph;
     e->logits_out = output_index(eg, "logits");
     e->ids_out = output_index(eg, "graft.next_ids");

@@ -142,7 +142,16 @@ struct gr_session {
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
+    /* gr_rt_session_create_child: the parent's device (not owned) and weights (a constant equal in
+     * name, type and bytes to one of the parent's graph is read from the parent's upload) */
+    struct gr_session *weights_from;
+    bool dev_borrowed;
 };
+
+/* A session on `parent`'s device that reads the parent's uploaded weights instead of uploading its
+ * own copy wherever its graph holds the same constant (the decode engine: the rewritten step of the
+ * parent's model). The parent must outlive it. */
+gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
 
 /* generate.c: frees the state bindings and their device buffers (session destruction) */
 void gr_rt_gen_free(gr_session_t s);
