@@ -398,16 +398,19 @@ static void test_errors(void) {
 
 /* ==== allocation failures: every one fails cleanly (GR_ERR_NOMEM), leaks nothing, and the session
  * generates afterwards ==================================================================================== */
-static gr_session_t fresh_llama(void) {
+static gr_session_t fresh_llama_mode(gr_mode mode) {
     gr_graph_t g = load("llama");
     gr_session_options so;
     gr_session_options_init(&so);
     so.device = GR_DEVICE_SIM;
+    so.mode = mode;
     gr_session_t t = NULL;
     if (g) CHECK_OK(gr_session_create(g, &so, &t));
     gr_graph_destroy(g);
     return t;
 }
+
+static gr_session_t fresh_llama(void) { return fresh_llama_mode(GR_MODE_EAGER); }
 
 static void test_alloc_failures(void) {
     enum { W = 2 + 5 };
@@ -451,6 +454,51 @@ static void test_alloc_failures(void) {
     CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
 }
 
+/* The rewritten engine's decode loop under allocation failures: engine creation (the rewrite, the
+ * loop pass, the child session, its plan) and the loop's launches fail cleanly with GR_ERR_NOMEM,
+ * leak nothing, and the session generates the right ids once memory is back. */
+static void test_alloc_failures_loop(gr_mode mode) {
+    enum { W = 2 + 6 };
+    int64_t prompt[2] = {5, 6}, want[W], got[W];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = 6;
+    o.engine = GR_ENGINE_REWRITTEN;
+    o.steps_per_launch = 2;
+    gr_session_t s = fresh_llama_mode(mode);
+    if (!s) return;
+    int bound = 0;
+    CHECK_OK(gr_session_bind_state_auto(s, &bound));
+    gr_debug_fail_alloc_after(0);
+    gr_generate_stats st0;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 2, want, &st0));
+    long total = gr_debug_fail_alloc_after(0);
+    CHECK(st0.launches == 3);
+    gr_session_destroy(s);
+    int failures = 0;
+    for (long n = 1; n <= total; n += n < 60 ? 1 : 97) {
+        long live0 = gr_debug_live_allocs();
+        gr_session_t t = fresh_llama_mode(mode);
+        if (!t) break;
+        CHECK_OK(gr_session_bind_state_auto(t, &bound));
+        gr_debug_fail_alloc_after(n);
+        gr_status st = gr_session_generate(t, &o, prompt, 1, 2, got, NULL);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing: wrong ids without an error", n);
+        } else {
+            failures++;
+            CHECK_MSG(st == GR_ERR_NOMEM, "allocation %ld failing gave %s: %s", n, gr_status_name(st), gr_last_error());
+            memset(got, 0, sizeof got);
+            CHECK_OK(gr_session_generate(t, &o, prompt, 1, 2, got, NULL));
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing, then a generation: wrong ids", n);
+        }
+        gr_session_destroy(t);
+        CHECK_MSG(gr_debug_live_allocs() == live0, "allocation %ld failing: %ld allocations leaked", n, gr_debug_live_allocs() - live0);
+    }
+    CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
+}
+
 int main(void) {
     long live0 = gr_debug_live_allocs();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
@@ -460,6 +508,8 @@ int main(void) {
     }
     test_errors();
     test_alloc_failures();
+    test_alloc_failures_loop(GR_MODE_EAGER);
+    test_alloc_failures_loop(GR_MODE_GRAPH);
     CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
     return check_summary("test_generate");
 }
