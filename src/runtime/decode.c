@@ -43,6 +43,7 @@ struct gr_decode_engine {
     gr_dexec *loop_exec;
     const struct gr_rt_plan *loop_plan; /* the plan it was captured from */
     long loop_launches, loop_captures;
+    char *while_refused;    /* why the WHILE graph could not be captured (then the steps are enqueued) */
 };
 
 /* ---- which input is which ----------------------------------------------------------------
@@ -180,6 +181,7 @@ void gr_decode_engine_destroy(gr_decode_engine *e) {
     gr_strfree(e->pos_name);
     gr_strfree(e->mask_name);
     gr_strfree(e->loop_refused);
+    gr_strfree(e->while_refused);
     gr_free(e, sizeof *e);
 }
 
@@ -466,10 +468,15 @@ static gr_status loop_capture(gr_decode_engine *e, gr_rt_plan *p) {
     GR_TRY(gr_dev_capture_begin(d, s->stream));
     uint64_t h = 0;
     gr_status st = gr_dev_cond_create(d, s->stream, GR_COND_WHILE, 1, &h);
-    if (st == GR_OK) st = gr_dev_cond_body_begin(d, s->stream, h, 0);
+    bool in_body = false;
+    if (st == GR_OK) in_body = (st = gr_dev_cond_body_begin(d, s->stream, h, 0)) == GR_OK;
     if (st == GR_OK) st = launch_steps(s, p);
     if (st == GR_OK) st = gr_dev_memcpy(d, s->stream, (void *)(uintptr_t)h, cont, sizeof(uint32_t), GR_COPY_D2D);
-    if (st == GR_OK) st = gr_dev_cond_body_end(d, s->stream, h, 0);
+    if (in_body) {
+        /* back to the outer capture even after a failure, so that capture_end ends it */
+        gr_status be = gr_dev_cond_body_end(d, s->stream, h, 0);
+        if (st == GR_OK) st = be;
+    }
     gr_dgraph *graph = NULL;
     gr_status end = gr_dev_capture_end(d, s->stream, &graph);
     if (st == GR_OK) st = end;
@@ -506,11 +513,22 @@ gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t k
         void *stop = gr_rt_input_addr(s, p, e->in_stop);
         GR_TRY(gr_dev_memcpy(d, s->stream, stop, e->h_stop, sizeof(int64_t), GR_COPY_H2D));
         gr_dev_caps caps = gr_dev_caps_get(d);
-        if (s->opt.mode != GR_MODE_EAGER && caps.graphs && caps.conditional_nodes) {
-            if (e->loop_plan != p) {
-                loop_release(e);
-                GR_TRY(loop_capture(e, p));
+        bool use_while = s->opt.mode != GR_MODE_EAGER && caps.graphs && caps.conditional_nodes && !e->while_refused;
+        if (use_while && e->loop_plan != p) {
+            loop_release(e);
+            gr_status cs = loop_capture(e, p);
+            if (cs == GR_ERR_NOMEM) return cs;
+            if (cs != GR_OK) {
+                /* a driver that cannot hold this step in a conditional body: the steps are enqueued
+                 * back to back instead (the same ids; no graph, no stop on the device) */
+                e->while_refused = gr_strdup(gr_last_error());
+                if (!e->while_refused) return GR_ERR_NOMEM;
+                if (s->opt.verbose) fprintf(stderr, "graft: note: %s; the decode loop enqueues its steps instead\n", gr_last_error());
+                gr_error_clear();
+                use_while = false;
             }
+        }
+        if (use_while) {
             GR_TRY(gr_dev_graph_launch(d, e->loop_exec, s->stream));
         } else {
             /* no WHILE: every step runs; rows that finished emit pad */
