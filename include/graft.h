@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. Only GR_SHAPES_EXACT is implemented; the others are refused at
-     * session creation (GR_ERR_UNSUPPORTED naming the policy). */
+     * dims share CUDA graphs. GR_SHAPES_EXACT and GR_SHAPES_UPDATE are implemented; the others
+     * are refused at session creation (GR_ERR_UNSUPPORTED naming the policy). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -234,7 +234,7 @@ typedef enum {
     GR_SHAPES_EXACT = 0, /* one graph per binding of the symbolic dims (LRU under graph_memory_mb) */
     GR_SHAPES_PAD,       /* reserved: bindings rounded up to capture sizes (not implemented) */
     GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
-    GR_SHAPES_UPDATE,    /* reserved: a new shape applied to an existing exec (cuGraphExecUpdate) (not implemented) */
+    GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
     GR_SHAPES_AUTO,      /* reserved: chosen per segment by measuring (not implemented) */
     GR_SHAPES_COUNT
 } gr_shape_policy;
@@ -313,6 +313,9 @@ typedef struct {
     long timed_runs;         /* profiling runs (a segment timed eager or as a graph) */
     long decisions_measured; /* segment decisions made by timing in this session */
     long decisions_loaded;   /* segment decisions taken from the decisions file */
+    /* shape policy update, session totals: */
+    long exec_updates;       /* execs refreshed from another binding's graph (no instantiation) */
+    long exec_updates_refused; /* updates the device refused (a different topology): instantiated instead */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

@@ -167,8 +167,10 @@ static const char usage_inputs[] =
     "                         runs, the faster kept)\n"
     "  --shapes exact|pad|generic|update|auto  graph mode over many shapes: how the\n"
     "                         bindings of symbolic dims share CUDA graphs (default\n"
-    "                         exact: one graph per binding; the others are reserved\n"
-    "                         and refused for now)\n"
+    "                         exact: one graph per binding; update: one exec per\n"
+    "                         segment, each binding's capture applied to it with\n"
+    "                         cudaGraphExecUpdate; the others are reserved and\n"
+    "                         refused for now)\n"
     "  --graph-memory-mb N    graph mode: device memory all bindings' graphs may hold\n"
     "                         (MiB, fractions allowed; default no limit); the least\n"
     "                         recently used bindings' graphs are evicted, re-captured\n"
@@ -1316,6 +1318,8 @@ static int cmd_bench(const cli_opts *o) {
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
         printf("captures             %ld (%ld instantiations, %ld evictions, %ld graphs held, %ld plans dropped)\n",
                stats.captures, stats.instantiations, stats.evictions, stats.graphs_live, stats.plans_evicted);
+        if (stats.exec_updates || stats.exec_updates_refused)
+            printf("exec updates         %ld (%ld refused: instantiated instead)\n", stats.exec_updates, stats.exec_updates_refused);
         print_bytes("graph memory", stats.graph_bytes);
         print_bytes("graph memory, peak", stats.graph_bytes_peak);
         if (stats.graph_budget_bytes) print_bytes("graph memory budget", stats.graph_budget_bytes);
@@ -1405,7 +1409,8 @@ static int cmd_bench(const cli_opts *o) {
                         stats.graph_bytes, stats.graph_bytes_peak, stats.graph_budget_bytes);
                 fprintf(f, "  \"instantiations\": %ld,\n  \"evictions\": %ld,\n  \"graphs_live\": %ld,\n  \"over_budget\": %ld,\n",
                         stats.instantiations, stats.evictions, stats.graphs_live, stats.over_budget);
-                fprintf(f, "  \"plans_evicted\": %ld,\n", stats.plans_evicted);
+                fprintf(f, "  \"plans_evicted\": %ld,\n  \"exec_updates\": %ld,\n  \"exec_updates_refused\": %ld,\n",
+                        stats.plans_evicted, stats.exec_updates, stats.exec_updates_refused);
                 fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
                         stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);

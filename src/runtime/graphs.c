@@ -36,11 +36,12 @@
 
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
-    if (st->exec) {
+    if (st->exec && !st->exec_shared) {
         s->graph_bytes -= GR_MIN(st->graph_bytes, s->graph_bytes);
         s->graphs_live--;
+        gr_dev_exec_destroy(d, st->exec);
     }
-    gr_dev_exec_destroy(d, st->exec);
+    gr_rt_update_forget(s, st); /* shape policy update: the shared exec's applied graph goes */
     gr_dev_graph_destroy(d, st->graph);
     gr_free(st->scalar_node, sizeof(int) * (size_t)st->scalar_cap);
     gr_free(st->scalar_step, sizeof(int) * (size_t)st->scalar_cap);
@@ -157,8 +158,8 @@ static bool make_room(gr_session_t s, const gr_rt_plan *keep, size_t need) {
         int victim_seg = -1;
         for (gr_rt_plan *q = s->plans; q; q = q->next) { /* the last one with a graph: least recently used */
             if (q == keep) continue;
-            for (int k = 0; k < q->segs.len; k++)
-                if (q->seg_state[k].exec) victim = q, victim_seg = k;
+            for (int k = 0; k < q->segs.len; k++) /* a shared exec (policy update) frees nothing */
+                if (q->seg_state[k].exec && !q->seg_state[k].exec_shared) victim = q, victim_seg = k;
         }
         if (!victim) return false;
         evict(s, victim, victim_seg);
@@ -243,9 +244,13 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
                 return gr_error(GR_ERR_INTERNAL, "segment %d: no graph node found for kernel '%s'", seg, step->kernel->name);
         }
     }
-    GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
-    s->graphs_live++; /* counted from here: release uncounts it */
-    s->instantiations++;
+    if (s->opt.shape_policy == GR_SHAPES_UPDATE) {
+        GR_TRY(gr_rt_update_instantiate(s, p, seg)); /* shapes.c: the position's exec, updated */
+    } else {
+        GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
+        s->graphs_live++; /* counted from here: release uncounts it */
+        s->instantiations++;
+    }
     GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
     st->records++;
     s->total_captures++;
@@ -256,8 +261,10 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
 
 /* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
  * address of a caller's device buffer bound in place (zero-copy inputs). */
-static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *st) {
+static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
+    gr_rt_segment *st = &p->seg_state[seg];
+    GR_TRY(gr_rt_update_apply(s, p, seg)); /* shape policy update: this binding's parameters */
     for (int k = 0; k < st->n_scalar_nodes; k++) {
         gr_karg now[GR_KMAX_PARAMS];
         memset(now, 0, sizeof now);
@@ -307,7 +314,7 @@ static double min_of(const double *x, int n) {
 
 static gr_status replay(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
-    GR_TRY(refresh_scalars(s, p, st));
+    GR_TRY(refresh_scalars(s, p, seg));
     return gr_dev_graph_launch(s->dev, st->exec, s->stream);
 }
 
@@ -334,7 +341,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             st->state = GR_SEG_WARMUP;
             return run_eager(s, p, seg);
         }
-        if (!s->graph_budget && captures_at_position(s, seg) >= s->opt.max_rerecords) {
+        /* policy update re-captures into one exec: no instantiation per binding to bound */
+        if (!s->graph_budget && s->opt.shape_policy != GR_SHAPES_UPDATE && captures_at_position(s, seg) >= s->opt.max_rerecords) {
             char why[256];
             snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
                      s->opt.max_rerecords);
@@ -362,7 +370,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             size_t free1 = free_device_bytes(s);
             st->graph_bytes = free0 > free1 ? free0 - free1 : 0;
             s->graph_bytes += st->graph_bytes;
-            if (s->graph_budget) {
+            if (st->exec_shared) gr_rt_update_add_bytes(s, seg, st->graph_bytes); /* the position's exec holds them */
+            if (s->graph_budget && !st->exec_shared) {
                 /* the new graph is counted: room is made for nothing more, or it goes */
                 s->graph_bytes -= st->graph_bytes;
                 bool alone = st->graph_bytes > s->graph_budget;
@@ -430,7 +439,7 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             }
             return GR_OK;
         }
-        GR_TRY(refresh_scalars(s, p, st));
+        GR_TRY(refresh_scalars(s, p, seg));
         GR_TRY(gr_dev_graph_launch(s->dev, st->exec, s->stream));
         s->stats.kernels += work;
         s->stats.kernels_in_graphs += work;

@@ -38,9 +38,9 @@ gr_status gr_shape_policy_parse(const char *name, int *out) {
 static gr_status check_shape_options(const gr_session_options *o) {
     if (o->shape_policy < 0 || o->shape_policy >= GR_SHAPES_COUNT)
         return gr_error(GR_ERR_INVALID, "shape_policy %d is not a gr_shape_policy (0..%d)", o->shape_policy, GR_SHAPES_COUNT - 1);
-    if (o->shape_policy != GR_SHAPES_EXACT)
+    if (o->shape_policy != GR_SHAPES_EXACT && o->shape_policy != GR_SHAPES_UPDATE)
         return gr_error(GR_ERR_UNSUPPORTED,
-                        "shape policy '%s' is not implemented yet (only 'exact', one graph per binding, is; "
+                        "shape policy '%s' is not implemented yet (only 'exact', one graph per binding, and 'update' are; "
                         "bound its graph memory with graph_memory_mb / --graph-memory-mb)",
                         gr_shape_policy_name(o->shape_policy));
     /* !(x >= 0) also refuses NaN */
@@ -63,6 +63,8 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->timed_runs = s->timed_runs;
     out->decisions_measured = s->decisions_measured;
     out->decisions_loaded = s->decisions_loaded;
+    out->exec_updates = s->exec_updates;
+    out->exec_updates_refused = s->exec_updates_refused;
 }
 
 /* ==== shared weights ============================================================================ */
@@ -209,6 +211,7 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
+    if (s->dev) gr_rt_shapes_free(s); /* after the plans: their graphs were applied to its execs */
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
     gr_rt_gen_free(s);
     gr_rt_decisions_close(s);

@@ -63,6 +63,8 @@ int main(void) {
     printf("gr_run_stats.timed_runs %zu\n", offsetof(gr_run_stats, timed_runs));
     printf("gr_run_stats.decisions_measured %zu\n", offsetof(gr_run_stats, decisions_measured));
     printf("gr_run_stats.decisions_loaded %zu\n", offsetof(gr_run_stats, decisions_loaded));
+    printf("gr_run_stats.exec_updates %zu\n", offsetof(gr_run_stats, exec_updates));
+    printf("gr_run_stats.exec_updates_refused %zu\n", offsetof(gr_run_stats, exec_updates_refused));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));
