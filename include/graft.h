@@ -319,6 +319,25 @@ typedef struct {
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 
+/* Warm-up ahead of time (graph and auto modes; graphs are otherwise captured lazily, on a
+ * binding's first runs): compiles, warms up and captures the plan of every binding of
+ * symbolic dim `dim` in lo..hi, largest first (the first capture takes the memory the
+ * others reuse), running on zeroed input placeholders; the outputs of these runs are not
+ * readable and the next gr_session_run copies its inputs afresh. Other symbols keep the
+ * values of the last run (GR_ERR_INVALID when the model has others and there was none).
+ * A host-read input (@host) must have been set. progress: a progress line on stderr.
+ * out (may be NULL): what it did and took. GR_ERR_NOT_FOUND (listing the symbols) for an
+ * unknown dim; GR_ERR_SHAPE for a range outside the dim's declared one. */
+typedef struct {
+    int bindings;          /* bindings prepared */
+    double total_ms;       /* wall time of the whole call */
+    double compile_ms;     /* of which building the bindings' plans */
+    double capture_ms;     /* of which capture + instantiation (or exec update) + upload */
+    long captures, instantiations, exec_updates; /* made by this call */
+} gr_capture_report;
+GR_API gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, int64_t hi, int progress,
+                                          gr_capture_report *out);
+
 /* ---- zero-copy device I/O ---------------------------------------------------------
  * Device buffers are memory of the session's device. CUDA: any device pointer of the
  * primary context of the session's GPU (PyTorch's and CuPy's tensors live there).

@@ -6,6 +6,8 @@
  *    whose kernel nodes are patched (host scalar) keeps its own exec; a binding whose
  *    segment has another topology (a host step splits it) has its update refused and gets
  *    its own exec, still right, and explain says why;
+ *  - capture ahead of time (gr_session_capture_range), largest first, under exact and update:
+ *    the sweep that follows captures nothing and matches eager; its errors;
  *  - allocation failures on these paths: an error, never a leak. */
 #include "check.h"
 #include "runtime/runtime-impl.h"
@@ -232,6 +234,67 @@ static void test_update_refused(void) {
     gr_graph_destroy(g);
 }
 
+/* ==== capture ahead of time ============================================================================ */
+static void test_capture_range(void) {
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse(model_gir, "update.gir", NULL, &g));
+    if (!g) return;
+    make_references(g, N, false);
+    for (int policy = 0; policy < 2; policy++) {
+        gr_session_options o = opts(GR_MODE_GRAPH, policy ? GR_SHAPES_UPDATE : GR_SHAPES_EXACT);
+        gr_session_t s = NULL;
+        CHECK_OK(gr_session_create(g, &o, &s));
+        if (!s) continue;
+        gr_capture_report r;
+        CHECK_OK(gr_session_capture_range(s, "S", 1, N, 0, &r));
+        CHECK_MSG(r.bindings == N && r.captures >= N && r.total_ms >= r.capture_ms && r.capture_ms > 0, "bindings %d captures %ld",
+                  r.bindings, r.captures);
+        if (policy) CHECK_MSG(r.instantiations < N && r.exec_updates >= N - 1, "update: %ld inst, %ld updates", r.instantiations, r.exec_updates);
+        else CHECK(r.instantiations >= N && r.exec_updates == 0);
+        /* nothing readable from the capture runs */
+        gr_output out;
+        CHECK_ERR(gr_session_output(s, 0, &out), GR_ERR_STALE, "no successful run");
+        gr_run_stats st0, st1;
+        CHECK_OK(gr_session_stats(s, &st0));
+        int order[2 * MAX_S];
+        int len = make_sweep(order, N, 9), bad = 0;
+        float y[MAX_S * 16];
+        for (int i = 0; i < len; i++) {
+            CHECK_OK(run_at(s, order[i], y, false));
+            bad += memcmp(y, ref_y[order[i]], sizeof(float) * (size_t)order[i] * 16) != 0;
+        }
+        CHECK_MSG(bad == 0, "%d runs after capture ahead differ from eager", bad);
+        CHECK_OK(gr_session_stats(s, &st1));
+        /* every binding was ready: no capture, compile or warm-up during the sweep */
+        CHECK_MSG(st1.captures == st0.captures && st1.instantiations == st0.instantiations, "captures %ld -> %ld", st0.captures,
+                  st1.captures);
+        CHECK(st1.segments_in_graphs == st1.segments);
+        /* errors */
+        CHECK_ERR(gr_session_capture_range(s, "T", 1, 2, 0, NULL), GR_ERR_NOT_FOUND, "no symbolic dim 'T' (the model's: 'S')");
+        CHECK_ERR(gr_session_capture_range(s, "S", 1, 65, 0, NULL), GR_ERR_SHAPE, "S=1:65 is not a range inside the dim's range (1..64)");
+        CHECK_ERR(gr_session_capture_range(s, "S", 5, 4, 0, NULL), GR_ERR_SHAPE, "S=5:4");
+        CHECK_ERR(gr_session_capture_range(s, NULL, 5, 4, 0, NULL), GR_ERR_INVALID, "NULL session or dim");
+        gr_session_destroy(s);
+    }
+    gr_session_options o = opts(GR_MODE_EAGER, GR_SHAPES_EXACT);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK_ERR(gr_session_capture_range(s, "S", 1, 2, 0, NULL), GR_ERR_INVALID, "eager mode");
+    gr_session_destroy(s);
+    /* a host input must be set first */
+    gr_graph_t gs = NULL;
+    CHECK_OK(gr_graph_parse(scalar_gir, "scalar.gir", NULL, &gs));
+    o = opts(GR_MODE_GRAPH, GR_SHAPES_EXACT);
+    CHECK_OK(gr_session_create(gs, &o, &s));
+    CHECK_ERR(gr_session_capture_range(s, "S", 1, 2, 0, NULL), GR_ERR_INVALID, "host input 't' is read on the host");
+    float t = 2;
+    CHECK_OK(gr_session_set_input(s, "t", GR_F32, 0, NULL, &t, sizeof t));
+    CHECK_OK(gr_session_capture_range(s, "S", 1, 3, 0, NULL));
+    gr_session_destroy(s);
+    gr_graph_destroy(gs);
+    gr_graph_destroy(g);
+}
+
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
     gr_graph_t g = NULL;
@@ -248,6 +311,7 @@ static void test_alloc_failures(void) {
         float y[MAX_S * 16];
         for (int r = 0; r < 2 && rc == GR_OK; r++)
             for (int seq = 4; seq <= 6 && rc == GR_OK; seq++) rc = run_at(s, seq, y, false);
+        if (rc == GR_OK) rc = gr_session_capture_range(s, "S", 7, 9, 0, NULL);
         gr_session_destroy(s);
         long made = gr_debug_fail_alloc_after(0);
         CHECK_MSG(gr_debug_live_allocs() == base, "leak after failing allocation %ld: %ld live", n, gr_debug_live_allocs() - base);
@@ -263,6 +327,7 @@ int main(void) {
     test_update_sweep();
     test_update_scalar_own_exec();
     test_update_refused();
+    test_capture_range();
     test_alloc_failures();
     return check_summary("test_shape_policies");
 }

@@ -200,6 +200,11 @@ void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
  * when it is read in place, else the plan's placeholder. */
 void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
+/* session.c: the plan of binding syms (most recent first), built if there is none */
+gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out);
+/* session.c: runs segment seg eagerly (errors name the node) */
+gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg);
+
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
 /* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the

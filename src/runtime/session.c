@@ -479,6 +479,13 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
+    st = gr_rt_plan_for(s, syms, out);
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
+    return st;
+}
+
+gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out) {
+    int n = s->graph->syms.len;
     gr_rt_plan *prev = NULL;
     for (gr_rt_plan *p = s->plans; p; prev = p, p = p->next) {
         if (n && memcmp(p->sym_values, syms, sizeof(int64_t) * (size_t)n)) continue;
@@ -487,7 +494,6 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
             p->next = s->plans;
             s->plans = p;
         }
-        gr_free(syms, sizeof(int64_t) * (size_t)n);
         *out = p;
         return GR_OK;
     }
@@ -501,9 +507,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         fprintf(stderr, "): compiling a plan\n");
     }
     gr_rt_plan *p;
-    st = gr_rt_plan_build(s, syms, &p);
-    gr_free(syms, sizeof(int64_t) * (size_t)n);
-    if (st != GR_OK) return st;
+    GR_TRY(gr_rt_plan_build(s, syms, &p));
     p->next = s->plans;
     s->plans = p;
     *out = p;
@@ -511,7 +515,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
 }
 
 /* ==== run ====================================================================================== */
-static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
+gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     const gr_segment *sg = &p->segs.data[seg];
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
         gr_status st = gr_rt_step_launch(s, p, i);
@@ -600,7 +604,7 @@ gr_status gr_session_run(gr_session_t s) {
     }
     for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
-        else st = run_segment_eager(s, p, seg);
+        else st = gr_rt_segment_run_eager(s, p, seg);
     }
     if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {

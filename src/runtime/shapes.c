@@ -142,3 +142,116 @@ void gr_rt_shapes_free(gr_session_t s) {
     gr_free(sh, sizeof *sh);
     s->shapes = NULL;
 }
+
+/* ==== ahead-of-time capture (gr_session_capture_range) ================================================ */
+static bool settled(gr_session_t s, const gr_rt_plan *p) {
+    for (int k = 0; k < p->segs.len; k++) {
+        const gr_rt_segment *st = &p->seg_state[k];
+        if (!p->segs.data[k].graphable) continue;
+        if (st->state == GR_SEG_FALLBACK || st->state == GR_SEG_CHOSE_EAGER) continue;
+        if (st->state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || st->decided)) continue;
+        return false;
+    }
+    return true;
+}
+
+/* Warms up and captures every graphable segment of p (on zeroed placeholders). */
+static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
+    gr_device *d = s->dev;
+    for (int i = 0; i < p->g->inputs.len; i++) {
+        if (p->input_host_read[i] && !s->inputs[i].data)
+            return gr_error(GR_ERR_INVALID, "capture range: host input '%s' is read on the host: set it before capturing ahead",
+                            p->g->values.data[p->g->inputs.data[i]].name);
+        if (!p->input_dev[i] || !p->input_bytes[i]) continue;
+        /* zeros: valid indices for gathers (token ids), finite for every op */
+        GR_TRY(gr_dev_memset(d, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
+        p->input_version[i] = 0; /* the next run copies its input */
+    }
+    /* warm-up, capture (+ replay), and mode auto's timed runs */
+    for (int round = 0; round < 3 + 2 * GR_SCG_SAMPLES && !settled(s, p); round++)
+        for (int seg = 0; seg < p->segs.len; seg++) {
+            gr_status st = p->segs.data[seg].graphable ? gr_rt_segment_run_graph(s, p, seg) : gr_rt_segment_run_eager(s, p, seg);
+            if (st != GR_OK) {
+                gr_dev_stream_sync(d, s->stream);
+                return st;
+            }
+        }
+    return gr_dev_stream_sync(d, s->stream);
+}
+
+gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, int64_t hi, int progress, gr_capture_report *out) {
+    if (out) memset(out, 0, sizeof *out);
+    if (!s || !dim) return gr_error(GR_ERR_INVALID, "gr_session_capture_range: NULL session or dim");
+    if (s->opt.mode == GR_MODE_EAGER)
+        return gr_error(GR_ERR_INVALID, "capture range: the session is in eager mode (graphs are captured in graph and auto modes)");
+    if (s->pending) GR_TRY(gr_session_wait(s));
+    const gr_graph *g = s->graph;
+    int n = g->syms.len, k = -1;
+    for (int j = 0; j < n && k < 0; j++)
+        if (!strcmp(g->syms.data[j].name, dim)) k = j;
+    if (k < 0) {
+        gr_strbuf sb;
+        gr_sb_init(&sb);
+        for (int j = 0; j < n; j++) gr_sb_printf(&sb, "%s'%s'", j ? ", " : "", g->syms.data[j].name);
+        char shown[64];
+        gr_escape_text(shown, sizeof shown, dim, false);
+        gr_status st = gr_error(GR_ERR_NOT_FOUND, "capture range: no symbolic dim '%s' (the model's: %s)", shown,
+                                sb.data ? sb.data : "none");
+        gr_sb_free(&sb);
+        return st;
+    }
+    const gr_ir_symbol *sym = &g->syms.data[k];
+    if (lo > hi || lo < sym->lo || hi > sym->hi) {
+        char range[64];
+        if (sym->hi >= GR_DX_INF) snprintf(range, sizeof range, ">= %lld", (long long)sym->lo);
+        else snprintf(range, sizeof range, "%lld..%lld", (long long)sym->lo, (long long)sym->hi);
+        return gr_error(GR_ERR_SHAPE, "capture range: %s=%lld:%lld is not a range inside the dim's range (%s)", sym->name, (long long)lo,
+                        (long long)hi, range);
+    }
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
+    if (!syms) return GR_ERR_NOMEM;
+    gr_status st = GR_OK;
+    for (int j = 0; j < n && st == GR_OK; j++) {
+        if (j == k) continue;
+        if (!s->current)
+            st = gr_error(GR_ERR_INVALID, "capture range over '%s': the model's dim '%s' has no value yet (run once first)", sym->name,
+                          g->syms.data[j].name);
+        else syms[j] = s->current->sym_values[j];
+    }
+    double t0 = gr_now_us(), capture_us = 0, compile_us = 0;
+    long captures0 = s->total_captures, inst0 = s->instantiations, upd0 = s->exec_updates;
+    int done = 0;
+    long total = (long)(hi - lo + 1), step = total / 10 > 0 ? total / 10 : 1;
+    /* largest first: the first binding's graph and arena are the largest, the others fit in what it took */
+    for (int64_t v = hi; v >= lo && st == GR_OK; v--) {
+        syms[k] = v;
+        gr_rt_plan *p = NULL;
+        bool known = false;
+        for (gr_rt_plan *q = s->plans; q && !known; q = q->next) known = !memcmp(q->sym_values, syms, sizeof(int64_t) * (size_t)n);
+        st = gr_rt_plan_for(s, syms, &p);
+        if (st != GR_OK) break;
+        if (!known) compile_us += p->compile_us;
+        double c0 = p->capture_us;
+        st = prepare_binding(s, p);
+        capture_us += p->capture_us - c0;
+        done++;
+        if (progress && (done % step == 0 || v == lo))
+            fprintf(stderr, "graft: capturing %s=%lld..%lld (largest first): %d/%ld bindings, %.2f s\n", sym->name, (long long)hi,
+                    (long long)lo, done, total, (gr_now_us() - t0) / 1e6);
+    }
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
+    /* these runs' outputs are nobody's */
+    s->generation++;
+    s->has_run = false;
+    if (st != GR_OK) return gr_error_prefix(st, "capture range %s=%lld:%lld", sym->name, (long long)lo, (long long)hi);
+    if (out) {
+        out->bindings = done;
+        out->total_ms = (gr_now_us() - t0) / 1e3;
+        out->compile_ms = compile_us / 1e3;
+        out->capture_ms = capture_us / 1e3;
+        out->captures = s->total_captures - captures0;
+        out->instantiations = s->instantiations - inst0;
+        out->exec_updates = s->exec_updates - upd0;
+    }
+    return GR_OK;
+}

@@ -73,5 +73,13 @@ int main(void) {
     printf("gr_kernel_stats.generic_new %zu\n", offsetof(gr_kernel_stats, generic_new));
     printf("gr_kernel_stats.generic_reused %zu\n", offsetof(gr_kernel_stats, generic_reused));
     printf("gr_kernel_stats.generic_fallbacks %zu\n", offsetof(gr_kernel_stats, generic_fallbacks));
+    printf("gr_capture_report %zu\n", sizeof(gr_capture_report));
+    printf("gr_capture_report.bindings %zu\n", offsetof(gr_capture_report, bindings));
+    printf("gr_capture_report.total_ms %zu\n", offsetof(gr_capture_report, total_ms));
+    printf("gr_capture_report.compile_ms %zu\n", offsetof(gr_capture_report, compile_ms));
+    printf("gr_capture_report.capture_ms %zu\n", offsetof(gr_capture_report, capture_ms));
+    printf("gr_capture_report.captures %zu\n", offsetof(gr_capture_report, captures));
+    printf("gr_capture_report.instantiations %zu\n", offsetof(gr_capture_report, instantiations));
+    printf("gr_capture_report.exec_updates %zu\n", offsetof(gr_capture_report, exec_updates));
     return 0;
 }
