@@ -324,7 +324,7 @@ GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
  * symbolic dim `dim` in lo..hi, largest first (the first capture takes the memory the
  * others reuse), running on zeroed input placeholders; the outputs of these runs are not
  * readable and the next gr_session_run copies its inputs afresh. Other symbols keep the
- * values of the last run (GR_ERR_INVALID when the model has others and there was none).
+ * values of the last run, else their declared range's only value (GR_ERR_INVALID if neither).
  * A host-read input (@host) must have been set. progress: a progress line on stderr.
  * out (may be NULL): what it did and took. GR_ERR_NOT_FOUND (listing the symbols) for an
  * unknown dim; GR_ERR_SHAPE for a range outside the dim's declared one. */

@@ -184,22 +184,13 @@ static size_t free_device_bytes(gr_session_t s) {
     return free_bytes;
 }
 
-/* Records the segment into a graph, instantiates and uploads it. */
-static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
+/* Records segment seg's steps into st->graph (the stream captured; nothing runs) and finds the
+ * graph nodes of the tracked kernel steps (their arguments as captured in st->scalar_args). */
+static gr_status record(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
     gr_rt_segment *st = &p->seg_state[seg];
     const gr_segment *sg = &p->segs.data[seg];
-    if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
-    int n_scalar = 0;
-    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
-        if (tracked(p, &p->steps.data[i])) n_scalar++;
-    if (n_scalar) {
-        st->scalar_cap = n_scalar;
-        st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
-        st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
-        st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
-        if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
-    }
+    st->n_scalar_nodes = 0;
     GR_TRY(gr_dev_capture_begin(d, s->stream));
     gr_status rc = GR_OK;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
@@ -244,10 +235,30 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
                 return gr_error(GR_ERR_INTERNAL, "segment %d: no graph node found for kernel '%s'", seg, step->kernel->name);
         }
     }
+    return GR_OK;
+}
+
+/* Records the segment into a graph, instantiates and uploads it. */
+static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_device *d = s->dev;
+    gr_rt_segment *st = &p->seg_state[seg];
+    const gr_segment *sg = &p->segs.data[seg];
+    if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
+    int n_scalar = 0;
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+        if (tracked(p, &p->steps.data[i])) n_scalar++;
+    if (n_scalar && !st->scalar_cap) {
+        st->scalar_cap = n_scalar;
+        st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
+        if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
+    }
+    GR_TRY(record(s, p, seg));
     if (s->opt.shape_policy == GR_SHAPES_UPDATE) {
         GR_TRY(gr_rt_update_instantiate(s, p, seg)); /* shapes.c: the position's exec, updated */
     } else {
-        GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
+        GR_TRY(gr_dev_graph_instantiate(d, st->graph, &st->exec));
         s->graphs_live++; /* counted from here: release uncounts it */
         s->instantiations++;
     }
@@ -261,10 +272,36 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
 
 /* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
  * address of a caller's device buffer bound in place (zero-copy inputs). */
+/* Shape policy update: a tracked argument that changed since this binding's capture is not
+ * patched into the shared exec (a node patch on CUDA keeps the launch geometry of the graph the
+ * exec was instantiated from: another binding's); the segment is recorded again with the new
+ * arguments, then the exec is updated from that graph. */
+static gr_status refresh_shared(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    bool changed = false;
+    for (int k = 0; k < st->n_scalar_nodes && !changed; k++) {
+        gr_karg now[GR_KMAX_PARAMS];
+        memset(now, 0, sizeof now);
+        int i = st->scalar_step[k];
+        GR_TRY(gr_rt_step_args(s, p, i, now));
+        changed = memcmp(now, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS], sizeof(gr_karg) * (size_t)p->steps.data[i].n_args) != 0;
+    }
+    if (changed) {
+        gr_rt_update_forget(s, st);
+        gr_dev_graph_destroy(s->dev, st->graph);
+        st->graph = NULL;
+        GR_TRY(record(s, p, seg));
+        st->records++;
+        s->total_captures++;
+        s->stats.nodes_updated += st->n_scalar_nodes;
+    }
+    return gr_rt_update_apply(s, p, seg);
+}
+
 static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
     gr_rt_segment *st = &p->seg_state[seg];
-    GR_TRY(gr_rt_update_apply(s, p, seg)); /* shape policy update: this binding's parameters */
+    if (st->exec_shared) return refresh_shared(s, p, seg);
     for (int k = 0; k < st->n_scalar_nodes; k++) {
         gr_karg now[GR_KMAX_PARAMS];
         memset(now, 0, sizeof now);

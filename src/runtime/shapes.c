@@ -11,9 +11,10 @@
  * own exec (an instantiation, as policy exact), and explain says why.
  *
  * A segment whose kernel nodes are patched before replays (host scalars, a caller's device
- * buffer read in place) keeps its own exec too: a node patch on CUDA takes the launch
- * geometry of the graph the exec was instantiated from, which is another binding's after an
- * update. */
+ * buffer read in place) is not patched in a shared exec: a node patch on CUDA takes the launch
+ * geometry of the graph the exec was instantiated from, another binding's after an update.
+ * When such an argument changed, the binding's segment is recorded again (host work only)
+ * and the exec updated from it (graphs.c, refresh_shared). */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static gr_status own_exec(gr_session_t s, gr_rt_segment *st) {
 
 gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
-    if (st->n_scalar_nodes || !gr_dev_caps_get(s->dev).exec_update) return own_exec(s, st);
+    if (!gr_dev_caps_get(s->dev).exec_update) return own_exec(s, st);
     shared_exec *u;
     GR_TRY(slot_of(s, seg, &u));
     if (!u->exec) {
@@ -94,6 +95,7 @@ gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
     if (!st->exec_shared) return GR_OK;
     shared_exec *u = &s->shapes->slots[seg];
+    if (!st->graph) return gr_error(GR_ERR_INTERNAL, "segment %d: no graph to apply (an earlier re-capture failed)", seg);
     if (u->applied == st->graph) return GR_OK;
     /* the same topology was accepted at this binding's capture: a refusal now is an error */
     GR_TRY(gr_dev_exec_update(s->dev, u->exec, st->graph));
@@ -116,11 +118,6 @@ void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st) {
 /* explain: what the update policy did at segment position seg ("" when nothing) */
 void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb) {
     if (s->opt.shape_policy != GR_SHAPES_UPDATE) return;
-    if (st->exec && st->n_scalar_nodes) {
-        gr_sb_puts(sb, "  shape policy update: own exec (its kernel nodes are patched before replays: host scalars or "
-                       "in-place inputs)\n");
-        return;
-    }
     if (!s->shapes || seg >= s->shapes->n_slots) return;
     const shared_exec *u = &s->shapes->slots[seg];
     if (st->exec_shared)
@@ -213,10 +210,11 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     gr_status st = GR_OK;
     for (int j = 0; j < n && st == GR_OK; j++) {
         if (j == k) continue;
-        if (!s->current)
-            st = gr_error(GR_ERR_INVALID, "capture range over '%s': the model's dim '%s' has no value yet (run once first)", sym->name,
+        if (s->current) syms[j] = s->current->sym_values[j];
+        else if (g->syms.data[j].declared && g->syms.data[j].lo == g->syms.data[j].hi) syms[j] = g->syms.data[j].lo;
+        else
+            st = gr_error(GR_ERR_INVALID, "capture range over '%s': the model's dim '%s' has no value yet  (run once first, or declare its range as one value)", sym->name,
                           g->syms.data[j].name);
-        else syms[j] = s->current->sym_values[j];
     }
     double t0 = gr_now_us(), capture_us = 0, compile_us = 0;
     long captures0 = s->total_captures, inst0 = s->instantiations, upd0 = s->exec_updates;
