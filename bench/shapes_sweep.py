@@ -245,10 +245,14 @@ def main():
         if model is not None:
             model = model.cuda()
 
+    # one device tensor per length, made once: a binding's input keeps its address from call to call
+    # (graft reads a CUDA tensor in place; a new address each call would be repointed or re-recorded)
+    ids_dev_of = {} if ids_dev is None else {n: ids_dev[:, :n].contiguous() for n in range(1, L + 1)}
+
     def ids_of(n, host=False):
         if host or ids_dev is None:
             return np.ascontiguousarray(ids_host[:, :n])
-        return ids_dev[:, :n].contiguous()
+        return ids_dev_of[n]
 
     graph_variants = [
         ("graft eager", dict(mode="eager")),
