@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. GR_SHAPES_EXACT and GR_SHAPES_UPDATE are implemented; the others
-     * are refused at session creation (GR_ERR_UNSUPPORTED naming the policy). */
+     * dims share CUDA graphs. GR_SHAPES_EXACT, GR_SHAPES_UPDATE and GR_SHAPES_PAD are
+     * implemented; the others are refused at session creation (GR_ERR_UNSUPPORTED naming it). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -232,7 +232,7 @@ enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 /* Shape policies of graph mode (issue 11). Append-only. */
 typedef enum {
     GR_SHAPES_EXACT = 0, /* one graph per binding of the symbolic dims (LRU under graph_memory_mb) */
-    GR_SHAPES_PAD,       /* reserved: bindings rounded up to capture sizes (not implemented) */
+    GR_SHAPES_PAD,       /* bindings rounded up to capture sizes where proven row-independent (else exact) */
     GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
     GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
     GR_SHAPES_AUTO,      /* reserved: chosen per segment by measuring (not implemented) */
@@ -316,6 +316,7 @@ typedef struct {
     /* shape policy update, session totals: */
     long exec_updates;       /* execs refreshed from another binding's graph (no instantiation) */
     long exec_updates_refused; /* updates the device refused (a different topology): instantiated instead */
+    long padded_runs;        /* shape policy pad, session total: runs of a binding rounded up to a capture size */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

@@ -326,6 +326,169 @@ static void test_capture_range(void) {
     gr_graph_destroy(g);
 }
 
+/* ==== pad ============================================================================================= */
+/* row-wise: every op keeps rows apart (the matmul contracts over the 16 features) */
+static const char *rowwise_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[S, 16]\n"
+    "w = random_normal(shape=[16, 16], seed=1, std=0.3)\n"
+    "b = random_uniform(shape=[16], seed=2, low=-0.1, high=0.1)\n"
+    "h = matmul(x, w, b, trans_b=1)\n"
+    "g = gelu(h)\n"
+    "p = softmax(g, axis=1)\n"
+    "m = reduce_mean(g, axes=[1], keepdims=1)\n"
+    "y = sub(p, m)\n"
+    "output y\n";
+
+/* the padded axis is not the outermost: outputs are cut row block by row block */
+static const char *inner_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[2, S, 8]\n"
+    "w = random_normal(shape=[8, 8], seed=3, std=0.3)\n"
+    "h = matmul(x, w)\n"
+    "y = tanh(h)\n"
+    "output y\n";
+
+/* contraction over S: allowed on zero-filled inputs, refused on a computed operand */
+static const char *gram_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[S, 16]\n"
+    "y = matmul(x, x, trans_a=1)\n"
+    "output y\n";
+static const char *gram_computed_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[S, 16]\n"
+    "t = exp(x)\n"
+    "y = matmul(t, x, trans_a=1)\n"
+    "output y\n";
+
+/* Runs `gir` at S = 1..n shuffled (twice each) eager and under policy pad; compares each
+ * output, counts the mismatches. inner: x is [2, S, 8]. */
+static int pad_sweep(const char *gir, int n, int rows_of_out, bool inner, gr_run_stats *st, char **explain) {
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse(gir, "pad.gir", NULL, &g));
+    if (!g) return -1;
+    gr_session_options oe = opts(GR_MODE_EAGER, GR_SHAPES_EXACT), op = opts(GR_MODE_GRAPH, GR_SHAPES_PAD);
+    gr_session_t e = NULL, s = NULL;
+    CHECK_OK(gr_session_create(g, &oe, &e));
+    CHECK_OK(gr_session_create(g, &op, &s));
+    int order[2 * MAX_S];
+    int len = make_sweep(order, n, 13), bad = 0;
+    static float x[2 * MAX_S * 16], ye[2 * MAX_S * 16], yp[2 * MAX_S * 16 + 1];
+    for (int i = 0; i < len && e && s; i++) {
+        int seq = order[i];
+        int64_t dims[3] = {inner ? 2 : seq, inner ? seq : 16, 8};
+        int ndim = inner ? 3 : 2;
+        size_t nx = inner ? (size_t)2 * seq * 8 : (size_t)seq * 16;
+        fill(x, (int)nx, 40u + (unsigned)seq);
+        gr_session_t both[2] = {e, s};
+        float *ys[2] = {ye, yp};
+        size_t ny = 0;
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(gr_session_set_input(both[k], "x", GR_F32, ndim, dims, x, sizeof(float) * nx));
+            CHECK_OK(gr_session_run(both[k]));
+            gr_output o;
+            CHECK_OK(gr_session_output(both[k], 0, &o));
+            gr_value_info info;
+            CHECK_OK(gr_session_output_info(both[k], o, &info));
+            ny = gr_session_output_nbytes(both[k], o);
+            /* the real shape, never the padded one */
+            CHECK_MSG(rows_of_out < 0 || info.dims[rows_of_out] == seq, "output dim %d is %lld at S = %d", rows_of_out,
+                      (long long)info.dims[rows_of_out], seq);
+            yp[ny / sizeof(float)] = 12345.0f; /* a guard after the real part */
+            CHECK_OK(gr_session_output_read(both[k], o, ys[k], ny));
+            if (k == 1) CHECK(yp[ny / sizeof(float)] == 12345.0f);
+        }
+        bad += memcmp(ye, yp, ny) != 0;
+    }
+    memset(st, 0, sizeof *st);
+    if (s) CHECK_OK(gr_session_stats(s, st));
+    if (s && explain) CHECK_OK(gr_session_explain(s, explain));
+    gr_session_destroy(e);
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    return bad;
+}
+
+static void test_pad(void) {
+    gr_run_stats st;
+    char *text = NULL;
+    /* 1..12 rounds to 1, 2, 4, 8, 16: five bindings, five captures */
+    int bad = pad_sweep(rowwise_gir, N, 0, false, &st, &text);
+    CHECK_MSG(bad == 0, "%d padded runs differ from eager", bad);
+    CHECK_MSG(st.captures == 5 && st.padded_runs > 0 && st.segments_in_graphs == st.segments, "captures %ld, padded runs %ld",
+              st.captures, st.padded_runs);
+    CHECK(text && strstr(text, "shape policy: pad") && strstr(text, "'S' padded: no reduction"));
+    gr_free_string(text);
+    text = NULL;
+    bad = pad_sweep(inner_gir, N, 1, true, &st, NULL);
+    CHECK_MSG(bad == 0 && st.captures == 5 && st.padded_runs > 0, "inner axis: %d differ, %ld captures", bad, st.captures);
+    bad = pad_sweep(gram_gir, N, -1, false, &st, &text);
+    CHECK_MSG(bad == 0 && st.captures == 5 && st.padded_runs > 0, "contraction over zero-filled: %d differ, %ld captures", bad,
+              st.captures);
+    gr_free_string(text);
+    text = NULL;
+    /* refused: softmax and a reduction over S (padding would change the real rows): exact instead */
+    gr_graph_t g = NULL;
+    bad = pad_sweep(model_gir, N, 0, false, &st, &text);
+    CHECK_MSG(bad == 0 && st.padded_runs == 0 && st.captures == N, "refused: %d differ, %ld padded, %ld captures", bad,
+              st.padded_runs, st.captures);
+    CHECK(text && strstr(text, "'S' NOT padded (one graph per value, as policy exact): node 'p' (softmax)") &&
+          strstr(text, "reduces over the padded axis 1"));
+    gr_free_string(text);
+    text = NULL;
+    bad = pad_sweep(gram_computed_gir, 4, -1, false, &st, &text);
+    CHECK(bad == 0 && st.padded_runs == 0);
+    CHECK(text && strstr(text, "node 't' (exp)") == NULL && strstr(text, "contracts over the padded axis with an operand whose padding is computed"));
+    gr_free_string(text);
+    /* no declared bound: nothing to pad up to */
+    static const char *unbounded = "graft 1\ninput x: f32[S, 4]\ny = tanh(x)\noutput y\n";
+    CHECK_OK(gr_graph_parse(unbounded, "u.gir", NULL, &g));
+    gr_session_options o = opts(GR_MODE_GRAPH, GR_SHAPES_PAD);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    float x[12] = {0}, y[12];
+    int64_t dims[2] = {3, 4};
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, dims, x, sizeof x));
+    CHECK_OK(gr_session_run(s));
+    gr_output out;
+    CHECK_OK(gr_session_output(s, 0, &out));
+    CHECK_OK(gr_session_output_read(s, out, y, sizeof y));
+    CHECK_OK(gr_session_explain(s, &text));
+    CHECK(text && strstr(text, "'S' has no declared upper bound to pad up to"));
+    gr_free_string(text);
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+}
+
+/* A padded output along an inner axis has no contiguous device address; along the outermost
+ * axis its address is the real part's. */
+static void test_pad_device_ptr(void) {
+    for (int inner = 0; inner < 2; inner++) {
+        gr_graph_t g = NULL;
+        CHECK_OK(gr_graph_parse(inner ? inner_gir : rowwise_gir, "pad.gir", NULL, &g));
+        gr_session_options o = opts(GR_MODE_GRAPH, GR_SHAPES_PAD);
+        gr_session_t s = NULL;
+        CHECK_OK(gr_session_create(g, &o, &s));
+        float x[2 * 5 * 16] = {0};
+        int64_t dims[3] = {inner ? 2 : 5, inner ? 5 : 16, 8};
+        CHECK_OK(gr_session_set_input(s, "x", GR_F32, inner ? 3 : 2, dims, x, inner ? sizeof(float) * 80 : sizeof(float) * 80));
+        CHECK_OK(gr_session_run(s));
+        gr_output out;
+        CHECK_OK(gr_session_output(s, 0, &out));
+        void *ptr = NULL;
+        if (inner) CHECK_ERR(gr_session_output_device_ptr(s, out, &ptr), GR_ERR_UNSUPPORTED, "which is not its outermost");
+        else CHECK_OK(gr_session_output_device_ptr(s, out, &ptr));
+        CHECK(inner ? ptr == NULL : ptr != NULL);
+        gr_session_destroy(s);
+        gr_graph_destroy(g);
+    }
+}
+
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
     gr_graph_t g = NULL;
@@ -359,6 +522,8 @@ int main(void) {
     test_update_scalar_recorded_again();
     test_update_refused();
     test_capture_range();
+    test_pad();
+    test_pad_device_ptr();
     test_alloc_failures();
     return check_summary("test_shape_policies");
 }

@@ -139,7 +139,8 @@ class RunStats(ctypes.Structure):
                 ("graph_budget_bytes", ctypes.c_size_t), ("instantiations", ctypes.c_long), ("evictions", ctypes.c_long),
                 ("graphs_live", ctypes.c_long), ("over_budget", ctypes.c_long), ("plans_evicted", ctypes.c_long), ("timed_runs", ctypes.c_long),
                 ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long),
-                ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long)]
+                ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long),
+                ("padded_runs", ctypes.c_long)]
 
 
 class KernelStats(ctypes.Structure):

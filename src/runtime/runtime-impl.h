@@ -223,6 +223,19 @@ void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
 void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
 void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb);
 void gr_rt_shapes_free(gr_session_t s);
+/* pad: init (session creation) proves per symbol that padding keeps the real rows
+ *   (gr_pass_pad_proof); round replaces syms by capture sizes, remembering the real values;
+ *   plan_built makes a plan copy padded inputs (never read in place); input copies input i from
+ *   src zero-padded (*done false: not padded now, the caller copies); output gives output o's
+ *   real dims and how to cut it (false: not padded now); explain and runs report. */
+gr_status gr_rt_pad_init(gr_session_t s);
+void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count);
+void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done);
+bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
+                      int64_t *padded);
+long gr_rt_pad_runs(gr_session_t s);
+void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
 
 /* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
  * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).

@@ -30,14 +30,26 @@ typedef struct {
 struct gr_rt_shapes {
     shared_exec *slots;
     int n_slots;
+    /* pad: per symbol of s->graph, whether it is padded (proven), why not, and the real values
+     * of the current run's binding (before rounding up) */
+    int n_syms;
+    bool *pad_ok;
+    char **pad_why;
+    int64_t *real;
+    long padded_runs;
 };
 
 /* ==== update ======================================================================================= */
-static gr_status slot_of(gr_session_t s, int seg, shared_exec **out) {
+static gr_status shapes_of(gr_session_t s) {
     if (!s->shapes) {
         s->shapes = gr_calloc(1, sizeof *s->shapes);
         if (!s->shapes) return GR_ERR_NOMEM;
     }
+    return GR_OK;
+}
+
+static gr_status slot_of(gr_session_t s, int seg, shared_exec **out) {
+    GR_TRY(shapes_of(s));
     struct gr_rt_shapes *sh = s->shapes;
     if (seg >= sh->n_slots) {
         int n = seg + 1 > 2 * sh->n_slots ? seg + 1 : 2 * sh->n_slots;
@@ -136,6 +148,10 @@ void gr_rt_shapes_free(gr_session_t s) {
         s->graphs_live--;
     }
     gr_free(sh->slots, sizeof *sh->slots * (size_t)sh->n_slots);
+    for (int k = 0; sh->pad_why && k < sh->n_syms; k++) gr_strfree(sh->pad_why[k]);
+    gr_free(sh->pad_why, sizeof(char *) * (size_t)sh->n_syms);
+    gr_free(sh->pad_ok, sizeof(bool) * (size_t)sh->n_syms);
+    gr_free(sh->real, sizeof(int64_t) * (size_t)sh->n_syms);
     gr_free(sh, sizeof *sh);
     s->shapes = NULL;
 }
@@ -223,6 +239,7 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     /* largest first: the first binding's graph and arena are the largest, the others fit in what it took */
     for (int64_t v = hi; v >= lo && st == GR_OK; v--) {
         syms[k] = v;
+        if (s->opt.shape_policy == GR_SHAPES_PAD) gr_rt_pad_round(s, syms, false); /* the capture sizes */
         gr_rt_plan *p = NULL;
         bool known = false;
         for (gr_rt_plan *q = s->plans; q && !known; q = q->next) known = !memcmp(q->sym_values, syms, sizeof(int64_t) * (size_t)n);
@@ -252,4 +269,144 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
         out->exec_updates = s->exec_updates - upd0;
     }
     return GR_OK;
+}
+
+/* ==== pad ============================================================================================== */
+/* Capture sizes (vLLM's list): 1, 2, 4, 8, then multiples of 8 up to 128 and of 16 beyond, the
+ * symbol's declared maximum last. */
+static int64_t capture_size(int64_t v, int64_t hi) {
+    int64_t c = v <= 1 ? 1 : v <= 2 ? 2 : v <= 4 ? 4 : v <= 8 ? 8 : v <= 128 ? (v + 7) / 8 * 8 : (v + 15) / 16 * 16;
+    return c > hi ? hi : c < v ? v : c;
+}
+
+gr_status gr_rt_pad_init(gr_session_t s) {
+    GR_TRY(shapes_of(s));
+    struct gr_rt_shapes *sh = s->shapes;
+    const gr_graph *g = s->graph;
+    int n = g->syms.len;
+    sh->pad_ok = gr_calloc((size_t)(n ? n : 1), sizeof(bool));
+    sh->pad_why = gr_calloc((size_t)(n ? n : 1), sizeof(char *));
+    sh->real = gr_calloc((size_t)(n ? n : 1), sizeof(int64_t));
+    if (!sh->pad_ok || !sh->pad_why || !sh->real) {
+        gr_free(sh->pad_ok, sizeof(bool) * (size_t)(n ? n : 1));
+        gr_free(sh->pad_why, sizeof(char *) * (size_t)(n ? n : 1));
+        gr_free(sh->real, sizeof(int64_t) * (size_t)(n ? n : 1));
+        sh->pad_ok = NULL, sh->pad_why = NULL, sh->real = NULL;
+        return GR_ERR_NOMEM;
+    }
+    sh->n_syms = n ? n : 1;
+    for (int k = 0; k < n; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        char why[512] = "";
+        if (!sym->declared || sym->hi >= GR_DX_INF)
+            snprintf(why, sizeof why, "'%s' has no declared upper bound to pad up to (declare its range: --dim-range %s=LO:HI)",
+                     sym->name, sym->name);
+        else sh->pad_ok[k] = gr_pass_pad_proof(g, k, why, sizeof why);
+        if (!sh->pad_ok[k] && !(sh->pad_why[k] = gr_strdup(why))) return GR_ERR_NOMEM;
+        if (s->opt.verbose)
+            fprintf(stderr, "graft: shape policy pad: '%s' %s%s\n", sym->name, sh->pad_ok[k] ? "padded to capture sizes" : "not padded: ",
+                    sh->pad_ok[k] ? "" : why);
+    }
+    return GR_OK;
+}
+
+void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || !sh->pad_ok) return;
+    bool padded = false;
+    for (int k = 0; k < s->graph->syms.len; k++) {
+        sh->real[k] = syms[k];
+        if (sh->pad_ok[k] && syms[k] >= 0) syms[k] = capture_size(syms[k], s->graph->syms.data[k].hi);
+        padded |= syms[k] != sh->real[k];
+    }
+    if (count && padded) sh->padded_runs++;
+}
+
+/* The padded axis of value v of s->graph in the current run: axis, real and padded extent;
+ * -1 when v is not padded now. */
+static int padded_axis(gr_session_t s, const gr_rt_plan *p, int v, int64_t *real, int64_t *padded) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || !sh->pad_ok) return -1;
+    const gr_ir_value *val = &s->graph->values.data[v];
+    for (int d = 0; d < val->ndim; d++) {
+        int k = gr_dx_is_sym(val->dims[d]) ? gr_dx_as_symbol(s->graph, val->dims[d]) : -1;
+        if (k < 0 || !sh->pad_ok[k] || sh->real[k] == p->sym_values[k]) continue;
+        *real = sh->real[k];
+        *padded = p->sym_values[k];
+        return d;
+    }
+    return -1;
+}
+
+/* outer count and the bytes of one position along axis a of a value of plan p */
+static void split_at(const gr_ir_value *v, int a, int64_t *outer, size_t *inner_bytes) {
+    int64_t o = 1, in = 1;
+    for (int d = 0; d < a; d++) o *= v->dims[d].size;
+    for (int d = a + 1; d < v->ndim; d++) in *= v->dims[d].size;
+    *outer = o;
+    *inner_bytes = (size_t)in * gr_dtype_size(v->dtype);
+}
+
+void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || !sh->pad_ok) return;
+    /* a padded binding's placeholder is larger than the caller's buffer: always copied */
+    for (int i = 0; i < s->graph->inputs.len; i++) {
+        const gr_ir_value *val = &s->graph->values.data[s->graph->inputs.data[i]];
+        for (int d = 0; d < val->ndim; d++) {
+            int k = gr_dx_is_sym(val->dims[d]) ? gr_dx_as_symbol(s->graph, val->dims[d]) : -1;
+            if (k >= 0 && sh->pad_ok[k]) p->input_in_place[i] = false;
+        }
+    }
+}
+
+gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done) {
+    *done = false;
+    int64_t real, padded;
+    int a = padded_axis(s, p, s->graph->inputs.data[i], &real, &padded);
+    if (a < 0) return GR_OK;
+    int64_t outer;
+    size_t inner;
+    split_at(&p->g->values.data[p->g->inputs.data[i]], a, &outer, &inner);
+    /* zeros past the real extent: what the proof (passes/pad.c) assumed of every input */
+    GR_TRY(gr_dev_memset(s->dev, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
+    size_t r = (size_t)real * inner, c = (size_t)padded * inner;
+    for (int64_t o = 0; o < outer && r; o++)
+        GR_TRY(gr_dev_memcpy(s->dev, s->stream, (char *)p->input_dev[i] + (size_t)o * c, (const char *)src + (size_t)o * r, r, kind));
+    s->stats.copies += outer;
+    s->stats.bytes_copied += (size_t)outer * r;
+    *done = true;
+    return GR_OK;
+}
+
+bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
+                      int64_t *padded) {
+    int64_t real;
+    int a = padded_axis(s, p, s->graph->outputs.data[o], &real, padded);
+    if (a < 0) return false;
+    const gr_ir_value *v = &p->g->values.data[p->g->outputs.data[o]];
+    for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d].size;
+    dims[a] = real;
+    *axis = a;
+    split_at(v, a, outer, inner_bytes);
+    return true;
+}
+
+long gr_rt_pad_runs(gr_session_t s) { return s->shapes ? s->shapes->padded_runs : 0; }
+
+void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (s->opt.shape_policy != GR_SHAPES_PAD || !sh || !sh->pad_ok) return;
+    gr_sb_puts(sb, "shape policy: pad (bindings rounded up to capture sizes 1, 2, 4, 8, multiples of 8 to 128, of 16 beyond, "
+                   "up to the declared maximum; inputs zero-filled, outputs cut back)\n");
+    for (int k = 0; k < s->graph->syms.len; k++) {
+        if (sh->pad_ok[k])
+            gr_sb_printf(sb, "  '%s' padded: no reduction, contraction or gather crosses it (this run: %lld as %lld)\n",
+                         s->graph->syms.data[k].name, (long long)sh->real[k],
+                         (long long)(s->current ? s->current->sym_values[k] : sh->real[k]));
+        else
+            gr_sb_printf(sb, "  '%s' NOT padded (one graph per value, as policy exact): %s\n", s->graph->syms.data[k].name,
+                         sh->pad_why[k] ? sh->pad_why[k] : "");
+    }
+    gr_sb_printf(sb, "  %ld runs padded so far\n", sh->padded_runs);
 }

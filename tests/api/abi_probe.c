@@ -65,6 +65,7 @@ int main(void) {
     printf("gr_run_stats.decisions_loaded %zu\n", offsetof(gr_run_stats, decisions_loaded));
     printf("gr_run_stats.exec_updates %zu\n", offsetof(gr_run_stats, exec_updates));
     printf("gr_run_stats.exec_updates_refused %zu\n", offsetof(gr_run_stats, exec_updates_refused));
+    printf("gr_run_stats.padded_runs %zu\n", offsetof(gr_run_stats, padded_runs));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));

@@ -86,3 +86,30 @@ def test_package_update_and_capture_range(tmp_path):
         graft.load(str(path), device="sim", mode="graph", shapes="bucket")
     s.close()
     ref.close()
+
+
+ROWWISE = """graft 1
+dim S: [1, 40]
+input x: f32[S, 16]
+w = random_normal(shape=[16, 16], seed=1, std=0.3)
+h = matmul(x, w, trans_b=1)
+y = gelu(h)
+output y
+"""
+
+
+def test_pad_matches_eager_and_explains(model, tmp_path):
+    row = tmp_path / "row.gir"
+    row.write_text(ROWWISE)
+    outs = {}
+    for name, args in (("eager", ["--mode", "eager"]), ("pad", ["--mode", "graph", "--shapes", "pad"])):
+        d = tmp_path / name
+        ok(run_graft("run", str(row), "--device", "sim", *args, "--dim", "S=5", "--output-dir", d))
+        outs[name] = (d / "y.npy").read_bytes()
+    assert outs["eager"] == outs["pad"]  # the real 5 rows of the run at 8
+    p = ok(run_graft("explain", str(row), "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "'S' padded: no reduction, contraction or gather crosses it (this run: 5 as 8)" in p.stdout
+    # softmax over S: padding refused, exact instead, and explain says why
+    p = ok(run_graft("explain", model, "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "'S' NOT padded (one graph per value, as policy exact): node 'p' (softmax)" in p.stdout
+    assert "reduces over the padded axis 1" in p.stdout

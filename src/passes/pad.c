@@ -1,0 +1,265 @@
+/* passes/pad — the proof behind shape policy pad (runtime/shapes.c): running a binding at a
+ * larger value of symbol k (a capture size), its inputs zero-filled past their real extent,
+ * leaves every output's real part (the first `real` positions along each axis of extent k)
+ * unchanged.
+ *
+ * It holds when no value mixes positions along a padded axis into other positions: every dim
+ * that depends on k is k itself (so padding appends positions at the end of that axis and,
+ * with the outer dims unchanged, real positions keep their coordinates); no reduction, softmax,
+ * norm, slice, concat, split or gather runs along a padded axis; a reshape keeps the padded
+ * axis with the same dims outside and inside it; a matmul contracts over a padded axis only
+ * when both operands are known to hold zeros there (zero-filled inputs moved or copied, never
+ * computed: a computed pad may be inf or NaN, and 0 * inf is NaN); a gather's indices along a
+ * padded axis are zero-filled inputs (valid indices; computed ones might be out of range); a
+ * causal attention over a query and key axis both padded masks the padded keys itself. Any
+ * other op touching a padded axis is refused, naming the node. */
+#include "passes/passes.h"
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t pad;  /* bit d: axis d is padded (its dim is symbol k) */
+    bool zero;     /* the padded positions hold zeros */
+    bool seen;     /* state computed (an input, a constant, or its node analysed) */
+} pad_state;
+
+static bool refuse(const gr_graph *g, const gr_ir_node *n, char *why, size_t size, const char *fmt, const char *detail) {
+    char where[256] = "";
+    if (n) gr_ir_node_where(g, n, where, sizeof where);
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, detail ? detail : "");
+    snprintf(why, size, "%s%s%s", where, where[0] ? ": " : "", msg);
+    return false;
+}
+
+/* The padded axes of value v; false when a dim depends on k without being k. */
+static bool axes_of(const gr_graph *g, int v, int k, uint32_t *mask, bool *used) {
+    const gr_ir_value *val = &g->values.data[v];
+    *mask = 0;
+    for (int d = 0; d < val->ndim; d++) {
+        if (!gr_dx_is_sym(val->dims[d])) continue;
+        if (gr_dx_as_symbol(g, val->dims[d]) == k) {
+            *mask |= 1u << d;
+            continue;
+        }
+        memset(used, 0, sizeof(bool) * (size_t)g->syms.len);
+        gr_dx_symbols_of(g, val->dims[d], used);
+        if (used[k]) return false;
+    }
+    return true;
+}
+
+static int popcount32(uint32_t x) {
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
+}
+
+static int first_axis(uint32_t mask) {
+    for (int d = 0; d < 32; d++)
+        if (mask & (1u << d)) return d;
+    return -1;
+}
+
+/* axis attribute value normalised to 0..ndim-1 (-1 when out of range) */
+static int norm_axis(int64_t a, int ndim) {
+    if (a < 0) a += ndim;
+    return a >= 0 && a < ndim ? (int)a : -1;
+}
+
+/* Product of value v's dims in [lo, hi) when all are concrete; -1 otherwise. */
+static int64_t concrete_product(const gr_ir_value *v, int lo, int hi) {
+    int64_t p = 1;
+    for (int d = lo; d < hi; d++) {
+        if (gr_dx_is_sym(v->dims[d]) || v->dims[d].size < 0) return -1;
+        if (v->dims[d].size && p > INT64_MAX / v->dims[d].size) return -1;
+        p *= v->dims[d].size;
+    }
+    return p;
+}
+
+/* Bit set of the axes a reduce-kind node reduces over. */
+static bool reduced_axes(const gr_graph *g, const gr_ir_node *n, int ndim, uint32_t *out) {
+    *out = 0;
+    if (n->op == GR_OP_SOFTMAX || n->op == GR_OP_LAYER_NORM || n->op == GR_OP_ARG_MAX || n->op == GR_OP_ARG_MIN) {
+        int64_t a = n->op == GR_OP_LAYER_NORM ? -1 : n->op == GR_OP_SOFTMAX ? -1 : 0;
+        if (gr_ir_attr_int(g, n, "axis", a, &a) != GR_OK) return false;
+        int ax = norm_axis(a, ndim);
+        if (ax < 0) return false;
+        /* layer norm normalises over axis..ndim-1 */
+        for (int d = ax; d < (n->op == GR_OP_LAYER_NORM ? ndim : ax + 1); d++) *out |= 1u << d;
+        return true;
+    }
+    const int64_t *axes = NULL;
+    int n_axes = 0;
+    if (gr_ir_attr_find(n, "axes") && gr_ir_attr_ints(g, n, "axes", &axes, &n_axes) != GR_OK) return false;
+    if (!n_axes) {
+        *out = ndim >= 32 ? 0xffffffffu : (1u << ndim) - 1;
+        return true;
+    }
+    for (int i = 0; i < n_axes; i++) {
+        int ax = norm_axis(axes[i], ndim);
+        if (ax < 0) return false;
+        *out |= 1u << ax;
+    }
+    return true;
+}
+
+static bool unary_keeps_zero(gr_op op) {
+    switch (op) {
+    case GR_OP_IDENTITY: case GR_OP_NEG: case GR_OP_ABS: case GR_OP_RELU: case GR_OP_CAST: return true;
+    default: return false;
+    }
+}
+
+bool gr_pass_pad_proof(const gr_graph *g, int k, char *why, size_t why_size) {
+    if (k < 0 || k >= g->syms.len) return refuse(g, NULL, why, why_size, "no symbol to pad%s", NULL);
+    if (g->syms.data[k].data_value >= 0)
+        return refuse(g, NULL, why, why_size, "'%s' is data-dependent: its value is computed, not bound", g->syms.data[k].name);
+    int nv = g->values.len;
+    pad_state *state = gr_calloc((size_t)(nv ? nv : 1), sizeof *state);
+    bool *used = gr_calloc((size_t)(g->syms.len ? g->syms.len : 1), sizeof(bool));
+    bool ok = state && used;
+    if (!ok) snprintf(why, why_size, "out of memory");
+    for (int v = 0; v < nv && ok; v++) {
+        const gr_ir_value *val = &g->values.data[v];
+        if (!axes_of(g, v, k, &state[v].pad, used)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "value '%.80s' has a dim that depends on '%.40s' without being it", val->name, g->syms.data[k].name);
+            ok = refuse(g, val->producer >= 0 ? &g->nodes.data[val->producer] : NULL, why, why_size, "%s", msg);
+            break;
+        }
+        if (val->kind == GR_VAL_INPUT) {
+            state[v].seen = true;
+            state[v].zero = true; /* the runtime zero-fills it */
+            if (popcount32(state[v].pad) > 1)
+                ok = refuse(g, NULL, why, why_size, "input '%s' has more than one padded axis", val->name);
+            else if (state[v].pad && val->placement == GR_PLACE_HOST)
+                ok = refuse(g, NULL, why, why_size, "input '%s' is read on the host", val->name);
+        } else if (val->kind == GR_VAL_CONST) {
+            state[v].seen = true;
+        }
+    }
+    for (int i = 0; i < g->nodes.len && ok; i++) {
+        const gr_ir_node *n = &g->nodes.data[i];
+        uint32_t any = 0;
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] >= 0) any |= state[n->in[j]].pad;
+        for (int j = 0; j < n->n_out; j++)
+            if (n->out[j] >= 0) any |= state[n->out[j]].pad;
+        bool zero_out = false;
+        const gr_ir_value *out = n->n_out > 0 && n->out[0] >= 0 ? &g->values.data[n->out[0]] : NULL;
+        const pad_state *in0 = n->n_in > 0 && n->in[0] >= 0 ? &state[n->in[0]] : NULL;
+        if (!any) goto next; /* k plays no part here */
+        switch (gr_op_get(n->op)->kind) {
+        case GR_OPK_UNARY:
+            zero_out = unary_keeps_zero(n->op) && in0 && in0->seen && in0->zero;
+            break;
+        case GR_OPK_BINARY:
+        case GR_OPK_COMPARE: break; /* position-wise (broadcasting keeps coordinates) */
+        case GR_OPK_REDUCE: {
+            uint32_t red = 0;
+            if (!in0 || !reduced_axes(g, n, g->values.data[n->in[0]].ndim, &red)) {
+                ok = refuse(g, n, why, why_size, "cannot tell which axes it reduces%s", NULL);
+                break;
+            }
+            if (red & in0->pad) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "axis %d", first_axis(red & in0->pad));
+                ok = refuse(g, n, why, why_size, "reduces over the padded %s (padding would change the real rows)", msg);
+            }
+            break;
+        }
+        case GR_OPK_MOVE:
+            switch (n->op) {
+            case GR_OP_TRANSPOSE:
+            case GR_OP_SQUEEZE:
+            case GR_OP_UNSQUEEZE: zero_out = in0 && in0->zero; break;
+            case GR_OP_EXPAND: zero_out = in0 && in0->zero && out && state[n->out[0]].pad == 0; break;
+            case GR_OP_RESHAPE: {
+                const gr_ir_value *iv = &g->values.data[n->in[0]];
+                uint32_t pi = in0->pad, po = out ? state[n->out[0]].pad : 0;
+                if (popcount32(pi) != 1 || popcount32(po) != 1) {
+                    ok = refuse(g, n, why, why_size, "reshape does not keep exactly one padded axis in place%s", NULL);
+                    break;
+                }
+                int a = first_axis(pi), b = first_axis(po);
+                int64_t pre_i = concrete_product(iv, 0, a), pre_o = concrete_product(out, 0, b);
+                int64_t post_i = concrete_product(iv, a + 1, iv->ndim), post_o = concrete_product(out, b + 1, out->ndim);
+                if (pre_i < 0 || pre_i != pre_o || post_i < 0 || post_i != post_o)
+                    ok = refuse(g, n, why, why_size, "reshape merges or splits the padded axis with others%s", NULL);
+                zero_out = in0->zero;
+                break;
+            }
+            case GR_OP_GATHER: {
+                int64_t a = 0;
+                gr_ir_attr_int(g, n, "axis", 0, &a);
+                int ax = norm_axis(a, g->values.data[n->in[0]].ndim);
+                const pad_state *idx = &state[n->in[1]];
+                if (ax < 0 || (in0->pad & (1u << ax)))
+                    ok = refuse(g, n, why, why_size, "gathers along the padded axis%s", NULL);
+                else if (idx->pad && !(idx->seen && idx->zero))
+                    ok = refuse(g, n, why, why_size,
+                                "its indices along the padded axis are computed (padding could hold an index out of range)%s", NULL);
+                break;
+            }
+            default:
+                ok = refuse(g, n, why, why_size, "%s along or beside a padded axis is not proven row-independent",
+                            gr_op_get(n->op)->name);
+                break;
+            }
+            break;
+        case GR_OPK_GEN:
+            if (n->op != GR_OP_RANGE && n->op != GR_OP_FILL)
+                ok = refuse(g, n, why, why_size, "%s over a padded axis depends on the padded extent", gr_op_get(n->op)->name);
+            break;
+        case GR_OPK_OTHER:
+            if (n->op == GR_OP_WHERE) break;
+            if (n->op == GR_OP_MATMUL) {
+                const gr_ir_value *av = &g->values.data[n->in[0]], *bv = &g->values.data[n->in[1]];
+                int64_t ta = 0, tb = 0;
+                gr_ir_attr_int(g, n, "trans_a", 0, &ta);
+                gr_ir_attr_int(g, n, "trans_b", 0, &tb);
+                int ka = av->ndim == 1 ? 0 : ta ? av->ndim - 2 : av->ndim - 1;
+                int kb = bv->ndim == 1 ? 0 : tb ? bv->ndim - 1 : bv->ndim - 2;
+                const pad_state *sa = &state[n->in[0]], *sb = &state[n->in[1]];
+                bool contracted = (sa->pad & (1u << ka)) || (sb->pad & (1u << kb));
+                if (contracted && !(sa->seen && sa->zero && sb->seen && sb->zero))
+                    ok = refuse(g, n, why, why_size,
+                                "contracts over the padded axis with an operand whose padding is computed, not zero-filled%s", NULL);
+                break;
+            }
+            if (n->op == GR_OP_ATTENTION) {
+                int64_t causal = 0;
+                gr_ir_attr_int(g, n, "causal", 0, &causal);
+                const gr_ir_value *q = &g->values.data[n->in[0]];
+                uint32_t kq = q->ndim >= 2 ? 1u << (q->ndim - 2) : 0;
+                const pad_state *sk = &state[n->in[1]];
+                const gr_ir_value *kv = &g->values.data[n->in[1]];
+                uint32_t kk = kv->ndim >= 2 ? 1u << (kv->ndim - 2) : 0;
+                bool key_padded = (sk->pad & kk) || (n->n_in > 2 && n->in[2] >= 0 && (state[n->in[2]].pad & kk));
+                bool masked = n->n_in > 3 && n->in[3] >= 0;
+                if (key_padded && !(causal && (in0->pad & kq) && !masked))
+                    ok = refuse(g, n, why, why_size, "attends over padded keys without a causal mask over padded queries%s", NULL);
+                break;
+            }
+            ok = refuse(g, n, why, why_size, "%s on a padded value is not proven row-independent", gr_op_get(n->op)->name);
+            break;
+        default:
+            ok = refuse(g, n, why, why_size, "%s on a padded value is not proven row-independent", gr_op_get(n->op)->name);
+            break;
+        }
+    next:
+        for (int j = 0; j < n->n_out; j++)
+            if (n->out[j] >= 0) {
+                state[n->out[j]].seen = true;
+                state[n->out[j]].zero = zero_out;
+            }
+    }
+    for (int i = 0; i < g->outputs.len && ok; i++)
+        if (popcount32(state[g->outputs.data[i]].pad) > 1)
+            ok = refuse(g, NULL, why, why_size, "output '%s' has more than one padded axis", g->values.data[g->outputs.data[i]].name);
+    gr_free(state, sizeof *state * (size_t)(nv ? nv : 1));
+    gr_free(used, sizeof(bool) * (size_t)(g->syms.len ? g->syms.len : 1));
+    return ok;
+}
