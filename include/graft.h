@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. GR_SHAPES_EXACT, GR_SHAPES_UPDATE and GR_SHAPES_PAD are
-     * implemented; the others are refused at session creation (GR_ERR_UNSUPPORTED naming it). */
+     * dims share CUDA graphs. GR_SHAPES_GENERIC is not implemented and refused at session
+     * creation (GR_ERR_UNSUPPORTED naming it). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -235,7 +235,8 @@ typedef enum {
     GR_SHAPES_PAD,       /* bindings rounded up to capture sizes where proven row-independent (else exact) */
     GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
     GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
-    GR_SHAPES_AUTO,      /* reserved: chosen per segment by measuring (not implemented) */
+    GR_SHAPES_AUTO,      /* pad where proven; else one exec per binding while the measured graph memory fits
+                            graph_memory_mb, beyond it the position's exec updated (shapes.c) */
     GR_SHAPES_COUNT
 } gr_shape_policy;
 /* "exact", "pad", "generic", "update", "auto"; "?" when out of range. */

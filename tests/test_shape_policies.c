@@ -9,6 +9,12 @@
  *    its own exec, still right, and explain says why;
  *  - capture ahead of time (gr_session_capture_range), largest first, under exact and update:
  *    the sweep that follows captures nothing and matches eager; its errors;
+ *  - pad: a shuffled sweep of row-wise models (the padded axis outermost or not, a contraction
+ *    over zero-filled inputs) equal to eager with one capture per capture size, outputs cut to
+ *    the real shape; softmax or a reduction over the axis, a contraction over a computed
+ *    operand, an unbounded dim: refused, exact instead, explain names the node;
+ *  - auto: own execs while the measured graph memory fits the budget, then exec updates, never
+ *    over it; a row-wise model padded;
  *  - allocation failures on these paths: an error, never a leak. */
 #include "check.h"
 #include "runtime/runtime-impl.h"
@@ -489,32 +495,89 @@ static void test_pad_device_ptr(void) {
     }
 }
 
-/* ==== allocation failures ============================================================================= */
-static void test_alloc_failures(void) {
+/* ==== auto ============================================================================================ */
+static void test_auto(void) {
     gr_graph_t g = NULL;
     CHECK_OK(gr_graph_parse(model_gir, "update.gir", NULL, &g));
     if (!g) return;
-    long base = gr_debug_live_allocs();
-    int failures_seen = 0;
-    for (long n = 1; n < 20000; n++) {
-        gr_debug_fail_alloc_after(n);
-        gr_status rc = GR_OK;
-        gr_session_options o = opts(GR_MODE_GRAPH, GR_SHAPES_UPDATE);
-        gr_session_t s = NULL;
-        rc = gr_session_create(g, &o, &s);
-        float y[MAX_S * 16];
-        for (int r = 0; r < 2 && rc == GR_OK; r++)
-            for (int seq = 4; seq <= 6 && rc == GR_OK; seq++) rc = run_at(s, seq, y, false);
-        if (rc == GR_OK) rc = gr_session_capture_range(s, "S", 7, 9, 0, NULL);
-        gr_session_destroy(s);
-        long made = gr_debug_fail_alloc_after(0);
-        CHECK_MSG(gr_debug_live_allocs() == base, "leak after failing allocation %ld: %ld live", n, gr_debug_live_allocs() - base);
-        if (rc == GR_OK && made < n) break;
-        if (rc != GR_OK) failures_seen++;
-        if (rc != GR_OK && rc != GR_ERR_NOMEM) CHECK_MSG(0, "allocation %ld failed with %s: %s", n, gr_status_name(rc), gr_last_error());
+    make_references(g, N, false);
+    /* one binding's graph memory, measured */
+    gr_session_options o = opts(GR_MODE_GRAPH, GR_SHAPES_EXACT);
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    float y[MAX_S * 16];
+    for (int r = 0; r < 2 && s; r++) CHECK_OK(run_at(s, N, y, false));
+    gr_run_stats one = {0};
+    if (s) CHECK_OK(gr_session_stats(s, &one));
+    gr_session_destroy(s);
+    CHECK(one.graph_bytes > 0);
+    /* room for four bindings' graphs: own execs first, then the shared exec, nothing evicted */
+    o = opts(GR_MODE_GRAPH, GR_SHAPES_AUTO);
+    o.graph_memory_mb = (double)(4 * one.graph_bytes + one.graph_bytes / 2) / 1048576.0;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    int order[2 * MAX_S];
+    int len = make_sweep(order, N, 21), bad = 0, over = 0;
+    gr_run_stats st = {0};
+    for (int i = 0; i < len && s; i++) {
+        CHECK_OK(run_at(s, order[i], y, false));
+        bad += memcmp(y, ref_y[order[i]], sizeof(float) * (size_t)order[i] * 16) != 0;
+        CHECK_OK(gr_session_stats(s, &st));
+        over += st.graph_bytes > st.graph_budget_bytes;
     }
-    CHECK(failures_seen > 50);
+    CHECK_MSG(bad == 0, "%d runs under policy auto differ from eager", bad);
+    CHECK_MSG(over == 0 && st.evictions == 0, "over budget after %d runs, %ld evictions", over, st.evictions);
+    CHECK_MSG(st.instantiations >= 2 && st.instantiations <= 5 && st.exec_updates > 0 && st.padded_runs == 0,
+              "auto: %ld instantiations, %ld updates, %ld padded", st.instantiations, st.exec_updates, st.padded_runs);
+    char *text = NULL;
+    if (s) CHECK_OK(gr_session_explain(s, &text));
+    CHECK(text && strstr(text, "shape policy: auto") && strstr(text, "'S' NOT padded"));
+    gr_free_string(text);
+    gr_session_destroy(s);
     gr_graph_destroy(g);
+    /* a row-wise model is padded */
+    gr_graph_t gr = NULL;
+    CHECK_OK(gr_graph_parse(rowwise_gir, "row.gir", NULL, &gr));
+    o = opts(GR_MODE_GRAPH, GR_SHAPES_AUTO);
+    CHECK_OK(gr_session_create(gr, &o, &s));
+    gr_capture_report r = {0};
+    CHECK_OK(gr_session_capture_range(s, "S", 1, N, 0, &r)); /* the capture sizes only: 1, 2, 4, 8, 16 */
+    CHECK_MSG(r.captures == 5 && r.bindings == N, "capture range under auto: %ld captures", r.captures);
+    gr_session_destroy(s);
+    gr_graph_destroy(gr);
+}
+
+/* ==== allocation failures ============================================================================= */
+static void test_alloc_failures(void) {
+    for (int which = 0; which < 2; which++) {
+        /* update on the model whose axis cannot be padded; pad on the row-wise one */
+        gr_graph_t g = NULL;
+        CHECK_OK(gr_graph_parse(which ? rowwise_gir : model_gir, "alloc.gir", NULL, &g));
+        if (!g) return;
+        long base = gr_debug_live_allocs();
+        int failures_seen = 0;
+        for (long n = 1; n < 20000; n++) {
+            gr_debug_fail_alloc_after(n);
+            gr_session_options o = opts(GR_MODE_GRAPH, which ? GR_SHAPES_PAD : GR_SHAPES_UPDATE);
+            gr_session_t s = NULL;
+            gr_status rc = gr_session_create(g, &o, &s);
+            float y[MAX_S * 16];
+            for (int r = 0; r < 2 && rc == GR_OK; r++)
+                for (int seq = 4; seq <= 6 && rc == GR_OK; seq++) rc = run_at(s, seq, y, false);
+            if (rc == GR_OK) rc = gr_session_capture_range(s, "S", 7, 9, 0, NULL);
+            char *text = NULL;
+            if (rc == GR_OK) rc = gr_session_explain(s, &text);
+            gr_free_string(text);
+            gr_session_destroy(s);
+            long made = gr_debug_fail_alloc_after(0);
+            CHECK_MSG(gr_debug_live_allocs() == base, "leak after failing allocation %ld: %ld live", n, gr_debug_live_allocs() - base);
+            if (rc == GR_OK && made < n) break;
+            if (rc != GR_OK) failures_seen++;
+            if (rc != GR_OK && rc != GR_ERR_NOMEM)
+                CHECK_MSG(0, "allocation %ld failed with %s: %s", n, gr_status_name(rc), gr_last_error());
+        }
+        CHECK(failures_seen > 50);
+        gr_graph_destroy(g);
+    }
 }
 
 int main(void) {
@@ -524,6 +587,7 @@ int main(void) {
     test_capture_range();
     test_pad();
     test_pad_device_ptr();
+    test_auto();
     test_alloc_failures();
     return check_summary("test_shape_policies");
 }

@@ -116,7 +116,7 @@ static void test_policy_options(void) {
 
     gr_graph_t g = parse_model();
     gr_session_t s = NULL;
-    static const char *const reserved[] = {"generic", "auto"};
+    static const char *const reserved[] = {"generic"};
     for (int k = 0; k < (int)(sizeof reserved / sizeof reserved[0]); k++) {
         o = opts(GR_MODE_GRAPH);
         CHECK_OK(gr_shape_policy_parse(reserved[k], &o.shape_policy));

@@ -112,15 +112,20 @@ static bool unary_keeps_zero(gr_op op) {
     }
 }
 
-bool gr_pass_pad_proof(const gr_graph *g, int k, char *why, size_t why_size) {
-    if (k < 0 || k >= g->syms.len) return refuse(g, NULL, why, why_size, "no symbol to pad%s", NULL);
+gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, size_t why_size) {
+    *proven = false;
+    if (k < 0 || k >= g->syms.len) return refuse(g, NULL, why, why_size, "no symbol to pad%s", NULL), GR_OK;
     if (g->syms.data[k].data_value >= 0)
-        return refuse(g, NULL, why, why_size, "'%s' is data-dependent: its value is computed, not bound", g->syms.data[k].name);
+        return refuse(g, NULL, why, why_size, "'%s' is data-dependent: its value is computed, not bound", g->syms.data[k].name), GR_OK;
     int nv = g->values.len;
     pad_state *state = gr_calloc((size_t)(nv ? nv : 1), sizeof *state);
     bool *used = gr_calloc((size_t)(g->syms.len ? g->syms.len : 1), sizeof(bool));
-    bool ok = state && used;
-    if (!ok) snprintf(why, why_size, "out of memory");
+    if (!state || !used) {
+        gr_free(state, sizeof *state * (size_t)(nv ? nv : 1));
+        gr_free(used, sizeof(bool) * (size_t)(g->syms.len ? g->syms.len : 1));
+        return GR_ERR_NOMEM;
+    }
+    bool ok = true;
     for (int v = 0; v < nv && ok; v++) {
         const gr_ir_value *val = &g->values.data[v];
         if (!axes_of(g, v, k, &state[v].pad, used)) {
@@ -261,5 +266,6 @@ bool gr_pass_pad_proof(const gr_graph *g, int k, char *why, size_t why_size) {
             ok = refuse(g, NULL, why, why_size, "output '%s' has more than one padded axis", g->values.data[g->outputs.data[i]].name);
     gr_free(state, sizeof *state * (size_t)(nv ? nv : 1));
     gr_free(used, sizeof(bool) * (size_t)(g->syms.len ? g->syms.len : 1));
-    return ok;
+    *proven = ok;
+    return GR_OK;
 }

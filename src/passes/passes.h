@@ -297,9 +297,10 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
  * (what fold_linear_only does to the pipeline's clone). */
 gr_status gr_pass_mark_superlinear(gr_graph *g);
 /* passes/pad.c: whether running g at a larger value of symbol k, inputs zero-filled past their
- * real extent, leaves the real part of every output unchanged (shape policy pad). False with
- * the reason, naming the node, in why. Every dim depending on k must be k itself. */
-bool gr_pass_pad_proof(const gr_graph *g, int k, char *why, size_t why_size);
+ * real extent, leaves the real part of every output unchanged (shape policy pad): *ok, else
+ * the reason, naming the node, in why. Every dim depending on k must be k itself. Fails only
+ * with GR_ERR_NOMEM. */
+gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *ok, char *why, size_t why_size);
 void gr_compiled_free(gr_compiled *c);
 
 /* ---- `graft dump` ---------------------------------------------------------------------------------- */

@@ -77,7 +77,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      ps->attention_fused);
     }
     if (s->opt.mode != GR_MODE_EAGER) {
-        if (s->opt.shape_policy == GR_SHAPES_PAD) gr_rt_pad_explain(s, &sb);
+        if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) gr_rt_pad_explain(s, &sb); /* shapes.c */
         else if (s->opt.shape_policy == GR_SHAPES_UPDATE)
             gr_sb_printf(&sb, "shape policy: update (one exec per segment position, each binding's capture applied with an exec "
                               "update: %ld updates, %ld refused and instantiated instead)\n",

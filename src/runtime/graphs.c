@@ -255,8 +255,9 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
     }
     GR_TRY(record(s, p, seg));
-    if (s->opt.shape_policy == GR_SHAPES_UPDATE) {
-        GR_TRY(gr_rt_update_instantiate(s, p, seg)); /* shapes.c: the position's exec, updated */
+    if (s->opt.shape_policy == GR_SHAPES_UPDATE || s->opt.shape_policy == GR_SHAPES_AUTO) {
+        /* shapes.c: the position's exec, updated (auto: own exec while within the budget) */
+        GR_TRY(gr_rt_update_instantiate(s, p, seg, expected_bytes(s, p, seg)));
     } else {
         GR_TRY(gr_dev_graph_instantiate(d, st->graph, &st->exec));
         s->graphs_live++; /* counted from here: release uncounts it */
@@ -379,7 +380,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             return run_eager(s, p, seg);
         }
         /* policy update re-captures into one exec: no instantiation per binding to bound */
-        if (!s->graph_budget && s->opt.shape_policy != GR_SHAPES_UPDATE && captures_at_position(s, seg) >= s->opt.max_rerecords) {
+        if (!s->graph_budget && s->opt.shape_policy != GR_SHAPES_UPDATE && s->opt.shape_policy != GR_SHAPES_AUTO &&
+            captures_at_position(s, seg) >= s->opt.max_rerecords) {
             char why[256];
             snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
                      s->opt.max_rerecords);
@@ -388,7 +390,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
         }
         {
             double t0 = gr_now_us();
-            if (s->graph_budget) make_room(s, p, expected_bytes(s, p, seg)); /* a best effort: measured below */
+            /* a best effort: measured below (auto shares an exec instead of evicting) */
+            if (s->graph_budget && s->opt.shape_policy != GR_SHAPES_AUTO) make_room(s, p, expected_bytes(s, p, seg));
             size_t free0 = free_device_bytes(s);
             gr_status rc = capture(s, p, seg);
             p->capture_us += gr_now_us() - t0;

@@ -215,9 +215,10 @@ void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
  * update: instantiate gives segment seg of plan p (its graph just captured) the session's exec
  *   of that position, updated from the graph (no instantiation), or instantiates it when there
  *   is none yet or the update is refused (then the plan's own exec; reason for explain);
+ *   under auto, the plan's own exec while the graphs (expect_bytes more) fit graph_memory_mb;
  *   apply refreshes a shared exec from p's graph when another binding's was applied last;
  *   forget: st's graph is going away (release). */
-gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg);
+gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_t expect_bytes);
 gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg);
 void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
 void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);

@@ -38,9 +38,9 @@ gr_status gr_shape_policy_parse(const char *name, int *out) {
 static gr_status check_shape_options(const gr_session_options *o) {
     if (o->shape_policy < 0 || o->shape_policy >= GR_SHAPES_COUNT)
         return gr_error(GR_ERR_INVALID, "shape_policy %d is not a gr_shape_policy (0..%d)", o->shape_policy, GR_SHAPES_COUNT - 1);
-    if (o->shape_policy != GR_SHAPES_EXACT && o->shape_policy != GR_SHAPES_UPDATE && o->shape_policy != GR_SHAPES_PAD)
+    if (o->shape_policy == GR_SHAPES_GENERIC)
         return gr_error(GR_ERR_UNSUPPORTED,
-                        "shape policy '%s' is not implemented yet (only 'exact', one graph per binding, 'update' and 'pad' are; "
+                        "shape policy '%s' is not implemented yet (exact, update, pad and auto are; "
                         "bound its graph memory with graph_memory_mb / --graph-memory-mb)",
                         gr_shape_policy_name(o->shape_policy));
     /* !(x >= 0) also refuses NaN */
@@ -172,7 +172,9 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
     if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
     /* shape policy pad: which symbols padding provably leaves the real rows of (shapes.c) */
-    if (s->opt.shape_policy == GR_SHAPES_PAD && s->opt.mode != GR_MODE_EAGER && (st = gr_rt_pad_init(s)) != GR_OK) goto fail;
+    if ((s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) && s->opt.mode != GR_MODE_EAGER &&
+        (st = gr_rt_pad_init(s)) != GR_OK)
+        goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
@@ -214,7 +216,7 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
-    if (s->dev) gr_rt_shapes_free(s); /* after the plans: their graphs were applied to its execs */
+    gr_rt_shapes_free(s); /* after the plans: their graphs were applied to its execs */
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
     gr_rt_gen_free(s);
     gr_rt_decisions_close(s);
@@ -478,7 +480,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     if (!syms) return GR_ERR_NOMEM;
     gr_status st = resolve_syms(s, syms);
     if (st == GR_OK) st = gr_rt_probe_bind(s, syms); /* data-dependent symbols (probe.c) */
-    if (st == GR_OK && s->opt.shape_policy == GR_SHAPES_PAD) gr_rt_pad_round(s, syms, true); /* shapes.c: capture sizes */
+    if (st == GR_OK) gr_rt_pad_round(s, syms, true); /* shapes.c: capture sizes (policies pad, auto) */
     if (st != GR_OK) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;

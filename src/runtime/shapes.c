@@ -71,9 +71,14 @@ static gr_status own_exec(gr_session_t s, gr_rt_segment *st) {
     return GR_OK;
 }
 
-gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg) {
+gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_t expect_bytes) {
     gr_rt_segment *st = &p->seg_state[seg];
     if (!gr_dev_caps_get(s->dev).exec_update) return own_exec(s, st);
+    /* auto: one exec per binding (no switch cost) while the graphs' measured memory fits the
+     * budget with room left for the shared exec; beyond it, the position's shared exec (no
+     * memory per binding) */
+    if (s->opt.shape_policy == GR_SHAPES_AUTO && (!s->graph_budget || s->graph_bytes + 2 * expect_bytes <= s->graph_budget))
+        return own_exec(s, st);
     shared_exec *u;
     GR_TRY(slot_of(s, seg, &u));
     if (!u->exec) {
@@ -127,22 +132,25 @@ void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st) {
         if (s->shapes->slots[k].applied == st->graph) s->shapes->slots[k].applied = NULL;
 }
 
-/* explain: what the update policy did at segment position seg ("" when nothing) */
+/* explain: what the update (or auto) policy did at segment position seg */
 void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb) {
-    if (s->opt.shape_policy != GR_SHAPES_UPDATE) return;
-    if (!s->shapes || seg >= s->shapes->n_slots) return;
-    const shared_exec *u = &s->shapes->slots[seg];
-    if (st->exec_shared)
-        gr_sb_printf(sb, "  shape policy update: the position's one exec (%zu bytes), %ld exec updates so far%s\n", u->bytes,
-                     u->updates, u->applied == st->graph ? ", this binding's parameters applied" : "");
-    else if (st->exec && u->refused[0]) gr_sb_printf(sb, "  shape policy update: own exec, the update was refused: %s\n", u->refused);
+    int policy = s->opt.shape_policy;
+    if (policy != GR_SHAPES_UPDATE && policy != GR_SHAPES_AUTO) return;
+    const shared_exec *u = s->shapes && seg < s->shapes->n_slots ? &s->shapes->slots[seg] : NULL;
+    if (st->exec_shared && u)
+        gr_sb_printf(sb, "  shape policy %s: the position's one exec (%zu bytes), %ld exec updates so far%s\n", gr_shape_policy_name(policy),
+                     u->bytes, u->updates, u->applied == st->graph ? ", this binding's parameters applied" : "");
+    else if (st->exec && u && u->refused[0])
+        gr_sb_printf(sb, "  shape policy %s: own exec, the update was refused: %s\n", gr_shape_policy_name(policy), u->refused);
+    else if (st->exec && policy == GR_SHAPES_AUTO)
+        gr_sb_puts(sb, "  shape policy auto: own exec (the graphs fit the graph memory budget)\n");
 }
 
 void gr_rt_shapes_free(gr_session_t s) {
     struct gr_rt_shapes *sh = s->shapes;
     if (!sh) return;
     for (int k = 0; k < sh->n_slots; k++) {
-        if (!sh->slots[k].exec) continue;
+        if (!sh->slots[k].exec || !s->dev) continue;
         gr_dev_exec_destroy(s->dev, sh->slots[k].exec);
         s->graph_bytes -= GR_MIN(sh->slots[k].bytes, s->graph_bytes);
         s->graphs_live--;
@@ -239,7 +247,7 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     /* largest first: the first binding's graph and arena are the largest, the others fit in what it took */
     for (int64_t v = hi; v >= lo && st == GR_OK; v--) {
         syms[k] = v;
-        if (s->opt.shape_policy == GR_SHAPES_PAD) gr_rt_pad_round(s, syms, false); /* the capture sizes */
+        gr_rt_pad_round(s, syms, false); /* the capture sizes (policies pad, auto) */
         gr_rt_plan *p = NULL;
         bool known = false;
         for (gr_rt_plan *q = s->plans; q && !known; q = q->next) known = !memcmp(q->sym_values, syms, sizeof(int64_t) * (size_t)n);
@@ -301,7 +309,7 @@ gr_status gr_rt_pad_init(gr_session_t s) {
         if (!sym->declared || sym->hi >= GR_DX_INF)
             snprintf(why, sizeof why, "'%s' has no declared upper bound to pad up to (declare its range: --dim-range %s=LO:HI)",
                      sym->name, sym->name);
-        else sh->pad_ok[k] = gr_pass_pad_proof(g, k, why, sizeof why);
+        else GR_TRY(gr_pass_pad_proof(g, k, &sh->pad_ok[k], why, sizeof why));
         if (!sh->pad_ok[k] && !(sh->pad_why[k] = gr_strdup(why))) return GR_ERR_NOMEM;
         if (s->opt.verbose)
             fprintf(stderr, "graft: shape policy pad: '%s' %s%s\n", sym->name, sh->pad_ok[k] ? "padded to capture sizes" : "not padded: ",
@@ -396,9 +404,11 @@ long gr_rt_pad_runs(gr_session_t s) { return s->shapes ? s->shapes->padded_runs 
 
 void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb) {
     struct gr_rt_shapes *sh = s->shapes;
-    if (s->opt.shape_policy != GR_SHAPES_PAD || !sh || !sh->pad_ok) return;
-    gr_sb_puts(sb, "shape policy: pad (bindings rounded up to capture sizes 1, 2, 4, 8, multiples of 8 to 128, of 16 beyond, "
-                   "up to the declared maximum; inputs zero-filled, outputs cut back)\n");
+    if (!sh || !sh->pad_ok) return;
+    gr_sb_printf(sb, "shape policy: %s (bindings rounded up to capture sizes 1, 2, 4, 8, multiples of 8 to 128, of 16 beyond, "
+                   "up to the declared maximum; inputs zero-filled, outputs cut back%s)\n",
+                 gr_shape_policy_name(s->opt.shape_policy),
+                 s->opt.shape_policy == GR_SHAPES_AUTO ? "; then one exec per binding within graph_memory_mb, beyond it exec updates" : "");
     for (int k = 0; k < s->graph->syms.len; k++) {
         if (sh->pad_ok[k])
             gr_sb_printf(sb, "  '%s' padded: no reduction, contraction or gather crosses it (this run: %lld as %lld)\n",
@@ -408,5 +418,8 @@ void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb) {
             gr_sb_printf(sb, "  '%s' NOT padded (one graph per value, as policy exact): %s\n", s->graph->syms.data[k].name,
                          sh->pad_why[k] ? sh->pad_why[k] : "");
     }
-    gr_sb_printf(sb, "  %ld runs padded so far\n", sh->padded_runs);
+    gr_sb_printf(sb, "  %ld runs padded so far", sh->padded_runs);
+    if (s->opt.shape_policy == GR_SHAPES_AUTO)
+        gr_sb_printf(sb, "; %ld exec updates, %ld refused and instantiated instead", s->exec_updates, s->exec_updates_refused);
+    gr_sb_puts(sb, "\n");
 }
