@@ -4,10 +4,11 @@ graft's shape policies and PyTorch, in one process on one GPU.
 
 Model: GPT-2 small (124M, transformers.GPT2Config(), random weights seeded, fp32, batch 1),
 exported to ONNX with a dynamic seq axis (or --onnx PATH). Variants:
-  graft eager; graft graph with shape policy exact and update (each with the one arena of the
-  largest binding, --arena max, and lazy capture), update with the range captured ahead
-  (capture_range, largest first); the ablation turns each mechanism off in turn (update
-  without the shared arena, exact under a 15 MB graph memory budget);
+  graft eager; graft graph with shape policy exact, update, pad (GPT-2's attention keeps seq from
+  being padded: exact, with the reason in explain) and auto under a 15 MB graph memory budget
+  (each with the one arena of the largest binding, --arena max, and lazy capture), and with the
+  range captured ahead (capture_range, largest first); the ablation turns each mechanism off in
+  turn (the shared arena, the exec update: exact under the 15 MB budget evicts and re-captures);
   PyTorch eager, torch.compile(mode="reduce-overhead") and (..., dynamic=True).
 Per variant and pass (increasing = cold: lazy capture/compilation included; shuffled = warm):
 total time, time per call, extra device memory (cudaMemGetInfo before the variant vs after it),
@@ -131,7 +132,7 @@ def graft_variant(name, onnx_path, dev, max_len, lengths_inc, lengths_shuf, ids_
         # lazy: the increasing pass met every length first, so its excess over a warm pass is the warm-up
         rec["warmup_s"] = max(0.0, rec["increasing"]["total_s"] - rec["shuffled_again"]["total_s"])
     rec["stats"] = {k: st[k] for k in ("graph_bytes", "graph_bytes_peak", "captures", "instantiations", "exec_updates",
-                                       "exec_updates_refused", "evictions", "graphs_live", "bytes_copied", "copies",
+                                       "exec_updates_refused", "padded_runs", "evictions", "graphs_live", "bytes_copied", "copies",
                                        "arena_bytes", "weight_bytes", "device_bytes", "segments", "segments_in_graphs")}
     rec["stats"]["captures_after_increasing"] = st_inc["captures"]
     rec["extra_device_bytes"] = free0 - dev.free_bytes() if dev.torch is not None else st["device_bytes"]
@@ -260,6 +261,9 @@ def main():
         ("graft update", dict(mode="graph", shapes="update")),
         ("graft update + capture ahead", dict(mode="graph", shapes="update", capture=True)),
         ("graft exact + capture ahead", dict(mode="graph", shapes="exact", capture=True)),
+        ("graft pad", dict(mode="graph", shapes="pad")),
+        ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15)),
+        ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True)),
         # ablation: each mechanism off in turn
         ("ablation: update, arena per shape", dict(mode="graph", shapes="update", arena="per_shape")),
         ("ablation: exact, arena per shape", dict(mode="graph", shapes="exact", arena="per_shape")),
