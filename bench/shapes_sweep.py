@@ -210,6 +210,13 @@ def markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def save_partial(out, result):
+    """What is measured so far (a run cut short by a time limit keeps it)."""
+    part = dict(result, variants=[{k: v for k, v in r.items() if not k.startswith("_")} for r in result["variants"]], partial=True)
+    with open(os.path.join(out, "shapes_sweep.partial.json"), "w") as f:
+        json.dump(part, f, indent=1, default=str)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -294,6 +301,7 @@ def main():
                 dev.cleanup()
             result["variants"].append(r)
             print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, default=str)[:600], flush=True)
+            save_partial(args.out, result)
     for name, kw in graph_variants:
         if only and name not in only:
             continue
@@ -307,6 +315,7 @@ def main():
             dev.cleanup()
         result["variants"].append(r)
         print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, default=str)[:600], flush=True)
+        save_partial(args.out, result)
     for r in result["variants"]:
         logits = r.pop("_logits", None)
         if logits is not None and ref is not None:
