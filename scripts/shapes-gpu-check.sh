@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 11 on the GPU machine, in one device call: builds graft (build-gpu, if missing), runs the
 # shape-policy tests (test_shapes on CUDA: cuMemGetInfo-measured graph memory and budgets;
-# test_shape_policies on the simulator), then bench/shapes_sweep.py: GPT-2 small (random weights,
+# test_shape_policies on the simulator and on CUDA: update with the real cuGraphExecUpdate, pad,
+# auto, capture ahead against eager), then bench/shapes_sweep.py: GPT-2 small (random weights,
 # fp32, batch 1, dynamic seq) at every length 1..128 increasing and shuffled under graft's shape
 # policies, PyTorch eager, torch.compile(mode="reduce-overhead") and (..., dynamic=True), with the
 # ablation. Usage: OUT=dir bash scripts/shapes-gpu-check.sh  (SHAPES_MAX_LEN, SHAPES_TIMEOUT,
@@ -24,9 +25,11 @@ fail=0
   echo "== test_shapes (cuda)"
   timeout 120 "$build/tests/test_shapes" cuda 2>&1 | tail -6
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shapes cuda FAILED"; }
-  echo "== test_shape_policies (sim)"
-  timeout 120 "$build/tests/test_shape_policies" 2>&1 | tail -4
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shape_policies FAILED"; }
+  for dev in sim cuda; do
+    echo "== test_shape_policies ($dev)"
+    timeout 120 "$build/tests/test_shape_policies" $([ $dev = cuda ] && echo cuda) 2>&1 | tail -6
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shape_policies $dev FAILED"; }
+  done
 } 2>&1 | tee "$out/tests.log"
 grep -q FAILED "$out/tests.log" && fail=1
 echo "== bench/shapes_sweep.py"

@@ -15,7 +15,9 @@
  *    operand, an unbounded dim: refused, exact instead, explain names the node;
  *  - auto: own execs while the measured graph memory fits the budget, then exec updates, never
  *    over it; a row-wise model padded;
- *  - allocation failures on these paths: an error, never a leak. */
+ *  - allocation failures on these paths: an error, never a leak.
+ * `test_shape_policies cuda` runs it on CUDA (real cuGraphExecUpdate; graph memory measured with
+ * cuMemGetInfo, printed where its granularity makes the simulator's comparisons vacuous). */
 #include "check.h"
 #include "runtime/runtime-impl.h"
 #include <stdlib.h>
@@ -52,10 +54,23 @@ static const char *scalar_gir =
 #define MAX_S 64
 #define N 12
 
+static bool on_cuda; /* `test_shape_policies cuda` (scripts/shapes-gpu-check.sh) */
+
+/* Padded runs against eager: bit for bit on the simulator (the same kernels, row by row); on
+ * CUDA a library matmul may pick another algorithm for the padded row count, so within 1e-5. */
+static bool pad_same(const float *a, const float *b, size_t bytes) {
+    if (!on_cuda) return !memcmp(a, b, bytes);
+    for (size_t i = 0; i < bytes / sizeof(float); i++) {
+        float d = a[i] - b[i], m = a[i] < 0 ? -a[i] : a[i];
+        if (!(d <= 1e-5f * (m > 1 ? m : 1) && -d <= 1e-5f * (m > 1 ? m : 1))) return false;
+    }
+    return true;
+}
+
 static gr_session_options opts(gr_mode mode, int policy) {
     gr_session_options o;
     gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
+    o.device = on_cuda ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
     o.mode = mode;
     o.shape_policy = policy;
     o.max_rerecords = 1000;
@@ -149,8 +164,9 @@ static void test_update_sweep(void) {
               up.instantiations, up.segments, up.exec_updates_refused);
     CHECK_MSG(up.exec_updates >= N - 1, "update: %ld exec updates", up.exec_updates);
     CHECK(up.captures >= N && up.segments_in_graphs == up.segments);
-    CHECK_MSG(up.graph_bytes > 0 && up.graph_bytes * 4 < ex.graph_bytes, "graph memory: update %zu, exact %zu", up.graph_bytes,
-              ex.graph_bytes);
+    if (on_cuda) printf("graph memory after the sweep (cuMemGetInfo): update %zu bytes, exact %zu bytes\n", up.graph_bytes, ex.graph_bytes);
+    else CHECK_MSG(up.graph_bytes > 0 && up.graph_bytes * 4 < ex.graph_bytes, "graph memory: update %zu, exact %zu", up.graph_bytes,
+                   ex.graph_bytes);
     CHECK(up.graphs_live < ex.graphs_live);
     CHECK(text && strstr(text, "shape policy: update (one exec per segment position") && strstr(text, "exec updates so far"));
     gr_free_string(text);
@@ -409,7 +425,7 @@ static int pad_sweep(const char *gir, int n, int rows_of_out, bool inner, gr_run
             CHECK_OK(gr_session_output_read(both[k], o, ys[k], ny));
             if (k == 1) CHECK(yp[ny / sizeof(float)] == 12345.0f);
         }
-        bad += memcmp(ye, yp, ny) != 0;
+        bad += !pad_same(ye, yp, ny);
     }
     memset(st, 0, sizeof *st);
     if (s) CHECK_OK(gr_session_stats(s, st));
@@ -525,7 +541,7 @@ static void test_pad_device_input(void) {
         CHECK_OK(gr_session_output(s, 0, &op_));
         CHECK_OK(gr_session_output_read(e, oe_, ye, bytes));
         CHECK_OK(gr_session_output_read(s, op_, yp, bytes));
-        CHECK_MSG(!memcmp(ye, yp, bytes), "device input of length %d under pad differs from eager", n);
+        CHECK_MSG(pad_same(ye, yp, bytes), "device input of length %d under pad differs from eager", n);
         gr_session_device_free(s, buf); /* the run is over (output read) */
     }
     gr_run_stats st = {0};
@@ -551,6 +567,11 @@ static void test_auto(void) {
     gr_run_stats one = {0};
     if (s) CHECK_OK(gr_session_stats(s, &one));
     gr_session_destroy(s);
+    if (on_cuda && one.graph_bytes == 0) {
+        printf("the driver took no measurable memory for one binding's graphs: the auto budget case is skipped\n");
+        gr_graph_destroy(g);
+        return;
+    }
     CHECK(one.graph_bytes > 0);
     /* room for four bindings' graphs: own execs first, then the shared exec, nothing evicted */
     o = opts(GR_MODE_GRAPH, GR_SHAPES_AUTO);
@@ -621,7 +642,21 @@ static void test_alloc_failures(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    on_cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    if (on_cuda) { /* no GPU: one clear failure, not fifty */
+        gr_graph_t g = NULL;
+        gr_session_t s = NULL;
+        gr_session_options o = opts(GR_MODE_EAGER, GR_SHAPES_EXACT);
+        gr_status st = gr_graph_parse(model_gir, "update.gir", NULL, &g);
+        if (st == GR_OK) st = gr_session_create(g, &o, &s);
+        gr_session_destroy(s);
+        gr_graph_destroy(g);
+        if (st != GR_OK) {
+            fprintf(stderr, "test_shape_policies cuda: no CUDA session: %s\n", gr_last_error());
+            return 1;
+        }
+    }
     test_update_sweep();
     test_update_scalar_recorded_again();
     test_update_refused();
@@ -630,6 +665,6 @@ int main(void) {
     test_pad_device_ptr();
     test_pad_device_input();
     test_auto();
-    test_alloc_failures();
+    if (!on_cuda) test_alloc_failures(); /* the allocation hook counts host allocations: simulator only */
     return check_summary("test_shape_policies");
 }
