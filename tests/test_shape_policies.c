@@ -475,6 +475,19 @@ static void test_pad(void) {
     CHECK(bad == 0 && st.padded_runs == 0);
     CHECK(text && strstr(text, "node 't' (exp)") == NULL && strstr(text, "contracts over the padded axis with an operand whose padding is computed"));
     gr_free_string(text);
+    /* a value computed from S itself (dim(S) in an attribute): padding would change it */
+    static const char *scalar_of_s =
+        "graft 1\n"
+        "dim S: [1, 40]\n"
+        "input x: f32[S, 16]\n"
+        "c = fill(shape=[], value=dim(S), dtype=\"f32\")\n"
+        "y = div(x, c)\n"
+        "output y\n";
+    bad = pad_sweep(scalar_of_s, 6, 0, false, &st, &text);
+    CHECK_MSG(bad == 0 && st.padded_runs == 0, "dim(S) in an attribute: %d differ, %ld padded", bad, st.padded_runs);
+    CHECK(text && strstr(text, "node 'c' (fill)") && strstr(text, "an attribute is computed from 'S'"));
+    gr_free_string(text);
+    text = NULL;
     /* no declared bound: nothing to pad up to */
     static const char *unbounded = "graft 1\ninput x: f32[S, 4]\ny = tanh(x)\noutput y\n";
     CHECK_OK(gr_graph_parse(unbounded, "u.gir", NULL, &g));

@@ -11,8 +11,10 @@
  * when both operands are known to hold zeros there (zero-filled inputs moved or copied, never
  * computed: a computed pad may be inf or NaN, and 0 * inf is NaN); a gather's indices along a
  * padded axis are zero-filled inputs (valid indices; computed ones might be out of range); a
- * causal attention over a query and key axis both padded masks the padded keys itself. Any
- * other op touching a padded axis is refused, naming the node. */
+ * causal attention over a query and key axis both padded masks the padded keys itself; no
+ * attribute is computed from k (a fill of dim(seq) would hold the padded value), except a
+ * shape entry that is k itself and a range's limit. Any other op touching a padded axis is
+ * refused, naming the node. */
 #include "passes/passes.h"
 #include <stdio.h>
 #include <string.h>
@@ -105,6 +107,34 @@ static bool reduced_axes(const gr_graph *g, const gr_ir_node *n, int ndim, uint3
     return true;
 }
 
+static bool depends_on(const gr_graph *g, int32_t expr, int k, bool *used) {
+    if (expr == GR_SYM_NONE) return false;
+    memset(used, 0, sizeof(bool) * (size_t)g->syms.len);
+    gr_dx_symbols_of(g, (gr_dim){.size = -1, .expr = expr}, used);
+    return used[k];
+}
+
+/* An attribute computed from k (fill's value = dim(seq), a slice end) would take the padded
+ * value. Allowed: a shape attribute whose entry is k itself (the output dim, checked as a dim)
+ * and a range's limit k (its values at real positions do not depend on the limit). */
+static bool attrs_keep_rows(const gr_graph *g, const gr_ir_node *n, int k, bool *used) {
+    for (int a = 0; a < n->n_attr; a++) {
+        const gr_ir_attr *at = &n->attrs[a];
+        if (at->sym && depends_on(g, at->expr, k, used)) {
+            bool range_limit = n->op == GR_OP_RANGE && !strcmp(at->name, "limit") &&
+                               gr_dx_as_symbol(g, (gr_dim){.size = -1, .expr = at->expr}) == k;
+            if (!range_limit) return false;
+        }
+        for (int i = 0; at->exprs && i < at->n; i++) {
+            if (!depends_on(g, at->exprs[i], k, used)) continue;
+            bool shape = (n->op == GR_OP_RESHAPE || n->op == GR_OP_EXPAND || n->op == GR_OP_FILL) && !strcmp(at->name, "shape") &&
+                         gr_dx_as_symbol(g, (gr_dim){.size = -1, .expr = at->exprs[i]}) == k;
+            if (!shape) return false;
+        }
+    }
+    return true;
+}
+
 static bool unary_keeps_zero(gr_op op) {
     switch (op) {
     case GR_OP_IDENTITY: case GR_OP_NEG: case GR_OP_ABS: case GR_OP_RELU: case GR_OP_CAST: return true;
@@ -155,6 +185,12 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
         bool zero_out = false;
         const gr_ir_value *out = n->n_out > 0 && n->out[0] >= 0 ? &g->values.data[n->out[0]] : NULL;
         const pad_state *in0 = n->n_in > 0 && n->in[0] >= 0 ? &state[n->in[0]] : NULL;
+        if (!attrs_keep_rows(g, n, k, used)) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "an attribute is computed from '%.40s' (its value would be the padded one)", g->syms.data[k].name);
+            ok = refuse(g, n, why, why_size, "%s", msg);
+            break;
+        }
         if (!any) goto next; /* k plays no part here */
         switch (gr_op_get(n->op)->kind) {
         case GR_OPK_UNARY:
