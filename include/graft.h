@@ -336,6 +336,7 @@ typedef struct {
     double compile_ms;     /* of which building the bindings' plans */
     double capture_ms;     /* of which capture + instantiation (or exec update) + upload */
     long captures, instantiations, exec_updates; /* made by this call */
+    double instantiate_ms; /* of capture_ms: instantiation or exec update, and upload */
 } gr_capture_report;
 GR_API gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, int64_t hi, int progress,
                                           gr_capture_report *out);

@@ -125,7 +125,7 @@ class Output(ctypes.Structure):
 class CaptureReport(ctypes.Structure):
     _fields_ = [("bindings", ctypes.c_int), ("total_ms", ctypes.c_double), ("compile_ms", ctypes.c_double),
                 ("capture_ms", ctypes.c_double), ("captures", ctypes.c_long), ("instantiations", ctypes.c_long),
-                ("exec_updates", ctypes.c_long)]
+                ("exec_updates", ctypes.c_long), ("instantiate_ms", ctypes.c_double)]
 
 
 class RunStats(ctypes.Structure):

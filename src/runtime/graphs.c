@@ -255,6 +255,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
     }
     GR_TRY(record(s, p, seg));
+    double t_inst = gr_now_us(); /* instantiation (or exec update) time, for the capture report */
     if (s->opt.shape_policy == GR_SHAPES_UPDATE || s->opt.shape_policy == GR_SHAPES_AUTO) {
         /* shapes.c: the position's exec, updated (auto: own exec while within the budget) */
         GR_TRY(gr_rt_update_instantiate(s, p, seg, expected_bytes(s, p, seg)));
@@ -264,6 +265,7 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         s->instantiations++;
     }
     GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
+    s->instantiate_us += gr_now_us() - t_inst;
     st->records++;
     s->total_captures++;
     st->state = GR_SEG_CAPTURED;

@@ -145,6 +145,7 @@ struct gr_session {
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
     struct gr_rt_shapes *shapes; /* shapes.c: shape policies' state (update's shared execs); NULL until needed */
     long exec_updates, exec_updates_refused; /* shape policy update: execs refreshed / refused (instantiated) */
+    double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;

@@ -242,6 +242,7 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     }
     double t0 = gr_now_us(), capture_us = 0, compile_us = 0;
     long captures0 = s->total_captures, inst0 = s->instantiations, upd0 = s->exec_updates;
+    double inst_us0 = s->instantiate_us;
     int done = 0;
     long total = (long)(hi - lo + 1), step = total / 10 > 0 ? total / 10 : 1;
     /* largest first: the first binding's graph and arena are the largest, the others fit in what it took */
@@ -275,6 +276,7 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
         out->captures = s->total_captures - captures0;
         out->instantiations = s->instantiations - inst0;
         out->exec_updates = s->exec_updates - upd0;
+        out->instantiate_ms = (s->instantiate_us - inst_us0) / 1e3;
     }
     return GR_OK;
 }

@@ -82,5 +82,6 @@ int main(void) {
     printf("gr_capture_report.captures %zu\n", offsetof(gr_capture_report, captures));
     printf("gr_capture_report.instantiations %zu\n", offsetof(gr_capture_report, instantiations));
     printf("gr_capture_report.exec_updates %zu\n", offsetof(gr_capture_report, exec_updates));
+    printf("gr_capture_report.instantiate_ms %zu\n", offsetof(gr_capture_report, instantiate_ms));
     return 0;
 }

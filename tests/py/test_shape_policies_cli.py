@@ -56,6 +56,7 @@ def test_bench_capture_range_and_exec_updates(model, tmp_path):
     r = json.loads(js.read_text())
     assert r["shape_policy"] == "update"
     assert r["capture_range_bindings"] == 16 and r["capture_range_ms"] >= r["capture_range_capture_ms"] > 0
+    assert r["capture_range_capture_ms"] >= r["capture_range_instantiate_ms"] > 0
     assert r["exec_updates"] >= 15 and r["instantiations"] < 16 and r["exec_updates_refused"] == 0
 
 
