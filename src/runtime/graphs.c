@@ -273,8 +273,6 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
-/* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
- * address of a caller's device buffer bound in place (zero-copy inputs). */
 /* Shape policy update: a tracked argument that changed since this binding's capture is not
  * patched into the shared exec (a node patch on CUDA keeps the launch geometry of the graph the
  * exec was instantiated from: another binding's); the segment is recorded again with the new
@@ -301,6 +299,8 @@ static gr_status refresh_shared(gr_session_t s, gr_rt_plan *p, int seg) {
     return gr_rt_update_apply(s, p, seg);
 }
 
+/* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
+ * address of a caller's device buffer bound in place (zero-copy inputs). */
 static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
     gr_rt_segment *st = &p->seg_state[seg];
