@@ -398,6 +398,20 @@ static const char *gram_computed_gir =
     "y = matmul(t, x, trans_a=1)\n"
     "output y\n";
 
+/* attention over S, no other reduction over it: padded with masks */
+static const char *attention_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[S, 16]\n"
+    "w = random_normal(shape=[16, 16], seed=1, std=0.3)\n"
+    "h = matmul(x, w, trans_b=1)\n"
+    "g = gelu(h)\n"
+    "a = matmul(g, x, trans_b=1)\n"
+    "p = softmax(a, axis=1)\n"
+    "o = matmul(p, g)\n"
+    "y = tanh(o)\n"
+    "output y\n";
+
 /* Runs `gir` at S = 1..n shuffled (twice each) eager and under policy pad; compares each
  * output, counts the mismatches. inner: x is [2, S, 8]. */
 static int pad_sweep(const char *gir, int n, int rows_of_out, bool inner, gr_run_stats *st, char **explain) {
@@ -469,14 +483,34 @@ static void test_pad(void) {
     bad = pad_sweep(model_gir, N, 0, false, &st, &text);
     CHECK_MSG(bad == 0 && st.padded_runs == 0 && st.captures == N, "refused: %d differ, %ld padded, %ld captures", bad,
               st.padded_runs, st.captures);
-    CHECK(text && strstr(text, "'S' NOT padded (one graph per value, as policy exact): node 'p' (softmax)") &&
-          strstr(text, "reduces over the padded axis 1"));
+    CHECK(text && strstr(text, "'S' NOT padded (one graph per value, as policy exact): node 'm' (reduce_mean)") &&
+          strstr(text, "reduces over the padded axis 0"));
     gr_free_string(text);
     text = NULL;
-    bad = pad_sweep(gram_computed_gir, 4, -1, false, &st, &text);
-    CHECK(bad == 0 && st.padded_runs == 0);
-    CHECK(text && strstr(text, "node 't' (exp)") == NULL && strstr(text, "contracts over the padded axis with an operand whose padding is computed"));
+    /* a contraction over S with a computed operand: the operand masked with zeros */
+    bad = pad_sweep(gram_computed_gir, N, -1, false, &st, &text);
+    CHECK_MSG(bad == 0 && st.padded_runs > 0 && st.captures == 5, "masked contraction: %d differ, %ld padded", bad, st.padded_runs);
+    CHECK(text && strstr(text, "'S' padded") && strstr(text, "1 masks inserted"));
     gr_free_string(text);
+    text = NULL;
+    /* attention over S: the scores masked with -inf before the softmax, the values with zeros
+     * before the contraction over the keys */
+    bad = pad_sweep(attention_gir, N, 0, false, &st, &text);
+    CHECK_MSG(bad == 0 && st.padded_runs > 0 && st.captures == 5, "masked attention: %d differ, %ld padded, %ld captures", bad,
+              st.padded_runs, st.captures);
+    CHECK(text && strstr(text, "'S' padded") && strstr(text, "2 masks inserted"));
+    gr_free_string(text);
+    text = NULL;
+    /* the mask's length input is the session's own */
+    CHECK_OK(gr_graph_parse(attention_gir, "att.gir", NULL, &g));
+    gr_session_options po = opts(GR_MODE_GRAPH, GR_SHAPES_PAD);
+    gr_session_t ps = NULL;
+    CHECK_OK(gr_session_create(g, &po, &ps));
+    int64_t one = 1;
+    CHECK_ERR(gr_session_set_input(ps, "__graft_valid_S", GR_I64, 0, NULL, &one, sizeof one), GR_ERR_NOT_FOUND, "(inputs: 'x')");
+    gr_session_destroy(ps);
+    gr_graph_destroy(g);
+    g = NULL;
     /* a value computed from S itself (dim(S) in an attribute): padding would change it */
     static const char *scalar_of_s =
         "graft 1\n"
@@ -635,9 +669,9 @@ static void test_auto(void) {
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
     for (int which = 0; which < 2; which++) {
-        /* update on the model whose axis cannot be padded; pad on the row-wise one */
+        /* update on the model whose axis cannot be padded; pad (with masks) on attention */
         gr_graph_t g = NULL;
-        CHECK_OK(gr_graph_parse(which ? rowwise_gir : model_gir, "alloc.gir", NULL, &g));
+        CHECK_OK(gr_graph_parse(which ? attention_gir : model_gir, "alloc.gir", NULL, &g));
         if (!g) return;
         long base = gr_debug_live_allocs();
         int failures_seen = 0;

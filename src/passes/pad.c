@@ -21,7 +21,11 @@
 
 typedef struct {
     uint32_t pad;  /* bit d: axis d is padded (its dim is symbol k) */
-    bool zero;     /* the padded positions hold zeros */
+    /* What positions past the real extent along a padded axis hold, where the value's other
+     * padded coordinates are real (the only ones a real result can combine them with): */
+    bool zero;     /* zeros (a zero-filled input moved, a mask, a softmax over masked scores) */
+    bool neginf;   /* -inf (a mask the runtime inserted before a softmax or max) */
+    bool filled;   /* zeros at every padded position: a zero-filled input, only moved */
     bool seen;     /* state computed (an input, a constant, or its node analysed) */
 } pad_state;
 
@@ -142,8 +146,19 @@ static bool unary_keeps_zero(gr_op op) {
     }
 }
 
-gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, size_t why_size) {
+/* A reduction or contraction along the padded axis that a mask of operand `slot` would make
+ * exact: recorded when the caller can insert masks, else a refusal. */
+static bool maskable(const gr_graph *g, const gr_ir_node *n, int node, int slot, int axis, int fill, gr_pad_site *sites,
+                     int max_sites, int *n_sites, char *why, size_t why_size, const char *what) {
+    if (!sites || *n_sites >= max_sites) return refuse(g, n, why, why_size, "%s", what);
+    sites[(*n_sites)++] = (gr_pad_site){.node = node, .slot = slot, .axis = axis, .fill = fill};
+    return true;
+}
+
+gr_status gr_pass_pad_proof(const gr_graph *g, int k, const uint8_t *known, gr_pad_site *sites, int max_sites, int *n_sites,
+                            bool *proven, char *why, size_t why_size) {
     *proven = false;
+    if (n_sites) *n_sites = 0;
     if (k < 0 || k >= g->syms.len) return refuse(g, NULL, why, why_size, "no symbol to pad%s", NULL), GR_OK;
     if (g->syms.data[k].data_value >= 0)
         return refuse(g, NULL, why, why_size, "'%s' is data-dependent: its value is computed, not bound", g->syms.data[k].name), GR_OK;
@@ -166,7 +181,7 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
         }
         if (val->kind == GR_VAL_INPUT) {
             state[v].seen = true;
-            state[v].zero = true; /* the runtime zero-fills it */
+            state[v].zero = state[v].filled = true; /* the runtime zero-fills it */
             if (popcount32(state[v].pad) > 1)
                 ok = refuse(g, NULL, why, why_size, "input '%s' has more than one padded axis", val->name);
             else if (state[v].pad && val->placement == GR_PLACE_HOST)
@@ -182,7 +197,7 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
             if (n->in[j] >= 0) any |= state[n->in[j]].pad;
         for (int j = 0; j < n->n_out; j++)
             if (n->out[j] >= 0) any |= state[n->out[j]].pad;
-        bool zero_out = false;
+        bool zero_out = false, filled_out = false;
         const gr_ir_value *out = n->n_out > 0 && n->out[0] >= 0 ? &g->values.data[n->out[0]] : NULL;
         const pad_state *in0 = n->n_in > 0 && n->in[0] >= 0 ? &state[n->in[0]] : NULL;
         if (!attrs_keep_rows(g, n, k, used)) {
@@ -195,6 +210,7 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
         switch (gr_op_get(n->op)->kind) {
         case GR_OPK_UNARY:
             zero_out = unary_keeps_zero(n->op) && in0 && in0->seen && in0->zero;
+            filled_out = (n->op == GR_OP_IDENTITY || n->op == GR_OP_CAST) && in0 && in0->filled;
             break;
         case GR_OPK_BINARY:
         case GR_OPK_COMPARE: break; /* position-wise (broadcasting keeps coordinates) */
@@ -205,9 +221,16 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
                 break;
             }
             if (red & in0->pad) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "axis %d", first_axis(red & in0->pad));
-                ok = refuse(g, n, why, why_size, "reduces over the padded %s (padding would change the real rows)", msg);
+                char msg[160];
+                int ax = first_axis(red & in0->pad);
+                snprintf(msg, sizeof msg, "reduces over the padded axis %d (padding would change the real rows)", ax);
+                /* exact once the padding holds the reduction's identity: -inf for softmax and max, 0 for a sum */
+                bool inf_ok = n->op == GR_OP_SOFTMAX || n->op == GR_OP_REDUCE_MAX, zero_ok = n->op == GR_OP_REDUCE_SUM;
+                if ((inf_ok && in0->neginf) || (zero_ok && in0->zero)) ok = true;
+                else if (inf_ok || zero_ok)
+                    ok = maskable(g, n, i, 0, ax, inf_ok ? GR_PAD_NEG_INF : GR_PAD_ZERO, sites, max_sites, n_sites, why, why_size, msg);
+                else ok = refuse(g, n, why, why_size, "%s", msg);
+                zero_out = n->op == GR_OP_SOFTMAX; /* exp(-inf) = 0 exactly */
             }
             break;
         }
@@ -215,8 +238,11 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
             switch (n->op) {
             case GR_OP_TRANSPOSE:
             case GR_OP_SQUEEZE:
-            case GR_OP_UNSQUEEZE: zero_out = in0 && in0->zero; break;
-            case GR_OP_EXPAND: zero_out = in0 && in0->zero && out && state[n->out[0]].pad == 0; break;
+            case GR_OP_UNSQUEEZE: zero_out = in0 && in0->zero, filled_out = in0 && in0->filled; break;
+            case GR_OP_EXPAND:
+                zero_out = in0 && in0->zero && out && state[n->out[0]].pad == in0->pad;
+                filled_out = zero_out && in0->filled;
+                break;
             case GR_OP_RESHAPE: {
                 const gr_ir_value *iv = &g->values.data[n->in[0]];
                 uint32_t pi = in0->pad, po = out ? state[n->out[0]].pad : 0;
@@ -230,6 +256,7 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
                 if (pre_i < 0 || pre_i != pre_o || post_i < 0 || post_i != post_o)
                     ok = refuse(g, n, why, why_size, "reshape merges or splits the padded axis with others%s", NULL);
                 zero_out = in0->zero;
+                filled_out = in0->filled;
                 break;
             }
             case GR_OP_GATHER: {
@@ -239,7 +266,7 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
                 const pad_state *idx = &state[n->in[1]];
                 if (ax < 0 || (in0->pad & (1u << ax)))
                     ok = refuse(g, n, why, why_size, "gathers along the padded axis%s", NULL);
-                else if (idx->pad && !(idx->seen && idx->zero))
+                else if (idx->pad && !(idx->seen && idx->filled))
                     ok = refuse(g, n, why, why_size,
                                 "its indices along the padded axis are computed (padding could hold an index out of range)%s", NULL);
                 break;
@@ -265,9 +292,11 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
                 int kb = bv->ndim == 1 ? 0 : tb ? bv->ndim - 1 : bv->ndim - 2;
                 const pad_state *sa = &state[n->in[0]], *sb = &state[n->in[1]];
                 bool contracted = (sa->pad & (1u << ka)) || (sb->pad & (1u << kb));
-                if (contracted && !(sa->seen && sa->zero && sb->seen && sb->zero))
-                    ok = refuse(g, n, why, why_size,
-                                "contracts over the padded axis with an operand whose padding is computed, not zero-filled%s", NULL);
+                static const char *what = "contracts over the padded axis with an operand whose padding is computed, not zero-filled";
+                if (contracted && !(sa->seen && sa->zero))
+                    ok = maskable(g, n, i, 0, ka, GR_PAD_ZERO, sites, max_sites, n_sites, why, why_size, what);
+                if (ok && contracted && !(sb->seen && sb->zero))
+                    ok = maskable(g, n, i, 1, kb, GR_PAD_ZERO, sites, max_sites, n_sites, why, why_size, what);
                 break;
             }
             if (n->op == GR_OP_ATTENTION) {
@@ -293,8 +322,13 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, bool *proven, char *why, s
     next:
         for (int j = 0; j < n->n_out; j++)
             if (n->out[j] >= 0) {
-                state[n->out[j]].seen = true;
-                state[n->out[j]].zero = zero_out;
+                int v = n->out[j];
+                state[v].seen = true;
+                state[v].zero = zero_out;
+                state[v].filled = filled_out;
+                /* a mask the runtime inserted (a where of the padded positions) */
+                if (known && known[v] == GR_PAD_ZERO) state[v].zero = true;
+                if (known && known[v] == GR_PAD_NEG_INF) state[v].neginf = true;
             }
     }
     for (int i = 0; i < g->outputs.len && ok; i++)

@@ -231,6 +231,7 @@ void gr_rt_shapes_free(gr_session_t s);
  *   src zero-padded (*done false: not padded now, the caller copies); output gives output o's
  *   real dims and how to cut it (false: not padded now); explain and runs report. */
 gr_status gr_rt_pad_init(gr_session_t s);
+gr_status gr_rt_pad_prepare(gr_session_t s);
 void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count);
 void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done);

@@ -263,11 +263,15 @@ static int find_input(const gr_graph *g, const char *name) {
 static gr_status check_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
                              size_t nbytes, int *index, size_t *bytes) {
     int i = find_input(s->graph, name);
+    if (i >= 0 && !strncmp(name, "__graft_valid_", 14)) i = -1; /* shape policy pad's own (shapes.c) */
     if (i < 0) {
         gr_strbuf sb;
         gr_sb_init(&sb);
-        for (int k = 0; k < s->graph->inputs.len; k++)
-            gr_sb_printf(&sb, "%s'%s'", k ? ", " : "", s->graph->values.data[s->graph->inputs.data[k]].name);
+        for (int k = 0, shown = 0; k < s->graph->inputs.len; k++) {
+            const char *in_name = s->graph->values.data[s->graph->inputs.data[k]].name;
+            if (!strncmp(in_name, "__graft_valid_", 14)) continue; /* not the caller's to set */
+            gr_sb_printf(&sb, "%s'%s'", shown++ ? ", " : "", in_name);
+        }
         gr_status st = gr_error(GR_ERR_NOT_FOUND, "no input named '%s' (inputs: %s)", name, sb.data ? sb.data : "none");
         gr_sb_free(&sb);
         return st;
@@ -478,7 +482,8 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int n = s->graph->syms.len;
     int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
-    gr_status st = resolve_syms(s, syms);
+    gr_status st = gr_rt_pad_prepare(s); /* shapes.c: the masks' real-length inputs */
+    if (st == GR_OK) st = resolve_syms(s, syms);
     if (st == GR_OK) st = gr_rt_probe_bind(s, syms); /* data-dependent symbols (probe.c) */
     if (st == GR_OK) gr_rt_pad_round(s, syms, true); /* shapes.c: capture sizes (policies pad, auto) */
     if (st != GR_OK) {

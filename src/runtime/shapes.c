@@ -36,7 +36,9 @@ struct gr_rt_shapes {
     bool *pad_ok;
     char **pad_why;
     int64_t *real;
+    int *hidden;         /* per symbol: the graph input holding its real value (masks), or -1 */
     long padded_runs;
+    int masks;           /* masks inserted (softmax, max, sum or contraction operands) */
 };
 
 /* ==== update ======================================================================================= */
@@ -160,6 +162,7 @@ void gr_rt_shapes_free(gr_session_t s) {
     gr_free(sh->pad_why, sizeof(char *) * (size_t)sh->n_syms);
     gr_free(sh->pad_ok, sizeof(bool) * (size_t)sh->n_syms);
     gr_free(sh->real, sizeof(int64_t) * (size_t)sh->n_syms);
+    gr_free(sh->hidden, sizeof(int) * (size_t)sh->n_syms);
     gr_free(sh, sizeof *sh);
     s->shapes = NULL;
 }
@@ -289,33 +292,194 @@ static int64_t capture_size(int64_t v, int64_t hi) {
     return c > hi ? hi : c < v ? v : c;
 }
 
+/* ---- masks: where(position < real, x, fill) before a reduction or contraction over k ---- */
+#define PAD_MAX_SITES 256
+
+static gr_status add_node1(gr_graph *g, gr_op op, int n_in, const int *in, int n_attr, const gr_ir_attr *attrs, int *out_value) {
+    int node;
+    GR_TRY(gr_ir_add_node(g, op, NULL, n_in, in, 1, NULL, n_attr, attrs, &node));
+    *out_value = g->nodes.data[node].out[0];
+    return GR_OK;
+}
+
+/* Masks operand `site->slot` of node site->node along its padded axis: positions at or past the
+ * real value of symbol k (graph input `len`) become site->fill. New nodes are appended; *known
+ * gets the mask's fill. */
+static gr_status insert_mask(gr_graph *g, int k, int len, const gr_pad_site *site, uint8_t **known, int *known_len) {
+    int x = g->nodes.data[site->node].in[site->slot];
+    /* copied: adding nodes moves the value table */
+    gr_dtype dtype = g->values.data[x].dtype;
+    int rank = g->values.data[x].ndim;
+    if (dtype != GR_F32 && dtype != GR_F64)
+        return gr_error(GR_ERR_UNSUPPORTED, "masking a %s operand is not supported (f32 and f64 are)", gr_dtype_name(dtype));
+    gr_dim sym;
+    GR_TRY(gr_dx_symbol(g, g->syms.data[k].name, &sym));
+    gr_ir_attr range_attrs[4] = {
+        {.name = "start", .kind = GR_IR_ATTR_FLOAT, .f = 0},
+        {.name = "limit", .kind = GR_IR_ATTR_FLOAT, .sym = true, .expr = sym.expr},
+        {.name = "delta", .kind = GR_IR_ATTR_FLOAT, .f = 1},
+        {.name = "dtype", .kind = GR_IR_ATTR_INT, .i = GR_I64},
+    };
+    int iota, pos, mask, fill, masked;
+    GR_TRY(add_node1(g, GR_OP_RANGE, 0, NULL, 4, range_attrs, &iota));
+    pos = iota;
+    if (rank > 1) {
+        int64_t axes[GR_MAX_DIMS];
+        int n = 0;
+        for (int d = 0; d < rank; d++)
+            if (d != site->axis) axes[n++] = d;
+        gr_ir_attr un = {.name = "axes", .kind = GR_IR_ATTR_INTS, .ints = axes, .n = n};
+        GR_TRY(add_node1(g, GR_OP_UNSQUEEZE, 1, &iota, 1, &un, &pos));
+    }
+    int less_in[2] = {pos, len};
+    GR_TRY(add_node1(g, GR_OP_LESS, 2, less_in, 0, NULL, &mask));
+    union {
+        float f;
+        double d;
+    } c;
+    bool inf = site->fill == GR_PAD_NEG_INF;
+    if (dtype == GR_F32) c.f = inf ? -__builtin_inff() : 0.0f;
+    else c.d = inf ? -__builtin_inf() : 0.0;
+    GR_TRY(gr_ir_add_const(g, NULL, dtype, 0, NULL, &c, &fill));
+    int where_in[3] = {mask, x, fill};
+    GR_TRY(add_node1(g, GR_OP_WHERE, 3, where_in, 0, NULL, &masked));
+    g->nodes.data[site->node].in[site->slot] = masked;
+    if (g->values.len > *known_len) {
+        uint8_t *grown = gr_realloc(*known, (size_t)*known_len, (size_t)g->values.len);
+        if (!grown) return GR_ERR_NOMEM;
+        memset(grown + *known_len, 0, (size_t)(g->values.len - *known_len));
+        *known = grown;
+        *known_len = g->values.len;
+    }
+    (*known)[masked] = (uint8_t)site->fill;
+    return GR_OK;
+}
+
+/* Inserts the masks of sites[0..n) for symbol k (a hidden host input holds its real value),
+ * puts each mask's nodes before its consumer, types them, and proves padding again with the
+ * masks known. The graph keeps the masks whatever the proof says: with the real value equal
+ * to the bound one (k not padded) they select everything. */
+static gr_status mask_and_prove(gr_session_t s, int k, const gr_pad_site *sites, int n, bool *ok, char *why, size_t why_size) {
+    gr_graph *g = s->graph;
+    struct gr_rt_shapes *sh = s->shapes;
+    int n_nodes0 = g->nodes.len, n_inputs0 = g->inputs.len;
+    char name[128];
+    snprintf(name, sizeof name, "__graft_valid_%.100s", g->syms.data[k].name);
+    int len;
+    GR_TRY(gr_ir_add_input(g, name, GR_I64, 0, NULL, &len));
+    g->values.data[len].placement = GR_PLACE_HOST;
+    sh->hidden[k] = g->inputs.len - 1;
+    /* the session's table of bound inputs grows with the graph's */
+    gr_rt_input *grown = gr_realloc(s->inputs, sizeof(gr_rt_input) * (size_t)n_inputs0, sizeof(gr_rt_input) * (size_t)g->inputs.len);
+    if (!grown) {
+        /* keep the table and the graph consistent for destruction: drop the input again */
+        g->inputs.len = n_inputs0;
+        sh->hidden[k] = -1;
+        return GR_ERR_NOMEM;
+    }
+    memset(&grown[n_inputs0], 0, sizeof(gr_rt_input) * (size_t)(g->inputs.len - n_inputs0));
+    s->inputs = grown;
+    int known_len = g->values.len;
+    uint8_t *known = gr_calloc((size_t)known_len, 1);
+    int *consumer = NULL;
+    gr_status st = known ? GR_OK : GR_ERR_NOMEM;
+    for (int i = 0; i < n && st == GR_OK; i++) st = insert_mask(g, k, len, &sites[i], &known, &known_len);
+    /* order: each mask's nodes right before their consumer */
+    int total = g->nodes.len;
+    int *order = st == GR_OK ? gr_malloc(sizeof(int) * (size_t)total) : NULL;
+    consumer = st == GR_OK ? gr_malloc(sizeof(int) * (size_t)total) : NULL;
+    if (st == GR_OK && (!order || !consumer)) st = GR_ERR_NOMEM;
+    if (st == GR_OK) {
+        /* nodes appended by insert_mask belong to sites in order, 4 or 5 nodes each */
+        int next = n_nodes0;
+        for (int i = 0; i < n; i++) {
+            int per = g->values.data[g->nodes.data[sites[i].node].in[sites[i].slot]].producer - next + 1;
+            for (int j = 0; j < per; j++) consumer[next + j] = sites[i].node;
+            next += per;
+        }
+        int m = 0;
+        for (int node = 0; node < n_nodes0; node++) {
+            for (int j = n_nodes0; j < total; j++)
+                if (consumer[j] == node) order[m++] = j;
+            order[m++] = node;
+        }
+        st = m == total ? gr_ir_reorder_nodes(g, order) : gr_error(GR_ERR_INTERNAL, "pad masks: %d of %d nodes ordered", m, total);
+    }
+    if (st == GR_OK) st = gr_ir_infer_shapes(g);
+    if (st == GR_OK) st = gr_pass_pad_proof(g, k, known, NULL, 0, NULL, ok, why, why_size);
+    if (st == GR_OK && *ok) sh->masks += n;
+    gr_free(order, sizeof(int) * (size_t)total);
+    gr_free(consumer, sizeof(int) * (size_t)total);
+    gr_free(known, (size_t)known_len);
+    return st;
+}
+
 gr_status gr_rt_pad_init(gr_session_t s) {
     GR_TRY(shapes_of(s));
     struct gr_rt_shapes *sh = s->shapes;
-    const gr_graph *g = s->graph;
+    gr_graph *g = s->graph;
     int n = g->syms.len;
     sh->pad_ok = gr_calloc((size_t)(n ? n : 1), sizeof(bool));
     sh->pad_why = gr_calloc((size_t)(n ? n : 1), sizeof(char *));
     sh->real = gr_calloc((size_t)(n ? n : 1), sizeof(int64_t));
-    if (!sh->pad_ok || !sh->pad_why || !sh->real) {
+    sh->hidden = gr_calloc((size_t)(n ? n : 1), sizeof(int));
+    if (!sh->pad_ok || !sh->pad_why || !sh->real || !sh->hidden) {
         gr_free(sh->pad_ok, sizeof(bool) * (size_t)(n ? n : 1));
         gr_free(sh->pad_why, sizeof(char *) * (size_t)(n ? n : 1));
         gr_free(sh->real, sizeof(int64_t) * (size_t)(n ? n : 1));
-        sh->pad_ok = NULL, sh->pad_why = NULL, sh->real = NULL;
+        gr_free(sh->hidden, sizeof(int) * (size_t)(n ? n : 1));
+        sh->pad_ok = NULL, sh->pad_why = NULL, sh->real = NULL, sh->hidden = NULL;
         return GR_ERR_NOMEM;
     }
     sh->n_syms = n ? n : 1;
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < n; k++) sh->hidden[k] = -1;
+    gr_pad_site *sites = gr_malloc(sizeof(gr_pad_site) * PAD_MAX_SITES);
+    if (!sites) return GR_ERR_NOMEM;
+    gr_status st = GR_OK;
+    for (int k = 0; k < n && st == GR_OK; k++) {
         const gr_ir_symbol *sym = &g->syms.data[k];
         char why[512] = "";
+        int n_sites = 0;
         if (!sym->declared || sym->hi >= GR_DX_INF)
             snprintf(why, sizeof why, "'%s' has no declared upper bound to pad up to (declare its range: --dim-range %s=LO:HI)",
                      sym->name, sym->name);
-        else GR_TRY(gr_pass_pad_proof(g, k, &sh->pad_ok[k], why, sizeof why));
-        if (!sh->pad_ok[k] && !(sh->pad_why[k] = gr_strdup(why))) return GR_ERR_NOMEM;
-        if (s->opt.verbose)
+        else st = gr_pass_pad_proof(g, k, NULL, sites, PAD_MAX_SITES, &n_sites, &sh->pad_ok[k], why, sizeof why);
+        if (st == GR_OK && sh->pad_ok[k] && n_sites) {
+            /* provable once masked: insert the masks and prove again */
+            st = mask_and_prove(s, k, sites, n_sites, &sh->pad_ok[k], why, sizeof why);
+            if (st == GR_ERR_UNSUPPORTED) { /* a dtype the masks do not cover: not padded */
+                snprintf(why, sizeof why, "%s", gr_last_error());
+                gr_error_clear();
+                sh->pad_ok[k] = false;
+                st = GR_OK;
+            }
+        }
+        if (st != GR_OK) break;
+        if (!sh->pad_ok[k] && !(sh->pad_why[k] = gr_strdup(why))) st = GR_ERR_NOMEM;
+        if (st == GR_OK && s->opt.verbose)
             fprintf(stderr, "graft: shape policy pad: '%s' %s%s\n", sym->name, sh->pad_ok[k] ? "padded to capture sizes" : "not padded: ",
                     sh->pad_ok[k] ? "" : why);
+    }
+    gr_free(sites, sizeof(gr_pad_site) * PAD_MAX_SITES);
+    return st;
+}
+
+/* Binds the hidden inputs that carry real values to the masks (before the inputs are resolved). */
+gr_status gr_rt_pad_prepare(gr_session_t s) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || !sh->hidden) return GR_OK;
+    for (int k = 0; k < s->graph->syms.len; k++) {
+        int h = sh->hidden[k];
+        if (h < 0 || s->inputs[h].data) continue;
+        gr_rt_input *in = &s->inputs[h];
+        gr_mem_kind kind = gr_dev_caps_get(s->dev).pinned_memory ? GR_MEM_HOST_PINNED : GR_MEM_HOST;
+        GR_TRY(gr_dev_alloc(s->dev, kind, sizeof(int64_t), &in->data));
+        memset(in->data, 0, sizeof(int64_t));
+        in->set = true;
+        in->dtype = GR_I64;
+        in->ndim = 0;
+        in->nbytes = in->cap = sizeof(int64_t);
+        in->version = ++s->input_versions;
     }
     return GR_OK;
 }
@@ -328,6 +492,12 @@ void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count) {
         sh->real[k] = syms[k];
         if (sh->pad_ok[k] && syms[k] >= 0) syms[k] = capture_size(syms[k], s->graph->syms.data[k].hi);
         padded |= syms[k] != sh->real[k];
+        int h = sh->hidden[k];
+        if (h >= 0 && s->inputs[h].data && *(int64_t *)s->inputs[h].data != sh->real[k]) {
+            /* the masks' real length: read by value at launch (a host scalar: graph nodes patched) */
+            *(int64_t *)s->inputs[h].data = sh->real[k];
+            s->inputs[h].version = ++s->input_versions;
+        }
     }
     if (count && padded) sh->padded_runs++;
 }
@@ -413,13 +583,15 @@ void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb) {
                  s->opt.shape_policy == GR_SHAPES_AUTO ? "; then one exec per binding within graph_memory_mb, beyond it exec updates" : "");
     for (int k = 0; k < s->graph->syms.len; k++) {
         if (sh->pad_ok[k])
-            gr_sb_printf(sb, "  '%s' padded: no reduction, contraction or gather crosses it (this run: %lld as %lld)\n",
+            gr_sb_printf(sb, "  '%s' padded: no reduction, contraction or gather crosses it unmasked (this run: %lld as %lld)\n",
                          s->graph->syms.data[k].name, (long long)sh->real[k],
                          (long long)(s->current ? s->current->sym_values[k] : sh->real[k]));
         else
             gr_sb_printf(sb, "  '%s' NOT padded (one graph per value, as policy exact): %s\n", s->graph->syms.data[k].name,
                          sh->pad_why[k] ? sh->pad_why[k] : "");
     }
+    if (sh->masks) gr_sb_printf(sb, "  %d masks inserted (softmax, max or sum over a padded axis: its identity past the real length; "
+                                   "an operand of a contraction over it: zeros)\n", sh->masks);
     gr_sb_printf(sb, "  %ld runs padded so far", sh->padded_runs);
     if (s->opt.shape_policy == GR_SHAPES_AUTO)
         gr_sb_printf(sb, "; %ld exec updates, %ld refused and instantiated instead", s->exec_updates, s->exec_updates_refused);

@@ -109,8 +109,18 @@ def test_pad_matches_eager_and_explains(model, tmp_path):
         outs[name] = (d / "y.npy").read_bytes()
     assert outs["eager"] == outs["pad"]  # the real 5 rows of the run at 8
     p = ok(run_graft("explain", str(row), "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
-    assert "'S' padded: no reduction, contraction or gather crosses it (this run: 5 as 8)" in p.stdout
-    # softmax over S: padding refused, exact instead, and explain says why
+    assert "'S' padded: no reduction, contraction or gather crosses it unmasked (this run: 5 as 8)" in p.stdout
+    # attention over S: masked (-inf before the softmax, zeros before the contraction), same result
+    for name, args in (("eager-att", ["--mode", "eager"]), ("pad-att", ["--mode", "graph", "--shapes", "pad"])):
+        d = tmp_path / name
+        ok(run_graft("run", model, "--device", "sim", *args, "--dim", "S=5", "--output-dir", d))
+        outs[name] = (d / "y.npy").read_bytes()
+    assert outs["eager-att"] == outs["pad-att"]
     p = ok(run_graft("explain", model, "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
-    assert "'S' NOT padded (one graph per value, as policy exact): node 'p' (softmax)" in p.stdout
-    assert "reduces over the padded axis 1" in p.stdout
+    assert "2 masks inserted" in p.stdout and "(this run: 5 as 8)" in p.stdout
+    # a mean over S: padding refused, exact instead, and explain says why
+    mean = tmp_path / "mean.gir"
+    mean.write_text(MODEL.replace("y = gelu(o)", "g = gelu(o)\ny = reduce_mean(g, axes=[0], keepdims=1)"))
+    p = ok(run_graft("explain", str(mean), "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "'S' NOT padded (one graph per value, as policy exact): node 'y' (reduce_mean)" in p.stdout
+    assert "reduces over the padded axis 0" in p.stdout
