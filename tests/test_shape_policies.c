@@ -508,6 +508,35 @@ static void test_pad(void) {
     CHECK_OK(gr_session_create(g, &po, &ps));
     int64_t one = 1;
     CHECK_ERR(gr_session_set_input(ps, "__graft_valid_S", GR_I64, 0, NULL, &one, sizeof one), GR_ERR_NOT_FOUND, "(inputs: 'x')");
+    /* captured ahead (the capture sizes), then every length right with no capture more */
+    gr_capture_report cr = {0};
+    CHECK_OK(gr_session_capture_range(ps, "S", 1, N, 0, &cr));
+    CHECK_MSG(cr.captures == 5, "capture ahead under pad with masks: %ld captures", cr.captures);
+    {
+        gr_session_options eo = opts(GR_MODE_EAGER, GR_SHAPES_EXACT);
+        gr_session_t es = NULL;
+        CHECK_OK(gr_session_create(g, &eo, &es));
+        int wrong = 0;
+        for (int seq = N; seq >= 1 && es; seq--) {
+            float xx[N * 16], y1[N * 16], y2[N * 16];
+            fill(xx, seq * 16, 90u + (unsigned)seq);
+            int64_t d2[2] = {seq, 16};
+            gr_session_t both[2] = {es, ps};
+            float *ys[2] = {y1, y2};
+            for (int k2 = 0; k2 < 2; k2++) {
+                CHECK_OK(gr_session_set_input(both[k2], "x", GR_F32, 2, d2, xx, sizeof(float) * (size_t)seq * 16));
+                CHECK_OK(gr_session_run(both[k2]));
+                gr_output oo;
+                CHECK_OK(gr_session_output(both[k2], 0, &oo));
+                CHECK_OK(gr_session_output_read(both[k2], oo, ys[k2], sizeof(float) * (size_t)seq * 16));
+            }
+            wrong += !pad_same(y1, y2, sizeof(float) * (size_t)seq * 16);
+        }
+        gr_run_stats pst = {0};
+        CHECK_OK(gr_session_stats(ps, &pst));
+        CHECK_MSG(wrong == 0 && pst.captures == 5, "after capture ahead: %d differ, %ld captures", wrong, pst.captures);
+        gr_session_destroy(es);
+    }
     gr_session_destroy(ps);
     gr_graph_destroy(g);
     g = NULL;

@@ -209,6 +209,7 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     if (s->opt.mode == GR_MODE_EAGER)
         return gr_error(GR_ERR_INVALID, "capture range: the session is in eager mode (graphs are captured in graph and auto modes)");
     if (s->pending) GR_TRY(gr_session_wait(s));
+    GR_TRY(gr_rt_pad_prepare(s)); /* the masks' real-length inputs (pad) */
     const gr_graph *g = s->graph;
     int n = g->syms.len, k = -1;
     for (int j = 0; j < n && k < 0; j++)
