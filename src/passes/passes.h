@@ -315,6 +315,21 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
 /* Sets no_fold on nodes whose first output's element count has degree >= 2 in the symbols
  * (what fold_linear_only does to the pipeline's clone). */
 gr_status gr_pass_mark_superlinear(gr_graph *g);
+/* passes/pad.c: whether running g at a larger value of symbol k, inputs zero-filled past their
+ * real extent, leaves the real part of every output unchanged (shape policy pad): *ok, else
+ * the reason, naming the node, in why. Every dim depending on k must be k itself. Fails only
+ * with GR_ERR_NOMEM.
+ * known (per value, may be NULL): what the padded positions of a value hold because the caller
+ * masked them (GR_PAD_ZERO, GR_PAD_NEG_INF). sites (may be NULL): a softmax, max or sum over the
+ * padded axis, or a contraction over it with a computed operand, is recorded there (up to
+ * max_sites) as an operand to mask with the reduction's identity instead of a refusal. */
+enum { GR_PAD_NONE = 0, GR_PAD_ZERO = 1, GR_PAD_NEG_INF = 2 };
+typedef struct {
+    int node, slot, axis; /* input `slot` of node `node`, padded along `axis` */
+    int fill;             /* GR_PAD_ZERO or GR_PAD_NEG_INF past the real extent */
+} gr_pad_site;
+gr_status gr_pass_pad_proof(const gr_graph *g, int k, const uint8_t *known, gr_pad_site *sites, int max_sites, int *n_sites,
+                            bool *ok, char *why, size_t why_size);
 void gr_compiled_free(gr_compiled *c);
 
 /* ---- `graft dump` ---------------------------------------------------------------------------------- */

@@ -240,6 +240,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     }
     obs.t_last = gr_now_us();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    gr_rt_pad_plan_built(s, p); /* shape policy pad: padded inputs are copied (shapes.c) */
     /* mode auto: segments decided by an earlier process skip their timed runs */
     if ((st = gr_rt_decisions_apply(s, p)) != GR_OK) goto fail;
     /* a binding run before (its plan dropped under graph_memory_mb) needs no warm-up run */

@@ -60,6 +60,10 @@ typedef struct {
      * (free memory before minus after), counted in gr_session.graph_bytes while exec lives */
     size_t graph_bytes;
     long evictions;         /* times this segment's graph was evicted (graph_memory_mb) */
+    /* shape policy update (shapes.c): exec is the session's one exec of this segment position,
+     * refreshed from this plan's graph (exec update) before a replay when another binding's
+     * graph was applied last; not this segment's to destroy or count */
+    bool exec_shared;
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -139,6 +143,9 @@ struct gr_session {
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
+    struct gr_rt_shapes *shapes; /* shapes.c: shape policies' state (update's shared execs); NULL until needed */
+    long exec_updates, exec_updates_refused; /* shape policy update: execs refreshed / refused (instantiated) */
+    double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
@@ -203,11 +210,44 @@ void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
  * when it is read in place, else the plan's placeholder. */
 void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
+/* session.c: the plan of binding syms (most recent first), built if there is none */
+gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out);
+/* session.c: runs segment seg eagerly (errors name the node) */
+gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg);
+
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
 /* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the
  * session's count) and zeroes the state. */
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+
+/* shapes.c — shape policies (gr_shape_policy) beyond one graph per binding.
+ * update: instantiate gives segment seg of plan p (its graph just captured) the session's exec
+ *   of that position, updated from the graph (no instantiation), or instantiates it when there
+ *   is none yet or the update is refused (then the plan's own exec; reason for explain);
+ *   under auto, the plan's own exec while the graphs (expect_bytes more) fit graph_memory_mb;
+ *   apply refreshes a shared exec from p's graph when another binding's was applied last;
+ *   forget: st's graph is going away (release). */
+gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_t expect_bytes);
+gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg);
+void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
+void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
+void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb);
+void gr_rt_shapes_free(gr_session_t s);
+/* pad: init (session creation) proves per symbol that padding keeps the real rows
+ *   (gr_pass_pad_proof); round replaces syms by capture sizes, remembering the real values;
+ *   plan_built makes a plan copy padded inputs (never read in place); input copies input i from
+ *   src zero-padded (*done false: not padded now, the caller copies); output gives output o's
+ *   real dims and how to cut it (false: not padded now); explain and runs report. */
+gr_status gr_rt_pad_init(gr_session_t s);
+gr_status gr_rt_pad_prepare(gr_session_t s);
+void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count);
+void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done);
+bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
+                      int64_t *padded);
+long gr_rt_pad_runs(gr_session_t s);
+void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
 
 /* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
  * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
