@@ -96,6 +96,7 @@ typedef struct gr_rt_plan {
 
 struct gr_session {
     gr_device *dev;
+    bool dev_borrowed;      /* a control runner's session (control.c): dev is its parent's */
     gr_stream *stream;      /* the session's own stream: every run's work is enqueued here */
     /* gr_session_run_on_stream: a wrapper of the caller's stream (re-made when the handle
      * changes), ordered against `stream` with ev_order (caller -> graft) and ev_done */
@@ -175,6 +176,16 @@ gr_status gr_rt_probe_check_options(gr_session_t s);
 gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);
 void gr_rt_probe_explain(gr_session_t s, gr_strbuf *sb);
 void gr_rt_probe_destroy(gr_session_t s);
+/* ---- control.c: if / loop steps (passes/cond.c) run by sessions over their subgraphs ---- */
+/* session.c: a session on parent's device (its memory: the parent's device addresses are
+ * valid inputs); parent must outlive it. */
+gr_status gr_rt_session_create_on(gr_session_t parent, gr_graph *graph, const gr_session_options *opt, gr_session_t *out);
+/* Gives each control step of p its runner (host_fn / host_user). */
+gr_status gr_rt_ctrl_bind(gr_session_t s, gr_rt_plan *p);
+/* Frees the runners of p's control steps (plan destruction). */
+void gr_rt_ctrl_free(gr_rt_plan *p);
+/* "control flow: ..." lines: every if / loop of the model and its strategy in the current plan. */
+void gr_rt_ctrl_explain(gr_session_t s, gr_strbuf *sb);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);

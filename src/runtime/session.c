@@ -126,7 +126,17 @@ static bool graph_is_concrete(const gr_graph *g) {
     return true;
 }
 
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_device *borrow, gr_session_t *out);
+
 gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t *out) {
+    return session_create(graph, opt, NULL, out);
+}
+
+gr_status gr_rt_session_create_on(gr_session_t parent, gr_graph *graph, const gr_session_options *opt, gr_session_t *out) {
+    return session_create(graph, opt, parent->dev, out);
+}
+
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_device *borrow, gr_session_t *out) {
     if (!out) return gr_error(GR_ERR_INVALID, "gr_session_create: out is NULL");
     *out = NULL;
     if (!graph) return gr_error(GR_ERR_INVALID, "gr_session_create: graph is NULL");
@@ -169,7 +179,8 @@ gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_
     /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
     if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
-    if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
+    if (borrow) s->dev = borrow, s->dev_borrowed = true; /* a control runner's session: the parent's memory */
+    else if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
     if (s->opt.graph_memory_mb > 0) {
         if (!gr_dev_caps_get(s->dev).mem_info) {
@@ -235,7 +246,7 @@ void gr_session_destroy(gr_session_t s) {
         gr_dev_event_destroy(s->dev, s->ev_done);
         gr_dev_stream_destroy(s->dev, s->ext_stream);
         gr_dev_stream_destroy(s->dev, s->stream);
-        gr_device_destroy(s->dev);
+        if (!s->dev_borrowed) gr_device_destroy(s->dev);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
