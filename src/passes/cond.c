@@ -112,9 +112,9 @@ gr_status gr_pass_control_step(gr_graph *g, int node, gr_step *s) {
     for (int i = 0; i < n_caps; i++) s->args[s->n_args++] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = caps[i]};
     for (int i = 0; i < n->n_out; i++) s->args[s->n_args++] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = n->out[i]};
     if (n->op == GR_OP_LOOP) {
-        s->reason = gr_sprintf("loop '%s': a while-loop (its body computes the condition): the body runs once per iteration "
-                               "(a plan of its own; in graph mode one replay of its graph) and the condition is read on "
-                               "the host after each iteration; at most %lld iterations",
+        s->reason = gr_sprintf("loop '%s': a while-loop (its body computes the condition), a plan of its own: graph mode "
+                               "captures it once into a device WHILE conditional node (no host read per iteration), eager "
+                               "runs the same kernels and reads the condition after each iteration; at most %lld iterations",
                                n->name, (long long)GR_LOOP_MAX_ITERS);
     } else {
         int64_t work = 0;
@@ -125,11 +125,13 @@ gr_status gr_pass_control_step(gr_graph *g, int node, gr_step *s) {
             }
         if (work == INT64_MAX)
             s->reason = gr_sprintf("if '%s': conditional execution (a branch holds a loop or a shape unknown here, so "
-                                   "predication cannot bound its work): the condition is read on the host and one branch runs",
+                                   "predication cannot bound its work): graph mode a device IF_ELSE conditional node, eager the "
+                                   "condition read on the host and one branch run",
                                    n->name);
         else
             s->reason = gr_sprintf("if '%s': conditional execution (the branches write %lld elements, more than the %lld "
-                                   "predication runs both for): the condition is read on the host and one branch runs",
+                                   "predication runs both for): graph mode a device IF_ELSE conditional node, eager the condition read "
+                                   "on the host and one branch run",
                                    n->name, (long long)work, (long long)GR_PREDICATE_MAX_ELEMS);
     }
     return s->reason ? GR_OK : gr_nomem();

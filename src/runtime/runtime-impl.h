@@ -97,6 +97,7 @@ typedef struct gr_rt_plan {
 struct gr_session {
     gr_device *dev;
     bool dev_borrowed;      /* a control runner's session (control.c): dev is its parent's */
+    bool ctrl_graphs;       /* ... whose steps the runner captures (graph mode): nested runners capture too */
     gr_stream *stream;      /* the session's own stream: every run's work is enqueued here */
     /* gr_session_run_on_stream: a wrapper of the caller's stream (re-made when the handle
      * changes), ordered against `stream` with ev_order (caller -> graft) and ev_done */

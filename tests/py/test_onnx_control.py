@@ -99,6 +99,8 @@ def test_while_loop(tmp_path, mode, m_input, cond_input):
     ref = while_model(m_input, cond_input or "const")
     text = run_session(tmp_path, m, feeds, mode, ref_model=ref)
     assert "loop 'wl': a while-loop" in text
+    if mode == "graph":  # kept on the device: one WHILE node captured once, launched per run that iterates
+        assert "one device WHILE conditional node (1 captures" in text, text
 
 
 def test_while_loop_without_end_is_an_error_not_a_hang(tmp_path):
@@ -164,7 +166,9 @@ def test_if_strategy_by_branch_size(tmp_path, mode, n, strategy):
     if n > 1024:
         feeds = [{"x": np.full(n, v, np.float32)} for v in (0.5, -0.5, 0.25, -1.0)]
     text = run_session(tmp_path, m, feeds, mode)
-    assert f"if 'big_if'" in text and strategy in text
+    assert "if 'big_if'" in text and strategy in text
+    if mode == "graph" and n > 1024:  # one IF_ELSE graph took both paths
+        assert "one device IF_ELSE conditional node (1 captures, 4 launches)" in text, text
 
 
 def loop_in_if_model(ref=False):
@@ -186,6 +190,8 @@ def test_loop_nested_in_if(tmp_path, mode):
     feeds = [{"x": np.array(v, np.float32)} for v in ([1, 2, 3], [-1, -2, 0], [0.5, 0.1, 0.2], [-4, 1, 1], [30, 40, 50])]
     text = run_session(tmp_path, loop_in_if_model(), feeds, mode, ref_model=loop_in_if_model(ref=True))
     assert "if 'outer_if': conditional execution" in text
+    if mode == "graph":  # the branch holds a loop (a host step of its plan): host-driven if
+        assert "host-driven: the subgraph holds a host step" in text, text
 
 
 @pytest.mark.parametrize("mode", MODES)
