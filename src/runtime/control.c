@@ -55,6 +55,10 @@ typedef struct gr_rt_ctrl {
     long runs, iterations, launches, captures; /* explain */
 } gr_rt_ctrl;
 
+/* the iteration cap (GR_LOOP_MAX_ITERS; tests lower it: gr_rt_debug_set_loop_cap) */
+static _Atomic int64_t loop_cap = GR_LOOP_MAX_ITERS;
+void gr_rt_debug_set_loop_cap(int64_t n) { loop_cap = n > 0 ? n : GR_LOOP_MAX_ITERS; }
+
 #define SCRATCH_ITER 0
 #define SCRATCH_LIMIT 8
 #define SCRATCH_ONE 16
@@ -479,7 +483,7 @@ static gr_status run_if(gr_rt_ctrl *c, const struct gr_step_host_ctx *hc) {
 /* ==== loop =========================================================================== */
 typedef struct {
     int n_carried, first_cap, first_out;
-    int64_t max_trip, limit; /* limit = min(M, GR_LOOP_MAX_ITERS) */
+    int64_t max_trip, cap, limit; /* cap: loop_cap when the run began; limit = min(M, cap) */
     void *dst[GR_KMAX_PARAMS];
     size_t bytes[GR_KMAX_PARAMS];
 } loop_run;
@@ -502,10 +506,10 @@ static gr_status body_sources(gr_session_t sub, const loop_run *lr, bool from_pl
     return GR_OK;
 }
 
-static gr_status cap_error(int64_t t) {
+static gr_status cap_error(int64_t t, int64_t cap) {
     return gr_error(GR_ERR_UNSUPPORTED, "the loop ran %lld iterations and its condition is still true: graft stops a while-loop at "
                                         "%lld iterations (a loop without M that never ends would hang)",
-                    (long long)t, (long long)GR_LOOP_MAX_ITERS);
+                    (long long)t, (long long)cap);
 }
 
 /* Host-driven: the flag read after each iteration. */
@@ -530,12 +534,12 @@ static gr_status loop_host(gr_rt_ctrl *c, gr_session_t sub, const loop_run *lr) 
         GR_TRY(gr_dev_stream_sync(c->parent->dev, c->parent->stream));
         c->iterations++;
         if (flag) continue;
-        if (t + 1 == GR_LOOP_MAX_ITERS && lr->max_trip > GR_LOOP_MAX_ITERS) { /* stopped by the cap, or by the condition? */
+        if (t + 1 == lr->cap && lr->max_trip > lr->cap) { /* stopped by the cap, or by the condition? */
             gr_output co;
             unsigned char cond = 0;
             GR_TRY(gr_session_output(sub, 0, &co));
             GR_TRY(gr_session_output_read(sub, co, &cond, 1));
-            if (cond) return cap_error(t + 1);
+            if (cond) return cap_error(t + 1, lr->cap);
         }
         return GR_OK;
     }
@@ -583,11 +587,11 @@ static gr_status loop_graph(gr_rt_ctrl *c, gr_session_t sub, const loop_run *lr,
     GR_TRY(gr_dev_memcpy(d, s, &iters, sc + SCRATCH_ITER, 8, GR_COPY_D2H));
     GR_TRY(gr_dev_stream_sync(d, s));
     c->iterations += iters;
-    if (iters == GR_LOOP_MAX_ITERS && lr->max_trip > GR_LOOP_MAX_ITERS) {
+    if (iters == lr->cap && lr->max_trip > lr->cap) {
         unsigned char cond = 0;
         GR_TRY(gr_dev_memcpy(d, s, &cond, sub_out_addr(sub, 0), 1, GR_COPY_D2H));
         GR_TRY(gr_dev_stream_sync(d, s));
-        if (cond) return cap_error(iters);
+        if (cond) return cap_error(iters, lr->cap);
     }
     return GR_OK;
 }
@@ -602,7 +606,8 @@ static gr_status run_loop(gr_rt_ctrl *c, const struct gr_step_host_ctx *hc) {
     bool go = false;
     GR_TRY(read_i64(c, hc, n->in[0], hc->addr[0], &lr.max_trip));
     GR_TRY(read_flag(c, hc, n->in[1], hc->addr[1], &go));
-    lr.limit = lr.max_trip < GR_LOOP_MAX_ITERS ? lr.max_trip : GR_LOOP_MAX_ITERS;
+    lr.cap = loop_cap;
+    lr.limit = lr.max_trip < lr.cap ? lr.max_trip : lr.cap;
     lr.first_cap = n->n_in;
     lr.first_out = n->n_in + c->n_caps;
     /* the state: the loop's outputs, starting as the initial values */

@@ -185,6 +185,8 @@ gr_status gr_rt_session_create_on(gr_session_t parent, gr_graph *graph, const gr
 gr_status gr_rt_ctrl_bind(gr_session_t s, gr_rt_plan *p);
 /* Frees the runners of p's control steps (plan destruction). */
 void gr_rt_ctrl_free(gr_rt_plan *p);
+/* Test hook: the while-loop iteration cap (n <= 0: GR_LOOP_MAX_ITERS again). Set before runs. */
+void gr_rt_debug_set_loop_cap(int64_t n);
 /* "control flow: ..." lines: every if / loop of the model and its strategy in the current plan. */
 void gr_rt_ctrl_explain(gr_session_t s, gr_strbuf *sb);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
