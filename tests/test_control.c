@@ -14,6 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* GRAFT_TEST_DEVICE=cuda: the same checks on CUDA (scripts/control-gpu-check.sh) */
+static gr_device_kind test_device(void) {
+    const char *d = getenv("GRAFT_TEST_DEVICE");
+    return d && !strcmp(d, "cuda") ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
+}
+
 static gr_session_t open_gir(const char *text, gr_mode mode) {
     gr_graph_t g = NULL;
     gr_status st = gr_graph_parse(text, "control.gir", NULL, &g);
@@ -21,7 +27,7 @@ static gr_session_t open_gir(const char *text, gr_mode mode) {
     if (st != GR_OK) return NULL;
     gr_session_options o;
     gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
+    o.device = test_device();
     o.mode = mode;
     gr_session_t s = NULL;
     st = gr_session_create(g, &o, &s);
