@@ -96,6 +96,16 @@ gr_status gr_pass_control_step(gr_graph *g, int node, gr_step *s) {
     const gr_ir_node *n = &g->nodes.data[node];
     char where[512];
     gr_ir_node_where(g, n, where, sizeof where);
+    const char *need[2] = {n->op == GR_OP_IF ? "then_branch" : "body", n->op == GR_OP_IF ? "else_branch" : NULL};
+    for (int k = 0; k < 2; k++) {
+        const gr_ir_attr *a = need[k] ? gr_ir_attr_find(n, need[k]) : NULL;
+        if (need[k] && (!a || a->kind != GR_IR_ATTR_GRAPH || !a->graph))
+            return gr_error(GR_ERR_INVALID, "%s: needs the subgraph attribute '%s'", where, need[k]);
+    }
+    if (n->op == GR_OP_LOOP && n->n_out > n->n_in - 2)
+        return gr_error(GR_ERR_UNSUPPORTED, "%s: a while-loop (no trip count bound at plan time) with %d scan output(s): their "
+                                            "length is data-dependent; graft runs while-loops with loop-carried values only",
+                        where, n->n_out - (n->n_in - 2));
     int caps[GR_KMAX_PARAMS], n_caps = 0, n_in = 0;
     for (int i = 0; i < n->n_in; i++) n_in += n->in[i] >= 0;
     int room = GR_KMAX_PARAMS - n_in - n->n_out;

@@ -88,11 +88,9 @@ static gr_status standalone(const gr_graph *parent, const gr_graph *sub, const i
         for (int k = 0; k < pv->ndim; k++) d->dims[k] = gr_dx_const(pv->dims[k].size);
         st = gr_vec_push(&g->inputs, v);
     }
-    if (st == GR_OK) {
-        /* every dim is concrete in the parent's plan: symbols left in the clone bind nothing */
-        g->syms.len = 0;
-        st = gr_ir_infer_shapes(g);
-    }
+    /* every dim is concrete in the parent's plan: the clone's symbols are used by no value, so the
+     * session binds none of them (its expressions keep their symbols valid) */
+    if (st == GR_OK) st = gr_ir_infer_shapes(g);
     if (st != GR_OK) {
         gr_ir_graph_destroy(g);
         return st;
@@ -462,12 +460,21 @@ static gr_status run_if(gr_rt_ctrl *c, const struct gr_step_host_ctx *hc) {
     const gr_ir_node *n = &c->plan->g->nodes.data[c->node];
     c->runs++;
     if (wants_graph(c, hc)) {
+        /* both branches compiled; one that cannot be (an error eager mode reports only when it is
+         * taken) leaves the if host-driven, so both modes give the same results and errors */
         gr_session_t subs[2];
-        GR_TRY(sub_session(c, 0, "then_branch", &subs[0]));
-        GR_TRY(sub_session(c, 1, "else_branch", &subs[1]));
-        gr_status st = run_if_graph(c, hc, subs);
-        if (st != GR_ERR_UNSUPPORTED || c->capturable) return st;
-        gr_error_clear(); /* not capturable after all (why_not says why): the host path */
+        gr_status st = sub_session(c, 0, "then_branch", &subs[0]);
+        if (st == GR_OK) st = sub_session(c, 1, "else_branch", &subs[1]);
+        if (st == GR_ERR_NOMEM) return st;
+        if (st != GR_OK) {
+            snprintf(c->why_not, sizeof c->why_not, "a branch does not compile: %.120s", gr_last_error());
+            c->capturable = 0;
+            gr_error_clear();
+        } else {
+            st = run_if_graph(c, hc, subs);
+            if (st != GR_ERR_UNSUPPORTED || c->capturable) return st;
+            gr_error_clear(); /* not capturable after all (why_not says why): the host path */
+        }
     }
     bool take = false;
     GR_TRY(read_flag(c, hc, n->in[0], hc->addr[0], &take));
