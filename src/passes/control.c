@@ -285,7 +285,7 @@ static gr_status predicate_one(gr_graph *g, int k, bool *kept) {
     /* the strategy (passes/cond.c): a branch that keeps control flow or writes more than the
      * threshold makes the `if` conditional execution, left for lowering */
     int64_t wt = gr_pass_graph_work(tb), we = gr_pass_graph_work(eb);
-    if (wt == INT64_MAX || we == INT64_MAX || wt + we > GR_PREDICATE_MAX_ELEMS || has_control(tb) || has_control(eb)) {
+    if (wt > GR_PREDICATE_MAX_ELEMS || we > GR_PREDICATE_MAX_ELEMS - wt || has_control(tb) || has_control(eb)) {
         *kept = true;
         return GR_OK;
     }
