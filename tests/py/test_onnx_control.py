@@ -129,17 +129,46 @@ def test_while_loop_changing_shape_is_refused(tmp_path):
     assert "'grows'" in str(e.value) and "keep their type and shape" in str(e.value)
 
 
-def test_while_loop_scan_outputs_are_a_clear_error(tmp_path):
-    b = body([helper.make_node("Add", ["v", "one"], ["v2"]), helper.make_node("Less", ["v2", "ten"], ["cout"]),
-              helper.make_node("Identity", ["v2"], ["sc"])], ["cout", "v2", "sc"],
-             [("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [])],
-             [const("one", np.float32(1)), const("ten", np.float32(10))])
-    m = make([helper.make_node("Loop", ["", "", "v0"], ["vf", "vs"], body=b, name="scanning")], {"v0": (np.float32, ())}, ["vf", "vs"])
+def scan_while_model(m_input, ref=False):
+    """v <- v + 1 while v[0] < lim, scan output: [v, v * i] per iteration; M constant 6, an input, or absent."""
+    b = body([helper.make_node("Add", ["v", "one"], ["v2"]), helper.make_node("Gather", ["v2", "zero"], ["v0s"], axis=0),
+              helper.make_node("Less", ["v0s", "lim"], ["cout"]), helper.make_node("Cast", ["i"], ["fi"], to=FT),
+              helper.make_node("Mul", ["v2", "fi"], ["vi"])], ["cout", "v2", "vi"],
+             [("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2])],
+             [const("one", np.float32(1)), const("zero", np.int64(0))])
+    ins = {"v0": (np.float32, (2,)), "lim": (np.float32, ())}
+    inits = [const("t", np.array(True))]
+    if m_input == "input":
+        ins["M"] = (np.int64, ())
+    if m_input == "const":
+        inits.append(const("M", np.int64(6)))
+    loop_in = ["M" if m_input else "", "t" if ref else "", "v0"]
+    return make([helper.make_node("Loop", loop_in, ["vf", "vs"], body=b, name="scanning")], ins, ["vf", "vs"], inits)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("m_input", [None, "const", "input"])
+def test_while_loop_scan_outputs(tmp_path, mode, m_input):
+    """Scan outputs of a while-loop: their length is the iteration count, a data-dependent dim."""
+    feeds = []
+    for v0, lim, mm in (((0, 5), 3, 10), ((2.5, 0), 7, 4), ((0, 0), 1.5, 10), ((-3, 1), 30, 2), ((0, 5), 3, 10)):
+        f = {"v0": np.array(v0, np.float32), "lim": np.float32(lim)}
+        if m_input == "input":
+            f["M"] = np.int64(mm)
+        feeds.append(f)
+    text = run_session(tmp_path, scan_while_model(m_input), feeds, mode, ref_model=scan_while_model(m_input, ref=True))
+    assert "partition break: Loop 'scanning'" in text
+
+
+def test_while_loop_scan_outputs_past_the_limit(tmp_path):
     path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    with pytest.raises(graft.GraftError) as e:
-        graft.load(path, device=DEVICE, mode="eager")
-    assert "'scanning'" in str(e.value) and "scan output" in str(e.value)
+    onnx.save(scan_while_model(None), path)
+    with graft.load(path, device=DEVICE, mode="eager") as s:
+        with pytest.raises(graft.GraftError) as e:
+            s.run(v0=np.zeros(2, np.float32), lim=np.float32(1000))
+        assert "Loop 'scanning'" in str(e.value) and "outside 0..256" in str(e.value)
+        got = s.run(v0=np.zeros(2, np.float32), lim=np.float32(2))  # and the session goes on
+        assert got["vs"].shape == (2, 2)
 
 
 # ---- If: conditional execution ----------------------------------------------------------------
@@ -242,3 +271,16 @@ def test_nesting_within_the_limit_runs(tmp_path, mode):
     m = make(list(g.node), {"x": (np.float32, (2,)), "c0": (np.bool_, ()), "c1": (np.bool_, ())}, [g.output[0].name])
     feeds = [{"x": np.array([1, -2], np.float32), "c0": np.array(a), "c1": np.array(b)} for a in (True, False) for b in (True, False)]
     run_session(tmp_path, m, feeds, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_while_loop_scan_outputs_zero_iterations(tmp_path, mode):
+    """M = 0: no iteration; the carried values are the initial ones, the scan output is [0, 2]
+    (the reference cannot stack an empty list, so this is checked here)."""
+    path = str(tmp_path / "m.onnx")
+    onnx.save(scan_while_model("input"), path)
+    with graft.load(path, device=DEVICE, mode=mode) as s:
+        for m in (0, 3, 0):
+            got = s.run(v0=np.array([1, 2], np.float32), lim=np.float32(100), M=np.int64(m))
+            assert got["vs"].shape == (m, 2) and got["vs"].dtype == np.float32
+            np.testing.assert_array_equal(got["vf"], np.array([1, 2], np.float32) + m)

@@ -15,8 +15,10 @@ static const gr_ir_value *irv(const ox_ctx *c, int ir) { return &c->g->values.da
  * both branches become IR subgraphs of an `if` node, which passes/control.c
  * predicates (both run, `where` selects; no host read, no graph break).
  * Loop and Scan are unrolled at import (each iteration an inlined copy of the
- * body) when their trip count is known then; a trip count that depends on
- * tensor data is refused, naming the node. */
+ * body) when their trip count is known then; a run-time trip count is a
+ * data-dependent dim unrolled per binding (loop_run_time_trip, scan_symbolic);
+ * a body that computes its condition is a while-loop (loop_while), run by the
+ * runtime's control runner (docs/design.md §3c). */
 #define OX_MAX_UNROLL 256          /* iterations of one Loop / Scan */
 #define OX_MAX_UNROLLED_NODES 65536 /* body nodes times iterations */
 
@@ -174,12 +176,71 @@ static gr_status loop_control_ir(ox_ctx *c, int i, bool m, int *out) {
  * body a plan of its own, the condition read after each iteration). Loop-carried values
  * keep their shapes across iterations (checked here: a body that changes one is refused).
  * Scan outputs would have a data-dependent length: not supported for a while-loop. */
+/* Scan outputs of a while-loop have a data-dependent length, the iteration count. Two nodes:
+ * a while-loop over the carried values plus a counter (its last output: the count, a
+ * data-dependent symbol the probe computes before each run, runtime/probe.c), and the Loop
+ * unrolled per binding for that count (passes/unroll.c: every iteration is known to run, so
+ * the body's condition is not needed), which gives the carried values and the stacked scan
+ * outputs. At most OX_MAX_UNROLL iterations (the symbol's range: a longer loop is a clear
+ * error at run time naming the node); the counting loop runs in the probe and again in the
+ * plan (the probe's documented cost). */
+static gr_status loop_while_scans(ox_ctx *c, gr_graph *bg, int *in, int n_state, int n_scan) {
+    gr_graph *cg = NULL;
+    gr_status st = gr_ir_graph_clone(bg, &cg);
+    if (st != GR_OK) return st;
+    cg->parent = bg->parent;
+    int cnt_in = -1, one = -1, cnt_out = -1, node = -1;
+    int64_t v1 = 1;
+    st = gr_ir_add_input(cg, "graft.loop.count", GR_I64, 0, NULL, &cnt_in);
+    if (st == GR_OK) st = gr_ir_add_const(cg, "graft.loop.count_one", GR_I64, 0, NULL, &v1, &one);
+    if (st == GR_OK) {
+        int add_in[2] = {cnt_in, one};
+        st = gr_ir_add_node(cg, GR_OP_ADD, "graft.loop.count_next", 2, add_in, 1, NULL, 0, NULL, &node);
+    }
+    if (st == GR_OK) {
+        cnt_out = cg->nodes.data[node].out[0];
+        cg->outputs.len = 1 + n_state; /* the scan outputs are the unrolled loop's */
+        st = gr_vec_push(&cg->outputs, cnt_out);
+    }
+    int zero = -1, outs[65], trip_count = -1;
+    if (st == GR_OK) st = ox_scalar_const_ir(c, GR_I64, 0.0, &zero);
+    if (st == GR_OK) {
+        int cin[67];
+        for (int i = 0; i < 2 + n_state; i++) cin[i] = in[i];
+        cin[2 + n_state] = zero;
+        gr_ir_attr attrs[1] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = cg}};
+        st = ox_emit(c, GR_OP_LOOP, 3 + n_state, cin, 1, attrs, 1 + n_state, NULL, false, outs);
+    }
+    gr_ir_graph_destroy(cg);
+    GR_TRY(st);
+    trip_count = outs[n_state];
+    /* the count's range: M when it is a constant below the unroll limit */
+    int64_t hi = OX_MAX_UNROLL, m = 0;
+    bool m_present = false, m_known = false;
+    GR_TRY(loop_scalar(c, 0, "M", &m_present, &m_known, &m));
+    if (m_known && m < hi) hi = m < 0 ? 0 : m;
+    gr_dim trip;
+    GR_TRY(ox_data_symbol(c, "loop", trip_count, hi, &trip));
+    int uin[66], uouts[128], t;
+    GR_TRY(ox_scalar_const_ir(c, GR_BOOL, 1.0, &t));
+    uin[0] = trip_count;
+    uin[1] = t;
+    for (int i = 0; i < n_state; i++) uin[2 + i] = in[2 + i];
+    gr_ir_attr attrs[2] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg},
+                           {.name = (char *)"trip", .kind = GR_IR_ATTR_INT, .sym = true, .expr = trip.expr}};
+    const char *names[128];
+    ox_out_names(c, names, n_state + n_scan);
+    GR_TRY(ox_emit(c, GR_OP_LOOP, 2 + n_state, uin, 2, attrs, n_state + n_scan, names, true, uouts));
+    for (int i = 0; i < n_state + n_scan; i++)
+        if (!irv(c, uouts[i])->typed)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of output %d is not known (the body changes a loop-carried "
+                                                        "value's type or shape)", i);
+    return ox_bind_outputs(c, n_state + n_scan, uouts, NULL);
+}
+
 static gr_status loop_while(ox_ctx *c, const Onnx__GraphProto *body, int n_state, int n_scan) {
-    if (n_scan > 0)
-        return ox_node_error(c, GR_ERR_UNSUPPORTED, "a while-loop (the body computes the condition at run time) with %d scan "
-                                                    "output(s): their length is data-dependent; graft runs while-loops with "
-                                                    "loop-carried values only", n_scan);
-    int in[66], outs[64];
+    if (n_state + n_scan > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "too many loop outputs");
+    int in[67], outs[64];
     for (int i = 0; i < n_state; i++) {
         int vi = ox_in(c, 2 + i);
         if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "loop-carried input %d is missing", i);
@@ -209,6 +270,11 @@ static gr_status loop_while(ox_ctx *c, const Onnx__GraphProto *body, int n_state
             st = ox_node_error(c, GR_ERR_SHAPE, "loop-carried value %d enters as %s but the body gives %s: a while-loop's "
                                                 "loop-carried values must keep their type and shape across iterations", i, a, b);
         }
+    }
+    if (st == GR_OK && n_scan > 0) {
+        st = loop_while_scans(c, bg, in, n_state, n_scan);
+        gr_ir_graph_destroy(bg);
+        return st;
     }
     if (st == GR_OK) {
         gr_ir_attr attrs[1] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg}};
