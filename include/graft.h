@@ -504,6 +504,11 @@ typedef struct {
     /* rewritten engine: cache positions (0 = prompt_len + max_new_tokens); one plan and one graph
      * serve every generation whose prompt + new tokens fit and whose batch is the same */
     int64_t max_length;
+    /* rewritten engine, greedy: positions decoded per device launch (0 = 16). The step picks its
+     * token and advances its own inputs on the device; a launch replays it up to this many times
+     * (a graph with a WHILE node in graph mode, stopping once every row has finished) and copies
+     * the tokens to the host once. on_token is called per position after each launch. */
+    int64_t steps_per_launch;
 } gr_generate_options;
 /* The step engines of gr_session_generate. Append-only. */
 typedef enum {
@@ -526,6 +531,7 @@ typedef struct {
     long plans;              /* bindings (shape keys) the session holds a compiled plan for */
     int engine;              /* the engine that ran: GR_ENGINE_REFERENCE or GR_ENGINE_REWRITTEN */
     long captures;           /* rewritten engine: graph captures of its session so far (1 in graph mode) */
+    long launches;           /* rewritten engine: launches of the decode loop on the device (0: the host drove every step) */
 } gr_generate_stats;
 
 /* Generates max_new_tokens positions after prompt [batch, prompt_len] (row-major int64) into

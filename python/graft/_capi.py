@@ -210,14 +210,14 @@ class GenerateOptions(ctypes.Structure):
                 ("top_k", ctypes.c_int), ("top_p", ctypes.c_double), ("temperature", ctypes.c_double),
                 ("seed", ctypes.c_uint64), ("prompt_mode", ctypes.c_int), ("on_token", TOKEN_FN), ("user", _vp),
                 ("input_ids", _cp), ("attention_mask", _cp), ("position_ids", _cp), ("logits", _cp),
-                ("engine", ctypes.c_int), ("max_length", ctypes.c_int64)]
+                ("engine", ctypes.c_int), ("max_length", ctypes.c_int64), ("steps_per_launch", ctypes.c_int64)]
 
 
 class GenerateStats(ctypes.Structure):
     _fields_ = [("prompt_us", ctypes.c_double), ("decode_us", ctypes.c_double), ("prompt_steps", ctypes.c_int64),
                 ("decode_steps", ctypes.c_int64), ("new_tokens", ctypes.c_int64), ("ms_per_token", ctypes.c_double),
                 ("tokens_per_s", ctypes.c_double), ("plans", ctypes.c_long),
-                ("engine", ctypes.c_int), ("captures", ctypes.c_long)]
+                ("engine", ctypes.c_int), ("captures", ctypes.c_long), ("launches", ctypes.c_long)]
 
 
 _fn("gr_session_bind_state", _i, _vp, _cp, _cp)

@@ -253,6 +253,25 @@ typedef struct {
 /* *out: a new concrete graph borrowing src's constants (src must outlive it). */
 gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec, gr_graph **out);
 
+/* The decode loop on the device (decode.c), applied to gr_pass_decode_rewrite's graph: the step
+ * picks its next token (argmax, lowest id on ties) and writes the next step's inputs itself, so
+ * that steps replay back to back with no host copy:
+ *   graft.next_ids  = where(graft.finished, graft.pad, argmax(logits))   in place into input_ids
+ *   graft.finished' = finished | next_ids == graft.eos                   in place (bool [b, 1])
+ *   graft.tokens'   = tokens with row kv_len = next_ids                  in place (i64 [max_len, b])
+ *   graft.cont      = kv_len < graft.stop && some row unfinished         (i32 [1]: a WHILE's flag)
+ *   graft.kv_next   = kv_len + 1                                         in place into graft.kv_len
+ * position_ids' readers read kv_len - 1 and attention_mask's read (position < kv_len): the
+ * inputs stay, unread. An in-place write is safe when every other reader of its input runs
+ * before it; graft orders them by data (each write depends on the token, kv_next also on
+ * tokens' and cont) and refuses, naming the node, a model in which a reader of input_ids,
+ * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent. */
+typedef struct {
+    const char *input_ids, *position_ids, *attention_mask, *logits;
+    int64_t max_len;
+} gr_decode_loop_spec;
+gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec);
+
 /* ---- the pipeline ----------------------------------------------------------------------------- */
 /* What one run of the pipeline produces for one concrete shape key. */
 typedef struct {

@@ -2,7 +2,7 @@
  * (passes/cond.c lowers each to one control step: args = inputs, captures, outputs).
  *
  * Each subgraph (a loop body, an if branch) is a session of its own over the subgraph made
- * standalone (its captures become inputs), on the parent's device (gr_rt_session_create_on:
+ * standalone (its captures become inputs), on the parent's device (gr_rt_session_create_child:
  * the parent's device addresses are valid inputs). It plans, fuses and reports errors like
  * any session, and a loop or if nested in it is run by its own runner. Its inputs are bound
  * to the parent's device buffers (read in place, no copy); its outputs are copied into the
@@ -188,7 +188,7 @@ static gr_status sub_session(gr_rt_ctrl *c, int which, const char *attr, gr_sess
     o.arena_policy = GR_ARENA_PER_SHAPE;
     o.graph_memory_mb = 0;
     o.precision = GR_PRECISION_MODEL; /* converted with the parent, if at all */
-    gr_status st = gr_rt_session_create_on(c->parent, g, &o, &c->sub[which]);
+    gr_status st = gr_rt_session_create_child(g, &o, c->parent, &c->sub[which]);
     gr_ir_graph_destroy(g);
     if (st != GR_OK) return gr_error_prefix(st, "%s", attr);
     c->sub[which]->ctrl_graphs = graphs;

@@ -96,8 +96,7 @@ typedef struct gr_rt_plan {
 
 struct gr_session {
     gr_device *dev;
-    bool dev_borrowed;      /* a control runner's session (control.c): dev is its parent's */
-    bool ctrl_graphs;       /* ... whose steps the runner captures (graph mode): nested runners capture too */
+    bool ctrl_graphs;       /* a control runner's session (control.c) whose steps the runner captures (graph mode): nested runners capture too */
     gr_stream *stream;      /* the session's own stream: every run's work is enqueued here */
     /* gr_session_run_on_stream: a wrapper of the caller's stream (re-made when the handle
      * changes), ordered against `stream` with ev_order (caller -> graft) and ev_done */
@@ -144,7 +143,16 @@ struct gr_session {
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
+    /* gr_rt_session_create_child: the parent's device (not owned) and weights (a constant equal in
+     * name, type and bytes to one of the parent's graph is read from the parent's upload) */
+    struct gr_session *weights_from;
+    bool dev_borrowed;
 };
+
+/* A session on `parent`'s device that reads the parent's uploaded weights instead of uploading its
+ * own copy wherever its graph holds the same constant (the decode engine: the rewritten step of the
+ * parent's model). The parent must outlive it. */
+gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
 
 /* generate.c: frees the state bindings and their device buffers (session destruction) */
 void gr_rt_gen_free(gr_session_t s);
@@ -178,9 +186,6 @@ gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);
 void gr_rt_probe_explain(gr_session_t s, gr_strbuf *sb);
 void gr_rt_probe_destroy(gr_session_t s);
 /* ---- control.c: if / loop steps (passes/cond.c) run by sessions over their subgraphs ---- */
-/* session.c: a session on parent's device (its memory: the parent's device addresses are
- * valid inputs); parent must outlive it. */
-gr_status gr_rt_session_create_on(gr_session_t parent, gr_graph *graph, const gr_session_options *opt, gr_session_t *out);
 /* Gives each control step of p its runner (host_fn / host_user). */
 gr_status gr_rt_ctrl_bind(gr_session_t s, gr_rt_plan *p);
 /* Frees the runners of p's control steps (plan destruction). */
@@ -237,17 +242,26 @@ const char *gr_rt_decisions_note(gr_session_t s);
 /* ---- the rewritten decode engine (decode.c) ---------------------------------------------------
  * One session over gr_pass_decode_rewrite's single-token step of `src`'s model at `batch` rows
  * and `max_len` cache positions: one plan and (in graph mode) one captured graph for every
- * position. State buffers start at zero (reset: a new sequence). step(ids[batch], kv_len):
- * the token at position kv_len - 1 of every row; logits [batch, vocab] are read back when
- * `logits` is not NULL. GR_ERR_UNSUPPORTED (naming the input or node) when the model cannot
- * be rewritten; the caller then keeps the per-length steps. */
+ * position. io_names: NULL, or the token-ids, position-ids and attention-mask inputs' names
+ * (NULL entries: found by name and role). reset(eos, pad): a new sequence (state buffers and
+ * finished flags zero; eos -1: none). step(ids[batch], kv_len): the token at position
+ * kv_len - 1 of every row; logits [batch, vocab] are read back when `logits` is not NULL.
+ * GR_ERR_UNSUPPORTED (naming the input or node) when the model cannot be rewritten; the
+ * caller then keeps the per-length steps.
+ * Unless loop_refused() says why not, the step also selects the next token on the device
+ * (greedy) and advances its own inputs (gr_pass_decode_device_loop); loop(kv_first, kv_stop,
+ * first_row, tokens) then runs the steps kv_first..kv_stop with no host copy between them and
+ * writes the tokens of positions first_row..kv_stop ([rows][batch]) to `tokens` (one copy). */
 typedef struct gr_decode_engine gr_decode_engine;
 gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
-                                  int64_t batch, int64_t max_len, gr_decode_engine **out);
-gr_status gr_decode_engine_reset(gr_decode_engine *e);
+                                  const char *const *io_names, int64_t batch, int64_t max_len, gr_decode_engine **out);
+gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad);
 gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
 /* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */
 gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next);
+gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t kv_stop, int64_t first_row, int64_t *tokens);
+const char *gr_decode_engine_loop_refused(const gr_decode_engine *e); /* NULL: the device loop is available */
+long gr_decode_engine_loop_captures(const gr_decode_engine *e);
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e);
 struct gr_session *gr_decode_engine_session(gr_decode_engine *e);
 void gr_decode_engine_destroy(gr_decode_engine *e);

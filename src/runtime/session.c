@@ -93,6 +93,21 @@ static gr_status weights_init(gr_session_t s) {
     return GR_OK;
 }
 
+/* The parent's device copy of a constant equal to `val` (gr_rt_session_create_child), or NULL. */
+static gr_status parent_weight(gr_session_t s, const gr_ir_value *val, void **dev) {
+    *dev = NULL;
+    gr_session_t p = s->weights_from;
+    int pv = val->name && val->nbytes ? gr_ir_find_value(p->graph, val->name) : -1;
+    if (pv < 0) return GR_OK;
+    const gr_ir_value *pval = &p->graph->values.data[pv];
+    if (pval->kind != GR_VAL_CONST || !pval->data || pval->dtype != val->dtype || pval->nbytes != val->nbytes ||
+        memcmp(pval->data, val->data, val->nbytes) != 0)
+        return GR_OK;
+    GR_TRY(gr_rt_weight(p, pval->data, dev));
+    /* uploaded on the parent's stream: there before this session's stream reads it */
+    return gr_dev_stream_sync(p->dev, p->stream);
+}
+
 gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
     *dev = NULL;
     int v = -1;
@@ -102,6 +117,10 @@ gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
             break;
         }
     if (v < 0) return gr_error(GR_ERR_INTERNAL, "a plan's weight is not a constant of the session's graph");
+    if (!s->weight_dev[v] && s->weights_from) {
+        GR_TRY(parent_weight(s, &s->graph->values.data[v], dev));
+        if (*dev) return GR_OK;
+    }
     if (!s->weight_dev[v]) {
         const gr_ir_value *val = &s->graph->values.data[v];
         size_t n = val->nbytes ? val->nbytes : 1;
@@ -126,17 +145,18 @@ static bool graph_is_concrete(const gr_graph *g) {
     return true;
 }
 
-static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_device *borrow, gr_session_t *out);
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
 
 gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t *out) {
     return session_create(graph, opt, NULL, out);
 }
 
-gr_status gr_rt_session_create_on(gr_session_t parent, gr_graph *graph, const gr_session_options *opt, gr_session_t *out) {
-    return session_create(graph, opt, parent->dev, out);
+gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out) {
+    if (!parent) return gr_error(GR_ERR_INVALID, "gr_rt_session_create_child: parent is NULL");
+    return session_create(graph, opt, parent, out);
 }
 
-static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_device *borrow, gr_session_t *out) {
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out) {
     if (!out) return gr_error(GR_ERR_INVALID, "gr_session_create: out is NULL");
     *out = NULL;
     if (!graph) return gr_error(GR_ERR_INVALID, "gr_session_create: graph is NULL");
@@ -179,8 +199,11 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
     if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
-    if (borrow) s->dev = borrow, s->dev_borrowed = true; /* a control runner's session: the parent's memory */
-    else if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
+    if (parent) {
+        s->dev = parent->dev, s->dev_borrowed = true, s->weights_from = parent;
+    } else if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) {
+        goto fail;
+    }
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
     if (s->opt.graph_memory_mb > 0) {
         if (!gr_dev_caps_get(s->dev).mem_info) {
