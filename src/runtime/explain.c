@@ -44,6 +44,12 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                          gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "", node);
             break;
         }
+        if (gr_lib_is_collective(st->call.kind)) {
+            gr_sb_printf(sb, "    [%3d] %-7s %-28s %lld x %s over %lld ranks  (from %s)\n", i,
+                         st->call.kind == GR_LIB_ALL_REDUCE ? "allred" : "gather", st->call.name, (long long)st->call.m,
+                         gr_dtype_name(st->call.dtype), (long long)st->call.n, node);
+            break;
+        }
         gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s  (from %s)\n", i, st->call.name, (long long)st->call.m,
                      (long long)st->call.n, (long long)st->call.k, (long long)st->call.batch, gr_dtype_name(st->call.dtype),
                      st->call.bias != GR_BIAS_NONE ? " +bias" : "", node);
