@@ -96,6 +96,7 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
 gr_status gr_session_profile_classes(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes) {
     if (classes) memset(classes, 0, sizeof *classes);
     if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_profile: NULL argument");
+    GR_RT_NO_TP(s, "gr_session_profile");
     *out_text = NULL;
     if (s->pending) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p = s->current;
