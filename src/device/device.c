@@ -69,7 +69,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 42 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 43 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -122,6 +122,11 @@ gr_status gr_dev_comm_init(gr_device *const *devs, int n) {
 gr_status gr_dev_comm_enter(gr_device *d) {
     if (!d || !d->iface || !d->iface->comm_enter) return GR_OK;
     return d->iface->comm_enter(d->ctx);
+}
+
+gr_status gr_dev_thread_bind(gr_device *d) {
+    if (!d || !d->iface || !d->iface->thread_bind) return GR_OK;
+    return d->iface->thread_bind(d->ctx);
 }
 
 void gr_dev_comm_leave(gr_device *d) {

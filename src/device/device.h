@@ -170,6 +170,9 @@ struct gr_device_i {
     gr_status (*comm_init)(void **ctxs, int n, const void *unique_id, int first_rank, int world_size);
     gr_status (*comm_enter)(void *ctx);
     void (*comm_leave)(void *ctx);
+    /* Optional: the calling thread works on this device from now on, outside a round of the
+     * ranks (CUDA: the device's context current; absent: nothing to do). */
+    gr_status (*thread_bind)(void *ctx);
 };
 
 typedef struct gr_device {
@@ -271,10 +274,13 @@ void gr_dev_kernel_stats(const gr_device *d, gr_dev_kstats *out);
 
 /* collectives (tensor parallelism): devs[0..n) of one backend joined as ranks 0..n-1 of one
  * communicator (gr_device_i.comm_init; unique_id NULL: single process). enter/leave bracket
- * the work the calling thread submits for d; default: nothing to do. */
+ * the work the calling thread submits for d in a round where every rank's thread enters
+ * (the simulator waits for all of them); default: nothing to do. thread_bind: the calling
+ * thread works on d alone (one thread driving the ranks in turn: creation, inputs). */
 gr_status gr_dev_comm_init(gr_device *const *devs, int n);
 gr_status gr_dev_comm_enter(gr_device *d);
 void gr_dev_comm_leave(gr_device *d);
+gr_status gr_dev_thread_bind(gr_device *d);
 /* CUDA device of a given ordinal (tensor parallelism: rank r on GPU r); fails naming the
  * count when the host has fewer GPUs. gr_device_cuda_create is ordinal 0. */
 gr_status gr_device_cuda_create_ordinal(const char *cache_dir, int ordinal, gr_device **out);

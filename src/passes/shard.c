@@ -27,6 +27,10 @@
 #include <string.h>
 
 #define MAX_GROUPS 8
+/* A gather table is split by rows from this many rows on: a vocabulary. Smaller tables
+ * (positions, token types) stay whole: splitting one saves little memory and costs an
+ * all_reduce of the activations per run. */
+#define MIN_VOCAB_ROWS 256
 
 typedef struct {
     bool split;
@@ -55,8 +59,8 @@ static const gr_ir_value *sval(const shard_ctx *c, int v) { return &c->src->valu
 
 static gr_status cannot(const shard_ctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static gr_status cannot(const shard_ctx *c, int node, const char *fmt, ...) {
-    char where[512], why[512];
-    gr_ir_node_where(c->src, &c->src->nodes.data[node], where, sizeof where);
+    char where[512] = "a graph output", why[512];
+    if (node >= 0) gr_ir_node_where(c->src, &c->src->nodes.data[node], where, sizeof where);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
@@ -204,8 +208,9 @@ static gr_status whole(shard_ctx *c, int v, int at_node, int *out) {
     gr_ir_attr_free(&a);
     GR_TRY(st);
     c->rep[v] = r2;
-    note(c, "gather   '%s' split on axis %d, all_gather before node '%s' (%s)", x->name, ax, node_name(c, at_node),
-         gr_op_get(c->src->nodes.data[at_node].op)->name);
+    if (at_node < 0) note(c, "gather   '%s' split on axis %d, all_gather for the graph output", x->name, ax);
+    else note(c, "gather   '%s' split on axis %d, all_gather before node '%s' (%s)", x->name, ax, node_name(c, at_node),
+              gr_op_get(c->src->nodes.data[at_node].op)->name);
     *out = r2;
     return GR_OK;
 }
@@ -492,6 +497,7 @@ static gr_status rule_gather(shard_ctx *c, int node, bool *done) {
         !gr_dtype_is_int(iv->dtype) || !concrete(dv->dims[0]))
         return *done = true, GR_OK; /* nothing split: unchanged */
     int64_t rows = dv->dims[0].size;
+    if (rows < MIN_VOCAB_ROWS) return *done = true, GR_OK; /* positions, token types: kept whole */
     if (rows % c->n)
         return cannot(c, node, "the table '%s' has %lld rows, not divisible by %d ranks", dv->name, (long long)rows, c->n);
     int64_t share = rows / c->n;
@@ -537,7 +543,7 @@ static gr_status rule_gather(shard_ctx *c, int node, bool *done) {
 static void column_parts(shard_ctx *c, int y, int64_t cols, vstate *s) {
     s->n_groups = 1;
     s->groups[0] = cols;
-    for (int hop = 0; hop < 4 && c->uses[y] == 1; hop++) {
+    for (int hop = 0; hop < 4 && c->uses[y] == 1 && c->first_use[y] >= 0; hop++) {
         const gr_ir_node *u = &c->src->nodes.data[c->first_use[y]];
         const gr_ir_value *uy = sval(c, u->out[0]);
         if (u->op == GR_OP_RESHAPE && uy->ndim > 0 && concrete(uy->dims[uy->ndim - 1]) && uy->dims[uy->ndim - 1].size == cols) {
@@ -773,7 +779,7 @@ out:
 static gr_status finish_output(shard_ctx *c, int i) {
     int v = c->src->outputs.data[i];
     int w;
-    GR_TRY(whole(c, v, c->src->values.data[v].producer >= 0 ? c->src->values.data[v].producer : 0, &w));
+    GR_TRY(whole(c, v, -1, &w));
     if (w == v) return GR_OK;
     for (int j = 0; j < i; j++) /* an output listed twice: already renamed */
         if (c->src->outputs.data[j] == v) return c->g->outputs.data[i] = c->g->outputs.data[j], GR_OK;

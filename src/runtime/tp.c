@@ -112,13 +112,12 @@ gr_status gr_rt_tp_create(gr_graph *graph, const gr_session_options *opt, gr_ses
     for (int r = 0; r < n && st == GR_OK; r++) {
         gr_device *d = devs[r];
         devs[r] = NULL; /* the session takes it, also on failure */
-        st = gr_dev_comm_enter(d);
+        st = gr_dev_thread_bind(d);
         if (st != GR_OK) {
             gr_device_destroy(d);
             break;
         }
         st = gr_rt_session_create_on(parts[r], &ro, d, &tp->ranks[r]);
-        if (st == GR_OK) gr_dev_comm_leave(d);
         if (st != GR_OK) st = gr_error_prefix(st, "tensor parallelism: rank %d of %d", r, n);
     }
     for (int r = 0; r < n; r++) gr_ir_graph_destroy(parts[r]);
@@ -146,11 +145,10 @@ void gr_rt_tp_destroy(gr_session_t s) {
         s->tp = NULL;
     }
     for (int r = tp->n - 1; r >= 1; r--) {
-        gr_device *d = tp->ranks[r]->dev;
-        if (gr_dev_comm_enter(d) == GR_OK) gr_dev_comm_leave(d);
+        (void)gr_dev_thread_bind(tp->ranks[r]->dev);
         gr_session_destroy(tp->ranks[r]);
     }
-    if (gr_dev_comm_enter(s->dev) == GR_OK) gr_dev_comm_leave(s->dev);
+    (void)gr_dev_thread_bind(s->dev);
     tp_free(tp);
 }
 
@@ -159,12 +157,28 @@ typedef enum { JOB_RUN = 0, JOB_WAIT } job_kind;
 typedef struct {
     gr_session_t s;
     job_kind kind;
+    void *gate;
     gr_status st;
     char msg[1024];
 } rank_job;
 
+/* The ranks' threads start together or not at all: a rank entering its device's round waits
+ * for every other rank (the simulator), so a thread that could not be started must keep the
+ * others from entering. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go; /* 0: wait, 1: go, -1: abort */
+} start_gate;
+
 static void *rank_main(void *arg) {
     rank_job *j = arg;
+    start_gate *gate = j->gate;
+    pthread_mutex_lock(&gate->mu);
+    while (gate->go == 0) pthread_cond_wait(&gate->cv, &gate->mu);
+    int go = gate->go;
+    pthread_mutex_unlock(&gate->mu);
+    if (go < 0) return NULL;
     j->st = gr_dev_comm_enter(j->s->dev);
     if (j->st == GR_OK) {
         j->st = j->kind == JOB_RUN ? gr_rt_run_one(j->s) : gr_rt_wait_one(j->s);
@@ -182,18 +196,27 @@ static gr_status all_ranks(gr_session_t s, job_kind kind) {
     pthread_t threads[GR_DEV_MAX_RANKS];
     bool started[GR_DEV_MAX_RANKS] = {0};
     gr_status spawn = GR_OK;
+    start_gate gate = {.go = 0};
+    pthread_mutex_init(&gate.mu, NULL);
+    pthread_cond_init(&gate.cv, NULL);
     for (int r = 0; r < tp->n; r++) {
-        jobs[r] = (rank_job){.s = tp->ranks[r], .kind = kind};
+        jobs[r] = (rank_job){.s = tp->ranks[r], .kind = kind, .gate = &gate};
         if (pthread_create(&threads[r], NULL, rank_main, &jobs[r]) != 0) {
             spawn = gr_error(GR_ERR_DEVICE, "tensor parallelism: cannot start the host thread of rank %d", r);
             break;
         }
         started[r] = true;
     }
+    pthread_mutex_lock(&gate.mu);
+    gate.go = spawn == GR_OK ? 1 : -1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
     for (int r = 0; r < tp->n; r++)
         if (started[r]) pthread_join(threads[r], NULL);
     /* the main thread goes on with rank 0's device (outputs, explain) */
-    if (gr_dev_comm_enter(s->dev) == GR_OK) gr_dev_comm_leave(s->dev);
+    (void)gr_dev_thread_bind(s->dev);
+    pthread_mutex_destroy(&gate.mu);
+    pthread_cond_destroy(&gate.cv);
     if (spawn != GR_OK) return spawn;
     int first = -1;
     for (int r = 0; r < tp->n; r++) {
@@ -218,10 +241,9 @@ gr_status gr_rt_tp_set_input(gr_session_t s, const char *name, gr_dtype dtype, i
     if (s->pending) GR_TRY(gr_rt_tp_wait(s));
     gr_status st = GR_OK;
     for (int r = tp->n - 1; r >= 0 && st == GR_OK; r--) { /* rank 0 last: its device stays current */
-        st = gr_dev_comm_enter(tp->ranks[r]->dev);
+        st = gr_dev_thread_bind(tp->ranks[r]->dev);
         if (st != GR_OK) break;
         st = gr_rt_set_input_one(tp->ranks[r], name, dtype, ndim, dims, data, nbytes);
-        gr_dev_comm_leave(tp->ranks[r]->dev);
         if (st != GR_OK && r > 0) st = gr_error_prefix(st, "rank %d", r);
     }
     return st;

@@ -861,6 +861,7 @@ static const struct gr_device_i cuda_iface = {
     .comm_init = cuda_comm_init,
     .comm_enter = cuda_comm_enter,
     .comm_leave = cuda_comm_leave,
+    .thread_bind = cuda_comm_enter,
 };
 
 /* ==== creation ================================================================================================ */

@@ -6,6 +6,8 @@
  * kernel for its peers. The threads take turns (one runs at a time, handing the turn on
  * when it blocks or finishes), so the simulator stays as deterministic as with one device
  * and no simulator state is touched by two threads at once. A turn passes in rank order.
+ * Every rank enters each round of work (a barrier), so a rank that has not started yet is
+ * never taken for one that stopped.
  *
  * The reference all-reduce sums in rank order in double (f64 accumulation for every
  * dtype), then rounds once into each rank's output; the all-gather stacks the ranks'
@@ -23,7 +25,8 @@
 #define GR_SIM_COLL_LATENCY_US 10.0
 #define GR_SIM_COLL_BUS_BYTES_PER_US 150.0e3
 
-typedef enum { RANK_IDLE = 0, RANK_READY, RANK_RUNNING, RANK_WAITING } rank_state;
+/* IDLE: not entered this round; DONE: left this round (it will make no more collectives) */
+typedef enum { RANK_IDLE = 0, RANK_READY, RANK_RUNNING, RANK_WAITING, RANK_DONE } rank_state;
 
 struct gr_sim_world {
     pthread_mutex_t mu;
@@ -31,6 +34,10 @@ struct gr_sim_world {
     int n;
     int refs;               /* devices still holding the world */
     int turn;               /* the rank whose thread may run, -1: none */
+    /* a round: every rank enters (a barrier: a rank that has not started yet is not a rank
+     * that stopped), works, leaves; the last to leave starts the next round */
+    int round_entered, round_left;
+    uint64_t round;
     rank_state *state;
     /* the collective being assembled: the ranks that arrived and what they passed */
     int arrived;
@@ -141,9 +148,17 @@ gr_status gr_sim_comm_enter(void *ctx) {
     gr_sim_world *w = c->world;
     if (!w) return GR_OK;
     pthread_mutex_lock(&w->mu);
+    if (w->state[c->rank] != RANK_IDLE) {
+        pthread_mutex_unlock(&w->mu);
+        return gr_error(GR_ERR_INVALID, "sim: rank %d entered twice in one round", c->rank);
+    }
     w->state[c->rank] = RANK_READY;
-    if (w->turn < 0) w->turn = c->rank;
-    while (w->turn != c->rank) pthread_cond_wait(&w->cv, &w->mu);
+    uint64_t round = w->round;
+    if (++w->round_entered == w->n) {
+        w->turn = 0; /* every rank is here: they take turns from rank 0 */
+        pthread_cond_broadcast(&w->cv);
+    }
+    while (w->round == round && (w->round_entered < w->n || w->turn != c->rank)) pthread_cond_wait(&w->cv, &w->mu);
     w->state[c->rank] = RANK_RUNNING;
     pthread_mutex_unlock(&w->mu);
     return GR_OK;
@@ -154,8 +169,14 @@ void gr_sim_comm_leave(void *ctx) {
     gr_sim_world *w = c->world;
     if (!w) return;
     pthread_mutex_lock(&w->mu);
-    w->state[c->rank] = RANK_IDLE;
+    w->state[c->rank] = RANK_DONE;
     pass_turn(w, c->rank);
+    if (++w->round_left == w->n) {
+        w->round_entered = w->round_left = 0;
+        w->round++;
+        w->turn = -1;
+        for (int r = 0; r < w->n; r++) w->state[r] = RANK_IDLE;
+    }
     pthread_mutex_unlock(&w->mu);
 }
 
