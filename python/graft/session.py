@@ -45,7 +45,7 @@ _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
 
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
-         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None):
+         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None, tp=1):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -59,7 +59,11 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         autocast does (matmuls and attention in half with f32 accumulation, softmax, norms,
         reductions, exp/log/pow/erf in f32); inputs and outputs keep their dtypes.
         docs/precision.md has the rules and the tolerances.
+    tp: tensor parallelism: the model split over tp devices (GPUs 0..tp-1 through NCCL, or tp
+        simulated devices); outputs are whole. docs/design.md, "Tensor parallelism".
     """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError("graft.load: tp=%r: expected a number of devices >= 1" % (tp,))
     for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS),
                                ("precision", precision, _PRECISIONS)):
         if value not in table:
@@ -76,6 +80,7 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
         opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
         opts.precision = _PRECISIONS[precision]
+        opts.tp = tp
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
         handle = ctypes.c_void_p()
