@@ -805,6 +805,13 @@ gr_status gr_pass_shard(const gr_graph *src, int n_ranks, int rank, gr_graph **o
             return gr_error(GR_ERR_UNSUPPORTED, "tensor parallelism: the model has a data-dependent dim ('%s', from %s)",
                             src->syms.data[i].name, src->syms.data[i].origin ? src->syms.data[i].origin : "a node");
     for (int i = 0; i < src->nodes.len; i++)
+        if (gr_op_get(src->nodes.data[i].op)->kind == GR_OPK_CONTROL) {
+            /* a branch or body reads outer values by name: it would read a rank's partial sums */
+            char where[512];
+            gr_ir_node_where(src, &src->nodes.data[i], where, sizeof where);
+            return gr_error(GR_ERR_UNSUPPORTED, "tensor parallelism: %s: control flow (if/loop) is not split", where);
+        }
+    for (int i = 0; i < src->nodes.len; i++)
         for (int k = 0; k < src->nodes.data[i].n_out; k++)
             if (!src->values.data[src->nodes.data[i].out[k]].typed)
                 return gr_error(GR_ERR_INVALID, "tensor parallelism: node '%s' has no inferred shape", src->nodes.data[i].name);

@@ -125,6 +125,7 @@ typedef struct gr_cuda_ctx {
     gr_dev_kstats kstats;       /* live_modules is modules.len */
     void *nccl;                 /* ncclComm_t of tensor parallelism (cuda-nccl.c), NULL: none */
     int nccl_rank, nccl_ranks;
+    struct gr_cuda_nccl_group *nccl_group; /* the ranks joined with it in this process */
 } gr_cuda_ctx;
 
 /* ---- collectives (cuda-nccl.c): NCCL loaded at run time ---- */

@@ -10,7 +10,9 @@
  * spreads ranks over processes or hosts passes the id (exchanged through a file or the
  * network) with the ranks' offset, and the same calls follow. Collectives are enqueued on
  * the rank's stream, so a capture records them into the segment's graph (NCCL >= 2.9
- * supports stream capture); each rank's host thread issues its own (runtime/tp.c). */
+ * supports stream capture); each rank's host thread issues its own (runtime/tp.c). The
+ * communicators of one process's ranks are finalized together, in one group, when the first
+ * of their devices is destroyed. */
 #include "device/cuda/cuda-impl.h"
 #include <dlfcn.h>
 #include <pthread.h>
@@ -42,7 +44,15 @@ typedef struct {
     ncclResult_t (*ncclAllGather)(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm,
                                   CUstream stream);
     const char *(*ncclGetErrorString)(ncclResult_t r);
+    ncclResult_t (*ncclCommFinalize)(ncclComm_t comm); /* NCCL >= 2.14; NULL before */
 } gr_nccl_api;
+
+/* The ranks this process joined in one gr_cuda_nccl_init: torn down together (finalizing one
+ * rank's communicator may wait for its peers, so one thread finalizes all of them in a group). */
+struct gr_cuda_nccl_group {
+    int n;
+    gr_cuda_ctx *members[GR_DEV_MAX_RANKS];
+};
 
 static pthread_mutex_t nccl_lock = PTHREAD_MUTEX_INITIALIZER;
 static gr_nccl_api nccl;
@@ -76,6 +86,8 @@ static gr_status load_locked(void) {
     GR_NCCL_RESOLVE(ncclCommDestroy) GR_NCCL_RESOLVE(ncclGroupStart) GR_NCCL_RESOLVE(ncclGroupEnd)
     GR_NCCL_RESOLVE(ncclAllReduce) GR_NCCL_RESOLVE(ncclAllGather) GR_NCCL_RESOLVE(ncclGetErrorString)
 #undef GR_NCCL_RESOLVE
+    void *fin = dlsym(h, "ncclCommFinalize");
+    memcpy(&api.ncclCommFinalize, &fin, sizeof fin);
     nccl = api;
     return GR_OK;
 }
@@ -123,18 +135,46 @@ gr_status gr_cuda_nccl_init(gr_cuda_ctx **ranks, int n, const void *unique_id, i
             if (comms[i]) nccl.ncclCommDestroy(comms[i]);
         return gr_error_prefix(st, "joining %d GPUs", n);
     }
+    struct gr_cuda_nccl_group *group = gr_calloc(1, sizeof *group);
+    if (!group) {
+        for (int i = 0; i < n; i++) nccl.ncclCommDestroy(comms[i]);
+        return gr_nomem();
+    }
+    group->n = n;
     for (int i = 0; i < n; i++) {
         ranks[i]->nccl = comms[i];
         ranks[i]->nccl_rank = first_rank + i;
         ranks[i]->nccl_ranks = world_size;
+        ranks[i]->nccl_group = group;
+        group->members[i] = ranks[i];
     }
     return GR_OK;
 }
 
+/* The first device of a group to go takes every rank's communicator with it: each GPU drained,
+ * all finalized in one group, then destroyed. */
 void gr_cuda_nccl_destroy(gr_cuda_ctx *d) {
-    if (!d->nccl) return;
-    nccl.ncclCommDestroy((ncclComm_t)d->nccl);
-    d->nccl = NULL;
+    struct gr_cuda_nccl_group *group = d->nccl_group;
+    if (!group) return;
+    for (int i = 0; i < group->n; i++) {
+        gr_cuda_ctx *m = group->members[i];
+        m->cu->cuCtxSetCurrent(m->ctx);
+        m->cu->cuCtxSynchronize();
+    }
+    if (nccl.ncclCommFinalize) {
+        nccl.ncclGroupStart();
+        for (int i = 0; i < group->n; i++) nccl.ncclCommFinalize((ncclComm_t)group->members[i]->nccl);
+        nccl.ncclGroupEnd();
+    }
+    for (int i = 0; i < group->n; i++) {
+        gr_cuda_ctx *m = group->members[i];
+        m->cu->cuCtxSetCurrent(m->ctx);
+        nccl.ncclCommDestroy((ncclComm_t)m->nccl);
+        m->nccl = NULL;
+        m->nccl_group = NULL;
+    }
+    d->cu->cuCtxSetCurrent(d->ctx);
+    gr_free(group, sizeof *group);
 }
 
 static bool nccl_type(gr_dtype t, ncclDataType_t *out) {

@@ -48,7 +48,7 @@ struct gr_sim_world {
     const void **src;
     void **dst;
     uint64_t failed_seq;    /* seq + 1 of the last collective that failed, 0: none */
-    char failed_msg[320];
+    char failed_msg[512];
 };
 
 double gr_sim_collective_time(const gr_libcall *c) {
