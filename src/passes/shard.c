@@ -501,7 +501,8 @@ static gr_status rule_gather(shard_ctx *c, int node, bool *done) {
     if (rows % c->n)
         return cannot(c, node, "the table '%s' has %lld rows, not divisible by %d ranks", dv->name, (long long)rows, c->n);
     int64_t share = rows / c->n;
-    int table, off, zero_i, lim, local, ge, lt, ok, safe, y0, ok_u, zero_f, masked, red;
+    int table = -1, off = -1, zero_i = -1, lim = -1, local = -1, ge = -1, lt = -1, ok = -1, safe = -1, y0 = -1, ok_u = -1,
+        zero_f = -1, masked = -1, red = -1;
     GR_TRY(slice_const(c, data, 0, NULL, &table));
     GR_TRY(scalar_const(c, iv->dtype, (double)(c->rank * share), &off));
     GR_TRY(scalar_const(c, iv->dtype, 0, &zero_i));
