@@ -440,11 +440,16 @@ static void check_fold_marks(const gr_graph *src, bool linear_only, bool src_mar
     CHECK_OK(gr_pass_pipeline(src, (const int64_t[]){6}, &po, &c));
     if (!c.g) return;
     int mask = gr_ir_find_value(c.g, "mask"), pos = gr_ir_find_value(c.g, "pos");
-    CHECK(mask >= 0 && pos >= 0);
-    if (mask >= 0 && pos >= 0) {
+    int wide = gr_ir_find_value(c.g, "wide"), narrow = gr_ir_find_value(c.g, "narrow");
+    CHECK(mask >= 0 && pos >= 0 && wide >= 0 && narrow >= 0);
+    if (mask >= 0 && pos >= 0 && wide >= 0 && narrow >= 0) {
         CHECK_MSG((c.g->values.data[mask].kind != GR_VAL_CONST) == expect_mask_kept, "the [seq, seq] mask %s",
                   expect_mask_kept ? "was folded" : "was not folded");
         CHECK_MSG(c.g->values.data[pos].kind == GR_VAL_CONST, "the [seq] positions were not folded");
+        /* rows gathered from a table: 300 elements per position is over the 256 that still fold */
+        CHECK_MSG((c.g->values.data[wide].kind != GR_VAL_CONST) == expect_mask_kept, "the [seq, 300] rows %s",
+                  expect_mask_kept ? "were folded" : "were not folded");
+        CHECK_MSG(c.g->values.data[narrow].kind == GR_VAL_CONST, "the [seq, 8] rows were not folded");
     }
     gr_compiled_free(&c);
 }
@@ -458,7 +463,14 @@ static void test_fold_linear_only(void) {
                        "pos = add(r, r)\n"
                        "y = add(x, mask)\n"
                        "z = add(y, pos)\n"
-                       "output z\n";
+                       "idx = cast(r, to=\"i64\")\n"
+                       "wtab = fill(shape=[10, 300], value=0.5)\n"
+                       "wide = gather(wtab, idx, axis=0)\n"
+                       "ntab = fill(shape=[10, 8], value=0.25)\n"
+                       "narrow = gather(ntab, idx, axis=0)\n"
+                       "output z\n"
+                       "output wide\n"
+                       "output narrow\n";
     gr_graph_t g = NULL;
     CHECK_OK(gr_graph_parse(text, "fold-marks.gir", NULL, &g));
     if (!g) return;

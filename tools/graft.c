@@ -1157,17 +1157,32 @@ static int open_session(const cli_opts *o, gr_graph_t *g, gr_session_t *sess, in
     return code;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* bench on a symbolic model whose dims all come from --dim: the host time to prepare the plan
- * of a new binding (each --dim value - 1 .. - BENCH_NEW_BINDINGS, or + where that would reach 0;
- * inputs generated), the one cost a new length pays; *n = 0 when not applicable. */
-#define BENCH_NEW_BINDINGS 5
-static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o, double *mean_ms, int *n, long *compiled) {
-    *n = 0;
-    *mean_ms = 0;
-    *compiled = 0;
+ * of a new binding, the one cost a new length pays. BENCH_NEW_BINDINGS bindings not seen before:
+ * each --dim value v becomes v - k (or v + k where that would fall below the dim's declared
+ * minimum), k = 1..N; a dim of 1 stays 1, because leaving 1 may add kernel structures once
+ * (design §3a: a stride equal to the row-major one only because a factor is 1), which is a
+ * compile, not what a new length costs. Inputs are generated. Reports the median (what a new
+ * length costs), the mean and the max of the plan builds, and the NVRTC compiles they caused;
+ * *n = 0 when not applicable. */
+#define BENCH_NEW_BINDINGS 20
+typedef struct {
+    double median_ms, mean_ms, max_ms;
+    int n;
+    long compiled;
+} new_binding_cost;
+
+static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o, new_binding_cost *c) {
+    memset(c, 0, sizeof *c);
     if (gr_graph_num_dims(g) == 0 || o->n_inputs > 0 || o->n_dims == 0) return 0;
     kv_arg *dims = calloc((size_t)o->n_dims, sizeof *dims);
     char (*vals)[32] = calloc((size_t)o->n_dims, sizeof *vals);
+    double ms[BENCH_NEW_BINDINGS];
     if (!dims || !vals) {
         free(dims), free(vals);
         return 0;
@@ -1175,7 +1190,6 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
     gr_kernel_stats before;
     memset(&before, 0, sizeof before);
     gr_session_kernel_stats(sess, &before);
-    double total = 0;
     quiet_notes = true;
     for (int k = 1; k <= BENCH_NEW_BINDINGS; k++) {
         cli_opts o2 = *o;
@@ -1188,7 +1202,8 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
                 gr_dim_info di;
                 if (gr_graph_dim_info(g, j, &di) == GR_OK && name_eq(&o->dims[d], di.name)) lo = di.lo;
             }
-            snprintf(vals[d], sizeof vals[d], "%ld", v - k >= lo ? v - k : v + k);
+            long nv = v == 1 ? 1 : v - k >= lo ? v - k : v + k;
+            snprintf(vals[d], sizeof vals[d], "%ld", nv);
             dims[d] = o->dims[d];
             dims[d].value = vals[d];
         }
@@ -1205,15 +1220,20 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
             notef("bench: new binding +%d not measured: %s", k, gr_last_error());
             break;
         }
-        total += st.compile_us;
-        (*n)++;
+        ms[c->n++] = st.compile_us / 1e3;
     }
     quiet_notes = false;
     gr_kernel_stats after;
     memset(&after, 0, sizeof after);
     gr_session_kernel_stats(sess, &after);
-    *compiled = after.compiled - before.compiled;
-    *mean_ms = *n ? total / *n / 1e3 : 0;
+    c->compiled = after.compiled - before.compiled;
+    if (c->n) {
+        double total = 0;
+        for (int i = 0; i < c->n; i++) total += ms[i], c->max_ms = ms[i] > c->max_ms ? ms[i] : c->max_ms;
+        c->mean_ms = total / c->n;
+        qsort(ms, (size_t)c->n, sizeof *ms, cmp_double);
+        c->median_ms = c->n % 2 ? ms[c->n / 2] : (ms[c->n / 2 - 1] + ms[c->n / 2]) / 2;
+    }
     free(dims);
     free(vals);
     return 0;
@@ -1245,10 +1265,6 @@ static void print_bytes(const char *label, size_t n) {
     else printf("%-20s %zu\n", label, n);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int cmd_bench(const cli_opts *o) {
     gr_graph_t g = NULL;
@@ -1357,14 +1373,12 @@ static int cmd_bench(const cli_opts *o) {
             gr_free_string(text);
         }
         /* the cost of a new length: measured after the timed runs and the profile (the current plan changes) */
-        double nb_ms = 0;
-        int nb_n = 0;
-        long nb_compiled = 0;
-        bench_new_bindings(g, sess, o, &nb_ms, &nb_n, &nb_compiled);
-        if (nb_n)
-            printf("new binding          %.3f ms host time to prepare a new binding's plan (mean of %d, each --dim value "
-                   "moved by 1..%d; %ld kernels compiled by NVRTC)\n",
-                   nb_ms, nb_n, nb_n, nb_compiled);
+        new_binding_cost nb;
+        bench_new_bindings(g, sess, o, &nb);
+        if (nb.n)
+            printf("new binding          %.3f ms host time to prepare a new binding's plan (median of %d; mean %.3f, max "
+                   "%.3f; each --dim value but a 1 moved by 1..%d; %ld kernels compiled by NVRTC)\n",
+                   nb.median_ms, nb.n, nb.mean_ms, nb.max_ms, nb.n, nb.compiled);
         if (o->json_path) {
             FILE *f = fopen(o->json_path, "w");
             if (!f) {
@@ -1426,7 +1440,11 @@ static int cmd_bench(const cli_opts *o) {
                 fprintf(f, "  \"modules_loaded\": %ld,\n  \"generic_structures\": %ld,\n  \"generic_reused\": %ld,\n", ks.modules_loaded,
                         ks.generic_new, ks.generic_reused);
                 fprintf(f, "  \"load_ms\": %.3f,\n", load_us / 1e3);
-                if (nb_n) fprintf(f, "  \"new_binding_ms\": %.4f,\n  \"new_bindings\": %d,\n  \"new_binding_nvrtc_compiles\": %ld,\n", nb_ms, nb_n, nb_compiled);
+                if (nb.n)
+                    fprintf(f,
+                            "  \"new_binding_ms\": %.4f,\n  \"new_binding_mean_ms\": %.4f,\n  \"new_binding_max_ms\": %.4f,\n"
+                            "  \"new_bindings\": %d,\n  \"new_binding_nvrtc_compiles\": %ld,\n",
+                            nb.median_ms, nb.mean_ms, nb.max_ms, nb.n, nb.compiled);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);
                 if (fclose(f) != 0) {
