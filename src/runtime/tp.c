@@ -1,7 +1,7 @@
 /* runtime/tp — tensor parallelism: one session per rank, driven in lockstep by one process.
  *
  * Process model (docs/design.md, "Tensor parallelism"): one process, one device per rank and
- * one host thread per rank for each run. Each rank's session compiles its own graph (passes/
+ * one host thread per rank (started with the session, kept for its life). Each rank's session compiles its own graph (passes/
  * shard.c) with the collectives as library calls, so they are enqueued on the rank's stream and
  * captured inside its segments' CUDA graphs like any other step. A rank thread blocks where its
  * device would (the simulator: in a collective until its peers arrive; CUDA: NCCL's enqueue never
@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
+struct gr_rt_workers;
 struct gr_rt_tp {
     int n;
+    struct gr_rt_workers *workers; /* one host thread per rank (below) */
     gr_session_t *ranks;    /* ranks[0] is the session holding this */
     char *report;           /* the shard pass's splits and collectives (explain) */
     gr_shard_stats stats;   /* rank 0's */
@@ -64,8 +66,11 @@ static gr_status open_devices(const gr_session_options *o, int n, gr_device **de
 }
 
 /* ==== creation ================================================================================ */
+static void workers_stop(struct gr_rt_tp *tp);
+static gr_status workers_start(struct gr_rt_tp *tp);
 static void tp_free(struct gr_rt_tp *tp) {
     if (!tp) return;
+    workers_stop(tp);
     gr_free(tp->ranks, sizeof(gr_session_t) * (size_t)tp->n);
     gr_free(tp->rank_weight_bytes, sizeof(size_t) * (size_t)tp->n);
     gr_strfree(tp->report);
@@ -129,6 +134,12 @@ gr_status gr_rt_tp_create(gr_graph *graph, const gr_session_options *opt, gr_ses
         return st;
     }
     tp->report = gr_sb_take(&report);
+    if (!tp->report || (st = workers_start(tp)) != GR_OK) {
+        if (!tp->report) st = gr_nomem();
+        for (int r = n - 1; r >= 0; r--) gr_session_destroy(tp->ranks[r]);
+        tp_free(tp);
+        return st;
+    }
     gr_session_t s = tp->ranks[0];
     s->tp = tp;
     *out = s;
@@ -144,6 +155,7 @@ void gr_rt_tp_destroy(gr_session_t s) {
         (void)gr_rt_tp_wait(s);
         s->tp = NULL;
     }
+    workers_stop(tp);
     for (int r = tp->n - 1; r >= 1; r--) {
         (void)gr_dev_thread_bind(tp->ranks[r]->dev);
         gr_session_destroy(tp->ranks[r]);
@@ -153,79 +165,114 @@ void gr_rt_tp_destroy(gr_session_t s) {
 }
 
 /* ==== running the ranks ======================================================================= */
+/* One worker thread per rank for the session's life: a run costs two condition-variable
+ * hand-offs per rank instead of creating and joining threads (tens of us per run, which a
+ * replayed decode step would feel). */
 typedef enum { JOB_RUN = 0, JOB_WAIT } job_kind;
 typedef struct {
-    gr_session_t s;
-    job_kind kind;
-    void *gate;
+    struct gr_rt_tp *tp;
+    int rank;
+    uint64_t seen;      /* last job taken */
     gr_status st;
     char msg[1024];
-} rank_job;
+} rank_worker;
 
-/* The ranks' threads start together or not at all: a rank entering its device's round waits
- * for every other rank (the simulator), so a thread that could not be started must keep the
- * others from entering. */
-typedef struct {
+struct gr_rt_workers {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go; /* 0: wait, 1: go, -1: abort */
-} start_gate;
+    pthread_cond_t job_cv, done_cv;
+    uint64_t seq;       /* jobs posted */
+    job_kind kind;
+    int done;           /* ranks finished with job seq */
+    bool stop;
+    int started;        /* threads running */
+    pthread_t threads[GR_DEV_MAX_RANKS];
+    rank_worker w[GR_DEV_MAX_RANKS];
+};
 
-static void *rank_main(void *arg) {
-    rank_job *j = arg;
-    start_gate *gate = j->gate;
-    pthread_mutex_lock(&gate->mu);
-    while (gate->go == 0) pthread_cond_wait(&gate->cv, &gate->mu);
-    int go = gate->go;
-    pthread_mutex_unlock(&gate->mu);
-    if (go < 0) return NULL;
-    j->st = gr_dev_comm_enter(j->s->dev);
-    if (j->st == GR_OK) {
-        j->st = j->kind == JOB_RUN ? gr_rt_run_one(j->s) : gr_rt_wait_one(j->s);
-        gr_dev_comm_leave(j->s->dev);
+static void *worker_main(void *arg) {
+    rank_worker *w = arg;
+    struct gr_rt_workers *k = w->tp->workers;
+    gr_session_t s = w->tp->ranks[w->rank];
+    for (;;) {
+        pthread_mutex_lock(&k->mu);
+        while (!k->stop && k->seq == w->seen) pthread_cond_wait(&k->job_cv, &k->mu);
+        if (k->stop) {
+            pthread_mutex_unlock(&k->mu);
+            return NULL;
+        }
+        w->seen = k->seq;
+        job_kind kind = k->kind;
+        pthread_mutex_unlock(&k->mu);
+        gr_status st = gr_dev_comm_enter(s->dev);
+        if (st == GR_OK) {
+            st = kind == JOB_RUN ? gr_rt_run_one(s) : gr_rt_wait_one(s);
+            gr_dev_comm_leave(s->dev);
+        }
+        w->st = st;
+        if (st != GR_OK) snprintf(w->msg, sizeof w->msg, "%s", gr_last_error());
+        pthread_mutex_lock(&k->mu);
+        if (++k->done == w->tp->n) pthread_cond_signal(&k->done_cv);
+        pthread_mutex_unlock(&k->mu);
     }
-    if (j->st != GR_OK) snprintf(j->msg, sizeof j->msg, "%s", gr_last_error());
-    return NULL;
 }
 
-/* The job on every rank at once, one thread each; the first rank's own error wins over the
+static void workers_stop(struct gr_rt_tp *tp) {
+    struct gr_rt_workers *k = tp->workers;
+    if (!k) return;
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pthread_cond_broadcast(&k->job_cv);
+    pthread_mutex_unlock(&k->mu);
+    for (int r = 0; r < k->started; r++) pthread_join(k->threads[r], NULL);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->job_cv);
+    pthread_cond_destroy(&k->done_cv);
+    gr_free(k, sizeof *k);
+    tp->workers = NULL;
+}
+
+static gr_status workers_start(struct gr_rt_tp *tp) {
+    struct gr_rt_workers *k = gr_calloc(1, sizeof *k);
+    if (!k) return gr_nomem();
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->job_cv, NULL);
+    pthread_cond_init(&k->done_cv, NULL);
+    tp->workers = k;
+    for (int r = 0; r < tp->n; r++) {
+        k->w[r] = (rank_worker){.tp = tp, .rank = r};
+        if (pthread_create(&k->threads[r], NULL, worker_main, &k->w[r]) != 0) {
+            workers_stop(tp);
+            return gr_error(GR_ERR_DEVICE, "tensor parallelism: cannot start the host thread of rank %d", r);
+        }
+        k->started++;
+    }
+    return GR_OK;
+}
+
+/* The job on every rank at once, each on its thread; the first rank's own error wins over the
  * errors of ranks that only saw it fail (a collective it never reached). */
 static gr_status all_ranks(gr_session_t s, job_kind kind) {
     struct gr_rt_tp *tp = s->tp;
-    rank_job jobs[GR_DEV_MAX_RANKS];
-    pthread_t threads[GR_DEV_MAX_RANKS];
-    bool started[GR_DEV_MAX_RANKS] = {0};
-    gr_status spawn = GR_OK;
-    start_gate gate = {.go = 0};
-    pthread_mutex_init(&gate.mu, NULL);
-    pthread_cond_init(&gate.cv, NULL);
-    for (int r = 0; r < tp->n; r++) {
-        jobs[r] = (rank_job){.s = tp->ranks[r], .kind = kind, .gate = &gate};
-        if (pthread_create(&threads[r], NULL, rank_main, &jobs[r]) != 0) {
-            spawn = gr_error(GR_ERR_DEVICE, "tensor parallelism: cannot start the host thread of rank %d", r);
-            break;
-        }
-        started[r] = true;
-    }
-    pthread_mutex_lock(&gate.mu);
-    gate.go = spawn == GR_OK ? 1 : -1;
-    pthread_cond_broadcast(&gate.cv);
-    pthread_mutex_unlock(&gate.mu);
-    for (int r = 0; r < tp->n; r++)
-        if (started[r]) pthread_join(threads[r], NULL);
+    struct gr_rt_workers *k = tp->workers;
+    pthread_mutex_lock(&k->mu);
+    k->kind = kind;
+    k->done = 0;
+    for (int r = 0; r < tp->n; r++) k->w[r].st = GR_OK;
+    k->seq++;
+    pthread_cond_broadcast(&k->job_cv);
+    while (k->done < tp->n) pthread_cond_wait(&k->done_cv, &k->mu);
+    pthread_mutex_unlock(&k->mu);
     /* the main thread goes on with rank 0's device (outputs, explain) */
     (void)gr_dev_thread_bind(s->dev);
-    pthread_mutex_destroy(&gate.mu);
-    pthread_cond_destroy(&gate.cv);
-    if (spawn != GR_OK) return spawn;
     int first = -1;
     for (int r = 0; r < tp->n; r++) {
-        if (!started[r] || jobs[r].st == GR_OK) continue;
-        if (first < 0 || (strstr(jobs[first].msg, "stopped without reaching it") && !strstr(jobs[r].msg, "stopped without reaching it")))
+        const rank_worker *w = &k->w[r];
+        if (w->st == GR_OK) continue;
+        if (first < 0 || (strstr(k->w[first].msg, "stopped without reaching it") && !strstr(w->msg, "stopped without reaching it")))
             first = r;
     }
     if (first < 0) return GR_OK;
-    return gr_error(jobs[first].st, "rank %d of %d: %s", first, tp->n, jobs[first].msg);
+    return gr_error(k->w[first].st, "rank %d of %d: %s", first, tp->n, k->w[first].msg);
 }
 
 gr_status gr_rt_tp_run(gr_session_t s) {
