@@ -438,9 +438,11 @@ typedef struct {
     gr_device *dev;
     bool call;          /* make the collective, or finish without it */
     int64_t count;
+    size_t busy_bytes;  /* a memset of this many bytes before the collective (device time) */
     gr_status st;
     char msg[512];
     float out[4];
+    double clock_us;    /* the device's clock after the collective and a synchronize */
 } peer_t;
 
 static void *peer_main(void *arg) {
@@ -454,6 +456,9 @@ static void *peer_main(void *arg) {
         if (p->st == GR_OK) p->st = gr_dev_alloc(p->dev, GR_MEM_DEVICE, 16, &out);
         float v[4] = {1, 2, 3, 4};
         if (p->st == GR_OK) p->st = gr_dev_memcpy(p->dev, s, in, v, 16, GR_COPY_H2D);
+        void *busy = NULL;
+        if (p->st == GR_OK && p->busy_bytes) p->st = gr_dev_alloc(p->dev, GR_MEM_DEVICE, p->busy_bytes, &busy);
+        if (p->st == GR_OK && busy) p->st = gr_dev_memset(p->dev, s, busy, 0, p->busy_bytes);
         gr_libcall c;
         memset(&c, 0, sizeof c);
         c.kind = GR_LIB_ALL_REDUCE;
@@ -464,7 +469,10 @@ static void *peer_main(void *arg) {
         gr_karg args[4] = {{.ptr = in}, {.ptr = NULL}, {.ptr = out}, {.ptr = NULL}};
         if (p->st == GR_OK) p->st = gr_dev_libcall(p->dev, s, &c, args, 4);
         if (p->st == GR_OK) p->st = gr_dev_memcpy(p->dev, s, p->out, out, 16, GR_COPY_D2H);
+        if (p->st == GR_OK) p->st = gr_dev_stream_sync(p->dev, s);
+        p->clock_us = gr_dev_clock_us(p->dev);
         if (p->st != GR_OK) snprintf(p->msg, sizeof p->msg, "%s", gr_last_error());
+        gr_dev_free(p->dev, busy);
         gr_dev_free(p->dev, in);
         gr_dev_free(p->dev, out);
         gr_dev_stream_destroy(p->dev, s);
@@ -494,6 +502,14 @@ static void test_sim_collectives(void) {
     run_peers(ok);
     CHECK_MSG(ok[0].st == GR_OK && ok[1].st == GR_OK, "%s / %s", ok[0].msg, ok[1].msg);
     CHECK(ok[0].out[3] == 8.0f && ok[1].out[0] == 2.0f);
+    /* simulated time joins at the collective: rank 0 waits for rank 1's 64 MB memset (22 us of
+     * device time, more than the host overhead of the calls) */
+    peer_t late[2] = {{.call = true, .count = 4}, {.call = true, .count = 4, .busy_bytes = 64u << 20}};
+    run_peers(late);
+    CHECK_MSG(late[0].st == GR_OK && late[1].st == GR_OK, "%s / %s", late[0].msg, late[1].msg);
+    CHECK_MSG(fabs(late[0].clock_us - late[1].clock_us) < 1.0 && late[0].clock_us > ok[0].clock_us + 10.0,
+              "clocks after the collective: rank 0 %.2f us, rank 1 %.2f us (no wait: %.2f us)", late[0].clock_us,
+              late[1].clock_us, ok[0].clock_us);
     /* rank 1 never reaches the collective: rank 0 gets an error, not a hang */
     peer_t missing[2] = {{.call = true, .count = 4}, {.call = false}};
     run_peers(missing);

@@ -10,7 +10,8 @@
  * never taken for one that stopped.
  *
  * The reference all-reduce sums in rank order in double (f64 accumulation for every
- * dtype), then rounds once into each rank's output; the all-gather stacks the ranks'
+ * dtype), then rounds once into each rank's output; simulated time joins there too: a
+ * collective ends on every rank at the last rank's arrival plus its transfer time; the all-gather stacks the ranks'
  * tensors along a new leading axis. A collective that some rank never reaches (it failed
  * or finished first) is an error on the ranks waiting in it, never a hang; so is one whose
  * ranks disagree on the kind, dtype or element count. */
@@ -47,6 +48,8 @@ struct gr_sim_world {
     int64_t count;
     const void **src;
     void **dst;
+    double max_arrive_us;   /* the latest rank's arrival at the collective being assembled */
+    double done_us;         /* when the last completed collective ended (on every rank) */
     uint64_t failed_seq;    /* seq + 1 of the last collective that failed, 0: none */
     char failed_msg[512];
 };
@@ -213,6 +216,7 @@ gr_status gr_sim_comm_run(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *
             return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: a collective over %lld ranks on a device without a communicator "
                             "(tensor parallelism joins the ranks' devices)", call->name, (long long)call->n);
         if (args[2].ptr != args[0].ptr) memmove(args[2].ptr, args[0].ptr, bytes);
+        c->coll_done_us = c->coll_arrive_us + gr_sim_collective_time(call);
         return GR_OK;
     }
     if (call->n != w->n)
@@ -223,6 +227,7 @@ gr_status gr_sim_comm_run(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *
         w->kind = call->kind;
         w->dtype = call->dtype;
         w->count = call->m;
+        w->max_arrive_us = c->coll_arrive_us;
     } else if (w->kind != call->kind || w->dtype != call->dtype || w->count != call->m) {
         /* the ranks' programs differ: fail the collective for everyone in it */
         snprintf(w->failed_msg, sizeof w->failed_msg,
@@ -242,9 +247,13 @@ gr_status gr_sim_comm_run(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *
     }
     w->src[c->rank] = args[0].ptr;
     w->dst[c->rank] = args[2].ptr;
+    w->max_arrive_us = GR_MAX(w->max_arrive_us, c->coll_arrive_us);
     uint64_t mine = w->seq;
     if (++w->arrived == w->n) {
         gr_status st = perform(w);
+        /* every rank leaves the collective together, after the last one arrived */
+        w->done_us = w->max_arrive_us + gr_sim_collective_time(call);
+        c->coll_done_us = w->done_us;
         w->seq++;
         w->arrived = 0;
         for (int r = 0; r < w->n; r++)
@@ -256,6 +265,7 @@ gr_status gr_sim_comm_run(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *
     pass_turn(w, c->rank);
     while (!(w->turn == c->rank && w->seq > mine)) pthread_cond_wait(&w->cv, &w->mu);
     w->state[c->rank] = RANK_RUNNING;
+    c->coll_done_us = w->done_us;
     gr_status st = GR_OK;
     if (w->failed_seq == mine + 1) st = gr_error(GR_ERR_DEVICE, "libcall %s: %s", call->name, w->failed_msg);
     pthread_mutex_unlock(&w->mu);

@@ -141,6 +141,10 @@ typedef struct {
     gr_dev_kstats kstats;
     struct gr_sim_world *world; /* sim-comm.c: the communicator joining this device to its peers, or NULL */
     int rank;                   /* this device's rank in world */
+    /* a collective's simulated time on this device: when its stream reaches it (set before
+     * gr_sim_run_libcall) and when it ends, the same on every rank: the last arrival plus its
+     * transfer (set by it) */
+    double coll_arrive_us, coll_done_us;
 } gr_sim_ctx;
 typedef struct gr_sim_world gr_sim_world;
 

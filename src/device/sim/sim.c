@@ -448,6 +448,14 @@ static gr_status sim_libcall(void *ctx, gr_stream *s, const gr_libcall *call, co
     if (n_args < gr_libcall_nargs(call))
         return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, gr_libcall_nargs(call));
     if (s->capturing) return gr_sim_capture_libcall(c, s, call, args);
+    if (gr_lib_is_collective(call->kind)) {
+        /* the stream waits in it for the other ranks (sim-comm.c) */
+        c->host_us += gr_sim_cost.libcall_host_us;
+        c->coll_arrive_us = GR_MAX(c->host_us, s->free_us);
+        GR_TRY(gr_sim_run_libcall(c, call, args, what));
+        s->free_us = c->coll_done_us;
+        return GR_OK;
+    }
     GR_TRY(gr_sim_run_libcall(c, call, args, what));
     advance(c, s, gr_sim_cost.libcall_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));
     return GR_OK;
