@@ -412,6 +412,13 @@ static void test_errors(void) {
     if (l) expect_error(l, 3, fused, 2);
     gr_graph_destroy(l);
 
+    /* one weight used as a column split and then as a row split: two different slices */
+    g = parse("graft 1\ninput x: f32[2, 3, 8]\nw = random_normal(shape=[8, 8], seed=5)\nh = matmul(x, w)\n"
+              "a = gelu(h)\ny = matmul(a, w)\noutput y\n", "twice");
+    const char *twice[] = {"constant 'w' would be split two ways"};
+    if (g) expect_error(g, 2, twice, 1);
+    gr_graph_destroy(g);
+
     /* what a tp session refuses: one-device APIs */
     g = parse(mlp_gir, "mlp");
     gr_session_t s = NULL;

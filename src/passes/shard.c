@@ -47,7 +47,8 @@ typedef struct {
     vstate *st;
     int *cur;                   /* value of g holding src value v for this rank (split: its slice) */
     int *rep;                   /* all-gathered form of a split value, -1 until made */
-    int *sliced, *sliced_axis;  /* a constant's slice for this rank, -1 until made */
+    int *sliced;                /* a constant's slice for this rank, -1 until made */
+    vstate *sliced_as;          /* ... and how it was cut (axis, parts) */
     int *uses, *first_use;      /* consumers of each src value */
     int seq;                    /* names of inserted nodes */
     gr_strbuf *report;
@@ -127,12 +128,20 @@ static vstate split_state(int axis, int n_groups, const int64_t *groups) {
 
 /* This rank's slice of constant v along `axis`, part by part (cached per value and axis). */
 static gr_status slice_const(shard_ctx *c, int v, int axis, const vstate *parts, int *out) {
-    if (c->sliced[v] >= 0 && c->sliced_axis[v] == axis) return *out = c->sliced[v], GR_OK;
     const gr_ir_value *x = sval(c, v);
     int64_t dims[GR_MAX_DIMS];
     GR_TRY(gr_ir_value_shape(c->src, v, dims));
     vstate whole = {.split = true, .axis = axis, .n_groups = 1, .groups = {dims[axis]}};
     if (!parts || parts->n_groups < 1) parts = &whole;
+    /* one slice per constant, as every use of it so far cut it: a tied embedding and LM head share it */
+    if (c->sliced[v] >= 0) {
+        const vstate *was = &c->sliced_as[v];
+        if (was->axis == axis && was->n_groups == parts->n_groups &&
+            !memcmp(was->groups, parts->groups, sizeof(int64_t) * (size_t)parts->n_groups))
+            return *out = c->sliced[v], GR_OK;
+        return gr_error(GR_ERR_UNSUPPORTED, "tensor parallelism over %d ranks: constant '%s' would be split two ways", c->n,
+                        x->name);
+    }
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= dims[d];
     for (int d = axis + 1; d < x->ndim; d++) inner *= dims[d];
@@ -161,7 +170,8 @@ static gr_status slice_const(shard_ctx *c, int v, int axis, const vstate *parts,
     gr_status st = gr_ir_add_const_owned(c->g, name, x->dtype, x->ndim, ldims, data, bytes, &nv);
     if (st != GR_OK) return st; /* add_const_owned frees data on failure */
     c->sliced[v] = nv;
-    c->sliced_axis[v] = axis;
+    c->sliced_as[v] = *parts;
+    c->sliced_as[v].axis = axis;
     c->stats->split_weight_bytes += x->nbytes;
     *out = nv;
     return GR_OK;
@@ -826,13 +836,13 @@ gr_status gr_pass_shard(const gr_graph *src, int n_ranks, int rank, gr_graph **o
     c.stats = stats;
     size_t nv = (size_t)(c.nv0 ? c.nv0 : 1);
     c.st = gr_calloc(nv, sizeof(vstate));
-    int **arrays[] = {&c.cur, &c.rep, &c.sliced, &c.sliced_axis, &c.uses, &c.first_use};
-    gr_status st = c.st ? GR_OK : gr_nomem();
+    c.sliced_as = gr_calloc(nv, sizeof(vstate));
+    int **arrays[] = {&c.cur, &c.rep, &c.sliced, &c.uses, &c.first_use};
+    gr_status st = c.st && c.sliced_as ? GR_OK : gr_nomem();
     for (size_t i = 0; st == GR_OK && i < sizeof arrays / sizeof arrays[0]; i++)
         if (!(*arrays[i] = gr_malloc(nv * sizeof(int)))) st = gr_nomem();
     if (st != GR_OK) goto done;
-    for (int v = 0; v < c.nv0; v++) c.cur[v] = v, c.rep[v] = -1, c.sliced[v] = -1, c.sliced_axis[v] = -1, c.uses[v] = 0,
-                                     c.first_use[v] = -1;
+    for (int v = 0; v < c.nv0; v++) c.cur[v] = v, c.rep[v] = -1, c.sliced[v] = -1, c.uses[v] = 0, c.first_use[v] = -1;
     for (int i = 0; i < src->nodes.len; i++)
         for (int k = 0; k < src->nodes.data[i].n_in; k++) {
             int v = src->nodes.data[i].in[k];
@@ -864,6 +874,7 @@ gr_status gr_pass_shard(const gr_graph *src, int n_ranks, int rank, gr_graph **o
 done:
     gr_ir_graph_destroy(c.g);
     gr_free(c.st, c.st ? nv * sizeof(vstate) : 0);
+    gr_free(c.sliced_as, c.sliced_as ? nv * sizeof(vstate) : 0);
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) gr_free(*arrays[i], *arrays[i] ? nv * sizeof(int) : 0);
     return st;
 }
