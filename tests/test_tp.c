@@ -15,9 +15,10 @@
  * and the dynamic-axis exports (GPT-2 fused c_attn, BERT from two exporters, Llama with
  * separate q/k/v/o, gate/up/down and grouped-query heads) at two bindings, also against
  * PyTorch's outputs. Then: per-rank weight bytes about 1/N of the split weights; errors that
- * name the node (heads, vocabulary or columns not divisible); a collective that a rank never
- * reaches fails instead of hanging; what a tp session refuses; allocation failures while a
- * tp session is created and run return errors and leak nothing. */
+ * name the node (heads, vocabulary or columns not divisible, a weight cut two ways); the
+ * simulator's collectives (reference sums, a rank that never arrives fails instead of hanging,
+ * ranks that disagree, the ranks' clocks joined at the collective); what a tp session refuses;
+ * allocation failures while a tp session is created and run return errors and leak nothing. */
 #include "check.h"
 #include "npy.h"
 #include "dyn_fixtures.h"
