@@ -136,6 +136,7 @@ w("wg", H, FFN, 20); w("wu", H, FFN, 21); w("wd", FFN, H, 22)
 L += ["gt = matmul(n, wg)", "up = matmul(n, wu)", "sg = silu(gt)", "m = mul(sg, up)", "d = matmul(m, wd)", "y = add(d, r)",
       "output y"]
 open(sys.argv[1], "w").write("\n".join(L) + "\n")
+open(sys.argv[1] + ".dims", "w").write("hidden %d, %d heads, ffn %d, seq %d" % (H, HEADS, FFN, SEQ))
 EOF
 for prec in model bf16; do
     pflag=(); [ $prec = bf16 ] && pflag=(--precision bf16)
@@ -146,10 +147,11 @@ for prec in model bf16; do
         done
     done
 done
-python3 - "$OUT" "$TP" <<'EOF' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$TP" "$DEVICE" <<'EOF' | tee "$OUT/summary.txt"
 import json, os, sys
 out, tps = sys.argv[1], [1] + [int(t) for t in sys.argv[2].split()]
-print("one layer (hidden 4096, 32 heads, ffn 11264, seq 512), ms per run (graft bench ms_per_iter), speedup vs tp1")
+dims = open(os.path.join(out, "layer.gir.dims")).read()
+print("one layer (%s), ms per run (graft bench ms_per_iter, device %s), speedup vs tp1" % (dims, sys.argv[3]))
 for prec in ("model", "bf16"):
     for mode in ("eager", "graph"):
         row, base = [], None
