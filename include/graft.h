@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. Only GR_SHAPES_EXACT is implemented; the others are refused at
-     * session creation (GR_ERR_UNSUPPORTED naming the policy). */
+     * dims share CUDA graphs. GR_SHAPES_GENERIC is not implemented and refused at session
+     * creation (GR_ERR_UNSUPPORTED naming it). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -239,10 +239,11 @@ enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 /* Shape policies of graph mode (issue 11). Append-only. */
 typedef enum {
     GR_SHAPES_EXACT = 0, /* one graph per binding of the symbolic dims (LRU under graph_memory_mb) */
-    GR_SHAPES_PAD,       /* reserved: bindings rounded up to capture sizes (not implemented) */
+    GR_SHAPES_PAD,       /* bindings rounded up to capture sizes where proven row-independent (else exact) */
     GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
-    GR_SHAPES_UPDATE,    /* reserved: a new shape applied to an existing exec (cuGraphExecUpdate) (not implemented) */
-    GR_SHAPES_AUTO,      /* reserved: chosen per segment by measuring (not implemented) */
+    GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
+    GR_SHAPES_AUTO,      /* pad where proven; else one exec per binding while the measured graph memory fits
+                            graph_memory_mb, beyond it the position's exec updated (shapes.c) */
     GR_SHAPES_COUNT
 } gr_shape_policy;
 /* "exact", "pad", "generic", "update", "auto"; "?" when out of range. */
@@ -320,8 +321,32 @@ typedef struct {
     long timed_runs;         /* profiling runs (a segment timed eager or as a graph) */
     long decisions_measured; /* segment decisions made by timing in this session */
     long decisions_loaded;   /* segment decisions taken from the decisions file */
+    /* shape policy update, session totals: */
+    long exec_updates;       /* execs refreshed from another binding's graph (no instantiation) */
+    long exec_updates_refused; /* updates the device refused (a different topology): instantiated instead */
+    long padded_runs;        /* shape policy pad, session total: runs of a binding rounded up to a capture size */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
+
+/* Warm-up ahead of time (graph and auto modes; graphs are otherwise captured lazily, on a
+ * binding's first runs): compiles, warms up and captures the plan of every binding of
+ * symbolic dim `dim` in lo..hi, largest first (the first capture takes the memory the
+ * others reuse), running on zeroed input placeholders; the outputs of these runs are not
+ * readable and the next gr_session_run copies its inputs afresh. Other symbols keep the
+ * values of the last run, else their declared range's only value (GR_ERR_INVALID if neither).
+ * A host-read input (@host) must have been set. progress: a progress line on stderr.
+ * out (may be NULL): what it did and took. GR_ERR_NOT_FOUND (listing the symbols) for an
+ * unknown dim; GR_ERR_SHAPE for a range outside the dim's declared one. */
+typedef struct {
+    int bindings;          /* bindings prepared */
+    double total_ms;       /* wall time of the whole call */
+    double compile_ms;     /* of which building the bindings' plans */
+    double capture_ms;     /* of which capture + instantiation (or exec update) + upload */
+    long captures, instantiations, exec_updates; /* made by this call */
+    double instantiate_ms; /* of capture_ms: instantiation or exec update, and upload */
+} gr_capture_report;
+GR_API gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, int64_t hi, int progress,
+                                          gr_capture_report *out);
 
 /* ---- zero-copy device I/O ---------------------------------------------------------
  * Device buffers are memory of the session's device. CUDA: any device pointer of the
@@ -511,6 +536,11 @@ typedef struct {
     /* rewritten engine: cache positions (0 = prompt_len + max_new_tokens); one plan and one graph
      * serve every generation whose prompt + new tokens fit and whose batch is the same */
     int64_t max_length;
+    /* rewritten engine, greedy: positions decoded per device launch (0 = 16). The step picks its
+     * token and advances its own inputs on the device; a launch replays it up to this many times
+     * (a graph with a WHILE node in graph mode, stopping once every row has finished) and copies
+     * the tokens to the host once. on_token is called per position after each launch. */
+    int64_t steps_per_launch;
 } gr_generate_options;
 /* The step engines of gr_session_generate. Append-only. */
 typedef enum {
@@ -533,6 +563,7 @@ typedef struct {
     long plans;              /* bindings (shape keys) the session holds a compiled plan for */
     int engine;              /* the engine that ran: GR_ENGINE_REFERENCE or GR_ENGINE_REWRITTEN */
     long captures;           /* rewritten engine: graph captures of its session so far (1 in graph mode) */
+    long launches;           /* rewritten engine: launches of the decode loop on the device (0: the host drove every step) */
 } gr_generate_stats;
 
 /* Generates max_new_tokens positions after prompt [batch, prompt_len] (row-major int64) into

@@ -19,3 +19,14 @@ if(Python3_FOUND)
 else()
   message(STATUS "graft: no Python 3 interpreter; py_ops and py_cli are skipped")
 endif()
+# shape policies beyond exact (issue 11): the CLI, and the Python package outside sanitizer builds
+if(Python3_FOUND AND NOT graft_py_deps_missing)
+  set(graft_shp_env "GRAFT_BIN=$<TARGET_FILE:graft_cli>;PYTHONDONTWRITEBYTECODE=1")
+  if(NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
+    set(graft_shp_env "${graft_shp_env};PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>")
+  endif()
+  add_test(NAME py_shape_policies_cli
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_shape_policies_cli.py
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(py_shape_policies_cli PROPERTIES ENVIRONMENT "${graft_shp_env}" TIMEOUT 1800)
+endif()

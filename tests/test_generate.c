@@ -238,6 +238,80 @@ done:
     npy_free(&greedy);
 }
 
+/* ==== (f) the decode loop on the device ===========================================================
+ * The rewritten engine picks greedy tokens and advances its inputs on the device and runs up to
+ * steps_per_launch steps per launch (graph mode: one WHILE graph that stops once every row has
+ * finished). Its ids, new_tokens and streamed tokens must equal the reference engine's bit for
+ * bit: batch 2 and 1, with and without eos (one row finishing early; every row finishing early),
+ * several launch sizes, eager and graph. */
+static void test_device_loop(const char *model) {
+    npy_array prompt = {0}, greedy = {0};
+    if (!read_npy(model, "prompt.npy", &prompt) || !read_npy(model, "greedy.npy", &greedy)) goto done;
+    int64_t B = prompt.dims[0], P = prompt.dims[1], W = greedy.dims[1], N = W - P;
+    const int64_t *g = greedy.data;
+    int64_t *want = calloc((size_t)(B * W), 8), *got = calloc((size_t)(B * W), 8);
+    static const gr_mode modes[] = {GR_MODE_EAGER, GR_MODE_GRAPH};
+    /* eos cases: none; row 0's token at step 2 (that row stops early); with batch 1, row 0's token
+     * at step 4 (every row stops early: the loop ends before max_new_tokens) */
+    const int64_t eos_cases[3] = {-1, g[P + 2], g[P + 4]};
+    for (int m = 0; m < 2; m++) {
+        gr_session_t ref = open_session(model, modes[m], true), s = open_session(model, modes[m], true);
+        if (!ref || !s) {
+            gr_session_destroy(ref);
+            gr_session_destroy(s);
+            continue;
+        }
+        for (int bi = 0; bi < 2; bi++) {
+            int64_t b = bi ? 1 : B;
+            for (int ec = 0; ec < 3; ec++) {
+                if (ec == 2 && b != 1) continue;
+                static const int64_t per_cases[] = {1, 5, 0, 64};
+                for (size_t pc = 0; pc < sizeof per_cases / sizeof per_cases[0]; pc++) {
+                    gr_generate_options o;
+                    gr_generate_options_init(&o);
+                    o.max_new_tokens = N;
+                    o.eos_id = eos_cases[ec];
+                    o.pad_id = ec == 1 ? 0 : -1;
+                    o.engine = GR_ENGINE_REFERENCE;
+                    stream_log lr = {0}, lg = {0};
+                    o.on_token = on_token;
+                    o.user = &lr;
+                    gr_generate_stats sr, sg;
+                    memset(want, 0xff, (size_t)(B * W) * 8);
+                    memset(got, 0xee, (size_t)(B * W) * 8);
+                    CHECK_OK(gr_session_generate(ref, &o, prompt.data, b, P, want, &sr));
+                    o.engine = GR_ENGINE_REWRITTEN;
+                    o.steps_per_launch = per_cases[pc];
+                    o.user = &lg;
+                    CHECK_OK(gr_session_generate(s, &o, prompt.data, b, P, got, &sg));
+                    int64_t bad = mismatches(got, want, b * W);
+                    CHECK_MSG(bad == 0, "%s device loop (%s, batch %lld, eos %lld, %lld per launch): %lld of %lld ids differ from the "
+                              "reference engine's", model, m ? "graph" : "eager", (long long)b, (long long)o.eos_id,
+                              (long long)o.steps_per_launch, (long long)bad, (long long)(b * W));
+                    CHECK_MSG(sg.new_tokens == sr.new_tokens && lg.calls == lr.calls && lg.tokens == lr.tokens,
+                              "%s device loop: %lld new tokens / %lld calls, reference %lld / %lld", model, (long long)sg.new_tokens,
+                              (long long)lg.calls, (long long)sr.new_tokens, (long long)lr.calls);
+                    CHECK(!memcmp(lg.seen, lr.seen, sizeof lg.seen));
+                    int64_t per = o.steps_per_launch ? o.steps_per_launch : 16;
+                    int64_t most = (N - 1 + per - 1) / per;
+                    CHECK_MSG(sg.engine == GR_ENGINE_REWRITTEN && sg.launches >= 1 && sg.launches <= most,
+                              "%s device loop: engine %d, %ld launches (at most %lld expected)", model, sg.engine, sg.launches,
+                              (long long)most);
+                    if (ec == 0) CHECK(sg.launches == most && sg.new_tokens == N);
+                    if (ec == 2) CHECK_MSG(sg.new_tokens < N, "%s: eos %lld did not stop batch 1 early", model, (long long)o.eos_id);
+                }
+            }
+        }
+        gr_session_destroy(ref);
+        gr_session_destroy(s);
+    }
+    free(want);
+    free(got);
+done:
+    npy_free(&prompt);
+    npy_free(&greedy);
+}
+
 /* ==== (e) bad bindings and bad calls ============================================================== */
 static void test_errors(void) {
     gr_session_t s = open_session("gpt2", GR_MODE_EAGER, false);
@@ -324,16 +398,19 @@ static void test_errors(void) {
 
 /* ==== allocation failures: every one fails cleanly (GR_ERR_NOMEM), leaks nothing, and the session
  * generates afterwards ==================================================================================== */
-static gr_session_t fresh_llama(void) {
+static gr_session_t fresh_llama_mode(gr_mode mode) {
     gr_graph_t g = load("llama");
     gr_session_options so;
     gr_session_options_init(&so);
     so.device = GR_DEVICE_SIM;
+    so.mode = mode;
     gr_session_t t = NULL;
     if (g) CHECK_OK(gr_session_create(g, &so, &t));
     gr_graph_destroy(g);
     return t;
 }
+
+static gr_session_t fresh_llama(void) { return fresh_llama_mode(GR_MODE_EAGER); }
 
 static void test_alloc_failures(void) {
     enum { W = 2 + 5 };
@@ -377,14 +454,62 @@ static void test_alloc_failures(void) {
     CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
 }
 
+/* The rewritten engine's decode loop under allocation failures: engine creation (the rewrite, the
+ * loop pass, the child session, its plan) and the loop's launches fail cleanly with GR_ERR_NOMEM,
+ * leak nothing, and the session generates the right ids once memory is back. */
+static void test_alloc_failures_loop(gr_mode mode) {
+    enum { W = 2 + 6 };
+    int64_t prompt[2] = {5, 6}, want[W], got[W];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = 6;
+    o.engine = GR_ENGINE_REWRITTEN;
+    o.steps_per_launch = 2;
+    gr_session_t s = fresh_llama_mode(mode);
+    if (!s) return;
+    int bound = 0;
+    CHECK_OK(gr_session_bind_state_auto(s, &bound));
+    gr_debug_fail_alloc_after(0);
+    gr_generate_stats st0;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 2, want, &st0));
+    long total = gr_debug_fail_alloc_after(0);
+    CHECK(st0.launches == 3);
+    gr_session_destroy(s);
+    int failures = 0;
+    for (long n = 1; n <= total; n += n < 60 ? 1 : 97) {
+        long live0 = gr_debug_live_allocs();
+        gr_session_t t = fresh_llama_mode(mode);
+        if (!t) break;
+        CHECK_OK(gr_session_bind_state_auto(t, &bound));
+        gr_debug_fail_alloc_after(n);
+        gr_status st = gr_session_generate(t, &o, prompt, 1, 2, got, NULL);
+        gr_debug_fail_alloc_after(0);
+        if (st == GR_OK) {
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing: wrong ids without an error", n);
+        } else {
+            failures++;
+            CHECK_MSG(st == GR_ERR_NOMEM, "allocation %ld failing gave %s: %s", n, gr_status_name(st), gr_last_error());
+            memset(got, 0, sizeof got);
+            CHECK_OK(gr_session_generate(t, &o, prompt, 1, 2, got, NULL));
+            CHECK_MSG(!memcmp(got, want, sizeof want), "allocation %ld failing, then a generation: wrong ids", n);
+        }
+        gr_session_destroy(t);
+        CHECK_MSG(gr_debug_live_allocs() == live0, "allocation %ld failing: %ld allocations leaked", n, gr_debug_live_allocs() - live0);
+    }
+    CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
+}
+
 int main(void) {
     long live0 = gr_debug_live_allocs();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         test_reference_ids(models[i]);
         test_sampling_and_eos(models[i]);
+        test_device_loop(models[i]);
     }
     test_errors();
     test_alloc_failures();
+    test_alloc_failures_loop(GR_MODE_EAGER);
+    test_alloc_failures_loop(GR_MODE_GRAPH);
     CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
     return check_summary("test_generate");
 }

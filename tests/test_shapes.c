@@ -116,8 +116,8 @@ static void test_policy_options(void) {
 
     gr_graph_t g = parse_model();
     gr_session_t s = NULL;
-    static const char *const reserved[] = {"pad", "generic", "update", "auto"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const reserved[] = {"generic"};
+    for (int k = 0; k < (int)(sizeof reserved / sizeof reserved[0]); k++) {
         o = opts(GR_MODE_GRAPH);
         CHECK_OK(gr_shape_policy_parse(reserved[k], &o.shape_policy));
         char want[64];

@@ -46,6 +46,10 @@ const char graft_generate_usage[] =
     "                         reference: one binding per position; auto (default): the\n"
     "                         rewritten one where the model allows it and it agrees with\n"
     "                         the reference on the prompt\n"
+    "  --steps-per-launch K   rewritten engine, greedy: the step picks its token and advances\n"
+    "                         its inputs on the device; up to K steps per launch (graph\n"
+    "                         mode: one graph with a WHILE node stopping at eos), one\n"
+    "                         copy of the tokens per launch (default 16)\n"
     "  --prompt-mode auto|whole|tokens  the prompt as one step (whole; needs a symbolic\n"
     "                         seq), one step per token (tokens), or whole where the export\n"
     "                         allows (auto, default); both give the same ids\n"
@@ -84,7 +88,7 @@ static int gen_api_fail(gr_status st, const char *context) {
 /* ==== options ======================================================================================= */
 typedef struct {
     const char *model, *prompt, *out_dir, *cache_dir;
-    int64_t max_new, beams, eos, pad, top_k, max_length;
+    int64_t max_new, beams, eos, pad, top_k, max_length, steps_per_launch;
     double top_p, temperature, length_penalty;
     uint64_t seed;
     bool sample, quiet, verbose, have_max_new, sampling_opt;
@@ -142,7 +146,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         static const char *const valued[] = {"--prompt", "--max-new-tokens", "--beams", "--eos", "--pad", "--top-k", "--top-p",
                                              "--temperature", "--seed", "--output-dir", "--device", "--mode", "--arena",
                                              "--precision", "--cache-dir", "--prompt-mode", "--state", "--max-length",
-                                             "--length-penalty", "--max-rerecords", "--engine"};
+                                             "--length-penalty", "--max-rerecords", "--engine", "--steps-per-launch"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -167,6 +171,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--temperature")) ok = parse_f64(v, &o->temperature) && o->temperature > 0, o->sampling_opt = true;
         else if (!strcmp(a, "--length-penalty")) ok = parse_f64(v, &o->length_penalty);
         else if (!strcmp(a, "--max-length")) ok = parse_i64(v, &o->max_length) && o->max_length > 0;
+        else if (!strcmp(a, "--steps-per-launch")) ok = parse_i64(v, &o->steps_per_launch) && o->steps_per_launch > 0;
         else if (!strcmp(a, "--max-rerecords")) {
             int64_t n;
             ok = parse_i64(v, &n) && n > 0 && n <= INT32_MAX;
@@ -214,6 +219,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
                 {"--temperature", "a number > 0"}, {"--seed", "an integer >= 0"}, {"--device", "sim, cuda or auto"},
                 {"--mode", "eager, graph or auto"}, {"--arena", "per-shape or max"}, {"--prompt-mode", "auto, whole or tokens"}, {"--engine", "auto, reference or rewritten"},
                 {"--precision", "bf16 or f16"}, {"--state", "PRESENT=PAST"}, {"--max-length", "an integer > 0"},
+                {"--steps-per-launch", "an integer > 0"},
                 {"--length-penalty", "a finite number"}, {"--max-rerecords", "an integer > 0"}};
             const char *hint = "a valid value";
             for (size_t k = 0; k < sizeof hints / sizeof hints[0]; k++)
@@ -423,6 +429,7 @@ static int run_generate(const gen_opts *o) {
     go.prompt_mode = o->prompt_mode;
     go.engine = o->engine;
     go.max_length = o->max_length;
+    go.steps_per_launch = o->steps_per_launch;
     stream_ctx sc = {.quiet = o->quiet};
     go.on_token = on_token;
     go.user = &sc;
@@ -450,6 +457,8 @@ static int run_generate(const gen_opts *o) {
     printf("  %-22s %s\n", "engine",
            gs.engine == GR_ENGINE_REWRITTEN ? "rewritten (one step shape, cache in place)" : "reference (one binding per position)");
     if (gs.engine == GR_ENGINE_REWRITTEN) printf("  %-22s %ld\n", "rewritten-step graphs", gs.captures);
+    if (gs.engine == GR_ENGINE_REWRITTEN)
+        printf("  %-22s %ld%s\n", "device-loop launches", gs.launches, gs.launches ? "" : " (the host drove every step)");
     printf("  %-22s %.3f ms\n", "prompt", gs.prompt_us / 1e3);
     printf("  %-22s %.3f ms (%lld steps)\n", "ms per token", gs.ms_per_token, (long long)gs.decode_steps);
     printf("  %-22s %.1f (batch x new tokens / total time)\n", "tokens/s", gs.tokens_per_s);

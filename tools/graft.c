@@ -167,8 +167,15 @@ static const char usage_inputs[] =
     "                         runs, the faster kept)\n"
     "  --shapes exact|pad|generic|update|auto  graph mode over many shapes: how the\n"
     "                         bindings of symbolic dims share CUDA graphs (default\n"
-    "                         exact: one graph per binding; the others are reserved\n"
-    "                         and refused for now)\n"
+    "                         exact: one graph per binding; update: one exec per\n"
+    "                         segment, each binding's capture applied to it with\n"
+    "                         cudaGraphExecUpdate; pad: rounded up to capture sizes\n"
+    "                         where proven row-independent (explain says why not);\n"
+    "                         auto: pad, else exact within --graph-memory-mb and\n"
+    "                         update beyond; generic is reserved and refused)\n"
+    "  --capture-range NAME=LO:HI  graph mode: capture every binding of dim NAME in\n"
+    "                         LO..HI ahead of time, largest first, with a progress\n"
+    "                         line and the time it took (default: lazily, on first use)\n"
     "  --graph-memory-mb N    graph mode: device memory all bindings' graphs may hold\n"
     "                         (MiB, fractions allowed; default no limit); the least\n"
     "                         recently used bindings' graphs are evicted, re-captured\n"
@@ -273,6 +280,8 @@ typedef struct {
     int arena;  /* GR_ARENA_*, or -1: the library's default */
     int shapes; /* gr_shape_policy, or -1: the library's default */
     double graph_memory_mb; /* 0: no limit */
+    kv_arg capture;         /* --capture-range NAME=LO:HI (name NULL: none) */
+    int64_t capture_lo, capture_hi;
     const char *cache_dir;
     uint64_t seed;
     long iters, warmup, repeats;
@@ -393,6 +402,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         int need = 0;
         if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
             !strcmp(optname, "--arena") || !strcmp(optname, "--shapes") || !strcmp(optname, "--graph-memory-mb") ||
+            !strcmp(optname, "--capture-range") ||
             !strcmp(optname, "--cache-dir") || !strcmp(optname, "--tp") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
@@ -451,6 +461,12 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         } else if (!strcmp(optname, "--precision")) {
             if (gr_precision_parse(value, &o->precision) != GR_OK) {
                 errorf("--precision: unknown precision '%s' (expected bf16 or f16)", show(value));
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(optname, "--capture-range")) {
+            if (parse_kv(optname, value, &o->capture)) return EXIT_USAGE;
+            if (!parse_range(o->capture.value, &o->capture_lo, &o->capture_hi) || o->capture_hi >= INT64_MAX / 2) {
+                errorf("--capture-range %s: expected NAME=LO:HI with integers 0 <= LO <= HI", show(value));
                 return EXIT_USAGE;
             }
         } else if (!strcmp(optname, "--dim-range")) {
@@ -879,6 +895,8 @@ static int load_graph(const char *path, gr_graph_t *g) {
     return 0;
 }
 
+static gr_capture_report capture_report; /* --capture-range: what the warm-up ahead took (bench --json) */
+
 static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     gr_session_options so;
     gr_session_options_init(&so);
@@ -897,6 +915,19 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     if (st != GR_OK) {
         *sess = NULL;
         return api_fail(st, o->model);
+    }
+    if (o->capture.name) {
+        char name[256];
+        size_t n = o->capture.name_len < sizeof name - 1 ? o->capture.name_len : sizeof name - 1;
+        memcpy(name, o->capture.name, n);
+        name[n] = 0;
+        st = gr_session_capture_range(*sess, name, o->capture_lo, o->capture_hi, 1, &capture_report);
+        if (st != GR_OK) return api_fail(st, "--capture-range");
+        fprintf(stderr, "graft: captured %d bindings ahead in %.1f ms (compile %.1f ms, capture + instantiation %.1f ms of which "
+                        "instantiation or exec update %.1f ms; %ld captures, %ld instantiations, %ld exec updates)\n",
+                capture_report.bindings, capture_report.total_ms, capture_report.compile_ms, capture_report.capture_ms,
+                capture_report.instantiate_ms,
+                capture_report.captures, capture_report.instantiations, capture_report.exec_updates);
     }
     return 0;
 }
@@ -1344,6 +1375,8 @@ static int cmd_bench(const cli_opts *o) {
         printf("segments             %d (%d in graphs)\n", stats.segments, stats.segments_in_graphs);
         printf("captures             %ld (%ld instantiations, %ld evictions, %ld graphs held, %ld plans dropped)\n",
                stats.captures, stats.instantiations, stats.evictions, stats.graphs_live, stats.plans_evicted);
+        if (stats.exec_updates || stats.exec_updates_refused)
+            printf("exec updates         %ld (%ld refused: instantiated instead)\n", stats.exec_updates, stats.exec_updates_refused);
         print_bytes("graph memory", stats.graph_bytes);
         print_bytes("graph memory, peak", stats.graph_bytes_peak);
         if (stats.graph_budget_bytes) print_bytes("graph memory budget", stats.graph_budget_bytes);
@@ -1431,7 +1464,12 @@ static int cmd_bench(const cli_opts *o) {
                         stats.graph_bytes, stats.graph_bytes_peak, stats.graph_budget_bytes);
                 fprintf(f, "  \"instantiations\": %ld,\n  \"evictions\": %ld,\n  \"graphs_live\": %ld,\n  \"over_budget\": %ld,\n",
                         stats.instantiations, stats.evictions, stats.graphs_live, stats.over_budget);
-                fprintf(f, "  \"plans_evicted\": %ld,\n", stats.plans_evicted);
+                if (o->capture.name)
+                    fprintf(f, "  \"capture_range_bindings\": %d,\n  \"capture_range_ms\": %.3f,\n  \"capture_range_capture_ms\": %.3f,\n"
+                               "  \"capture_range_instantiate_ms\": %.3f,\n",
+                            capture_report.bindings, capture_report.total_ms, capture_report.capture_ms, capture_report.instantiate_ms);
+                fprintf(f, "  \"plans_evicted\": %ld,\n  \"exec_updates\": %ld,\n  \"exec_updates_refused\": %ld,\n",
+                        stats.plans_evicted, stats.exec_updates, stats.exec_updates_refused);
                 fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
                         stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);

@@ -122,6 +122,12 @@ class Output(ctypes.Structure):
     _fields_ = [("generation", ctypes.c_uint64), ("index", ctypes.c_int)]
 
 
+class CaptureReport(ctypes.Structure):
+    _fields_ = [("bindings", ctypes.c_int), ("total_ms", ctypes.c_double), ("compile_ms", ctypes.c_double),
+                ("capture_ms", ctypes.c_double), ("captures", ctypes.c_long), ("instantiations", ctypes.c_long),
+                ("exec_updates", ctypes.c_long), ("instantiate_ms", ctypes.c_double)]
+
+
 class RunStats(ctypes.Structure):
     _fields_ = [("time_us", ctypes.c_double), ("gpu_time_us", ctypes.c_double), ("kernels", ctypes.c_long),
                 ("kernels_in_graphs", ctypes.c_long), ("graph_launches", ctypes.c_long), ("copies", ctypes.c_long),
@@ -132,7 +138,9 @@ class RunStats(ctypes.Structure):
                 ("graph_bytes", ctypes.c_size_t), ("graph_bytes_peak", ctypes.c_size_t),
                 ("graph_budget_bytes", ctypes.c_size_t), ("instantiations", ctypes.c_long), ("evictions", ctypes.c_long),
                 ("graphs_live", ctypes.c_long), ("over_budget", ctypes.c_long), ("plans_evicted", ctypes.c_long), ("timed_runs", ctypes.c_long),
-                ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long)]
+                ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long),
+                ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long),
+                ("padded_runs", ctypes.c_long)]
 
 
 class KernelStats(ctypes.Structure):
@@ -176,6 +184,7 @@ _fn("gr_graph_input_dims", _i, _vp, _i, _i, _P(_cp), c_int64_p, c_int64_p)
 _fn("gr_graph_explain", _i, _vp, _P(_vp))
 _fn("gr_free_string", None, _vp)
 _fn("gr_session_options_init", None, _P(SessionOptions))
+_fn("gr_shape_policy_parse", _i, _cp, _P(_i))
 _fn("gr_session_create", _i, _vp, _P(SessionOptions), _P(_vp))
 _fn("gr_session_destroy", None, _vp)
 _fn("gr_session_device_name", _cp, _vp)
@@ -192,6 +201,7 @@ _fn("gr_session_output_read", _i, _vp, Output, _vp, _sz)
 _fn("gr_session_output_nbytes", _sz, _vp, Output)
 _fn("gr_session_output_device_ptr", _i, _vp, Output, _P(_vp))
 _fn("gr_session_stats", _i, _vp, _P(RunStats))
+_fn("gr_session_capture_range", _i, _vp, _cp, ctypes.c_int64, ctypes.c_int64, _i, _P(CaptureReport))
 _fn("gr_session_kernel_stats", _i, _vp, _P(KernelStats))
 _fn("gr_session_explain", _i, _vp, _P(_vp))
 _fn("gr_session_device_alloc", _i, _vp, _sz, _P(_vp))
@@ -210,14 +220,14 @@ class GenerateOptions(ctypes.Structure):
                 ("top_k", ctypes.c_int), ("top_p", ctypes.c_double), ("temperature", ctypes.c_double),
                 ("seed", ctypes.c_uint64), ("prompt_mode", ctypes.c_int), ("on_token", TOKEN_FN), ("user", _vp),
                 ("input_ids", _cp), ("attention_mask", _cp), ("position_ids", _cp), ("logits", _cp),
-                ("engine", ctypes.c_int), ("max_length", ctypes.c_int64)]
+                ("engine", ctypes.c_int), ("max_length", ctypes.c_int64), ("steps_per_launch", ctypes.c_int64)]
 
 
 class GenerateStats(ctypes.Structure):
     _fields_ = [("prompt_us", ctypes.c_double), ("decode_us", ctypes.c_double), ("prompt_steps", ctypes.c_int64),
                 ("decode_steps", ctypes.c_int64), ("new_tokens", ctypes.c_int64), ("ms_per_token", ctypes.c_double),
                 ("tokens_per_s", ctypes.c_double), ("plans", ctypes.c_long),
-                ("engine", ctypes.c_int), ("captures", ctypes.c_long)]
+                ("engine", ctypes.c_int), ("captures", ctypes.c_long), ("launches", ctypes.c_long)]
 
 
 _fn("gr_session_bind_state", _i, _vp, _cp, _cp)

@@ -48,7 +48,7 @@ def states(session):
 
 def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, pad_id=None, sample=False, top_k=0, top_p=1.0,
              temperature=1.0, seed=0, length_penalty=1.0, prompt_mode="auto", on_token=None, state=None, engine="auto",
-             max_length=0, input_ids=None,
+             max_length=0, steps_per_launch=0, input_ids=None,
              attention_mask=None, position_ids=None, logits=None, return_stats=False, **load_options):
     """Generates max_new_tokens positions after `prompt` (int [batch, prompt_len]); returns int64
     [batch, prompt_len + max_new_tokens], the prompt first (and the stats with return_stats=True).
@@ -64,6 +64,7 @@ def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, p
     engine: "auto" (the rewritten KV cache where the model allows it, checked against the per-length
     step once per session; else the reference), "reference" or "rewritten" (an error where it cannot run);
     max_length: cache positions of the rewritten engine (0: prompt_len + max_new_tokens);
+    steps_per_launch: rewritten engine, greedy: positions decoded on the device per launch (0: 16);
     input_ids, attention_mask, position_ids, logits: the model's names when they differ.
     """
     from .session import Session, load
@@ -77,14 +78,14 @@ def generate(session_or_path, prompt, max_new_tokens, *, beams=1, eos_id=None, p
     try:
         return _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, top_p, temperature, seed,
                          length_penalty, prompt_mode, on_token, state, (input_ids, attention_mask, position_ids, logits),
-                         return_stats, engine, max_length)
+                         return_stats, engine, max_length, steps_per_launch)
     finally:
         if owned is not None:
             owned.close()
 
 
 def _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, top_p, temperature, seed, length_penalty,
-              prompt_mode, on_token, state, names, return_stats, engine="auto", max_length=0):
+              prompt_mode, on_token, state, names, return_stats, engine="auto", max_length=0, steps_per_launch=0):
     p = np.asarray(prompt)
     if p.ndim != 2 or not np.issubdtype(p.dtype, np.integer):
         raise C.InvalidError("graft.generate: the prompt must be an integer array [batch, prompt_len], got %s %s" % (p.dtype, p.shape),
@@ -111,6 +112,9 @@ def _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, t
     if engine not in _ENGINES:
         raise ValueError("graft.generate: engine=%r: expected one of %s" % (engine, ", ".join(map(repr, _ENGINES))))
     o.engine, o.max_length = _ENGINES[engine], int(max_length)
+    if int(steps_per_launch) < 0:
+        raise ValueError("graft.generate: steps_per_launch=%r must be >= 0 (0: the default)" % (steps_per_launch,))
+    o.steps_per_launch = int(steps_per_launch)
     keep = [name.encode() if name else None for name in names]
     o.input_ids, o.attention_mask, o.position_ids, o.logits = keep
     errors = []

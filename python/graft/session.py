@@ -45,7 +45,8 @@ _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
 
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
-         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None, tp=1):
+         arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None,
+         shapes="exact", graph_memory_mb=0, tp=1):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -53,6 +54,8 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     dims: {"seq": (lo, hi)} declares symbolic dims' ranges (hi None: unbounded).
     arena: "per_shape" or "max" (one arena for the largest binding; needs every dim's hi).
     max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
+    shapes: graph mode over many shapes, "exact" (one graph per binding) or "update" (one exec
+        per segment, cudaGraphExecUpdate); graph_memory_mb: the graphs' memory budget (0: none).
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
     fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
     precision: None (run as exported), "bf16" or "f16": convert an f32 model at load, as
@@ -80,6 +83,9 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
         opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
         opts.precision = _PRECISIONS[precision]
+        policy = ctypes.c_int()
+        C.check(lib.gr_shape_policy_parse(str(shapes).encode(), ctypes.byref(policy)))
+        opts.shape_policy, opts.graph_memory_mb = policy.value, float(graph_memory_mb)
         opts.tp = tp
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
@@ -287,6 +293,14 @@ class Session:
         C.check(lib.gr_session_kernel_stats(self._h(), ctypes.byref(ks)))
         out["kernel_prep"] = {name: getattr(ks, name) for name, _ in C.KernelStats._fields_}
         return out
+
+    def capture_range(self, dim, lo, hi, progress=False):
+        """Captures every binding of symbolic dim `dim` in lo..hi ahead of time, largest first
+        (gr_session_capture_range); returns what it did and took (bindings, total_ms,
+        compile_ms, capture_ms, captures, instantiations, exec_updates)."""
+        r = C.CaptureReport()
+        C.check(lib.gr_session_capture_range(self._h(), dim.encode(), int(lo), int(hi), int(bool(progress)), ctypes.byref(r)))
+        return {name: getattr(r, name) for name, _ in C.CaptureReport._fields_}
 
     # ---- generation (graft.generate) ----
     def bind_state(self, output, input):

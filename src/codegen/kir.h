@@ -270,6 +270,9 @@ gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool
  * t's code with k's slot values, and k's name, parameter names, source node and
  * gather origins (for messages). GR_ERR_INVALID when the structures differ. */
 gr_status gr_kernel_instantiate(const gr_kernel *t, const gr_kernel *k, gr_kernel **out);
+/* The same where the caller has just established gr_kernel_structure_equal(t, k) (a device's
+ * template lookup): the structures are not compared a second time. */
+gr_status gr_kernel_instantiate_same(const gr_kernel *t, const gr_kernel *k, gr_kernel **out);
 
 /* RANDOM's 64 bits for a seed and counter (the definition at the top of this file); the
  * interpreter and host code that must draw the same numbers (seeded sampling) share it. */

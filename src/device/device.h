@@ -55,6 +55,10 @@ typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
  *   the faster choice for static models. A kernel with more than GR_KMAX_SLOTS slots is
  *   prepared literally (counted in gr_dev_kstats.generic_fallbacks). */
 #define GR_KPREP_GENERIC 1u
+/* GR_KPREP_BORROW: k outlives the gr_kfunc and does not change while it lives (a plan's step
+ *   kernels, released after their gr_kfuncs), so the device may keep a pointer to k instead
+ *   of a copy: a new binding's plan then copies none of its kernels again (CUDA). */
+#define GR_KPREP_BORROW 2u
 
 /* Kernel preparation counters of one device, since it was created. */
 typedef struct {

@@ -25,8 +25,20 @@ void gr_ir_attr_free(gr_ir_attr *a) {
     memset(a, 0, sizeof *a);
 }
 
+void gr_ir_value_name_free(gr_ir_value *v) {
+    if (!v->name_borrowed) gr_strfree(v->name);
+    v->name = NULL;
+    v->name_borrowed = false;
+}
+
+void gr_ir_node_name_free(gr_ir_node *n) {
+    if (!n->name_borrowed) gr_strfree(n->name);
+    n->name = NULL;
+    n->name_borrowed = false;
+}
+
 static void node_free(gr_ir_node *n) {
-    gr_strfree(n->name);
+    gr_ir_node_name_free(n);
     gr_free(n->in, (size_t)n->n_in * sizeof(int));
     gr_free(n->out, (size_t)n->n_out * sizeof(int));
     for (int i = 0; n->attrs && i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
@@ -36,7 +48,7 @@ static void node_free(gr_ir_node *n) {
 void gr_ir_graph_destroy(gr_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->values.len; i++) {
-        gr_strfree(g->values.data[i].name);
+        gr_ir_value_name_free(&g->values.data[i]);
         if (!g->values.data[i].borrowed) gr_free(g->values.data[i].data, g->values.data[i].nbytes);
     }
     for (int i = 0; i < g->nodes.len; i++) node_free(&g->nodes.data[i]);
@@ -328,7 +340,7 @@ int gr_ir_find_node(const gr_graph *g, const char *name) { return name ? index_f
 gr_status gr_ir_rename_value(gr_graph *g, int v, const char *name) {
     char *copy = gr_strdup(name);
     if (!copy) return gr_nomem();
-    gr_strfree(g->values.data[v].name);
+    gr_ir_value_name_free(&g->values.data[v]);
     g->values.data[v].name = copy;
     index_renamed(g, &g->value_index, false, v);
     return GR_OK;
@@ -337,7 +349,7 @@ gr_status gr_ir_rename_value(gr_graph *g, int v, const char *name) {
 gr_status gr_ir_rename_node(gr_graph *g, int n, const char *name) {
     char *copy = gr_strdup(name);
     if (!copy) return gr_nomem();
-    gr_strfree(g->nodes.data[n].name);
+    gr_ir_node_name_free(&g->nodes.data[n]);
     g->nodes.data[n].name = copy;
     index_renamed(g, &g->node_index, true, n);
     return GR_OK;
@@ -500,7 +512,7 @@ void gr_ir_remove_last_node(gr_graph *g) {
     for (int i = n->n_out - 1; i >= 0; i--) {
         if (n->out[i] == g->values.len - 1) {
             gr_ir_value *v = &g->values.data[g->values.len - 1];
-            gr_strfree(v->name);
+            gr_ir_value_name_free(v);
             gr_free(v->data, v->nbytes);
             g->values.len--;
         }
@@ -602,7 +614,9 @@ static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
         gr_ir_value *d = &c->values.data[i];
         d->nbytes = 0;
         d->borrowed = false;
-        if (!(d->name = gr_strdup(g->values.data[i].name))) goto nomem;
+        d->name_borrowed = borrow;
+        if (borrow) d->name = g->values.data[i].name;
+        else if (!(d->name = gr_strdup(g->values.data[i].name))) goto nomem;
         if (g->values.data[i].data && borrow) {
             d->data = g->values.data[i].data;
             d->nbytes = g->values.data[i].nbytes;
@@ -622,7 +636,8 @@ static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
         d->no_fold = s->no_fold;
         d->line = s->line;
         d->col = s->col;
-        d->name = gr_strdup(s->name);
+        d->name_borrowed = borrow;
+        d->name = borrow ? s->name : gr_strdup(s->name);
         d->in = gr_malloc(sizeof(int) * (size_t)s->n_in);
         d->out = gr_malloc(sizeof(int) * (size_t)s->n_out);
         d->attrs = gr_calloc((size_t)s->n_attr, sizeof(gr_ir_attr));
@@ -819,7 +834,7 @@ gr_status gr_ir_prune(gr_graph *g) {
             gr_ir_value *x = &g->values.data[v];
             if (!need[v]) {
                 map[v] = -1;
-                gr_strfree(x->name);
+                gr_ir_value_name_free(x);
                 if (!x->borrowed) gr_free(x->data, x->nbytes);
                 continue;
             }

@@ -185,6 +185,7 @@ typedef struct {
     void *data;
     size_t nbytes;
     bool borrowed;     /* data belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
+    bool name_borrowed; /* so does name (never freed here; a rename gives the value its own) */
     /* where the text or ONNX file defined it, for messages */
     int line, col;
 } gr_ir_value;
@@ -225,7 +226,11 @@ typedef struct {
     gr_ir_attr *attrs;
     int line, col;   /* source location for messages; 0 if built by API */
     bool no_fold;    /* constant folding leaves it to run time (set by the pipeline, see passes.h) */
+    bool name_borrowed; /* name belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
 } gr_ir_node;
+/* Free a value's or node's name unless it is borrowed; the name is NULL afterwards. */
+void gr_ir_value_name_free(gr_ir_value *v);
+void gr_ir_node_name_free(gr_ir_node *n);
 
 /* ---- graph -------------------------------------------------------------------------- */
 /* Name -> index hash table over a graph's values or nodes (ir.c), so that
@@ -264,9 +269,9 @@ gr_status gr_ir_graph_create(gr_graph **out);
 void gr_ir_graph_destroy(gr_graph *g);
 /* Deep copy (subgraphs and constant data included). */
 gr_status gr_ir_graph_clone(const gr_graph *g, gr_graph **out);
-/* The same, but the constants of g's own values keep pointing at g's data
- * (borrowed, never freed by the clone): g must outlive the clone and keep
- * its constants. What the pass pipeline compiles per binding, so a new
+/* The same, but the constants of g's own values keep pointing at g's data,
+ * and the clone's values and nodes keep g's names (borrowed, never freed by
+ * the clone): g must outlive the clone and keep its constants and names. What the pass pipeline compiles per binding, so a new
  * shape copies no weights and its plan shares them (runtime: one upload). */
 gr_status gr_ir_graph_clone_borrow(const gr_graph *g, gr_graph **out);
 

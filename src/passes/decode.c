@@ -507,3 +507,202 @@ fail:
     gr_ir_graph_destroy(g);
     return st;
 }
+
+/* ---- the decode loop on the device -------------------------------------------------------- */
+static gr_status cast_to(gr_graph *g, int x, gr_dtype t, int *out) {
+    if (g->values.data[x].typed && g->values.data[x].dtype == t) {
+        *out = x;
+        return GR_OK;
+    }
+    gr_ir_attr a = {.name = "to", .kind = GR_IR_ATTR_STRING, .s = (char *)gr_dtype_name(t)};
+    return node1(g, GR_OP_CAST, NULL, 1, &x, 1, &a, out);
+}
+
+static gr_status binary(gr_graph *g, gr_op op, int a, int b, int *out) {
+    int in[2] = {a, b};
+    return node1(g, op, NULL, 2, in, 0, NULL, out);
+}
+
+static gr_status shaped(gr_graph *g, gr_op op, int x, int ndim, const int64_t *dims, int *out) {
+    gr_ir_attr s = {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = (int64_t *)dims, .n = ndim};
+    return node1(g, op, NULL, 1, &x, 1, &s, out);
+}
+
+/* min over every element of a rank-nd i64 value, as [1] */
+static gr_status min_all(gr_graph *g, int x, int nd, int *out) {
+    int64_t axes[GR_MAX_DIMS], one[1] = {1};
+    for (int d = 0; d < nd; d++) axes[d] = d;
+    gr_ir_attr a[2];
+    memset(a, 0, sizeof a);
+    a[0] = (gr_ir_attr){.name = "axes", .kind = GR_IR_ATTR_INTS, .ints = axes, .n = nd};
+    a[1] = (gr_ir_attr){.name = "keepdims", .kind = GR_IR_ATTR_INT, .i = 0};
+    int m;
+    GR_TRY(node1(g, GR_OP_REDUCE_MIN, NULL, 1, &x, 2, a, &m));
+    return shaped(g, GR_OP_RESHAPE, m, 1, one, out);
+}
+
+/* An output named `name`, written in place into input `into` (-1: none). */
+static gr_status loop_output(gr_graph *g, int v, const char *name, int into) {
+    GR_TRY(gr_ir_rename_value(g, v, name));
+    g->values.data[v].inplace_of = into >= 0 ? into + 1 : 0;
+    return gr_ir_add_output(g, v);
+}
+
+/* The input named `name`, or -1 (name NULL or not an input). */
+static int loop_input(const gr_graph *g, const char *name) {
+    int v = name ? gr_ir_find_value(g, name) : -1;
+    return v >= 0 && g->values.data[v].kind == GR_VAL_INPUT ? v : -1;
+}
+
+gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec) {
+    int kv = loop_input(g, "graft.kv_len"), ids = loop_input(g, spec->input_ids);
+    int pos = loop_input(g, spec->position_ids), mask = loop_input(g, spec->attention_mask);
+    int lo = spec->logits ? gr_ir_find_value(g, spec->logits) : -1;
+    if (kv < 0) return gr_error(GR_ERR_INVALID, "decode loop: the graph has no input 'graft.kv_len' (run the decode rewrite first)");
+    if (ids < 0) return gr_error(GR_ERR_INVALID, "decode loop: no token-ids input '%s'", spec->input_ids ? spec->input_ids : "(none)");
+    if (lo < 0 || g->values.data[lo].producer < 0)
+        return gr_error(GR_ERR_INVALID, "decode loop: no logits output '%s'", spec->logits ? spec->logits : "(none)");
+    const gr_ir_value *iv = &g->values.data[ids], *lv = &g->values.data[lo];
+    if (iv->ndim != 2 || iv->dims[1].size != 1 || (iv->dtype != GR_I64 && iv->dtype != GR_I32))
+        return gr_error(GR_ERR_UNSUPPORTED, "decode loop: token ids '%s' are not i64/i32 [batch, 1]", iv->name);
+    int64_t b = iv->dims[0].size;
+    if (lv->ndim != 3 || lv->dims[0].size != b || lv->dims[1].size != 1 || !gr_dtype_is_float(lv->dtype))
+        return gr_error(GR_ERR_UNSUPPORTED, "decode loop: logits '%s' are not floats [batch, 1, vocab]", lv->name);
+    if (pos >= 0 && (g->values.data[pos].ndim != 2 || g->values.data[pos].dims[0].size != b || g->values.data[pos].dims[1].size != 1))
+        return gr_error(GR_ERR_UNSUPPORTED, "decode loop: position ids '%s' are not [batch, 1]", g->values.data[pos].name);
+    if (mask >= 0 && (g->values.data[mask].ndim != 2 || g->values.data[mask].dims[0].size != b ||
+                      g->values.data[mask].dims[1].size != spec->max_len))
+        return gr_error(GR_ERR_UNSUPPORTED, "decode loop: attention mask '%s' is not [batch, %lld]", g->values.data[mask].name,
+                        (long long)spec->max_len);
+    /* every reader of an input the loop advances must lead to the logits (so it runs before the
+     * token, which every in-place write waits for) */
+    int n = g->nodes.len;
+    unsigned char *anc = gr_calloc((size_t)(n ? n : 1), 1);
+    int *stack = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!anc || !stack) {
+        gr_free(anc, (size_t)(n ? n : 1));
+        gr_free(stack, sizeof(int) * (size_t)(n ? n : 1));
+        return GR_ERR_NOMEM;
+    }
+    int sp = 0;
+    stack[sp++] = lv->producer;
+    anc[lv->producer] = 1;
+    while (sp) {
+        const gr_ir_node *nd = &g->nodes.data[stack[--sp]];
+        for (int k = 0; k < nd->n_in; k++) {
+            int p = nd->in[k] >= 0 ? g->values.data[nd->in[k]].producer : -1;
+            if (p >= 0 && !anc[p]) anc[p] = 1, stack[sp++] = p;
+        }
+    }
+    gr_status st = GR_OK;
+    for (int i = 0; i < n && st == GR_OK; i++) {
+        const gr_ir_node *nd = &g->nodes.data[i];
+        for (int k = 0; k < nd->n_in && st == GR_OK; k++) {
+            int v = nd->in[k];
+            if ((v == kv || v == ids || (v == pos && pos >= 0) || (v == mask && mask >= 0)) && !anc[i])
+                st = refuse(g, i, "reads an input the decode loop advances on the device but does not lead to the logits (graft "
+                                  "cannot order the in-place update after it)");
+        }
+    }
+    gr_free(anc, (size_t)(n ? n : 1));
+    gr_free(stack, sizeof(int) * (size_t)(n ? n : 1));
+    GR_TRY(st);
+    for (int i = 0; i < g->outputs.len; i++) {
+        int v = g->outputs.data[i];
+        if (v == kv || v == ids || (v == pos && pos >= 0) || (v == mask && mask >= 0))
+            return gr_error(GR_ERR_UNSUPPORTED, "decode loop: input '%s' is also an output of the model", g->values.data[v].name);
+    }
+    gr_dtype ids_t = iv->dtype;
+    /* position_ids and attention_mask from kv_len: the model reads values computed on the device */
+    int64_t bshape[2] = {b, 1};
+    if (pos >= 0) {
+        int m1, p1, pc, pe;
+        GR_TRY(const_i64(g, -1, &m1));
+        GR_TRY(binary(g, GR_OP_ADD, kv, m1, &p1));
+        GR_TRY(cast_to(g, p1, g->values.data[pos].dtype, &pc));
+        GR_TRY(shaped(g, GR_OP_EXPAND, pc, 2, bshape, &pe));
+        for (int i = 0; i < g->nodes.len; i++)
+            for (int k = 0; k < g->nodes.data[i].n_in; k++)
+                if (g->nodes.data[i].in[k] == pos && i < n) g->nodes.data[i].in[k] = pe;
+    }
+    if (mask >= 0) {
+        int r, lt, mc, mr, me;
+        int64_t row[2] = {1, spec->max_len}, full[2] = {b, spec->max_len};
+        GR_TRY(positions(g, spec->max_len, 0, 1, &r));
+        GR_TRY(binary(g, GR_OP_LESS, r, kv, &lt));
+        GR_TRY(cast_to(g, lt, g->values.data[mask].dtype, &mc));
+        GR_TRY(shaped(g, GR_OP_RESHAPE, mc, 2, row, &mr));
+        GR_TRY(shaped(g, GR_OP_EXPAND, mr, 2, full, &me));
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < g->nodes.data[i].n_in; k++)
+                if (g->nodes.data[i].in[k] == mask) g->nodes.data[i].in[k] = me;
+    }
+    /* the loop's own state */
+    int fin, eos, pad, stop, tokens;
+    gr_dim d_b1[2] = {gr_dx_const(b), gr_dx_const(1)}, d_1[1] = {gr_dx_const(1)};
+    gr_dim d_tok[2] = {gr_dx_const(spec->max_len), gr_dx_const(b)};
+    GR_TRY(gr_ir_add_input(g, "graft.finished", GR_BOOL, 2, d_b1, &fin));
+    GR_TRY(gr_ir_add_input(g, "graft.eos", GR_I64, 1, d_1, &eos));
+    GR_TRY(gr_ir_add_input(g, "graft.pad", GR_I64, 1, d_1, &pad));
+    GR_TRY(gr_ir_add_input(g, "graft.stop", GR_I64, 1, d_1, &stop));
+    GR_TRY(gr_ir_add_input(g, "graft.tokens", GR_I64, 2, d_tok, &tokens));
+    /* the token: argmax, or pad once a row has finished */
+    int am, am2, tok, tok_in;
+    {
+        gr_ir_attr a[3];
+        memset(a, 0, sizeof a);
+        a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = 2};
+        a[1] = (gr_ir_attr){.name = "keepdims", .kind = GR_IR_ATTR_INT, .i = 0};
+        a[2] = (gr_ir_attr){.name = "select_last_index", .kind = GR_IR_ATTR_INT, .i = 0};
+        GR_TRY(node1(g, GR_OP_ARG_MAX, "graft.greedy", 1, &lo, 3, a, &am));
+    }
+    GR_TRY(shaped(g, GR_OP_RESHAPE, am, 2, bshape, &am2));
+    {
+        int w[3] = {fin, pad, am2};
+        GR_TRY(node1(g, GR_OP_WHERE, NULL, 3, w, 0, NULL, &tok));
+    }
+    GR_TRY(loop_output(g, tok, "graft.next_ids", ids_t == GR_I64 ? ids : -1));
+    if (ids_t != GR_I64) {
+        GR_TRY(cast_to(g, tok, ids_t, &tok_in));
+        GR_TRY(loop_output(g, tok_in, "graft.next_input", ids));
+    }
+    int is_eos, fin2;
+    GR_TRY(binary(g, GR_OP_EQUAL, tok, eos, &is_eos));
+    GR_TRY(binary(g, GR_OP_OR, fin, is_eos, &fin2));
+    GR_TRY(loop_output(g, fin2, "graft.finished_next", fin));
+    /* tokens[kv_len, :] = tok: the ring the host copies once per launch */
+    int col, at, trow, tok2;
+    int64_t rshape[2] = {1, b};
+    GR_TRY(positions(g, spec->max_len, 0, 2, &col));
+    GR_TRY(binary(g, GR_OP_EQUAL, col, kv, &at));
+    GR_TRY(shaped(g, GR_OP_RESHAPE, tok, 2, rshape, &trow));
+    {
+        int w[3] = {at, trow, tokens};
+        GR_TRY(node1(g, GR_OP_WHERE, NULL, 3, w, 0, NULL, &tok2));
+    }
+    GR_TRY(loop_output(g, tok2, "graft.tokens_next", tokens));
+    /* go on while kv_len < stop and some row is unfinished */
+    int fin_i, all, zero, none_done, below, cont_b, cont;
+    GR_TRY(cast_to(g, fin2, GR_I64, &fin_i));
+    GR_TRY(min_all(g, fin_i, 2, &all));
+    GR_TRY(const_i64(g, 0, &zero));
+    GR_TRY(binary(g, GR_OP_EQUAL, all, zero, &none_done));
+    GR_TRY(binary(g, GR_OP_LESS, kv, stop, &below));
+    GR_TRY(binary(g, GR_OP_AND, below, none_done, &cont_b));
+    GR_TRY(cast_to(g, cont_b, GR_I32, &cont));
+    GR_TRY(loop_output(g, cont, "graft.cont", -1));
+    /* kv_len + 1, written after every other reader of kv_len: the increment is
+     * max(min(cont, min(tokens')), 1), which is 1 (cont is 0 or 1, tokens are ids >= 0) but
+     * depends on cont and tokens', so no schedule can run it before them */
+    int cont_i, tmin, dep, one, inc, kv2;
+    GR_TRY(cast_to(g, cont, GR_I64, &cont_i));
+    GR_TRY(min_all(g, tok2, 2, &tmin));
+    GR_TRY(binary(g, GR_OP_MIN, cont_i, tmin, &dep));
+    GR_TRY(const_i64(g, 1, &one));
+    GR_TRY(binary(g, GR_OP_MAX, dep, one, &inc));
+    GR_TRY(binary(g, GR_OP_ADD, kv, inc, &kv2));
+    GR_TRY(loop_output(g, kv2, "graft.kv_next", kv));
+    GR_TRY(reorder(g));
+    GR_TRY(gr_ir_infer_shapes(g));
+    return gr_ir_verify(g);
+}

@@ -172,7 +172,7 @@ static void free_bufs(fold_ctx *c) {
 static void drop_temporaries(fold_ctx *c) {
     gr_graph *g = c->g;
     for (int i = c->values_before; i < g->values.len; i++) {
-        gr_strfree(g->values.data[i].name);
+        gr_ir_value_name_free(&g->values.data[i]);
         gr_free(g->values.data[i].data, g->values.data[i].nbytes);
     }
     if (g->values.len > c->values_before) g->values.len = c->values_before;
@@ -264,7 +264,7 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
 
 /* ==== node removal =========================================================================== */
 static void node_release(gr_ir_node *n) {
-    gr_strfree(n->name);
+    gr_ir_node_name_free(n);
     gr_free(n->in, (size_t)n->n_in * sizeof(int));
     gr_free(n->out, (size_t)n->n_out * sizeof(int));
     for (int i = 0; i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);

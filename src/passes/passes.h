@@ -234,6 +234,25 @@ typedef struct {
 /* *out: a new concrete graph borrowing src's constants (src must outlive it). */
 gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec, gr_graph **out);
 
+/* The decode loop on the device (decode.c), applied to gr_pass_decode_rewrite's graph: the step
+ * picks its next token (argmax, lowest id on ties) and writes the next step's inputs itself, so
+ * that steps replay back to back with no host copy:
+ *   graft.next_ids  = where(graft.finished, graft.pad, argmax(logits))   in place into input_ids
+ *   graft.finished' = finished | next_ids == graft.eos                   in place (bool [b, 1])
+ *   graft.tokens'   = tokens with row kv_len = next_ids                  in place (i64 [max_len, b])
+ *   graft.cont      = kv_len < graft.stop && some row unfinished         (i32 [1]: a WHILE's flag)
+ *   graft.kv_next   = kv_len + 1                                         in place into graft.kv_len
+ * position_ids' readers read kv_len - 1 and attention_mask's read (position < kv_len): the
+ * inputs stay, unread. An in-place write is safe when every other reader of its input runs
+ * before it; graft orders them by data (each write depends on the token, kv_next also on
+ * tokens' and cont) and refuses, naming the node, a model in which a reader of input_ids,
+ * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent. */
+typedef struct {
+    const char *input_ids, *position_ids, *attention_mask, *logits;
+    int64_t max_len;
+} gr_decode_loop_spec;
+gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec);
+
 /* ---- the pipeline ----------------------------------------------------------------------------- */
 /* What one run of the pipeline produces for one concrete shape key. */
 typedef struct {
@@ -296,6 +315,21 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
 /* Sets no_fold on nodes whose first output's element count has degree >= 2 in the symbols
  * (what fold_linear_only does to the pipeline's clone). */
 gr_status gr_pass_mark_superlinear(gr_graph *g);
+/* passes/pad.c: whether running g at a larger value of symbol k, inputs zero-filled past their
+ * real extent, leaves the real part of every output unchanged (shape policy pad): *ok, else
+ * the reason, naming the node, in why. Every dim depending on k must be k itself. Fails only
+ * with GR_ERR_NOMEM.
+ * known (per value, may be NULL): what the padded positions of a value hold because the caller
+ * masked them (GR_PAD_ZERO, GR_PAD_NEG_INF). sites (may be NULL): a softmax, max or sum over the
+ * padded axis, or a contraction over it with a computed operand, is recorded there (up to
+ * max_sites) as an operand to mask with the reduction's identity instead of a refusal. */
+enum { GR_PAD_NONE = 0, GR_PAD_ZERO = 1, GR_PAD_NEG_INF = 2 };
+typedef struct {
+    int node, slot, axis; /* input `slot` of node `node`, padded along `axis` */
+    int fill;             /* GR_PAD_ZERO or GR_PAD_NEG_INF past the real extent */
+} gr_pad_site;
+gr_status gr_pass_pad_proof(const gr_graph *g, int k, const uint8_t *known, gr_pad_site *sites, int max_sites, int *n_sites,
+                            bool *ok, char *why, size_t why_size);
 void gr_compiled_free(gr_compiled *c);
 
 /* ---- `graft dump` ---------------------------------------------------------------------------------- */

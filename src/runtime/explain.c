@@ -93,7 +93,13 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      ps->attention_fused);
     }
     if (s->opt.mode != GR_MODE_EAGER) {
-        gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims)\n", gr_shape_policy_name(s->opt.shape_policy));
+        if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) gr_rt_pad_explain(s, &sb); /* shapes.c */
+        else if (s->opt.shape_policy == GR_SHAPES_UPDATE)
+            gr_sb_printf(&sb, "shape policy: update (one exec per segment position, each binding's capture applied with an exec "
+                              "update: %ld updates, %ld refused and instantiated instead)\n",
+                         s->exec_updates, s->exec_updates_refused);
+        else
+            gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims)\n", gr_shape_policy_name(s->opt.shape_policy));
         gr_sb_printf(&sb, "graph memory: %zu bytes held by %ld graphs (measured on the device: free memory before minus after "
                           "each capture), peak %zu, budget ",
                      s->graph_bytes, s->graphs_live, s->graph_bytes_peak);
@@ -183,6 +189,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
             gr_sb_printf(&sb, "in a graph (captured, %d nodes, %zu bytes of graph memory)\n", st->n_nodes, st->graph_bytes);
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
                           st->n_nodes);
+        if (sg->graphable) gr_rt_update_explain(s, st, seg, &sb);
         if (sg->graphable && st->evictions)
             gr_sb_printf(&sb, "  its graph was evicted %ld times (graph memory budget) and captured again\n", st->evictions);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);

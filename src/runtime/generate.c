@@ -759,6 +759,8 @@ static gr_status check_options(const gr_generate_options *o, int64_t batch, int6
     if (o->engine == GR_ENGINE_REWRITTEN && o->beams > 1)
         return gr_error(GR_ERR_INVALID, "generate: the rewritten engine does not run beam search yet (beams %d): use the reference or auto engine", o->beams);
     if (o->max_length < 0) return gr_error(GR_ERR_INVALID, "generate: max_length %lld is negative", (long long)o->max_length);
+    if (o->steps_per_launch < 0)
+        return gr_error(GR_ERR_INVALID, "generate: steps_per_launch %lld is negative (0: the default)", (long long)o->steps_per_launch);
     if (o->prompt_mode < 0 || o->prompt_mode >= GR_PROMPT_COUNT)
         return gr_error(GR_ERR_INVALID, "generate: prompt_mode %d is not a gr_prompt_mode", o->prompt_mode);
     if (o->sample) {
@@ -813,7 +815,8 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
             past[k] = graph_input(s->graph, gg->states[k].in_index)->name;
             pres[k] = graph_output(s->graph, gg->states[k].out_index)->name;
         }
-        if (st == GR_OK) st = gr_decode_engine_create(s, gg->n, past, pres, B, max_len, &gg->eng);
+        const char *io[3] = {o->input_ids, o->position_ids, o->attention_mask};
+        if (st == GR_OK) st = gr_decode_engine_create(s, gg->n, past, pres, io, B, max_len, &gg->eng);
         gr_free(past, (size_t)gg->n * sizeof(char *));
         gr_free(pres, (size_t)gg->n * sizeof(char *));
         if (st != GR_OK) {
@@ -833,7 +836,8 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     size_t tmp_bytes = o->sample ? (size_t)V * sizeof(scored) : 0;
     scored *tmp = tmp_bytes ? gr_malloc(tmp_bytes) : NULL;
     gr_status st = (!logits || !ids || !next || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
-    if (st == GR_OK) st = gr_decode_engine_reset(e);
+    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
+    if (st == GR_OK) st = gr_decode_engine_reset(e, o->eos_id, pad);
     for (int64_t t = 0; t < P && st == GR_OK; t++) {
         for (int64_t r = 0; r < B; r++) ids[r] = R->prompt[r * P + t];
         st = gr_decode_engine_step(e, ids, t + 1, t + 1 == P ? logits : NULL);
@@ -856,8 +860,48 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
             }
         }
     }
-    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
     int64_t j = 0;
+    if (st == GR_OK && !o->sample && !gr_decode_engine_loop_refused(e)) {
+        /* the decode loop on the device: the prompt's last step left the first token in row P
+         * of the device's token ring and the next step's inputs in place; each launch runs up to
+         * `per` steps and copies their tokens once */
+        int64_t per = o->steps_per_launch > 0 ? o->steps_per_launch : 16, last = P + N - 1;
+        size_t tbytes = (size_t)((per + 1) * B) * sizeof(int64_t);
+        int64_t *tk = gr_malloc(tbytes);
+        if (!tk) st = GR_ERR_NOMEM;
+        int64_t row = P;
+        bool done = false;
+        R->t_first = gr_session_clock_us(es); /* the first token came with the prompt's last step */
+        while (st == GR_OK && !done) {
+            int64_t kv_first = row == P ? P + 1 : row, kv_stop = kv_first + per - 1;
+            if (kv_stop > last) kv_stop = last;
+            if (row == P && kv_stop < P) kv_stop = P; /* one new token: the prompt's */
+            st = gr_decode_engine_loop(e, kv_first, kv_stop, row, tk);
+            if (st == GR_OK && kv_stop >= kv_first) stats->launches++;
+            if (st == GR_ERR_UNSUPPORTED && j == 0 && row == P) {
+                /* refused at its first launch (a step the WHILE graph cannot hold): the host drives */
+                gr_error_clear();
+                st = GR_OK;
+                break;
+            }
+            for (int64_t q = row; q <= kv_stop && st == GR_OK && !done; q++, j++) {
+                bool all = true;
+                for (int64_t r = 0; r < B; r++) {
+                    int64_t t = finished[r] ? pad : tk[(q - row) * B + r];
+                    if (o->eos_id >= 0 && t == o->eos_id) finished[r] = 1;
+                    all &= finished[r] != 0;
+                    ids[r] = t;
+                    R->out[r * R->width + P + j] = t;
+                }
+                if (o->on_token) o->on_token(o->user, j, ids, B);
+                if (j + 1 == N || (o->eos_id >= 0 && all)) done = true;
+                else if (j > 0) c->steps++;
+            }
+            row = kv_stop + 1;
+        }
+        gr_free(tk, tbytes);
+        if (done) goto finish;
+    }
     bool have_ids = false; /* next[] holds the device's greedy ids for position P + j */
     for (; j < N && st == GR_OK; j++) {
         bool all = true;
@@ -881,6 +925,7 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
         else st = gr_decode_engine_step_greedy(e, ids, P + j + 1, next), have_ids = true;
         c->steps++;
     }
+finish:
     if (st == GR_OK) {
         stats->new_tokens = j;
         for (int64_t r = 0; r < B; r++)

@@ -36,11 +36,12 @@
 
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st) {
     gr_device *d = s->dev;
-    if (st->exec) {
+    if (st->exec && !st->exec_shared) {
         s->graph_bytes -= GR_MIN(st->graph_bytes, s->graph_bytes);
         s->graphs_live--;
+        gr_dev_exec_destroy(d, st->exec);
     }
-    gr_dev_exec_destroy(d, st->exec);
+    gr_rt_update_forget(s, st); /* shape policy update: the shared exec's applied graph goes */
     gr_dev_graph_destroy(d, st->graph);
     gr_free(st->scalar_node, sizeof(int) * (size_t)st->scalar_cap);
     gr_free(st->scalar_step, sizeof(int) * (size_t)st->scalar_cap);
@@ -157,8 +158,8 @@ static bool make_room(gr_session_t s, const gr_rt_plan *keep, size_t need) {
         int victim_seg = -1;
         for (gr_rt_plan *q = s->plans; q; q = q->next) { /* the last one with a graph: least recently used */
             if (q == keep) continue;
-            for (int k = 0; k < q->segs.len; k++)
-                if (q->seg_state[k].exec) victim = q, victim_seg = k;
+            for (int k = 0; k < q->segs.len; k++) /* a shared exec (policy update) frees nothing */
+                if (q->seg_state[k].exec && !q->seg_state[k].exec_shared) victim = q, victim_seg = k;
         }
         if (!victim) return false;
         evict(s, victim, victim_seg);
@@ -183,22 +184,13 @@ static size_t free_device_bytes(gr_session_t s) {
     return free_bytes;
 }
 
-/* Records the segment into a graph, instantiates and uploads it. */
-static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
+/* Records segment seg's steps into st->graph (the stream captured; nothing runs) and finds the
+ * graph nodes of the tracked kernel steps (their arguments as captured in st->scalar_args). */
+static gr_status record(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
     gr_rt_segment *st = &p->seg_state[seg];
     const gr_segment *sg = &p->segs.data[seg];
-    if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
-    int n_scalar = 0;
-    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
-        if (tracked(p, &p->steps.data[i])) n_scalar++;
-    if (n_scalar) {
-        st->scalar_cap = n_scalar;
-        st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
-        st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
-        st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
-        if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
-    }
+    st->n_scalar_nodes = 0;
     GR_TRY(gr_dev_capture_begin(d, s->stream));
     gr_status rc = GR_OK;
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps && rc == GR_OK; i++) {
@@ -243,10 +235,37 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
                 return gr_error(GR_ERR_INTERNAL, "segment %d: no graph node found for kernel '%s'", seg, step->kernel->name);
         }
     }
-    GR_TRY(gr_dev_graph_instantiate(d, graph, &st->exec));
-    s->graphs_live++; /* counted from here: release uncounts it */
-    s->instantiations++;
+    return GR_OK;
+}
+
+/* Records the segment into a graph, instantiates and uploads it. */
+static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_device *d = s->dev;
+    gr_rt_segment *st = &p->seg_state[seg];
+    const gr_segment *sg = &p->segs.data[seg];
+    if (!gr_dev_caps_get(d).graphs) return gr_error(GR_ERR_UNSUPPORTED, "device '%s' has no CUDA graph support", gr_dev_name(d));
+    int n_scalar = 0;
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+        if (tracked(p, &p->steps.data[i])) n_scalar++;
+    if (n_scalar && !st->scalar_cap) {
+        st->scalar_cap = n_scalar;
+        st->scalar_node = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_step = gr_malloc(sizeof(int) * (size_t)n_scalar);
+        st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
+        if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
+    }
+    GR_TRY(record(s, p, seg));
+    double t_inst = gr_now_us(); /* instantiation (or exec update) time, for the capture report */
+    if (s->opt.shape_policy == GR_SHAPES_UPDATE || s->opt.shape_policy == GR_SHAPES_AUTO) {
+        /* shapes.c: the position's exec, updated (auto: own exec while within the budget) */
+        GR_TRY(gr_rt_update_instantiate(s, p, seg, expected_bytes(s, p, seg)));
+    } else {
+        GR_TRY(gr_dev_graph_instantiate(d, st->graph, &st->exec));
+        s->graphs_live++; /* counted from here: release uncounts it */
+        s->instantiations++;
+    }
     GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
+    s->instantiate_us += gr_now_us() - t_inst;
     st->records++;
     s->total_captures++;
     st->state = GR_SEG_CAPTURED;
@@ -254,10 +273,38 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+/* Shape policy update: a tracked argument that changed since this binding's capture is not
+ * patched into the shared exec (a node patch on CUDA keeps the launch geometry of the graph the
+ * exec was instantiated from: another binding's); the segment is recorded again with the new
+ * arguments, then the exec is updated from that graph. */
+static gr_status refresh_shared(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    bool changed = false;
+    for (int k = 0; k < st->n_scalar_nodes && !changed; k++) {
+        gr_karg now[GR_KMAX_PARAMS];
+        memset(now, 0, sizeof now);
+        int i = st->scalar_step[k];
+        GR_TRY(gr_rt_step_args(s, p, i, now));
+        changed = memcmp(now, &st->scalar_args[(size_t)k * GR_KMAX_PARAMS], sizeof(gr_karg) * (size_t)p->steps.data[i].n_args) != 0;
+    }
+    if (changed) {
+        gr_rt_update_forget(s, st);
+        gr_dev_graph_destroy(s->dev, st->graph);
+        st->graph = NULL;
+        GR_TRY(record(s, p, seg));
+        st->records++;
+        s->total_captures++;
+        s->stats.nodes_updated += st->n_scalar_nodes;
+    }
+    return gr_rt_update_apply(s, p, seg);
+}
+
 /* Patches kernel nodes whose arguments changed since capture: a host scalar's value, or the
  * address of a caller's device buffer bound in place (zero-copy inputs). */
-static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, gr_rt_segment *st) {
+static gr_status refresh_scalars(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_device *d = s->dev;
+    gr_rt_segment *st = &p->seg_state[seg];
+    if (st->exec_shared) return refresh_shared(s, p, seg);
     for (int k = 0; k < st->n_scalar_nodes; k++) {
         gr_karg now[GR_KMAX_PARAMS];
         memset(now, 0, sizeof now);
@@ -307,7 +354,7 @@ static double min_of(const double *x, int n) {
 
 static gr_status replay(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
-    GR_TRY(refresh_scalars(s, p, st));
+    GR_TRY(refresh_scalars(s, p, seg));
     return gr_dev_graph_launch(s->dev, st->exec, s->stream);
 }
 
@@ -334,7 +381,9 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             st->state = GR_SEG_WARMUP;
             return run_eager(s, p, seg);
         }
-        if (!s->graph_budget && captures_at_position(s, seg) >= s->opt.max_rerecords) {
+        /* policy update re-captures into one exec: no instantiation per binding to bound */
+        if (!s->graph_budget && s->opt.shape_policy != GR_SHAPES_UPDATE && s->opt.shape_policy != GR_SHAPES_AUTO &&
+            captures_at_position(s, seg) >= s->opt.max_rerecords) {
             char why[256];
             snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
                      s->opt.max_rerecords);
@@ -343,7 +392,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
         }
         {
             double t0 = gr_now_us();
-            if (s->graph_budget) make_room(s, p, expected_bytes(s, p, seg)); /* a best effort: measured below */
+            /* a best effort: measured below (auto shares an exec instead of evicting) */
+            if (s->graph_budget && s->opt.shape_policy != GR_SHAPES_AUTO) make_room(s, p, expected_bytes(s, p, seg));
             size_t free0 = free_device_bytes(s);
             gr_status rc = capture(s, p, seg);
             p->capture_us += gr_now_us() - t0;
@@ -362,7 +412,8 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             size_t free1 = free_device_bytes(s);
             st->graph_bytes = free0 > free1 ? free0 - free1 : 0;
             s->graph_bytes += st->graph_bytes;
-            if (s->graph_budget) {
+            if (st->exec_shared) gr_rt_update_add_bytes(s, seg, st->graph_bytes); /* the position's exec holds them */
+            if (s->graph_budget && !st->exec_shared) {
                 /* the new graph is counted: room is made for nothing more, or it goes */
                 s->graph_bytes -= st->graph_bytes;
                 bool alone = st->graph_bytes > s->graph_budget;
@@ -430,7 +481,7 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             }
             return GR_OK;
         }
-        GR_TRY(refresh_scalars(s, p, st));
+        GR_TRY(refresh_scalars(s, p, seg));
         GR_TRY(gr_dev_graph_launch(s->dev, st->exec, s->stream));
         s->stats.kernels += work;
         s->stats.kernels_in_graphs += work;

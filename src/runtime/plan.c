@@ -127,7 +127,7 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (!p->funcs) return GR_ERR_NOMEM;
     /* symbolic dims: shape-generic kernels, so a new binding's plan compiles nothing
      * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
-    unsigned kflags = s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0;
+    unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW; /* steps outlive funcs */
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
@@ -240,6 +240,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     }
     obs.t_last = gr_now_us();
     if ((st = prepare_device(s, p)) != GR_OK) goto fail;
+    gr_rt_pad_plan_built(s, p); /* shape policy pad: padded inputs are copied (shapes.c) */
     /* mode auto: segments decided by an earlier process skip their timed runs */
     if ((st = gr_rt_decisions_apply(s, p)) != GR_OK) goto fail;
     /* a binding run before (its plan dropped under graph_memory_mb) needs no warm-up run */

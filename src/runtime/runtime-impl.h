@@ -60,6 +60,10 @@ typedef struct {
      * (free memory before minus after), counted in gr_session.graph_bytes while exec lives */
     size_t graph_bytes;
     long evictions;         /* times this segment's graph was evicted (graph_memory_mb) */
+    /* shape policy update (shapes.c): exec is the session's one exec of this segment position,
+     * refreshed from this plan's graph (exec update) before a replay when another binding's
+     * graph was applied last; not this segment's to destroy or count */
+    bool exec_shared;
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -139,12 +143,24 @@ struct gr_session {
      * before, so their next plan captures without a warm-up run */
     GR_VEC(uint64_t) warmed_bindings;
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
+    struct gr_rt_shapes *shapes; /* shapes.c: shape policies' state (update's shared execs); NULL until needed */
+    long exec_updates, exec_updates_refused; /* shape policy update: execs refreshed / refused (instantiated) */
+    double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
     /* tp.c: tensor parallelism: this session is rank 0 and drives the other ranks; NULL otherwise */
     struct gr_rt_tp *tp;
+    /* gr_rt_session_create_child: the parent's device (not owned) and weights (a constant equal in
+     * name, type and bytes to one of the parent's graph is read from the parent's upload) */
+    struct gr_session *weights_from;
+    bool dev_borrowed;
 };
+
+/* A session on `parent`'s device that reads the parent's uploaded weights instead of uploading its
+ * own copy wherever its graph holds the same constant (the decode engine: the rewritten step of the
+ * parent's model). The parent must outlive it. */
+gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
 
 /* ---- tp.c: tensor parallelism (gr_session_options.tp > 1) -------------------------------------
  * The session the caller holds is rank 0's; tp holds the other ranks' sessions. set_input goes to
@@ -224,11 +240,44 @@ void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
  * when it is read in place, else the plan's placeholder. */
 void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
 
+/* session.c: the plan of binding syms (most recent first), built if there is none */
+gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out);
+/* session.c: runs segment seg eagerly (errors name the node) */
+gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg);
+
 /* graphs.c — graph mode for one segment */
 gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
 /* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the
  * session's count) and zeroes the state. */
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+
+/* shapes.c — shape policies (gr_shape_policy) beyond one graph per binding.
+ * update: instantiate gives segment seg of plan p (its graph just captured) the session's exec
+ *   of that position, updated from the graph (no instantiation), or instantiates it when there
+ *   is none yet or the update is refused (then the plan's own exec; reason for explain);
+ *   under auto, the plan's own exec while the graphs (expect_bytes more) fit graph_memory_mb;
+ *   apply refreshes a shared exec from p's graph when another binding's was applied last;
+ *   forget: st's graph is going away (release). */
+gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_t expect_bytes);
+gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg);
+void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
+void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
+void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb);
+void gr_rt_shapes_free(gr_session_t s);
+/* pad: init (session creation) proves per symbol that padding keeps the real rows
+ *   (gr_pass_pad_proof); round replaces syms by capture sizes, remembering the real values;
+ *   plan_built makes a plan copy padded inputs (never read in place); input copies input i from
+ *   src zero-padded (*done false: not padded now, the caller copies); output gives output o's
+ *   real dims and how to cut it (false: not padded now); explain and runs report. */
+gr_status gr_rt_pad_init(gr_session_t s);
+gr_status gr_rt_pad_prepare(gr_session_t s);
+void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count);
+void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done);
+bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
+                      int64_t *padded);
+long gr_rt_pad_runs(gr_session_t s);
+void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
 
 /* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
  * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
@@ -253,17 +302,26 @@ const char *gr_rt_decisions_note(gr_session_t s);
 /* ---- the rewritten decode engine (decode.c) ---------------------------------------------------
  * One session over gr_pass_decode_rewrite's single-token step of `src`'s model at `batch` rows
  * and `max_len` cache positions: one plan and (in graph mode) one captured graph for every
- * position. State buffers start at zero (reset: a new sequence). step(ids[batch], kv_len):
- * the token at position kv_len - 1 of every row; logits [batch, vocab] are read back when
- * `logits` is not NULL. GR_ERR_UNSUPPORTED (naming the input or node) when the model cannot
- * be rewritten; the caller then keeps the per-length steps. */
+ * position. io_names: NULL, or the token-ids, position-ids and attention-mask inputs' names
+ * (NULL entries: found by name and role). reset(eos, pad): a new sequence (state buffers and
+ * finished flags zero; eos -1: none). step(ids[batch], kv_len): the token at position
+ * kv_len - 1 of every row; logits [batch, vocab] are read back when `logits` is not NULL.
+ * GR_ERR_UNSUPPORTED (naming the input or node) when the model cannot be rewritten; the
+ * caller then keeps the per-length steps.
+ * Unless loop_refused() says why not, the step also selects the next token on the device
+ * (greedy) and advances its own inputs (gr_pass_decode_device_loop); loop(kv_first, kv_stop,
+ * first_row, tokens) then runs the steps kv_first..kv_stop with no host copy between them and
+ * writes the tokens of positions first_row..kv_stop ([rows][batch]) to `tokens` (one copy). */
 typedef struct gr_decode_engine gr_decode_engine;
 gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
-                                  int64_t batch, int64_t max_len, gr_decode_engine **out);
-gr_status gr_decode_engine_reset(gr_decode_engine *e);
+                                  const char *const *io_names, int64_t batch, int64_t max_len, gr_decode_engine **out);
+gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad);
 gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
 /* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */
 gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next);
+gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t kv_stop, int64_t first_row, int64_t *tokens);
+const char *gr_decode_engine_loop_refused(const gr_decode_engine *e); /* NULL: the device loop is available */
+long gr_decode_engine_loop_captures(const gr_decode_engine *e);
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e);
 struct gr_session *gr_decode_engine_session(gr_decode_engine *e);
 void gr_decode_engine_destroy(gr_decode_engine *e);

@@ -38,9 +38,9 @@ gr_status gr_shape_policy_parse(const char *name, int *out) {
 static gr_status check_shape_options(const gr_session_options *o) {
     if (o->shape_policy < 0 || o->shape_policy >= GR_SHAPES_COUNT)
         return gr_error(GR_ERR_INVALID, "shape_policy %d is not a gr_shape_policy (0..%d)", o->shape_policy, GR_SHAPES_COUNT - 1);
-    if (o->shape_policy != GR_SHAPES_EXACT)
+    if (o->shape_policy == GR_SHAPES_GENERIC)
         return gr_error(GR_ERR_UNSUPPORTED,
-                        "shape policy '%s' is not implemented yet (only 'exact', one graph per binding, is; "
+                        "shape policy '%s' is not implemented yet (exact, update, pad and auto are; "
                         "bound its graph memory with graph_memory_mb / --graph-memory-mb)",
                         gr_shape_policy_name(o->shape_policy));
     /* !(x >= 0) also refuses NaN */
@@ -63,6 +63,9 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->timed_runs = s->timed_runs;
     out->decisions_measured = s->decisions_measured;
     out->decisions_loaded = s->decisions_loaded;
+    out->exec_updates = s->exec_updates;
+    out->exec_updates_refused = s->exec_updates_refused;
+    out->padded_runs = gr_rt_pad_runs(s);
 }
 
 /* ==== shared weights ============================================================================ */
@@ -93,6 +96,21 @@ static gr_status weights_init(gr_session_t s) {
     return GR_OK;
 }
 
+/* The parent's device copy of a constant equal to `val` (gr_rt_session_create_child), or NULL. */
+static gr_status parent_weight(gr_session_t s, const gr_ir_value *val, void **dev) {
+    *dev = NULL;
+    gr_session_t p = s->weights_from;
+    int pv = val->name && val->nbytes ? gr_ir_find_value(p->graph, val->name) : -1;
+    if (pv < 0) return GR_OK;
+    const gr_ir_value *pval = &p->graph->values.data[pv];
+    if (pval->kind != GR_VAL_CONST || !pval->data || pval->dtype != val->dtype || pval->nbytes != val->nbytes ||
+        memcmp(pval->data, val->data, val->nbytes) != 0)
+        return GR_OK;
+    GR_TRY(gr_rt_weight(p, pval->data, dev));
+    /* uploaded on the parent's stream: there before this session's stream reads it */
+    return gr_dev_stream_sync(p->dev, p->stream);
+}
+
 gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
     *dev = NULL;
     int v = -1;
@@ -102,6 +120,10 @@ gr_status gr_rt_weight(gr_session_t s, const void *host, void **dev) {
             break;
         }
     if (v < 0) return gr_error(GR_ERR_INTERNAL, "a plan's weight is not a constant of the session's graph");
+    if (!s->weight_dev[v] && s->weights_from) {
+        GR_TRY(parent_weight(s, &s->graph->values.data[v], dev));
+        if (*dev) return GR_OK;
+    }
     if (!s->weight_dev[v]) {
         const gr_ir_value *val = &s->graph->values.data[v];
         size_t n = val->nbytes ? val->nbytes : 1;
@@ -126,9 +148,31 @@ static bool graph_is_concrete(const gr_graph *g) {
     return true;
 }
 
-/* *devp: a device the session takes (tensor parallelism's ranks), consumed (set NULL) once the
- * session holds it; NULL: the session opens opt->device */
-static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_device **devp, gr_session_t *out) {
+/* parent: gr_rt_session_create_child's (its device and weights); *devp: a device the session
+ * takes (tensor parallelism's ranks), consumed (set NULL) once the session holds it. Neither:
+ * the session opens opt->device. */
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_device **devp,
+                                gr_session_t *out);
+
+gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t *out) {
+    if (opt && opt->tp > 1) return gr_rt_tp_create(graph, opt, out); /* tp.c */
+    if (opt && opt->tp < 0) return gr_error(GR_ERR_INVALID, "gr_session_create: tp %d (ranks) is negative", opt->tp);
+    return session_create(graph, opt, NULL, NULL, out);
+}
+
+gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out) {
+    if (!parent) return gr_error(GR_ERR_INVALID, "gr_rt_session_create_child: parent is NULL");
+    return session_create(graph, opt, parent, NULL, out);
+}
+
+gr_status gr_rt_session_create_on(gr_graph_t graph, const gr_session_options *opt, gr_device *dev, gr_session_t *out) {
+    gr_status st = session_create(graph, opt, NULL, &dev, out);
+    gr_device_destroy(dev); /* not taken: an early failure */
+    return st;
+}
+
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_device **devp,
+                                gr_session_t *out) {
     if (!out) return gr_error(GR_ERR_INVALID, "gr_session_create: out is NULL");
     *out = NULL;
     if (!graph) return gr_error(GR_ERR_INVALID, "gr_session_create: graph is NULL");
@@ -171,8 +215,16 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     if (!graph_is_concrete(s->graph) && (st = gr_pass_fold_constants(s->graph)) != GR_OK) goto fail;
     /* once, not per binding: which nodes each plan must not fold (gr_rt_plan_build) */
     if (s->graph->syms.len > 0 && (st = gr_pass_mark_superlinear(s->graph)) != GR_OK) goto fail;
+    /* shape policy pad: which symbols padding provably leaves the real rows of (shapes.c) */
+    if ((s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) && s->opt.mode != GR_MODE_EAGER &&
+        (st = gr_rt_pad_init(s)) != GR_OK)
+        goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
-    if (!s->dev && (st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) goto fail;
+    if (parent) {
+        s->dev = parent->dev, s->dev_borrowed = true, s->weights_from = parent;
+    } else if (!s->dev && (st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) {
+        goto fail;
+    }
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
     if (s->opt.graph_memory_mb > 0) {
         if (!gr_dev_caps_get(s->dev).mem_info) {
@@ -203,18 +255,6 @@ fail:
     return st;
 }
 
-gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t *out) {
-    if (opt && opt->tp > 1) return gr_rt_tp_create(graph, opt, out); /* tp.c */
-    if (opt && opt->tp < 0) return gr_error(GR_ERR_INVALID, "gr_session_create: tp %d (ranks) is negative", opt->tp);
-    return session_create(graph, opt, NULL, out);
-}
-
-gr_status gr_rt_session_create_on(gr_graph_t graph, const gr_session_options *opt, gr_device *dev, gr_session_t *out) {
-    gr_status st = session_create(graph, opt, &dev, out);
-    gr_device_destroy(dev); /* not taken: an early failure */
-    return st;
-}
-
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
     if (s->tp) gr_rt_tp_destroy(s); /* the other ranks first */
@@ -225,6 +265,7 @@ void gr_session_destroy(gr_session_t s) {
         gr_rt_plan_destroy(s, s->plans);
         s->plans = n;
     }
+    gr_rt_shapes_free(s); /* after the plans: their graphs were applied to its execs */
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
     gr_rt_gen_free(s);
     gr_rt_decisions_close(s);
@@ -251,7 +292,7 @@ void gr_session_destroy(gr_session_t s) {
         gr_dev_event_destroy(s->dev, s->ev_done);
         gr_dev_stream_destroy(s->dev, s->ext_stream);
         gr_dev_stream_destroy(s->dev, s->stream);
-        gr_device_destroy(s->dev);
+        if (!s->dev_borrowed) gr_device_destroy(s->dev);
     }
     gr_ir_graph_destroy(s->graph);
     gr_free(s, sizeof *s);
@@ -271,11 +312,15 @@ static int find_input(const gr_graph *g, const char *name) {
 static gr_status check_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
                              size_t nbytes, int *index, size_t *bytes) {
     int i = find_input(s->graph, name);
+    if (i >= 0 && !strncmp(name, "__graft_valid_", 14)) i = -1; /* shape policy pad's own (shapes.c) */
     if (i < 0) {
         gr_strbuf sb;
         gr_sb_init(&sb);
-        for (int k = 0; k < s->graph->inputs.len; k++)
-            gr_sb_printf(&sb, "%s'%s'", k ? ", " : "", s->graph->values.data[s->graph->inputs.data[k]].name);
+        for (int k = 0, shown = 0; k < s->graph->inputs.len; k++) {
+            const char *in_name = s->graph->values.data[s->graph->inputs.data[k]].name;
+            if (!strncmp(in_name, "__graft_valid_", 14)) continue; /* not the caller's to set */
+            gr_sb_printf(&sb, "%s'%s'", shown++ ? ", " : "", in_name);
+        }
         gr_status st = gr_error(GR_ERR_NOT_FOUND, "no input named '%s' (inputs: %s)", name, sb.data ? sb.data : "none");
         gr_sb_free(&sb);
         return st;
@@ -500,12 +545,21 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
     int n = s->graph->syms.len;
     int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
-    gr_status st = resolve_syms(s, syms);
+    gr_status st = gr_rt_pad_prepare(s); /* shapes.c: the masks' real-length inputs */
+    if (st == GR_OK) st = resolve_syms(s, syms);
     if (st == GR_OK) st = gr_rt_probe_bind(s, syms); /* data-dependent symbols (probe.c) */
+    if (st == GR_OK) gr_rt_pad_round(s, syms, true); /* shapes.c: capture sizes (policies pad, auto) */
     if (st != GR_OK) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
+    st = gr_rt_plan_for(s, syms, out);
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
+    return st;
+}
+
+gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out) {
+    int n = s->graph->syms.len;
     gr_rt_plan *prev = NULL;
     for (gr_rt_plan *p = s->plans; p; prev = p, p = p->next) {
         if (n && memcmp(p->sym_values, syms, sizeof(int64_t) * (size_t)n)) continue;
@@ -514,7 +568,6 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
             p->next = s->plans;
             s->plans = p;
         }
-        gr_free(syms, sizeof(int64_t) * (size_t)n);
         *out = p;
         return GR_OK;
     }
@@ -528,9 +581,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         fprintf(stderr, "): compiling a plan\n");
     }
     gr_rt_plan *p;
-    st = gr_rt_plan_build(s, syms, &p);
-    gr_free(syms, sizeof(int64_t) * (size_t)n);
-    if (st != GR_OK) return st;
+    GR_TRY(gr_rt_plan_build(s, syms, &p));
     p->next = s->plans;
     s->plans = p;
     *out = p;
@@ -538,7 +589,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
 }
 
 /* ==== run ====================================================================================== */
-static gr_status run_segment_eager(gr_session_t s, gr_rt_plan *p, int seg) {
+gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     const gr_segment *sg = &p->segs.data[seg];
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
         gr_status st = gr_rt_step_launch(s, p, i);
@@ -588,6 +639,12 @@ static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
         return GR_OK;
     }
     if (p->input_version[i] == in->version) return GR_OK;
+    bool padded = false; /* shape policy pad: zero-filled past the real extent (shapes.c) */
+    GR_TRY(gr_rt_pad_input(s, p, i, in->dev_ptr, GR_COPY_D2D, &padded));
+    if (padded) {
+        p->input_version[i] = in->version;
+        return GR_OK;
+    }
     GR_TRY(gr_dev_memcpy(d, s->stream, p->input_dev[i], in->dev_ptr, n, GR_COPY_D2D));
     p->input_version[i] = in->version;
     s->stats.copies++;
@@ -624,6 +681,13 @@ gr_status gr_rt_run_one(gr_session_t s) {
         }
         if (!p->input_dev[i] || !p->input_bytes[i]) continue;
         if (p->input_version[i] == in->version) continue;
+        bool padded = false; /* shape policy pad: zero-filled past the real extent (shapes.c) */
+        st = gr_rt_pad_input(s, p, i, in->data, GR_COPY_H2D, &padded);
+        if (st != GR_OK) break;
+        if (padded) {
+            p->input_version[i] = in->version;
+            continue;
+        }
         st = gr_dev_memcpy(d, s->stream, p->input_dev[i], in->data, p->input_bytes[i], GR_COPY_H2D);
         if (st != GR_OK) break;
         p->input_version[i] = in->version;
@@ -632,7 +696,7 @@ gr_status gr_rt_run_one(gr_session_t s) {
     }
     for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
-        else st = run_segment_eager(s, p, seg);
+        else st = gr_rt_segment_run_eager(s, p, seg);
     }
     if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
@@ -721,6 +785,10 @@ gr_status gr_session_output_info(gr_session_t s, gr_output o, gr_value_info *inf
     info->dtype = v->dtype;
     info->ndim = v->ndim;
     for (int d = 0; d < v->ndim; d++) info->dims[d] = v->dims[d].size;
+    int axis;
+    int64_t outer, padded;
+    size_t inner;
+    gr_rt_pad_output(s, p, o.index, info->dims, &axis, &outer, &inner, &padded); /* pad: the real dims */
     return GR_OK;
 }
 
@@ -728,6 +796,10 @@ size_t gr_session_output_nbytes(gr_session_t s, gr_output o) {
     if (check_output(s, o) != GR_OK) return 0;
     gr_rt_plan *p = s->current;
     const gr_ir_value *v = &p->g->values.data[p->g->outputs.data[o.index]];
+    int64_t dims[GR_MAX_DIMS], outer, padded;
+    int axis;
+    size_t inner;
+    if (gr_rt_pad_output(s, p, o.index, dims, &axis, &outer, &inner, &padded)) return (size_t)outer * (size_t)dims[axis] * inner;
     return (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
 }
 
@@ -737,6 +809,11 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
     int v = p->g->outputs.data[o.index];
     const gr_ir_value *val = &p->g->values.data[v];
     size_t need = (size_t)gr_ir_value_numel(val) * gr_dtype_size(val->dtype);
+    int64_t pdims[GR_MAX_DIMS], outer = 0, padded = 0;
+    int axis = -1;
+    size_t inner = 0;
+    bool cut = gr_rt_pad_output(s, p, o.index, pdims, &axis, &outer, &inner, &padded); /* pad: the real rows only */
+    if (cut) need = (size_t)outer * (size_t)pdims[axis] * inner;
     if (nbytes < need) return gr_error(GR_ERR_INVALID, "output '%s' needs %zu bytes, buffer has %zu", val->name, need, nbytes);
     if (!need) return GR_OK;
     if (!dst) return gr_error(GR_ERR_INVALID, "output '%s': destination is NULL", val->name);
@@ -747,6 +824,12 @@ gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t 
     if (st->kind == GR_STORE_HOST) {
         memcpy(dst, src, need);
         return GR_OK;
+    }
+    if (cut) {
+        size_t r = (size_t)pdims[axis] * inner, c = (size_t)padded * inner;
+        for (int64_t k = 0; k < outer && r; k++)
+            GR_TRY(gr_dev_memcpy(s->dev, s->stream, (char *)dst + (size_t)k * r, (const char *)src + (size_t)k * c, r, GR_COPY_D2H));
+        return gr_dev_stream_sync(s->dev, s->stream);
     }
     GR_TRY(gr_dev_memcpy(s->dev, s->stream, dst, src, need, GR_COPY_D2H));
     return gr_dev_stream_sync(s->dev, s->stream);
@@ -765,7 +848,15 @@ gr_status gr_session_output_device_ptr(gr_session_t s, gr_output o, void **dev_p
         return gr_error(GR_ERR_UNSUPPORTED, "output '%s' is kept in host memory (a host input): read it with gr_session_output_read",
                         val->name);
     if (!gr_ir_value_numel(val)) return GR_OK; /* no elements: no address */
-    *dev_ptr = gr_rt_value_addr(s, p, v);
+    int64_t pdims[GR_MAX_DIMS], outer, padded;
+    int axis;
+    size_t inner;
+    if (gr_rt_pad_output(s, p, o.index, pdims, &axis, &outer, &inner, &padded) && outer > 1)
+        return gr_error(GR_ERR_UNSUPPORTED,
+                        "output '%s' was computed padded (shape policy pad) along axis %d, which is not its outermost: its real "
+                        "part is not contiguous; read it with gr_session_output_read",
+                        val->name, axis);
+    *dev_ptr = gr_rt_value_addr(s, p, v); /* padded along the outermost axis: the real part is its prefix */
     if (!*dev_ptr) return gr_error(GR_ERR_INTERNAL, "output '%s' has no storage", val->name);
     return GR_OK;
 }

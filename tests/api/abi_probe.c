@@ -64,6 +64,9 @@ int main(void) {
     printf("gr_run_stats.timed_runs %zu\n", offsetof(gr_run_stats, timed_runs));
     printf("gr_run_stats.decisions_measured %zu\n", offsetof(gr_run_stats, decisions_measured));
     printf("gr_run_stats.decisions_loaded %zu\n", offsetof(gr_run_stats, decisions_loaded));
+    printf("gr_run_stats.exec_updates %zu\n", offsetof(gr_run_stats, exec_updates));
+    printf("gr_run_stats.exec_updates_refused %zu\n", offsetof(gr_run_stats, exec_updates_refused));
+    printf("gr_run_stats.padded_runs %zu\n", offsetof(gr_run_stats, padded_runs));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));
@@ -72,5 +75,14 @@ int main(void) {
     printf("gr_kernel_stats.generic_new %zu\n", offsetof(gr_kernel_stats, generic_new));
     printf("gr_kernel_stats.generic_reused %zu\n", offsetof(gr_kernel_stats, generic_reused));
     printf("gr_kernel_stats.generic_fallbacks %zu\n", offsetof(gr_kernel_stats, generic_fallbacks));
+    printf("gr_capture_report %zu\n", sizeof(gr_capture_report));
+    printf("gr_capture_report.bindings %zu\n", offsetof(gr_capture_report, bindings));
+    printf("gr_capture_report.total_ms %zu\n", offsetof(gr_capture_report, total_ms));
+    printf("gr_capture_report.compile_ms %zu\n", offsetof(gr_capture_report, compile_ms));
+    printf("gr_capture_report.capture_ms %zu\n", offsetof(gr_capture_report, capture_ms));
+    printf("gr_capture_report.captures %zu\n", offsetof(gr_capture_report, captures));
+    printf("gr_capture_report.instantiations %zu\n", offsetof(gr_capture_report, instantiations));
+    printf("gr_capture_report.exec_updates %zu\n", offsetof(gr_capture_report, exec_updates));
+    printf("gr_capture_report.instantiate_ms %zu\n", offsetof(gr_capture_report, instantiate_ms));
     return 0;
 }

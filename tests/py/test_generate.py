@@ -67,6 +67,19 @@ def test_cli_beam_and_modes(model, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "beam4.npy")))
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_cli_device_loop(model, tmp_path):
+    # greedy through the rewritten engine's decode loop on the device, 5 steps per launch, graph mode
+    proc = run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 12,
+                     "--device", "sim", "--mode", "graph", "--engine", "rewritten", "--steps-per-launch", 5, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "greedy.npy")))
+    assert "device-loop launches   3" in proc.stdout, proc.stdout
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("step ")]) == 12
+    expect_fail(run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 3,
+                          "--steps-per-launch", 0), 2, "--steps-per-launch: bad value '0'", "an integer > 0")
+
+
 def test_cli_sampling_equals_api(tmp_path):
     model = "llama"
     args = ["--sample", "--top-k", 50, "--top-p", 0.9, "--temperature", 0.8, "--seed", 7]
@@ -119,6 +132,30 @@ def test_cli_errors(tmp_path):
                 "outside the vocabulary")
 
 
+def test_bench_decode_dry_run(tmp_path):
+    # bench/decode.py's harness without torch: each variant in its own process (a crashing one is
+    # an error row, the others go on), ids compared with HF's (replayed from the fixtures)
+    import subprocess
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "decode.py"), "--dry-run", "--models", "gpt2,llama",
+                           "--batches", "1", "--beams", "1,4", "--variants", "hf-eager,graft,graft-reference",
+                           "--dry-run-fail", "graft-reference", "--out", str(tmp_path / "d"), "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    rows = json.load(open(tmp_path / "d.json"))["rows"]
+    assert len(rows) == 12
+    for r in rows:
+        if r["variant"] == "graft":
+            assert r["ids_vs_hf_eager"]["match"], r
+            assert r["graft_launches"] == (1 if r["decode"] == "greedy" else 0) and r["graft_engine"] == (
+                "rewritten" if r["decode"] == "greedy" else "reference")
+        elif r["variant"] == "graft-reference":
+            assert r["error"] == "exit 3" and "ids_vs_hf_eager" not in r
+        else:
+            assert r.get("replayed") and r["ids_vs_hf_eager"]["reference"]
+    assert "graft-reference (exit 3)" in open(tmp_path / "d.md").read()
+
+
 def test_help_lists_generate():
     proc = run_graft("--help")
     assert "generate" in proc.stdout
@@ -140,9 +177,17 @@ def test_python_api_states_stream_and_errors():
     assert [st for st, _ in seen] == list(range(12)) and seen[0][1] == out[:, 4].tolist()
     # auto: the rewritten engine (the prompt token by token through the single-token step)
     assert stats["engine"] == 2 and stats["new_tokens"] == 12 and stats["prompt_steps"] == 4 and stats["decode_steps"] == 11
+    # the decode loop on the device: 11 steps after the prompt, 16 per launch by default
+    assert stats["launches"] == 1
+    out, stats = s.generate(prompt, 12, steps_per_launch=3, on_token=lambda step, ids: seen.append((step, ids.tolist())),
+                            return_stats=True)
+    np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
+    assert stats["launches"] == 4 and seen[12:] == seen[:12]
+    with pytest.raises(ValueError, match="steps_per_launch"):
+        s.generate(prompt, 3, steps_per_launch=-1)
     out, stats = s.generate(prompt, 12, engine="reference", return_stats=True)
     np.testing.assert_array_equal(out, np.load(fixture("gpt2", "greedy.npy")))
-    assert stats["engine"] == 1 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11
+    assert stats["engine"] == 1 and stats["prompt_steps"] == 1 and stats["decode_steps"] == 11 and stats["launches"] == 0
     with pytest.raises(ValueError, match="engine="):
         s.generate(prompt, 3, engine="fast")
     with pytest.raises(graft.InvalidError, match="max_new_tokens is 0"):

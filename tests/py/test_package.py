@@ -227,7 +227,8 @@ def test_ctypes_struct_layout():
             k, v = line.split()
             c[k] = int(v)
     mirrors = {"gr_value_info": _capi.ValueInfo, "gr_dim_info": _capi.DimInfo, "gr_session_options": _capi.SessionOptions,
-               "gr_output": _capi.Output, "gr_run_stats": _capi.RunStats, "gr_kernel_stats": _capi.KernelStats}
+               "gr_output": _capi.Output, "gr_run_stats": _capi.RunStats, "gr_kernel_stats": _capi.KernelStats,
+               "gr_capture_report": _capi.CaptureReport}
     for cname, py in mirrors.items():
         assert ctypes.sizeof(py) == c[cname], cname
         fields = [f for f, _ in py._fields_]

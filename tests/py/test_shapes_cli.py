@@ -50,7 +50,7 @@ def fails(proc, code, *fragments):
 
 # ==== options ===============================================================================
 @pytest.mark.parametrize("cmd", ["run", "bench", "explain"])
-@pytest.mark.parametrize("policy", ["pad", "generic", "update", "auto"])
+@pytest.mark.parametrize("policy", ["generic"])
 def test_reserved_policies_refused_by_name(model, tmp_path, cmd, policy):
     extra = ["--output-dir", str(tmp_path / "out")] if cmd == "run" else []
     p = run_graft(cmd, model, "--device", "sim", "--mode", "graph", "--dim", "S=4", "--shapes", policy, *extra)

@@ -142,7 +142,8 @@ struct gr_cuda_alloc {
 
 /* ---- kernels (cuda-kernel.c) ---- */
 struct gr_kfunc {
-    gr_kernel *kernel; /* clone, for launch dims */
+    gr_kernel *kernel; /* clone, for launch dims (GR_KPREP_BORROW: the caller's kernel) */
+    bool kernel_borrowed;
     CUmodule module;   /* literal: its own module; generic: NULL (the shared module's) */
     CUfunction fn;     /* generic: shared by every gr_kfunc of the module */
     bool from_cache;

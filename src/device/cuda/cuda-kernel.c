@@ -181,8 +181,13 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
         return GR_ERR_NOMEM;
     }
     f->shared = known; /* released with f from here on */
-    st = gr_kernel_clone(k, &f->kernel);
-    if (st != GR_OK) goto fail;
+    if (flags & GR_KPREP_BORROW) {
+        f->kernel = (gr_kernel *)k; /* never written through: the launch reads its dims */
+        f->kernel_borrowed = true;
+    } else {
+        st = gr_kernel_clone(k, &f->kernel);
+        if (st != GR_OK) goto fail;
+    }
     if (generic) {
         gr_kslot_map map;
         st = gr_kslot_map_build(k, &map);
@@ -223,7 +228,7 @@ void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f) {
     if (f->module) c->cu->cuModuleUnload(f->module);
     module_put(c, f->shared);
     if (f->slots) gr_free(f->slots, sizeof(int64_t) * (size_t)(f->n_slots > 0 ? f->n_slots : 1));
-    gr_kernel_destroy(f->kernel);
+    if (!f->kernel_borrowed) gr_kernel_destroy(f->kernel);
     gr_free(f, sizeof(*f));
 }
 

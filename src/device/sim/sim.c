@@ -311,7 +311,8 @@ static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flag
     if (!f) return GR_ERR_NOMEM;
     bool made = false;
     gr_status st = generic ? template_get(c, k, &f->tmpl, &made) : GR_OK;
-    if (st == GR_OK) st = generic ? gr_kernel_instantiate(f->tmpl->k, k, &f->k) : gr_kernel_clone(k, &f->k);
+    /* template_get compared the structures (or cloned k itself) */
+    if (st == GR_OK) st = generic ? gr_kernel_instantiate_same(f->tmpl->k, k, &f->k) : gr_kernel_clone(k, &f->k);
     if (st != GR_OK) {
         template_put(c, f->tmpl);
         gr_free(f, sizeof(*f));

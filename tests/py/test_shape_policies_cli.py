@@ -1,0 +1,126 @@
+"""Shape policies beyond exact through the CLI and the Python package (issue 11):
+--shapes update matches eager and reports exec updates (bench text and --json);
+--capture-range captures every binding ahead, largest first, with a progress line and
+its time; Session.capture_range and load(shapes=...)."""
+import json
+
+import numpy as np
+import pytest
+
+from gir_builder import run_graft
+
+USAGE, RUNTIME = 2, 1
+
+MODEL = """graft 1
+dim S: [1, 64]
+input x: f32[S, 16]
+w = random_normal(shape=[16, 16], seed=1, std=0.3)
+h = matmul(x, w, trans_b=1)
+a = matmul(h, x, trans_b=1)
+p = softmax(a, axis=1)
+o = matmul(p, h)
+y = gelu(o)
+output y
+"""
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "dyn.gir"
+    path.write_text(MODEL)
+    return str(path)
+
+
+def ok(proc):
+    assert "AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, "exit %d\nstdout: %s\nstderr: %s" % (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def test_update_matches_eager(model, tmp_path):
+    outs = {}
+    for name, args in (("eager", ["--mode", "eager"]), ("update", ["--mode", "graph", "--shapes", "update"])):
+        d = tmp_path / name
+        ok(run_graft("run", model, "--device", "sim", *args, "--dim", "S=7", "--output-dir", d))
+        outs[name] = (d / "y.npy").read_bytes()
+    assert outs["eager"] == outs["update"]
+
+
+def test_bench_capture_range_and_exec_updates(model, tmp_path):
+    js = tmp_path / "b.json"
+    p = ok(run_graft("bench", model, "--device", "sim", "--mode", "graph", "--shapes", "update", "--dim", "S=8",
+                     "--capture-range", "S=1:16", "--iters", "3", "--warmup", "1", "--json", js))
+    assert "graft: capturing S=16..1 (largest first): 16/16 bindings" in p.stderr
+    assert "graft: captured 16 bindings ahead in " in p.stderr and "exec updates)" in p.stderr
+    assert "exec updates " in p.stdout
+    r = json.loads(js.read_text())
+    assert r["shape_policy"] == "update"
+    assert r["capture_range_bindings"] == 16 and r["capture_range_ms"] >= r["capture_range_capture_ms"] > 0
+    assert r["capture_range_capture_ms"] >= r["capture_range_instantiate_ms"] > 0
+    assert r["exec_updates"] >= 15 and r["instantiations"] < 16 and r["exec_updates_refused"] == 0
+
+
+@pytest.mark.parametrize("args,code,frag", [
+    (["--capture-range", "S=4"], USAGE, "--capture-range S=4: expected NAME=LO:HI"),
+    (["--capture-range", "S=1:100"], RUNTIME, "S=1:100 is not a range inside the dim's range (1..64)"),
+    (["--capture-range", "T=1:2"], RUNTIME, "no symbolic dim 'T' (the model's: 'S')"),
+])
+def test_capture_range_errors(model, args, code, frag):
+    p = run_graft("bench", model, "--device", "sim", "--mode", "graph", "--dim", "S=4", "--iters", "1", *args)
+    assert p.returncode == code and frag in p.stderr, p.stderr
+
+
+def test_package_update_and_capture_range(tmp_path):
+    graft = pytest.importorskip("graft")
+    path = tmp_path / "m.gir"
+    path.write_text(MODEL)
+    ref = graft.load(str(path), device="sim", mode="eager")
+    s = graft.load(str(path), device="sim", mode="graph", shapes="update")
+    r = s.capture_range("S", 1, 6)
+    assert r["bindings"] == 6 and r["exec_updates"] >= 5 and r["instantiations"] < 6
+    for n in (3, 6, 1, 5):
+        x = np.linspace(-1, 1, n * 16, dtype=np.float32).reshape(n, 16)
+        assert np.array_equal(np.asarray(s(x=x)["y"]), np.asarray(ref(x=x)["y"]))
+    st = s.stats()
+    assert st["captures"] == 6 and st["exec_updates"] >= 5
+    with pytest.raises(graft.InvalidError, match="unknown shape policy 'bucket'"):
+        graft.load(str(path), device="sim", mode="graph", shapes="bucket")
+    s.close()
+    ref.close()
+
+
+ROWWISE = """graft 1
+dim S: [1, 40]
+input x: f32[S, 16]
+w = random_normal(shape=[16, 16], seed=1, std=0.3)
+h = matmul(x, w, trans_b=1)
+y = gelu(h)
+output y
+"""
+
+
+def test_pad_matches_eager_and_explains(model, tmp_path):
+    row = tmp_path / "row.gir"
+    row.write_text(ROWWISE)
+    outs = {}
+    for name, args in (("eager", ["--mode", "eager"]), ("pad", ["--mode", "graph", "--shapes", "pad"])):
+        d = tmp_path / name
+        ok(run_graft("run", str(row), "--device", "sim", *args, "--dim", "S=5", "--output-dir", d))
+        outs[name] = (d / "y.npy").read_bytes()
+    assert outs["eager"] == outs["pad"]  # the real 5 rows of the run at 8
+    p = ok(run_graft("explain", str(row), "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "'S' padded: no reduction, contraction or gather crosses it unmasked (this run: 5 as 8)" in p.stdout
+    # attention over S: masked (-inf before the softmax, zeros before the contraction), same result
+    for name, args in (("eager-att", ["--mode", "eager"]), ("pad-att", ["--mode", "graph", "--shapes", "pad"])):
+        d = tmp_path / name
+        ok(run_graft("run", model, "--device", "sim", *args, "--dim", "S=5", "--output-dir", d))
+        outs[name] = (d / "y.npy").read_bytes()
+    assert outs["eager-att"] == outs["pad-att"]
+    p = ok(run_graft("explain", model, "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "2 masks inserted" in p.stdout and "(this run: 5 as 8)" in p.stdout
+    # a mean over S: padding refused, exact instead, and explain says why
+    mean = tmp_path / "mean.gir"
+    mean.write_text(MODEL.replace("y = gelu(o)", "g = gelu(o)\ny = reduce_mean(g, axes=[0], keepdims=1)"))
+    p = ok(run_graft("explain", str(mean), "--device", "sim", "--mode", "graph", "--shapes", "pad", "--dim", "S=5"))
+    assert "'S' NOT padded (one graph per value, as policy exact): node 'y' (reduce_mean)" in p.stdout
+    assert "reduces over the padded axis 0" in p.stdout
