@@ -44,7 +44,7 @@ def export_gpt2(path, max_len):
     import torch
     import transformers
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config()
+    cfg = transformers.GPT2Config(attn_implementation="eager")
     cfg.use_cache = False
     model = transformers.GPT2LMHeadModel(cfg).eval()
 
@@ -58,9 +58,19 @@ def export_gpt2(path, max_len):
 
     wrapped = Logits(model).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 8))
+    # the dynamo exporter, as users export today (transformers 5's mask code uses aten::diff,
+    # which the TorchScript exporter refuses); the TorchScript exporter where dynamo fails
     with torch.no_grad():
-        torch.onnx.export(wrapped, (ids,), path, input_names=["input_ids"], output_names=["logits"],
-                          dynamic_axes={"input_ids": {1: "seq"}, "logits": {1: "seq"}}, opset_version=17, dynamo=False)
+        try:
+            from torch.export import Dim
+            torch.onnx.export(wrapped, (ids,), path, input_names=["input_ids"], output_names=["logits"],
+                              dynamic_shapes={"input_ids": {1: Dim("seq", max=max(max_len, 16))}}, opset_version=18,
+                              dynamo=True, external_data=False)
+        except Exception as e:  # noqa: BLE001
+            print("dynamo export failed (%s: %s); TorchScript exporter" % (type(e).__name__, str(e)[:200]), flush=True)
+            torch.onnx.export(wrapped, (ids,), path, input_names=["input_ids"], output_names=["logits"],
+                              dynamic_axes={"input_ids": {1: "seq"}, "logits": {1: "seq"}}, opset_version=17,
+                              dynamo=False)
     return wrapped, cfg.vocab_size
 
 

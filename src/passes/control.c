@@ -26,10 +26,15 @@
  * The condition is one element of any rank (checked by shape inference); it
  * is reshaped to 0-d first so that where() keeps the branches' shapes.
  *
- * Not handled (clear errors, no silent fallback): branches whose outputs
- * differ in shape (a data-dependent output shape) and `loop` inside a branch.
- * Nested `if`s are predicated innermost first; a branch may read values of
- * any enclosing graph.
+ * Predication is chosen only when it is cheap: both branches straight-line
+ * (no loop, no `if` that stayed) and writing at most GR_PREDICATE_MAX_ELEMS
+ * elements together (passes.h says why that number). Any other `if` stays an
+ * `if` node: conditional execution (passes/cond.c, runtime/control.c), the
+ * condition read and one branch run.
+ *
+ * Not handled (a clear error, no silent fallback): branches whose outputs
+ * differ in shape (a data-dependent output shape). Nested `if`s are
+ * predicated innermost first; a branch may read values of any enclosing graph.
  *
  * Nodes and values are addressed by index throughout: appending to g moves
  * its arrays, so no pointer into them is held across an append.
@@ -260,7 +265,15 @@ static void undo(gr_graph *g, int first_node, int first_value) {
     if (g->values.len > first_value) g->values.len = first_value;
 }
 
-static gr_status predicate_one(gr_graph *g, int k) {
+static bool has_control(const gr_graph *b) {
+    for (int i = 0; i < b->nodes.len; i++)
+        if (b->nodes.data[i].op == GR_OP_LOOP || b->nodes.data[i].op == GR_OP_IF) return true;
+    return false;
+}
+
+/* *kept: the `if` stays (conditional execution) */
+static gr_status predicate_one(gr_graph *g, int k, bool *kept) {
+    *kept = false;
     char where[512];
     gr_ir_node_where(g, &g->nodes.data[k], where, sizeof where);
     gr_graph *tb = branch_of(&g->nodes.data[k], "then_branch"), *eb = branch_of(&g->nodes.data[k], "else_branch");
@@ -269,6 +282,13 @@ static gr_status predicate_one(gr_graph *g, int k) {
      * node's attributes, which do not move when g's node array does) */
     GR_TRY(gr_pass_predicate_if(tb));
     GR_TRY(gr_pass_predicate_if(eb));
+    /* the strategy (passes/cond.c): a branch that keeps control flow or writes more than the
+     * threshold makes the `if` conditional execution, left for lowering */
+    int64_t wt = gr_pass_graph_work(tb), we = gr_pass_graph_work(eb);
+    if (wt > GR_PREDICATE_MAX_ELEMS || we > GR_PREDICATE_MAX_ELEMS - wt || has_control(tb) || has_control(eb)) {
+        *kept = true;
+        return GR_OK;
+    }
     int n_out = g->nodes.data[k].n_out;
     if (tb->outputs.len != n_out || eb->outputs.len != n_out)
         return gr_error(GR_ERR_INVALID, "%s: branches give %d and %d outputs, the node has %d", where, tb->outputs.len,
@@ -332,7 +352,9 @@ gr_status gr_pass_predicate_if(gr_graph *g) {
     bool changed = false;
     for (int k = 0; k < g->nodes.len; k++) {
         if (g->nodes.data[k].op != GR_OP_IF) continue;
-        GR_TRY(predicate_one(g, k));
+        bool kept;
+        GR_TRY(predicate_one(g, k, &kept));
+        if (kept) continue;
         changed = true;
         k--; /* node k is now the first inlined node: rescan from there */
     }

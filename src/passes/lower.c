@@ -303,7 +303,11 @@ gr_status lw_lower_view(gr_lctx *c) {
 }
 
 gr_status lw_lower_control(gr_lctx *c) {
-    return gr_error(GR_ERR_UNSUPPORTED, "%s: control flow not lowered yet", lw_where(c));
+    gr_step *s = new_step(c);
+    if (!s) return gr_nomem();
+    GR_TRY(gr_pass_control_step(c->g, c->node, s));
+    c->out->len++;
+    return GR_OK;
 }
 
 /* The `lower` column of ir/ops.def. */

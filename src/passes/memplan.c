@@ -20,10 +20,19 @@ static int root_of(const gr_mem_plan *p, int v) {
     return v;
 }
 
-static bool param_written(const gr_step *s, int i) {
+static bool param_written(const gr_graph *g, const gr_step *s, int i) {
     if (s->kind == GR_STEP_KERNEL) return s->kernel->params[i].written;
     if (s->kind == GR_STEP_LIBCALL) return i == 2;
-    if (s->kind == GR_STEP_HOST) return s->args[i].kind == GR_ARG_VALUE && s->args[i].value == s->out_value;
+    if (s->kind == GR_STEP_HOST) {
+        if (s->args[i].kind != GR_ARG_VALUE) return false;
+        if (s->args[i].value == s->out_value) return true;
+        /* a control step (passes/cond.c) writes its node's outputs */
+        if (s->out_value < 0 && s->node >= 0 && s->node < g->nodes.len) {
+            const gr_ir_node *n = &g->nodes.data[s->node];
+            for (int k = 0; k < n->n_out; k++)
+                if (n->out[k] == s->args[i].value) return true;
+        }
+    }
     return false;
 }
 
@@ -369,7 +378,7 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
             /* A zero-size value gets no kernel (lowering skips it) but can still
              * be read, e.g. by a reduction over the empty axis: it gets an
              * (empty) arena slot so its address exists. */
-            else if (val->kind == GR_VAL_NODE && (param_written(s, a) || st->bytes == 0)) st->kind = GR_STORE_ARENA;
+            else if (val->kind == GR_VAL_NODE && (param_written(g, s, a) || st->bytes == 0)) st->kind = GR_STORE_ARENA;
         }
     }
     /* graph outputs that are constants (fully folded) must be materialized;
@@ -406,7 +415,7 @@ gr_status gr_pass_plan_memory(const gr_graph *g, const gr_step_list *steps, gr_m
         const gr_step *s = &steps->data[si];
         if (s->kind == GR_STEP_ALIAS) continue;
         for (int a = 0; a < s->n_args; a++) {
-            if (s->args[a].kind != GR_ARG_VALUE || !param_written(s, a)) continue;
+            if (s->args[a].kind != GR_ARG_VALUE || !param_written(g, s, a)) continue;
             int r = root_of(out, s->args[a].value);
             gr_storage_kind k = out->values[r].kind;
             if (k != GR_STORE_INPUT && k != GR_STORE_CONST && k != GR_STORE_HOST) continue;

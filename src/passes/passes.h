@@ -21,8 +21,24 @@
  * graph break). Branch outputs must have equal shapes; `loop` inside a branch
  * is unsupported. Re-infers shapes when it changed anything. */
 gr_status gr_pass_predicate_if(gr_graph *g);
-/* Unrolls each `loop` whose `trip` attribute specialization bound (passes/unroll.c). */
+/* Unrolls each `loop` whose `trip` attribute specialization bound (passes/unroll.c); a loop
+ * without `trip` (a while-loop: the body computes the condition) is left to lowering. */
 gr_status gr_pass_unroll_loops(gr_graph *g);
+
+/* ---- control flow kept as control flow (passes/cond.c, runtime/control.c) ---------------- */
+/* An `if` is predicated when both branches together write at most this many elements (the
+ * untaken branch's work is what predication pays for no host read); a larger one, or one
+ * with a loop in a branch, is conditional execution (one branch runs). 1 Mi elements: about
+ * 4 MB written at f32, a few microseconds of an H100's bandwidth, less than one host
+ * synchronization (~10-20 us). */
+#define GR_PREDICATE_MAX_ELEMS ((int64_t)1 << 20)
+/* A while-loop stops with an error after this many iterations (ONNX Loop without M whose
+ * condition never turns false: a clear run-time error, never a hang). */
+#define GR_LOOP_MAX_ITERS ((int64_t)1 << 20)
+/* Elements g's nodes write, recursively; INT64_MAX for a loop or an unknown shape. */
+int64_t gr_pass_graph_work(const gr_graph *g);
+/* Values of g that n's subgraphs read (captures at any depth), at most max, into out. */
+gr_status gr_pass_control_captures(const gr_graph *g, const gr_ir_node *n, int *out, int max, int *n_out);
 
 /* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
  * softmax over the last axis, matmul; grouped-query repeats of K and V) by one
@@ -127,6 +143,9 @@ gr_status gr_pass_lower(gr_graph *g, gr_step_list *out);
 gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out);
 gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out);
 void gr_step_list_free(gr_step_list *l);
+/* The step of an `if` or `loop` node run by the runtime's control runner (GR_STEP_HOST without
+ * host_fn; runtime/control.c binds it): args = the node's inputs, its captures, its outputs. */
+gr_status gr_pass_control_step(gr_graph *g, int node, gr_step *s);
 
 /* Fuses producer→consumer elementwise kernels (and elementwise producers into
  * reductions) when the intermediate has no other reader and is not a graph

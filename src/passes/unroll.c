@@ -200,6 +200,7 @@ gr_status gr_pass_unroll_loops(gr_graph *g) {
     bool changed = false;
     for (int k = 0; k < g->nodes.len; k++) {
         if (g->nodes.data[k].op != GR_OP_LOOP) continue;
+        if (!gr_ir_attr_find(&g->nodes.data[k], "trip")) continue; /* a while-loop: lowered to a control step (cond.c) */
         GR_TRY(unroll_one(g, k));
         changed = true;
         k--; /* node k is now the first inlined node (a nested loop is unrolled in turn) */

@@ -146,6 +146,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         }
     }
     gr_rt_probe_explain(s, &sb);
+    gr_rt_ctrl_explain(s, &sb);
     size_t placeholder_bytes = 0;
     gr_sb_puts(&sb, "inputs:\n");
     for (int i = 0; i < p->g->inputs.len; i++) {

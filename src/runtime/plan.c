@@ -233,6 +233,7 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     p->steps = c.steps;
     p->mem = c.mem;
     p->segs = c.segs;
+    if ((st = gr_rt_ctrl_bind(s, p)) != GR_OK) goto fail; /* if / loop steps get their runner (control.c) */
     p->seg_state = gr_calloc((size_t)p->segs.len, sizeof(gr_rt_segment));
     if (!p->seg_state) {
         st = GR_ERR_NOMEM;
@@ -292,6 +293,7 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
     gr_mem_plan_free(&p->mem);
+    gr_rt_ctrl_free(p);
     gr_step_list_free(&p->steps);
     gr_ir_graph_destroy(p->g);
     gr_free(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms);

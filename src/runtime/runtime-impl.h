@@ -100,6 +100,7 @@ typedef struct gr_rt_plan {
 
 struct gr_session {
     gr_device *dev;
+    bool ctrl_graphs;       /* a control runner's session (control.c) whose steps the runner captures (graph mode): nested runners capture too */
     gr_stream *stream;      /* the session's own stream: every run's work is enqueued here */
     /* gr_session_run_on_stream: a wrapper of the caller's stream (re-made when the handle
      * changes), ordered against `stream` with ev_order (caller -> graft) and ev_done */
@@ -221,6 +222,15 @@ gr_status gr_rt_probe_check_options(gr_session_t s);
 gr_status gr_rt_probe_bind(gr_session_t s, int64_t *syms);
 void gr_rt_probe_explain(gr_session_t s, gr_strbuf *sb);
 void gr_rt_probe_destroy(gr_session_t s);
+/* ---- control.c: if / loop steps (passes/cond.c) run by sessions over their subgraphs ---- */
+/* Gives each control step of p its runner (host_fn / host_user). */
+gr_status gr_rt_ctrl_bind(gr_session_t s, gr_rt_plan *p);
+/* Frees the runners of p's control steps (plan destruction). */
+void gr_rt_ctrl_free(gr_rt_plan *p);
+/* Test hook: the while-loop iteration cap (n <= 0: GR_LOOP_MAX_ITERS again). Set before runs. */
+void gr_rt_debug_set_loop_cap(int64_t n);
+/* "control flow: ..." lines: every if / loop of the model and its strategy in the current plan. */
+void gr_rt_ctrl_explain(gr_session_t s, gr_strbuf *sb);
 /* GR_ARENA_MAX_SHAPE: builds the largest binding's plan and the shared arena (session creation). */
 gr_status gr_rt_max_plan_init(gr_session_t s);
 void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p);

@@ -286,18 +286,22 @@ def test_loop_run_time_trip_count_limits(tmp_path):
         np.testing.assert_array_equal(got["af"], 1)
 
 
-def test_loop_while_condition_is_still_refused(tmp_path):
-    """Run-time M and a body that computes its condition (a while-loop): refused, naming the node."""
+@pytest.mark.parametrize("mode", MODES)
+def test_loop_while_with_run_time_trip_count(tmp_path, mode):
+    """Run-time M and a body that computes its condition (a while-loop): run by the control
+    runner (runtime/control.c; tests/py/test_onnx_control.py has the rest)."""
     b = body([helper.make_node("Add", ["v", "x"], ["v2"]), helper.make_node("ReduceSum", ["v2"], ["s"], keepdims=0),
               helper.make_node("Less", ["s", "ten"], ["cout"])], ["cout", "v2"],
              [("i", TensorProto.INT64, []), ("cin", TensorProto.BOOL, []), ("v", FT, [2, 3])], [const("ten", np.float32(10))])
-    m = make([helper.make_node("Loop", ["M", "", "v0"], ["vf"], body=b, name="wl")],
-             {"M": (np.int64, ()), "x": (np.float32, (2, 3)), "v0": (np.float32, (2, 3))}, ["vf"])
-    path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    with pytest.raises(graft.GraftError) as e:
-        graft.load(path, device=DEVICE, mode="eager")
-    assert "'wl'" in str(e.value) and "while-loop" in str(e.value)
+
+    def model(cond):
+        return make([helper.make_node("Loop", ["M", "c0" if cond else "", "v0"], ["vf"], body=b, name="wl")],
+                    {"M": (np.int64, ()), "x": (np.float32, (2, 3)), "v0": (np.float32, (2, 3))}, ["vf"],
+                    [const("c0", np.array(True))])
+    x = np.abs(rng.standard_normal((2, 3))).astype(np.float32)
+    feeds = [{"M": np.int64(k), "x": x, "v0": x} for k in (1, 5, 0, 100)]
+    text = run_session(tmp_path, model(False), feeds, mode, ref_model=model(True))
+    assert "loop 'wl': a while-loop" in text
 
 
 # ---- what stays refused, naming the node ---------------------------------------------------------

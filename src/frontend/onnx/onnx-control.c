@@ -15,8 +15,10 @@ static const gr_ir_value *irv(const ox_ctx *c, int ir) { return &c->g->values.da
  * both branches become IR subgraphs of an `if` node, which passes/control.c
  * predicates (both run, `where` selects; no host read, no graph break).
  * Loop and Scan are unrolled at import (each iteration an inlined copy of the
- * body) when their trip count is known then; a trip count that depends on
- * tensor data is refused, naming the node. */
+ * body) when their trip count is known then; a run-time trip count is a
+ * data-dependent dim unrolled per binding (loop_run_time_trip, scan_symbolic);
+ * a body that computes its condition is a while-loop (loop_while), run by the
+ * runtime's control runner (docs/design.md §3c). */
 #define OX_MAX_UNROLL 256          /* iterations of one Loop / Scan */
 #define OX_MAX_UNROLLED_NODES 65536 /* body nodes times iterations */
 
@@ -145,6 +147,150 @@ static gr_status stack_outputs(ox_ctx *c, const char *name, ox_value *vals, int 
     return ox_define_ir(c, name, out);
 }
 
+/* A one-element M or cond input as a 0-d i64 (M) or bool (cond) IR value; absent: the
+ * constant `absent` (M: INT64_MAX, no bound but graft's iteration cap; cond: true). */
+static gr_status loop_control_ir(ox_ctx *c, int i, bool m, int *out) {
+    if (ox_in(c, i) < 0) return ox_scalar_const_ir(c, m ? GR_I64 : GR_BOOL, m ? 4611686018427387904.0 : 1.0, out);
+    int v;
+    GR_TRY(ox_in_ir(c, i, &v));
+    const gr_ir_value *iv = irv(c, v);
+    if (!iv->typed || gr_ir_value_numel(iv) != 1 || (m && !gr_dtype_is_int(iv->dtype)))
+        return ox_node_error(c, GR_ERR_SHAPE, "input '%s' must be one %s", m ? "M" : "cond", m ? "integer" : "element");
+    if (iv->ndim) GR_TRY(ox_reshape_ir(c, v, NULL, 0, &v));
+    gr_dtype want = m ? GR_I64 : GR_BOOL;
+    if (irv(c, v)->dtype != want && m) {
+        gr_ir_attr to = {.name = (char *)"to", .kind = GR_IR_ATTR_STRING, .s = (char *)"i64"};
+        GR_TRY(ox_emit(c, GR_OP_CAST, 1, &v, 1, &to, 1, NULL, false, &v));
+    } else if (irv(c, v)->dtype != want) {
+        int z, eq;
+        GR_TRY(ox_scalar_const_ir(c, irv(c, v)->dtype, 0.0, &z));
+        GR_TRY(ox_emit2(c, GR_OP_EQUAL, v, z, &eq));
+        GR_TRY(ox_emit(c, GR_OP_NOT, 1, &eq, 0, NULL, 1, NULL, false, &v));
+    }
+    *out = v;
+    return GR_OK;
+}
+
+/* A while-loop: Loop whose body computes its condition. A `loop` node without a `trip`
+ * attribute, which passes/cond.c lowers to a control step run by runtime/control.c (the
+ * body a plan of its own, the condition read after each iteration). Loop-carried values
+ * keep their shapes across iterations (checked here: a body that changes one is refused).
+ * Scan outputs would have a data-dependent length: not supported for a while-loop. */
+/* Scan outputs of a while-loop have a data-dependent length, the iteration count. Two nodes:
+ * a while-loop over the carried values plus a counter (its last output: the count, a
+ * data-dependent symbol the probe computes before each run, runtime/probe.c), and the Loop
+ * unrolled per binding for that count (passes/unroll.c: every iteration is known to run, so
+ * the body's condition is not needed), which gives the carried values and the stacked scan
+ * outputs. At most OX_MAX_UNROLL iterations (the symbol's range: a longer loop is a clear
+ * error at run time naming the node); the counting loop runs in the probe and again in the
+ * plan (the probe's documented cost). */
+static gr_status loop_while_scans(ox_ctx *c, gr_graph *bg, int *in, int n_state, int n_scan) {
+    gr_graph *cg = NULL;
+    gr_status st = gr_ir_graph_clone(bg, &cg);
+    if (st != GR_OK) return st;
+    cg->parent = bg->parent;
+    int cnt_in = -1, one = -1, cnt_out = -1, node = -1;
+    int64_t v1 = 1;
+    st = gr_ir_add_input(cg, "graft.loop.count", GR_I64, 0, NULL, &cnt_in);
+    if (st == GR_OK) st = gr_ir_add_const(cg, "graft.loop.count_one", GR_I64, 0, NULL, &v1, &one);
+    if (st == GR_OK) {
+        int add_in[2] = {cnt_in, one};
+        st = gr_ir_add_node(cg, GR_OP_ADD, "graft.loop.count_next", 2, add_in, 1, NULL, 0, NULL, &node);
+    }
+    if (st == GR_OK) {
+        cnt_out = cg->nodes.data[node].out[0];
+        cg->outputs.len = 1 + n_state; /* the scan outputs are the unrolled loop's */
+        st = gr_vec_push(&cg->outputs, cnt_out);
+    }
+    int zero = -1, outs[65], trip_count = -1;
+    if (st == GR_OK) st = ox_scalar_const_ir(c, GR_I64, 0.0, &zero);
+    if (st == GR_OK) {
+        int cin[67];
+        for (int i = 0; i < 2 + n_state; i++) cin[i] = in[i];
+        cin[2 + n_state] = zero;
+        gr_ir_attr attrs[1] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = cg}};
+        st = ox_emit(c, GR_OP_LOOP, 3 + n_state, cin, 1, attrs, 1 + n_state, NULL, false, outs);
+    }
+    gr_ir_graph_destroy(cg);
+    GR_TRY(st);
+    trip_count = outs[n_state];
+    /* the count's range: M when it is a constant below the unroll limit */
+    int64_t hi = OX_MAX_UNROLL, m = 0;
+    bool m_present = false, m_known = false;
+    GR_TRY(loop_scalar(c, 0, "M", &m_present, &m_known, &m));
+    if (m_known && m < hi) hi = m < 0 ? 0 : m;
+    gr_dim trip;
+    GR_TRY(ox_data_symbol(c, "loop", trip_count, hi, &trip));
+    int uin[66], uouts[128], t;
+    GR_TRY(ox_scalar_const_ir(c, GR_BOOL, 1.0, &t));
+    uin[0] = trip_count;
+    uin[1] = t;
+    for (int i = 0; i < n_state; i++) uin[2 + i] = in[2 + i];
+    gr_ir_attr attrs[2] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg},
+                           {.name = (char *)"trip", .kind = GR_IR_ATTR_INT, .sym = true, .expr = trip.expr}};
+    const char *names[128];
+    ox_out_names(c, names, n_state + n_scan);
+    GR_TRY(ox_emit(c, GR_OP_LOOP, 2 + n_state, uin, 2, attrs, n_state + n_scan, names, true, uouts));
+    for (int i = 0; i < n_state + n_scan; i++)
+        if (!irv(c, uouts[i])->typed)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of output %d is not known (the body changes a loop-carried "
+                                                        "value's type or shape)", i);
+    return ox_bind_outputs(c, n_state + n_scan, uouts, NULL);
+}
+
+static gr_status loop_while(ox_ctx *c, const Onnx__GraphProto *body, int n_state, int n_scan) {
+    if (n_state + n_scan > 64) return ox_node_error(c, GR_ERR_UNSUPPORTED, "too many loop outputs");
+    int in[67], outs[64];
+    for (int i = 0; i < n_state; i++) {
+        int vi = ox_in(c, 2 + i);
+        if (vi < 0) return ox_node_error(c, GR_ERR_INVALID, "loop-carried input %d is missing", i);
+        GR_TRY(value_to_ir(c, &c->vals.data[vi], "a loop-carried input", &in[2 + i]));
+    }
+    GR_TRY(loop_control_ir(c, 0, true, &in[0]));
+    GR_TRY(loop_control_ir(c, 1, false, &in[1]));
+    char *what = gr_sprintf("node '%s' (Loop) body", c->node_name);
+    if (!what) return gr_nomem();
+    gr_graph *bg = NULL;
+    bool cond_true = false;
+    gr_status st = ox_import_loop_body(c, body, what, n_state, in + 2, &bg, &cond_true);
+    gr_strfree(what);
+    for (int i = 0; st == GR_OK && i < n_state; i++) { /* fixed shapes across iterations */
+        const gr_ir_value *init = irv(c, in[2 + i]), *bo = &bg->values.data[bg->outputs.data[1 + i]];
+        bool same = bo->typed && init->typed && bo->dtype == init->dtype && bo->ndim == init->ndim;
+        for (int d = 0; same && d < bo->ndim; d++) {
+            gr_dim x;
+            st = gr_dx_import(c->g, bg, bo->dims[d], &x);
+            if (st == GR_ERR_UNSUPPORTED) gr_error_clear(), st = GR_OK, same = false;
+            else same = st == GR_OK && gr_dx_equal(x, init->dims[d]);
+        }
+        if (st == GR_OK && !same) {
+            char a[128], b[128];
+            gr_ir_type_str(c->g, init, a, sizeof a);
+            gr_ir_type_str(bg, bo, b, sizeof b);
+            st = ox_node_error(c, GR_ERR_SHAPE, "loop-carried value %d enters as %s but the body gives %s: a while-loop's "
+                                                "loop-carried values must keep their type and shape across iterations", i, a, b);
+        }
+    }
+    if (st == GR_OK && n_scan > 0) {
+        st = loop_while_scans(c, bg, in, n_state, n_scan);
+        gr_ir_graph_destroy(bg);
+        return st;
+    }
+    if (st == GR_OK) {
+        gr_ir_attr attrs[1] = {{.name = (char *)"body", .kind = GR_IR_ATTR_GRAPH, .graph = bg}};
+        const char *names[64];
+        ox_out_names(c, names, n_state);
+        st = ox_emit(c, GR_OP_LOOP, 2 + n_state, in, 1, attrs, n_state, names, true, outs);
+    }
+    gr_ir_graph_destroy(bg);
+    GR_TRY(st);
+    for (int i = 0; i < n_state; i++)
+        if (!irv(c, outs[i])->typed)
+            return ox_node_error(c, GR_ERR_UNSUPPORTED, "the type of output %d is not known (the body changes a loop-carried "
+                                                        "value's type or shape)", i);
+    return ox_bind_outputs(c, n_state, outs, NULL);
+}
+
 /* Loop(M, cond, v...) with M or the initial condition computed at run time, whose body
  * keeps the condition true (passes it on or writes true; checked at import with the
  * condition input set to true): it runs trip = cond ? max(M, 0) : 0 iterations. trip is
@@ -197,10 +343,10 @@ static gr_status loop_run_time_trip(ox_ctx *c, const Onnx__GraphProto *body, int
     bool cond_true = false;
     gr_status st = ox_import_loop_body(c, body, what, n_state, in + 2, &bg, &cond_true);
     gr_strfree(what);
-    if (st == GR_OK && !cond_true)
-        st = ox_node_error(c, GR_ERR_UNSUPPORTED, "the body computes the loop condition at run time and the trip count is "
-                                                  "known only at run time too (a while-loop): not supported; graft runs a Loop "
-                                                  "with a run-time trip count whose body keeps the condition true");
+    if (st == GR_OK && !cond_true) { /* a while-loop: its own node (what was emitted above is dead code, removed by DCE) */
+        gr_ir_graph_destroy(bg);
+        return loop_while(c, body, n_state, n_scan);
+    }
     gr_dim trip;
     if (st == GR_OK) st = ox_data_symbol(c, "loop", count, hi, &trip);
     int outs[128];
@@ -240,10 +386,7 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
     /* a trip count known only at run time: M computed then, or a run-time initial condition */
     if (m_present && (!m_known || (c_present && !c_known)) && !(c_known && cond0 == 0))
         return loop_run_time_trip(c, body, n_state, n_scan, c_present && !c_known);
-    if (c_present && !c_known)
-        return ox_node_error(c, GR_ERR_UNSUPPORTED,
-                             "the loop condition is computed at run time (a data-dependent trip count); graft unrolls a Loop "
-                             "whose condition and trip count are known at import time");
+    if (c_present && !c_known) return loop_while(c, body, n_state, n_scan); /* no M: the condition bounds it */
     if (m_present && trip < 0) trip = 0;
     /* without M the condition ends the loop; the iteration bound below stops a runaway one */
     int64_t limit = m_present ? trip : OX_MAX_UNROLL + 1;
@@ -263,7 +406,7 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
         else st = ox_value_copy(&state[i], &c->vals.data[vi]);
     }
     int iters = 0;
-    bool go = cond0 != 0;
+    bool go = cond0 != 0, run_time_cond = false;
     while (st == GR_OK && go && iters < limit) {
         if (iters == OX_MAX_UNROLL || (int64_t)body->n_node * (iters + 1) > OX_MAX_UNROLLED_NODES) {
             st = ox_node_error(c, GR_ERR_UNSUPPORTED, "the loop runs more than %d iterations (or %d body nodes), too many to unroll",
@@ -286,9 +429,7 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
         if (st != GR_OK) break;
         const ox_tensor *ck = out[0].konst;
         if (!ck || ox_tensor_has_sym(ck) || ox_tensor_numel(ck) != 1) {
-            st = ox_node_error(c, GR_ERR_UNSUPPORTED,
-                               "the body computes the loop condition at run time (a data-dependent trip count); graft unrolls a "
-                               "Loop whose condition is known at import time");
+            run_time_cond = true; /* a while-loop: the unrolled nodes so far are dead code */
             break;
         }
         go = gr_load_f64(ck->data, ck->dtype, 0) != 0;
@@ -296,8 +437,10 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
         for (int k = 0; st == GR_OK && k < n_scan; k++) st = ox_value_copy(&scans[k * OX_MAX_UNROLL + iters], &out[1 + n_state + k]);
         iters++;
     }
-    for (int i = 0; st == GR_OK && i < n_state; i++) st = bind_value(c, c->node->output[i], &state[i]);
-    for (int k = 0; st == GR_OK && k < n_scan; k++) st = stack_outputs(c, c->node->output[n_state + k], &scans[k * OX_MAX_UNROLL], iters, 0, false);
+    if (st == GR_OK && run_time_cond) st = loop_while(c, body, n_state, n_scan);
+    for (int i = 0; st == GR_OK && !run_time_cond && i < n_state; i++) st = bind_value(c, c->node->output[i], &state[i]);
+    for (int k = 0; st == GR_OK && !run_time_cond && k < n_scan; k++)
+        st = stack_outputs(c, c->node->output[n_state + k], &scans[k * OX_MAX_UNROLL], iters, 0, false);
     values_clear(state, n_state);
     values_clear(in, 2 + n_state);
     values_clear(out, 1 + n_out);
