@@ -221,6 +221,13 @@ typedef struct {
      * driver), model hash and binding in cache_dir (default $XDG_CACHE_HOME/graft or
      * ~/.cache/graft; the simulator only uses a cache_dir given explicitly). */
     int no_persist_decisions;
+    /* Tensor parallelism: the model split over `tp` devices (0 or 1: one device). One process
+     * drives them, one host thread per rank, the collectives inside each rank's CUDA graphs
+     * (NCCL, libnccl.so.2 loaded at run time; the simulator: N simulated devices with reference
+     * collectives). Each rank holds its share of the split weights. Outputs, stats and explain
+     * are rank 0's; device I/O, caller streams, profiling and generation are refused.
+     * docs/design.md, "Tensor parallelism". */
+    int tp;
 } gr_session_options;
 
 typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_PRECISION_COUNT } gr_precision;

@@ -191,7 +191,10 @@ static const char usage_inputs[] =
     "  --precision bf16|f16   run an f32 model in half precision: weights converted once\n"
     "                         at load, matmuls and attention in bf16/f16 (f32 accumulation),\n"
     "                         softmax, norms, reductions, exp/log/pow/erf in f32; inputs and\n"
-    "                         outputs keep their dtypes (docs/precision.md)\n";
+    "                         outputs keep their dtypes (docs/precision.md)\n"
+    "  --tp N                 tensor parallelism: the model split over N devices (GPUs 0..N-1\n"
+    "                         with NCCL, or N simulated devices); explain lists each split\n"
+    "                         and each collective\n";
 
 static const char usage_run[] =
     "usage: graft run MODEL [options]\n"
@@ -289,6 +292,7 @@ typedef struct {
     bool no_fuse_attention;
     bool fuse_attention_f32;
     int precision; /* gr_precision */
+    int tp;        /* --tp N: ranks of tensor parallelism (0: none) */
 } cli_opts;
 
 static bool parse_long(const char *s, long *out) {
@@ -399,7 +403,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
         if (!strcmp(optname, "--input") || !strcmp(optname, "--device") || !strcmp(optname, "--mode") ||
             !strcmp(optname, "--arena") || !strcmp(optname, "--shapes") || !strcmp(optname, "--graph-memory-mb") ||
             !strcmp(optname, "--capture-range") ||
-            !strcmp(optname, "--cache-dir") ||
+            !strcmp(optname, "--cache-dir") || !strcmp(optname, "--tp") ||
             !strcmp(optname, "--seed"))
             need = OPT_INPUTS;
         else if (!strcmp(optname, "--dim") || !strcmp(optname, "--dim-range") || !strcmp(optname, "--precision"))
@@ -501,6 +505,13 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
                 errorf("--shapes: unknown policy '%s' (expected exact, pad, generic, update or auto)", show(value));
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(optname, "--tp")) {
+            long v;
+            if (!parse_long(value, &v) || v < 1 || v > 64) {
+                errorf("--tp: '%s' is not a number of ranks from 1 to 64", show(value));
+                return EXIT_USAGE;
+            }
+            o->tp = (int)v;
         } else if (!strcmp(optname, "--graph-memory-mb")) {
             char *end = NULL;
             errno = 0;
@@ -899,6 +910,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     so.no_fuse_attention = o->no_fuse_attention;
     so.fuse_attention_f32 = o->fuse_attention_f32;
     so.precision = o->precision;
+    so.tp = o->tp;
     gr_status st = gr_session_create(g, &so, sess);
     if (st != GR_OK) {
         *sess = NULL;
@@ -1573,6 +1585,18 @@ static int cmd_explain(const cli_opts *o) {
     input_set in = {0};
     if (o->n_dims == 0 && o->n_inputs == 0) {
         int code = load_graph_opts(o, &g);
+        if (!code && gr_graph_num_dims(g) > 0 && o->tp > 1) {
+            /* the splits need no binding: the session's explain lists them */
+            code = create_session(g, o, &sess);
+            char *text = NULL;
+            gr_status st = code ? GR_OK : gr_session_explain(sess, &text);
+            if (!code && st != GR_OK) code = api_fail(st, o->model);
+            else if (!code) print_text(text);
+            if (text) gr_free_string(text);
+            if (sess) gr_session_destroy(sess);
+            gr_graph_destroy(g);
+            return code;
+        }
         if (!code && gr_graph_num_dims(g) > 0) {
             code = explain_symbolic(o, g);
             gr_graph_destroy(g);

@@ -115,7 +115,7 @@ class SessionOptions(ctypes.Structure):
                 ("max_rerecords", ctypes.c_int), ("cache_dir", ctypes.c_char_p), ("no_partition", ctypes.c_int),
                 ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
                 ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int), ("shape_policy", ctypes.c_int),
-                ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int)]
+                ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int), ("tp", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):

@@ -46,7 +46,7 @@ _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
          arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None,
-         shapes="exact", graph_memory_mb=0):
+         shapes="exact", graph_memory_mb=0, tp=1):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -62,7 +62,11 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         autocast does (matmuls and attention in half with f32 accumulation, softmax, norms,
         reductions, exp/log/pow/erf in f32); inputs and outputs keep their dtypes.
         docs/precision.md has the rules and the tolerances.
+    tp: tensor parallelism: the model split over tp devices (GPUs 0..tp-1 through NCCL, or tp
+        simulated devices); outputs are whole. docs/design.md, "Tensor parallelism".
     """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError("graft.load: tp=%r: expected a number of devices >= 1" % (tp,))
     for what, value, table in (("device", device, _DEVICES), ("mode", mode, _MODES), ("arena", arena, _ARENAS),
                                ("precision", precision, _PRECISIONS)):
         if value not in table:
@@ -82,6 +86,7 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         policy = ctypes.c_int()
         C.check(lib.gr_shape_policy_parse(str(shapes).encode(), ctypes.byref(policy)))
         opts.shape_policy, opts.graph_memory_mb = policy.value, float(graph_memory_mb)
+        opts.tp = tp
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
         handle = ctypes.c_void_p()

@@ -294,7 +294,13 @@ void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
  * Batched matmul: for each batch b:  C[b] = alpha * op(A[b]) @ op(B[b]) + bias  (+ beta*C)
  * op(X) = X^T when trans. Row-major. Batch offsets in elements. bias (optional)
  * is broadcast along rows: bias[n] (bias_kind ROW) or a full tensor of C's shape. */
-typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_COUNT } gr_lib_kind;
+/* Collectives (tensor parallelism, passes/shard.c): every rank of the device's communicator
+ * calls them in the same order. GR_LIB_ALL_REDUCE: C[i] = sum over ranks of A[i], i < m
+ * (the sum in rank order on the simulator). GR_LIB_ALL_GATHER: C[r*m + i] = rank r's A[i]
+ * (ranks stacked along a new leading axis). n = the number of ranks, dtype the element
+ * type; args as a matmul's: [0]=A [2]=C, [1] and [3] unused. */
+typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_ALL_REDUCE, GR_LIB_ALL_GATHER, GR_LIB_COUNT } gr_lib_kind;
+static inline bool gr_lib_is_collective(gr_lib_kind k) { return k == GR_LIB_ALL_REDUCE || k == GR_LIB_ALL_GATHER; }
 typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU } gr_epilogue;
 typedef enum { GR_BIAS_NONE = 0, GR_BIAS_ROW, GR_BIAS_FULL } gr_bias_kind;
 

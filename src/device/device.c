@@ -50,6 +50,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
     memset(&c, 0, sizeof c);
     if (!d || !d->iface) return c;
     const struct gr_device_i *i = d->iface;
+    c.collectives = i->comm_init && i->comm_enter && i->comm_leave;
     c.events = i->event_create && i->event_destroy && i->event_record && i->event_elapsed_us;
     c.graphs = i->capture_begin && i->capture_end && i->graph_instantiate && i->graph_launch && i->graph_destroy &&
                i->exec_destroy;
@@ -68,7 +69,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 39 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 43 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -104,6 +105,33 @@ bool gr_dev_has_mem_kind(const gr_device *d, gr_mem_kind kind) {
 }
 
 size_t gr_dev_mem_in_use(const gr_device *d) { return GR_DEV_HAS(d, mem_in_use) ? d->iface->mem_in_use(d->ctx) : 0; }
+
+gr_status gr_dev_comm_init(gr_device *const *devs, int n) {
+    if (n < 1 || !devs || !devs[0]) return gr_error(GR_ERR_INVALID, "gr_dev_comm_init: no devices");
+    GR_DEV_REQUIRE(devs[0], comm_init);
+    void *ctxs[GR_DEV_MAX_RANKS];
+    if (n > GR_DEV_MAX_RANKS) return gr_error(GR_ERR_INVALID, "gr_dev_comm_init: %d devices, at most %d", n, GR_DEV_MAX_RANKS);
+    for (int i = 0; i < n; i++) {
+        if (!devs[i] || devs[i]->iface != devs[0]->iface)
+            return gr_error(GR_ERR_INVALID, "gr_dev_comm_init: device %d is not of the backend of device 0", i);
+        ctxs[i] = devs[i]->ctx;
+    }
+    return devs[0]->iface->comm_init(ctxs, n, NULL, 0, n);
+}
+
+gr_status gr_dev_comm_enter(gr_device *d) {
+    if (!d || !d->iface || !d->iface->comm_enter) return GR_OK;
+    return d->iface->comm_enter(d->ctx);
+}
+
+gr_status gr_dev_thread_bind(gr_device *d) {
+    if (!d || !d->iface || !d->iface->thread_bind) return GR_OK;
+    return d->iface->thread_bind(d->ctx);
+}
+
+void gr_dev_comm_leave(gr_device *d) {
+    if (d && d->iface && d->iface->comm_leave) d->iface->comm_leave(d->ctx);
+}
 
 gr_status gr_dev_mem_info(gr_device *d, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;

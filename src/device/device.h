@@ -39,6 +39,9 @@ typedef struct {
     int n_args;
 } gr_gnode_info;
 
+/* most ranks one process joins into a communicator (gr_dev_comm_init) */
+#define GR_DEV_MAX_RANKS 64
+
 typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
 
 /* kernel_prepare flags.
@@ -159,6 +162,21 @@ struct gr_device_i {
      * memory the driver takes for itself, instantiated graphs included, shows; sim: a device
      * of GR_SIM_TOTAL_BYTES less its allocations and the bytes of its exec graphs). */
     gr_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+    /* Optional: collectives (tensor parallelism). comm_init joins the contexts ctxs[0..n) of
+     * devices of this backend into one communicator, ctxs[i] being rank i (CUDA: `unique_id`,
+     * ncclUniqueId's bytes, names the communicator and first_rank/world_size place these
+     * ranks in it, so ranks of other processes or hosts can join with the same id; NULL: one
+     * process holds every rank, the id is made here). Each device keeps its rank until it is
+     * destroyed. Library calls GR_LIB_ALL_REDUCE / GR_LIB_ALL_GATHER then run through it.
+     * comm_enter / comm_leave bracket the work one host thread submits for a device (one
+     * thread per rank): CUDA makes the device's context current; the simulator takes turns. */
+    gr_status (*comm_init)(void **ctxs, int n, const void *unique_id, int first_rank, int world_size);
+    gr_status (*comm_enter)(void *ctx);
+    void (*comm_leave)(void *ctx);
+    /* Optional: the calling thread works on this device from now on, outside a round of the
+     * ranks (CUDA: the device's context current; absent: nothing to do). */
+    gr_status (*thread_bind)(void *ctx);
 };
 
 typedef struct gr_device {
@@ -199,6 +217,7 @@ typedef struct {
     bool pinned_memory;     /* alloc(GR_MEM_HOST_PINNED): page-locked host buffers, so input copies are
                                true asynchronous DMA (sessions fall back to pageable host memory) */
     bool mem_info;          /* mem_info: free/total device memory can be measured (graph memory accounting) */
+    bool collectives;       /* comm_init/enter/leave: devices joined into a communicator (tensor parallelism) */
 } gr_dev_caps;
 gr_dev_caps gr_dev_caps_get(const gr_device *d); /* all false for NULL */
 
@@ -256,5 +275,18 @@ double gr_dev_clock_us(const gr_device *d); /* default: the host's wall clock */
 
 /* kernel preparation counters; default: all zero */
 void gr_dev_kernel_stats(const gr_device *d, gr_dev_kstats *out);
+
+/* collectives (tensor parallelism): devs[0..n) of one backend joined as ranks 0..n-1 of one
+ * communicator (gr_device_i.comm_init; unique_id NULL: single process). enter/leave bracket
+ * the work the calling thread submits for d in a round where every rank's thread enters
+ * (the simulator waits for all of them); default: nothing to do. thread_bind: the calling
+ * thread works on d alone (one thread driving the ranks in turn: creation, inputs). */
+gr_status gr_dev_comm_init(gr_device *const *devs, int n);
+gr_status gr_dev_comm_enter(gr_device *d);
+void gr_dev_comm_leave(gr_device *d);
+gr_status gr_dev_thread_bind(gr_device *d);
+/* CUDA device of a given ordinal (tensor parallelism: rank r on GPU r); fails naming the
+ * count when the host has fewer GPUs. gr_device_cuda_create is ordinal 0. */
+gr_status gr_device_cuda_create_ordinal(const char *cache_dir, int ordinal, gr_device **out);
 
 #endif

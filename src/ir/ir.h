@@ -24,7 +24,9 @@ typedef enum {
 /* Op kinds: unary/binary/compare are elementwise (one kernel over the output);
  * reduce reduces or normalizes along axes; move only moves data; gen makes
  * data from attributes; control holds subgraphs. */
-enum { GR_OPK_UNARY = 1, GR_OPK_BINARY, GR_OPK_COMPARE, GR_OPK_REDUCE, GR_OPK_MOVE, GR_OPK_GEN, GR_OPK_OTHER, GR_OPK_CONTROL };
+enum { GR_OPK_UNARY = 1, GR_OPK_BINARY, GR_OPK_COMPARE, GR_OPK_REDUCE, GR_OPK_MOVE, GR_OPK_GEN, GR_OPK_OTHER, GR_OPK_CONTROL,
+       /* collective across the ranks of tensor parallelism (passes/shard.c): never folded */
+       GR_OPK_COLLECTIVE };
 
 typedef struct {
     const char *name;  /* text name in .gir: "add", "reduce_sum", ... */

@@ -68,6 +68,11 @@
  *   query i when j <= i + Sk - Sq (bottom-right alignment). A row that sees no
  *   key, or only -inf, is 0 (the unfused softmax would give NaN).
  *   passes/attention.c makes it from the MatMul/Softmax/MatMul pattern.
+ * all_reduce(x; ranks) / all_gather(x; ranks): collectives across the `ranks` ranks of
+ *   tensor parallelism (passes/shard.c makes them; never folded). all_reduce: the
+ *   element-wise sum of every rank's x, same shape and dtype, on every rank. all_gather:
+ *   [ranks, ...x's shape], rank r's x at index r, on every rank. On a device that joined
+ *   no communicator only ranks=1 runs (a copy).
  * conv(x, w, [bias]; strides, pads=[begins.., ends..], dilations, group=1,
  *   auto_pad="NOTSET"|"SAME_UPPER"|"SAME_LOWER"|"VALID"): x [N, C, S_1..S_s]
  *   (1 <= s <= 5), w [C_out, C/group, k_1..k_s], bias [C_out] [ONNX Conv];

@@ -293,6 +293,18 @@ static gr_status unary_out(ctx_t *c, gr_dtype out_t) {
     return set_out(c, 0, out_t, &s);
 }
 static gr_status infer_unary_any(ctx_t *c) { return unary_out(c, in_val(c, 0)->dtype); }
+/* all_gather: every rank's tensor stacked along a new leading axis of `ranks` */
+static gr_status infer_all_gather(ctx_t *c) {
+    int64_t ranks;
+    GR_TRY(attr_int(c, "ranks", 0, &ranks));
+    shape_t s = shape_of(in_val(c, 0));
+    if (ranks < 1) return fail(c, GR_ERR_INVALID, "attribute 'ranks' must be at least 1");
+    if (s.ndim >= GR_MAX_DIMS) return fail(c, GR_ERR_SHAPE, "all_gather of a rank-%d tensor exceeds %d dims", s.ndim, GR_MAX_DIMS);
+    memmove(&s.d[1], &s.d[0], sizeof(gr_dim) * (size_t)s.ndim);
+    s.d[0] = gr_dx_const(ranks);
+    s.ndim++;
+    return set_out(c, 0, in_val(c, 0)->dtype, &s);
+}
 static gr_status infer_unary_float(ctx_t *c) {
     GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
     return unary_out(c, in_val(c, 0)->dtype);

@@ -66,7 +66,11 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
         case GR_STEP_LIBCALL: {
             const gr_libcall *c = &s->call;
             static const char *bias_names[] = {"none", "row", "full"}, *epi_names[] = {"none", "relu", "gelu"};
-            if (c->kind == GR_LIB_ATTENTION)
+            if (gr_lib_is_collective(c->kind))
+                gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s count=%lld ranks=%lld\n", i,
+                             c->kind == GR_LIB_ALL_REDUCE ? "all_reduce" : "all_gather", c->name, node_name(g, s->node),
+                             gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
+            else if (c->kind == GR_LIB_ATTENTION)
                 gr_sb_printf(sb,
                              "step %d: libcall attention %s (node %s) %s batch=%lld heads=%lld kv_heads=%lld seq_q=%lld "
                              "seq_k=%lld head_dim=%lld head_dim_v=%lld scale=%g causal=%d mask=%s strides=%lld/%lld/%lld/%lld\n",

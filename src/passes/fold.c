@@ -86,7 +86,7 @@ static gr_status check_range(void *user, int param, const void *base, int64_t lo
 /* ==== candidates ===================================================================== */
 static bool foldable(const gr_graph *g, const gr_ir_node *n) {
     const gr_op_info *info = gr_op_get(n->op);
-    if (!info || info->kind == GR_OPK_CONTROL) return false;
+    if (!info || info->kind == GR_OPK_CONTROL || info->kind == GR_OPK_COLLECTIVE) return false;
     /* a symbolic attribute (a fill of a symbolic value) has a value only per binding */
     if (gr_ir_node_has_sym_attr(n) || n->no_fold) return false;
     int n_present = 0;

@@ -361,4 +361,20 @@ gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_par
  * its observer and folding fields are the dump's own. */
 gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, const gr_pipeline_opts *opts, gr_strbuf *sb);
 
+/* ---- tensor parallelism (shard.c) -------------------------------------------------------------
+ * Rank `rank`'s graph of src (shapes inferred) split over n_ranks: column-parallel matmuls,
+ * heads, row-parallel matmuls followed by all_reduce, vocabulary-split embedding tables, and an
+ * all_gather wherever a split value meets an op no rule covers or a graph output. The rank's
+ * graph holds only its slices of the split weights; its inputs and outputs are src's (outputs
+ * whole on every rank). A split that cannot be made (columns, heads or rows not divisible by
+ * n_ranks) is GR_ERR_UNSUPPORTED naming the node. report (may be NULL): for rank 0, one line per
+ * split and per gather (graft explain --tp N). stats may be NULL. */
+typedef struct {
+    int splits;                 /* column, row and vocabulary splits */
+    int all_reduces, all_gathers; /* collectives per run */
+    size_t split_weight_bytes;  /* unsplit bytes of the weights that were split */
+    size_t rank_weight_bytes;   /* constants of this rank's graph */
+} gr_shard_stats;
+gr_status gr_pass_shard(const gr_graph *src, int n_ranks, int rank, gr_graph **out, gr_strbuf *report, gr_shard_stats *stats);
+
 #endif

@@ -67,6 +67,7 @@ gr_status gr_session_order_stream(gr_session_t s, void *stream) {
 
 gr_status gr_session_run_on_stream(gr_session_t s, void *stream) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run_on_stream: session is NULL");
+    if (stream) GR_RT_NO_TP(s, "gr_session_run_on_stream");
     if (!stream) return gr_session_run(s);
     GR_TRY(caller_stream(s, stream, "gr_session_run_on_stream"));
     /* the run starts after what the caller enqueued (its inputs) ... */

@@ -44,6 +44,12 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                          gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "", node);
             break;
         }
+        if (gr_lib_is_collective(st->call.kind)) {
+            gr_sb_printf(sb, "    [%3d] %-7s %-28s %lld x %s over %lld ranks  (from %s)\n", i,
+                         st->call.kind == GR_LIB_ALL_REDUCE ? "allred" : "gather", st->call.name, (long long)st->call.m,
+                         gr_dtype_name(st->call.dtype), (long long)st->call.n, node);
+            break;
+        }
         gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s  (from %s)\n", i, st->call.name, (long long)st->call.m,
                      (long long)st->call.n, (long long)st->call.k, (long long)st->call.batch, gr_dtype_name(st->call.dtype),
                      st->call.bias != GR_BIAS_NONE ? " +bias" : "", node);
@@ -60,12 +66,22 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
 gr_status gr_session_explain(gr_session_t s, char **out_text) {
     if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_explain: NULL argument");
     gr_rt_plan *p = s->current ? s->current : s->plans;
+    if (!p && s->tp) { /* the splits are known before any binding */
+        gr_strbuf sb;
+        gr_sb_init(&sb);
+        gr_sb_printf(&sb, "device: %s\n", gr_dev_name(s->dev));
+        gr_rt_tp_explain(s, &sb);
+        gr_sb_puts(&sb, "plan: none yet (symbolic dims: bind them, e.g. --dim NAME=VALUE, to compile one)\n");
+        *out_text = gr_sb_take(&sb);
+        return *out_text ? GR_OK : gr_nomem();
+    }
     if (!p)
         return gr_error(GR_ERR_INVALID, "the graph has symbolic dims: bind inputs and run once before explain, so a shape is known");
     gr_strbuf sb;
     gr_sb_init(&sb);
     const char *mode = s->opt.mode == GR_MODE_EAGER ? "eager" : s->opt.mode == GR_MODE_GRAPH ? "graph" : "auto";
     gr_sb_printf(&sb, "device: %s\nmode: %s\n", gr_dev_name(s->dev), mode);
+    if (s->tp) gr_rt_tp_explain(s, &sb);
     if (s->opt.precision != GR_PRECISION_MODEL) {
         const gr_precision_stats *ps = &s->precision;
         gr_sb_printf(&sb,

@@ -127,6 +127,7 @@ static gr_status add_state(gr_session_t s, int oi, int ii, int grow) {
 
 gr_status gr_session_bind_state(gr_session_t s, const char *output, const char *input) {
     if (!s || !output || !input) return gr_error(GR_ERR_INVALID, "gr_session_bind_state: NULL argument");
+    GR_RT_NO_TP(s, "gr_session_bind_state");
     int oi = find_output(s->graph, output), ii = find_input(s->graph, input);
     if (oi < 0 && ii < 0)
         return gr_error(GR_ERR_INVALID, "state: neither output '%s' nor input '%s' exists in the model", output, input);
@@ -148,6 +149,7 @@ static bool replace_present(const char *name, const char *by, char *buf, size_t 
 gr_status gr_session_bind_state_auto(gr_session_t s, int *n_bound) {
     if (n_bound) *n_bound = 0;
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_bind_state_auto: session is NULL");
+    GR_RT_NO_TP(s, "gr_session_bind_state_auto");
     static const char *const replacements[] = {"past_key_values", "past"};
     int bound = 0;
     for (int oi = 0; oi < s->graph->outputs.len; oi++) {

@@ -55,6 +55,7 @@ static bool is_window_op(gr_op op) {
  * pool, "other"), its IR node's op kind (generators: "other") and its expression (float
  * arithmetic: elementwise; only loads and stores: copy/movement). */
 int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st) {
+    if (st->kind == GR_STEP_LIBCALL && gr_lib_is_collective(st->call.kind)) return GR_KCLASS_OTHER;
     if (st->kind == GR_STEP_LIBCALL) return st->call.kind == GR_LIB_ATTENTION ? GR_KCLASS_ATTENTION : GR_KCLASS_MATMUL;
     if (st->kind != GR_STEP_KERNEL || !st->kernel) return GR_KCLASS_OTHER;
     const gr_kernel *k = st->kernel;
@@ -95,6 +96,7 @@ gr_status gr_session_profile(gr_session_t s, char **out_text, double *kernel_sum
 gr_status gr_session_profile_classes(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes) {
     if (classes) memset(classes, 0, sizeof *classes);
     if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_profile: NULL argument");
+    GR_RT_NO_TP(s, "gr_session_profile");
     *out_text = NULL;
     if (s->pending) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p = s->current;

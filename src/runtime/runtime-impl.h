@@ -150,6 +150,8 @@ struct gr_session {
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
+    /* tp.c: tensor parallelism: this session is rank 0 and drives the other ranks; NULL otherwise */
+    struct gr_rt_tp *tp;
     /* gr_rt_session_create_child: the parent's device (not owned) and weights (a constant equal in
      * name, type and bytes to one of the parent's graph is read from the parent's upload) */
     struct gr_session *weights_from;
@@ -160,6 +162,34 @@ struct gr_session {
  * own copy wherever its graph holds the same constant (the decode engine: the rewritten step of the
  * parent's model). The parent must outlive it. */
 gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
+
+/* ---- tp.c: tensor parallelism (gr_session_options.tp > 1) -------------------------------------
+ * The session the caller holds is rank 0's; tp holds the other ranks' sessions. set_input goes to
+ * every rank; run and wait run every rank on its own host thread (collectives block a rank until
+ * its peers arrive); outputs, stats and explain are rank 0's (outputs are whole on every rank). */
+gr_status gr_rt_tp_create(gr_graph *graph, const gr_session_options *opt, gr_session_t *out);
+void gr_rt_tp_destroy(gr_session_t s);
+gr_status gr_rt_tp_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                             size_t nbytes);
+gr_status gr_rt_tp_run(gr_session_t s);
+gr_status gr_rt_tp_wait(gr_session_t s);
+void gr_rt_tp_explain(gr_session_t s, gr_strbuf *sb);
+/* ranks of a session (1 without tensor parallelism) and rank r's session (0: s itself) */
+int gr_rt_tp_ranks(gr_session_t s);
+gr_session_t gr_rt_tp_rank(gr_session_t s, int r);
+/* session.c: the one-device forms the tp hooks call per rank, and a session on a given device
+ * (taken: destroyed with the session, or on failure) */
+gr_status gr_rt_run_one(gr_session_t s);
+gr_status gr_rt_wait_one(gr_session_t s);
+gr_status gr_rt_set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                              size_t nbytes);
+gr_status gr_rt_session_create_on(gr_graph *graph, const gr_session_options *opt, gr_device *dev, gr_session_t *out);
+/* what a tensor-parallel session refuses (the API drives one device) */
+#define GR_RT_NO_TP(s, what)                                                                                       \
+    do {                                                                                                           \
+        if ((s)->tp) return gr_error(GR_ERR_UNSUPPORTED, "%s: not supported with tensor parallelism (tp %d)", what, \
+                                     gr_rt_tp_ranks(s));                                                           \
+    } while (0)
 
 /* generate.c: frees the state bindings and their device buffers (session destruction) */
 void gr_rt_gen_free(gr_session_t s);

@@ -148,18 +148,31 @@ static bool graph_is_concrete(const gr_graph *g) {
     return true;
 }
 
-static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out);
+/* parent: gr_rt_session_create_child's (its device and weights); *devp: a device the session
+ * takes (tensor parallelism's ranks), consumed (set NULL) once the session holds it. Neither:
+ * the session opens opt->device. */
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_device **devp,
+                                gr_session_t *out);
 
 gr_status gr_session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t *out) {
-    return session_create(graph, opt, NULL, out);
+    if (opt && opt->tp > 1) return gr_rt_tp_create(graph, opt, out); /* tp.c */
+    if (opt && opt->tp < 0) return gr_error(GR_ERR_INVALID, "gr_session_create: tp %d (ranks) is negative", opt->tp);
+    return session_create(graph, opt, NULL, NULL, out);
 }
 
 gr_status gr_rt_session_create_child(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out) {
     if (!parent) return gr_error(GR_ERR_INVALID, "gr_rt_session_create_child: parent is NULL");
-    return session_create(graph, opt, parent, out);
+    return session_create(graph, opt, parent, NULL, out);
 }
 
-static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_session_t *out) {
+gr_status gr_rt_session_create_on(gr_graph_t graph, const gr_session_options *opt, gr_device *dev, gr_session_t *out) {
+    gr_status st = session_create(graph, opt, NULL, &dev, out);
+    gr_device_destroy(dev); /* not taken: an early failure */
+    return st;
+}
+
+static gr_status session_create(gr_graph_t graph, const gr_session_options *opt, gr_session_t parent, gr_device **devp,
+                                gr_session_t *out) {
     if (!out) return gr_error(GR_ERR_INVALID, "gr_session_create: out is NULL");
     *out = NULL;
     if (!graph) return gr_error(GR_ERR_INVALID, "gr_session_create: graph is NULL");
@@ -170,6 +183,7 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     if (opt) GR_TRY(check_shape_options(opt));
     gr_session_t s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
+    if (devp) s->dev = *devp, *devp = NULL;
     if (opt) s->opt = *opt;
     else gr_session_options_init(&s->opt);
     if (s->opt.max_rerecords <= 0) s->opt.max_rerecords = 8;
@@ -208,7 +222,7 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if (parent) {
         s->dev = parent->dev, s->dev_borrowed = true, s->weights_from = parent;
-    } else if ((st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) {
+    } else if (!s->dev && (st = gr_device_open(s->opt.device, s->opt.cache_dir, s->opt.verbose, &s->dev)) != GR_OK) {
         goto fail;
     }
     if ((st = gr_dev_stream_create(s->dev, &s->stream)) != GR_OK) goto fail;
@@ -243,6 +257,7 @@ fail:
 
 void gr_session_destroy(gr_session_t s) {
     if (!s) return;
+    if (s->tp) gr_rt_tp_destroy(s); /* the other ranks first */
     if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     gr_rt_probe_destroy(s);
     while (s->plans) {
@@ -336,8 +351,21 @@ static gr_status check_input(gr_session_t s, const char *name, gr_dtype dtype, i
     return GR_OK;
 }
 
+static gr_status set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                               size_t nbytes);
 gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
                                const void *data, size_t nbytes) {
+    if (s && s->tp) return gr_rt_tp_set_input(s, name, dtype, ndim, dims, data, nbytes); /* every rank */
+    return set_input_one(s, name, dtype, ndim, dims, data, nbytes);
+}
+
+gr_status gr_rt_set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                              size_t nbytes) {
+    return set_input_one(s, name, dtype, ndim, dims, data, nbytes);
+}
+
+static gr_status set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                               size_t nbytes) {
     if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_set_input: NULL session or name");
     int i;
     size_t need;
@@ -372,6 +400,7 @@ gr_status gr_session_set_input(gr_session_t s, const char *name, gr_dtype dtype,
 gr_status gr_session_bind_input_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
                                       void *dev_ptr, size_t nbytes) {
     if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_bind_input_device: NULL session or name");
+    GR_RT_NO_TP(s, "gr_session_bind_input_device");
     int i;
     size_t need;
     GR_TRY(check_input(s, name, dtype, ndim, dims, dev_ptr, nbytes, &i, &need));
@@ -624,6 +653,11 @@ static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
 }
 
 gr_status gr_session_run(gr_session_t s) {
+    if (s && s->tp) return gr_rt_tp_run(s); /* every rank, one thread each */
+    return gr_rt_run_one(s);
+}
+
+gr_status gr_rt_run_one(gr_session_t s) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
     if (s->pending) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p;
@@ -693,6 +727,11 @@ gr_status gr_session_run(gr_session_t s) {
 }
 
 gr_status gr_session_wait(gr_session_t s) {
+    if (s && s->tp && s->pending) return gr_rt_tp_wait(s);
+    return gr_rt_wait_one(s);
+}
+
+gr_status gr_rt_wait_one(gr_session_t s) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_wait: session is NULL");
     if (!s->pending) return GR_OK;
     gr_device *d = s->dev;

@@ -31,6 +31,7 @@ int main(void) {
     printf("gr_session_options.shape_policy %zu\n", offsetof(gr_session_options, shape_policy));
     printf("gr_session_options.graph_memory_mb %zu\n", offsetof(gr_session_options, graph_memory_mb));
     printf("gr_session_options.no_persist_decisions %zu\n", offsetof(gr_session_options, no_persist_decisions));
+    printf("gr_session_options.tp %zu\n", offsetof(gr_session_options, tp));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));

@@ -129,6 +129,7 @@ static void cuda_destroy(void *ctx) {
         cu->cuCtxSetCurrent(d->base.ctx);
         cu->cuCtxSynchronize();
     }
+    gr_cuda_nccl_destroy(&d->base);
     gr_cuda_blas_destroy(&d->base);
     gr_cuda_attention_destroy(&d->base);
     for (int i = 0; i < d->kfuncs.len; i++) gr_cuda_kernel_release(&d->base, d->kfuncs.data[i]);
@@ -377,6 +378,7 @@ static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const 
 static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
     cuda_dev *d = ctx;
     if (call->kind == GR_LIB_ATTENTION) return gr_cuda_attention(&d->base, cs(s), call, args, n_args);
+    if (gr_lib_is_collective(call->kind)) return gr_cuda_collective(&d->base, cs(s), call, args, n_args);
     if (call->kind != GR_LIB_MATMUL) return gr_error(GR_ERR_UNSUPPORTED, "cuda: library call kind %d", (int)call->kind);
     return gr_cuda_matmul(&d->base, cs(s), call, args, n_args);
 }
@@ -799,6 +801,23 @@ static bool cuda_has_mem_kind(void *ctx, gr_mem_kind kind) {
     return kind == GR_MEM_DEVICE || kind == GR_MEM_HOST_PINNED || kind == GR_MEM_HOST;
 }
 
+/* ==== collectives (tensor parallelism) ============================================================================ */
+static gr_status cuda_comm_init(void **ctxs, int n, const void *unique_id, int first_rank, int world_size) {
+    gr_cuda_ctx *bases[GR_DEV_MAX_RANKS];
+    if (n < 1 || n > GR_DEV_MAX_RANKS) return gr_error(GR_ERR_INVALID, "cuda: %d ranks in one process", n);
+    for (int i = 0; i < n; i++) bases[i] = &((cuda_dev *)ctxs[i])->base;
+    return gr_cuda_nccl_init(bases, n, unique_id, first_rank, world_size);
+}
+
+/* the calling thread works on this GPU: its context current (each rank's host thread) */
+static gr_status cuda_comm_enter(void *ctx) {
+    cuda_dev *d = ctx;
+    GR_CU_CHECK(CU(d)->cuCtxSetCurrent(d->base.ctx));
+    return GR_OK;
+}
+
+static void cuda_comm_leave(void *ctx) { (void)ctx; }
+
 static const struct gr_device_i cuda_iface = {
     .name = cuda_name,
     .destroy = cuda_destroy,
@@ -839,6 +858,10 @@ static const struct gr_device_i cuda_iface = {
     .clock_us = cuda_clock_us,
     .kernel_stats = cuda_kernel_stats,
     .mem_info = cuda_mem_info,
+    .comm_init = cuda_comm_init,
+    .comm_enter = cuda_comm_enter,
+    .comm_leave = cuda_comm_leave,
+    .thread_bind = cuda_comm_enter,
 };
 
 /* ==== creation ================================================================================================ */
@@ -851,14 +874,17 @@ static char *default_cache_dir(void) {
     return NULL;
 }
 
-static gr_status cuda_open(cuda_dev *d, const char *cache_dir) {
+static gr_status cuda_open(cuda_dev *d, const char *cache_dir, int ordinal) {
     const gr_cu_api *cu = CU(d);
     gr_status st = GR_CU_STATUS(cu->cuInit(0));
     if (st != GR_OK) return gr_error_prefix(GR_ERR_DEVICE, "no CUDA device");
     int count = 0;
     GR_CU_CHECK(cu->cuDeviceGetCount(&count));
     if (count == 0) return gr_error(GR_ERR_DEVICE, "no CUDA device");
-    GR_CU_CHECK(cu->cuDeviceGet(&d->base.dev, 0));
+    if (ordinal >= count)
+        return gr_error(GR_ERR_DEVICE, "GPU %d asked for (tensor parallelism: one GPU per rank), the host has %d GPU%s", ordinal,
+                        count, count == 1 ? "" : "s");
+    GR_CU_CHECK(cu->cuDeviceGet(&d->base.dev, ordinal));
     GR_CU_CHECK(cu->cuDevicePrimaryCtxRetain(&d->base.ctx, d->base.dev));
     GR_CU_CHECK(cu->cuCtxSetCurrent(d->base.ctx));
     int major = 0, minor = 0;
@@ -886,14 +912,17 @@ static gr_status cuda_open(cuda_dev *d, const char *cache_dir) {
     return gr_cuda_blas_init(&d->base);
 }
 
-gr_status gr_device_cuda_create(const char *cache_dir, gr_device **out) {
+gr_status gr_device_cuda_create(const char *cache_dir, gr_device **out) { return gr_device_cuda_create_ordinal(cache_dir, 0, out); }
+
+gr_status gr_device_cuda_create_ordinal(const char *cache_dir, int ordinal, gr_device **out) {
     *out = NULL;
+    if (ordinal < 0) return gr_error(GR_ERR_INVALID, "cuda: GPU %d", ordinal);
     const gr_cu_api *cu;
     GR_TRY(gr_cuda_load_driver(&cu));
     cuda_dev *d = gr_calloc(1, sizeof(*d));
     if (!d) return GR_ERR_NOMEM;
     d->base.cu = cu;
-    gr_status st = cuda_open(d, cache_dir);
+    gr_status st = cuda_open(d, cache_dir, ordinal);
     if (st != GR_OK) {
         cuda_destroy(d);
         return st;

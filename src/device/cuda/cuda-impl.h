@@ -123,7 +123,15 @@ typedef struct gr_cuda_ctx {
     GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
     struct gr_cuda_attn *attn;  /* attention kernels (cuda-attn.c), NULL until the first attention */
     gr_dev_kstats kstats;       /* live_modules is modules.len */
+    void *nccl;                 /* ncclComm_t of tensor parallelism (cuda-nccl.c), NULL: none */
+    int nccl_rank, nccl_ranks;
+    struct gr_cuda_nccl_group *nccl_group; /* the ranks joined with it in this process */
 } gr_cuda_ctx;
+
+/* ---- collectives (cuda-nccl.c): NCCL loaded at run time ---- */
+gr_status gr_cuda_nccl_init(gr_cuda_ctx **ranks, int n, const void *unique_id, int first_rank, int world_size);
+void gr_cuda_nccl_destroy(gr_cuda_ctx *d);
+gr_status gr_cuda_collective(gr_cuda_ctx *d, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args);
 
 struct gr_cuda_alloc {
     void *ptr;

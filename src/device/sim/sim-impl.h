@@ -139,7 +139,22 @@ typedef struct {
     double host_us;
     GR_VEC(gr_sim_template *) templates; /* live generic structures */
     gr_dev_kstats kstats;
+    struct gr_sim_world *world; /* sim-comm.c: the communicator joining this device to its peers, or NULL */
+    int rank;                   /* this device's rank in world */
+    /* a collective's simulated time on this device: when its stream reaches it (set before
+     * gr_sim_run_libcall) and when it ends, the same on every rank: the last arrival plus its
+     * transfer (set by it) */
+    double coll_arrive_us, coll_done_us;
 } gr_sim_ctx;
+typedef struct gr_sim_world gr_sim_world;
+
+/* sim-comm.c: reference collectives across sim devices (one host thread per rank) */
+gr_status gr_sim_comm_init(void **ctxs, int n, const void *unique_id, int first_rank, int world_size);
+void gr_sim_comm_release(gr_sim_ctx *c);
+gr_status gr_sim_comm_enter(void *ctx);
+void gr_sim_comm_leave(void *ctx);
+gr_status gr_sim_comm_run(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args);
+double gr_sim_collective_time(const gr_libcall *call);
 
 /* sim.c */
 gr_status gr_sim_check_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *args, int n_args, const char *what);

@@ -43,6 +43,7 @@ double gr_sim_kernel_time(const gr_kfunc *f) {
 }
 
 double gr_sim_libcall_time(const gr_libcall *c) {
+    if (gr_lib_is_collective(c->kind)) return gr_sim_collective_time(c);
     double es = (double)gr_dtype_size(c->dtype);
     if (c->kind == GR_LIB_ATTENTION) {
         /* fused: q, k, v and out move once; two products of seq_q x seq_k x head_dim each */
@@ -406,6 +407,13 @@ static gr_status check_attention(gr_sim_ctx *c, const gr_libcall *call, const gr
 }
 
 gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
+    if (gr_lib_is_collective(call->kind)) {
+        size_t bytes = (size_t)call->m * gr_dtype_size(call->dtype);
+        size_t out_bytes = call->kind == GR_LIB_ALL_GATHER ? bytes * (size_t)(call->n > 0 ? call->n : 1) : bytes;
+        GR_TRY(check_device_range(c, args[0].ptr, bytes, false, what, "input"));
+        GR_TRY(check_device_range(c, args[2].ptr, out_bytes, true, what, "output"));
+        return gr_sim_comm_run(c, call, args);
+    }
     if (call->kind == GR_LIB_ATTENTION) {
         GR_TRY(check_attention(c, call, args, what));
         return gr_libcall_reference(call, args);
@@ -441,6 +449,14 @@ static gr_status sim_libcall(void *ctx, gr_stream *s, const gr_libcall *call, co
     if (n_args < gr_libcall_nargs(call))
         return gr_error(GR_ERR_INVALID, "libcall %s: %d arguments, need %d", call->name, n_args, gr_libcall_nargs(call));
     if (s->capturing) return gr_sim_capture_libcall(c, s, call, args);
+    if (gr_lib_is_collective(call->kind)) {
+        /* the stream waits in it for the other ranks (sim-comm.c) */
+        c->host_us += gr_sim_cost.libcall_host_us;
+        c->coll_arrive_us = GR_MAX(c->host_us, s->free_us);
+        GR_TRY(gr_sim_run_libcall(c, call, args, what));
+        s->free_us = c->coll_done_us;
+        return GR_OK;
+    }
     GR_TRY(gr_sim_run_libcall(c, call, args, what));
     advance(c, s, gr_sim_cost.libcall_host_us, GR_MAX(gr_sim_cost.kernel_min_us, gr_sim_libcall_time(call)));
     return GR_OK;
@@ -633,6 +649,7 @@ static void sim_destroy(void *ctx) {
         gr_free(c->templates.data[i], sizeof(gr_sim_template));
     }
     gr_vec_free(&c->templates);
+    gr_sim_comm_release(c);
     gr_free(c, sizeof(*c));
 }
 
@@ -680,6 +697,9 @@ static const struct gr_device_i sim_iface = {
     .clock_us = sim_clock_us,
     .kernel_stats = sim_kernel_stats,
     .mem_info = sim_mem_info,
+    .comm_init = gr_sim_comm_init,
+    .comm_enter = gr_sim_comm_enter,
+    .comm_leave = gr_sim_comm_leave,
 };
 
 gr_status gr_device_sim_create(gr_device **out) {

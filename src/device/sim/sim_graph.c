@@ -330,8 +330,8 @@ static void reset_conditions(gr_sim_ctx *c, const gr_sim_body *b) {
 }
 
 /* Runs a body in order; *index is the pre-order number of its first node; *t accumulates
- * device time. */
-static gr_status replay_body(gr_sim_ctx *c, const gr_sim_body *b, int index, double *t) {
+ * device time from `start`, when the graph begins on its stream. */
+static gr_status replay_body(gr_sim_ctx *c, const gr_sim_body *b, int index, double start, double *t) {
     char what[128];
     for (int i = 0; i < b->nodes.len; i++) {
         const gr_sim_node *n = &b->nodes.data[i];
@@ -345,6 +345,12 @@ static gr_status replay_body(gr_sim_ctx *c, const gr_sim_body *b, int index, dou
         }
         case GR_GNODE_LIBCALL:
             snprintf(what, sizeof(what), "graph node %d (libcall %s)", index, n->call.name);
+            if (gr_lib_is_collective(n->call.kind)) { /* waits for the other ranks' graphs (sim-comm.c) */
+                c->coll_arrive_us = start + *t + gr_sim_cost.graph_node_us;
+                GR_TRY(gr_sim_run_libcall(c, &n->call, n->largs, what));
+                *t = c->coll_done_us - start;
+                break;
+            }
             GR_TRY(gr_sim_run_libcall(c, &n->call, n->largs, what));
             *t += gr_sim_cost.graph_node_us + gr_sim_libcall_time(&n->call);
             break;
@@ -370,13 +376,13 @@ static gr_status replay_body(gr_sim_ctx *c, const gr_sim_body *b, int index, dou
                     if (++iters > GR_SIM_MAX_WHILE_ITERATIONS)
                         return gr_error(GR_ERR_DEVICE, "graph node %d: WHILE conditional did not terminate after %ld iterations",
                                         index, GR_SIM_MAX_WHILE_ITERATIONS);
-                    GR_TRY(replay_body(c, &n->body[0], then_index, t));
+                    GR_TRY(replay_body(c, &n->body[0], then_index, start, t));
                     *t += gr_sim_cost.cond_node_us;
                 }
             } else if (*cd->flag != 0) {
-                GR_TRY(replay_body(c, &n->body[0], then_index, t));
+                GR_TRY(replay_body(c, &n->body[0], then_index, start, t));
             } else if (cd->kind == GR_COND_IF_ELSE) {
-                GR_TRY(replay_body(c, &n->body[1], else_index, t));
+                GR_TRY(replay_body(c, &n->body[1], else_index, start, t));
             }
             index = else_index + body_count(&n->body[1]) - 1;
             break;
@@ -395,8 +401,8 @@ gr_status gr_sim_graph_launch(void *ctx, gr_dexec *e, gr_stream *s) {
     c->host_us += gr_sim_cost.graph_submit_us;
     reset_conditions(c, &e->root);
     double t = 0;
-    gr_status st = replay_body(c, &e->root, 0, &t);
     double start = GR_MAX(submit + gr_sim_cost.graph_latency_us, s->free_us);
+    gr_status st = replay_body(c, &e->root, 0, start, &t);
     s->free_us = start + t;
     return st;
 }
