@@ -501,7 +501,7 @@ gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs) {
     gr_fuse_wk_destroy(w);
     gr_status st = gr_pass_cse_kernel(k, cs->args);
     cs->n_args = k->n_params;
-    if (st == GR_OK) st = gr_kernel_verify(k);
+    if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(k);
     if (st != GR_OK && st != GR_ERR_NOMEM) st = gr_error_prefix(GR_ERR_INTERNAL, "fusing into kernel %s: ", k->name);
     return st;
 }

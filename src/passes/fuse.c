@@ -301,7 +301,7 @@ static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
     if (st == GR_OK && !no_room) {
         for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
         st = gr_pass_cse_kernel(n, f->args);
-        if (st == GR_OK) st = gr_kernel_verify(n);
+        if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;
         else if (st != GR_ERR_NOMEM)
             st = gr_error_prefix(GR_ERR_INTERNAL, "fusing kernel %s into %s: ", f->p->name, c->name);

@@ -281,6 +281,17 @@ typedef struct {
     gr_segment_list segs;
 } gr_compiled;
 
+/* Kernel verification inside lowering and fusion (gr_kernel_verify after every kernel lowered
+ * and every fusion step, ~500 calls for a 40-kernel plan): in debug builds (the sanitizer and
+ * fuzz builds of CI), where a bad kernel is caught where it is made. Release builds verify each
+ * plan's final kernels once instead (runtime/plan.c, before they are prepared): the same check
+ * of what runs, 5% of a new binding's host instructions less. */
+#ifdef NDEBUG
+#define GR_VERIFY_EVERY_KERNEL 0
+#else
+#define GR_VERIFY_EVERY_KERNEL 1
+#endif
+
 typedef struct {
     bool no_partition;    /* one segment holding every step (gr_pass_partition_none) */
     /* A graph with symbolic dims compiled per binding: before specialization, nodes whose output

@@ -131,7 +131,10 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
-            gr_status rc = gr_dev_kernel_prepare_flags(d, st->kernel, kflags, &p->funcs[i]);
+            /* what lowering and fusion made, checked once (passes.h GR_VERIFY_EVERY_KERNEL) */
+            gr_status rc = GR_VERIFY_EVERY_KERNEL ? GR_OK : gr_kernel_verify(st->kernel);
+            if (rc != GR_OK) return gr_error_prefix(rc == GR_ERR_NOMEM ? rc : GR_ERR_INTERNAL, "plan kernel '%s': ", st->kernel->name);
+            rc = gr_dev_kernel_prepare_flags(d, st->kernel, kflags, &p->funcs[i]);
             if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
