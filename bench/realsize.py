@@ -20,8 +20,10 @@ The export uses eager attention (what the exporters see); the PyTorch variants r
 Writes one JSON line per (model, dtype, batch, seq, variant) to --out and a table to stdout.
 """
 import argparse
+import faulthandler
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -120,8 +122,23 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--out", default="realsize.jsonl")
     ap.add_argument("--workdir", default="/tmp/realsize")
+    ap.add_argument("--one", action="store_true", help="(internal) run exactly one model and dtype in this process")
     a = ap.parse_args()
+    faulthandler.enable()
     os.makedirs(a.workdir, exist_ok=True)
+    if not a.one and (len(a.models.split(",")) > 1 or len(a.dtypes.split(",")) > 1):
+        # one process per (model, dtype): a crash or a stuck compile loses that pair only
+        for name in a.models.split(","):
+            for dt in a.dtypes.split(","):
+                cmd = [sys.executable, __file__, "--one", "--models", name, "--dtypes", dt, "--configs", a.configs,
+                       "--variants", a.variants, "--iters", str(a.iters), "--warmup", str(a.warmup), "--out", a.out,
+                       "--workdir", a.workdir]
+                rc = subprocess.call(cmd)
+                if rc != 0:
+                    print("realsize: %s %s exited with %d" % (name, dt, rc), flush=True)
+                    with open(a.out, "a") as f:
+                        f.write(json.dumps({"model": name, "dtype": dt, "error": "process exit %d" % rc}) + "\n")
+        return
     configs = [tuple(int(v) for v in c.split("x")) for c in a.configs.split(",")]
     rows = []
     out = open(a.out, "a")
