@@ -141,7 +141,6 @@ def main():
         return
     configs = [tuple(int(v) for v in c.split("x")) for c in a.configs.split(",")]
     rows = []
-    keep_alive = []
     out = open(a.out, "a")
     for name in a.models.split(","):
         path = os.path.join(a.workdir, name + ".onnx")
@@ -198,11 +197,8 @@ def main():
                     out.write(json.dumps(row) + "\n")
                     out.flush()
                     print(json.dumps(row), flush=True)
-            # The session is left to process exit, not closed here: closing it segfaulted inside
-            # gr_session_destroy on the H100 after torch.profiler and torch.compile had run in this
-            # process (GPT-2 small; not reproduced with the tiny export without them). Open defect,
-            # recorded in bench/realsize/2026-11-24-h100/README.md; the rows are written before.
-            keep_alive.append(sess)
+            if sess is not None:
+                sess.close()
             del model
             torch.cuda.empty_cache()
     print("\n%-6s %-5s %5s %5s %-16s %9s %9s %8s %9s %s" % ("model", "dtype", "batch", "seq", "variant", "ms/call", "gpu ms",
@@ -222,5 +218,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # no teardown of the kept sessions (see the note at keep_alive)

@@ -125,10 +125,12 @@ static void cuda_destroy(void *ctx) {
     cuda_dev *d = ctx;
     if (!d) return;
     const gr_cu_api *cu = CU(d);
-    if (d->base.ctx) {
-        cu->cuCtxSetCurrent(d->base.ctx);
-        cu->cuCtxSynchronize();
-    }
+    /* No cuCtxSynchronize here: the context is the primary one, shared with the caller (PyTorch),
+     * so it would wait for the caller's work too, and on the H100 it segfaulted inside the driver
+     * once torch.profiler had run and torn CUPTI down in the process (bench/realsize). graft's own
+     * work is finished already: sessions synchronize their streams before they let go, and
+     * cuMemFree / cuModuleUnload below wait for the device work that uses what they free. */
+    if (d->base.ctx) cu->cuCtxSetCurrent(d->base.ctx);
     gr_cuda_nccl_destroy(&d->base);
     gr_cuda_blas_destroy(&d->base);
     gr_cuda_attention_destroy(&d->base);
