@@ -172,6 +172,29 @@ def test_while_loop_scan_outputs_past_the_limit(tmp_path):
 
 
 # ---- If: conditional execution ----------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_constant_trip_count_past_the_unroll_limit(tmp_path, mode):
+    """M = 1000 (a constant past the 256 iterations graft unrolls), cond left out, no scan
+    outputs: a loop step instead of an import error. The expected values are computed here: the
+    reference evaluator treats the omitted cond as false and runs no iteration, while the ONNX
+    spec says an omitted cond means the loop runs M times."""
+    bd = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Add", ["v", "one"], ["vo"])], "b",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("co", TensorProto.BOOL, []), helper.make_tensor_value_info("vo", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    g = helper.make_graph([helper.make_node("Loop", ["M", "", "v0"], ["vf"], body=bd, name="lp")], "g",
+                          [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("vf", TensorProto.FLOAT, [2])],
+                          [numpy_helper.from_array(np.array(1000, np.int64), "M")])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with graft.load(path, device=DEVICE, mode=mode) as s:
+        for x in (np.array([1, -2], np.float32), np.array([0.5, 3], np.float32)):
+            np.testing.assert_array_equal(np.asarray(s.run(v0=x)["vf"]), x + 1000)
+
+
 def branch(nodes, out, inits=()):
     return helper.make_graph(nodes, "b", [], [helper.make_tensor_value_info(out, TensorProto.UNDEFINED, None)], initializer=list(inits))
 

@@ -390,6 +390,10 @@ gr_status ox_cv_loop(ox_ctx *c, gr_op op) {
     if (m_present && trip < 0) trip = 0;
     /* without M the condition ends the loop; the iteration bound below stops a runaway one */
     int64_t limit = m_present ? trip : OX_MAX_UNROLL + 1;
+    /* too long to unroll and nothing stacked per iteration: a loop step (the device's WHILE node
+     * in graph mode), whose counter bounds it by M, instead of an error */
+    if (m_present && n_scan == 0 && (trip > OX_MAX_UNROLL || (int64_t)body->n_node * trip > OX_MAX_UNROLLED_NODES))
+        return loop_while(c, body, n_state, n_scan);
     if (m_present && (trip > OX_MAX_UNROLL || (int64_t)body->n_node * trip > OX_MAX_UNROLLED_NODES))
         return ox_node_error(c, GR_ERR_UNSUPPORTED, "a trip count of %lld is too many iterations to unroll (at most %d, and %d body nodes in all)",
                              (long long)trip, OX_MAX_UNROLL, OX_MAX_UNROLLED_NODES);
