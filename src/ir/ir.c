@@ -550,6 +550,52 @@ void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
         }
 }
 
+/* Depth-first over each node's inputs, roots in the current order (ir.h). */
+gr_status gr_ir_topo_sort(gr_graph *g, const char *who) {
+    int n = g->nodes.len;
+    int *order = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    unsigned char *state = gr_calloc((size_t)(n ? n : 1), 1);
+    int *stack = gr_malloc(sizeof(int) * (size_t)(n ? n : 1) * 2);
+    gr_status st = GR_OK;
+    if (!order || !state || !stack) {
+        st = gr_nomem();
+        goto out;
+    }
+    int k = 0;
+    for (int root = 0; root < n; root++) {
+        if (state[root]) continue;
+        int sp = 0;
+        stack[sp++] = root, stack[sp++] = 0;
+        state[root] = 1;
+        while (sp) {
+            int nd = stack[sp - 2], i = stack[sp - 1];
+            const gr_ir_node *node = &g->nodes.data[nd];
+            if (i < node->n_in) {
+                stack[sp - 1] = i + 1;
+                int v = node->in[i];
+                int p = v >= 0 ? g->values.data[v].producer : -1;
+                if (p >= 0 && !state[p]) {
+                    state[p] = 1;
+                    stack[sp++] = p, stack[sp++] = 0;
+                } else if (p >= 0 && state[p] == 1) {
+                    st = gr_error(GR_ERR_INTERNAL, "%s: a cycle through node '%s'", who, g->nodes.data[p].name);
+                    goto out;
+                }
+                continue;
+            }
+            state[nd] = 2;
+            order[k++] = nd;
+            sp -= 2;
+        }
+    }
+    st = gr_ir_reorder_nodes(g, order);
+out:
+    gr_free(order, sizeof(int) * (size_t)(n ? n : 1));
+    gr_free(state, (size_t)(n ? n : 1));
+    gr_free(stack, sizeof(int) * (size_t)(n ? n : 1) * 2);
+    return st;
+}
+
 /* Puts the nodes in the order order[0..len) (a permutation of the node indices) and renumbers
  * every value's producer; the name index is rebuilt on its next lookup. */
 gr_status gr_ir_reorder_nodes(gr_graph *g, const int *order) {

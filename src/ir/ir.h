@@ -312,6 +312,10 @@ void gr_ir_splice_nodes(gr_graph *g, int at, int first_new);
 /* Puts the nodes in the order order[0..nodes.len) (a permutation: new position i holds old
  * node order[i]; the caller keeps it topological) and renumbers producers. O(n). */
 gr_status gr_ir_reorder_nodes(gr_graph *g, const int *order);
+/* Puts the nodes in a topological order (every node after its inputs' producers; otherwise
+ * the current order), for passes that append nodes read by earlier ones. A cycle is
+ * GR_ERR_INTERNAL naming a node, prefixed with `who` (the pass). O(nodes + inputs). */
+gr_status gr_ir_topo_sort(gr_graph *g, const char *who);
 /* Looks a value up by name (the last one of that name); -1 if absent. */
 int gr_ir_find_value(const gr_graph *g, const char *name);
 /* Looks a node up by name; -1 if absent. */

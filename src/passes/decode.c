@@ -126,53 +126,6 @@ static gr_status refuse(const gr_graph *g, int node, const char *why) {
     return gr_error(GR_ERR_UNSUPPORTED, "decode rewrite: %s: %s", where, why);
 }
 
-/* Topological order of all nodes (producers first, otherwise the current order). */
-static gr_status reorder(gr_graph *g) {
-    int n = g->nodes.len;
-    if (n == 0) return GR_OK;
-    int *order = gr_malloc(sizeof(int) * (size_t)n);
-    unsigned char *state = gr_calloc((size_t)n, 1);
-    int *stack = gr_malloc(sizeof(int) * (size_t)n * 2);
-    gr_status st = GR_OK;
-    if (!order || !state || !stack) {
-        st = GR_ERR_NOMEM;
-        goto out;
-    }
-    int k = 0;
-    for (int root = 0; root < n; root++) {
-        if (state[root]) continue;
-        int sp = 0;
-        stack[sp++] = root, stack[sp++] = 0;
-        state[root] = 1;
-        while (sp) {
-            int nd = stack[sp - 2], i = stack[sp - 1];
-            const gr_ir_node *node = &g->nodes.data[nd];
-            if (i < node->n_in) {
-                stack[sp - 1] = i + 1;
-                int v = node->in[i];
-                int p = v >= 0 ? g->values.data[v].producer : -1;
-                if (p >= 0 && !state[p]) {
-                    state[p] = 1;
-                    stack[sp++] = p, stack[sp++] = 0;
-                } else if (p >= 0 && state[p] == 1) {
-                    st = gr_error(GR_ERR_INTERNAL, "decode rewrite: a cycle through node '%s'", g->nodes.data[p].name);
-                    goto out;
-                }
-                continue;
-            }
-            state[nd] = 2;
-            order[k++] = nd;
-            sp -= 2;
-        }
-    }
-    st = gr_ir_reorder_nodes(g, order);
-out:
-    gr_free(order, sizeof(int) * (size_t)n);
-    gr_free(state, (size_t)n);
-    gr_free(stack, sizeof(int) * (size_t)n * 2);
-    return st;
-}
-
 /* where(position < kv_len + delta, x, fill) along `axis`: the value to read instead of x. */
 static gr_status masked(gr_graph *g, int x, int axis, int64_t delta, int kv_len, double fill, int *out) {
     const gr_ir_value *xv = &g->values.data[x];
@@ -310,7 +263,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
     }
     if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
     /* padding must not reach a result: masks before softmax, zero operands for contractions */
-    if ((st = reorder(g)) != GR_OK) goto fail;
+    if ((st = gr_ir_topo_sort(g, "decode rewrite")) != GR_OK) goto fail;
     if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
     /* state inputs and their updates are zero in the padding (only positions < kv_len are written) */
     for (int i = 0; i < spec->n_state; i++) {
@@ -496,7 +449,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
         st = refuse(g, n, "an operation graft does not know to be safe on a padded KV-cache axis");
         goto fail;
     }
-    if ((st = reorder(g)) != GR_OK) goto fail;
+    if ((st = gr_ir_topo_sort(g, "decode rewrite")) != GR_OK) goto fail;
     if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
     if ((st = gr_ir_verify(g)) != GR_OK) goto fail;
     pad_free(&pi);
@@ -702,7 +655,7 @@ gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spe
     GR_TRY(binary(g, GR_OP_MAX, dep, one, &inc));
     GR_TRY(binary(g, GR_OP_ADD, kv, inc, &kv2));
     GR_TRY(loop_output(g, kv2, "graft.kv_next", kv));
-    GR_TRY(reorder(g));
+    GR_TRY(gr_ir_topo_sort(g, "decode rewrite"));
     GR_TRY(gr_ir_infer_shapes(g));
     return gr_ir_verify(g);
 }

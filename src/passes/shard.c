@@ -740,52 +740,6 @@ static gr_status visit(shard_ctx *c, int node) {
 }
 
 /* ==== driver ================================================================================= */
-/* Topological order of g's nodes (the appended ones after their inputs' producers). */
-static gr_status topo_order(gr_graph *g) {
-    int n = g->nodes.len;
-    int *order = gr_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    unsigned char *state = gr_calloc((size_t)(n ? n : 1), 1);
-    int *stack = gr_malloc(sizeof(int) * (size_t)(n ? n : 1) * 2);
-    gr_status st = GR_OK;
-    if (!order || !state || !stack) {
-        st = gr_nomem();
-        goto out;
-    }
-    int k = 0;
-    for (int root = 0; root < n; root++) {
-        if (state[root]) continue;
-        int sp = 0;
-        stack[sp++] = root, stack[sp++] = 0;
-        state[root] = 1;
-        while (sp) {
-            int nd = stack[sp - 2], i = stack[sp - 1];
-            const gr_ir_node *node = &g->nodes.data[nd];
-            if (i < node->n_in) {
-                stack[sp - 1] = i + 1;
-                int v = node->in[i];
-                int p = v >= 0 ? g->values.data[v].producer : -1;
-                if (p >= 0 && !state[p]) {
-                    state[p] = 1;
-                    stack[sp++] = p, stack[sp++] = 0;
-                } else if (p >= 0 && state[p] == 1) {
-                    st = gr_error(GR_ERR_INTERNAL, "tensor parallelism: a cycle through node '%s'", g->nodes.data[p].name);
-                    goto out;
-                }
-                continue;
-            }
-            state[nd] = 2;
-            order[k++] = nd;
-            sp -= 2;
-        }
-    }
-    st = gr_ir_reorder_nodes(g, order);
-out:
-    gr_free(order, sizeof(int) * (size_t)(n ? n : 1));
-    gr_free(state, (size_t)(n ? n : 1));
-    gr_free(stack, sizeof(int) * (size_t)(n ? n : 1) * 2);
-    return st;
-}
-
 /* The graph output i reads its whole value, under the output's own name. */
 static gr_status finish_output(shard_ctx *c, int i) {
     int v = c->src->outputs.data[i];
@@ -857,7 +811,7 @@ gr_status gr_pass_shard(const gr_graph *src, int n_ranks, int rank, gr_graph **o
     if (st != GR_OK) goto done;
     for (int v = 0; v < c.g->values.len; v++)
         if (c.g->values.data[v].kind == GR_VAL_NODE) c.g->values.data[v].typed = false;
-    if ((st = topo_order(c.g)) != GR_OK) goto done;
+    if ((st = gr_ir_topo_sort(c.g, "tensor parallelism")) != GR_OK) goto done;
     if ((st = gr_ir_infer_shapes(c.g)) != GR_OK) {
         st = gr_error_prefix(st, "tensor parallelism over %d ranks: rank %d's graph", n_ranks, rank);
         goto done;
