@@ -173,9 +173,10 @@ def test_while_loop_scan_outputs_past_the_limit(tmp_path):
 
 # ---- If: conditional execution ----------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
-def test_constant_trip_count_past_the_unroll_limit(tmp_path, mode):
-    """M = 1000 (a constant past the 256 iterations graft unrolls), cond left out, no scan
-    outputs: a loop step instead of an import error. The expected values are computed here: the
+@pytest.mark.parametrize("m_input", [False, True])
+def test_trip_count_past_the_unroll_limit(tmp_path, mode, m_input):
+    """M = 1000 (past the 256 iterations graft unrolls; a constant, or a run-time input given 1000
+    and 300), cond left out, no scan outputs: a loop step instead of an error. The expected values are computed here: the
     reference evaluator treats the omitted cond as false and runs no iteration, while the ONNX
     spec says an omitted cond means the loop runs M times."""
     bd = helper.make_graph(
@@ -184,15 +185,19 @@ def test_constant_trip_count_past_the_unroll_limit(tmp_path, mode):
          helper.make_tensor_value_info("v", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("co", TensorProto.BOOL, []), helper.make_tensor_value_info("vo", TensorProto.FLOAT, [2])],
         [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
-    g = helper.make_graph([helper.make_node("Loop", ["M", "", "v0"], ["vf"], body=bd, name="lp")], "g",
-                          [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])],
+    ins = [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])]
+    if m_input:
+        ins.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    g = helper.make_graph([helper.make_node("Loop", ["M", "", "v0"], ["vf"], body=bd, name="lp")], "g", ins,
                           [helper.make_tensor_value_info("vf", TensorProto.FLOAT, [2])],
-                          [numpy_helper.from_array(np.array(1000, np.int64), "M")])
+                          [] if m_input else [numpy_helper.from_array(np.array(1000, np.int64), "M")])
     path = str(tmp_path / "m.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     with graft.load(path, device=DEVICE, mode=mode) as s:
-        for x in (np.array([1, -2], np.float32), np.array([0.5, 3], np.float32)):
-            np.testing.assert_array_equal(np.asarray(s.run(v0=x)["vf"]), x + 1000)
+        for x, m in ((np.array([1, -2], np.float32), 1000), (np.array([0.5, 3], np.float32), 300),
+                     (np.array([2, 2], np.float32), 1000)):
+            feeds = {"v0": x, "M": np.array(m, np.int64)} if m_input else {"v0": x}
+            np.testing.assert_array_equal(np.asarray(s.run(**feeds)["vf"]), x + (m if m_input else 1000))
 
 
 def branch(nodes, out, inits=()):

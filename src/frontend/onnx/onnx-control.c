@@ -347,6 +347,13 @@ static gr_status loop_run_time_trip(ox_ctx *c, const Onnx__GraphProto *body, int
         gr_ir_graph_destroy(bg);
         return loop_while(c, body, n_state, n_scan);
     }
+    /* nothing stacked per iteration: a loop step bounded by M (the device's WHILE node in graph
+     * mode), any count, no probe; unrolling per count is kept for scan outputs, whose shape
+     * depends on the count (at most OX_MAX_UNROLL iterations) */
+    if (st == GR_OK && n_scan == 0) {
+        gr_ir_graph_destroy(bg);
+        return loop_while(c, body, n_state, n_scan);
+    }
     gr_dim trip;
     if (st == GR_OK) st = ox_data_symbol(c, "loop", count, hi, &trip);
     int outs[128];
