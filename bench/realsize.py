@@ -97,7 +97,8 @@ def time_calls(fn, pool, iters, warmup):
     return (time.perf_counter() - t0) / iters * 1e3, out
 
 
-def gpu_time(fn, pool, calls=10):
+def gpu_time(fn, pool, calls=10, kernels=None):
+    """GPU ms and ops per call; with kernels (a dict), also ms per call by kernel name."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -107,8 +108,13 @@ def gpu_time(fn, pool, calls=10):
     total, n = 0.0, 0
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            total += getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
+            t = getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
+            total += t
             n += 1
+            if kernels is not None:
+                k = kernels.setdefault(e.name[:120], [0.0, 0])
+                k[0] += t / calls / 1e3
+                k[1] += 1
     return total / calls / 1e3, n / calls
 
 
@@ -122,6 +128,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--out", default="realsize.jsonl")
     ap.add_argument("--workdir", default="/tmp/realsize")
+    ap.add_argument("--kernels", default="", help="also write the GPU time by kernel name to this JSONL file")
     ap.add_argument("--one", action="store_true", help="(internal) run exactly one model and dtype in this process")
     a = ap.parse_args()
     faulthandler.enable()
@@ -132,7 +139,7 @@ def main():
             for dt in a.dtypes.split(","):
                 cmd = [sys.executable, __file__, "--one", "--models", name, "--dtypes", dt, "--configs", a.configs,
                        "--variants", a.variants, "--iters", str(a.iters), "--warmup", str(a.warmup), "--out", a.out,
-                       "--workdir", a.workdir]
+                       "--workdir", a.workdir, "--kernels", a.kernels]
                 rc = subprocess.call(cmd)
                 if rc != 0:
                     print("realsize: %s %s exited with %d" % (name, dt, rc), flush=True)
@@ -183,7 +190,13 @@ def main():
                             row["err_vs_eager"] = rel_err(y.float(), ref)
                             ms, _ = time_calls(fn, pool, a.iters, a.warmup)
                             row["ms_per_call"] = round(ms, 4)
-                            row["gpu_ms"], row["gpu_ops_per_call"] = gpu_time(fn, pool)
+                            ks = {} if a.kernels else None
+                            row["gpu_ms"], row["gpu_ops_per_call"] = gpu_time(fn, pool, kernels=ks)
+                            if ks:
+                                top = sorted(ks.items(), key=lambda kv: -kv[1][0])[:40]
+                                with open(a.kernels, "a") as kf:
+                                    kf.write(json.dumps({k: row[k] for k in ("model", "dtype", "batch", "seq", "variant")}
+                                                        | {"kernels": [[n, round(t, 4), c] for n, (t, c) in top]}) + "\n")
                         row["mem_mib_delta"] = round(used_mib() - before, 1)
                         if v == "graft":
                             st = sess.stats()
