@@ -107,18 +107,33 @@ def _capsule_destructor(capsule_address):
         _live.pop(_raw_get_pointer(capsule_address, _NAME), None)
 
 
+_templates = {}  # (shape, dtype, device) -> (filled DLManagedTensor but data, its shape array): one copy per export
+
+
+def _template(shape, dtype, device_type, device_id):
+    key = (shape, dtype, device_type, device_id)
+    hit = _templates.get(key)
+    if hit is None:
+        code, bits = TO_DL[dtype]
+        m = DLManagedTensor()
+        shape_arr = (ctypes.c_int64 * max(1, len(shape)))(*shape)  # shared by every export of this key: never written
+        m.dl_tensor.device = DLDevice(device_type, device_id)
+        m.dl_tensor.ndim = len(shape)
+        m.dl_tensor.dtype = DLDataType(code, bits, 1)
+        m.dl_tensor.shape = shape_arr
+        m.dl_tensor.strides = None  # compact row-major
+        m.dl_tensor.byte_offset = 0
+        m.deleter = _deleter
+        if len(_templates) >= 256:  # many shapes (a dynamic model): keep the table small
+            _templates.clear()
+        hit = _templates[key] = (bytes(m), shape_arr)
+    return hit
+
+
 def export(data, shape, dtype, device_type, device_id, owner):
-    code, bits = TO_DL[dtype]
-    m = DLManagedTensor()
-    shape_arr = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+    raw, shape_arr = _template(tuple(shape), dtype, device_type, device_id)
+    m = DLManagedTensor.from_buffer_copy(raw)
     m.dl_tensor.data = data
-    m.dl_tensor.device = DLDevice(device_type, device_id)
-    m.dl_tensor.ndim = len(shape)
-    m.dl_tensor.dtype = DLDataType(code, bits, 1)
-    m.dl_tensor.shape = shape_arr
-    m.dl_tensor.strides = None  # compact row-major
-    m.dl_tensor.byte_offset = 0
-    m.deleter = _deleter
     address = ctypes.addressof(m)
     _live[address] = (m, shape_arr, owner)
     return _capsule_new(address, _NAME, _capsule_destructor)

@@ -2,6 +2,7 @@
 import collections
 import ctypes
 import os
+import sys
 
 import numpy as np
 
@@ -42,6 +43,34 @@ _MODES = {"eager": C.MODE_EAGER, "graph": C.MODE_GRAPH, "auto": C.MODE_AUTO}
 _ARENAS = {"per_shape": C.ARENA_PER_SHAPE, "max": C.ARENA_MAX_SHAPE}
 _PRECISIONS = {None: C.PRECISION_MODEL, "bf16": C.PRECISION_BF16, "f16": C.PRECISION_F16}
 _CU_STREAM_LEGACY = 1  # CUDA's handle of the legacy default stream
+
+# torch.Tensor inputs skip DLPack where it changes nothing (Session._set_torch); torch is
+# looked up only when the process already imported it (graft never imports it itself)
+_TORCH_TENSOR = None
+_TORCH_DTYPES = {}
+_TORCH_STRIDED = None
+
+
+def _torch_stream(index):
+    import torch
+    s = torch.cuda.current_stream(index).cuda_stream
+    return s or _CU_STREAM_LEGACY  # PyTorch reports the legacy default stream as 0
+
+
+def _torch_setup():
+    global _TORCH_TENSOR, _TORCH_DTYPES, _TORCH_STRIDED, _torch_stream
+    torch = sys.modules.get("torch")
+    if torch is None or _TORCH_TENSOR is not None:
+        return
+    _TORCH_DTYPES = {getattr(torch, k): DTYPES.index(v) for k, v in (
+        ("float32", "f32"), ("float16", "f16"), ("bfloat16", "bf16"), ("float64", "f64"), ("int64", "i64"),
+        ("int32", "i32"), ("int8", "i8"), ("uint8", "u8"), ("bool", "bool"))}
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:  # the current stream's handle without a Stream object per call
+        def _torch_stream(index, raw=raw):
+            return raw(index) or _CU_STREAM_LEGACY
+    _TORCH_STRIDED = torch.strided
+    _TORCH_TENSOR = (torch.Tensor, torch.nn.Parameter)
 
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
@@ -122,12 +151,16 @@ class Session:
             C.check(lib.gr_graph_output_info(graph, i, ctypes.byref(info)))
             self.outputs.append(TensorInfo(info.name.decode(), DTYPES[info.dtype], _shape_of(info)))
         self._input_dtype = {t.name: t.dtype for t in self.inputs}
+        self._in_keys = {t.name: t.name.encode() for t in self.inputs}  # names as the C calls take them
+        self._dims_cache = {}  # input name -> (shape, ctypes dims array): rebuilt only when the shape changes
         self.dims = {}
         dim = C.DimInfo()
         for k in range(lib.gr_graph_num_dims(graph)):
             C.check(lib.gr_graph_dim_info(graph, k, ctypes.byref(dim)))
             name = dim.name.decode()
             self.dims[name] = DimInfo(name, dim.lo, None if dim.hi == 2**63 - 1 else dim.hi, bool(dim.declared))
+        # a model without symbolic dims has fixed output names, dtypes and shapes: read once (first run)
+        self._out_meta = None if not self.dims else False
 
     # ---- lifetime ----
     def close(self):
@@ -179,6 +212,41 @@ class Session:
         s = getattr(s, "cuda_stream", s)  # a torch.cuda.Stream
         return int(s) or _CU_STREAM_LEGACY  # PyTorch reports the legacy default stream as 0
 
+    def _dims(self, name, shape):
+        hit = self._dims_cache.get(name)
+        if hit is not None and hit[0] == shape:
+            return hit[1]
+        dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        self._dims_cache[name] = (shape, dims)
+        return dims
+
+    def _key(self, name):
+        key = self._in_keys.get(name)
+        return key if key is not None else name.encode()
+
+    def _set_torch(self, name, t):
+        """A torch.Tensor without the DLPack round trip, where that changes nothing: contiguous,
+        a graft dtype, host memory (copied) or CUDA memory of device 0 on a CUDA session when
+        PyTorch's current stream is the session's (so DLPack's stream hand-over is a no-op).
+        Returns False where the DLPack path must decide."""
+        gd = _TORCH_DTYPES.get(t.dtype)
+        if gd is None or t.layout is not _TORCH_STRIDED or not t.is_contiguous():
+            return False
+        dev = t.device
+        shape = tuple(t.shape)
+        nbytes = t.numel() * t.element_size()
+        if dev.type == "cpu":
+            C.check(lib.gr_session_set_input(self._h(), self._key(name), gd, len(shape), self._dims(name, shape),
+                                             t.data_ptr() or None, nbytes))
+            self._held.pop(name, None)
+            return True
+        if dev.type != "cuda" or self.device_kind != "cuda" or dev.index != 0 or _torch_stream(dev.index) != self._stream_handle():
+            return False
+        C.check(lib.gr_session_bind_input_device(self._h(), self._key(name), gd, len(shape), self._dims(name, shape),
+                                                 t.data_ptr() or None, nbytes))
+        self._held[name] = t  # the buffer must outlive the runs that read it
+        return True
+
     def _set_host(self, name, arr):
         gd = _FROM_NP.get(arr.dtype)
         if gd is None:
@@ -227,6 +295,10 @@ class Session:
         """Binds one input (what run(**inputs) does for each)."""
         if isinstance(value, np.ndarray):
             return self._set_host(name, value)
+        if _TORCH_TENSOR is None:
+            _torch_setup()  # (torch may have been imported after this session was made)
+        if _TORCH_TENSOR is not None and type(value) in _TORCH_TENSOR and self._set_torch(name, value):
+            return None
         if hasattr(value, "__dlpack__"):
             return self._set_dlpack(name, value)
         want = self._input_dtype.get(name)
@@ -237,20 +309,31 @@ class Session:
         if args:
             if len(args) != 1 or not isinstance(args[0], dict):
                 raise TypeError("run() takes inputs as keywords or one dict {name: value}")
-            inputs = dict(args[0], **inputs)
+            inputs = dict(args[0], **inputs) if inputs else args[0]
+        set_input = self.set_input
         for name, value in inputs.items():
-            self.set_input(name, value)
+            set_input(name, value)
         if self.device_kind == "cuda":
-            C.check(lib.gr_session_run_on_stream(self._h(), ctypes.c_void_p(self._stream_handle())))
+            C.check(lib.gr_session_run_on_stream(self._h(), self._stream_handle()))
         else:
             C.check(lib.gr_session_run(self._h()))
 
     def _device_outputs(self):
+        h = self._h()
         out = {}
+        meta = self._out_meta
+        if meta:  # static model: one C call per output (its handle), metadata known
+            for i, (name, dtype, shape) in enumerate(meta):
+                o = C.Output()
+                C.check(lib.gr_session_output(h, i, ctypes.byref(o)))
+                out[name] = DeviceTensor._make(self, o, name, dtype, shape)
+            return out
         for i, t in enumerate(self.outputs):
             o = C.Output()
-            C.check(lib.gr_session_output(self._h(), i, ctypes.byref(o)))
+            C.check(lib.gr_session_output(h, i, ctypes.byref(o)))
             out[t.name] = DeviceTensor(self, o)
+        if meta is None:
+            self._out_meta = [(v.name, v.dtype, v.shape) for v in out.values()]
         return out
 
     def run(self, *args, **inputs):
@@ -343,6 +426,12 @@ class DeviceTensor:
         self.name = info.name.decode()
         self.dtype = DTYPES[info.dtype]
         self.shape = tuple(int(info.dims[d]) for d in range(info.ndim))
+
+    @classmethod
+    def _make(cls, session, out, name, dtype, shape):
+        self = cls.__new__(cls)
+        self._session, self._out, self.name, self.dtype, self.shape = session, out, name, dtype, shape
+        return self
 
     def __repr__(self):
         return "<graft.DeviceTensor %s %s%s on %s>" % (self.name, self.dtype, list(self.shape), self._session.device_kind)

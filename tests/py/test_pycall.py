@@ -1,0 +1,164 @@
+"""The per-call Python path (issue 13): torch tensors bound without DLPack where that changes
+nothing, a static model's output metadata read once, DLPack exports from a per-shape template,
+and torch.compile(backend="graft") re-binding only the inputs that changed (weights once).
+Simulator only; the torch parts are skipped without torch."""
+import gc
+
+import numpy as np
+import pytest
+
+graft = pytest.importorskip("graft")
+from graft import _dlpack  # noqa: E402
+from graft import session as gsession  # noqa: E402
+from graft._capi import lib  # noqa: E402
+
+EW_GIR = """graft 1
+input x: f32[4, 8]
+const b: f32[8] = [0, 1, 2, 3, 4, 5, 6, 7]
+e = exp(x)
+y = add(e, b)
+output y
+"""
+
+DYN_GIR = """graft 1
+input x: f32[N, 8]
+y = relu(x)
+output y
+"""
+
+
+def load(tmp_path, text, name="m.gir"):
+    p = tmp_path / name
+    p.write_text(text)
+    return graft.load(str(p), device="sim", mode="graph")
+
+
+class Counting:
+    """Wraps one ctypes function of the library and counts its calls."""
+
+    def __init__(self, monkeypatch, name):
+        self.n, real = 0, getattr(lib, name)
+
+        def f(*a):
+            self.n += 1
+            return real(*a)
+        monkeypatch.setattr(lib, name, f)
+
+
+def test_static_output_metadata_read_once(tmp_path, monkeypatch):
+    s = load(tmp_path, EW_GIR)
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    first = s.run_device(x=x)["y"]
+    info = Counting(monkeypatch, "gr_session_output_info")
+    for k in range(3):
+        y = s.run_device(x=x * k)["y"]
+        assert (y.name, y.dtype, y.shape) == (first.name, first.dtype, first.shape) == ("y", "f32", (4, 8))
+        np.testing.assert_allclose(y.numpy(), np.exp(x * k) + np.arange(8), rtol=1e-6)
+    assert info.n == 0  # a static model's outputs: names, dtypes and shapes known after the first run
+    with pytest.raises(graft.StaleError):
+        first.numpy()  # the handle still carries its run's generation
+
+
+def test_symbolic_output_shapes_follow_each_run(tmp_path, monkeypatch):
+    s = load(tmp_path, DYN_GIR)
+    info = Counting(monkeypatch, "gr_session_output_info")
+    for n in (2, 5, 3):
+        x = np.arange(n * 8, dtype=np.float32).reshape(n, 8) - 10
+        y = s.run_device(x=x)["y"]
+        assert y.shape == (n, 8)
+        np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))
+    assert info.n == 3  # read on every run: the shape depends on the binding
+
+
+def test_exports_share_a_template_but_not_their_memory(tmp_path):
+    s = load(tmp_path, EW_GIR)
+    x = np.zeros((4, 8), np.float32)
+    y = s.run_device(x=x)["y"]
+    a, b = np.from_dlpack(y), np.from_dlpack(y)
+    assert a.shape == b.shape == (4, 8) and a.ctypes.data == b.ctypes.data == y.data_ptr
+    np.testing.assert_allclose(a, 1 + np.arange(8) + np.zeros((4, 1)), rtol=1e-6)
+    other = load(tmp_path, EW_GIR, "n.gir").run_device(x=x + 1)["y"]
+    c = np.from_dlpack(other)  # same shape and dtype, another session's memory
+    assert c.ctypes.data != a.ctypes.data
+    np.testing.assert_allclose(c, np.e + np.arange(8) + np.zeros((4, 1)), rtol=1e-6)
+    del a, b, c
+    gc.collect()
+    assert _dlpack.live_exports() == 0
+
+
+# ---- torch ---------------------------------------------------------------------------------------
+
+def test_torch_tensors_skip_dlpack_where_it_changes_nothing(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    s = load(tmp_path, EW_GIR)
+    x = torch.linspace(-2, 2, 32).reshape(4, 8)
+    want = np.exp(x.numpy()) + np.arange(8, dtype=np.float32)
+
+    def no_borrow(*a, **k):
+        raise AssertionError("DLPack used for a contiguous CPU tensor")
+    monkeypatch.setattr(_dlpack, "borrow", no_borrow)
+    np.testing.assert_allclose(s(x=x)["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(s(x=torch.nn.Parameter(x.clone()))["y"], want, rtol=1e-6)  # requires grad: fine
+    with pytest.raises(graft.ShapeError, match="input 'x': dtype i32 given"):
+        s(x=torch.zeros(4, 8, dtype=torch.int32))
+    with pytest.raises(graft.ShapeError, match="input 'x'"):
+        s(x=torch.zeros(4, 7))
+    monkeypatch.undo()
+    # a strided tensor is still DLPack's: copied compact on the way in
+    strided = x.t().contiguous().t()
+    assert not strided.is_contiguous()
+    np.testing.assert_allclose(s(x=strided)["y"], want, rtol=1e-6)
+    # the input is copied (a host input): changing the tensor after the call changes nothing
+    y = s.run_device(x=x)["y"]
+    x.add_(1)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+    out = torch.from_dlpack(s.run_device(x=x)["y"])
+    torch.testing.assert_close(out, torch.exp(x) + torch.arange(8.0))
+
+
+@pytest.fixture
+def backend():
+    torch = pytest.importorskip("torch")
+    import graft.torch_backend as gtb
+    gtb.register()
+    torch._dynamo.reset()
+    gtb.reset()
+    yield torch
+    torch._dynamo.reset()
+
+
+def test_backend_binds_weights_once(backend, monkeypatch):
+    torch = backend
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    calls = []
+    real = gsession.Session.set_input
+
+    def counting(self, name, value):
+        calls.append(name)
+        return real(self, name, value)
+    monkeypatch.setattr(gsession.Session, "set_input", counting)
+    with torch.no_grad():
+        cm = torch.compile(m, backend="graft", options={"device": "sim", "mode": "graph"})
+        xs = [torch.randn(3, 8) for _ in range(4)]
+        for k, x in enumerate(xs):
+            calls.clear()
+            torch.testing.assert_close(cm(x.clone()), m(x))  # a fresh input tensor every call
+            # first call: the input and the 4 weights; then only the input
+            assert len(calls) == (5 if k == 0 else 1), calls
+        # a weight changed in place (its version moves): bound again, the result follows it
+        m[0].weight.mul_(0.5)
+        calls.clear()
+        torch.testing.assert_close(cm(xs[0]), m(xs[0]))
+        assert len(calls) == 2, calls
+        # the same input tensor changed in place between calls is bound again too
+        x = xs[1].clone()
+        cm(x)
+        x.mul_(-1)
+        calls.clear()
+        torch.testing.assert_close(cm(x), m(x))
+        assert len(calls) == 1
+        # and so is an unchanged one: same tensor, same version, nothing to bind
+        calls.clear()
+        torch.testing.assert_close(cm(x), m(x))
+        assert len(calls) == 0
