@@ -396,6 +396,31 @@ GR_API gr_status gr_session_run_on_stream(gr_session_t s, void *stream);
  * wait); what a consumer of output device pointers on its own stream calls. NULL: no-op. */
 GR_API gr_status gr_session_order_stream(gr_session_t s, void *stream);
 
+/* One input of gr_session_run_device: a caller's device buffer, as gr_session_bind_input_device
+ * takes it. */
+typedef struct {
+    const char *name;
+    gr_dtype dtype;
+    int ndim;
+    const int64_t *dims;
+    void *data;
+    size_t nbytes;
+} gr_device_input;
+/* A serving loop's call in one: binds n_inputs device buffers (each as
+ * gr_session_bind_input_device), runs ordered on `stream` (as gr_session_run_on_stream; NULL:
+ * as gr_session_run) and gives the first n_outputs outputs' handles and device addresses
+ * (outs / out_ptrs, either may be NULL; an address as gr_session_output_device_ptr gives it),
+ * with no host wait for the device: nothing here waits for this run, nor, in the steady state
+ * of a static model in graph mode (one plan, every graph captured, auto mode's choices made),
+ * for the previous one, which the new run follows on the device instead. The lifetimes above
+ * are what make that safe: bound buffers stay the caller's until the run reading them is over
+ * in stream order, and an output's memory is rewritten only by the next run, which starts
+ * after the work the caller enqueued on `stream` before calling it. A device error of a run
+ * is returned by the next call that waits (gr_session_wait, an output read, gr_session_stats).
+ * Other states (a new binding shape, a capture, eager segments) wait as gr_session_run does. */
+GR_API gr_status gr_session_run_device(gr_session_t s, void *stream, int n_inputs, const gr_device_input *inputs,
+                                       int n_outputs, gr_output *outs, void **out_ptrs);
+
 /* Kernel preparation counters of the session's device since the session was created.
  * A model with symbolic dims gets shape-generic kernels (sizes passed at launch): one
  * compiled module per kernel structure, whatever the binding, so a new binding of its

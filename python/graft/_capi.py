@@ -210,6 +210,14 @@ _fn("gr_session_device_upload", _i, _vp, _vp, _vp, _sz)
 _fn("gr_session_device_download", _i, _vp, _vp, _vp, _sz)
 
 
+class DeviceInput(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int), ("dims", c_int64_p),
+                ("data", ctypes.c_void_p), ("nbytes", ctypes.c_size_t)]
+
+
+_fn("gr_session_run_device", _i, _vp, _vp, _i, _P(DeviceInput), _i, _P(Output), _P(_vp))
+
+
 # ---- generation (graft.h "generation") ----
 TOKEN_FN = ctypes.CFUNCTYPE(None, _vp, ctypes.c_int64, c_int64_p, ctypes.c_int64)
 

@@ -128,6 +128,7 @@ def _generate(s, prompt, max_new_tokens, beams, eos_id, pad_id, sample, top_k, t
         o.on_token = cb
     st = C.GenerateStats()
     i64p = C.c_int64_p
+    s._runs += 1  # the session runs: DeviceTensors of earlier runs are stale
     C.check(lib.gr_session_generate(s._h(), ctypes.byref(o), p.ctypes.data_as(i64p), batch, plen, out.ctypes.data_as(i64p),
                                     ctypes.byref(st)))
     if errors:

@@ -123,7 +123,9 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     except BaseException:
         lib.gr_graph_destroy(graph)
         raise
-    return Session(graph, handle, os.fspath(path))
+    sess = Session(graph, handle, os.fspath(path))
+    sess._fast_run = tp == 1  # gr_session_run_device drives one device
+    return sess
 
 
 class Session:
@@ -153,6 +155,10 @@ class Session:
         self._input_dtype = {t.name: t.dtype for t in self.inputs}
         self._in_keys = {t.name: t.name.encode() for t in self.inputs}  # names as the C calls take them
         self._dims_cache = {}  # input name -> (shape, ctypes dims array): rebuilt only when the shape changes
+        self._runs = 0  # runs started (graft's generation counts them too): DeviceTensors check it for staleness
+        self._fast_run = True  # CUDA: gr_session_run_device when every input allows it (not with tp)
+        self._staged = (C.DeviceInput * max(1, len(self.inputs)))()
+        self._out_ptrs = None  # the last run's output addresses when gr_session_run_device gave them
         self.dims = {}
         dim = C.DimInfo()
         for k in range(lib.gr_graph_num_dims(graph)):
@@ -310,18 +316,64 @@ class Session:
             if len(args) != 1 or not isinstance(args[0], dict):
                 raise TypeError("run() takes inputs as keywords or one dict {name: value}")
             inputs = dict(args[0], **inputs) if inputs else args[0]
+        self._out_ptrs = None
+        if self.device_kind == "cuda" and self._fast_run and self._run_staged(inputs):
+            return
         set_input = self.set_input
         for name, value in inputs.items():
             set_input(name, value)
+        self._runs += 1
         if self.device_kind == "cuda":
             C.check(lib.gr_session_run_on_stream(self._h(), self._stream_handle()))
         else:
             C.check(lib.gr_session_run(self._h()))
 
+    def _run_staged(self, inputs):
+        """CUDA, every input a contiguous CUDA torch tensor on PyTorch's current stream (the
+        session's): binds them, runs and takes the outputs' addresses in one C call that waits
+        for nothing (gr_session_run_device: the run queues behind the last one on the device).
+        Returns False, having done nothing, where some input needs the general path."""
+        if _TORCH_TENSOR is None:
+            _torch_setup()
+            if _TORCH_TENSOR is None:
+                return False
+        staged, n = self._staged, 0
+        stream = self._stream_handle()
+        keys, dtypes = self._in_keys, _TORCH_DTYPES
+        for name, t in inputs.items():
+            if type(t) not in _TORCH_TENSOR or n >= len(self.inputs):
+                return False
+            gd, key = dtypes.get(t.dtype), keys.get(name)
+            if gd is None or key is None or t.layout is not _TORCH_STRIDED or not t.is_cuda or not t.is_contiguous():
+                return False
+            dev = t.device.index
+            if dev != 0 or _torch_stream(dev) != stream:
+                return False
+            shape = tuple(t.shape)
+            e = staged[n]
+            e.name, e.dtype, e.ndim, e.dims = key, gd, len(shape), self._dims(name, shape)
+            e.data, e.nbytes = t.data_ptr() or None, t.numel() * t.element_size()
+            n += 1
+        n_out = len(self.outputs)
+        outs = (C.Output * max(1, n_out))()
+        ptrs = (ctypes.c_void_p * max(1, n_out))()
+        for name, t in inputs.items():
+            self._held[name] = t  # each buffer must outlive the runs that read it (held first: a failed call may bind some)
+        self._runs += 1
+        C.check(lib.gr_session_run_device(self._h(), stream, n, staged, n_out, outs, ptrs))
+        self._out_ptrs = (outs, ptrs)
+        return True
+
     def _device_outputs(self):
         h = self._h()
         out = {}
         meta = self._out_meta
+        staged = self._out_ptrs
+        if meta and staged:  # handles and addresses from gr_session_run_device: no C call, no wait
+            outs, ptrs = staged
+            for i, (name, dtype, shape) in enumerate(meta):
+                out[name] = DeviceTensor._make(self, outs[i], name, dtype, shape, ptrs[i] or 0)
+            return out
         if meta:  # static model: one C call per output (its handle), metadata known
             for i, (name, dtype, shape) in enumerate(meta):
                 o = C.Output()
@@ -382,6 +434,7 @@ class Session:
         (gr_session_capture_range); returns what it did and took (bindings, total_ms,
         compile_ms, capture_ms, captures, instantiations, exec_updates)."""
         r = C.CaptureReport()
+        self._runs += 1  # (it may run the plans: outputs handed out before are stale)
         C.check(lib.gr_session_capture_range(self._h(), dim.encode(), int(lo), int(hi), int(bool(progress)), ctypes.byref(r)))
         return {name: getattr(r, name) for name, _ in C.CaptureReport._fields_}
 
@@ -417,10 +470,11 @@ class DeviceTensor:
     tensor.clone()).
     """
 
-    __slots__ = ("_session", "_out", "name", "dtype", "shape", "__weakref__")
+    __slots__ = ("_session", "_out", "name", "dtype", "shape", "_run", "_ptr", "__weakref__")
 
     def __init__(self, session, out):
         self._session, self._out = session, out
+        self._run, self._ptr = session._runs, None
         info = C.ValueInfo()
         C.check(lib.gr_session_output_info(session._h(), out, ctypes.byref(info)))
         self.name = info.name.decode()
@@ -428,9 +482,10 @@ class DeviceTensor:
         self.shape = tuple(int(info.dims[d]) for d in range(info.ndim))
 
     @classmethod
-    def _make(cls, session, out, name, dtype, shape):
+    def _make(cls, session, out, name, dtype, shape, ptr=None):
         self = cls.__new__(cls)
         self._session, self._out, self.name, self.dtype, self.shape = session, out, name, dtype, shape
+        self._run, self._ptr = session._runs, ptr
         return self
 
     def __repr__(self):
@@ -439,8 +494,17 @@ class DeviceTensor:
     @property
     def data_ptr(self):
         """The device address (checked: StaleError after the next run)."""
+        s = self._session
+        if self._ptr is not None and s._handle:
+            # given by gr_session_run_device, which waits for nothing: the same generation rule,
+            # checked here (graft's generation moves with every run this session starts)
+            if s._runs != self._run:
+                raise C.StaleError("output '%s' is from run %d but the session has run again (now run %d): its memory "
+                                   "was reused; copy outputs out before the next run" % (self.name, self._run, s._runs),
+                                   "GR_ERR_STALE", -8)
+            return self._ptr
         p = ctypes.c_void_p()
-        C.check(lib.gr_session_output_device_ptr(self._session._h(), self._out, ctypes.byref(p)))
+        C.check(lib.gr_session_output_device_ptr(s._h(), self._out, ctypes.byref(p)))
         return p.value or 0
 
     @property

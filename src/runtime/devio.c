@@ -77,3 +77,32 @@ gr_status gr_session_run_on_stream(gr_session_t s, void *stream) {
     /* ... and the caller's later work after the run (its reads of the outputs) */
     return gr_session_order_stream(s, stream);
 }
+
+/* ==== the serving call ================================================================================ */
+gr_status gr_session_run_device(gr_session_t s, void *stream, int n_inputs, const gr_device_input *inputs, int n_outputs,
+                                gr_output *outs, void **out_ptrs) {
+    if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run_device: session is NULL");
+    GR_RT_NO_TP(s, "gr_session_run_device");
+    if (n_inputs < 0 || (n_inputs && !inputs))
+        return gr_error(GR_ERR_INVALID, "gr_session_run_device: %d inputs%s", n_inputs, n_inputs > 0 ? " and no array" : "");
+    if (n_outputs < 0 || n_outputs > s->graph->outputs.len)
+        return gr_error(GR_ERR_INVALID, "gr_session_run_device: %d outputs asked for, the graph has %d", n_outputs,
+                        s->graph->outputs.len);
+    if (stream) GR_TRY(caller_stream(s, stream, "gr_session_run_device"));
+    for (int i = 0; i < n_inputs; i++) {
+        const gr_device_input *in = &inputs[i];
+        GR_TRY(gr_rt_bind_device(s, in->name, in->dtype, in->ndim, in->dims, in->data, in->nbytes, false));
+    }
+    if (stream) { /* as gr_session_run_on_stream: after the caller's work, before its later work */
+        GR_TRY(gr_dev_event_record(s->dev, s->ev_order, s->ext_stream));
+        GR_TRY(gr_dev_stream_wait_event(s->dev, s->stream, s->ev_order));
+    }
+    GR_TRY(gr_rt_run_queued(s, true));
+    if (stream) GR_TRY(gr_session_order_stream(s, stream));
+    for (int i = 0; i < n_outputs; i++) {
+        gr_output o = {.generation = s->generation, .index = i};
+        if (outs) outs[i] = o;
+        if (out_ptrs) GR_TRY(gr_rt_output_device_ptr(s, o, &out_ptrs[i]));
+    }
+    return GR_OK;
+}

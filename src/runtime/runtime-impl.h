@@ -180,6 +180,13 @@ gr_session_t gr_rt_tp_rank(gr_session_t s, int r);
 /* session.c: the one-device forms the tp hooks call per rank, and a session on a given device
  * (taken: destroyed with the session, or on failure) */
 gr_status gr_rt_run_one(gr_session_t s);
+/* gr_rt_run_one that may queue behind a pending run in the steady state (gr_session_run_device) */
+gr_status gr_rt_run_queued(gr_session_t s, bool may_queue);
+/* gr_session_bind_input_device; wait_pending false: no host wait for a pending run */
+gr_status gr_rt_bind_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, void *dev_ptr,
+                            size_t nbytes, bool wait_pending);
+/* gr_session_output_device_ptr without waiting for a pending run */
+gr_status gr_rt_output_device_ptr(gr_session_t s, gr_output o, void **dev_ptr);
 gr_status gr_rt_wait_one(gr_session_t s);
 gr_status gr_rt_set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
                               size_t nbytes);

@@ -399,13 +399,19 @@ static gr_status set_input_one(gr_session_t s, const char *name, gr_dtype dtype,
 
 gr_status gr_session_bind_input_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims,
                                       void *dev_ptr, size_t nbytes) {
+    return gr_rt_bind_device(s, name, dtype, ndim, dims, dev_ptr, nbytes, true);
+}
+
+gr_status gr_rt_bind_device(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, void *dev_ptr,
+                            size_t nbytes, bool wait_pending) {
     if (!s || !name) return gr_error(GR_ERR_INVALID, "gr_session_bind_input_device: NULL session or name");
     GR_RT_NO_TP(s, "gr_session_bind_input_device");
     int i;
     size_t need;
     GR_TRY(check_input(s, name, dtype, ndim, dims, dev_ptr, nbytes, &i, &need));
-    /* the previous run may still read the buffer bound before */
-    if (s->pending) GR_TRY(gr_session_wait(s));
+    /* the previous run may still read the buffer bound before (gr_session_run_device leaves
+     * that to the caller's stream order: the documented lifetime of a bound buffer) */
+    if (s->pending && wait_pending) GR_TRY(gr_session_wait(s));
     gr_rt_input *in = &s->inputs[i];
     in->version = ++s->input_versions;
     in->dev_ptr = need ? dev_ptr : NULL; /* a 0-byte input has no buffer: its placeholder stands for it */
@@ -657,9 +663,29 @@ gr_status gr_session_run(gr_session_t s) {
     return gr_rt_run_one(s);
 }
 
-gr_status gr_rt_run_one(gr_session_t s) {
+/* Whether a run may be queued on the device behind the pending one instead of waiting for
+ * it on the host: the steady state of a static model in graph mode (one plan, every segment
+ * with work replayed from its captured graph), where a run only copies and repoints inputs and
+ * launches graphs, all ordered on the session's stream. Anything else (a new plan, a capture,
+ * eager or timed segments, probes, several shapes) waits as before. */
+static bool run_may_queue(gr_session_t s) {
+    const gr_rt_plan *p = s->current;
+    if (!p || s->tp || s->graph->syms.len || s->opt.mode == GR_MODE_EAGER || s->plans != p || p->next) return false;
+    for (int seg = 0; seg < p->segs.len; seg++) {
+        const gr_segment *sg = &p->segs.data[seg];
+        /* (auto mode: until a segment's graph-or-eager decision is made, runs are timed) */
+        if (p->seg_state[seg].state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || p->seg_state[seg].decided)) continue;
+        for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+            if (p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL) return false;
+    }
+    return true;
+}
+
+gr_status gr_rt_run_one(gr_session_t s) { return gr_rt_run_queued(s, false); }
+
+gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
-    if (s->pending) GR_TRY(gr_session_wait(s));
+    if (s->pending && !(may_queue && run_may_queue(s))) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p;
     GR_TRY(select_plan(s, &p));
     gr_device *d = s->dev;
@@ -751,9 +777,15 @@ gr_status gr_rt_wait_one(gr_session_t s) {
 double gr_session_clock_us(gr_session_t s) { return s && s->dev ? gr_dev_clock_us(s->dev) : 0.0; }
 
 /* ==== outputs ===================================================================================== */
+static gr_status check_output_now(gr_session_t s, gr_output o);
 static gr_status check_output(gr_session_t s, gr_output o) {
     if (!s) return gr_error(GR_ERR_INVALID, "session is NULL");
     if (s->pending) GR_TRY(gr_session_wait(s));
+    return check_output_now(s, o);
+}
+
+/* the checks alone: the run may still be in flight (its plan and generation are set at enqueue) */
+static gr_status check_output_now(gr_session_t s, gr_output o) {
     if (!s->has_run || !s->current) return gr_error(GR_ERR_STALE, "no successful run yet: outputs are not available");
     if (o.generation != s->generation)
         return gr_error(GR_ERR_STALE,
@@ -839,6 +871,12 @@ gr_status gr_session_output_device_ptr(gr_session_t s, gr_output o, void **dev_p
     if (dev_ptr) *dev_ptr = NULL;
     if (!dev_ptr) return gr_error(GR_ERR_INVALID, "gr_session_output_device_ptr: dev_ptr is NULL");
     GR_TRY(check_output(s, o));
+    return gr_rt_output_device_ptr(s, o, dev_ptr);
+}
+
+gr_status gr_rt_output_device_ptr(gr_session_t s, gr_output o, void **dev_ptr) {
+    *dev_ptr = NULL;
+    GR_TRY(check_output_now(s, o));
     gr_rt_plan *p = s->current;
     int v = p->g->outputs.data[o.index];
     const gr_ir_value *val = &p->g->values.data[v];
