@@ -101,6 +101,11 @@ def main():
     if torch is not None:
         rows.append(("run_device(torch) + from_dlpack",
                      per_call(lambda: torch.from_dlpack(s.run_device(x=xt)["y"]), a.calls, a.repeats, sync)))
+        if cuda:  # the general path: one bind per input, a host wait per run
+            s._fast_run = False
+            rows.append(("  same, general path",
+                         per_call(lambda: torch.from_dlpack(s.run_device(x=xt)["y"]), a.calls, a.repeats, sync)))
+            s._fast_run = True
         import graft.torch_backend as gtb
         gtb.register()
         m = torch.nn.ReLU()
