@@ -384,6 +384,21 @@ def _gelu(ctx, node, a):
     return ctx.b.node("gelu", [ctx.val(a["self"])], approximate=a["approximate"] or "none")
 
 
+def _elu_check(node, a):
+    if not meta(node).dtype.is_floating_point:
+        return "elu on %s" % meta(node).dtype
+    if float(a.get("input_scale", 1)) != 1.0:
+        return "elu with input_scale %r" % a.get("input_scale")
+    return None
+
+
+@lowers(aten.elu.default, check=_elu_check)
+def _elu(ctx, node, a):
+    # scale * (x > 0 ? x : alpha * (exp(x) - 1)): graft's selu with gamma = scale (selu and
+    # celu reach here as elu, decomposed by aot_autograd)
+    return ctx.b.node("selu", [ctx.val(a["self"])], alpha=float(a.get("alpha", 1)), gamma=float(a.get("scale", 1)))
+
+
 @lowers(aten.where.self)
 def _where(ctx, node, a):
     out = meta(node).dtype

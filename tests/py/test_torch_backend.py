@@ -115,6 +115,8 @@ CASES = [
                                      F.gelu(x, approximate="tanh"), -x),
      [rnd(4, 8)], {"aten.relu.default", "aten.tanh.default", "aten.sigmoid.default", "aten.silu.default",
                    "aten.gelu.default", "aten.neg.default"}),
+    ("elu_family", lambda x: (torch.selu(x), F.elu(x), F.elu(x, alpha=0.7), F.celu(x, alpha=1.0)),
+     [rnd(4, 8)], {"aten.elu.default"}),
     ("unary_math", lambda x: (torch.exp(x), torch.log(x.abs() + 1), torch.sqrt(x.abs()), torch.rsqrt(x.abs() + 1),
                               torch.sin(x), torch.cos(x), torch.erf(x), torch.reciprocal(x.abs() + 1)),
      [rnd(4, 8)], {"aten.exp.default", "aten.log.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.abs.default",
