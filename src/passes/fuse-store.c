@@ -21,13 +21,15 @@
  * Producer P (kernel step before C): the only step writing u, through one
  * param bound to u alone and stored by one STORE stage (any kernel: an
  * elementwise one, a reduction's over_inner store), not loading it.
- * u, the views and v have no other reader and are not graph outputs; no step
+ * The views and v have no other reader and are not graph outputs; no step
  * between P and C binds w, and w is not a view.
  * The rewrite: P's param for u becomes w (C's dtype and binding) and its
  * store value f(round_u(x)), where x is what P stored and round_u the
  * conversion that storing into u did (so results are bit-identical); the
  * store's addresses are unchanged, which is right because w[i] pairs with
- * u[i]. C is removed; the views, now unread, go in the caller's gr_pass_dce.
+ * u[i]. When u has other readers or is a graph output, P keeps storing u and
+ * gets a second STORE stage for w (same addresses) instead. C is removed;
+ * the views, now unread, go in the caller's gr_pass_dce.
  * One pass over the steps with per-value counts: linear in the plan. */
 #include "passes/fuse-impl.h"
 #include <string.h>
@@ -36,7 +38,17 @@ typedef struct {
     int n_bind;     /* steps binding the value in an arg (an ALIAS step binds its source) */
     int first_bind; /* the first of them */
     int view_step;  /* the ALIAS step whose output it is, or -1 */
+    int n_write;    /* steps that may write it (a library call or host step: any value it binds) */
 } store_val;
+
+/* Two accesses of k address the same element at every point (strides along
+ * an extent-1 dim that is not symbolic never matter). */
+static bool same_points(const gr_kernel *k, const gr_kaccess *a, const gr_kaccess *b) {
+    if (a->offset != b->offset || a->index != b->index) return false;
+    for (int d = 0; d < k->n_outer; d++)
+        if ((k->outer[d] > 1 || (k->var_outer >> d & 1)) && a->stride[d] != b->stride[d]) return false;
+    return true;
+}
 
 /* C is a pure function of one load: its read param, else -1. */
 static int pure_consumer(const gr_step *s) {
@@ -57,7 +69,7 @@ static int pure_consumer(const gr_step *s) {
         case GR_KX_CONST: case GR_KX_UNARY: case GR_KX_BINARY: case GR_KX_SELECT: case GR_KX_CAST: break;
         case GR_KX_LOAD:
             if (e->param < 0 || e->param >= k->n_params || (q >= 0 && e->param != q)) return -1;
-            if (e->access.index != -1 || !gr_kaccess_equal(&e->access, &st->access)) return -1;
+            if (e->access.index != -1 || !same_points(k, &e->access, &st->access)) return -1;
             q = e->param;
             break;
         default: return -1;
@@ -121,10 +133,12 @@ static gr_status append_consumer(gr_kernel *p, const gr_kernel *c, int q, int su
     return st;
 }
 
-/* Rewrites P (step pi) to store C's (step ci) output; *done = false when a check fails. */
-static gr_status fuse_into_store(gr_step *ps, int stage, int pu, const gr_step *cs, int q, bool *done) {
+/* Rewrites P to store C's output: in place of u, or (keep_u) in a stage of
+ * its own after P's others. *done = false when P has no room. */
+static gr_status fuse_into_store(gr_step *ps, int stage, int pu, const gr_step *cs, int q, bool keep_u, bool *done) {
     *done = false;
     const gr_kernel *c = cs->kernel;
+    if (keep_u && (ps->kernel->n_params >= GR_KMAX_PARAMS || ps->kernel->n_stages >= GR_KMAX_STAGES)) return GR_OK;
     gr_kernel *n;
     GR_TRY(gr_kernel_clone(ps->kernel, &n));
     int x = n->stages[stage].value, sub = x, root = -1;
@@ -136,11 +150,24 @@ static gr_status fuse_into_store(gr_step *ps, int stage, int pu, const gr_step *
     if (st == GR_OK) st = append_consumer(n, c, q, sub, &root);
     if (st == GR_OK) {
         const gr_kparam *w = &c->params[c->stages[0].param];
-        n->params[pu].dtype = w->dtype;
-        n->stages[stage].value = root;
         gr_step_arg args[GR_KMAX_PARAMS];
         memcpy(args, ps->args, sizeof args);
-        args[pu] = cs->args[c->stages[0].param];
+        int pw = pu;
+        if (keep_u) {
+            pw = n->n_params++;
+            n->params[pw] = *w;
+            for (int a = 0, alt = 0; a < pw; a++) /* a name of its own */
+                if (!strcmp(n->params[a].name, n->params[pw].name)) {
+                    gr_name_copy(n->params[pw].name, sizeof n->params[pw].name, "y", pw + 100 * alt++);
+                    a = -1;
+                }
+            n->stages[n->n_stages] = n->stages[stage];
+            stage = n->n_stages++;
+            n->stages[stage].param = pw;
+        }
+        n->params[pw].dtype = w->dtype;
+        n->stages[stage].value = root;
+        args[pw] = cs->args[c->stages[0].param];
         st = gr_pass_cse_kernel(n, args);
         if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) {
@@ -171,7 +198,7 @@ gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, i
         gr_free(changed, nss * sizeof(bool));
         return gr_nomem();
     }
-    for (int v = 0; v < nv; v++) val[v] = (store_val){0, -1, -1};
+    for (int v = 0; v < nv; v++) val[v] = (store_val){0, -1, -1, 0};
     for (int j = 0; j < ns; j++) {
         const gr_step *s = &steps->data[j];
         if (s->kind == GR_STEP_ALIAS && s->out_value >= 0 && s->out_value < nv) val[s->out_value].view_step = j;
@@ -183,6 +210,13 @@ gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, i
                 again = s->args[b].kind != GR_ARG_LITERAL && s->args[b].value == v;
             if (again) continue;
             if (val[v].n_bind++ == 0) val[v].first_bind = j;
+            bool kernel = s->kind == GR_STEP_KERNEL && s->kernel;
+            if (!kernel && s->kind != GR_STEP_ALIAS) val[v].n_write++;
+            for (int b = a; kernel && b < s->n_args && b < s->kernel->n_params; b++)
+                if (s->kernel->params[b].written && s->args[b].kind == GR_ARG_VALUE && s->args[b].value == v) {
+                    val[v].n_write++;
+                    break;
+                }
         }
     }
     bool *is_output = gr_calloc(nvs, sizeof(bool));
@@ -205,24 +239,28 @@ gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, i
         int64_t wn = gr_ir_value_numel(&g->values.data[w]);
         if (wn < 0 || wn != gr_kernel_points(cs->kernel) || gr_ir_value_numel(&g->values.data[u]) != wn) continue;
         /* back through the views: each read by the next only */
-        /* back through the views: each bound by the next only (and u by P too) */
-        bool ok = val[u].n_bind == (val[u].view_step >= 0 ? 1 : 2);
+        /* back through the views, each bound by the next only, to u */
+        bool ok = val[u].view_step < 0 || (val[u].n_bind == 1 && !is_output[u]);
         while (ok && val[u].view_step >= 0) {
             const gr_step *vs = &steps->data[val[u].view_step];
             if (vs->n_args < 1 || vs->args[0].kind != GR_ARG_VALUE || vs->args[0].elem_offset != 0) ok = false;
             else {
                 u = vs->args[0].value;
-                ok = u >= 0 && u < nv && !is_output[u] && val[u].n_bind == (val[u].view_step >= 0 ? 1 : 2) &&
-                     gr_ir_value_numel(&g->values.data[u]) == wn;
+                ok = u >= 0 && u < nv && gr_ir_value_numel(&g->values.data[u]) == wn &&
+                     (val[u].view_step < 0 || (val[u].n_bind == 1 && !is_output[u]));
             }
         }
         if (!ok || g->values.data[u].placement == GR_PLACE_HOST) continue;
+        /* u read elsewhere too (BERT's f32 residual stream and its bf16 copy for the next
+         * matmul): P writes both, which still saves C's read of u and its launch */
+        bool keep_u = is_output[u] || val[u].n_bind > 2;
+        if (val[u].n_write != 1) continue; /* P must be its only writer (not so for a concat's pieces) */
         int pi = val[u].first_bind, pu = -1;
         if (pi < 0 || pi >= j || gone[pi] || changed[pi]) continue;
         int stage = producer_stage(&steps->data[pi], u, &pu);
         if (stage < 0) continue;
         bool done = false;
-        st = fuse_into_store(&steps->data[pi], stage, pu, cs, q, &done);
+        st = fuse_into_store(&steps->data[pi], stage, pu, cs, q, keep_u, &done);
         if (!done) continue;
         gr_kernel_destroy(steps->data[j].kernel);
         steps->data[j].kernel = NULL;
