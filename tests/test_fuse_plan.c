@@ -256,6 +256,32 @@ static void test_small(void) {
                       kernels, stores);
             gr_compiled_free(&c);
         }
+        /* every allocation failure inside fusion: GR_ERR_NOMEM, nothing leaked, the steps still valid */
+        CHECK_OK(gr_ir_infer_shapes(g));
+        float xs[32];
+        for (int i = 0; i < 32; i++) xs[i] = (float)((i * 7) % 11) - 5;
+        void *inputs[8] = {NULL};
+        inputs[g->inputs.data[0]] = xs;
+        int failures = 0, successes = 0;
+        for (long n = 1; n < 5000 && !successes; n++) {
+            long live = gr_debug_live_allocs();
+            gr_step_list steps;
+            CHECK_OK(gr_pass_lower(g, &steps));
+            gr_debug_fail_alloc_after(n);
+            gr_status fs = gr_pass_fuse(g, &steps);
+            gr_debug_fail_alloc_after(0);
+            successes += fs == GR_OK;
+            failures += fs != GR_OK;
+            CHECK_MSG(fs == GR_OK || fs == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(fs));
+            for (int i = 0; i < steps.len; i++)
+                if (steps.data[i].kind == GR_STEP_KERNEL) CHECK_OK(gr_kernel_verify(steps.data[i].kernel));
+            exec_t e;
+            CHECK_OK(exec_run_with(&e, g, &steps, (const void *const *)inputs, g->inputs.data[0] + 1));
+            exec_free(&e);
+            gr_step_list_free(&steps);
+            CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
+        }
+        CHECK_MSG(successes == 1 && failures >= 3, "%d successes, %d failures", successes, failures);
         gr_ir_graph_destroy(g);
     }
 }
