@@ -924,6 +924,7 @@ int main(int argc, char **argv) {
         for (int mk = 3; mk <= 7; mk++) {
             check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, false, mk);
             check_attention(&cu, &sim, adt[d], 1, 4, 2, 130, 300, 128, false, mk);
+            check_attention(&cu, &sim, adt[d], 2, 4, 4, 77, 77, 64, false, mk); /* seq_k % 4: scalar scan */
         }
         check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, true, 3);    /* both causal rules */
     }
