@@ -491,6 +491,7 @@ static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, 
     c.mask_dtype = mask == 1 || (mask >= 3 && mask <= 6) ? GR_F32 : t;
     if (mask == 1) c.mask_stride[0] = Sk, c.mask_stride[3] = 1;
     if (mask >= 2) c.mask_stride[0] = Sq * Sk, c.mask_stride[2] = Sk, c.mask_stride[3] = 1;
+    gr_libcall_attention_dense(&c);
     return c;
 }
 

@@ -14,6 +14,12 @@
  *    row, 32 keys per tile, exact f32 FMA (f32 inputs are not rounded to tf32) and expf.
  *    The f32 path and the other head sizes.
  *
+ * Q, K, V and O are addressed through the call's strides (kir.h: batch, head and sequence
+ * strides in elements, head_dim contiguous; the pointers arrive already offset), so the
+ * attention reads a fused projection's output and writes [B,S,H,D] in place. The
+ * tensor-core kernels are taken only when every pointer is 16-byte aligned and every stride
+ * a multiple of 8 elements; anything else runs on attn_gen.
+ *
  * Both apply scale, the mask (f32 or the inputs' type, broadcast strides) and the causal
  * rule of kir.h, and give 0 for a row that sees no key. Decode (seq_q = 1 against a long
  * seq_k) runs on the generic kernel without a split over the keys (not done yet).
@@ -373,11 +379,11 @@ static const char attn_src[] =
     "  const long long b = blockIdx.z, h = blockIdx.y, i = (long long)blockIdx.x * W + warp;\n"
     "  const long long kvh = h / (a.H / a.Hkv);\n"
     "  typedef typename X::T T;\n"
-    "  const T *Q = (const T *)a.q + ((b * a.H + h) * a.Sq) * D;\n"
-    "  const T *K = (const T *)a.k + ((b * a.Hkv + kvh) * a.Sk) * D;\n"
-    "  const T *V = (const T *)a.v + ((b * a.Hkv + kvh) * a.Sk) * Dv;\n"
-    "  T *O = (T *)a.o + ((b * a.H + h) * a.Sq) * Dv;\n"
-    "  for (int d = lane; d < D; d += 32) Qs[warp * D + d] = i < a.Sq ? X::ld(Q, i * D + d) : 0.f;\n"
+    "  const T *Q = (const T *)a.q + b * a.qb + h * a.qh;\n"
+    "  const T *K = (const T *)a.k + b * a.kb + kvh * a.kh;\n"
+    "  const T *V = (const T *)a.v + b * a.vb + kvh * a.vh;\n"
+    "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
+    "  for (int d = lane; d < D; d += 32) Qs[warp * D + d] = i < a.Sq ? X::ld(Q, i * a.qs + d) : 0.f;\n"
     "  float acc[MAXD / 32];\n"
     "  for (int c = 0; c < MAXD / 32; c++) acc[c] = 0.f;\n"
     "  float m = NEG_INF, l = 0.f;\n"
@@ -388,11 +394,11 @@ static const char attn_src[] =
     "    __syncthreads();\n"
     "    for (int e = threadIdx.x; e < BN * D; e += blockDim.x) {\n"
     "      int r = e / D, c = e % D;\n"
-    "      Ks[r * (D + 1) + c] = kb + r < a.Sk ? X::ld(K, (kb + r) * D + c) : 0.f;\n"
+    "      Ks[r * (D + 1) + c] = kb + r < a.Sk ? X::ld(K, (kb + r) * a.ks + c) : 0.f;\n"
     "    }\n"
     "    for (int e = threadIdx.x; e < BN * Dv; e += blockDim.x) {\n"
     "      int r = e / Dv, c = e % Dv;\n"
-    "      Vs[r * Dv + c] = kb + r < a.Sk ? X::ld(V, (kb + r) * Dv + c) : 0.f;\n"
+    "      Vs[r * Dv + c] = kb + r < a.Sk ? X::ld(V, (kb + r) * a.vs + c) : 0.f;\n"
     "    }\n"
     "    __syncthreads();\n"
     "    long long j = kb + lane;\n"
@@ -425,7 +431,7 @@ static const char attn_src[] =
     "  float inv = l > 0.f ? 1.f / l : 0.f;\n"
     "  for (int c = 0; c < MAXD / 32; c++) {\n"
     "    int d = lane + 32 * c;\n"
-    "    if (d < Dv) X::st(O, i * Dv + d, acc[c] * inv);\n"
+    "    if (d < Dv) X::st(O, i * a.os + d, acc[c] * inv);\n"
     "  }\n"
     "}\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(const AttnArgs a) { attn_mma<TBF16, 64>(a); }\n"
@@ -447,7 +453,7 @@ typedef struct {
     float scale;
     int causal;
     int mask_kind;
-    long long qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os;
+    long long qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os; /* strides (elements): batch, head, seq */
 } attn_args;
 
 enum { K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16, K_COUNT };
@@ -533,17 +539,19 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
         .ms0 = call->mask_stride[0], .ms1 = call->mask_stride[1], .ms2 = call->mask_stride[2], .ms3 = call->mask_stride[3],
         .scale = (float)call->alpha, .causal = call->causal,
         .mask_kind = !call->has_mask ? 0 : call->mask_dtype == GR_F32 ? 1 : 2,
+        .qb = call->q_stride[0], .qh = call->q_stride[1], .qs = call->q_stride[2],
+        .kb = call->k_stride[0], .kh = call->k_stride[1], .ks = call->k_stride[2],
+        .vb = call->v_stride[0], .vh = call->v_stride[1], .vs = call->v_stride[2],
+        .ob = call->o_stride[0], .oh = call->o_stride[1], .os = call->o_stride[2],
     };
+    for (int d = 0; d < 3; d++)
+        if (call->q_stride[d] < 0 || call->k_stride[d] < 0 || call->v_stride[d] < 0 || call->o_stride[d] < 0)
+            return gr_error(GR_ERR_INVALID, "cuda: attention %s: negative stride", call->name);
     if (a.mask_kind && !a.mask) return gr_error(GR_ERR_INVALID, "cuda: attention %s: mask argument missing", call->name);
-    /* dense [B, H, S, D] (the generic kernel still assumes it) */
-    const long long D = call->head_dim, Dv = call->head_dim_v;
-    a.qs = D, a.qh = call->seq_q * D, a.qb = call->heads * a.qh;
-    a.ks = D, a.kh = call->seq_k * D, a.kb = call->kv_heads * a.kh;
-    a.vs = Dv, a.vh = call->seq_k * Dv, a.vb = call->kv_heads * a.vh;
-    a.os = Dv, a.oh = call->seq_q * Dv, a.ob = call->heads * a.oh;
     size_t smem;
     unsigned rows_per_block;
-    /* the tensor-core kernel copies 16 bytes at a time: every row start must be 16-byte aligned */
+    /* the tensor-core kernels move 16 bytes (8 elements) at a time: every pointer 16-byte
+     * aligned and every stride a multiple of 8 elements keeps each row's start aligned */
     uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)args[3].ptr;
     long long strides = a.qb | a.qh | a.qs | a.kb | a.kh | a.ks | a.vb | a.vh | a.vs | a.ob | a.oh | a.os;
     if (mma && ((any & 15u) || (strides & 7))) {

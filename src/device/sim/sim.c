@@ -386,17 +386,28 @@ static void mat_range(int64_t batch, int64_t bstride, int64_t rows, int64_t cols
     *hi = h;
 }
 
+/* Elements an attention operand spans from its (already offset) pointer: the last element of
+ * [n0, n1, n2, dim] read through strides (batch, head, seq; dim contiguous), plus one. */
+static int64_t attn_extent(int64_t n0, int64_t n1, int64_t n2, int64_t dim, const int64_t *stride) {
+    if (n0 <= 0 || n1 <= 0 || n2 <= 0 || dim <= 0) return 0;
+    return (n0 - 1) * stride[0] + (n1 - 1) * stride[1] + (n2 - 1) * stride[2] + dim;
+}
+
 /* The bytes an attention call touches through each operand, checked like a kernel's. */
 static gr_status check_attention(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
     if (call->batch <= 0 || call->seq_q <= 0 || call->heads <= 0) return GR_OK;
+    for (int d = 0; d < 3; d++)
+        if (call->q_stride[d] < 0 || call->k_stride[d] < 0 || call->v_stride[d] < 0 || call->o_stride[d] < 0)
+            return gr_error(GR_ERR_INVALID, "%s: negative attention stride", what);
     int64_t es = (int64_t)gr_dtype_size(call->dtype);
-    int64_t nq = call->batch * call->heads * call->seq_q, nkv = call->batch * call->kv_heads * call->seq_k;
-    GR_TRY(check_device_range(c, args[0].ptr, (size_t)(nq * call->head_dim * es), false, what, "Q"));
-    GR_TRY(check_device_range(c, args[2].ptr, (size_t)(nq * call->head_dim_v * es), true, what, "O"));
-    if (nkv > 0) {
-        GR_TRY(check_device_range(c, args[1].ptr, (size_t)(nkv * call->head_dim * es), false, what, "K"));
-        GR_TRY(check_device_range(c, args[3].ptr, (size_t)(nkv * call->head_dim_v * es), false, what, "V"));
-    }
+    int64_t nq = attn_extent(call->batch, call->heads, call->seq_q, call->head_dim, call->q_stride);
+    int64_t no = attn_extent(call->batch, call->heads, call->seq_q, call->head_dim_v, call->o_stride);
+    int64_t nk = attn_extent(call->batch, call->kv_heads, call->seq_k, call->head_dim, call->k_stride);
+    int64_t nv = attn_extent(call->batch, call->kv_heads, call->seq_k, call->head_dim_v, call->v_stride);
+    if (nq > 0) GR_TRY(check_device_range(c, args[0].ptr, (size_t)(nq * es), false, what, "Q"));
+    if (no > 0) GR_TRY(check_device_range(c, args[2].ptr, (size_t)(no * es), true, what, "O"));
+    if (nk > 0) GR_TRY(check_device_range(c, args[1].ptr, (size_t)(nk * es), false, what, "K"));
+    if (nv > 0) GR_TRY(check_device_range(c, args[3].ptr, (size_t)(nv * es), false, what, "V"));
     if (call->has_mask && call->seq_k > 0) {
         int64_t full[4] = {call->batch, call->heads, call->seq_q, call->seq_k}, hi = 0;
         for (int d = 0; d < 4; d++) hi += (full[d] - 1) * call->mask_stride[d];
