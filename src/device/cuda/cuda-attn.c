@@ -7,9 +7,14 @@
  *
  *  - attn_mma_<t>_d<D> (t = bf16, f16; D = 64, 128, head_dim == head_dim_v): tensor cores
  *    through inline PTX mma.sync.m16n8k16 with f32 accumulation. 4 warps, 16 query rows
- *    each; S = Q K^T stays in registers, its accumulator fragment is repacked in place as
- *    the A operand of P V (the layouts of m16n8k16 line up), so P never touches shared
- *    memory either. P is rounded to t before P V, as FlashAttention does.
+ *    each. Q, K and V reach shared memory with cp.async (K and V double buffered: the next
+ *    tile loads while this one computes); the operands come out with ldmatrix (.trans for
+ *    V); S = Q K^T stays in registers and its accumulator fragment is repacked in place as
+ *    the A operand of P V, so P never touches shared memory. P is rounded to t before P V,
+ *    as FlashAttention does. A mask is scanned once per block: tiles with no live key
+ *    (every value -inf or <= -1e30, like the exporters' finfo.min) are skipped, tiles of
+ *    zeros read no mask; exact, see the kernel source. H100, bf16 b8 h12 s512 d64: 38 us
+ *    unmasked, 32 us causal, 66 us with a GPT-2 export's f32 causal mask (gpucheck).
  *  - attn_gen_<t> (t = f32, bf16, f16; any head_dim, head_dim_v <= 256): one warp per query
  *    row, 32 keys per tile, exact f32 FMA (f32 inputs are not rounded to tf32) and expf.
  *    The f32 path and the other head sizes.
