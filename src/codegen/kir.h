@@ -264,6 +264,19 @@ void gr_kernel_slot_values(const gr_kernel *k, const gr_kslot_map *m, int64_t *v
 void gr_kernel_apply_slots(gr_kernel *k, const gr_kslot_map *m, const int64_t *vals);
 /* Hash of the structure (gr_kernel_hash ignoring every slot); equal structures hash equal. */
 uint64_t gr_kernel_structure_hash(const gr_kernel *k);
+/* A kernel's structure as the words gr_kernel_structure_hash hashes, with that hash. A device
+ * keeps one per template (module) it shares between kernels of one structure: finding a new
+ * kernel's template then walks the kernel once (hash and words from one pass, compared with
+ * memcmp), where hash + gr_kernel_structure_equal walked it twice and the template once more
+ * for every kernel a new binding's plan prepares. */
+typedef struct {
+    uint64_t hash; /* == gr_kernel_structure_hash(k) */
+    int len;
+    uint64_t *words; /* len words, owned (gr_kstructure_free) */
+} gr_kstructure;
+gr_status gr_kstructure_of(const gr_kernel *k, gr_kstructure *out);
+bool gr_kstructure_equal(const gr_kstructure *a, const gr_kstructure *b);
+void gr_kstructure_free(gr_kstructure *s);
 /* Whether a and b have the same structure (exact, not by hash). */
 gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out);
 /* A kernel computing what k computes, built from template t of the same structure:

@@ -263,25 +263,26 @@ gr_status gr_sim_run_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *arg
 static gr_status template_get(gr_sim_ctx *c, const gr_kernel *k, gr_sim_template **out, bool *made) {
     *out = NULL;
     *made = false;
-    uint64_t h = gr_kernel_structure_hash(k);
+    gr_kstructure ks;
+    GR_TRY(gr_kstructure_of(k, &ks));
     for (int i = 0; i < c->templates.len; i++) {
         gr_sim_template *t = c->templates.data[i];
-        bool same = false;
-        if (t->hash == h) GR_TRY(gr_kernel_structure_equal(t->k, k, &same));
-        if (!same) continue;
+        if (!gr_kstructure_equal(&t->structure, &ks)) continue;
+        gr_kstructure_free(&ks);
         t->refs++;
         *out = t;
         return GR_OK;
     }
-    GR_TRY(gr_vec_reserve(&c->templates, c->templates.len + 1));
-    gr_sim_template *t = gr_calloc(1, sizeof(*t));
-    if (!t) return GR_ERR_NOMEM;
-    gr_status st = gr_kernel_clone(k, &t->k);
+    gr_status st = gr_vec_reserve(&c->templates, c->templates.len + 1);
+    gr_sim_template *t = st == GR_OK ? gr_calloc(1, sizeof(*t)) : NULL;
+    if (st == GR_OK && !t) st = GR_ERR_NOMEM;
+    if (st == GR_OK) st = gr_kernel_clone(k, &t->k);
     if (st != GR_OK) {
-        gr_free(t, sizeof(*t));
+        if (t) gr_free(t, sizeof(*t));
+        gr_kstructure_free(&ks);
         return st;
     }
-    t->hash = h;
+    t->structure = ks; /* the template owns it now */
     t->refs = 1;
     c->templates.data[c->templates.len++] = t;
     *out = t;
@@ -297,6 +298,7 @@ static void template_put(gr_sim_ctx *c, gr_sim_template *t) {
             break;
         }
     gr_kernel_destroy(t->k);
+    gr_kstructure_free(&t->structure);
     gr_free(t, sizeof(*t));
 }
 
@@ -657,6 +659,7 @@ static void sim_destroy(void *ctx) {
     /* left only when kernels were never released: freed with the device */
     for (int i = 0; i < c->templates.len; i++) {
         gr_kernel_destroy(c->templates.data[i]->k);
+        gr_kstructure_free(&c->templates.data[i]->structure);
         gr_free(c->templates.data[i], sizeof(gr_sim_template));
     }
     gr_vec_free(&c->templates);
