@@ -14,7 +14,8 @@
  *
  * Recomputation: with one reader P moves into it. With several readers
  * (at most FUSE_MAX_READERS) P is duplicated into every one of them when it
- * is cheap, i.e. its DAG has at most FUSE_MAX_RECOMPUTE nodes after CSE.
+ * is cheap, i.e. its DAG has at most FUSE_MAX_RECOMPUTE nodes after CSE and
+ * the copies move fewer bytes than storing v once (recompute_pays).
  * Why: these kernels are memory bound, so materializing v costs a full store
  * plus one full load per reader, while recomputing it costs only arithmetic
  * on values the readers (mostly) load anyway. The bounds cap the extra work
@@ -49,7 +50,9 @@
  * readers have been fused together. Sweeps repeat while the recomputing one
  * changes something. Dead steps are removed (gr_pass_dce) before fusing, so
  * a dead reader does not force a duplicate, and after, for what fusion left
- * unread. */
+ * unread. Before that, a consumer that is a function of one kernel's output
+ * alone (the cast the precision pass puts behind a layer norm or a gelu,
+ * reached through views) moves into that kernel's store (fuse-store.c). */
 #include "passes/fuse-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -462,12 +465,16 @@ static bool load_is_full(const gr_kernel *k, const gr_kexpr *e) {
  * x_k is read by a layer norm and by h_{k+1}: copying it into both made
  * h_{k+1}'s kernel read h_{k-1}, x_k and x_{k+1}, and so on down the layers,
  * the last layer norm of a 12-layer GPT-2 reading ~25 tensors). Under this
- * rule a copy never costs more than 3 full loads per reader (for R = 2,
- * new_r = L gives L < 3|v|; more readers, less), and a producer that has
- * absorbed copies counts their loads as its own, so duplicated work cannot
- * grow with depth: the stream is materialised every other layer. A
- * producer of one full operand (exp(x), x * 0.5 + c) is recomputed into any
- * number of readers (R < 2 + R), as before. */
+ * rule a copy costs less than 3 full loads per reader (R = 2, new_r = L:
+ * L < 3|v|; more readers, less), and duplicated work cannot grow with depth:
+ * a copy makes its readers read the producer's operands, so the next
+ * producer up a chain finds one reader more per level, and with two full
+ * operands as wide as v (L = 2|v|: R * L < L + (R + 1)|v| needs R < 3) the
+ * bf16 stream is materialised every other layer; an f32 stream with bf16
+ * branch outputs (L = 1.5|v|, R < 5) every fourth. A producer of one full
+ * operand (exp(x), x * 0.5 + c) adds no operand to its readers and is
+ * recomputed into up to FUSE_MAX_READERS of them, as before.
+ * tests/test_fuse_plan.c: the widest kernel is the same at 6 and 24 layers. */
 static bool recompute_pays(const gr_step *ps, const gr_step_list *steps, const int *readers, int n_readers) {
     const gr_kernel *p = ps->kernel;
     int vp = p->stages[0].param;
