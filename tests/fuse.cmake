@@ -1,2 +1,7 @@
 # Fusion with recomputation, CSE inside kernels, dead-step elimination, fold limits.
 graft_test(test_fuse SOURCES tests/test_fuse.c LAYERS graft_util graft_ir graft_codegen graft_passes)
+# Fused transformer plans under --precision bf16 (issue 15): no quadratic residual stream, no
+# cast kernels behind a kernel's output, fused and unfused steps bit-identical.
+if(GRAFT_ONNX_ENABLED)
+  graft_test(test_fuse_plan SOURCES tests/test_fuse_plan.c)
+endif()

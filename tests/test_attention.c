@@ -12,6 +12,7 @@
  */
 #include "check.h"
 #include "frontend/frontend.h"
+#include "codegen/kir.h"
 #include "passes/passes.h"
 #include <math.h>
 #include <stdio.h>
@@ -44,10 +45,18 @@ static void test_fixtures(void) {
             const gr_ir_value *q = &g->values.data[a->in[0]], *k = &g->values.data[a->in[1]];
             const gr_ir_value *o = &g->values.data[a->out[0]];
             CHECK(a->n_in == 4); /* every export adds a mask */
+            int layout[4];
+            CHECK_OK(gr_ir_attention_layout(g, a, layout));
+            int qs = gr_ir_attention_seq_axis(layout[0]), qh = gr_ir_attention_heads_axis(layout[0]);
+            int os = gr_ir_attention_seq_axis(layout[3]), kh = gr_ir_attention_heads_axis(layout[1]);
+            /* the transposes around the attention are folded into its layouts: V and O always,
+             * Q and K except in Llama, whose rotary embedding makes them [B,H,S,D] */
+            CHECK_MSG(layout[2] == 1 && layout[3] == 1 && layout[0] == (c != 3) && layout[1] == (c != 3),
+                      "%s: layout %d %d %d %d", cases[c], layout[0], layout[1], layout[2], layout[3]);
             /* symbolic: batch and seq stay expressions */
-            CHECK(gr_dx_is_sym(q->dims[0]) && gr_dx_is_sym(q->dims[2]) && gr_dx_is_sym(o->dims[2]));
-            CHECK(q->dims[1].size == 4 && q->dims[3].size == 16 && o->typed);
-            CHECK_MSG(k->dims[1].size == (c == 3 ? 2 : 4), "%s: k has %lld heads", cases[c], (long long)k->dims[1].size);
+            CHECK(gr_dx_is_sym(q->dims[0]) && gr_dx_is_sym(q->dims[qs]) && gr_dx_is_sym(o->dims[os]));
+            CHECK(q->dims[qh].size == 4 && q->dims[3].size == 16 && o->typed);
+            CHECK_MSG(k->dims[kh].size == (c == 3 ? 2 : 4), "%s: k has %lld heads", cases[c], (long long)k->dims[kh].size);
             const gr_ir_attr *sc = gr_ir_attr_find(a, "scale");
             CHECK(sc && fabs(sc->f - 0.25) < 1e-7);
         }
@@ -225,14 +234,22 @@ static void compare_export(const char *name) {
     if (!g) return;
     static const int64_t seqs[] = {5, 17, 40};
     for (int si = 0; si < 3; si++) {
-        int64_t dims[1][4] = {{3, seqs[si]}};
-        int ndims[1] = {2};
-        float *ids = malloc(sizeof(float) * (size_t)(3 * seqs[si]));
-        for (int64_t j = 0; j < 3 * seqs[si]; j++) ids[j] = (float)(int)(urand() * 900);
+        /* BERT also takes an attention mask: ones, the last two keys of row 1 masked */
+        int n_in = strncmp(name, "bert", 4) == 0 ? 2 : 1;
+        int64_t dims[2][4] = {{3, seqs[si]}, {3, seqs[si]}};
+        int ndims[2] = {2, 2};
+        float *in[2];
+        for (int i = 0; i < 2; i++) in[i] = malloc(sizeof(float) * (size_t)(3 * seqs[si]));
+        for (int64_t j = 0; j < 3 * seqs[si]; j++) {
+            in[0][j] = (float)(int)(urand() * 900);
+            in[1][j] = j >= 2 * seqs[si] - 2 && j < 2 * seqs[si] ? 0.f : 1.f;
+        }
+        float *ids = in[0];
         size_t n_f = 0, n_u = 0;
         int steps_f = 0, steps_u = 0;
-        float *f = run_graph(g, false, 1, &ids, (const int64_t(*)[4])dims, ndims, GR_F32, &n_f, &steps_f);
-        float *u = run_graph(g, true, 1, &ids, (const int64_t(*)[4])dims, ndims, GR_F32, &n_u, &steps_u);
+        float *f = run_graph(g, false, n_in, in, (const int64_t(*)[4])dims, ndims, GR_F32, &n_f, &steps_f);
+        float *u = run_graph(g, true, n_in, in, (const int64_t(*)[4])dims, ndims, GR_F32, &n_u, &steps_u);
+        free(in[1]);
         CHECK_MSG(steps_f == 2 && steps_u == 0, "%s seq %lld: %d / %d attention steps", name, (long long)seqs[si], steps_f,
                   steps_u);
         if (f && u && n_f == n_u) {
@@ -246,12 +263,125 @@ static void compare_export(const char *name) {
     gr_graph_destroy(g);
 }
 
+/* ==== 4. strided operands ======================================================================
+ * The reference through strides (kir.h) against the dense reference on the same numbers:
+ * each of Q, K, V, O placed in a larger buffer at an offset, [B,H,S,D] or [B,S,H,D], with
+ * rows padded (odd strides), grouped-query heads included. The results must be bit-identical
+ * (same operations in the same order) and nothing outside O's elements written. */
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(urand() * (double)(hi - lo + 1)) % (hi - lo + 1); }
+
+typedef struct {
+    int64_t n0, n1, n2, dim; /* batch, heads, seq, head dim */
+    int64_t stride[3], offset, total;
+} strided_t;
+
+static void place(strided_t *t, int64_t n0, int64_t n1, int64_t n2, int64_t dim) {
+    t->n0 = n0, t->n1 = n1, t->n2 = n2, t->dim = dim;
+    int64_t pad = irand(0, 3), row = dim + pad;
+    if (urand() < 0.5) { /* [B,H,S,D] */
+        t->stride[2] = row, t->stride[1] = n2 * row + irand(0, 2), t->stride[0] = n1 * t->stride[1] + irand(0, 2);
+    } else { /* [B,S,H,D] */
+        t->stride[1] = row, t->stride[2] = n1 * row + irand(0, 2), t->stride[0] = n2 * t->stride[2] + irand(0, 2);
+    }
+    t->offset = irand(0, 5);
+    t->total = t->offset + (n0 - 1) * t->stride[0] + (n1 - 1) * t->stride[1] + (n2 - 1) * t->stride[2] + dim + irand(0, 4);
+}
+
+static int64_t at(const strided_t *t, int64_t b, int64_t h, int64_t i) {
+    return t->offset + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
+}
+
+static void test_strided_reference(gr_dtype dt) {
+    for (int trial = 0; trial < 40; trial++) {
+        int64_t B = irand(1, 3), Hkv = irand(1, 3), G = irand(1, 3), H = Hkv * G, Sq = irand(1, 9), Sk = irand(1, 11);
+        int64_t D = irand(1, 9), Dv = irand(1, 9);
+        gr_libcall call;
+        memset(&call, 0, sizeof call);
+        snprintf(call.name, sizeof call.name, "strided_%d", trial);
+        call.kind = GR_LIB_ATTENTION;
+        call.dtype = dt;
+        call.batch = B, call.heads = H, call.kv_heads = Hkv, call.seq_q = Sq, call.seq_k = Sk;
+        call.head_dim = D, call.head_dim_v = Dv;
+        call.alpha = 0.3;
+        call.causal = trial % 3 == 0;
+        gr_libcall_attention_dense(&call);
+        CHECK(call.q_stride[2] == D && call.q_stride[1] == Sq * D && call.q_stride[0] == H * Sq * D);
+        CHECK(call.v_stride[2] == Dv && call.v_stride[1] == Sk * Dv && call.k_stride[0] == Hkv * Sk * D);
+        strided_t st[4];
+        place(&st[0], B, H, Sq, D);
+        place(&st[1], B, Hkv, Sk, D);
+        place(&st[2], B, Hkv, Sk, Dv);
+        place(&st[3], B, H, Sq, Dv);
+        size_t es = gr_dtype_size(dt);
+        int64_t dense_n[4] = {B * H * Sq * D, B * Hkv * Sk * D, B * Hkv * Sk * Dv, B * H * Sq * Dv};
+        void *dense[4], *sparse[4];
+        for (int t = 0; t < 4; t++) {
+            dense[t] = calloc((size_t)dense_n[t] + 1, es);
+            sparse[t] = calloc((size_t)st[t].total + 1, es);
+            for (int64_t j = 0; j < st[t].total; j++) gr_store_f64(sparse[t], dt, j, t == 3 ? 7.0 : 100.0); /* guards */
+        }
+        for (int t = 0; t < 3; t++)
+            for (int64_t b = 0; b < st[t].n0; b++)
+                for (int64_t h = 0; h < st[t].n1; h++)
+                    for (int64_t i = 0; i < st[t].n2; i++)
+                        for (int64_t d = 0; d < st[t].dim; d++) {
+                            double x = 2 * urand() - 1;
+                            gr_store_f64(dense[t], dt, ((b * st[t].n1 + h) * st[t].n2 + i) * st[t].dim + d, x);
+                            gr_store_f64(sparse[t], dt, at(&st[t], b, h, i) + d, x);
+                        }
+        gr_karg da[5] = {{.ptr = dense[0]}, {.ptr = dense[1]}, {.ptr = dense[3]}, {.ptr = dense[2]}, {.ptr = NULL}};
+        CHECK_OK(gr_libcall_attention_reference(&call, da));
+        gr_libcall sc = call;
+        memcpy(sc.q_stride, st[0].stride, sizeof sc.q_stride);
+        memcpy(sc.k_stride, st[1].stride, sizeof sc.k_stride);
+        memcpy(sc.v_stride, st[2].stride, sizeof sc.v_stride);
+        memcpy(sc.o_stride, st[3].stride, sizeof sc.o_stride);
+        gr_karg sa[5] = {{.ptr = (char *)sparse[0] + st[0].offset * (int64_t)es}, {.ptr = (char *)sparse[1] + st[1].offset * (int64_t)es},
+                         {.ptr = (char *)sparse[3] + st[3].offset * (int64_t)es}, {.ptr = (char *)sparse[2] + st[2].offset * (int64_t)es},
+                         {.ptr = NULL}};
+        CHECK_OK(gr_libcall_attention_reference(&sc, sa));
+        int64_t differ = 0, touched = 0, written = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < Sq; i++)
+                    for (int64_t d = 0; d < Dv; d++) {
+                        double x = gr_load_f64(dense[3], dt, ((b * H + h) * Sq + i) * Dv + d);
+                        double y = gr_load_f64(sparse[3], dt, at(&st[3], b, h, i) + d);
+                        differ += memcmp(&x, &y, sizeof x) != 0;
+                    }
+        for (int64_t j = 0; j < st[3].total; j++) written += gr_load_f64(sparse[3], dt, j) != 7.0;
+        for (int t = 0; t < 3; t++) /* inputs are not written: the guards stay */
+            for (int64_t j = 0; j < st[t].offset; j++) touched += gr_load_f64(sparse[t], dt, j) != 100.0;
+        CHECK_MSG(differ == 0, "%s trial %d (B%lld H%lld/%lld Sq%lld Sk%lld D%lld Dv%lld): %lld elements differ", gr_dtype_name(dt),
+                  trial, (long long)B, (long long)H, (long long)Hkv, (long long)Sq, (long long)Sk, (long long)D, (long long)Dv,
+                  (long long)differ);
+        CHECK_MSG(written <= B * H * Sq * Dv && touched == 0, "trial %d: %lld elements written of %lld", trial,
+                  (long long)written, (long long)(B * H * Sq * Dv));
+        for (int t = 0; t < 4; t++) free(dense[t]), free(sparse[t]);
+    }
+    /* a negative stride is refused */
+    gr_libcall bad;
+    memset(&bad, 0, sizeof bad);
+    bad.kind = GR_LIB_ATTENTION, bad.dtype = GR_F32, bad.batch = bad.heads = bad.kv_heads = bad.seq_q = bad.seq_k = 1;
+    bad.head_dim = bad.head_dim_v = 1;
+    gr_libcall_attention_dense(&bad);
+    bad.k_stride[2] = -1;
+    float one[4] = {1, 1, 1, 1};
+    gr_karg ba[5] = {{.ptr = one}, {.ptr = one + 1}, {.ptr = one + 2}, {.ptr = one + 3}, {.ptr = NULL}};
+    CHECK(gr_libcall_attention_reference(&bad, ba) == GR_ERR_INVALID);
+    gr_error_clear();
+}
+
 int main(void) {
     test_fixtures();
     test_broken();
+    test_strided_reference(GR_F32);
+    test_strided_reference(GR_BF16);
     compare_pattern("f32", GR_F32, 1e-5);
     compare_pattern("bf16", GR_BF16, 2e-2);
     compare_export("gpt2_dynamo");
     compare_export("llama_dynamo");
+    compare_export("bert_dynamo");
+    compare_export("bert_torchscript");
     return check_summary("test_attention");
 }

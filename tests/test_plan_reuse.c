@@ -67,7 +67,10 @@ static bool libcall_eq(const gr_libcall *a, const gr_libcall *b) {
            a->epilogue == b->epilogue && a->heads == b->heads && a->kv_heads == b->kv_heads && a->seq_q == b->seq_q &&
            a->seq_k == b->seq_k && a->head_dim == b->head_dim && a->head_dim_v == b->head_dim_v &&
            a->causal == b->causal && a->has_mask == b->has_mask && a->mask_dtype == b->mask_dtype &&
-           !memcmp(a->mask_stride, b->mask_stride, sizeof a->mask_stride) && !strcmp(a->name, b->name);
+           !memcmp(a->mask_stride, b->mask_stride, sizeof a->mask_stride) &&
+           !memcmp(a->q_stride, b->q_stride, sizeof a->q_stride) && !memcmp(a->k_stride, b->k_stride, sizeof a->k_stride) &&
+           !memcmp(a->v_stride, b->v_stride, sizeof a->v_stride) && !memcmp(a->o_stride, b->o_stride, sizeof a->o_stride) &&
+           !strcmp(a->name, b->name);
 }
 
 static bool arg_eq(const gr_step_arg *a, const gr_step_arg *b) {

@@ -692,6 +692,23 @@ static void test_generic_same_source(void) {
         CHECK(gr_kernel_structure_hash(k1) != gr_kernel_structure_hash(kv));
         CHECK_OK(gr_kernel_structure_equal(k1, kv, &eq));
         CHECK(!eq);
+        /* the kept form devices compare with: same hash as gr_kernel_structure_hash, equal for
+         * equal structures only */
+        gr_kstructure s1, s2, sv;
+        CHECK_OK(gr_kstructure_of(k1, &s1));
+        CHECK_OK(gr_kstructure_of(k2, &s2));
+        CHECK_OK(gr_kstructure_of(kv, &sv));
+        CHECK(s1.hash == gr_kernel_structure_hash(k1) && sv.hash == gr_kernel_structure_hash(kv));
+        CHECK(s1.len > 0 && gr_kstructure_equal(&s1, &s2) && gr_kstructure_equal(&s2, &s1));
+        CHECK(!gr_kstructure_equal(&s1, &sv));
+        if (s1.len > 0) { /* same hash, one word differs: not equal (a collision never shares a template) */
+            s2.words[s2.len - 1] ^= 1;
+            CHECK(!gr_kstructure_equal(&s1, &s2));
+        }
+        gr_kstructure_free(&s1);
+        gr_kstructure_free(&s2);
+        gr_kstructure_free(&sv);
+        CHECK(s1.words == NULL && s1.len == 0);
         /* slots: same count, different values, and they carry the sizes */
         gr_kslot_map m1, m2;
         if (gr_kslot_map_build(k1, &m1) == GR_OK) {

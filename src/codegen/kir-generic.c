@@ -377,6 +377,38 @@ gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool
     return st;
 }
 
+gr_status gr_kstructure_of(const gr_kernel *k, gr_kstructure *out) {
+    memset(out, 0, sizeof *out);
+    word_buf w;
+    word_buf_init(&w);
+    structure_words(k, buf_word, &w);
+    if (w.failed) {
+        word_buf_free(&w);
+        return gr_nomem();
+    }
+    uint64_t h = 0x6772616674ull; /* as gr_kernel_structure_hash */
+    for (int i = 0; i < w.len; i++) hash_word(&h, w.data[i]);
+    uint64_t *words = gr_malloc(sizeof(uint64_t) * (size_t)(w.len > 0 ? w.len : 1));
+    if (!words) {
+        word_buf_free(&w);
+        return gr_nomem();
+    }
+    memcpy(words, w.data, sizeof(uint64_t) * (size_t)w.len);
+    word_buf_free(&w);
+    *out = (gr_kstructure){.hash = h, .len = w.len, .words = words};
+    return GR_OK;
+}
+
+bool gr_kstructure_equal(const gr_kstructure *a, const gr_kstructure *b) {
+    return a->hash == b->hash && a->len == b->len && !memcmp(a->words, b->words, sizeof(uint64_t) * (size_t)a->len);
+}
+
+void gr_kstructure_free(gr_kstructure *s) {
+    if (!s || !s->words) return;
+    gr_free(s->words, sizeof(uint64_t) * (size_t)(s->len > 0 ? s->len : 1));
+    memset(s, 0, sizeof *s);
+}
+
 gr_status gr_kernel_instantiate(const gr_kernel *t, const gr_kernel *k, gr_kernel **out) {
     *out = NULL;
     bool same;

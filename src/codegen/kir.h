@@ -264,6 +264,19 @@ void gr_kernel_slot_values(const gr_kernel *k, const gr_kslot_map *m, int64_t *v
 void gr_kernel_apply_slots(gr_kernel *k, const gr_kslot_map *m, const int64_t *vals);
 /* Hash of the structure (gr_kernel_hash ignoring every slot); equal structures hash equal. */
 uint64_t gr_kernel_structure_hash(const gr_kernel *k);
+/* A kernel's structure as the words gr_kernel_structure_hash hashes, with that hash. A device
+ * keeps one per template (module) it shares between kernels of one structure: finding a new
+ * kernel's template then walks the kernel once (hash and words from one pass, compared with
+ * memcmp), where hash + gr_kernel_structure_equal walked it twice and the template once more
+ * for every kernel a new binding's plan prepares. */
+typedef struct {
+    uint64_t hash; /* == gr_kernel_structure_hash(k) */
+    int len;
+    uint64_t *words; /* len words, owned (gr_kstructure_free) */
+} gr_kstructure;
+gr_status gr_kstructure_of(const gr_kernel *k, gr_kstructure *out);
+bool gr_kstructure_equal(const gr_kstructure *a, const gr_kstructure *b);
+void gr_kstructure_free(gr_kstructure *s);
 /* Whether a and b have the same structure (exact, not by hash). */
 gr_status gr_kernel_structure_equal(const gr_kernel *a, const gr_kernel *b, bool *out);
 /* A kernel computing what k computes, built from template t of the same structure:
@@ -320,7 +333,14 @@ typedef struct {
      * query row i, O[b,h,i] = softmax_j(alpha * Q[b,h,i].K[b,h/g,j] + mask[b,h,i,j]) V[b,h/g,j]
      * with g = heads / kv_heads (grouped-query heads share K and V). Q [batch, heads, seq_q,
      * head_dim], K [batch, kv_heads, seq_k, head_dim], V [batch, kv_heads, seq_k, head_dim_v],
-     * O [batch, heads, seq_q, head_dim_v], all dense row-major. mask (optional, mask_dtype)
+     * O [batch, heads, seq_q, head_dim_v]. Each of Q, K, V and O is read (written) through
+     * its strides x_stride[3] = elements between consecutive batch, head and sequence
+     * positions (head_dim is contiguous, stride 1), from its argument pointer, which the step
+     * argument's elem_offset has already moved to the first element: Q[b,h,i,d] =
+     * q[b*q_stride[0] + h*q_stride[1] + i*q_stride[2] + d], K and V indexed by the kv head.
+     * gr_libcall_attention_dense sets the dense [B,H,S,D] strides; lowering sets others to
+     * read a [B,S,H,D] tensor, or the column slice of a fused projection, in place
+     * (lower-gen.c). Strides are non-negative. mask (optional, mask_dtype)
      * is read at b*mask_stride[0] + h*mask_stride[1] + i*mask_stride[2] + j*mask_stride[3]
      * (stride 0 = broadcast). causal: key j is visible to query i when j <= i + seq_k - seq_q
      * (aligned at the bottom right, as for a query block at the end of a cache). A row that
@@ -330,8 +350,12 @@ typedef struct {
     bool has_mask;
     gr_dtype mask_dtype;
     int64_t mask_stride[4];
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* batch, head, seq (elements) */
     char name[64];
 } gr_libcall;
+/* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
+ * one place every maker of an attention call starts from. */
+void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
 #define GR_LIB_MATMUL_NARGS 4
 /* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL). Every library

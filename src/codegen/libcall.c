@@ -96,6 +96,19 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
 
 /* ==== attention ============================================================================== */
 
+static void dense3(int64_t heads, int64_t seq, int64_t dim, int64_t *stride) {
+    stride[2] = dim;
+    stride[1] = seq * dim;
+    stride[0] = heads * seq * dim;
+}
+
+void gr_libcall_attention_dense(gr_libcall *c) {
+    dense3(c->heads, c->seq_q, c->head_dim, c->q_stride);
+    dense3(c->kv_heads, c->seq_k, c->head_dim, c->k_stride);
+    dense3(c->kv_heads, c->seq_k, c->head_dim_v, c->v_stride);
+    dense3(c->heads, c->seq_q, c->head_dim_v, c->o_stride);
+}
+
 gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args) {
     if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)
         return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: attention of %s is not supported", c->name,
@@ -107,6 +120,9 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
                         "head_dim %lld head_dim_v %lld)",
                         c->name, (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seq_q,
                         (long long)c->seq_k, (long long)c->head_dim, (long long)c->head_dim_v);
+    for (int d = 0; d < 3; d++)
+        if (c->q_stride[d] < 0 || c->k_stride[d] < 0 || c->v_stride[d] < 0 || c->o_stride[d] < 0)
+            return gr_error(GR_ERR_INVALID, "libcall %s: negative attention stride", c->name);
     if (c->batch == 0 || c->seq_q == 0 || c->head_dim_v == 0) return GR_OK;
     const void *Q = args[0].ptr, *K = args[1].ptr, *V = args[3].ptr, *M = args[4].ptr;
     void *O = args[2].ptr;
@@ -120,8 +136,9 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t h = 0; h < c->heads; h++) {
             int64_t kvh = h / group;
-            int64_t oq = ((b * c->heads + h) * c->seq_q) * D, oo = ((b * c->heads + h) * c->seq_q) * Dv;
-            int64_t ok = ((b * c->kv_heads + kvh) * c->seq_k) * D, ov = ((b * c->kv_heads + kvh) * c->seq_k) * Dv;
+            int64_t oq = b * c->q_stride[0] + h * c->q_stride[1], oo = b * c->o_stride[0] + h * c->o_stride[1];
+            int64_t ok = b * c->k_stride[0] + kvh * c->k_stride[1], ov = b * c->v_stride[0] + kvh * c->v_stride[1];
+            int64_t q_row = c->q_stride[2], k_row = c->k_stride[2], v_row = c->v_stride[2], o_row = c->o_stride[2];
             for (int64_t i = 0; i < c->seq_q; i++) {
                 /* keys past `last` are hidden by the causal rule */
                 int64_t last = c->causal ? i + c->seq_k - c->seq_q : c->seq_k - 1;
@@ -130,7 +147,7 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
                 for (int64_t j = 0; j <= last; j++) {
                     double dot = 0;
                     for (int64_t d = 0; d < D; d++)
-                        dot += gr_load_f64(Q, c->dtype, oq + i * D + d) * gr_load_f64(K, c->dtype, ok + j * D + d);
+                        dot += gr_load_f64(Q, c->dtype, oq + i * q_row + d) * gr_load_f64(K, c->dtype, ok + j * k_row + d);
                     double sv = c->alpha * dot;
                     if (c->has_mask)
                         sv += gr_load_f64(M, c->mask_dtype,
@@ -145,9 +162,9 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
                     for (int64_t j = 0; j <= last; j++) {
                         double e = exp(p[j] - mx);
                         sum += e;
-                        for (int64_t d = 0; d < Dv; d++) acc[d] += e * gr_load_f64(V, c->dtype, ov + j * Dv + d);
+                        for (int64_t d = 0; d < Dv; d++) acc[d] += e * gr_load_f64(V, c->dtype, ov + j * v_row + d);
                     }
-                for (int64_t d = 0; d < Dv; d++) gr_store_f64(O, c->dtype, oo + i * Dv + d, sum > 0 ? acc[d] / sum : 0.0);
+                for (int64_t d = 0; d < Dv; d++) gr_store_f64(O, c->dtype, oo + i * o_row + d, sum > 0 ? acc[d] / sum : 0.0);
             }
         }
     gr_free(p, row_bytes);

@@ -324,6 +324,14 @@ int gr_ir_find_node(const gr_graph *g, const char *name);
 gr_status gr_ir_rename_value(gr_graph *g, int v, const char *name);
 gr_status gr_ir_rename_node(gr_graph *g, int n, const char *name);
 
+/* The `layout` attribute of an attention node (ops.c): layout[i] for q, k, v and out, 0 for
+ * [B, heads, S, D] and 1 for [B, S, heads, D]; all 0 when absent. Anything but 4 entries of
+ * 0 or 1 is GR_ERR_INVALID naming the node. */
+gr_status gr_ir_attention_layout(const gr_graph *g, const gr_ir_node *n, int layout[4]);
+/* Dim index of heads (1) and of the sequence (2) in an attention operand of that layout. */
+static inline int gr_ir_attention_heads_axis(int layout) { return layout ? 2 : 1; }
+static inline int gr_ir_attention_seq_axis(int layout) { return layout ? 1 : 2; }
+
 /* Attribute access on a node: defaults when absent; a present attribute of the
  * wrong kind is an error naming the node. */
 const gr_ir_attr *gr_ir_attr_find(const gr_ir_node *n, const char *name);

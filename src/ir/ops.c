@@ -67,6 +67,11 @@
  *   [B, H, Sq, Sk], added to the scaled scores. causal: key j is visible to
  *   query i when j <= i + Sk - Sq (bottom-right alignment). A row that sees no
  *   key, or only -inf, is 0 (the unfused softmax would give NaN).
+ *   layout=[lq, lk, lv, lo] (optional, default all 0): how each of q, k, v and out is
+ *   laid out: 0 as above, [B, heads, S, D]; 1 as [B, S, heads, D] (the transposes around
+ *   an exported attention folded in, so the attention reads a projection's output and
+ *   writes what the output projection reads, with no copy; lowering reads a split or
+ *   slice of the last axis in place as well: lower-gen.c).
  *   passes/attention.c makes it from the MatMul/Softmax/MatMul pattern.
  * all_reduce(x; ranks) / all_gather(x; ranks): collectives across the `ranks` ranks of
  *   tensor parallelism (passes/shard.c makes them; never folded). all_reduce: the
@@ -106,6 +111,7 @@
  * Sizes: no tensor holds more than GR_MAX_NUMEL elements (util.h).
  */
 #include "ir/ir.h"
+#include <stdio.h>
 #include <string.h>
 
 static const gr_op_info op_table[] = {
@@ -160,4 +166,22 @@ bool gr_ir_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int
     *first = start;
     *count = (int64_t)((span - 1) / mag + 1);
     return true;
+}
+
+gr_status gr_ir_attention_layout(const gr_graph *g, const gr_ir_node *n, int layout[4]) {
+    for (int i = 0; i < 4; i++) layout[i] = 0;
+    const int64_t *l = NULL;
+    int nl = -1;
+    GR_TRY(gr_ir_attr_ints(g, n, "layout", &l, &nl));
+    if (nl < 0) return GR_OK;
+    bool ok = nl == 4;
+    for (int i = 0; ok && i < 4; i++) ok = l[i] == 0 || l[i] == 1;
+    if (!ok) {
+        char where[320];
+        gr_ir_node_where(g, n, where, sizeof where);
+        return gr_error(GR_ERR_INVALID, "%s: layout must be 4 entries of 0 ([B,H,S,D]) or 1 ([B,S,H,D]) for q, k, v, out",
+                        where);
+    }
+    for (int i = 0; i < 4; i++) layout[i] = (int)l[i];
+    return GR_OK;
 }

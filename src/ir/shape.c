@@ -425,6 +425,8 @@ static gr_status infer_softmax(ctx_t *c) {
  * expressions that differ are checked once they have values. */
 static gr_status infer_attention(ctx_t *c) {
     const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
+    int layout[4];
+    GR_TRY(gr_ir_attention_layout(c->g, c->n, layout));
     char tq[TYPE_STR_LEN], tk[TYPE_STR_LEN], tv[TYPE_STR_LEN];
     int64_t causal;
     double scale;
@@ -436,6 +438,16 @@ static gr_status infer_attention(ctx_t *c) {
         return fail(c, GR_ERR_SHAPE, "dtypes differ: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return fail(c, GR_ERR_SHAPE, "q, k and v must be 4-d [batch, heads, seq, head_dim]: q %s, k %s, v %s", TYPE_STR(tq, q), TYPE_STR(tk, k), TYPE_STR(tv, v));
+    /* the checks below read [B, heads, S, D]: operands laid out [B, S, heads, D] are swapped */
+    gr_ir_value ql = *q, kl = *k, vl = *v;
+    gr_ir_value *logical[3] = {&ql, &kl, &vl};
+    for (int i = 0; i < 3; i++)
+        if (layout[i]) {
+            gr_dim t = logical[i]->dims[1];
+            logical[i]->dims[1] = logical[i]->dims[2];
+            logical[i]->dims[2] = t;
+        }
+    q = &ql, k = &kl, v = &vl;
     /* concrete dims that differ are an error; symbolic ones are checked per binding */
 #define GR_SAME(a, b) (dim_eq(a, b) || dim_is_sym(a) || dim_is_sym(b))
     if (!GR_SAME(q->dims[0], k->dims[0]) || !GR_SAME(q->dims[0], v->dims[0]) || !GR_SAME(k->dims[1], v->dims[1]) ||
@@ -460,6 +472,11 @@ static gr_status infer_attention(ctx_t *c) {
     }
     shape_t out = shape_of(q);
     out.d[3] = v->dims[3];
+    if (layout[3]) {
+        gr_dim t = out.d[1];
+        out.d[1] = out.d[2];
+        out.d[2] = t;
+    }
     return set_out(c, 0, q->dtype, &out);
 }
 

@@ -28,6 +28,18 @@
  * tensor cores) is slower than the unfused path on the H100 (bench/attention). Head dims
  * must be concrete and at most 256 (what the CUDA kernels take).
  *
+ * Layouts (the `layout` attribute, ops.c): an exporter makes Q, K and V [B,H,S,D] by
+ * transposing a projection's [B,S,H,D] view (perm [0,2,1,3]), and transposes O back the
+ * same way before the output projection. Each of those transposes would be a copy kernel
+ * around the attention. The attention reads the transpose's input instead, marked
+ * layout 1 ([B,S,H,D]); K^T = transpose(X, [0,2,3,1]) gives K = X with layout 1 too, so
+ * no K transpose is added. When O's only reader is transpose(O, [0,2,1,3]), the attention
+ * writes O as [B,S,H,D] (layout 1) and that transpose's perm becomes the identity, which
+ * lowers to a view. Lowering then binds a layout-1 operand that is a view of a split or
+ * slice of the last axis (the q/k/v split of GPT-2's fused c_attn) to the split's input
+ * at the slice's column offset (lower-gen.c), so the attention reads the projection's
+ * output in place. Strides are computed there per binding, from concrete dims.
+ *
  * The old nodes stay in the graph, unread; their steps are removed by dead-step
  * elimination after lowering (passes/dce.c), so they cost compile time only.
  */
@@ -135,6 +147,28 @@ static int repeat_kv_source(const at_ctx *c, int x) {
     return kv;
 }
 
+/* perm is [0,2,1,3] (negative entries count from the end) */
+static bool swaps_heads_and_seq(const int64_t *perm, int n) {
+    static const int64_t want[4] = {0, 2, 1, 3};
+    if (n != 4) return false;
+    for (int i = 0; i < 4; i++)
+        if (perm[i] != want[i] && perm[i] + 4 != want[i]) return false;
+    return true;
+}
+
+/* x = transpose(src, [0,2,1,3]) with src a 4-d float of x's dtype: src (x laid out
+ * [B,S,H,D]), else -1. The transpose may have other readers: they keep it. */
+static int bshd_source(const at_ctx *c, int x) {
+    const gr_ir_node *tr = producer(c, x, GR_OP_TRANSPOSE);
+    if (!tr) return -1;
+    const int64_t *perm = NULL;
+    int np = -1;
+    if (gr_ir_attr_ints(c->g, tr, "perm", &perm, &np) != GR_OK) return gr_error_clear(), -1;
+    int src = tr->in[0];
+    if (!swaps_heads_and_seq(perm, np) || !is_4d_float(c, src) || val(c, src)->dtype != val(c, x)->dtype) return -1;
+    return src;
+}
+
 /* ==== matching ================================================================================ */
 
 typedef struct {
@@ -142,6 +176,8 @@ typedef struct {
     int k_src;           /* when >= 0: k = transpose(k_src, k_perm) must be made */
     int64_t k_perm[4];
     double scale;
+    int64_t layout[4];   /* q, k, v, out: 0 [B,H,S,D], 1 [B,S,H,D] (ops.c) */
+    int out_transpose;   /* node transposing O back to [B,S,H,D] (its only reader), or -1 */
 } at_match;
 
 static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
@@ -236,6 +272,32 @@ static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
             m->v = vk;
         }
     }
+    /* layouts: read the [B,S,H,D] tensors the exporter transposed (see the top) */
+    if (m->k_src >= 0 && swaps_heads_and_seq(m->k_perm, 4) && val(c, m->k_src)->dtype == qv->dtype) {
+        m->k = m->k_src;
+        m->k_src = -1;
+        m->layout[1] = 1;
+    }
+    int *operand[3] = {&m->q, &m->k, &m->v};
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && (m->k_src >= 0 || m->layout[1])) continue;
+        int src = bshd_source(c, *operand[i]);
+        if (src >= 0) *operand[i] = src, m->layout[i] = 1;
+    }
+    m->out_transpose = -1;
+    int o = pv->out[0];
+    if (c->readers[o] == 1)
+        for (int i = 0; i < c->g->nodes.len && m->out_transpose < 0; i++) {
+            const gr_ir_node *n = &c->g->nodes.data[i];
+            if (n->op != GR_OP_TRANSPOSE || n->n_in < 1 || n->in[0] != o || n->n_out != 1) continue;
+            const int64_t *perm = NULL;
+            int np = -1;
+            if (gr_ir_attr_ints(c->g, n, "perm", &perm, &np) != GR_OK) gr_error_clear(), np = -1;
+            if (swaps_heads_and_seq(perm, np) && val(c, n->out[0])->dtype == val(c, o)->dtype) {
+                m->out_transpose = i;
+                m->layout[3] = 1;
+            }
+        }
     return true;
 }
 
@@ -265,7 +327,7 @@ static gr_status rewrite(gr_graph *g, int at, const at_match *m) {
     int k = m->k;
     gr_status st = GR_OK;
     if (m->k_src >= 0) st = add_transpose(g, base, m->k_src, m->k_perm, &k);
-    gr_ir_attr attrs[2];
+    gr_ir_attr attrs[3];
     memset(attrs, 0, sizeof attrs);
     attrs[0].name = (char *)"scale";
     attrs[0].kind = GR_IR_ATTR_FLOAT;
@@ -273,13 +335,20 @@ static gr_status rewrite(gr_graph *g, int at, const at_match *m) {
     attrs[1].name = (char *)"causal";
     attrs[1].kind = GR_IR_ATTR_INT;
     attrs[1].i = 0;
+    int64_t layout[4];
+    memcpy(layout, m->layout, sizeof layout);
+    attrs[2].name = (char *)"layout";
+    attrs[2].kind = GR_IR_ATTR_INTS;
+    attrs[2].ints = layout;
+    attrs[2].n = 4;
+    bool any_layout = layout[0] || layout[1] || layout[2] || layout[3];
     int in[4] = {m->q, k, m->v, m->mask};
     char name[300];
     snprintf(name, sizeof name, "%s.attention", base);
     int node = -1;
     if (st == GR_OK)
         st = gr_ir_add_node(g, GR_OP_ATTENTION, gr_ir_find_node(g, name) < 0 ? name : NULL, m->mask >= 0 ? 4 : 3, in, 1,
-                            NULL, 2, attrs, &node);
+                            NULL, any_layout ? 3 : 2, attrs, &node);
     if (st != GR_OK) {
         while (g->nodes.len > first_node) gr_ir_remove_last_node(g);
         return st;
@@ -291,6 +360,11 @@ static gr_status rewrite(gr_graph *g, int at, const at_match *m) {
     if (fresh == g->values.len - 1) {
         gr_strfree(g->values.data[fresh].name);
         g->values.len--;
+    }
+    /* O is written [B,S,H,D]: the transpose back to that becomes the identity (a view) */
+    if (m->out_transpose >= 0) {
+        gr_ir_attr *perm = (gr_ir_attr *)gr_ir_attr_find(&g->nodes.data[m->out_transpose], "perm");
+        for (int i = 0; perm && i < 4 && i < perm->n; i++) perm->ints[i] = i;
     }
     gr_ir_splice_nodes(g, at, first_node);
     return GR_OK;

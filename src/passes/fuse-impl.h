@@ -72,4 +72,9 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs);
 gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs);
 void gr_fuse_ctx_release(fuse_ctx *f);
 
+/* fuse-store.c: moves each elementwise consumer that is a function of one
+ * kernel's output alone (a cast, reached directly or through views) into that
+ * kernel's store; *n_fused counts them. Dead views are left to gr_pass_dce. */
+gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused);
+
 #endif

@@ -14,7 +14,8 @@
  *
  * Recomputation: with one reader P moves into it. With several readers
  * (at most FUSE_MAX_READERS) P is duplicated into every one of them when it
- * is cheap, i.e. its DAG has at most FUSE_MAX_RECOMPUTE nodes after CSE.
+ * is cheap, i.e. its DAG has at most FUSE_MAX_RECOMPUTE nodes after CSE and
+ * the copies move fewer bytes than storing v once (recompute_pays).
  * Why: these kernels are memory bound, so materializing v costs a full store
  * plus one full load per reader, while recomputing it costs only arithmetic
  * on values the readers (mostly) load anyway. The bounds cap the extra work
@@ -49,7 +50,9 @@
  * readers have been fused together. Sweeps repeat while the recomputing one
  * changes something. Dead steps are removed (gr_pass_dce) before fusing, so
  * a dead reader does not force a duplicate, and after, for what fusion left
- * unread. */
+ * unread. Before that, a consumer that is a function of one kernel's output
+ * alone (the cast the precision pass puts behind a layer norm or a gelu,
+ * reached through views) moves into that kernel's store (fuse-store.c). */
 #include "passes/fuse-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -439,6 +442,64 @@ static void judge_step(const gr_step_list *steps, int i, int j, int v, int limit
     readers[(*n_readers)++] = j;
 }
 
+/* Whether a load streams a full tensor (one element per point of P's space,
+ * or a gather) rather than a broadcast operand (a stride 0 along a dim that
+ * is larger than 1 or symbolic: bias rows, position tables, per-row ids),
+ * which stays in cache. Decided on the loop nest's shape, not its extents,
+ * so every binding of a symbolic model decides alike (kir.h, var_outer). */
+static bool load_is_full(const gr_kernel *k, const gr_kexpr *e) {
+    if (e->access.index >= 0) return true;
+    for (int d = 0; d < k->n_outer; d++)
+        if ((k->outer[d] > 1 || (k->var_outer >> d & 1)) && e->access.stride[d] == 0) return false;
+    return true;
+}
+
+/* Recompute or materialise a producer P of value v with R > 1 readers.
+ * Counting bytes per point of v's space (these kernels are memory bound):
+ *   materialised: P reads its full operands once (L) and writes v, each
+ *                 reader reads v:                      L + (1 + R) * |v|
+ *   recomputed:   each reader r reads those full operands of P that it
+ *                 does not read already:               sum_r new_r
+ * Recompute only when that is strictly less. Why: duplicating every cheap
+ * producer made a transformer's residual stream quadratic (h_k = h_{k-1} +
+ * x_k is read by a layer norm and by h_{k+1}: copying it into both made
+ * h_{k+1}'s kernel read h_{k-1}, x_k and x_{k+1}, and so on down the layers,
+ * the last layer norm of a 12-layer GPT-2 reading ~25 tensors). Under this
+ * rule a copy costs less than 3 full loads per reader (R = 2, new_r = L:
+ * L < 3|v|; more readers, less), and duplicated work cannot grow with depth:
+ * a copy makes its readers read the producer's operands, so the next
+ * producer up a chain finds one reader more per level, and with two full
+ * operands as wide as v (L = 2|v|: R * L < L + (R + 1)|v| needs R < 3) the
+ * bf16 stream is materialised every other layer; an f32 stream with bf16
+ * branch outputs (L = 1.5|v|, R < 5) every fourth. A producer of one full
+ * operand (exp(x), x * 0.5 + c) adds no operand to its readers and is
+ * recomputed into up to FUSE_MAX_READERS of them, as before.
+ * tests/test_fuse_plan.c: the widest kernel is the same at 6 and 24 layers. */
+static bool recompute_pays(const gr_step *ps, const gr_step_list *steps, const int *readers, int n_readers) {
+    const gr_kernel *p = ps->kernel;
+    int vp = p->stages[0].param;
+    int64_t v_bytes = (int64_t)gr_dtype_size(p->params[vp].dtype);
+    int64_t loads = 0, recomputed = 0;
+    bool seen[GR_KMAX_PARAMS] = {false};
+    for (int i = 0; i < p->nodes.len; i++) {
+        const gr_kexpr *e = &p->nodes.data[i];
+        if (e->op != GR_KX_LOAD || e->param < 0 || e->param >= ps->n_args || seen[e->param] || !load_is_full(p, e))
+            continue;
+        seen[e->param] = true;
+        int64_t bytes = (int64_t)gr_dtype_size(p->params[e->param].dtype);
+        loads += bytes;
+        for (int r = 0; r < n_readers; r++) {
+            const gr_step *cs = &steps->data[readers[r]];
+            bool has = false;
+            for (int a = 0; a < cs->n_args && a < cs->kernel->n_params && !has; a++)
+                has = cs->kernel->params[a].kind == GR_KP_BUFFER && !cs->kernel->params[a].written &&
+                      gr_step_arg_equal(&cs->args[a], &ps->args[e->param]);
+            if (!has) recomputed += bytes;
+        }
+    }
+    return recomputed < loads + (1 + (int64_t)n_readers) * v_bytes;
+}
+
 /* Tries to fuse step i into all of its readers (into its only one unless
  * `recompute`); *fused tells whether it did. */
 static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
@@ -471,6 +532,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
             readers[b - 1] = t;
         }
     if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
+    if (n_readers > 1 && !recompute_pays(ps, steps, readers, n_readers)) return GR_OK; /* materialised */
     fuse_ctx f[FUSE_MAX_READERS];
     gr_fuse_wk *made[FUSE_MAX_READERS] = {NULL};
     memset(f, 0, sizeof f[0] * (size_t)n_readers); /* only these are read (each f is ~2 KB) */
@@ -599,6 +661,9 @@ gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
     }
     gr_free(is_output, nv * sizeof(bool));
     GR_TRY(st);
+    /* casts of a kernel's output (through views) into that kernel's store (fuse-store.c) */
+    int n_store;
+    GR_TRY(gr_pass_fuse_store_consumers(g, steps, &n_store));
     /* copies that only permute a matmul operand or result go into its descriptor */
     GR_TRY(gr_pass_fuse_matmul_layouts(g, steps));
     return gr_pass_dce(g, steps);

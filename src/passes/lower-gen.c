@@ -406,19 +406,139 @@ gr_status lw_lower_matmul(gr_lctx *c) {
     return GR_OK;
 }
 
-/* ==== attention ============================================================================== */
-/* One library call over dense q, k, v and out (values are contiguous); the mask is read
- * through broadcast strides, cast first when its dtype is neither q's nor f32 (the two the
- * device kernels read). */
+/* ==== attention ==============================================================================
+ * One library call; the mask is read through broadcast strides, cast first when its dtype is
+ * neither q's nor f32 (the two the device kernels read).
+ *
+ * Operand views: each of q, k, v and out is a contiguous value laid out [B,H,S,D] or
+ * [B,S,H,D] (the node's `layout`, ops.c), which gives its batch, head and seq strides. An
+ * input is read in place further up when it is, through views (reshape, squeeze, unsqueeze,
+ * identity: ALIAS steps), a split or a step-1 slice of the last axis of a value X whose rows
+ * are its rows (one row per (b, s) in [B,S,H,D], per (b, h, s) in [B,H,S,D]): the call
+ * reads X at the slice's first column (the step argument's elem_offset) with X's row length
+ * as the row stride. The split's copy kernel is then unread, and dead-step elimination
+ * removes it (GPT-2's q/k/v split of the fused c_attn output). Sizes are this binding's,
+ * so a symbolic model gets its strides per binding. Memory planning needs nothing more: the
+ * call's args name the values it reads (X keeps its buffer live up to the call), and it
+ * writes only args[2]. */
+
+typedef struct {
+    int value;         /* bound value */
+    int64_t offset;    /* elements from its start */
+    int64_t stride[3]; /* batch, head, seq */
+} at_view;
+
+static bool is_view_op(gr_op op) {
+    return op == GR_OP_RESHAPE || op == GR_OP_SQUEEZE || op == GR_OP_UNSQUEEZE || op == GR_OP_IDENTITY;
+}
+
+static const gr_ir_node *producer_node(const gr_lctx *c, int v) {
+    const gr_ir_value *x = lw_val(c, v);
+    if (x->kind != GR_VAL_NODE || x->producer < 0 || x->producer >= c->g->nodes.len) return NULL;
+    return &c->g->nodes.data[x->producer];
+}
+
+/* v is a split or step-1 slice of the last axis of X (same leading dims and dtype): X and
+ * the first column taken in *src, *col. */
+static bool last_axis_slice(const gr_lctx *c, int v, int *src, int64_t *col) {
+    const gr_ir_node *p = producer_node(c, v);
+    if (!p || p->n_in < 1 || p->in[0] < 0) return false;
+    int x = p->in[0];
+    const gr_ir_value *xv = lw_val(c, x), *vv = lw_val(c, v);
+    if (xv->dtype != vv->dtype || xv->placement != vv->placement || xv->ndim != vv->ndim || xv->ndim < 1) return false;
+    int nd = xv->ndim;
+    int64_t xd[GR_MAX_DIMS], vd[GR_MAX_DIMS];
+    lw_shape(c, x, xd);
+    lw_shape(c, v, vd);
+    for (int d = 0; d < nd - 1; d++)
+        if (xd[d] != vd[d]) return false;
+    if (p->op == GR_OP_SPLIT) {
+        int64_t axis;
+        if (gr_ir_attr_int(c->g, p, "axis", 0, &axis) != GR_OK) return gr_error_clear(), false;
+        if (axis != nd - 1 && axis != -1) return false;
+        int64_t at = 0;
+        for (int j = 0; j < p->n_out; j++) {
+            if (p->out[j] == v) {
+                *src = x, *col = at;
+                return at + vd[nd - 1] <= xd[nd - 1];
+            }
+            if (p->out[j] < 0) return false;
+            at += lw_val(c, p->out[j])->dims[nd - 1].size;
+        }
+        return false;
+    }
+    if (p->op != GR_OP_SLICE) return false;
+    const int64_t *starts, *ends, *axes, *steps;
+    int ns, ne, na, nst;
+    if (gr_ir_attr_ints(c->g, p, "starts", &starts, &ns) != GR_OK || gr_ir_attr_ints(c->g, p, "ends", &ends, &ne) != GR_OK ||
+        gr_ir_attr_ints(c->g, p, "axes", &axes, &na) != GR_OK || gr_ir_attr_ints(c->g, p, "steps", &steps, &nst) != GR_OK)
+        return gr_error_clear(), false;
+    if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns)) return false;
+    bool found = false;
+    for (int i = 0; i < ns; i++) {
+        int64_t a = na >= 0 ? axes[i] : i;
+        if (a < 0) a += nd;
+        int64_t first, count;
+        if (nst >= 0 && steps[i] != 1) return false;
+        if (a != nd - 1 || found || !gr_ir_slice_axis(xd[nd - 1], starts[i], ends[i], 1, &first, &count)) return false;
+        if (count != vd[nd - 1] || first + count > xd[nd - 1]) return false;
+        found = true;
+        *col = first;
+    }
+    *src = x;
+    return found;
+}
+
+/* The view the call reads operand value v (laid out per `layout`) through; inputs only look
+ * further up (look_through): the output is written where it is. */
+static void operand_view(const gr_lctx *c, int v, int layout, bool look_through, at_view *out) {
+    int64_t d[GR_MAX_DIMS];
+    lw_shape(c, v, d); /* [B,H,S,D] or [B,S,H,D] */
+    int64_t heads = d[gr_ir_attention_heads_axis(layout)], seq = d[gr_ir_attention_seq_axis(layout)], dim = d[3];
+    /* rows: of heads*dim elements per (b, s), or of dim per (b, h, s) */
+    int64_t row = layout ? heads * dim : dim, row_stride = row;
+    out->value = v;
+    out->offset = 0;
+    int w = v;
+    while (look_through) {
+        const gr_ir_node *p = producer_node(c, w);
+        if (!p || !is_view_op(p->op) || p->n_in < 1 || p->in[0] < 0 || lw_val(c, p->in[0])->dtype != lw_val(c, w)->dtype) break;
+        w = p->in[0];
+    }
+    const gr_ir_value *wv = lw_val(c, w);
+    int src;
+    int64_t col;
+    if (look_through && wv->ndim >= 1 && wv->dims[wv->ndim - 1].size == row && last_axis_slice(c, w, &src, &col)) {
+        int64_t sd[GR_MAX_DIMS];
+        int ns = lw_shape(c, src, sd);
+        out->value = src;
+        out->offset = col;
+        row_stride = sd[ns - 1];
+    }
+    if (layout) {
+        out->stride[0] = seq * row_stride;
+        out->stride[1] = dim;
+        out->stride[2] = row_stride;
+    } else {
+        out->stride[0] = heads * seq * row_stride;
+        out->stride[1] = seq * row_stride;
+        out->stride[2] = row_stride;
+    }
+}
+
 gr_status lw_lower_attention(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
     int q = lw_in(c, 0), k = lw_in(c, 1), v = lw_in(c, 2), m = n->n_in > 3 ? lw_in(c, 3) : -1, y = lw_out(c, 0);
     const gr_ir_value *qv = lw_val(c, q), *kv = lw_val(c, k), *vv = lw_val(c, v);
     double scale;
     int64_t causal;
+    int layout[4];
     GR_TRY(gr_ir_attr_float(c->g, n, "scale", 1.0, &scale));
     GR_TRY(gr_ir_attr_int(c->g, n, "causal", 0, &causal));
+    GR_TRY(gr_ir_attention_layout(c->g, n, layout));
     if (lw_numel(c, y) == 0) return GR_OK;
+    if (qv->ndim != 4 || kv->ndim != 4 || vv->ndim != 4 || lw_val(c, y)->ndim != 4)
+        return gr_error(GR_ERR_SHAPE, "%s: attention operands must be 4-d", lw_where(c));
     gr_step s;
     memset(&s, 0, sizeof s);
     s.kind = GR_STEP_LIBCALL;
@@ -429,19 +549,25 @@ gr_status lw_lower_attention(gr_lctx *c) {
     call->kind = GR_LIB_ATTENTION;
     call->dtype = qv->dtype;
     call->batch = qv->dims[0].size;
-    call->heads = qv->dims[1].size;
-    call->seq_q = qv->dims[2].size;
+    call->heads = qv->dims[gr_ir_attention_heads_axis(layout[0])].size;
+    call->seq_q = qv->dims[gr_ir_attention_seq_axis(layout[0])].size;
     call->head_dim = qv->dims[3].size;
-    call->kv_heads = kv->dims[1].size;
-    call->seq_k = kv->dims[2].size;
+    call->kv_heads = kv->dims[gr_ir_attention_heads_axis(layout[1])].size;
+    call->seq_k = kv->dims[gr_ir_attention_seq_axis(layout[1])].size;
     call->head_dim_v = vv->dims[3].size;
     call->alpha = scale;
     call->causal = causal != 0;
     snprintf(call->name, sizeof call->name, "k%d_attention", c->node);
-    s.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = q};
-    s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = k};
-    s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = y};
-    s.args[3] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = v};
+    gr_libcall_attention_dense(call);
+    at_view views[4];
+    const int vals[4] = {q, k, v, y};
+    int64_t *strides[4] = {call->q_stride, call->k_stride, call->v_stride, call->o_stride};
+    static const int slot[4] = {0, 1, 3, 2}; /* args: [0]=Q [1]=K [2]=O [3]=V */
+    for (int i = 0; i < 4; i++) {
+        operand_view(c, vals[i], layout[i], i < 3, &views[i]);
+        memcpy(strides[i], views[i].stride, sizeof views[i].stride);
+        s.args[slot[i]] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = views[i].value, .elem_offset = views[i].offset};
+    }
     s.args[4] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
     if (m >= 0) {
         const gr_ir_value *mv = lw_val(c, m);

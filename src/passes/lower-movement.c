@@ -45,7 +45,7 @@ gr_status lw_lower_transpose(gr_lctx *c) {
     if (lw_val(c, y)->ndim != nd) return gr_error(GR_ERR_SHAPE, "%s: output rank differs from input rank", lw_where(c));
     gr_kaccess acc;
     gr_kaccess_init(&acc);
-    bool used[GR_MAX_DIMS] = {false};
+    bool used[GR_MAX_DIMS] = {false}, identity = true;
     for (int j = 0; j < nd; j++) {
         int64_t p = np < 0 ? nd - 1 - j : perm[j];
         if (p < 0) p += nd;
@@ -53,7 +53,10 @@ gr_status lw_lower_transpose(gr_lctx *c) {
         used[p] = true;
         if (yd[j] != xd[p]) return shape_mismatch(c, j, xd[p], yd[j]);
         acc.stride[j] = rs[p];
+        identity = identity && p == j;
     }
+    /* the identity permutation (a fused attention's transpose back, passes/attention.c) is a view */
+    if (identity && lw_val(c, x)->dtype == lw_val(c, y)->dtype) return lw_emit_alias(c, x, 0, y);
     return copy_kernel(c, x, y, &acc);
 }
 

@@ -302,12 +302,19 @@ gr_status gr_pass_pad_proof(const gr_graph *g, int k, const uint8_t *known, gr_p
             if (n->op == GR_OP_ATTENTION) {
                 int64_t causal = 0;
                 gr_ir_attr_int(g, n, "causal", 0, &causal);
+                int layout[4]; /* the sequence axis of each operand (ops.c) */
+                if (gr_ir_attention_layout(g, n, layout) != GR_OK) {
+                    gr_error_clear();
+                    ok = refuse(g, n, why, why_size, "%s", "bad attention layout");
+                    break;
+                }
                 const gr_ir_value *q = &g->values.data[n->in[0]];
-                uint32_t kq = q->ndim >= 2 ? 1u << (q->ndim - 2) : 0;
+                uint32_t kq = q->ndim == 4 ? 1u << gr_ir_attention_seq_axis(layout[0]) : 0;
                 const pad_state *sk = &state[n->in[1]];
                 const gr_ir_value *kv = &g->values.data[n->in[1]];
-                uint32_t kk = kv->ndim >= 2 ? 1u << (kv->ndim - 2) : 0;
-                bool key_padded = (sk->pad & kk) || (n->n_in > 2 && n->in[2] >= 0 && (state[n->in[2]].pad & kk));
+                uint32_t kk = kv->ndim == 4 ? 1u << gr_ir_attention_seq_axis(layout[1]) : 0;
+                uint32_t kvv = kv->ndim == 4 ? 1u << gr_ir_attention_seq_axis(layout[2]) : 0;
+                bool key_padded = (sk->pad & kk) || (n->n_in > 2 && n->in[2] >= 0 && (state[n->in[2]].pad & kvv));
                 bool masked = n->n_in > 3 && n->in[3] >= 0;
                 if (key_padded && !(causal && (in0->pad & kq) && !masked))
                     ok = refuse(g, n, why, why_size, "attends over padded keys without a causal mask over padded queries%s", NULL);

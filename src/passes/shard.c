@@ -680,6 +680,8 @@ static gr_status rule_matmul(shard_ctx *c, int node, bool *done) {
 static gr_status rule_attention(shard_ctx *c, int node, bool *done) {
     const gr_ir_node *n = &c->src->nodes.data[node];
     *done = false;
+    /* operands laid out [B,S,H,D] (ops.c, made after sharding) are left to the generic rule */
+    if (gr_ir_attr_find(n, "layout")) return GR_OK;
     for (int i = 0; i < 3; i++)
         if (!c->st[n->in[i]].split || c->st[n->in[i]].axis != 1 || c->st[n->in[i]].n_groups != 1) return GR_OK;
     int loc[4];

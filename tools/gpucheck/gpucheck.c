@@ -38,12 +38,28 @@ typedef struct {
     double lo, hi; /* value range */
 } buf_spec;
 
+/* An attention mask [.., rows, cols] instead of random values, for the one buf_spec `spec`
+ * points at (make_host): 1 causal: 0 where key j <= row i + cols - rows, else lo (the dead
+ * value); 2 as 1 with rows 0..2 entirely dead (their softmax runs over dead values); 3 as 1
+ * with the last third of the keys dead too (padding). */
+static struct {
+    const buf_spec *spec;
+    int pattern;
+    int64_t rows, cols;
+} mask_pattern;
+
 static void *make_host(const buf_spec *b) {
     size_t bytes = (size_t)b->n * gr_dtype_size(b->t);
     void *p = malloc(bytes ? bytes : 1);
     if (!p) return NULL;
     for (int64_t i = 0; i < b->n; i++) {
         double v = b->lo + (b->hi - b->lo) * urand();
+        if (b == mask_pattern.spec) {
+            int64_t cols = mask_pattern.cols, rows = mask_pattern.rows, j = i % cols, r = i / cols % rows;
+            bool dead = j > r + cols - rows || (mask_pattern.pattern == 2 && r < 3) ||
+                        (mask_pattern.pattern == 3 && j >= cols - cols / 3);
+            v = dead ? b->lo : 0.0;
+        }
         if (gr_dtype_is_float(b->t)) gr_store_f64(p, b->t, i, v);
         else if (b->t == GR_BOOL) gr_store_i64(p, b->t, i, v > 0.5 * (b->lo + b->hi));
         else gr_store_i64(p, b->t, i, (int64_t)floor(v));
@@ -448,14 +464,18 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
 
 /* ==== fused attention ========================================================================= */
 
-/* mask: 0 none, 1 padding [B,1,1,Sk] (f32), 2 full [B,1,Sq,Sk] (the inputs' dtype) */
+/* mask: 0 none, 1 padding [B,1,1,Sk] (f32), 2 full [B,1,Sq,Sk] (the inputs' dtype); 3.. full
+ * [B,1,Sq,Sk] f32 with dead tiles the kernel skips (buf_spec patterns): 3 causal with -FLT_MAX
+ * (Hugging Face's finfo.min), 4 causal with -inf, 5 -FLT_MAX with dead rows, 6 -inf causal and
+ * padding; 7 = 5 in the inputs' dtype */
 static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
                                  bool causal, int mask) {
     gr_libcall c;
     memset(&c, 0, sizeof c);
     snprintf(c.name, sizeof c.name, "attn_%s_b%lld_h%lld/%lld_q%lld_k%lld_d%lld%s%s", gr_dtype_name(t), (long long)B,
              (long long)H, (long long)Hkv, (long long)Sq, (long long)Sk, (long long)D, causal ? "_causal" : "",
-             mask == 1 ? "_padmask" : mask == 2 ? "_fullmask" : "");
+             mask == 1 ? "_padmask" : mask == 2 ? "_fullmask" : mask >= 3 ? "_deadtiles" : "");
+    if (mask >= 3) snprintf(c.name + strlen(c.name), sizeof c.name - strlen(c.name), "%d", mask);
     c.kind = GR_LIB_ATTENTION;
     c.dtype = t;
     c.batch = B;
@@ -468,18 +488,25 @@ static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, 
     c.alpha = 1.0 / sqrt((double)D);
     c.causal = causal;
     c.has_mask = mask != 0;
-    c.mask_dtype = mask == 1 ? GR_F32 : t;
+    c.mask_dtype = mask == 1 || (mask >= 3 && mask <= 6) ? GR_F32 : t;
     if (mask == 1) c.mask_stride[0] = Sk, c.mask_stride[3] = 1;
-    if (mask == 2) c.mask_stride[0] = Sq * Sk, c.mask_stride[2] = Sk, c.mask_stride[3] = 1;
+    if (mask >= 2) c.mask_stride[0] = Sq * Sk, c.mask_stride[2] = Sk, c.mask_stride[3] = 1;
+    gr_libcall_attention_dense(&c);
     return c;
 }
 
 static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
                             int64_t D, bool causal, int mask) {
     gr_libcall c = attention_call(t, B, H, Hkv, Sq, Sk, D, causal, mask);
-    int64_t nmask = mask == 1 ? B * Sk : mask == 2 ? B * Sq * Sk : 1;
+    int64_t nmask = mask == 1 ? B * Sk : mask >= 2 ? B * Sq * Sk : 1;
     buf_spec specs[5] = {{t, B * H * Sq * D, -1, 1},  {t, B * Hkv * Sk * D, -1, 1}, {t, B * H * Sq * D, 0, 0},
                          {t, B * Hkv * Sk * D, -1, 1}, {c.mask_dtype, nmask, -4, 0}};
+    if (mask >= 3) {
+        static const int pattern[8] = {0, 0, 0, 1, 1, 2, 3, 2};
+        specs[4].lo = mask == 4 || mask == 6 ? -INFINITY : t == GR_F16 && mask == 7 ? -65504.0 : -3.4028234663852886e38;
+        specs[4].hi = specs[4].lo;
+        mask_pattern.spec = &specs[4], mask_pattern.pattern = pattern[mask], mask_pattern.rows = Sq, mask_pattern.cols = Sk;
+    }
     gr_karg sc[5];
     memset(sc, 0, sizeof sc);
     bool written[5] = {false, false, true, false, false};
@@ -487,6 +514,7 @@ static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int6
      * inputs' type before P V (as FlashAttention does), and so is the output */
     double tol = t == GR_F32 ? 2e-5 : t == GR_F16 ? 3e-3 : 2e-2;
     compare(cu, sim, c.name, NULL, &c, 5, specs, sc, 5, written, tol);
+    mask_pattern.spec = NULL;
 }
 
 /* Time of `fn` per call: events around 20 launches after 3 warm-ups. */
@@ -512,12 +540,12 @@ done:
 typedef struct {
     gr_libcall attn, qk, pv;
     gr_kfunc *softmax;
-    void *q, *k, *v, *o, *s, *p;
+    void *q, *k, *v, *o, *s, *p, *mask;
 } attn_bench;
 
 static gr_status run_fused(devctx *d, void *user) {
     attn_bench *b = user;
-    gr_karg a[5] = {{.ptr = b->q}, {.ptr = b->k}, {.ptr = b->o}, {.ptr = b->v}, {.ptr = NULL}};
+    gr_karg a[5] = {{.ptr = b->q}, {.ptr = b->k}, {.ptr = b->o}, {.ptr = b->v}, {.ptr = b->mask}};
     return gr_dev_libcall(d->dev, d->s, &b->attn, a, 5);
 }
 
@@ -533,11 +561,11 @@ static gr_status run_unfused(devctx *d, void *user) {
 
 /* The fused call against what the unfused path launches for it: Q K^T (cuBLASLt, scale
  * as alpha), a softmax kernel over the materialised scores, P V (cuBLASLt). */
-static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t S, int64_t D) {
+static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t S, int64_t D, bool causal, int mask) {
     if (filter && !strstr("attn_timing", filter)) return;
     attn_bench b;
     memset(&b, 0, sizeof b);
-    b.attn = attention_call(t, B, H, H, S, S, D, false, 0);
+    b.attn = attention_call(t, B, H, H, S, S, D, causal, mask);
     gr_libcall mm;
     memset(&mm, 0, sizeof mm);
     mm.kind = GR_LIB_MATMUL;
@@ -559,17 +587,30 @@ static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t
     void **bufs[6] = {&b.q, &b.k, &b.v, &b.o, &b.s, &b.p};
     for (int i = 0; i < 6 && st == GR_OK; i++) st = gr_dev_alloc(cu->dev, GR_MEM_DEVICE, i < 4 ? nqkv : ns, bufs[i]);
     for (int i = 0; i < 3 && st == GR_OK; i++) st = gr_dev_memcpy(cu->dev, cu->s, *bufs[i], host, nqkv, GR_COPY_H2D);
+    void *mhost = NULL;
+    size_t nm = (size_t)(B * S * S) * sizeof(float);
+    if (st == GR_OK && mask) { /* the f32 causal mask of a Hugging Face export: 0 or finfo.min */
+        buf_spec ms = {GR_F32, B * S * S, -3.4028234663852886e38, -3.4028234663852886e38};
+        mask_pattern.spec = &ms, mask_pattern.pattern = 1, mask_pattern.rows = S, mask_pattern.cols = S;
+        mhost = make_host(&ms);
+        mask_pattern.spec = NULL;
+        st = mhost ? gr_dev_alloc(cu->dev, GR_MEM_DEVICE, nm, &b.mask) : GR_ERR_NOMEM;
+        if (st == GR_OK) st = gr_dev_memcpy(cu->dev, cu->s, b.mask, mhost, nm, GR_COPY_H2D);
+    }
     if (st == GR_OK) st = gr_dev_kernel_prepare_flags(cu->dev, k, 0, &b.softmax);
     if (st == GR_OK) st = gr_dev_stream_sync(cu->dev, cu->s);
     if (st == GR_OK) {
         double fused = time_us(cu, run_fused, &b), unfused = time_us(cu, run_unfused, &b);
         double flops = 4.0 * (double)(B * H) * (double)S * (double)S * (double)D;
-        printf("TIME attention %s b%lld h%lld s%lld d%lld: fused %.1f us (%.0f TFLOP/s), unfused %.1f us, speedup %.2fx\n",
-               gr_dtype_name(t), (long long)B, (long long)H, (long long)S, (long long)D, fused, flops / fused * 1e-6,
-               unfused, unfused / fused);
+        /* FLOPs of the full score matrix, causal or not (the unfused path computes all of it) */
+        printf("TIME attention %s b%lld h%lld s%lld d%lld%s: fused %.1f us (%.0f TFLOP/s), unfused %.1f us, speedup %.2fx\n",
+               gr_dtype_name(t), (long long)B, (long long)H, (long long)S, (long long)D,
+               causal ? " causal" : mask ? " f32 causal mask" : "", fused, flops / fused * 1e-6, unfused, unfused / fused);
     } else {
         printf("TIME attention %s: setup failed: %s\n", gr_dtype_name(t), gr_last_error());
     }
+    free(mhost);
+    if (b.mask) gr_dev_free(cu->dev, b.mask);
     if (b.softmax) gr_dev_kernel_release(cu->dev, b.softmax);
     for (int i = 0; i < 6; i++)
         if (*bufs[i]) gr_dev_free(cu->dev, *bufs[i]);
@@ -880,12 +921,23 @@ int main(int argc, char **argv) {
         check_attention(&cu, &sim, adt[d], 1, 4, 4, 1, 300, 64, true, 1);      /* one query, long keys */
         check_attention(&cu, &sim, adt[d], 2, 4, 2, 33, 45, 80, false, 1);     /* other head dim: generic */
         check_attention(&cu, &sim, adt[d], 1, 2, 1, 50, 20, 64, true, 0);      /* seq_q > seq_k: empty rows */
+        /* masks with dead tiles (skipped), dead rows (nothing skipped), -inf and finfo.min */
+        for (int mk = 3; mk <= 7; mk++) {
+            check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, false, mk);
+            check_attention(&cu, &sim, adt[d], 1, 4, 2, 130, 300, 128, false, mk);
+            check_attention(&cu, &sim, adt[d], 2, 4, 4, 77, 77, 64, false, mk); /* seq_k % 4: scalar scan */
+        }
+        check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, true, 3);    /* both causal rules */
     }
-    time_attention(&cu, GR_BF16, 8, 12, 512, 64);
-    time_attention(&cu, GR_F16, 8, 12, 512, 64);
-    time_attention(&cu, GR_F32, 8, 12, 512, 64);
-    time_attention(&cu, GR_BF16, 8, 12, 2048, 64);
-    time_attention(&cu, GR_BF16, 8, 12, 512, 128);
+    time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 0);
+    time_attention(&cu, GR_BF16, 8, 12, 512, 64, true, 0);
+    time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 3);
+    time_attention(&cu, GR_BF16, 1, 12, 128, 64, false, 3);
+    time_attention(&cu, GR_F16, 8, 12, 512, 64, false, 0);
+    time_attention(&cu, GR_F32, 8, 12, 512, 64, false, 0);
+    time_attention(&cu, GR_BF16, 8, 12, 2048, 64, false, 0);
+    time_attention(&cu, GR_BF16, 8, 12, 2048, 64, true, 0);
+    time_attention(&cu, GR_BF16, 8, 12, 512, 128, false, 0);
     check_generic_shared(&cu, &sim);
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);

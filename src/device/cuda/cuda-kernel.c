@@ -60,9 +60,9 @@ static gr_status source_module(gr_cuda_ctx *c, const char *source, const char *n
  * using it: a plan destroyed releases its kernels, the last release unloads. */
 
 struct gr_cuda_module {
-    uint64_t skey;       /* structure hash of the kernels using it */
-    gr_kernel *rep;      /* the kernel it was rendered from: a kernel of equal structure renders
-                            the same source, so a prepare finds its module without rendering */
+    gr_kstructure structure; /* of the kernel it was rendered from: a kernel of equal structure
+                                renders the same source, so a prepare finds its module without
+                                rendering (words empty: not known) */
     uint64_t key;        /* hash of the source */
     char *source;        /* compared on a key match: a hash collision never shares a module */
     size_t source_bytes;
@@ -73,13 +73,14 @@ struct gr_cuda_module {
 
 static void module_free(gr_cuda_ctx *c, gr_cuda_module *m) {
     if (m->module) c->cu->cuModuleUnload(m->module);
-    gr_kernel_destroy(m->rep);
+    gr_kstructure_free(&m->structure);
     if (m->source) gr_free(m->source, m->source_bytes);
     gr_free(m, sizeof(*m));
 }
 
-static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf *src, gr_cuda_module **out,
-                            bool *from_cache) {
+/* ks: k's structure; a module made here takes it (ks->words NULL afterwards). */
+static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *ks, const gr_strbuf *src,
+                            gr_cuda_module **out, bool *from_cache) {
     *out = NULL;
     uint64_t key = gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull);
     for (int i = 0; i < c->modules.len; i++) {
@@ -94,11 +95,8 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf 
     gr_cuda_module *m = gr_calloc(1, sizeof(*m));
     if (!m) return GR_ERR_NOMEM;
     m->key = key;
-    m->skey = gr_kernel_structure_hash(k);
-    if (gr_kernel_clone(k, &m->rep) != GR_OK) {
-        gr_free(m, sizeof(*m));
-        return GR_ERR_NOMEM;
-    }
+    m->structure = *ks;
+    memset(ks, 0, sizeof *ks);
     m->source_bytes = src->len + 1;
     m->source = gr_malloc(m->source_bytes);
     gr_status st = m->source ? GR_OK : GR_ERR_NOMEM;
@@ -124,15 +122,11 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, const gr_strbuf 
 }
 
 /* A loaded module rendered from a kernel of k's structure, or NULL (no rendering needed to find it). */
-static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kernel *k, gr_cuda_module **out) {
+static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kstructure *ks, gr_cuda_module **out) {
     *out = NULL;
-    uint64_t skey = gr_kernel_structure_hash(k);
     for (int i = 0; i < c->modules.len; i++) {
         gr_cuda_module *m = c->modules.data[i];
-        if (m->skey != skey || !m->rep) continue;
-        bool same = false;
-        GR_TRY(gr_kernel_structure_equal(m->rep, k, &same));
-        if (!same) continue;
+        if (!m->structure.words || !gr_kstructure_equal(&m->structure, ks)) continue;
         m->refs++;
         c->kstats.generic_reused++;
         *out = m;
@@ -166,17 +160,22 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
     gr_strbuf sb;
     gr_sb_init(&sb);
     gr_cuda_module *known = NULL;
-    gr_status st = generic ? module_find_structure(c, k, &known) : GR_OK;
+    gr_kstructure ks = {0};
+    gr_status st = generic ? gr_kstructure_of(k, &ks) : GR_OK;
+    if (st == GR_OK && generic) st = module_find_structure(c, &ks, &known);
     /* a structure seen before: its module, without rendering the source again (what a new binding
      * of a symbolic graph mostly prepares) */
     if (st == GR_OK && !known) st = gr_render_cuda_mode(k, generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
+        gr_kstructure_free(&ks);
+        module_put(c, known);
         return st;
     }
     gr_kfunc *f = gr_calloc(1, sizeof(*f));
     if (!f) {
         gr_sb_free(&sb);
+        gr_kstructure_free(&ks);
         module_put(c, known);
         return GR_ERR_NOMEM;
     }
@@ -200,7 +199,7 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
             st = GR_ERR_NOMEM;
             goto fail;
         }
-        if (!f->shared) st = module_get(c, k, &sb, &f->shared, &f->from_cache);
+        if (!f->shared) st = module_get(c, k, &ks, &sb, &f->shared, &f->from_cache);
         if (st != GR_OK) goto fail;
         f->fn = f->shared->fn;
     } else {
@@ -213,12 +212,14 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
         }
     }
     gr_sb_free(&sb);
+    gr_kstructure_free(&ks);
     c->kstats.prepared++;
     c->kstats.generic_fallbacks += fallback;
     *out = f;
     return GR_OK;
 fail:
     gr_sb_free(&sb);
+    gr_kstructure_free(&ks);
     gr_cuda_kernel_release(c, f);
     return st;
 }

@@ -98,7 +98,7 @@ struct gr_dexec {
  * (gr_kernel_instantiate), as CUDA runs one shared module with per-kernel slots, so a
  * slot the generic form missed shows up here as a wrong result. */
 typedef struct gr_sim_template {
-    uint64_t hash; /* gr_kernel_structure_hash */
+    gr_kstructure structure; /* of k: what a kernel's structure is compared with */
     gr_kernel *k;
     int refs;      /* gr_kfuncs made from it */
 } gr_sim_template;

@@ -263,25 +263,26 @@ gr_status gr_sim_run_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *arg
 static gr_status template_get(gr_sim_ctx *c, const gr_kernel *k, gr_sim_template **out, bool *made) {
     *out = NULL;
     *made = false;
-    uint64_t h = gr_kernel_structure_hash(k);
+    gr_kstructure ks;
+    GR_TRY(gr_kstructure_of(k, &ks));
     for (int i = 0; i < c->templates.len; i++) {
         gr_sim_template *t = c->templates.data[i];
-        bool same = false;
-        if (t->hash == h) GR_TRY(gr_kernel_structure_equal(t->k, k, &same));
-        if (!same) continue;
+        if (!gr_kstructure_equal(&t->structure, &ks)) continue;
+        gr_kstructure_free(&ks);
         t->refs++;
         *out = t;
         return GR_OK;
     }
-    GR_TRY(gr_vec_reserve(&c->templates, c->templates.len + 1));
-    gr_sim_template *t = gr_calloc(1, sizeof(*t));
-    if (!t) return GR_ERR_NOMEM;
-    gr_status st = gr_kernel_clone(k, &t->k);
+    gr_status st = gr_vec_reserve(&c->templates, c->templates.len + 1);
+    gr_sim_template *t = st == GR_OK ? gr_calloc(1, sizeof(*t)) : NULL;
+    if (st == GR_OK && !t) st = GR_ERR_NOMEM;
+    if (st == GR_OK) st = gr_kernel_clone(k, &t->k);
     if (st != GR_OK) {
-        gr_free(t, sizeof(*t));
+        if (t) gr_free(t, sizeof(*t));
+        gr_kstructure_free(&ks);
         return st;
     }
-    t->hash = h;
+    t->structure = ks; /* the template owns it now */
     t->refs = 1;
     c->templates.data[c->templates.len++] = t;
     *out = t;
@@ -297,6 +298,7 @@ static void template_put(gr_sim_ctx *c, gr_sim_template *t) {
             break;
         }
     gr_kernel_destroy(t->k);
+    gr_kstructure_free(&t->structure);
     gr_free(t, sizeof(*t));
 }
 
@@ -386,17 +388,28 @@ static void mat_range(int64_t batch, int64_t bstride, int64_t rows, int64_t cols
     *hi = h;
 }
 
+/* Elements an attention operand spans from its (already offset) pointer: the last element of
+ * [n0, n1, n2, dim] read through strides (batch, head, seq; dim contiguous), plus one. */
+static int64_t attn_extent(int64_t n0, int64_t n1, int64_t n2, int64_t dim, const int64_t *stride) {
+    if (n0 <= 0 || n1 <= 0 || n2 <= 0 || dim <= 0) return 0;
+    return (n0 - 1) * stride[0] + (n1 - 1) * stride[1] + (n2 - 1) * stride[2] + dim;
+}
+
 /* The bytes an attention call touches through each operand, checked like a kernel's. */
 static gr_status check_attention(gr_sim_ctx *c, const gr_libcall *call, const gr_karg *args, const char *what) {
     if (call->batch <= 0 || call->seq_q <= 0 || call->heads <= 0) return GR_OK;
+    for (int d = 0; d < 3; d++)
+        if (call->q_stride[d] < 0 || call->k_stride[d] < 0 || call->v_stride[d] < 0 || call->o_stride[d] < 0)
+            return gr_error(GR_ERR_INVALID, "%s: negative attention stride", what);
     int64_t es = (int64_t)gr_dtype_size(call->dtype);
-    int64_t nq = call->batch * call->heads * call->seq_q, nkv = call->batch * call->kv_heads * call->seq_k;
-    GR_TRY(check_device_range(c, args[0].ptr, (size_t)(nq * call->head_dim * es), false, what, "Q"));
-    GR_TRY(check_device_range(c, args[2].ptr, (size_t)(nq * call->head_dim_v * es), true, what, "O"));
-    if (nkv > 0) {
-        GR_TRY(check_device_range(c, args[1].ptr, (size_t)(nkv * call->head_dim * es), false, what, "K"));
-        GR_TRY(check_device_range(c, args[3].ptr, (size_t)(nkv * call->head_dim_v * es), false, what, "V"));
-    }
+    int64_t nq = attn_extent(call->batch, call->heads, call->seq_q, call->head_dim, call->q_stride);
+    int64_t no = attn_extent(call->batch, call->heads, call->seq_q, call->head_dim_v, call->o_stride);
+    int64_t nk = attn_extent(call->batch, call->kv_heads, call->seq_k, call->head_dim, call->k_stride);
+    int64_t nv = attn_extent(call->batch, call->kv_heads, call->seq_k, call->head_dim_v, call->v_stride);
+    if (nq > 0) GR_TRY(check_device_range(c, args[0].ptr, (size_t)(nq * es), false, what, "Q"));
+    if (no > 0) GR_TRY(check_device_range(c, args[2].ptr, (size_t)(no * es), true, what, "O"));
+    if (nk > 0) GR_TRY(check_device_range(c, args[1].ptr, (size_t)(nk * es), false, what, "K"));
+    if (nv > 0) GR_TRY(check_device_range(c, args[3].ptr, (size_t)(nv * es), false, what, "V"));
     if (call->has_mask && call->seq_k > 0) {
         int64_t full[4] = {call->batch, call->heads, call->seq_q, call->seq_k}, hi = 0;
         for (int d = 0; d < 4; d++) hi += (full[d] - 1) * call->mask_stride[d];
@@ -646,6 +659,7 @@ static void sim_destroy(void *ctx) {
     /* left only when kernels were never released: freed with the device */
     for (int i = 0; i < c->templates.len; i++) {
         gr_kernel_destroy(c->templates.data[i]->k);
+        gr_kstructure_free(&c->templates.data[i]->structure);
         gr_free(c->templates.data[i], sizeof(gr_sim_template));
     }
     gr_vec_free(&c->templates);
