@@ -401,8 +401,8 @@ def environment(a):
         env["transformers"] = transformers.__version__
     except ImportError:
         pass
-    try:
-        env["graft_commit"] = subprocess.run(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"],
+    try:  # GRAFT_COMMIT names it where the tree has no .git (a copy on the GPU machine)
+        env["graft_commit"] = os.environ.get("GRAFT_COMMIT") or subprocess.run(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"],
                                              capture_output=True, text=True, timeout=10).stdout.strip() or "?"
     except Exception:  # noqa: BLE001
         env["graft_commit"] = "?"
