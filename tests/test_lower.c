@@ -387,6 +387,61 @@ static void test_host_scalar_and_consts(void) {
 }
 
 
+/* pow with a literal exponent 2 or 3 lowers to multiplications (what PyTorch computes, and no
+ * general powf in a shape-generic kernel); other exponents, and a computed one, stay pow */
+static int count_pow(const gr_step_list *l) {
+    int n = 0;
+    for (int i = 0; i < l->len; i++)
+        if (l->data[i].kind == GR_STEP_KERNEL)
+            for (int j = 0; j < l->data[i].kernel->nodes.len; j++) {
+                const gr_kexpr *e = &l->data[i].kernel->nodes.data[j];
+                n += e->op == GR_KX_BINARY && e->fn == GR_KB_POW;
+            }
+    return n;
+}
+
+static void test_pow_literal(void) {
+    const float exps[] = {2.0f, 3.0f, 2.5f, -1.0f};
+    for (int pass = 0; pass < 5; pass++) {
+        gr_graph *g;
+        CHECK_OK(gr_ir_graph_create(&g));
+        double xv[12], ev[12];
+        void *xd = make_data(GR_F32, 12, -3, 3, xv);
+        void *ed = make_data(GR_F32, 12, 1, 3, ev);
+        int x = t_input(g, "x", GR_F32, 2, DIMS(3, 4), xd);
+        /* pass 4: an int64 literal 3, as exporters write torch.pow(x, 3) */
+        int64_t three = 3;
+        int e = pass < 4 ? t_const(g, GR_F32, 0, DIMS(0), (void *)&exps[pass]) : t_const(g, GR_I64, 0, DIMS(0), &three);
+        int y = t_node(g, GR_OP_POW, 2, (int[]){x, e}, 0, NULL, GR_F32, 2, DIMS(3, 4));
+        /* a computed exponent (an input) always stays pow */
+        int ein = t_input(g, "e", GR_F32, 2, DIMS(3, 4), ed);
+        int z = t_node(g, GR_OP_POW, 2, (int[]){x, ein}, 0, NULL, GR_F32, 2, DIMS(3, 4));
+        gr_ir_add_output(g, y);
+        gr_ir_add_output(g, z);
+        gr_step_list steps;
+        CHECK_OK(gr_pass_lower(g, &steps));
+        double p = pass < 4 ? exps[pass] : 3.0;
+        bool mul = p == 2.0 || p == 3.0;
+        CHECK(count_pow(&steps) == (mul ? 1 : 2));
+        gr_step_list_free(&steps);
+        double want[12];
+        for (int i = 0; i < 12; i++) {
+            float xf = (float)xv[i];
+            want[i] = p == 2.0 ? (double)(xf * xf) : p == 3.0 ? (double)(xf * xf * xf) : (double)powf(xf, (float)p);
+        }
+        double *got = run_value(g, y, false, NULL);
+        if (got && mul)
+            for (int i = 0; i < 12; i++) CHECK(got[i] == want[i]); /* bit for bit: the same multiplications */
+        else compare("pow literal", got, want, 12, GR_F32, tol_of(GR_F32));
+        free(got);
+        for (int i = 0; i < 12; i++) want[i] = (double)powf((float)xv[i], (float)ev[i]);
+        got = run_value(g, z, true, NULL);
+        compare("pow computed exponent", got, want, 12, GR_F32, tol_of(GR_F32));
+        free(got), free(xd), free(ed);
+        gr_ir_graph_destroy(g);
+    }
+}
+
 /* ==== reductions, softmax, layer_norm ========================================================== */
 
 static void check_reduce(gr_op op, gr_dtype t, int nd, const int64_t *d, int n_axes, const int64_t *axes, int keep) {
@@ -1083,6 +1138,7 @@ static void test_errors_and_oom(void) {
 int main(void) {
     test_elementwise();
     test_host_scalar_and_consts();
+    test_pow_literal();
     test_reductions();
     test_softmax_layernorm();
     test_matmul();

@@ -54,6 +54,28 @@ static gr_status selu_general(gr_kernel *k, gr_dtype t, int x, double alpha, dou
     return gr_kx_binary(k, GR_KB_MUL, t, cg, sel, out);
 }
 
+/* pow(x, 2) and pow(x, 3) of a float x with a literal exponent become x*x and x*x*x, as
+ * PyTorch's pow with a scalar exponent (pow_tensor_scalar) and Inductor compute them. Why:
+ * a shape-generic kernel reads the exponent from a slot at launch, so CUDA's powf keeps its
+ * whole general path (log2, exp2, special cases): ~70% of the instructions of GPT-2's
+ * tanh-gelu kernel (x + 0.044715 x^3), which made it compute-bound at 3x its memory time
+ * on the H100; likewise Llama's RMSNorm (mean of x^2). Done here, at lowering, so the
+ * simulator and every later pass see the same multiplications. */
+static gr_status pow_expr(gr_kernel *k, gr_dtype t, int x, int e, int *out) {
+    const gr_kexpr *ex = &k->nodes.data[e];
+    double ev = ex->op != GR_KX_CONST ? 0.0 : gr_dtype_is_float(ex->dtype) ? ex->f : (double)ex->i;
+    if (gr_dtype_is_float(t) && k->nodes.data[x].dtype == t && ex->op == GR_KX_CONST && (ev == 2.0 || ev == 3.0)) {
+        int sq;
+        GR_TRY(gr_kx_binary(k, GR_KB_MUL, t, x, x, &sq));
+        if (ev == 2.0) {
+            *out = sq;
+            return GR_OK;
+        }
+        return gr_kx_binary(k, GR_KB_MUL, t, sq, x, out);
+    }
+    return gr_kx_binary(k, GR_KB_POW, t, x, e, out);
+}
+
 static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
     const gr_ir_node *n = lw_node(c);
     gr_dtype t = lw_val(c, lw_out(c, 0))->dtype;
@@ -76,6 +98,7 @@ static gr_status elementwise_expr(gr_lctx *c, gr_lkb *b, int *out) {
         if (alpha != def_alpha || gamma != def_gamma) return selu_general(b->k, t, a[0], alpha, gamma, out);
         return gr_kx_unary(b->k, GR_KU_SELU, t, a[0], out);
     }
+    if (n->op == GR_OP_POW) return pow_expr(b->k, t, a[0], a[1], out);
     int kind = gr_op_get(n->op)->kind;
     if (kind == GR_OPK_UNARY && op_kfn[n->op] >= 0) return gr_kx_unary(b->k, (gr_kunary)op_kfn[n->op], t, a[0], out);
     if ((kind == GR_OPK_BINARY || kind == GR_OPK_COMPARE) && op_kfn[n->op] >= 0)
