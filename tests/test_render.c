@@ -434,6 +434,105 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* The row cache of block kernels (issue 15): a load that two stages walking the row read,
+ * independent of every accumulator, is read once into registers (gr_cN[]) and the stages use
+ * it there; a load only the store reads, and one whose gather index comes from an accumulator,
+ * stay in their stage. Nodes that are the same at every point of a row (the mean, the
+ * normaliser) are computed once per stage, before its loop. Both forms compile. */
+static void test_row_cache(void) {
+    gr_kernel *k = NULL;
+    int x, w, y, lx, lw, a0, ai, lg, sum, a1, m, o;
+    gr_kaccess ax, aw, ag;
+    OK_OR_FAIL(gr_kernel_create("row_cache", &k));
+    k->n_outer = 1;
+    k->outer[0] = 7;
+    k->n_inner = 1;
+    k->inner[0] = 300;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "x", &x));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "w", &w));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "y", &y));
+    gr_kaccess_init(&ax);
+    ax.stride[0] = 300;
+    ax.inner_stride[0] = 1;
+    OK_OR_FAIL(gr_kx_load(k, x, &ax, &lx));                /* node 0: cached */
+    OK_OR_FAIL(reduce(k, GR_KR_SUM, lx));
+    OK_OR_FAIL(gr_kx_acc(k, 0, GR_F32, &a0));
+    OK_OR_FAIL(gr_kx_cast(k, GR_I64, a0, &ai));
+    gr_kaccess_init(&ag);
+    ag.inner_stride[0] = 1;
+    ag.index = ai;
+    ag.index_stride = 1;
+    ag.index_extent = 7;
+    OK_OR_FAIL(gr_kx_load(k, x, &ag, &lg));                /* accumulator-dependent: not cached */
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_F32, lx, lg, &sum));
+    OK_OR_FAIL(reduce(k, GR_KR_MAX, sum));
+    OK_OR_FAIL(gr_kx_acc(k, 1, GR_F32, &a1));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, a0, a1, &m));
+    gr_kaccess_init(&aw);
+    aw.inner_stride[0] = 1;
+    OK_OR_FAIL(gr_kx_load(k, w, &aw, &lw));                /* read by the store only: not cached */
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, GR_F32, sum, lw, &o));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_SUB, GR_F32, o, m, &o));
+    OK_OR_FAIL(store(k, y, o, &ax, true));
+    for (int mode = 0; mode < 2; mode++) {
+        gr_strbuf sb;
+        gr_sb_init(&sb);
+        CHECK_OK(gr_render_cuda_mode(k, mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb));
+        const char *src = sb.data ? sb.data : "";
+        char want[32];
+        snprintf(want, sizeof want, "float gr_c%d[4];", lx);
+        CHECK_MSG(strstr(src, want) != NULL, "row cache: no \"%s\"", want);
+        snprintf(want, sizeof want, "gr_c%d[", lg);
+        CHECK_MSG(strstr(src, want) == NULL, "row cache: the gathered load is cached");
+        snprintf(want, sizeof want, "gr_c%d[", lw);
+        CHECK_MSG(strstr(src, want) == NULL, "row cache: the store's own load is cached");
+        /* the uniform branch to the plain loops for rows longer than 4 points per thread */
+        CHECK(strstr(src, "<= 4 * (long long)blockDim.x) {") != NULL);
+        CHECK(strstr(src, "for (long long ri = threadIdx.x;") != NULL);
+        /* stage 2 computes acc0 * acc1 before its loop */
+        const char *st2 = strstr(src, "// stage 2");
+        char mul[32];
+        snprintf(mul, sizeof mul, "const float v%d = ", m);
+        const char *at = st2 ? strstr(st2, mul) : NULL, *loop = st2 ? strstr(st2, "for (") : NULL;
+        CHECK_MSG(at && loop && at < loop, "row cache: stage 2 does not hoist its row-invariant node");
+        if (mode) nvrtc_check(src, k->name, 90, &compiled_generic);
+        else nvrtc_check(src, k->name, 90, &compiled);
+        gr_sb_free(&sb);
+    }
+    /* one walking stage: no cache */
+    {
+        gr_kernel *r = NULL;
+        int rx, ry, rl, racc;
+        gr_kaccess a, b;
+        CHECK_OK(gr_kernel_create("no_row_cache", &r));
+        if (!r) goto fail;
+        r->n_outer = 1;
+        r->outer[0] = 3;
+        r->n_inner = 1;
+        r->inner[0] = 100;
+        if (gr_kernel_add_param(r, GR_KP_BUFFER, GR_F32, "x", &rx) == GR_OK &&
+            gr_kernel_add_param(r, GR_KP_BUFFER, GR_F32, "y", &ry) == GR_OK) {
+            gr_kaccess_init(&a);
+            a.stride[0] = 100;
+            a.inner_stride[0] = 1;
+            gr_kaccess_init(&b);
+            b.stride[0] = 1;
+            CHECK_OK(gr_kx_load(r, rx, &a, &rl));
+            CHECK_OK(reduce(r, GR_KR_SUM, rl));
+            CHECK_OK(gr_kx_acc(r, 0, GR_F32, &racc));
+            CHECK_OK(store(r, ry, racc, &b, false));
+            gr_strbuf sb;
+            gr_sb_init(&sb);
+            CHECK_OK(gr_render_cuda(r, &sb));
+            CHECK(sb.data && strstr(sb.data, "gr_c0[") == NULL && strstr(sb.data, "<= 4 * (long long)blockDim.x") == NULL);
+            gr_sb_free(&sb);
+        }
+        gr_kernel_destroy(r);
+    }
+fail:
+    gr_kernel_destroy(k);
+}
+
 /* Dropout-like: RANDOM on the linear index, SELECT, INDEX nodes and a broadcast load. */
 static void test_random(gr_dtype rt) {
     char name[64];
@@ -904,6 +1003,7 @@ int main(void) {
     test_softmax(GR_BF16, true);
     test_layernorm(GR_F32);
     test_layernorm(GR_BF16);
+    test_row_cache();
     test_arg_reduce(GR_F32, true, false);
     test_arg_reduce(GR_F16, false, true);
     test_arg_reduce(GR_BF16, true, true);

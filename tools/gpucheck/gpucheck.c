@@ -888,6 +888,10 @@ int main(int argc, char **argv) {
         check_softmax(&cu, &sim, fdt[d], 64, 1000);
         check_softmax(&cu, &sim, fdt[d], 3, 31);
     }
+    /* block kernels' row cache (render-cuda.c): GPT-2's rows of 768 at b8 s512 (cached), and
+     * rows longer than 4 points per thread (the plain loops) */
+    check_softmax(&cu, &sim, GR_BF16, 4096, 768);
+    check_softmax(&cu, &sim, GR_F32, 5, 3000);
     check_gather(&cu, &sim, GR_I64, GR_F32);
     check_gather(&cu, &sim, GR_I32, GR_F16);
     check_random(&cu, &sim, GR_F32);
