@@ -189,9 +189,14 @@ static void test_binary_all(gr_dtype t) {
     }
     OK_OR_FAIL(store(k, y, sum, &a, false));
     {
-        /* every access is contiguous and unit-stride: the vectorized loop is there */
-        const char *needles[] = {"gr_v4<", "gr_aligned", "gr_pow(", "gr_mod(", NULL};
+        /* every access is contiguous and unit-stride: the vectorized loop is there, 16 bytes
+         * per access for 2-byte elements and narrower (8 points), 4 points otherwise */
+        bool narrow = gr_dtype_size(t) <= 2;
+        const char *needles[] = {narrow ? "gr_v8<" : "gr_v4<", "gr_aligned", "gr_pow(", "gr_mod(", NULL};
         CHECK(gr_render_cuda_is_vectorized(k));
+        unsigned grid = 0, block = 0;
+        gr_render_cuda_launch_dims(k, 100000, 1u << 30, &grid, &block);
+        CHECK(block == 256 && grid == (unsigned)((100000 + 256 * (narrow ? 8 : 4) - 1) / (256 * (narrow ? 8 : 4))));
         render_compile(k, needles);
     }
     return;
@@ -220,7 +225,11 @@ static void test_casts(gr_dtype dst) {
     }
     OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, dst, "y", &y));
     OK_OR_FAIL(store(k, y, sum, &a, false));
-    render_compile(k, NULL);
+    {
+        /* wide and narrow buffers in one kernel: 4 points per thread (16 bytes of the widest) */
+        const char *needles[] = {"gr_v4<", NULL};
+        render_compile(k, needles);
+    }
     return;
 fail:
     gr_kernel_destroy(k);

@@ -8,7 +8,7 @@
  *
  * Launch shape (gr_render_cuda_launch_dims): elementwise kernels use 256
  * threads and a grid-stride loop over the outer points (4 points per thread
- * when vectorized); kernels with inner dims or reductions use one block per
+ * when vectorized, 8 when every vectorized buffer has elements of 2 bytes or less); kernels with inner dims or reductions use one block per
  * outer point (grid-stride over blocks) and threads striding over the inner
  * space. Any grid >= 1 is correct, so a captured launch stays valid when the
  * n_points argument changes.
