@@ -592,6 +592,81 @@ static void test_oom(void) {
     free(xd);
 }
 
+/* ==== row consumers (fuse-row.c) ======================================================================= */
+
+/* RMSNorm as exporters write it, over rows of x [2, 5, 40]:
+ * y = w * (x * rsqrt(mean(x^2, -1, keepdims) + eps)); r_out: r is a graph output too;
+ * between: a kernel between the reduction and its consumer writes a value the consumer reads. */
+static void build_rms(gr_graph **out, void **data, bool r_out, bool between) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    const int64_t *d = DIMS(2, 5, 40), *dr = DIMS(2, 5, 1), *dw = DIMS(40);
+    data[0] = make_data(GR_F32, 400, -2, 2, NULL);
+    data[1] = make_data(GR_F32, 40, 0.5, 1.5, NULL);
+    int x = t_input(g, "x", GR_F32, 3, d, data[0]), w = t_input(g, "w", GR_F32, 1, dw, data[1]);
+    int sq = bin(g, GR_OP_POW, x, cst(g, 2.0f), GR_F32, 3, d);
+    int m = t_node(g, GR_OP_REDUCE_MEAN, 1, &sq, 2, (gr_ir_attr[]){A_INTS("axes", DIMS(-1), 1), A_INT("keepdims", 1)},
+                   GR_F32, 3, dr);
+    int r = un(g, GR_OP_RSQRT, bin(g, GR_OP_ADD, m, cst(g, 1e-6f), GR_F32, 3, dr), GR_F32, 3, dr);
+    int xin = x;
+    if (between) { /* a matmul lowered after r writes what the consumer reads: not fusable */
+        data[2] = make_data(GR_F32, 80, -1, 1, NULL);
+        data[3] = make_data(GR_F32, 320, -1, 1, NULL);
+        int a = t_input(g, "a", GR_F32, 3, DIMS(2, 5, 8), data[2]), b = t_input(g, "b", GR_F32, 2, DIMS(8, 40), data[3]);
+        xin = t_node(g, GR_OP_MATMUL, 2, (int[]){a, b}, 2, (gr_ir_attr[]){A_INT("trans_a", 0), A_INT("trans_b", 0)}, GR_F32, 3, d);
+    }
+    int y = bin(g, GR_OP_MUL, w, bin(g, GR_OP_MUL, xin, r, GR_F32, 3, d), GR_F32, 3, d);
+    gr_ir_add_output(g, y);
+    if (r_out) gr_ir_add_output(g, r);
+    *out = g;
+}
+
+static void test_row_consumer(void) {
+    for (int variant = 0; variant < 3; variant++) {
+        const char *what = variant == 0 ? "rmsnorm" : variant == 1 ? "rmsnorm, r an output" : "rmsnorm, input made between";
+        gr_graph *g;
+        void *data[4] = {NULL, NULL, NULL, NULL};
+        build_rms(&g, data, variant == 1, variant == 2);
+        /* bit-identical to the unfused steps */
+        int nu = -1, nf = -1;
+        for (int o = 0; o < g->outputs.len; o++) {
+            int y = g->outputs.data[o];
+            void *a = run_value(g, y, false, &nu, NULL), *b = run_value(g, y, true, &nf, NULL);
+            const gr_ir_value *xv = &g->values.data[y];
+            size_t bytes = (size_t)gr_ir_value_numel(xv) * gr_dtype_size(xv->dtype);
+            CHECK_MSG(a && b && memcmp(a, b, bytes) == 0, "%s: output %d: fused and unfused results differ", what, o);
+            free(a), free(b);
+        }
+        gr_step_list l = {0};
+        void *res = run_value(g, g->outputs.data[0], true, NULL, &l);
+        free(res);
+        const gr_kernel *k = only_kernel(&l);
+        if (variant < 2) {
+            /* one block kernel: the reduction, then the store over the row (and r's store when
+             * r is an output); x read once (one load node after CSE) */
+            CHECK_MSG(k != NULL, "%s: %d steps, want one kernel", what, l.len);
+            if (k) {
+                int over = 0, plain = 0;
+                for (int s = 0; s < k->n_stages; s++)
+                    if (k->stages[s].kind == GR_KS_STORE) {
+                        if (k->stages[s].over_inner) over++;
+                        else plain++;
+                    }
+                CHECK_MSG(k->n_inner == 1 && k->inner[0] == 40 && over == 1 && plain == (variant == 1),
+                          "%s: inner %d, %d row stores, %d row-value stores", what, k->n_inner, over, plain);
+                CHECK_MSG(count_ops(k, GR_KX_LOAD) == 2, "%s: %d loads (want x and w once)", what, count_ops(k, GR_KX_LOAD));
+            }
+        }
+        else {
+            CHECK_MSG(nf == 3, "%s: %d compute steps, want the reduction, the matmul and the consumer", what, nf);
+        }
+        gr_step_list_free(&l);
+        if (variant < 2) oom_loop(what, g, false); /* every allocation failure: an error, no leak, a valid list */
+        gr_ir_graph_destroy(g);
+        for (int i = 0; i < 4; i++) free(data[i]);
+    }
+}
+
 /* ==== permuted matmul operands and results (fuse-matmul.c) ============================================ */
 
 typedef struct {
@@ -898,6 +973,7 @@ static void test_mm_oom(void) {
 
 int main(void) {
     test_eos();
+    test_row_consumer();
     test_recompute();
     test_not_duplicated();
     test_dce();

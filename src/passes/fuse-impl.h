@@ -77,4 +77,9 @@ void gr_fuse_ctx_release(fuse_ctx *f);
  * kernel's store; *n_fused counts them. Dead views are left to gr_pass_dce. */
 gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused);
 
+/* fuse-row.c: moves each elementwise consumer of a row reduction's per-row result (RMSNorm's
+ * x * r[row] * w[col]) into the reduction kernel as a store over the row; *n_fused counts
+ * them. Dead views are left to gr_pass_dce. */
+gr_status gr_pass_fuse_row_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused);
+
 #endif

@@ -664,6 +664,12 @@ gr_status gr_pass_fuse(const gr_graph *g, gr_step_list *steps) {
     /* casts of a kernel's output (through views) into that kernel's store (fuse-store.c) */
     int n_store;
     GR_TRY(gr_pass_fuse_store_consumers(g, steps, &n_store));
+    /* then consumers of a row reduction's per-row result into its rows (fuse-row.c): after the
+     * store fusion, which is what puts RMSNorm's eps, sqrt and reciprocal into the reduction;
+     * once more for a cast of such a consumer's output */
+    int n_row;
+    GR_TRY(gr_pass_fuse_row_consumers(g, steps, &n_row));
+    if (n_row) GR_TRY(gr_pass_fuse_store_consumers(g, steps, &n_store));
     /* copies that only permute a matmul operand or result go into its descriptor */
     GR_TRY(gr_pass_fuse_matmul_layouts(g, steps));
     return gr_pass_dce(g, steps);
