@@ -20,8 +20,8 @@
  * Consumer C (kernel step j > i): no inner dims, every stage a STORE (not
  * over the row, no gather) to a value w first bound by C, not a view, not
  * bound by R; outer dims R's plus one of extent N last (symbolic where R's
- * are); nodes: constants, outer indices (not the linear one), loads without
- * a gather index, unary, binary, select, cast; params: buffers and its
+ * are); nodes: constants, outer indices (not the linear one), loads (a
+ * gather only where it does not read u), unary, binary, select, cast; params: buffers and its
  * point-count shape. Its loads of u (directly or through views at offset 0
  * read only by C) read u[row]: R's store strides on the row dims, stride 0
  * on the last. Every other value C reads is ready before R: its writers and
@@ -82,7 +82,7 @@ static bool consumer_ok(const gr_kernel *c, const gr_kernel *r, const gr_step *c
             if (e->which < 0 || e->which > no) return false;
             break;
         case GR_KX_LOAD:
-            if (e->access.index != -1 || e->param < 0 || e->param >= c->n_params) return false;
+            if (e->param < 0 || e->param >= c->n_params || e->access.index >= i) return false;
             break;
         default: return false;
         }
@@ -178,6 +178,7 @@ static gr_status fuse_row(gr_step *rs, int stage, int pu, const gr_step *cs, con
             }
             e.param = pmap[e.param];
             e.access = row_access(&e.access, no);
+            if (e.access.index >= 0) e.access.index = map[e.access.index]; /* a gather (Llama's embedding) */
         }
         st = gr_kernel_add_expr(n, &e, &map[i]);
     }
@@ -227,17 +228,19 @@ static gr_status fuse_row(gr_step *rs, int stage, int pu, const gr_step *cs, con
 /* Which of C's params read u (through views): reads_u[p]; *u_out the value R writes. false
  * when C's reads of it are not u[row] or a view on the way is read by anything else. */
 static bool consumer_reads(const gr_step_list *steps, const row_val *val, int nv, const bool *is_output, const gr_step *cs,
-                           int *u_out, bool *reads_u, int *n_reads) {
+                           int nth, int *u_out, bool *reads_u, int *n_reads) {
     const gr_kernel *c = cs->kernel;
     int no = c->n_outer - 1;
+    int seen[GR_KMAX_PARAMS], n_seen = 0;
     *u_out = -1;
     *n_reads = 0;
     for (int p = 0; p < c->n_params; p++) reads_u[p] = false;
-    /* the candidate: the param whose loads are broadcast along the last dim */
+    /* the nth candidate: a value read broadcast along the last dim (Llama's first RMSNorm also
+     * reads the token ids so) */
     for (int i = 0; i < c->nodes.len; i++) {
         const gr_kexpr *e = &c->nodes.data[i];
         if (e->op != GR_KX_LOAD || (c->outer[no] <= 1 && !(c->var_outer >> no & 1)) || e->access.stride[no] != 0) continue;
-        if (e->access.offset != 0 || cs->args[e->param].elem_offset != 0) continue;
+        if (e->access.offset != 0 || e->access.index != -1 || cs->args[e->param].elem_offset != 0) continue;
         int v = cs->args[e->param].value;
         /* back through views read only by the next one, to the written value */
         while (v >= 0 && v < nv && val[v].view_step >= 0 && val[v].n_bind == 1 && !is_output[v]) {
@@ -246,7 +249,10 @@ static bool consumer_reads(const gr_step_list *steps, const row_val *val, int nv
             v = vs->args[0].value;
         }
         if (v < 0 || v >= nv || val[v].view_step >= 0) continue;
-        if (*u_out >= 0 && *u_out != v) continue; /* one u per fusion */
+        int at = 0;
+        while (at < n_seen && seen[at] != v) at++;
+        if (at == n_seen && n_seen < GR_KMAX_PARAMS) seen[n_seen++] = v;
+        if (at != nth) continue; /* one u per fusion */
         *u_out = v;
         if (!reads_u[e->param]) (*n_reads)++;
         reads_u[e->param] = true;
@@ -294,50 +300,53 @@ gr_status gr_pass_fuse_row_consumers(const gr_graph *g, gr_step_list *steps, int
         gr_step *cs = &steps->data[j];
         if (cs->kind != GR_STEP_KERNEL || !cs->kernel || changed[j] || cs->kernel->n_inner != 0 || cs->kernel->n_outer < 2) continue;
         const gr_kernel *c = cs->kernel;
+        if (c->n_params > GR_KMAX_PARAMS) continue;
         int u, n_reads;
-        if (c->n_params > GR_KMAX_PARAMS || !consumer_reads(steps, val, nv, is_output, cs, &u, reads_u, &n_reads)) continue;
-        if (val[u].n_write != 1 || g->values.data[u].placement == GR_PLACE_HOST) continue;
-        int ri = val[u].first_bind, pu = -1;
-        if (ri < 0 || ri >= j || gone[ri] || changed[ri] || val[u].last_write != ri) continue;
-        gr_step *rs = &steps->data[ri];
-        int stage = row_stage(rs, u, &pu);
-        if (stage < 0 || !consumer_ok(c, rs->kernel, cs)) continue;
-        /* u read at u[row]: R's store strides on the row dims */
-        bool ok = true;
-        for (int i = 0; i < c->nodes.len && ok; i++) {
-            const gr_kexpr *e = &c->nodes.data[i];
-            if (e->op != GR_KX_LOAD || !reads_u[e->param]) continue;
-            ok = e->access.stride[c->n_outer - 1] == 0 && e->access.offset == 0;
-            for (int d = 0; d < rs->kernel->n_outer && ok; d++)
-                ok = (c->outer[d] <= 1 && !(c->var_outer >> d & 1)) || e->access.stride[d] == rs->kernel->stages[stage].access.stride[d];
-        }
-        /* every other value C reads is ready before R; C's outputs are new at C and not R's */
-        for (int p = 0; p < c->n_params && ok; p++) {
-            if (c->params[p].kind != GR_KP_BUFFER || reads_u[p]) continue;
-            int v = cs->args[p].value;
-            bool stored = false;
-            for (int s = 0; s < c->n_stages; s++) stored = stored || c->stages[s].param == p;
-            if (stored) {
-                ok = v >= 0 && v < nv && val[v].first_bind == j && val[v].view_step < 0;
-                for (int q = 0; q < c->n_params && ok; q++) /* not also read by C */
-                    ok = q == p || c->params[q].kind != GR_KP_BUFFER || cs->args[q].value != v;
-                for (int i = 0; i < c->nodes.len && ok; i++)
-                    ok = c->nodes.data[i].op != GR_KX_LOAD || c->nodes.data[i].param != p;
-            } else {
-                ok = !c->params[p].written && ready_before(steps, val, nv, v, ri);
+        for (int cand = 0; st == GR_OK && consumer_reads(steps, val, nv, is_output, cs, cand, &u, reads_u, &n_reads); cand++) {
+            if (val[u].n_write != 1 || g->values.data[u].placement == GR_PLACE_HOST) continue;
+            int ri = val[u].first_bind, pu = -1;
+            if (ri < 0 || ri >= j || gone[ri] || changed[ri] || val[u].last_write != ri) continue;
+            gr_step *rs = &steps->data[ri];
+            int stage = row_stage(rs, u, &pu);
+            if (stage < 0 || !consumer_ok(c, rs->kernel, cs)) continue;
+            /* u read at u[row]: R's store strides on the row dims */
+            bool ok = true;
+            for (int i = 0; i < c->nodes.len && ok; i++) {
+                const gr_kexpr *e = &c->nodes.data[i];
+                if (e->op != GR_KX_LOAD || !reads_u[e->param]) continue;
+                ok = e->access.stride[c->n_outer - 1] == 0 && e->access.offset == 0 && e->access.index == -1;
+                for (int d = 0; d < rs->kernel->n_outer && ok; d++)
+                    ok = (c->outer[d] <= 1 && !(c->var_outer >> d & 1)) || e->access.stride[d] == rs->kernel->stages[stage].access.stride[d];
             }
+            /* every other value C reads is ready before R; C's outputs are new at C and not R's */
+            for (int p = 0; p < c->n_params && ok; p++) {
+                if (c->params[p].kind != GR_KP_BUFFER || reads_u[p]) continue;
+                int v = cs->args[p].value;
+                bool stored = false;
+                for (int s = 0; s < c->n_stages; s++) stored = stored || c->stages[s].param == p;
+                if (stored) {
+                    ok = v >= 0 && v < nv && val[v].first_bind == j && val[v].view_step < 0;
+                    for (int q = 0; q < c->n_params && ok; q++) /* not also read by C */
+                        ok = q == p || c->params[q].kind != GR_KP_BUFFER || cs->args[q].value != v;
+                    for (int i = 0; i < c->nodes.len && ok; i++)
+                        ok = c->nodes.data[i].op != GR_KX_LOAD || c->nodes.data[i].param != p;
+                } else {
+                    ok = !c->params[p].written && ready_before(steps, val, nv, v, ri);
+                }
+            }
+            if (!ok) continue;
+            /* u read by anything but R and C (or the first view of the chain C reads it through):
+             * R keeps storing it */
+            bool keep_u = is_output[u] || val[u].n_bind > 2;
+            bool done = false;
+            st = fuse_row(rs, stage, pu, cs, reads_u, keep_u, &done);
+            if (!done) continue;
+            gr_kernel_destroy(cs->kernel);
+            cs->kernel = NULL;
+            gone[j] = changed[ri] = true;
+            (*n_fused)++;
+            break;
         }
-        if (!ok) continue;
-        /* u read by anything but R and C (or the first view of the chain C reads it through):
-         * R keeps storing it */
-        bool keep_u = is_output[u] || val[u].n_bind > 2;
-        bool done = false;
-        st = fuse_row(rs, stage, pu, cs, reads_u, keep_u, &done);
-        if (!done) continue;
-        gr_kernel_destroy(cs->kernel);
-        cs->kernel = NULL;
-        gone[j] = changed[ri] = true;
-        (*n_fused)++;
     }
     int kept = 0;
     for (int j = 0; j < ns; j++)
