@@ -62,9 +62,9 @@ if python3 -c "import torch, transformers" 2>/dev/null && [ -n "$lib" ]; then
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    for name, ms, n in r.get("kernels", []):  # [name, GPU ms over the profiled calls, launches]
+    for name, ms, n in r.get("kernels", []):  # [name, GPU ms per call, launches in the 10 profiled calls]
         if "attn" in name:
-            print("b%s s%s %-22s %8.4f ms %5d launches %7.2f us each" % (r["batch"], r["seq"], name, ms, n, ms / n * 1e3))
+            print("b%s s%s %-22s %8.4f ms/call %5d launches in 10 calls %7.2f us each" % (r["batch"], r["seq"], name, ms, n, ms / (n / 10) * 1e3))
 EOF
 else
   echo "realsize: skipped (torch/transformers or $build/lib/libgraft.so missing)" | tee -a "$out/status.txt"
