@@ -212,7 +212,7 @@ void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
                              .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
 }
 
-gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
+static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
     *out = NULL;
     double t0 = gr_now_us();
     gr_rt_plan *p = gr_calloc(1, sizeof *p);
@@ -274,6 +274,14 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     return GR_OK;
 fail:
     gr_rt_plan_destroy(s, p);
+    return st;
+}
+
+/* The build's short-lived blocks are recycled within it (util/alloc.c, the block cache). */
+gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
+    gr_alloc_cache_begin();
+    gr_status st = plan_build(s, sym_values, out);
+    gr_alloc_cache_end();
     return st;
 }
 
