@@ -1314,10 +1314,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
                     if (st == GR_OK && !skip) at->ints[k] = val, at->exprs[k] = GR_SYM_NONE;
                     else all = false;
                 }
-                if (st == GR_OK && all) {
-                    gr_free(at->exprs, (size_t)at->n * sizeof(int32_t));
-                    at->exprs = NULL;
-                }
+                if (st == GR_OK && all) gr_ir_attr_drop_exprs(at);
             } else if (at->kind == GR_IR_ATTR_GRAPH && at->graph) {
                 gr_graph *sub = at->graph;
                 int64_t *sv = gr_malloc(sizeof(int64_t) * ((size_t)sub->syms.len + 1));
