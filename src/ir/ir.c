@@ -810,11 +810,19 @@ bool gr_ir_value_concrete(const gr_ir_value *v) {
     return true;
 }
 
+/* One pass (lowering and memory planning ask ~650 times per plan): -1 for a dim that is not
+ * concrete, and for a count past GR_MAX_NUMEL or an overflow (gr_shape_numel_checked's rules). */
 int64_t gr_ir_value_numel(const gr_ir_value *v) {
-    if (!gr_ir_value_concrete(v) || v->ndim > GR_MAX_DIMS) return -1;
-    int64_t dims[GR_MAX_DIMS], n;
-    for (int i = 0; i < v->ndim; i++) dims[i] = v->dims[i].size;
-    return gr_shape_numel_checked(v->ndim, dims, &n) ? n : -1;
+    if (!v->typed || v->ndim > GR_MAX_DIMS) return -1;
+    int64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < v->ndim; i++) {
+        gr_dim d = v->dims[i];
+        if (d.expr != GR_SYM_NONE || d.size < 0) return -1;
+        if (d.size == 0) empty = true;
+        else if (gr_mul_overflow(n, d.size, &n) || n > GR_MAX_NUMEL) return -1;
+    }
+    return empty ? 0 : n;
 }
 
 bool gr_ir_dims_fit(int ndim, const gr_dim *dims) {

@@ -134,7 +134,8 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (!p->funcs) return GR_ERR_NOMEM;
     /* symbolic dims: shape-generic kernels, so a new binding's plan compiles nothing
      * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
-    unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW; /* steps outlive funcs */
+    unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW /* steps outlive funcs */
+                      | GR_KPREP_VERIFIED; /* checked just below, or after each pass that made it */
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {

@@ -305,7 +305,7 @@ static void template_put(gr_sim_ctx *c, gr_sim_template *t) {
 static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     gr_sim_ctx *c = ctx;
     *out = NULL;
-    GR_TRY(gr_kernel_verify(k));
+    if (!(flags & GR_KPREP_VERIFIED)) GR_TRY(gr_kernel_verify(k));
     bool generic = (flags & GR_KPREP_GENERIC) != 0;
     bool fallback = generic && gr_kernel_slot_count(k) > GR_KMAX_SLOTS; /* as the CUDA backend does */
     if (fallback) generic = false;
