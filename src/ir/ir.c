@@ -763,6 +763,7 @@ static gr_status clone_impl(const gr_graph *g, bool borrow, gr_graph **out) {
         memset(d, 0, sizeof *d);
         d->op = s->op;
         d->no_fold = s->no_fold;
+        d->attrs_checked = s->attrs_checked;
         d->line = s->line;
         d->col = s->col;
         d->name_borrowed = borrow;

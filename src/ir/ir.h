@@ -231,6 +231,11 @@ typedef struct {
     bool no_fold;    /* constant folding leaves it to run time (set by the pipeline, see passes.h) */
     bool name_borrowed; /* name belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
     uint8_t slab;       /* GR_NODE_SLAB_*: which of in, out, attrs lie in the graph's slab (never freed alone) */
+    /* gr_ir_check_attrs passed and no attribute was symbolic: passes change attribute values
+     * but never a name, a kind or the op of a node that keeps attributes, and only a symbolic
+     * int can become another value a check looks at (a dtype), so inference does not check
+     * again (every new binding re-infers every node; a clone keeps the flag) */
+    bool attrs_checked;
 } gr_ir_node;
 #define GR_NODE_SLAB_IN 1u
 #define GR_NODE_SLAB_OUT 2u

@@ -1193,7 +1193,12 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
     c.where[0] = 0; /* formatted when a message needs it: inference runs for every node, often */
     const gr_op_info *info = gr_op_get(c.n->op);
     if (!info) return fail(&c, GR_ERR_INVALID, "unknown op");
-    GR_TRY(gr_ir_check_attrs(g, c.n)); /* an unknown attribute would be ignored below: a silently wrong result */
+    if (!c.n->attrs_checked) { /* an unknown attribute would be ignored below: a silently wrong result */
+        GR_TRY(gr_ir_check_attrs(g, c.n));
+        bool sym = false;
+        for (int a = 0; a < c.n->n_attr; a++) sym |= c.n->attrs[a].sym || c.n->attrs[a].exprs;
+        g->nodes.data[node].attrs_checked = !sym; /* c.n is const */
+    }
     if (c.n->n_in < info->min_in || (info->max_in >= 0 && c.n->n_in > info->max_in) || c.n->n_out < info->min_out ||
         (info->max_out >= 0 && c.n->n_out > info->max_out))
         return fail(&c, GR_ERR_INVALID, "wrong number of inputs (%d) or outputs (%d)", c.n->n_in, c.n->n_out);

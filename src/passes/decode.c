@@ -259,6 +259,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
         c->n_in = 3;
         c->in[0] = cond, c->in[1] = newv, c->in[2] = past;
         c->op = GR_OP_WHERE;
+        c->attrs_checked = false;
         g->values.data[pres].inplace_of = past + 1;
     }
     if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
