@@ -176,11 +176,41 @@ static void test_block_cache(void) {
     gr_set_allocator(NULL, NULL);
 }
 
+/* A large gr_calloc (libc's calloc with the default allocator): zeroed, counted, fails by
+ * injection, freed with its size; with a user's hook it goes through the hook. */
+static void test_large_calloc(void) {
+    gr_debug_check_free_sizes(1);
+    long live0 = gr_debug_live_allocs();
+    size_t n = (size_t)1 << 20;
+    unsigned char *p = gr_malloc(n); /* dirty a block first, so a reused one would show */
+    CHECK(p != NULL);
+    if (p) memset(p, 0xab, n);
+    gr_free(p, n);
+    unsigned char *z = gr_calloc(n / 8, 8);
+    CHECK(z != NULL);
+    bool zero = true;
+    for (size_t i = 0; z && i < n; i++) zero &= z[i] == 0;
+    CHECK(zero);
+    CHECK(gr_debug_live_allocs() == live0 + 1);
+    gr_free(z, n);
+    gr_debug_fail_alloc_after(1);
+    CHECK(gr_calloc(n, 1) == NULL);
+    CHECK(gr_debug_live_allocs() == live0);
+    CHECK_MSG(gr_debug_free_size_errors() == 0, "%ld wrong sizes", gr_debug_free_size_errors());
+    gr_set_allocator(counting_alloc, NULL);
+    void *h = gr_calloc(n, 1);
+    CHECK(h != NULL && hook_blocks == 1 && hook_bytes == (long)n);
+    gr_free(h, n);
+    CHECK(hook_blocks == 0 && hook_bytes == 0);
+    gr_set_allocator(NULL, NULL);
+}
+
 int main(void) {
     test_wrong_sizes_are_caught();
     test_many_blocks();
     test_helpers_free_exact_sizes();
     test_hook_sees_exact_sizes();
     test_block_cache();
+    test_large_calloc();
     return check_summary("test_alloc");
 }
