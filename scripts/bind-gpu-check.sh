@@ -5,7 +5,7 @@
 # 64 positions: a longer seq is refused by its position table), `graft bench` prepares 20 new
 # bindings after the first and prints their median / mean / max ("new binding" line, and
 # new_binding_ms in --json). Each configuration runs REPEAT times, alternating with the
-# baseline build when there is one (BASE_REF, default b291bcb: main before the 2026-11-24 cuts;
+# baseline build when there is one (BASE_REF, default 16df3ed: main just before these cuts were merged;
 # BASE_REF= skips it), so both see the same machine state. Every step's exit status is recorded
 # in $OUT/status.txt; the medians in $OUT/summary.txt. Exit non-zero when a step failed.
 #   usage: OUT=dir [BASE_REF=commit] [REPEAT=5] bash scripts/bind-gpu-check.sh
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-out/bind-gpu-check}
 mkdir -p "$out"
 repeat=${REPEAT:-5}
-base_ref=${BASE_REF-b291bcb}
+base_ref=${BASE_REF-16df3ed}
 model=tests/data/onnx/dyn/gpt2_dynamo/model.onnx
 fail=0
 : > "$out/status.txt"
