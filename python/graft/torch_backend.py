@@ -359,6 +359,36 @@ def _compare(ctx, node, a):
     return ctx.b.node(op, [xv, yv])
 
 
+# and / or: graft's are logical (bool in, bool out), which is what bitwise_and/or compute on
+# bool tensors (the masks Hugging Face builds); on integers they are bitwise, which graft's IR
+# cannot express.
+_LOGIC = {aten.bitwise_and.Tensor: "and", aten.bitwise_and.Scalar: "and", aten.bitwise_or.Tensor: "or",
+          aten.bitwise_or.Scalar: "or", aten.logical_and.default: "and", aten.logical_or.default: "or"}
+_BITWISE = (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+
+
+def _logic_check(node, a):
+    if node.target in _BITWISE:
+        for k in ("self", "other"):
+            v = a[k]
+            dt = meta(v).dtype if isinstance(v, torch.fx.Node) else (torch.bool if isinstance(v, bool) else None)
+            if dt != torch.bool:
+                return "%s on %s (graft's and/or are logical: bool only)" % (
+                    op_name(node.target).split(".")[1], dt if dt is not None else type(v).__name__)
+    elif not isinstance(a["other"], torch.fx.Node):
+        return "logical op with a Python scalar"
+    return None
+
+
+@lowers(*_LOGIC, check=_logic_check)
+def _logic(ctx, node, a):
+    # (logical_and/or take any dtype: nonzero is true)
+    x = ctx.val(a["self"], torch.bool)
+    y = ctx.val(a["other"], torch.bool)
+    out = ctx.b.node(_LOGIC[node.target], [x, y])
+    return ctx.cast(out, torch.bool, meta(node).dtype)
+
+
 _UNARY = {aten.relu.default: "relu", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
           aten.silu.default: "silu", aten.neg.default: "neg", aten.exp.default: "exp", aten.log.default: "log",
           aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.abs.default: "abs", aten.sin.default: "sin",
@@ -508,6 +538,57 @@ def _reduce(ctx, node, a):
     return ctx.b.node(_REDUCE[node.target], [x], axes=dims, keepdims=int(bool(a.get("keepdim", False))))
 
 
+# cumsum: graft has no scan op. The ONNX importer's form (frontend/onnx/onnx-ops.c cv_cumsum): a
+# masked sum, out[.., i] = sum_j (j <= i ? x[.., j] : 0), with the mask from a range over the
+# axis. O(n) work per output: meant for the scans Hugging Face runs over sequence positions
+# of a mask (position ids); a long axis is left to PyTorch.
+CUMSUM_MAX_ELEMENTS = 1 << 24  # elements of the masked [.., n, n] product
+
+
+def _cumsum_check(node, a):
+    xm = meta(a["self"])
+    if xm.dim() == 0:
+        return None
+    try:
+        shape = static_shape(xm)
+    except NotLowerable as e:
+        return "cumsum over a %s" % e
+    n = shape[norm_axis(a["dim"], xm.dim())]
+    work = math.prod(shape) * n
+    if work > CUMSUM_MAX_ELEMENTS:
+        return "cumsum over an axis of %d (%d x %d elements masked; graft has no scan op, the limit is %d)" % (
+            n, math.prod(shape), n, CUMSUM_MAX_ELEMENTS)
+    return None
+
+
+@lowers(aten.cumsum.default, check=_cumsum_check)
+def _cumsum(ctx, node, a):
+    out = meta(node).dtype  # dtype=, else the input's (bool and integers: int64)
+    xm = meta(a["self"])
+    x = ctx.val(a["self"], out)
+    nd = xm.dim()
+    if nd == 0:
+        return ctx.b.node("identity", [x])
+    dim = norm_axis(a["dim"], nd)
+    n = static_int(xm.shape[dim])
+    r = ctx.b.node("range", [], start=0.0, limit=float(n), delta=1.0, dtype="i64")
+    i = ctx.b.node("reshape", [r], shape=[n, 1])
+    j = ctx.b.node("reshape", [r], shape=[1, n])
+    mask = ctx.b.node("less_equal", [j, i])  # [n, n]: row i keeps j <= i
+    perm = [d for d in range(nd) if d != dim] + [dim]
+    if dim != nd - 1:
+        x = ctx.b.node("transpose", [x], perm=perm)
+    x = ctx.b.node("unsqueeze", [x], axes=[nd - 1])  # [.., 1, n]
+    masked = ctx.b.node("where", [mask, x, ctx.const(0, out)])  # [.., n, n]
+    total = ctx.b.node("reduce_sum", [masked], axes=[-1], keepdims=0)
+    if dim != nd - 1:
+        inv = [0] * nd
+        for k, p in enumerate(perm):
+            inv[p] = k
+        total = ctx.b.node("transpose", [total], perm=inv)
+    return total
+
+
 # ---- data movement ---------------------------------------------------------------------------
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.default,
@@ -597,17 +678,74 @@ def _split(ctx, node, a):
 
 def _index_check(node, a):
     idx = [i for i in a["indices"] if i is not None]
-    if len(idx) != 1:
-        return "advanced indexing with %d index tensors" % len(idx)
-    if meta(idx[0]).dtype not in (torch.int64, torch.int32):
-        return "index of %s (a mask)" % meta(idx[0]).dtype
+    if not idx:
+        return "indexing with no index tensor"
+    for i in idx:
+        if meta(i).dtype not in (torch.int64, torch.int32):
+            return "index of %s (a mask: the result's shape depends on the data)" % meta(i).dtype
+    if len(idx) > 1:
+        try:
+            static_shape(meta(a["self"]))
+            static_shape(meta(node))
+        except NotLowerable as e:
+            return "advanced indexing with %d index tensors over %s" % (len(idx), e)
     return None
 
 
 @lowers(aten.index.Tensor, check=_index_check)
 def _index(ctx, node, a):
-    axis = next(i for i, t in enumerate(a["indices"]) if t is not None)
-    return ctx.b.node("gather", [ctx.val(a["self"]), ctx.val(a["indices"][axis], torch.int64)], axis=axis)
+    """x[i0, :, i2, ...]: the index tensors broadcast together to a shape B. One index tensor
+    is a gather on its axis. Several: x's indexed axes moved to the front and flattened into
+    one, the indices combined into a linear index (each wrapped to its axis first: negative
+    indices count from the end), one gather; the result is [B, the other axes], which is
+    PyTorch's order when the indexed axes are not adjacent, else B goes where they were."""
+    xm = meta(a["self"])
+    nd = xm.dim()
+    indices = list(a["indices"]) + [None] * (nd - len(a["indices"]))
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    x = ctx.val(a["self"])
+    if len(axes) == 1:  # (graft's gather wraps negative indices itself)
+        return ctx.b.node("gather", [x, ctx.val(indices[axes[0]], torch.int64)], axis=axes[0])
+    dims = static_shape(xm)
+    rest = [d for d in range(nd) if d not in axes]
+    perm = axes + rest
+    if perm != list(range(nd)):
+        x = ctx.b.node("transpose", [x], perm=perm)
+    x = ctx.b.node("reshape", [x], shape=[math.prod(dims[d] for d in axes)] + [dims[d] for d in rest])
+    lin, stride = None, 1
+    for ax in reversed(axes):
+        i = ctx.val(indices[ax], torch.int64)
+        i = ctx.b.node("where", [ctx.b.node("less", [i, ctx.const(0, torch.int64)]),
+                                 ctx.b.node("add", [i, ctx.const(dims[ax], torch.int64)]), i])
+        if stride != 1:
+            i = ctx.b.node("mul", [i, ctx.const(stride, torch.int64)])
+        lin = i if lin is None else ctx.b.node("add", [i, lin])
+        stride *= dims[ax]
+    out = ctx.b.node("gather", [x, lin], axis=0)  # [B..., rest...]
+    nb = meta(node).dim() - len(rest)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    if adjacent and axes[0] > 0:  # B goes where the indexed axes were
+        before = axes[0]
+        out = ctx.b.node("transpose", [out], perm=[nb + i for i in range(before)] + list(range(nb)) +
+                         [nb + i for i in range(before, len(rest))])
+    return out
+
+
+def _gather_check(node, a):
+    if meta(a["self"]).dim() != meta(a["index"]).dim():
+        return "gather of a rank-%d tensor with a rank-%d index" % (meta(a["self"]).dim(), meta(a["index"]).dim())
+    if meta(a["self"]).dim() == 0:
+        return "gather of a 0-d tensor"
+    return None
+
+
+@lowers(aten.gather.default, check=_gather_check)
+def _gather(ctx, node, a):
+    # torch.gather is ONNX's GatherElements: out[i][j] = x[index[i][j]][j] (dim 0); the index may
+    # be smaller than x on the other axes (graft reads x with x's own strides there)
+    nd = meta(a["self"]).dim()
+    return ctx.b.node("gather_elements", [ctx.val(a["self"]), ctx.val(a["index"], torch.int64)],
+                      axis=norm_axis(a["dim"], nd))
 
 
 @lowers(aten.embedding.default)
@@ -662,6 +800,47 @@ def _sized_check(node, a):
 def _ones_zeros(ctx, node, a):
     m = meta(node)
     return ctx.b.node("fill", [], shape=static_shape(m), value=1.0 if node.target is aten.ones.default else 0.0,
+                      dtype=DTYPE[m.dtype])
+
+
+_NEW = {aten.new_ones.default: 1.0, aten.new_zeros.default: 0.0, aten.new_empty.default: 0.0,
+        aten.new_full.default: None}
+
+
+def _new_check(node, a):
+    if any(not isinstance(d, int) for d in a["size"]):
+        return "size given by symbolic sizes"
+    return _numbers("fill_value")(node, a)
+
+
+@lowers(*_NEW, check=_new_check)
+def _new_filled(ctx, node, a):
+    # x.new_ones(size, dtype=...): x gives only the defaults (dtype, device), not values; the
+    # dtype comes from the result. (new_empty's contents are unspecified: zeros are a choice.)
+    m = meta(node)
+    value = _NEW[node.target]
+    return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"] if value is None else value),
+                      dtype=DTYPE[m.dtype])
+
+
+_LIKE = {aten.ones_like.default: 1.0, aten.zeros_like.default: 0.0, aten.empty_like.default: 0.0,
+         aten.full_like.default: None}
+
+
+def _like_check(node, a):
+    try:
+        static_shape(meta(node))
+    except NotLowerable as e:
+        return "%s of a tensor with a %s" % (op_name(node.target).split(".")[1], e)
+    return _numbers("fill_value")(node, a)
+
+
+@lowers(*_LIKE, check=_like_check)
+def _like(ctx, node, a):
+    # the input gives only the shape and defaults (dtype): a fill of the result's shape and dtype
+    m = meta(node)
+    value = _LIKE[node.target]
+    return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"] if value is None else value),
                       dtype=DTYPE[m.dtype])
 
 
