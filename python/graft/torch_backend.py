@@ -368,15 +368,14 @@ _BITWISE = (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Te
 
 
 def _logic_check(node, a):
-    if node.target in _BITWISE:
-        for k in ("self", "other"):
-            v = a[k]
-            dt = meta(v).dtype if isinstance(v, torch.fx.Node) else (torch.bool if isinstance(v, bool) else None)
-            if dt != torch.bool:
-                return "%s on %s (graft's and/or are logical: bool only)" % (
-                    op_name(node.target).split(".")[1], dt if dt is not None else type(v).__name__)
-    elif not isinstance(a["other"], torch.fx.Node):
-        return "logical op with a Python scalar"
+    if node.target not in _BITWISE:  # logical_and/or: any dtype, nonzero is true
+        return None
+    for k in ("self", "other"):
+        v = a[k]
+        dt = meta(v).dtype if isinstance(v, torch.fx.Node) else (torch.bool if isinstance(v, bool) else None)
+        if dt != torch.bool:
+            return "%s on %s (graft's and/or are logical: bool only)" % (
+                op_name(node.target).split(".")[1], dt if dt is not None else type(v).__name__)
     return None
 
 
@@ -731,21 +730,40 @@ def _index(ctx, node, a):
     return out
 
 
+def _gather_narrowed(x, index, dim):
+    """The axes (other than dim) on which torch.gather's index is shorter than x: {axis: length}."""
+    out = {}
+    for d in range(x.dim()):
+        if d != dim and not same_size(x.shape[d], index.shape[d]):
+            out[d] = static_int(index.shape[d])
+            static_int(x.shape[d])
+    return out
+
+
 def _gather_check(node, a):
-    if meta(a["self"]).dim() != meta(a["index"]).dim():
-        return "gather of a rank-%d tensor with a rank-%d index" % (meta(a["self"]).dim(), meta(a["index"]).dim())
-    if meta(a["self"]).dim() == 0:
+    x, index = meta(a["self"]), meta(a["index"])
+    if x.dim() == 0:
         return "gather of a 0-d tensor"
+    if x.dim() != index.dim():
+        return "gather of a rank-%d tensor with a rank-%d index" % (x.dim(), index.dim())
+    try:
+        _gather_narrowed(x, index, norm_axis(a["dim"], x.dim()))
+    except NotLowerable as e:
+        return "gather with an index shorter than the input over a %s" % e
     return None
 
 
 @lowers(aten.gather.default, check=_gather_check)
 def _gather(ctx, node, a):
-    # torch.gather is ONNX's GatherElements: out[i][j] = x[index[i][j]][j] (dim 0); the index may
-    # be smaller than x on the other axes (graft reads x with x's own strides there)
-    nd = meta(a["self"]).dim()
-    return ctx.b.node("gather_elements", [ctx.val(a["self"]), ctx.val(a["index"], torch.int64)],
-                      axis=norm_axis(a["dim"], nd))
+    # torch.gather is ONNX's GatherElements: out[i][j] = x[index[i][j]][j] (dim 0). PyTorch lets
+    # the index be shorter than x on the other axes; graft's gather_elements reads x over the
+    # output's shape there, so x is sliced to the index's extent first.
+    xm = meta(a["self"])
+    dim = norm_axis(a["dim"], xm.dim())
+    x = ctx.val(a["self"])
+    for d, n in sorted(_gather_narrowed(xm, meta(a["index"]), dim).items()):
+        x = _slice(ctx, x, d, 0, n)
+    return ctx.b.node("gather_elements", [x, ctx.val(a["index"], torch.int64)], axis=dim)
 
 
 @lowers(aten.embedding.default)
