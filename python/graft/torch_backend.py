@@ -72,11 +72,14 @@ class Report:
         self.lowered = {}      # ATen op name -> count
         self.left = {}         # ATen op name -> reason
         self.fallback = None   # why the whole graph runs in PyTorch, if it does
+        self.const_bytes = 0   # bytes of tensor data baked into graft graphs as constants (parameters
+                               # and buffers are inputs, bound each run: only literals belong here)
         self.notes = []
 
     def text(self):
         lines = ["graph %d: " % self.index + ("runs in PyTorch: %s" % self.fallback if self.fallback else
-                                             "%d graft subgraph(s), %d session(s)" % (self.subgraphs, self.sessions))]
+                                             "%d graft subgraph(s), %d session(s), %d bytes of constants" %
+                                             (self.subgraphs, self.sessions, self.const_bytes))]
         if self.lowered:
             lines.append("  lowered to graft: " + ", ".join("%s x%d" % kv for kv in sorted(self.lowered.items())))
         if self.left:
@@ -216,6 +219,7 @@ class Lowering:
         self.b = GraphBuilder()
         self.env = {}
         self.lowered = {}  # ATen op -> count, added to the report once the session exists
+        self.const_bytes = 0
 
     # values
     def dtype_of(self, node):
@@ -254,6 +258,7 @@ class Lowering:
                 t = getattr(self.gm, node.target).detach().contiguous().cpu()
                 raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
                 self.env[node] = self.b.constant(node.name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+                self.const_bytes += t.numel() * t.element_size()
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     self.env[node] = self.env[node.args[0]][node.args[1]]
@@ -913,6 +918,7 @@ class _Compiled:
         self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
         self.cuda = self.session.device_kind == "cuda"
         report.sessions += 1
+        report.const_bytes += low.const_bytes
         for name, n in low.lowered.items():
             report.lowered[name] = report.lowered.get(name, 0) + n
         self.symbols = sorted(self.session.dims)

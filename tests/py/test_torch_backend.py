@@ -372,6 +372,60 @@ def test_parameter_update_is_seen():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
 
 
+class EmbedLinear(nn.Module):
+    """Parameters (an embedding, a linear layer) and a buffer: 100 KiB of tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(100, 64), nn.Linear(64, 256)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 256))
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids)) * self.scale
+
+
+def test_parameters_are_not_baked_into_the_plan(monkeypatch):
+    """Parameters and buffers are graft inputs bound to PyTorch's own tensors (on CUDA: in
+    place, no second copy of the weights), never constants of the graft graph or weights
+    uploaded into the plan: the lowering bakes no tensor data, the session's plan holds no
+    weight bytes, and every parameter and buffer is one of the session's inputs."""
+    sessions = []
+    init = gtb._Compiled.__init__
+
+    def record(self, *a, **k):
+        init(self, *a, **k)
+        sessions.append(self.session)
+
+    monkeypatch.setattr(gtb._Compiled, "__init__", record)
+    torch.manual_seed(0)
+    m = EmbedLinear()
+    tensor_bytes = sum(t.numel() * t.element_size() for t in list(m.parameters()) + list(m.buffers()))
+    reps = compile_and_compare(m, torch.tensor([[1, 5, 99], [0, 7, 7]]))
+    assert [r.subgraphs for r in reps] == [1] and not left(reps), graft.explain()
+    assert sum(r.const_bytes for r in reps) == 0, graft.explain()
+    assert "0 bytes of constants" in graft.explain()
+    (s,) = sessions
+    assert s.stats()["weight_bytes"] < 1024 < tensor_bytes, s.stats()["weight_bytes"]  # (folded scalars at most)
+    shapes = sorted(tuple(t.shape) for t in s.inputs)
+    for t in list(m.parameters()) + list(m.buffers()):
+        assert tuple(t.shape) in shapes, (tuple(t.shape), shapes)
+
+
+def test_tensor_constants_are_counted():
+    """A tensor held by the ATen graph itself (get_attr: what make_fx gives a literal) is baked
+    in as a graft constant, and counted. (Under torch.compile, aot_autograd lifts literals to
+    inputs and the partitioner passes a get_attr in as a subgraph input: the count stays 0.)"""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    x = rnd(3, 4)
+    gm = make_fx(lambda x: x * c + 1)(x)
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    rep = gtb.Report(0)
+    compiled = gtb._Compiled(gm, rep, "sim", "eager")
+    torch.testing.assert_close(compiled(x), x * c + 1)
+    assert rep.const_bytes == 16, rep.text()
+
+
 # ---- partitioning, fallbacks ----------------------------------------------------------------
 
 def test_unsupported_op_is_partitioned():
