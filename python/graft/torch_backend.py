@@ -39,6 +39,7 @@ How a graph is lowered
 import math
 import operator
 import warnings
+import weakref
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -75,6 +76,12 @@ class Report:
         self.const_bytes = 0   # bytes of tensor data baked into graft graphs as constants (parameters
                                # and buffers are inputs, bound each run: only literals belong here)
         self.notes = []
+        self._sessions = []    # weak references to the graft sessions compiled for this graph
+
+    def session_stats(self):
+        """Each live graft session's last-run stats (Session.stats()): device_bytes shows what
+        graft holds (arena, placeholders, weights), bytes_copied what the last run copied."""
+        return [s.stats() for s in (r() for r in self._sessions) if s is not None and s._handle]
 
     def text(self):
         lines = ["graph %d: " % self.index + ("runs in PyTorch: %s" % self.fallback if self.fallback else
@@ -918,6 +925,7 @@ class _Compiled:
         self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
         self.cuda = self.session.device_kind == "cuda"
         report.sessions += 1
+        report._sessions.append(weakref.ref(self.session))
         report.const_bytes += low.const_bytes
         for name, n in low.lowered.items():
             report.lowered[name] = report.lowered.get(name, 0) + n

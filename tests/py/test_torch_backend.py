@@ -406,6 +406,7 @@ def test_parameters_are_not_baked_into_the_plan(monkeypatch):
     assert "0 bytes of constants" in graft.explain()
     (s,) = sessions
     assert s.stats()["weight_bytes"] < 1024 < tensor_bytes, s.stats()["weight_bytes"]  # (folded scalars at most)
+    assert [st["weight_bytes"] for st in reps[0].session_stats()] == [s.stats()["weight_bytes"]]
     shapes = sorted(tuple(t.shape) for t in s.inputs)
     for t in list(m.parameters()) + list(m.buffers()):
         assert tuple(t.shape) in shapes, (tuple(t.shape), shapes)
