@@ -9,12 +9,13 @@ precision="bf16", autocast-like). Prompt 32 tokens, 128 new tokens, batch 1 and 
 Variants, EACH IN ITS OWN PROCESS (a failure, a crash or a poisoned CUDA state of one variant cannot
 touch the others; a variant past --timeout is killed and recorded as such):
   hf-eager           model.generate(...) with the default dynamic cache
-  hf-static-compile  cache_implementation="static" and model.forward compiled with
-                     torch.compile(mode="reduce-overhead", fullgraph=True); every forward call is
-                     preceded by torch.compiler.cudagraph_mark_step_begin() and its logits are
-                     cloned out of the CUDA graph's static output (generate keeps them across
-                     steps: without the clone the next replay overwrites them, which is the
-                     "accessing tensor output of CUDAGraphs that has been overwritten" error)
+  hf-static-compile  cache_implementation="static" with Hugging Face's own compilation of the
+                     decode step: generation_config.compile_config = CompileConfig(fullgraph=True,
+                     mode="reduce-overhead"), which generate() applies to every step after the
+                     prompt (transformers' documented static-cache + torch.compile path; it copies
+                     the logits out of the CUDA graph's output itself). An earlier version compiled
+                     model.forward by hand as well: generate then compiled the already-compiled
+                     forward a second time, and the nested reduce-overhead crashed (exit -11).
   graft              the step exported to ONNX as tests/data/onnx/decode/make_decode_fixtures.py does
                      (one step, KV cache in and out, dynamic batch/seq/past; exported once per model
                      in a process of its own), then graft.generate through the Python package
@@ -141,18 +142,14 @@ def hf_generate(model, prompt, new, beams, static):
         return model.generate(prompt, **kw)
 
 
-def compile_reduce_overhead(model):
-    """model.forward under torch.compile(mode="reduce-overhead"), safe for generate's loop: a new
-    CUDA-graph step begins at every call and the logits leave the graph's static buffer."""
-    import torch
-    compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-    def forward(*args, **kwargs):
-        torch.compiler.cudagraph_mark_step_begin()
-        out = compiled(*args, **kwargs)
-        out.logits = out.logits.clone()
-        return out
-    return forward
+def static_compile(model):
+    """Hugging Face's static cache with its own torch.compile(mode="reduce-overhead") of the decode
+    step (generate compiles model.__call__ once and replays its CUDA graphs). model.forward must
+    stay uncompiled: a forward compiled by hand gets compiled again inside generate's compiled
+    call, and that nested reduce-overhead crashes."""
+    from transformers import CompileConfig
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
 
 
 def run_hf(case, prompt):
@@ -166,8 +163,7 @@ def run_hf(case, prompt):
     model = model.eval().to(torch.float32 if case["dtype"] == "fp32" else torch.bfloat16).to(dev)
     static = case["variant"] == "hf-static-compile"
     if static:
-        model.generation_config.cache_implementation = "static"
-        model.forward = compile_reduce_overhead(model)
+        static_compile(model)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     p = torch.from_numpy(prompt).to(dev)

@@ -580,7 +580,9 @@ GR_API void gr_generate_options_init(gr_generate_options *o);
 typedef struct {
     double prompt_us;        /* the prompt step(s) up to the first new token (device clock: simulated on sim) */
     double decode_us;        /* the steps after it */
-    int64_t prompt_steps;    /* model steps for the prompt (1, or prompt_len token by token) */
+    int64_t prompt_steps;    /* model steps for the prompt: 1 (whole), prompt_len (token by token), or 2 for the
+                                rewritten engine given a whole prompt (the per-length step over all tokens but the
+                                last, whose cache it copies on the device, then its own step) */
     int64_t decode_steps;    /* model steps after the prompt */
     int64_t new_tokens;      /* positions generated per row (max_new_tokens, fewer when every row hit eos) */
     double ms_per_token;     /* decode_us / decode_steps, in ms: one position for every row */

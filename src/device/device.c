@@ -69,7 +69,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 43 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 44 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -191,6 +191,22 @@ gr_status gr_dev_event_elapsed_us(gr_device *d, gr_event *start, gr_event *end, 
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind) {
     GR_DEV_REQUIRE(d, memcpy_async);
     return d->iface->memcpy_async(d->ctx, s, dst, src, bytes, kind);
+}
+
+gr_status gr_dev_memcpy2d(gr_device *d, gr_stream *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t height, gr_copy_kind kind) {
+    if (!width || !height) return GR_OK;
+    if (dpitch < width || spitch < width)
+        return gr_error(GR_ERR_INVALID, "memcpy2d: row of %zu bytes, pitches %zu (dst) and %zu (src)", width, dpitch, spitch);
+    if (height == 1 || (dpitch == width && spitch == width)) {
+        size_t n;
+        if (__builtin_mul_overflow(width, height, &n)) return gr_error(GR_ERR_INVALID, "memcpy2d: %zu rows of %zu bytes overflow", height, width);
+        return gr_dev_memcpy(d, s, dst, src, n, kind);
+    }
+    if (GR_DEV_HAS(d, memcpy2d_async)) return d->iface->memcpy2d_async(d->ctx, s, dst, dpitch, src, spitch, width, height, kind);
+    for (size_t r = 0; r < height; r++)
+        GR_TRY(gr_dev_memcpy(d, s, (char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind));
+    return GR_OK;
 }
 
 gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t bytes) {

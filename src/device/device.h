@@ -102,6 +102,10 @@ struct gr_device_i {
     /* work */
     gr_status (*memcpy_async)(void *ctx, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
     gr_status (*memset_async)(void *ctx, gr_stream *s, void *dst, int value, size_t bytes);
+    /* Optional: `height` rows of `width` bytes, row r from src + r * spitch to dst + r * dpitch
+     * (cuMemcpy2DAsync); absent, gr_dev_memcpy2d copies row by row. */
+    gr_status (*memcpy2d_async)(void *ctx, gr_stream *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                size_t height, gr_copy_kind kind);
     gr_status (*kernel_prepare)(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out); /* compile / load; GR_KPREP_* */
     void (*kernel_release)(void *ctx, gr_kfunc *f);
     gr_status (*kernel_launch)(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
@@ -245,6 +249,9 @@ gr_status gr_dev_stream_wait_event(gr_device *d, gr_stream *s, gr_event *e);
 /* work */
 gr_status gr_dev_memcpy(gr_device *d, gr_stream *s, void *dst, const void *src, size_t bytes, gr_copy_kind kind);
 gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t bytes);
+/* height rows of width bytes: dst + r * dpitch <- src + r * spitch (one 2-D copy where the device has it) */
+gr_status gr_dev_memcpy2d(gr_device *d, gr_stream *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t height, gr_copy_kind kind);
 gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned flags, gr_kfunc **out);
 /* gr_dev_kernel_prepare_flags with no flags: literal code */
 gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out);

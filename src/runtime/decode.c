@@ -26,6 +26,8 @@
 struct gr_decode_engine {
     struct gr_session *s;          /* runs the rewritten graph */
     int64_t batch, max_len;
+    int n_state;
+    int *state_in, *state_axis; /* per state pair: its input in the rewritten graph, its cache axis */
     int64_t vocab;
     int logits_out;         /* output index of logits */
     int ids_out;            /* output index of graft.next_ids (greedy on the device) */
@@ -177,6 +179,8 @@ void gr_decode_engine_destroy(gr_decode_engine *e) {
     gr_free(e->pos, sizeof(int64_t) * (size_t)e->batch);
     gr_free(e->mask, sizeof(int64_t) * (size_t)(e->batch * e->max_len));
     gr_free(e->fin0, (size_t)e->batch);
+    gr_free(e->state_in, sizeof(int) * (size_t)e->n_state);
+    gr_free(e->state_axis, sizeof(int) * (size_t)e->n_state);
     gr_strfree(e->ids_name);
     gr_strfree(e->pos_name);
     gr_strfree(e->mask_name);
@@ -309,6 +313,20 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     o.arena_policy = GR_ARENA_PER_SHAPE;
     if ((st = gr_rt_session_create_child(rw, &o, src, &e->s)) != GR_OK) goto done;
     const gr_graph *eg = e->s->graph;
+    e->state_in = gr_calloc((size_t)n_state, sizeof(int));
+    e->state_axis = gr_calloc((size_t)n_state, sizeof(int));
+    if (!e->state_in || !e->state_axis) {
+        gr_free(e->state_in, sizeof(int) * (size_t)n_state);
+        gr_free(e->state_axis, sizeof(int) * (size_t)n_state);
+        e->state_in = e->state_axis = NULL;
+        st = GR_ERR_NOMEM;
+        goto done;
+    }
+    e->n_state = n_state;
+    for (int k = 0; k < n_state; k++) {
+        e->state_in[k] = input_index(eg, past[k]);
+        e->state_axis[k] = state_axis[k];
+    }
     e->logits_out = output_index(eg, "logits");
     e->ids_out = output_index(eg, "graft.next_ids");
     if (e->logits_out < 0) {
@@ -549,4 +567,31 @@ gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t k
 const char *gr_decode_engine_loop_refused(const gr_decode_engine *e) { return e->loop_refused; }
 long gr_decode_engine_loop_captures(const gr_decode_engine *e) { return e->loop_captures; }
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e) { return e->vocab; }
+
+gr_status gr_decode_engine_load_prefix(gr_decode_engine *e, int k, const void *src, gr_dtype dtype, int ndim, const int64_t *dims,
+                                       int64_t len) {
+    if (k < 0 || k >= e->n_state) return gr_error(GR_ERR_INVALID, "decode engine: state %d of %d", k, e->n_state);
+    const gr_graph *eg = e->s->graph;
+    if (e->state_in[k] < 0) return gr_error(GR_ERR_UNSUPPORTED, "decode engine: state %d has no input in the rewritten step", k);
+    const gr_ir_value *v = &eg->values.data[eg->inputs.data[e->state_in[k]]];
+    int ax = e->state_axis[k];
+    if (v->dtype != dtype || v->ndim != ndim || ax >= ndim || len < 0 || len > v->dims[ax].size || dims[ax] != len)
+        return gr_error(GR_ERR_UNSUPPORTED, "decode engine: the prompt's cache for '%s' (%s, rank %d, %lld positions) does not fit its "
+                                            "buffer (%s, rank %d, %lld positions)",
+                        v->name, gr_dtype_name(dtype), ndim, (long long)(ax < ndim ? dims[ax] : -1), gr_dtype_name(v->dtype), v->ndim,
+                        (long long)v->dims[ax].size);
+    /* rows: every index of the axes before the cache axis; a row holds the cache axis and the ones after it */
+    size_t inner = gr_dtype_size(dtype), rows = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (d == ax) continue;
+        if (dims[d] != v->dims[d].size)
+            return gr_error(GR_ERR_UNSUPPORTED, "decode engine: the prompt's cache for '%s' has %lld on axis %d, the buffer %lld", v->name,
+                            (long long)dims[d], d, (long long)v->dims[d].size);
+        if (d < ax) rows *= (size_t)dims[d];
+        else inner *= (size_t)dims[d];
+    }
+    size_t src_row = inner * (size_t)len, dst_row = inner * (size_t)v->dims[ax].size;
+    if (!src_row || !rows) return GR_OK;
+    return gr_rt_input_write_rows(e->s, e->state_in[k], src, src_row, dst_row, src_row, rows);
+}
 struct gr_session *gr_decode_engine_session(gr_decode_engine *e) { return e->s; }

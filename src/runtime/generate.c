@@ -796,6 +796,46 @@ static double rel_err_f32(const float *a, const float *b, size_t n) {
     return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
 }
 
+/* The prompt but its last token as one step of the per-length model (prompt mode whole or auto,
+ * with a symbolic seq), its presents copied on the device into the engine's cache: the engine
+ * then runs only the last prompt position instead of one step per prompt token. *first: the
+ * positions loaded (0: none, the engine runs the whole prompt token by token, as it does where
+ * the export takes one token per step or the shapes do not line up). */
+static gr_status gen_fast_prefix(gen_run *R, gr_decode_engine *e, int64_t *first) {
+    gen_ctx *c = R->c;
+    gr_session_t s = c->s;
+    *first = 0;
+    int64_t B = R->batch, P = R->prompt_len, L = P - 1;
+    const gr_ir_value *iv = graph_input(s->graph, c->in_ids);
+    bool whole = c->o->prompt_mode == GR_PROMPT_WHOLE || (c->o->prompt_mode == GR_PROMPT_AUTO && gr_dx_is_sym(iv->dims[1]));
+    if (!whole || L < 1) return GR_OK;
+    int64_t *ids = gr_malloc((size_t)(B * L) * sizeof(int64_t));
+    if (!ids) return GR_ERR_NOMEM;
+    for (int64_t r = 0; r < B; r++) memcpy(ids + r * L, R->prompt + r * P, (size_t)L * sizeof(int64_t));
+    c->rows = B;
+    gr_status st = gen_run_step(c, ids, L, 0);
+    gr_free(ids, (size_t)(B * L) * sizeof(int64_t));
+    for (int k = 0; k < s->gen->n && st == GR_OK; k++) {
+        const gen_state *gs = &s->gen->states[k];
+        gr_output o;
+        void *src = NULL;
+        st = gr_session_output(s, gs->out_index, &o);
+        if (st == GR_OK) st = gr_session_output_device_ptr(s, o, &src);
+        if (st != GR_OK) break;
+        const gr_ir_value *ov = graph_output(s->current->g, gs->out_index);
+        int64_t dims[GR_MAX_DIMS];
+        for (int d = 0; d < ov->ndim; d++) dims[d] = ov->dims[d].size;
+        st = gr_decode_engine_load_prefix(e, k, src, ov->dtype, ov->ndim, dims, L);
+    }
+    if (st == GR_ERR_UNSUPPORTED) { /* the engine's buffers are not the presents' layout: token by token */
+        if (s->opt.verbose) fprintf(stderr, "graft: note: the prompt runs token by token: %s\n", gr_last_error());
+        gr_error_clear();
+        return gr_decode_engine_reset(e, c->o->eos_id, c->o->pad_id >= 0 ? c->o->pad_id : c->o->eos_id);
+    }
+    if (st == GR_OK) *first = L;
+    return st;
+}
+
 static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     gen_ctx *c = R->c;
     gr_session_t s = c->s;
@@ -838,7 +878,9 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     gr_status st = (!logits || !ids || !next || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
     int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
     if (st == GR_OK) st = gr_decode_engine_reset(e, o->eos_id, pad);
-    for (int64_t t = 0; t < P && st == GR_OK; t++) {
+    int64_t first = 0; /* prompt positions the engine's cache holds already */
+    if (st == GR_OK) st = gen_fast_prefix(R, e, &first);
+    for (int64_t t = first; t < P && st == GR_OK; t++) {
         for (int64_t r = 0; r < B; r++) ids[r] = R->prompt[r * P + t];
         st = gr_decode_engine_step(e, ids, t + 1, t + 1 == P ? logits : NULL);
     }
@@ -933,7 +975,7 @@ finish:
         stats->engine = GR_ENGINE_REWRITTEN;
         gr_run_stats rs;
         if (gr_session_stats(gr_decode_engine_session(e), &rs) == GR_OK) stats->captures = rs.captures;
-        stats->prompt_steps = P;
+        stats->prompt_steps = first ? 2 : P; /* the per-length step over P - 1 tokens and the last one, or P */
         R->t_end = gr_session_clock_us(es);
     }
     gr_free(logits, lbytes);

@@ -195,6 +195,13 @@ gr_status gr_rt_bind_device(gr_session_t s, const char *name, gr_dtype dtype, in
 /* gr_session_output_device_ptr without waiting for a pending run */
 gr_status gr_rt_output_device_ptr(gr_session_t s, gr_output o, void **dev_ptr);
 gr_status gr_rt_wait_one(gr_session_t s);
+/* Writes device memory into input `i`'s placeholder for the current binding, on the device:
+ * `rows` rows of `row_bytes` from src (pitch src_pitch) to placeholder offset r * dst_pitch.
+ * The input's pending host value is copied in first, so the next run keeps what was written
+ * (the decode engine loads a prompt's cache this way). Refused for an input read in place
+ * from a caller's buffer or kept on the host. */
+gr_status gr_rt_input_write_rows(gr_session_t s, int i, const void *src, size_t src_pitch, size_t dst_pitch, size_t row_bytes,
+                                 size_t rows);
 gr_status gr_rt_set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,
                               size_t nbytes);
 gr_status gr_rt_session_create_on(gr_graph *graph, const gr_session_options *opt, gr_device *dev, gr_session_t *out);
@@ -350,6 +357,13 @@ gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t
 /* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */
 gr_status gr_decode_engine_step_greedy(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, int64_t *next);
 gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t kv_stop, int64_t first_row, int64_t *tokens);
+/* A prompt's cache computed elsewhere (the per-length step over its first `len` tokens): state k's
+ * positions 0..len-1 are copied on the device from `src` (the present of that step: the state's
+ * shape with `len` on the cache axis, same dtype) into the engine's buffer; then a step at kv_len
+ * len + 1 continues from there. After gr_decode_engine_reset. GR_ERR_UNSUPPORTED (with a message)
+ * when the shapes do not line up. */
+gr_status gr_decode_engine_load_prefix(gr_decode_engine *e, int k, const void *src, gr_dtype dtype, int ndim, const int64_t *dims,
+                                       int64_t len);
 const char *gr_decode_engine_loop_refused(const gr_decode_engine *e); /* NULL: the device loop is available */
 long gr_decode_engine_loop_captures(const gr_decode_engine *e);
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e);

@@ -707,6 +707,33 @@ static gr_status pin_libcall_inputs(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
+gr_status gr_rt_input_write_rows(gr_session_t s, int i, const void *src, size_t src_pitch, size_t dst_pitch, size_t row_bytes,
+                                 size_t rows) {
+    if (s->tp) return gr_error(GR_ERR_UNSUPPORTED, "writing into an input's placeholder: not under tensor parallelism");
+    if (i < 0 || i >= s->graph->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range", i);
+    if (s->pending) GR_TRY(gr_session_wait(s));
+    gr_rt_plan *p;
+    GR_TRY(select_plan(s, &p));
+    gr_rt_input *in = &s->inputs[i];
+    const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
+    if (in->dev_bound || p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT)
+        return gr_error(GR_ERR_UNSUPPORTED, "input '%s' has no placeholder of its own to write into", name);
+    GR_TRY(gr_rt_input_placeholder(s, p, i)); /* (made on first use) */
+    if (!in->set || p->input_bytes[i] != in->nbytes) /* (shape policy pad: a placeholder of another layout) */
+        return gr_error(GR_ERR_UNSUPPORTED, "input '%s': its placeholder does not hold the bound shape as it is", name);
+    size_t need = 0;
+    if (rows && (__builtin_mul_overflow(rows - 1, dst_pitch, &need) || __builtin_add_overflow(need, row_bytes, &need) ||
+                 need > p->input_bytes[i] || row_bytes > dst_pitch))
+        return gr_error(GR_ERR_INVALID, "input '%s': %zu rows of %zu bytes at pitch %zu do not fit its %zu bytes", name, rows, row_bytes,
+                        dst_pitch, p->input_bytes[i]);
+    if (p->input_version[i] != in->version) { /* its host value first: the run must not copy it over what is written */
+        if (p->input_bytes[i])
+            GR_TRY(gr_dev_memcpy(s->dev, s->stream, p->input_dev[i], in->data, p->input_bytes[i], GR_COPY_H2D));
+        p->input_version[i] = in->version;
+    }
+    return gr_dev_memcpy2d(s->dev, s->stream, p->input_dev[i], dst_pitch, src, src_pitch, row_bytes, rows, GR_COPY_D2D);
+}
+
 gr_status gr_session_run(gr_session_t s) {
     if (s && s->tp) return gr_rt_tp_run(s); /* every rank, one thread each */
     return gr_rt_run_one(s);

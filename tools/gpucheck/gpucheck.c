@@ -41,7 +41,9 @@ typedef struct {
 /* An attention mask [.., rows, cols] instead of random values, for the one buf_spec `spec`
  * points at (make_host): 1 causal: 0 where key j <= row i + cols - rows, else lo (the dead
  * value); 2 as 1 with rows 0..2 entirely dead (their softmax runs over dead values); 3 as 1
- * with the last third of the keys dead too (padding). */
+ * with the last third of the keys dead too (padding); 4 as 1, plus, by mask plane p (the
+ * [rows, cols] matrices in order), rows 0..2 dead where p % 3 == 1 and the last third of the
+ * keys dead where p % 3 == 2 (per-head masks: a plane read for another shows). */
 static struct {
     const buf_spec *spec;
     int pattern;
@@ -56,8 +58,11 @@ static void *make_host(const buf_spec *b) {
         double v = b->lo + (b->hi - b->lo) * urand();
         if (b == mask_pattern.spec) {
             int64_t cols = mask_pattern.cols, rows = mask_pattern.rows, j = i % cols, r = i / cols % rows;
+            int64_t plane = i / cols / rows;
             bool dead = j > r + cols - rows || (mask_pattern.pattern == 2 && r < 3) ||
-                        (mask_pattern.pattern == 3 && j >= cols - cols / 3);
+                        (mask_pattern.pattern == 3 && j >= cols - cols / 3) ||
+                        (mask_pattern.pattern == 4 && plane % 3 == 1 && r < 3) ||
+                        (mask_pattern.pattern == 4 && plane % 3 == 2 && j >= cols - cols / 3);
             v = dead ? b->lo : 0.0;
         }
         if (gr_dtype_is_float(b->t)) gr_store_f64(p, b->t, i, v);
@@ -467,7 +472,8 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
 /* mask: 0 none, 1 padding [B,1,1,Sk] (f32), 2 full [B,1,Sq,Sk] (the inputs' dtype); 3.. full
  * [B,1,Sq,Sk] f32 with dead tiles the kernel skips (buf_spec patterns): 3 causal with -FLT_MAX
  * (Hugging Face's finfo.min), 4 causal with -inf, 5 -FLT_MAX with dead rows, 6 -inf causal and
- * padding; 7 = 5 in the inputs' dtype */
+ * padding; 7 = 5 in the inputs' dtype; 8 per-head [B,H,Sq,Sk] f32 -FLT_MAX, its planes
+ * different (pattern 4); 9 the same over [1,H,Sq,Sk] (broadcast over the batch) */
 static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
                                  bool causal, int mask) {
     gr_libcall c;
@@ -488,9 +494,11 @@ static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, 
     c.alpha = 1.0 / sqrt((double)D);
     c.causal = causal;
     c.has_mask = mask != 0;
-    c.mask_dtype = mask == 1 || (mask >= 3 && mask <= 6) ? GR_F32 : t;
+    c.mask_dtype = mask == 1 || (mask >= 3 && mask <= 6) || mask >= 8 ? GR_F32 : t;
     if (mask == 1) c.mask_stride[0] = Sk, c.mask_stride[3] = 1;
     if (mask >= 2) c.mask_stride[0] = Sq * Sk, c.mask_stride[2] = Sk, c.mask_stride[3] = 1;
+    if (mask == 8) c.mask_stride[0] = H * Sq * Sk, c.mask_stride[1] = Sq * Sk;
+    if (mask == 9) c.mask_stride[0] = 0, c.mask_stride[1] = Sq * Sk;
     gr_libcall_attention_dense(&c);
     return c;
 }
@@ -498,11 +506,11 @@ static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, 
 static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
                             int64_t D, bool causal, int mask) {
     gr_libcall c = attention_call(t, B, H, Hkv, Sq, Sk, D, causal, mask);
-    int64_t nmask = mask == 1 ? B * Sk : mask >= 2 ? B * Sq * Sk : 1;
+    int64_t nmask = mask == 1 ? B * Sk : mask == 8 ? B * H * Sq * Sk : mask == 9 ? H * Sq * Sk : mask >= 2 ? B * Sq * Sk : 1;
     buf_spec specs[5] = {{t, B * H * Sq * D, -1, 1},  {t, B * Hkv * Sk * D, -1, 1}, {t, B * H * Sq * D, 0, 0},
                          {t, B * Hkv * Sk * D, -1, 1}, {c.mask_dtype, nmask, -4, 0}};
     if (mask >= 3) {
-        static const int pattern[8] = {0, 0, 0, 1, 1, 2, 3, 2};
+        static const int pattern[10] = {0, 0, 0, 1, 1, 2, 3, 2, 4, 4};
         specs[4].lo = mask == 4 || mask == 6 ? -INFINITY : t == GR_F16 && mask == 7 ? -65504.0 : -3.4028234663852886e38;
         specs[4].hi = specs[4].lo;
         mask_pattern.spec = &specs[4], mask_pattern.pattern = pattern[mask], mask_pattern.rows = Sq, mask_pattern.cols = Sk;
@@ -515,6 +523,99 @@ static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int6
     double tol = t == GR_F32 ? 2e-5 : t == GR_F16 ? 3e-3 : 2e-2;
     compare(cu, sim, c.name, NULL, &c, 5, specs, sc, 5, written, tol);
     mask_pattern.spec = NULL;
+}
+
+/* The mask tile table (cuda-attn.c) under capture: a masked attention captured while the
+ * context's table is large enough (the graph uses the table), one captured while it is too
+ * small (no allocation in a capture: that graph runs without skipping), then an eager call
+ * that grows the table (the first graph's buffer must stay alive), then both graphs replayed
+ * against eager runs of the same calls. bf16, f32 masks with dead tiles; the large call is a
+ * padding mask [B,1,1,S] over B = 128 (a table of 1.2 MB, more than the 1 MiB first taken). */
+static void check_attention_capture(devctx *cu) {
+    const char *name = "attn_capture_mask_table";
+    if (filter && !strstr(name, filter)) return;
+    gr_device *dev = cu->dev;
+    gr_libcall small = attention_call(GR_BF16, 2, 4, 4, 200, 200, 64, false, 8);
+    gr_libcall big = attention_call(GR_BF16, 128, 1, 1, 2048, 2048, 64, false, 1);
+    gr_libcall *calls[2] = {&small, &big};
+    void *buf[2][5] = {{NULL}};
+    void *host[2][5] = {{NULL}}, *eager[2] = {NULL}, *replay[2] = {NULL};
+    size_t bytes[2][5];
+    gr_dgraph *g[2] = {NULL};
+    gr_dexec *e[2] = {NULL};
+    gr_status st = GR_OK;
+    for (int c = 0; c < 2; c++) {
+        const gr_libcall *k = calls[c];
+        int64_t nq = k->batch * k->heads * k->seq_q * k->head_dim, nkv = k->batch * k->kv_heads * k->seq_k * k->head_dim;
+        int64_t nm = c == 0 ? k->batch * k->heads * k->seq_q * k->seq_k : k->batch * k->seq_k;
+        buf_spec specs[5] = {{GR_BF16, nq, -1, 1}, {GR_BF16, nkv, -1, 1}, {GR_BF16, nq, 0, 0}, {GR_BF16, nkv, -1, 1},
+                             {GR_F32, nm, -3.4028234663852886e38, -3.4028234663852886e38}};
+        /* small: per-head planes (pattern 4); big: a padding mask, the last third of the keys dead
+         * (pattern 3 over a single row) */
+        mask_pattern.spec = &specs[4], mask_pattern.pattern = c == 0 ? 4 : 3;
+        mask_pattern.rows = c == 0 ? k->seq_q : 1, mask_pattern.cols = k->seq_k;
+        for (int i = 0; i < 5; i++) {
+            bytes[c][i] = (size_t)specs[i].n * gr_dtype_size(specs[i].t);
+            host[c][i] = make_host(&specs[i]);
+            if (!host[c][i]) st = GR_ERR_NOMEM;
+            if (st == GR_OK) st = gr_dev_alloc(dev, GR_MEM_DEVICE, bytes[c][i], &buf[c][i]);
+            if (st == GR_OK) st = gr_dev_memcpy(dev, cu->s, buf[c][i], host[c][i], bytes[c][i], GR_COPY_H2D);
+        }
+        mask_pattern.spec = NULL;
+        eager[c] = malloc(bytes[c][2]);
+        replay[c] = malloc(bytes[c][2]);
+        if (!eager[c] || !replay[c]) st = GR_ERR_NOMEM;
+    }
+    DIE_IF(st, "setup");
+    gr_karg a[2][5];
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 5; i++) a[c][i] = (gr_karg){.ptr = buf[c][i]};
+    DIE_IF(gr_dev_libcall(dev, cu->s, &small, a[0], 5), "eager small");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, eager[0], buf[0][2], bytes[0][2], GR_COPY_D2H), "d2h");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
+    for (int c = 0; c < 2; c++) {
+        DIE_IF(gr_dev_capture_begin(dev, cu->s), "capture_begin");
+        st = gr_dev_libcall(dev, cu->s, calls[c], a[c], 5);
+        gr_status st2 = gr_dev_capture_end(dev, cu->s, &g[c]);
+        DIE_IF(st, "captured attention");
+        DIE_IF(st2, "capture_end");
+        DIE_IF(gr_dev_graph_instantiate(dev, g[c], &e[c]), "instantiate");
+    }
+    DIE_IF(gr_dev_libcall(dev, cu->s, &big, a[1], 5), "eager big (grows the table)");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, eager[1], buf[1][2], bytes[1][2], GR_COPY_D2H), "d2h");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
+    for (int c = 0; c < 2; c++) {
+        DIE_IF(gr_dev_memset(dev, cu->s, buf[c][2], 0, bytes[c][2]), "clear output");
+        DIE_IF(gr_dev_graph_launch(dev, e[c], cu->s), "graph launch");
+        DIE_IF(gr_dev_memcpy(dev, cu->s, replay[c], buf[c][2], bytes[c][2], GR_COPY_D2H), "d2h");
+        DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
+    }
+    for (int c = 0; c < 2; c++) {
+        /* small: the same kernels on the same table contents, bit for bit; big: skipping
+         * against no skipping, equal as numbers (a skipped tile adds exactly 0) */
+        size_t n = bytes[c][2] / 2;
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            double x = gr_load_f64(eager[c], GR_BF16, (int64_t)i), y = gr_load_f64(replay[c], GR_BF16, (int64_t)i);
+            double d = fabs(x - y);
+            if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+        }
+        bool ok = c == 0 ? !memcmp(eager[c], replay[c], bytes[c][2]) : worst == 0;
+        printf("%s %-34s %s: replay vs eager max |diff| %g%s\n", ok ? "PASS" : "FAIL", name, c ? "big (no table in capture)" : "small",
+               worst, c == 0 ? (ok ? ", bits equal" : ", bits differ") : "");
+        ok ? n_pass++ : n_fail++;
+    }
+done:
+    for (int c = 0; c < 2; c++) {
+        if (e[c]) gr_dev_exec_destroy(dev, e[c]);
+        if (g[c]) gr_dev_graph_destroy(dev, g[c]);
+        for (int i = 0; i < 5; i++) {
+            if (buf[c][i]) gr_dev_free(dev, buf[c][i]);
+            free(host[c][i]);
+        }
+        free(eager[c]);
+        free(replay[c]);
+    }
 }
 
 /* Time of `fn` per call: events around 20 launches after 3 warm-ups. */
@@ -928,7 +1029,10 @@ int main(int argc, char **argv) {
             check_attention(&cu, &sim, adt[d], 2, 4, 4, 77, 77, 64, false, mk); /* seq_k % 4: scalar scan */
         }
         check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, true, 3);    /* both causal rules */
+        check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, false, 8);   /* per-head mask planes */
+        check_attention(&cu, &sim, adt[d], 2, 4, 2, 130, 300, 128, true, 9);   /* per head, batch broadcast */
     }
+    check_attention_capture(&cu);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, true, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 3);

@@ -11,10 +11,13 @@
  *    tile loads while this one computes); the operands come out with ldmatrix (.trans for
  *    V); S = Q K^T stays in registers and its accumulator fragment is repacked in place as
  *    the A operand of P V, so P never touches shared memory. P is rounded to t before P V,
- *    as FlashAttention does. A mask is scanned once per block: tiles with no live key
- *    (every value -inf or <= -1e30, like the exporters' finfo.min) are skipped, tiles of
- *    zeros read no mask; exact, see the kernel source. H100, bf16 b8 h12 s512 d64: 38 us
- *    unmasked, 32 us causal, 66 us with a GPT-2 export's f32 causal mask (gpucheck).
+ *    as FlashAttention does. A mask is classified once per call, before the kernel, by
+ *    attn_mask_cls_<m> (one pass over the mask into a table of 64 x 64 tiles in the
+ *    context's device memory, mask_table): tiles with no live key (every value -inf or
+ *    <= -1e30, like the exporters' finfo.min) are skipped, tiles of zeros read no mask;
+ *    exact, see the kernel source. H100, bf16 b8 h12 s512 d64: 38 us unmasked, 32 us
+ *    causal, 66 us with a GPT-2 export's f32 causal mask when every block scanned its own
+ *    rows of the mask (gpucheck, before the table).
  *  - attn_gen_<t> (t = f32, bf16, f16; any head_dim, head_dim_v <= 256): one warp per query
  *    row, 32 keys per tile, exact f32 FMA (f32 inputs are not rounded to tf32) and expf.
  *    The f32 path and the other head sizes.
@@ -44,6 +47,11 @@ static const char attn_src[] =
     "  long long ms0, ms1, ms2, ms3;\n"
     "  float scale; int causal; int mask_kind; /* 0 none, 1 f32, 2 the inputs' type */\n"
     "  long long qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os; /* strides (elements): batch, head, seq */\n"
+    "  /* the mask's tile table (mask_cls), NULL: none. trows[t]: bit r set when row r of the\n"
+    "   * tile has a live key in it; tcls[t]: 1 a live key, 2 a nonzero value. Tile t of mask\n"
+    "   * plane p, query tile qt, key tile kt: (p * tnq + qt) * tnk + kt, p = b * tbs + h * ths */\n"
+    "  unsigned long long *trows; unsigned char *tcls;\n"
+    "  long long tnq, tnk, tbs, ths;\n"
     "};\n"
     "#define NEG_INF (-__int_as_float(0x7f800000))\n"
     "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
@@ -78,12 +86,14 @@ static const char attn_src[] =
     "/* ---- tensor-core kernel: 64 query rows per block (4 warps x 16 rows), 64 keys per tile ----\n"
     " * Q, K and V tiles reach shared memory with cp.async (16 bytes a copy; K and V double\n"
     " * buffered so the next tile loads while this one computes) and the mma operands come out\n"
-    " * of it with ldmatrix (.trans for V). A mask is scanned once per block first: tiles whose\n"
-    " * every value is -inf or <= -1e30 (the exporters' finfo.min) are skipped, tiles of zeros\n"
-    " * need no mask reads. Skipping is exact: such a key's weight is exp(<= -1e30 - max), 0 in\n"
-    " * f32, unless its row sees no other key; a block holding such a row runs every tile. */\n"
+    " * of it with ldmatrix (.trans for V). A mask is classified once per call by mask_cls (one\n"
+    " * pass over the mask, 64 x 64 tiles, the kernel's BM x BN) into a table the blocks read:\n"
+    " * tiles whose every value is -inf or <= -1e30 (the exporters' finfo.min) are skipped,\n"
+    " * tiles of zeros need no mask reads. Skipping is exact: such a key's weight is\n"
+    " * exp(<= -1e30 - max), 0 in f32, unless its row sees no other key; a block holding such\n"
+    " * a row (an orphan: a row with visible keys and no live one) runs every tile. */\n"
     "#define ATT_DEAD (-1e30f)\n"
-    "#define MAXT 1024 /* key tiles a block can classify (seq_k <= 65536); beyond: no skipping */\n"
+    "#define MAXT 1024 /* key tiles a block can hold classes for (seq_k <= 65536); beyond: no skipping */\n"
     "__device__ __forceinline__ u32 smem_u32(const void *p) { return (u32)__cvta_generic_to_shared(p); }\n"
     "__device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {\n"
     "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(ok ? 16 : 0));\n"
@@ -98,19 +108,10 @@ static const char attn_src[] =
     "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\\n\"\n"
     "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(smem_u32(p)));\n"
     "}\n"
-    "template <class X>\n"
-    "__device__ float mask_ld(const AttnArgs &a, long long off) {\n"
-    "  return a.mask_kind == 1 ? ((const float *)a.mask)[off] : X::ld((const typename X::T *)a.mask, off);\n"
-    "}\n"
-    "/* The tile scans' shared start (classes and rows-seen bits cleared) and end: with every\n"
-    " * row's live bit in rowseen and the per-warp bits in cls (1 live, 2 nonzero), a row that\n"
-    " * sees keys but none live runs its softmax over dead values, so nothing is skipped. */\n"
-    "template <int BM>\n"
-    "__device__ void cls_begin(int nt, unsigned char *cls, unsigned *rowseen) {\n"
-    "  for (int t = threadIdx.x; t < (nt + 3) / 4 * 4; t += blockDim.x) cls[t] = 0;\n"
-    "  if (threadIdx.x < BM / 32) rowseen[threadIdx.x] = 0;\n"
-    "  __syncthreads();\n"
-    "}\n"
+    "/* With every row's live bit in rowseen and the tile bits in cls (1 live, 2 nonzero): the\n"
+    " * class of each tile, 0 skip (no live key), 1 live keys and every value 0 (no mask reads),\n"
+    " * 2 read the mask; a row that sees keys but none live (an orphan) runs its softmax over\n"
+    " * dead values, so then nothing is skipped. */\n"
     "template <int BM>\n"
     "__device__ void cls_end(const AttnArgs &a, long long q0, int nt, unsigned char *cls, const unsigned *rowseen) {\n"
     "  __syncthreads();\n"
@@ -124,89 +125,71 @@ static const char attn_src[] =
     "  }\n"
     "  __syncthreads();\n"
     "}\n"
-    "/* rows [q0, q0 + BM) x key tiles [0, nt): cls[t] = 0 skip (no live key), 1 live keys and\n"
-    " * every value 0 (no mask reads), 2 read the mask. A key is live for a row when its mask\n"
-    " * value is above ATT_DEAD and the causal rule lets the row see it. */\n"
-    "template <class M, int BM, int BN>\n"
-    "__device__ void classify(const AttnArgs &a, long long b, long long h, long long q0, int nt, unsigned char *cls,\n"
+    "/* The classes of key tiles [0, nt) for rows [q0, q0 + 64) from the table (mask_cls): the\n"
+    " * tile bits into cls, the rows' live bits OR-ed over the tiles into rowseen. nt covers every\n"
+    " * key a row of the block may see, so a row's bit is whether it has any live key. */\n"
+    "template <int BM>\n"
+    "__device__ void cls_load(const AttnArgs &a, long long b, long long h, long long q0, int nt, unsigned char *cls,\n"
     "                         unsigned *rowseen) {\n"
-    "  /* 128 threads: column tid % 64 of a tile, rows tid / 64 + 2 i */\n"
-    "  const int tid = threadIdx.x, col = tid % BN, rsub = tid / BN, rstep = 2;\n"
-    "  cls_begin<BM>(nt, cls, rowseen);\n"
-    "  unsigned seen = 0; /* bit i: row rsub + i*rstep has a live key in this thread's columns */\n"
-    "  /* rows of this thread inside the block and the matrix: rsub + 2 i, i < nr */\n"
-    "  const long long left = a.Sq - q0 - rsub;\n"
-    "  const int nr = left <= 0 ? 0 : left >= BM ? BM / 2 : (int)((left + 1) / 2);\n"
-    "  const long long step = 2 * a.ms2;\n"
-    "  const typename M::T *m0 = (const typename M::T *)a.mask + b * a.ms0 + h * a.ms1, *mp = m0 + (q0 + rsub) * a.ms2;\n"
-    "  for (int t = 0; t < nt; t++) {\n"
-    "    long long j = (long long)t * BN + col;\n"
-    "    bool live = false, nz = false;\n"
-    "    const typename M::T *cp = j < a.Sk ? mp + j * a.ms3 : m0;\n"
-    "    const int n = j < a.Sk ? nr : 0;\n"
-    "    /* the loads of 16 rows first (unconditional: row 0 again past the end), then their\n"
-    "     * tests, so the loads are in flight together (a block's scan is otherwise a chain of\n"
-    "     * L2 round trips) */\n"
-    "    for (int i0 = 0; i0 < BM / 2; i0 += 16) {\n"
-    "      float v[16];\n"
-    "#pragma unroll\n"
-    "      for (int ii = 0; ii < 16; ii++) v[ii] = i0 + ii < n ? M::ld(cp, (i0 + ii) * step) : M::ld(m0, 0);\n"
-    "#pragma unroll\n"
-    "      for (int ii = 0; ii < 16; ii++) {\n"
-    "        if (i0 + ii >= n) continue;\n"
-    "        bool l = v[ii] > ATT_DEAD && j < key_end(a, q0 + rsub + (i0 + ii) * 2);\n"
-    "        live |= l;\n"
-    "        nz |= v[ii] != 0.f;\n"
-    "        if (l) seen |= 1u << (i0 + ii);\n"
-    "      }\n"
-    "    }\n"
-    "    unsigned lw = __ballot_sync(0xffffffffu, live), nw = __ballot_sync(0xffffffffu, nz);\n"
-    "    if ((tid & 31) == 0 && (lw | nw))\n"
-    "      atomicOr((unsigned *)(cls + (t & ~3)), (unsigned)((lw ? 1 : 0) | (nw ? 2 : 0)) << (8 * (t & 3)));\n"
+    "  static_assert(BM == 64, \"a table tile's rows are the bits of one 64-bit word\");\n"
+    "  if (threadIdx.x < BM / 32) rowseen[threadIdx.x] = 0;\n"
+    "  __syncthreads();\n"
+    "  const long long at = ((b * a.tbs + h * a.ths) * a.tnq + q0 / BM) * a.tnk;\n"
+    "  unsigned long long live = 0;\n"
+    "  for (int t = threadIdx.x; t < nt; t += blockDim.x) {\n"
+    "    cls[t] = a.tcls[at + t];\n"
+    "    live |= a.trows[at + t];\n"
     "  }\n"
-    "  for (int i = 0, r = rsub; r < BM; i++, r += rstep)\n"
-    "    if (seen & (1u << i)) atomicOr(&rowseen[r >> 5], 1u << (r & 31));\n"
+    "  for (int off = 16; off; off >>= 1) live |= __shfl_xor_sync(0xffffffffu, live, off);\n"
+    "  if ((threadIdx.x & 31) == 0) {\n"
+    "    if ((unsigned)live) atomicOr(&rowseen[0], (unsigned)live);\n"
+    "    if ((unsigned)(live >> 32)) atomicOr(&rowseen[1], (unsigned)(live >> 32));\n"
+    "  }\n"
     "  cls_end<BM>(a, q0, nt, cls, rowseen);\n"
     "}\n"
-    "/* classify for an f32 mask read 16 bytes at a time (unit key stride, every row start\n"
-    " * 16-byte aligned): 16 threads per row of a tile, rows tid / 16 + 8 i. Same result. */\n"
-    "template <int BM, int BN>\n"
-    "__device__ void classify4(const AttnArgs &a, long long b, long long h, long long q0, int nt, unsigned char *cls,\n"
-    "                          unsigned *rowseen) {\n"
-    "  const int tid = threadIdx.x, c4 = (tid % 16) * 4, rsub = tid / 16;\n"
-    "  cls_begin<BM>(nt, cls, rowseen);\n"
-    "  const long long left = a.Sq - q0 - rsub;\n"
-    "  const int nr = left <= 0 ? 0 : left >= BM ? BM / 8 : (int)((left + 7) / 8);\n"
-    "  const float *m0 = (const float *)a.mask + b * a.ms0 + h * a.ms1, *mp = m0 + (q0 + rsub) * a.ms2;\n"
-    "  const long long step = 8 * a.ms2;\n"
-    "  unsigned seen = 0; /* bit i: row rsub + 8 i has a live key in this thread's columns */\n"
-    "  for (int t = 0; t < nt; t++) {\n"
-    "    const long long j = (long long)t * BN + c4;\n"
-    "    const int n = j < a.Sk ? nr : 0;\n"
-    "    float4 v[BM / 8];\n"
+    "/* ---- the mask's tile table: one pass over the mask before the attention kernel ----\n"
+    " * Block (x, y, z), 256 threads: key tile x, query tile y of mask plane z (b' * mh + h',\n"
+    " * mh = H for a per-head mask, else 1). Thread: column tid % 64, rows tid / 64 + 4 i. A key\n"
+    " * is live for a row when its value is above ATT_DEAD and the causal rule lets the row see\n"
+    " * it. Writes the tile's live rows and class bits (1 live, 2 a nonzero value in the matrix). */\n"
+    "template <class M>\n"
+    "__device__ void mask_cls(const AttnArgs &a) {\n"
+    "  __shared__ unsigned long long srows;\n"
+    "  __shared__ int snz;\n"
+    "  const int tid = threadIdx.x, col = tid & 63, r0 = tid >> 6;\n"
+    "  const long long z = blockIdx.z, mh = a.ths ? a.H : 1;\n"
+    "  const long long q0 = (long long)blockIdx.y * 64, j = (long long)blockIdx.x * 64 + col;\n"
+    "  const typename M::T *mp = (const typename M::T *)a.mask + (z / mh) * a.ms0 + (z % mh) * a.ms1;\n"
+    "  if (tid == 0) srows = 0, snz = 0;\n"
+    "  /* the 16 loads first, then their tests, so the loads are in flight together */\n"
+    "  float v[16];\n"
     "#pragma unroll\n"
-    "    for (int i = 0; i < BM / 8; i++) v[i] = *(const float4 *)(i < n ? mp + i * step + j : m0); /* m0: a valid address */\n"
-    "    bool live = false, nz = false;\n"
-    "#pragma unroll\n"
-    "    for (int i = 0; i < BM / 8; i++) {\n"
-    "      if (i >= n) continue;\n"
-    "      const long long e = key_end(a, q0 + rsub + 8 * i);\n"
-    "      const float x[4] = {v[i].x, v[i].y, v[i].z, v[i].w};\n"
-    "      for (int c = 0; c < 4; c++) {\n"
-    "        if (j + c >= a.Sk) break;\n"
-    "        bool l = x[c] > ATT_DEAD && j + c < e;\n"
-    "        live |= l;\n"
-    "        nz |= x[c] != 0.f;\n"
-    "        if (l) seen |= 1u << i;\n"
-    "      }\n"
-    "    }\n"
-    "    unsigned lw = __ballot_sync(0xffffffffu, live), nw = __ballot_sync(0xffffffffu, nz);\n"
-    "    if ((tid & 31) == 0 && (lw | nw))\n"
-    "      atomicOr((unsigned *)(cls + (t & ~3)), (unsigned)((lw ? 1 : 0) | (nw ? 2 : 0)) << (8 * (t & 3)));\n"
+    "  for (int i = 0; i < 16; i++) {\n"
+    "    const long long r = q0 + r0 + 4 * i;\n"
+    "    v[i] = r < a.Sq && j < a.Sk ? M::ld(mp, r * a.ms2 + j * a.ms3) : 0.f;\n"
     "  }\n"
-    "  for (int i = 0; i < BM / 8; i++)\n"
-    "    if (seen & (1u << i)) atomicOr(&rowseen[(rsub + 8 * i) >> 5], 1u << ((rsub + 8 * i) & 31));\n"
-    "  cls_end<BM>(a, q0, nt, cls, rowseen);\n"
+    "  unsigned long long live = 0;\n"
+    "  bool nz = false;\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < 16; i++) {\n"
+    "    const long long r = q0 + r0 + 4 * i;\n"
+    "    if (r >= a.Sq || j >= a.Sk) continue;\n"
+    "    if (v[i] > ATT_DEAD && j < key_end(a, r)) live |= 1ull << (r0 + 4 * i);\n"
+    "    nz |= v[i] != 0.f;\n"
+    "  }\n"
+    "  for (int off = 16; off; off >>= 1) live |= __shfl_xor_sync(0xffffffffu, live, off);\n"
+    "  nz = __any_sync(0xffffffffu, nz);\n"
+    "  __syncthreads(); /* srows and snz cleared */\n"
+    "  if ((tid & 31) == 0) {\n"
+    "    if (live) atomicOr(&srows, live);\n"
+    "    if (nz) snz = 1;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  if (tid == 0) {\n"
+    "    const long long at = (z * a.tnq + blockIdx.y) * a.tnk + blockIdx.x;\n"
+    "    a.trows[at] = srows;\n"
+    "    a.tcls[at] = (unsigned char)((srows ? 1 : 0) | (snz ? 2 : 0));\n"
+    "  }\n"
     "}\n"
     "/* s += mask * log2 e over one tile's fragment: every load first (row and column clamped\n"
     " * into the matrix; what lies outside is cut by the causal/edge rule after), so they are\n"
@@ -250,7 +233,7 @@ static const char attn_src[] =
     "  const long long last = q0 + BM - 1 < a.Sq - 1 ? q0 + BM - 1 : a.Sq - 1;\n"
     "  const long long kv_end = key_end(a, last);\n"
     "  const int nt = (int)((kv_end + BN - 1) / BN);\n"
-    "  const bool use_cls = a.mask_kind && nt <= MAXT;\n"
+    "  const bool use_cls = a.mask_kind && a.tcls && nt <= MAXT; /* else: every tile reads the mask */\n"
     "  /* Q tile (rows past Sq are zeros) */\n"
     "  for (int e = tid; e < BM * CH; e += blockDim.x) {\n"
     "    int r = e / CH, c = (e % CH) * 8;\n"
@@ -258,12 +241,7 @@ static const char attn_src[] =
     "    cp16(Qs + r * LD + c, Q + (ok ? (q0 + r) * a.qs + c : 0), ok);\n"
     "  }\n"
     "  cp_commit();\n"
-    "  if (use_cls) {\n"
-    "    const bool vec = a.mask_kind == 1 && a.ms3 == 1 && !(((a.ms0 | a.ms1 | a.ms2 | a.Sk) & 3) || ((size_t)a.mask & 15));\n"
-    "    if (vec) classify4<BM, BN>(a, b, h, q0, nt, cls, rowseen);\n"
-    "    else if (a.mask_kind == 1) classify<TF32, BM, BN>(a, b, h, q0, nt, cls, rowseen);\n"
-    "    else classify<X, BM, BN>(a, b, h, q0, nt, cls, rowseen);\n"
-    "  }\n"
+    "  if (use_cls) cls_load<BM>(a, b, h, q0, nt, cls, rowseen);\n"
     "  /* the next tile to compute at or after t (nt when none) */\n"
     "  auto next_tile = [&](int t) {\n"
     "    if (use_cls) while (t < nt && cls[t] == 0) t++;\n"
@@ -444,7 +422,10 @@ static const char attn_src[] =
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(const AttnArgs a) { attn_mma<TF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(const AttnArgs a) { attn_gen<TF32>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(const AttnArgs a) { attn_gen<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(const AttnArgs a) { attn_gen<TF16>(a); }\n";
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(const AttnArgs a) { attn_gen<TF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f32(const AttnArgs a) { mask_cls<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_bf16(const AttnArgs a) { mask_cls<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f16(const AttnArgs a) { mask_cls<TF16>(a); }\n";
 
 const char *gr_cuda_attention_source(void) { return attn_src; }
 
@@ -458,23 +439,40 @@ typedef struct {
     int causal;
     int mask_kind;
     long long qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os; /* strides (elements): batch, head, seq */
+    void *trows, *tcls; /* the mask's tile table, NULL: none */
+    long long tnq, tnk, tbs, ths;
 } attn_args;
 
-enum { K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16, K_COUNT };
+enum {
+    K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16,
+    K_CLS_F32, K_CLS_BF16, K_CLS_F16, /* the mask's tile table (mask_cls) */
+    K_COUNT
+};
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
                                                   "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
-                                                  "attn_gen_f16"};
+                                                  "attn_gen_f16",      "attn_mask_cls_f32", "attn_mask_cls_bf16",
+                                                  "attn_mask_cls_f16"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
     CUmodule module;
     CUfunction fn[K_COUNT];
     size_t smem_set[K_COUNT]; /* dynamic shared memory the function was allowed so far */
+    /* The mask tile tables' device memory, one per context like the cuBLASLt workspace (the
+     * calls of a context run one after another on its stream). It grows outside capture only,
+     * and a grown-out buffer stays allocated until the context goes: a graph captured
+     * earlier still writes and reads it. */
+    CUdeviceptr table;
+    size_t table_bytes;
+    GR_VEC(CUdeviceptr) retired;
 };
 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
     if (!c->attn) return;
     if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
+    if (c->attn->table) c->cu->cuMemFree(c->attn->table);
+    for (int i = 0; i < c->attn->retired.len; i++) c->cu->cuMemFree(c->attn->retired.data[i]);
+    gr_vec_free(&c->attn->retired);
     gr_free(c->attn, sizeof *c->attn);
     c->attn = NULL;
 }
@@ -506,6 +504,47 @@ static gr_status attn_state(gr_cuda_ctx *c, struct gr_cuda_attn **out) {
     c->attn = s;
     *out = s;
     return GR_OK;
+}
+
+/* The tensor-core kernel's tiles (BM = BN), its MAXT, and the least table memory taken. */
+enum { ATT_TILE = 64, ATT_MAXT = 1024, ATT_TABLE_MIN = 1 << 20 };
+
+/* The mask's tile table for the tensor-core kernel: mask_cls launched on `stream` ahead of
+ * the attention, writing one 64 x 64 tile's live rows (8 bytes) and class (1 byte) per
+ * (mask plane, query tile, key tile) into the context's table memory. Leaves a->tcls NULL
+ * (every tile then reads the mask: slower, the same result) where no table can be had: more
+ * key tiles than a block holds classes for, a grid past the launch limits, or a table
+ * larger than the memory held while the stream captures (a capture never allocates). */
+static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call,
+                            attn_args *a) {
+    const int64_t nq = (call->seq_q + ATT_TILE - 1) / ATT_TILE, nk = (call->seq_k + ATT_TILE - 1) / ATT_TILE;
+    const int64_t mb = a->ms0 ? call->batch : 1, mh = a->ms1 ? call->heads : 1; /* each <= 65535 (checked) */
+    int64_t tiles, bytes;
+    if (nk > ATT_MAXT || nq > 65535 || mb * mh > 65535) return GR_OK;
+    if (gr_mul_overflow(mb * mh, nq, &tiles) || gr_mul_overflow(tiles, nk, &tiles) || gr_mul_overflow(tiles, 9, &bytes))
+        return GR_OK;
+    if ((size_t)bytes > s->table_bytes) {
+        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+        GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+        if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return GR_OK;
+        GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1)); /* so keeping the old one cannot fail */
+        size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
+        CUdeviceptr p;
+        gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+        if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of mask tile table", call->name, want);
+        if (s->table) s->retired.data[s->retired.len++] = s->table;
+        s->table = p;
+        s->table_bytes = want;
+    }
+    a->trows = (void *)(uintptr_t)s->table;
+    a->tcls = (char *)a->trows + tiles * 8;
+    a->tnq = nq, a->tnk = nk;
+    a->tbs = a->ms0 ? mh : 0, a->ths = a->ms1 ? 1 : 0;
+    const int kind = a->mask_kind == 1 ? K_CLS_F32 : call->dtype == GR_BF16 ? K_CLS_BF16 : K_CLS_F16;
+    void *params[1] = {a};
+    gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)nk, (unsigned)nq, (unsigned)(mb * mh), 256, 1,
+                                                      1, 0, stream, params, NULL));
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
 }
 
 gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
@@ -562,6 +601,7 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
         mma = false;
         kind = call->dtype == GR_BF16 ? K_GEN_BF16 : K_GEN_F16;
     }
+    if (mma && a.mask_kind) GR_TRY(mask_table(c, s, stream, call, &a));
     if (mma) {
         /* Q, K and V twice (double buffered), each 64 rows of head_dim + 8; the tile classes
          * (1024 bytes) and the rows-seen bits after them (kernel source) */

@@ -317,6 +317,28 @@ static gr_status cuda_memcpy_async(void *ctx, gr_stream *s, void *dst, const voi
     return GR_OK;
 }
 
+static gr_status cuda_memcpy2d_async(void *ctx, gr_stream *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                     size_t height, gr_copy_kind kind) {
+    cuda_dev *d = ctx;
+    CUDA_MEMCPY2D m;
+    memset(&m, 0, sizeof m);
+    bool dev_src = kind == GR_COPY_D2D || kind == GR_COPY_D2H, dev_dst = kind == GR_COPY_D2D || kind == GR_COPY_H2D;
+    if (kind != GR_COPY_D2D && kind != GR_COPY_D2H && kind != GR_COPY_H2D && kind != GR_COPY_H2H)
+        return gr_error(GR_ERR_INVALID, "cuda: memcpy2d: bad copy kind %d", (int)kind);
+    m.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (dev_src) m.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    else m.srcHost = src;
+    m.srcPitch = spitch;
+    m.dstMemoryType = dev_dst ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (dev_dst) m.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    else m.dstHost = dst;
+    m.dstPitch = dpitch;
+    m.WidthInBytes = width;
+    m.Height = height;
+    GR_CU_CHECK(CU(d)->cuMemcpy2DAsync(&m, cs(s)));
+    return GR_OK;
+}
+
 static gr_status cuda_memset_async(void *ctx, gr_stream *s, void *dst, int value, size_t bytes) {
     cuda_dev *d = ctx;
     if (bytes == 0) return GR_OK;
@@ -837,6 +859,7 @@ static const struct gr_device_i cuda_iface = {
     .stream_wrap = cuda_stream_wrap,
     .stream_wait_event = cuda_stream_wait_event,
     .memcpy_async = cuda_memcpy_async,
+    .memcpy2d_async = cuda_memcpy2d_async,
     .memset_async = cuda_memset_async,
     .kernel_prepare = cuda_kernel_prepare,
     .kernel_release = cuda_kernel_release,

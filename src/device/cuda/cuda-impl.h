@@ -20,7 +20,7 @@
     X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)     \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)            \
     X(cuStreamSynchronize) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                 \
-    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload)                     \
+    X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload)                     \
     X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
