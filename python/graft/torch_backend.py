@@ -22,9 +22,12 @@ How a graph is lowered
   is marked supported; CapabilityBasedPartitioner groups supported nodes into
   subgraphs, each built with graft's C builder API (graft.builder) and compiled into a
   session; the rest runs in PyTorch, and graft.explain() lists it with the reason.
-- Parameters and buffers are graph inputs (aot_autograd lifts them): on CUDA they are
-  bound as device buffers (gr_session_bind_input_device: PyTorch's own memory, no
-  second copy of the weights); on the simulator they are copied in on each call.
+- Parameters and buffers are graph inputs (aot_autograd lifts them), bound again only when
+  they change (version counter, address): on CUDA as device buffers
+  (gr_session_bind_input_device: PyTorch's own memory, read in place, also by the captured
+  cuBLASLt calls, which graft pins to the weight's address: no second copy of the weights);
+  on the simulator they are copied in. Report.const_bytes counts tensor data baked into
+  graft graphs (0 for a module: only literals could be).
 - Dynamic shapes (dynamic=True, mark_dynamic): Dynamo's size symbols (s0, ...) become
   graft symbols, so one session (graft's shape-generic kernels, a plan per binding)
   serves every size, when each input dim is a plain symbol and each reshape/expand has
