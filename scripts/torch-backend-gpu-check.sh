@@ -57,9 +57,11 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get("variant") == "graft":
-        print("%-10s subgraphs=%s left_to_pytorch=%s fallbacks=%s ms=%s mem=%s err=%s %s" % (
-            r["workload"], r.get("graft_subgraphs"), r.get("left_to_pytorch", []), r.get("graft_fallbacks"),
-            r.get("ms_per_call"), r.get("mem_mib"), r.get("err_vs_eager"), r.get("error", "")))
+        print("%-10s subgraphs=%s left_to_pytorch=%s fallbacks=%s ms=%s mem=%s graft_device_bytes=%s bytes_copied=%s "
+              "inputs_in_place=%s err=%s %s" % (
+                  r["workload"], r.get("graft_subgraphs"), r.get("left_to_pytorch", []), r.get("graft_fallbacks"),
+                  r.get("ms_per_call"), r.get("mem_mib"), r.get("graft_device_bytes"), r.get("graft_bytes_copied"),
+                  r.get("graft_inputs_in_place"), r.get("err_vs_eager"), r.get("error", "")))
 EOF
 
 echo "== status ($OUT/status.txt)"
