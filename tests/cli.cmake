@@ -30,3 +30,12 @@ if(Python3_FOUND AND NOT graft_py_deps_missing)
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(py_shape_policies_cli PROPERTIES ENVIRONMENT "${graft_shp_env}" TIMEOUT 1800)
 endif()
+# plans of the dynamic exports at several bindings equal the committed dumps (the new-binding
+# cuts of 2026-11-24 must not change a plan): graft dump only
+if(Python3_FOUND AND NOT graft_py_deps_missing)
+  add_test(NAME py_plan_golden
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_plan_golden.py
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(py_plan_golden PROPERTIES ENVIRONMENT "GRAFT_BIN=$<TARGET_FILE:graft_cli>;PYTHONDONTWRITEBYTECODE=1"
+                       TIMEOUT 600)
+endif()

@@ -126,10 +126,91 @@ static void test_hook_sees_exact_sizes(void) {
     gr_set_allocator(NULL, NULL);
 }
 
+/* The block cache of a plan build (alloc.c): inside a scope a freed small block serves the next
+ * request of its size class, every request still counts and can fail, and nothing is cached for
+ * a user's hook. */
+static void test_block_cache(void) {
+    gr_debug_check_free_sizes(1);
+    long live0 = gr_debug_live_allocs();
+    gr_alloc_cache_begin();
+    char *p = gr_malloc(40);
+    CHECK(p != NULL);
+    gr_free(p, 40);
+    CHECK(gr_debug_live_allocs() == live0);
+    char *q = gr_malloc(33); /* same class (48 bytes): the cached block */
+    CHECK_MSG(q == p, "a freed block of the class was not reused");
+    memset(q, 0x5a, 33);
+    CHECK(gr_debug_live_allocs() == live0 + 1);
+    /* a realloc within the class keeps the block; across classes it moves out */
+    char *r = gr_realloc(q, 33, 47);
+    CHECK(r == q);
+    r = gr_realloc(r, 47, 5000);
+    CHECK(r != NULL && r[0] == 0x5a && r[32] == 0x5a);
+    gr_free(r, 5000);
+    /* failure injection: a cached block does not make the request immune */
+    void *c = gr_malloc(100);
+    gr_free(c, 100);
+    gr_debug_fail_alloc_after(1);
+    CHECK(gr_malloc(100) == NULL);
+    CHECK(gr_debug_live_allocs() == live0);
+    void *d = gr_malloc(100);
+    CHECK(d == c);
+    gr_free(d, 100);
+    /* nested scopes: an inner end keeps the cache */
+    gr_alloc_cache_begin();
+    gr_alloc_cache_end();
+    d = gr_malloc(100);
+    CHECK(d == c);
+    gr_free(d, 100);
+    gr_alloc_cache_end();
+    CHECK(gr_debug_live_allocs() == live0);
+    CHECK_MSG(gr_debug_free_size_errors() == 0, "%ld wrong sizes", gr_debug_free_size_errors());
+    /* a user's hook sees every free at once: nothing is held for it */
+    gr_set_allocator(counting_alloc, NULL);
+    gr_alloc_cache_begin();
+    void *e = gr_malloc(40);
+    CHECK(hook_blocks == 1 && hook_bytes == 40);
+    gr_free(e, 40);
+    CHECK_MSG(hook_blocks == 0 && hook_bytes == 0, "hook left with %ld bytes in %ld blocks", hook_bytes, hook_blocks);
+    gr_alloc_cache_end();
+    gr_set_allocator(NULL, NULL);
+}
+
+/* A large gr_calloc (libc's calloc with the default allocator): zeroed, counted, fails by
+ * injection, freed with its size; with a user's hook it goes through the hook. */
+static void test_large_calloc(void) {
+    gr_debug_check_free_sizes(1);
+    long live0 = gr_debug_live_allocs();
+    size_t n = (size_t)1 << 20;
+    unsigned char *p = gr_malloc(n); /* dirty a block first, so a reused one would show */
+    CHECK(p != NULL);
+    if (p) memset(p, 0xab, n);
+    gr_free(p, n);
+    unsigned char *z = gr_calloc(n / 8, 8);
+    CHECK(z != NULL);
+    bool zero = true;
+    for (size_t i = 0; z && i < n; i++) zero &= z[i] == 0;
+    CHECK(zero);
+    CHECK(gr_debug_live_allocs() == live0 + 1);
+    gr_free(z, n);
+    gr_debug_fail_alloc_after(1);
+    CHECK(gr_calloc(n, 1) == NULL);
+    CHECK(gr_debug_live_allocs() == live0);
+    CHECK_MSG(gr_debug_free_size_errors() == 0, "%ld wrong sizes", gr_debug_free_size_errors());
+    gr_set_allocator(counting_alloc, NULL);
+    void *h = gr_calloc(n, 1);
+    CHECK(h != NULL && hook_blocks == 1 && hook_bytes == (long)n);
+    gr_free(h, n);
+    CHECK(hook_blocks == 0 && hook_bytes == 0);
+    gr_set_allocator(NULL, NULL);
+}
+
 int main(void) {
     test_wrong_sizes_are_caught();
     test_many_blocks();
     test_helpers_free_exact_sizes();
     test_hook_sees_exact_sizes();
+    test_block_cache();
+    test_large_calloc();
     return check_summary("test_alloc");
 }

@@ -173,6 +173,27 @@ static int64_t device_kv_len(gr_decode_engine *e) {
     return kv;
 }
 
+/* After a reset, every cache buffer of the engine is zero on the device already (the steps of the
+ * sequence before wrote into it; a reset zeroes it there, not at the next run's copy). */
+static void check_cache_zero(gr_decode_engine *e, const char *const *past, int n_state, const char *what) {
+    gr_session_t es = gr_decode_engine_session(e);
+    for (int k = 0; k < n_state; k++) {
+        int i = -1;
+        for (int j = 0; j < es->graph->inputs.len; j++)
+            if (!strcmp(es->graph->values.data[es->graph->inputs.data[j]].name, past[k])) i = j;
+        CHECK_MSG(i >= 0 && es->current, "%s: state input '%s' not found", what, past[k]);
+        if (i < 0 || !es->current) return;
+        size_t n = es->current->input_bytes[i];
+        unsigned char *h = malloc(n ? n : 1);
+        CHECK_OK(gr_dev_memcpy(es->dev, es->stream, h, gr_rt_input_addr(es, es->current, i), n, GR_COPY_D2H));
+        CHECK_OK(gr_dev_stream_sync(es->dev, es->stream));
+        size_t nz = 0;
+        for (size_t b = 0; b < n; b++) nz += h[b] != 0;
+        CHECK_MSG(nz == 0, "%s: %zu nonzero bytes in cache '%s' after a reset", what, nz, past[k]);
+        free(h);
+    }
+}
+
 static void run_loop(const char *name, const char *const *past, const char *const *present, int n_state, gr_mode mode) {
     char path[512], err[256];
     snprintf(path, sizeof path, DIR "%s/model.onnx", name);
@@ -204,6 +225,7 @@ static void run_loop(const char *name, const char *const *past, const char *cons
             int64_t eos = rep == 2 ? gr[P + 4] : -1;
             if (rep == 2 && b != 1) break;
             CHECK_OK(gr_decode_engine_reset(e, eos, eos));
+            if (rep > 0) check_cache_zero(e, past, n_state, name);
             for (int64_t t = 0; t < P; t++) {
                 for (int64_t r = 0; r < b; r++) ids[r] = pr[r * P + t];
                 CHECK_OK(gr_decode_engine_step(e, ids, t + 1, NULL));

@@ -59,6 +59,9 @@ typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
  *   kernels, released after their gr_kfuncs), so the device may keep a pointer to k instead
  *   of a copy: a new binding's plan then copies none of its kernels again (CUDA). */
 #define GR_KPREP_BORROW 2u
+/* GR_KPREP_VERIFIED: the caller has checked k with gr_kernel_verify (a plan's kernels are checked
+ *   once when the plan is built): the simulator does not check it again. */
+#define GR_KPREP_VERIFIED 4u
 
 /* Kernel preparation counters of one device, since it was created. */
 typedef struct {

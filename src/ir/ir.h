@@ -212,6 +212,9 @@ typedef struct {
      * element i is concrete) when `exprs` is not NULL. Zeroed attributes are
      * concrete. Specialization replaces them by their values. */
     bool sym;
+    /* name borrowed from the graph this one was cloned from, and ints / exprs / floats in the
+     * clone's slab (gr_ir_graph_clone_borrow): none of them is freed on its own */
+    bool in_slab;
     int32_t expr;
     int32_t *exprs;
 } gr_ir_attr;
@@ -227,7 +230,23 @@ typedef struct {
     int line, col;   /* source location for messages; 0 if built by API */
     bool no_fold;    /* constant folding leaves it to run time (set by the pipeline, see passes.h) */
     bool name_borrowed; /* name belongs to the graph this one was cloned from (gr_ir_graph_clone_borrow) */
+    uint8_t slab;       /* GR_NODE_SLAB_*: which of in, out, attrs lie in the graph's slab (never freed alone) */
+    /* gr_ir_check_attrs passed and no attribute was symbolic: passes change attribute values
+     * but never a name, a kind or the op of a node that keeps attributes, and only a symbolic
+     * int can become another value a check looks at (a dtype), so inference does not check
+     * again (every new binding re-infers every node; a clone keeps the flag) */
+    bool attrs_checked;
 } gr_ir_node;
+#define GR_NODE_SLAB_IN 1u
+#define GR_NODE_SLAB_OUT 2u
+#define GR_NODE_SLAB_ATTRS 4u
+/* Frees a node's name, inputs, outputs and attributes (what lies in a slab stays); the node
+ * is left with none of them. */
+void gr_ir_node_release(gr_ir_node *n);
+/* Frees a node's input array only (n_in 0, in NULL), e.g. to give it another one. */
+void gr_ir_node_free_inputs(gr_ir_node *n);
+/* Frees what an attribute's arrays of `ints`/`exprs` hold outside a slab; exprs NULL after. */
+void gr_ir_attr_drop_exprs(gr_ir_attr *a);
 /* Free a value's or node's name unless it is borrowed; the name is NULL afterwards. */
 void gr_ir_value_name_free(gr_ir_value *v);
 void gr_ir_node_name_free(gr_ir_node *n);
@@ -262,6 +281,10 @@ struct gr_graph {
     int next_auto_name;
     gr_name_index value_index; /* private to ir.c */
     gr_name_index node_index;  /* private to ir.c */
+    /* a borrowing clone's nodes' in / out / attrs arrays and their attributes' arrays, in one
+     * block (slab_bytes), freed with the graph */
+    void *slab;
+    size_t slab_bytes;
 };
 typedef struct gr_graph gr_graph;
 

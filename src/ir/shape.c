@@ -1193,7 +1193,12 @@ gr_status gr_ir_infer_node(gr_graph *g, int node) {
     c.where[0] = 0; /* formatted when a message needs it: inference runs for every node, often */
     const gr_op_info *info = gr_op_get(c.n->op);
     if (!info) return fail(&c, GR_ERR_INVALID, "unknown op");
-    GR_TRY(gr_ir_check_attrs(g, c.n)); /* an unknown attribute would be ignored below: a silently wrong result */
+    if (!c.n->attrs_checked) { /* an unknown attribute would be ignored below: a silently wrong result */
+        GR_TRY(gr_ir_check_attrs(g, c.n));
+        bool sym = false;
+        for (int a = 0; a < c.n->n_attr; a++) sym |= c.n->attrs[a].sym || c.n->attrs[a].exprs;
+        g->nodes.data[node].attrs_checked = !sym; /* c.n is const */
+    }
     if (c.n->n_in < info->min_in || (info->max_in >= 0 && c.n->n_in > info->max_in) || c.n->n_out < info->min_out ||
         (info->max_out >= 0 && c.n->n_out > info->max_out))
         return fail(&c, GR_ERR_INVALID, "wrong number of inputs (%d) or outputs (%d)", c.n->n_in, c.n->n_out);
@@ -1314,10 +1319,7 @@ static gr_status specialize_graph(gr_graph *g, const spec_env *env) {
                     if (st == GR_OK && !skip) at->ints[k] = val, at->exprs[k] = GR_SYM_NONE;
                     else all = false;
                 }
-                if (st == GR_OK && all) {
-                    gr_free(at->exprs, (size_t)at->n * sizeof(int32_t));
-                    at->exprs = NULL;
-                }
+                if (st == GR_OK && all) gr_ir_attr_drop_exprs(at);
             } else if (at->kind == GR_IR_ATTR_GRAPH && at->graph) {
                 gr_graph *sub = at->graph;
                 int64_t *sv = gr_malloc(sizeof(int64_t) * ((size_t)sub->syms.len + 1));

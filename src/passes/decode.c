@@ -248,17 +248,18 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
         c = &g->nodes.data[cn]; /* the node array may have moved */
         int newv = c->in[1];
         for (int a = 0; a < c->n_attr; a++) gr_ir_attr_free(&c->attrs[a]);
-        gr_free(c->attrs, (size_t)c->n_attr * sizeof(gr_ir_attr));
+        if (!(c->slab & GR_NODE_SLAB_ATTRS)) gr_free(c->attrs, (size_t)c->n_attr * sizeof(gr_ir_attr));
+        c->slab &= (uint8_t)~GR_NODE_SLAB_ATTRS;
         c->attrs = NULL, c->n_attr = 0;
-        gr_free(c->in, (size_t)c->n_in * sizeof(int));
+        gr_ir_node_free_inputs(c);
         if (!(c->in = gr_malloc(3 * sizeof(int)))) {
-            c->n_in = 0;
             st = GR_ERR_NOMEM;
             goto fail;
         }
         c->n_in = 3;
         c->in[0] = cond, c->in[1] = newv, c->in[2] = past;
         c->op = GR_OP_WHERE;
+        c->attrs_checked = false;
         g->values.data[pres].inplace_of = past + 1;
     }
     if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;

@@ -263,13 +263,7 @@ static gr_status run_step(fold_ctx *c, const gr_step *s, bool *host_step) {
 }
 
 /* ==== node removal =========================================================================== */
-static void node_release(gr_ir_node *n) {
-    gr_ir_node_name_free(n);
-    gr_free(n->in, (size_t)n->n_in * sizeof(int));
-    gr_free(n->out, (size_t)n->n_out * sizeof(int));
-    for (int i = 0; i < n->n_attr; i++) gr_ir_attr_free(&n->attrs[i]);
-    gr_free(n->attrs, (size_t)n->n_attr * sizeof(gr_ir_attr));
-}
+static void node_release(gr_ir_node *n) { gr_ir_node_release(n); }
 
 /* Removes the folded nodes (their outputs are constants already) in one
  * pass, renumbering the producers of the values the others make. */

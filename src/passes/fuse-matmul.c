@@ -347,11 +347,11 @@ static bool plan_operand(const gr_step *s, int which, int64_t off, int64_t v_num
     return true;
 }
 
-/* Rebinds every reader of copy step i's output to its source; true when done. */
-static bool try_operands(fm_ctx *c, int i) {
+/* Rebinds every reader of copy step i's output (parsed into *copy) to its source; true when done. */
+static bool try_operands(fm_ctx *c, int i, const fm_copy *copy) {
     const gr_step_list *steps = c->steps;
-    fm_copy cp;
-    if (!parse_copy(c->g, &steps->data[i], &cp) || !private_root(c, cp.dst)) return false;
+    fm_copy cp = *copy;
+    if (!private_root(c, cp.dst)) return false;
     int64_t numel = gr_ir_value_numel(&c->g->values.data[cp.dst]);
     int src_root = root_of(c, cp.src, NULL);
     if (src_root == cp.dst) return false;
@@ -397,11 +397,10 @@ static bool try_operands(fm_ctx *c, int i) {
 
 /* ---- outputs ----------------------------------------------------------------------------------- */
 
-/* Makes the matmul writing copy step i's input write its output instead; removes step i. */
-static bool try_output(fm_ctx *c, int i) {
+/* Makes the matmul writing copy step i's input (parsed into *copy) write its output instead; removes step i. */
+static bool try_output(fm_ctx *c, int i, const fm_copy *copy) {
     gr_step_list *steps = c->steps;
-    fm_copy cp;
-    if (!parse_copy(c->g, &steps->data[i], &cp)) return false;
+    fm_copy cp = *copy;
     int64_t off;
     int v1 = root_of(c, cp.src, &off);
     off += cp.map.base;
@@ -508,7 +507,9 @@ gr_status gr_pass_fuse_matmul_layouts(const gr_graph *g, gr_step_list *steps) {
         for (int i = steps->len - 1; i >= 0 && st == GR_OK; i--) {
             if (c.dead[i]) continue;
             if ((st = touch_reserve(&c)) != GR_OK) break;
-            if (try_operands(&c, i) || try_output(&c, i)) changed = true;
+            /* both apply to copy steps only; try_operands changes nothing when it fails */
+            fm_copy cp;
+            if (parse_copy(g, &steps->data[i], &cp) && (try_operands(&c, i, &cp) || try_output(&c, i, &cp))) changed = true;
         }
         int kept = 0;
         for (int i = 0; i < steps->len; i++) {

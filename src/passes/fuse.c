@@ -39,8 +39,8 @@
  * source_nodes (the first of the group).
  *
  * Cost: the first fusion into a kernel in a sweep copies it (as described);
- * later ones splice P's nodes into it in place (fuse-grow.c), and CSE runs
- * once when the sweep ends, giving node for node the kernel that copying and
+ * later ones splice P's nodes into it in place (fuse-grow.c; the growing form
+ * is made at the second fusion), and CSE runs once when the sweep ends, giving node for node the kernel that copying and
  * merging at every step gives, so a chain of N fusions costs O(N), not
  * O(N^2). A producer's readers come from an index of the steps binding each
  * value, and fused-away steps are compacted once per sweep.
@@ -344,6 +344,10 @@ typedef struct {
     GR_VEC(ref_link) extra;
     bool *dead;                 /* per step */
     gr_fuse_wk **wk;            /* per step: kernel being grown, or NULL */
+    /* per step: a kernel a copying fusion just made (merged by CSE), which starts growing at
+     * its next fusion. Why not at once: most are fused into no more than once in a sweep, and
+     * making the growing form and going back (another CSE) was ~5% of a new binding's plan. */
+    bool *grow;
     int *stamp;                 /* per step: last producer that looked at it */
     int n_steps;
 } sweep_ctx;
@@ -374,6 +378,7 @@ static void sweep_free(sweep_ctx *sc) {
     gr_vec_free(&sc->extra);
     gr_free(sc->dead, sizeof(bool) * ns);
     gr_free(sc->wk, sizeof(gr_fuse_wk *) * ns);
+    gr_free(sc->grow, sizeof(bool) * ns);
     gr_free(sc->stamp, sizeof(int) * ns);
 }
 
@@ -389,8 +394,9 @@ static gr_status sweep_init(sweep_ctx *sc, const gr_graph *g, gr_step_list *step
     sc->extra_head = gr_malloc(sizeof(int) * nv1);
     sc->dead = gr_calloc(ns, sizeof(bool));
     sc->wk = gr_calloc(ns, sizeof(gr_fuse_wk *));
+    sc->grow = gr_calloc(ns, sizeof(bool));
     sc->stamp = gr_malloc(sizeof(int) * ns);
-    if (!sc->ref_start || !sc->extra_head || !sc->dead || !sc->wk || !sc->stamp) {
+    if (!sc->ref_start || !sc->extra_head || !sc->dead || !sc->wk || !sc->grow || !sc->stamp) {
         sweep_free(sc);
         return gr_nomem();
     }
@@ -534,9 +540,13 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     if (n_readers > 1 && ps->kernel->nodes.len > FUSE_MAX_RECOMPUTE) return GR_OK; /* too dear to recompute */
     if (n_readers > 1 && !recompute_pays(ps, steps, readers, n_readers)) return GR_OK; /* materialised */
     fuse_ctx f[FUSE_MAX_READERS];
-    gr_fuse_wk *made[FUSE_MAX_READERS] = {NULL};
     memset(f, 0, sizeof f[0] * (size_t)n_readers); /* only these are read (each f is ~2 KB) */
     for (int r = 0; r < n_readers; r++) {
+        int j = readers[r];
+        if (!sc->wk[j] && sc->grow[j]) { /* fused into a second time in this sweep: grow it from now on */
+            GR_TRY(gr_fuse_wk_create(steps->data[j].kernel, &sc->wk[j]));
+            sc->grow[j] = false;
+        }
         f[r].p = ps->kernel;
         f[r].ps = ps;
         f[r].c = steps->data[readers[r]].kernel;
@@ -570,15 +580,10 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
         bool applied = false;
         st = fuse_pair(&f[r], &applied);
         all = st == GR_OK && applied;
-        if (all && !copy_always) {
-            st = gr_fuse_wk_create(f[r].n, &made[r]);
-            all = st == GR_OK;
-        }
     }
     if (all && st == GR_OK) st = gr_vec_reserve(&sc->extra, sc->extra.len + n_readers * GR_KMAX_PARAMS);
     if (!all || st != GR_OK) {
         for (int r = 0; r < n_readers; r++) {
-            gr_fuse_wk_destroy(made[r]);
             gr_kernel_destroy(f[r].n);
             gr_fuse_ctx_release(&f[r]);
         }
@@ -594,7 +599,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
             cs->n_args = f[r].n->n_params;
             memset(cs->args, 0, sizeof cs->args);
             memcpy(cs->args, f[r].args, sizeof(gr_step_arg) * (size_t)f[r].n->n_params);
-            sc->wk[j] = made[r];
+            sc->grow[j] = !copy_always;
         } else {
             gr_fuse_wk_apply(sc->wk[j], &f[r], cs);
         }

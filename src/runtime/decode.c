@@ -28,6 +28,7 @@ struct gr_decode_engine {
     int64_t batch, max_len;
     int n_state;
     int *state_in, *state_axis; /* per state pair: its input in the rewritten graph, its cache axis */
+    bool states_bound;          /* the state inputs are bound (zeros); a reset zeroes them on the device */
     int64_t vocab;
     int logits_out;         /* output index of logits */
     int ids_out;            /* output index of graft.next_ids (greedy on the device) */
@@ -380,11 +381,21 @@ done:
 }
 
 /* A new sequence: every input zero (the cache buffers, the finished flags, the token ring),
- * then eos and pad. */
+ * then eos and pad. The cache buffers (most of the bytes: batch x heads x max_len x dim per
+ * state) are bound from zeros once; later resets zero them on the device (their bound host
+ * value stays zero: the steps write only the placeholders), not through the host again. */
 gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad) {
     const gr_graph *g = e->s->graph;
     for (int i = 0; i < g->inputs.len; i++) {
         const gr_ir_value *val = &g->values.data[g->inputs.data[i]];
+        bool state = false;
+        for (int k = 0; k < e->n_state && !state; k++) state = e->state_in[k] == i;
+        if (state && e->states_bound) {
+            gr_status zs = gr_rt_input_zero(e->s, i);
+            if (zs == GR_OK) continue;
+            if (zs != GR_ERR_UNSUPPORTED) return zs;
+            gr_error_clear(); /* a placeholder of another layout: bound from zeros again below */
+        }
         int64_t dims[GR_MAX_DIMS], n = 1;
         for (int d = 0; d < val->ndim; d++) dims[d] = val->dims[d].size, n *= dims[d];
         size_t bytes = (size_t)n * gr_dtype_size(val->dtype);
@@ -395,6 +406,7 @@ gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad) 
         gr_free(zero, bytes ? bytes : 1);
         GR_TRY(st);
     }
+    e->states_bound = true;
     memset(e->mask, 0, sizeof(int64_t) * (size_t)(e->batch * e->max_len));
     return GR_OK;
 }

@@ -139,7 +139,8 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     if (!p->funcs) return GR_ERR_NOMEM;
     /* symbolic dims: shape-generic kernels, so a new binding's plan compiles nothing
      * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
-    unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW; /* steps outlive funcs */
+    unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW /* steps outlive funcs */
+                      | GR_KPREP_VERIFIED; /* checked just below, or after each pass that made it */
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {
@@ -217,7 +218,7 @@ void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
                              .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
 }
 
-gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
+static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
     *out = NULL;
     double t0 = gr_now_us();
     gr_rt_plan *p = gr_calloc(1, sizeof *p);
@@ -279,6 +280,14 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
     return GR_OK;
 fail:
     gr_rt_plan_destroy(s, p);
+    return st;
+}
+
+/* The build's short-lived blocks are recycled within it (util/alloc.c, the block cache). */
+gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
+    gr_alloc_cache_begin();
+    gr_status st = plan_build(s, sym_values, out);
+    gr_alloc_cache_end();
     return st;
 }
 

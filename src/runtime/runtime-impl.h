@@ -200,6 +200,9 @@ gr_status gr_rt_wait_one(gr_session_t s);
  * The input's pending host value is copied in first, so the next run keeps what was written
  * (the decode engine loads a prompt's cache this way). Refused for an input read in place
  * from a caller's buffer or kept on the host. */
+/* Zeroes input `i`'s placeholder for the current binding on the device, where its bound host value
+ * is all zeros already (the caller knows): the next run does not copy it again. */
+gr_status gr_rt_input_zero(gr_session_t s, int i);
 gr_status gr_rt_input_write_rows(gr_session_t s, int i, const void *src, size_t src_pitch, size_t dst_pitch, size_t row_bytes,
                                  size_t rows);
 gr_status gr_rt_set_input_one(gr_session_t s, const char *name, gr_dtype dtype, int ndim, const int64_t *dims, const void *data,

@@ -707,20 +707,36 @@ static gr_status pin_libcall_inputs(gr_session_t s, gr_rt_plan *p) {
     return GR_OK;
 }
 
-gr_status gr_rt_input_write_rows(gr_session_t s, int i, const void *src, size_t src_pitch, size_t dst_pitch, size_t row_bytes,
-                                 size_t rows) {
+/* the placeholder of input i in the current binding's plan, for writing on the device */
+static gr_status own_placeholder(gr_session_t s, int i, gr_rt_plan **out) {
     if (s->tp) return gr_error(GR_ERR_UNSUPPORTED, "writing into an input's placeholder: not under tensor parallelism");
     if (i < 0 || i >= s->graph->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range", i);
     if (s->pending) GR_TRY(gr_session_wait(s));
+    GR_TRY(select_plan(s, out));
+    const gr_rt_input *in = &s->inputs[i];
+    const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
+    if (in->dev_bound || (*out)->mem.values[(*out)->g->inputs.data[i]].kind != GR_STORE_INPUT)
+        return gr_error(GR_ERR_UNSUPPORTED, "input '%s' has no placeholder of its own to write into", name);
+    GR_TRY(gr_rt_input_placeholder(s, *out, i)); /* (made on first use) */
+    if (!in->set || (*out)->input_bytes[i] != in->nbytes) /* (shape policy pad: a placeholder of another layout) */
+        return gr_error(GR_ERR_UNSUPPORTED, "input '%s': its placeholder does not hold the bound shape as it is", name);
+    return GR_OK;
+}
+
+gr_status gr_rt_input_zero(gr_session_t s, int i) {
     gr_rt_plan *p;
-    GR_TRY(select_plan(s, &p));
+    GR_TRY(own_placeholder(s, i, &p));
+    GR_TRY(gr_dev_memset(s->dev, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
+    p->input_version[i] = s->inputs[i].version;
+    return GR_OK;
+}
+
+gr_status gr_rt_input_write_rows(gr_session_t s, int i, const void *src, size_t src_pitch, size_t dst_pitch, size_t row_bytes,
+                                 size_t rows) {
+    gr_rt_plan *p;
+    GR_TRY(own_placeholder(s, i, &p));
     gr_rt_input *in = &s->inputs[i];
     const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
-    if (in->dev_bound || p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT)
-        return gr_error(GR_ERR_UNSUPPORTED, "input '%s' has no placeholder of its own to write into", name);
-    GR_TRY(gr_rt_input_placeholder(s, p, i)); /* (made on first use) */
-    if (!in->set || p->input_bytes[i] != in->nbytes) /* (shape policy pad: a placeholder of another layout) */
-        return gr_error(GR_ERR_UNSUPPORTED, "input '%s': its placeholder does not hold the bound shape as it is", name);
     size_t need = 0;
     if (rows && (__builtin_mul_overflow(rows - 1, dst_pitch, &need) || __builtin_add_overflow(need, row_bytes, &need) ||
                  need > p->input_bytes[i] || row_bytes > dst_pitch))

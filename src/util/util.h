@@ -15,6 +15,11 @@ void *gr_calloc(size_t count, size_t size);
 void *gr_realloc(void *p, size_t old_n, size_t new_n); /* NULL on failure, p unchanged */
 void gr_free(void *p, size_t n);       /* n = the size given at allocation, exactly (checked in tests) */
 char *gr_strdup(const char *s);
+/* A scope of this thread in which freed small blocks are kept for its next allocations
+ * (alloc.c, "the block cache of a plan build"); scopes nest, and the outermost end gives the
+ * kept blocks back. Allocation counting and failure injection are unchanged. */
+void gr_alloc_cache_begin(void);
+void gr_alloc_cache_end(void);
 char *gr_strndup(const char *s, size_t n);
 void gr_strfree(char *s);             /* frees a string from gr_strdup / gr_strndup / gr_sprintf */
 char *gr_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
