@@ -325,6 +325,10 @@ def run_one(a, name):
                 left = sorted({k for r in reps for k in r.left})
                 if left:
                     row["left_to_pytorch"] = left
+                # what graft holds and copies (parameters are bound inputs: placeholders show here)
+                stats = [st for r in reps for st in r.session_stats()]
+                for k in ("device_bytes", "weight_bytes", "bytes_copied", "copies", "inputs_in_place", "nodes_updated"):
+                    row["graft_" + k] = sum(st[k] for st in stats)
         except Exception as e:  # noqa: BLE001 - one variant failing never stops the rest
             row["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")
             traceback.print_exc()
@@ -375,6 +379,8 @@ def table(rows, env):
                 notes.append("fallback: " + "; ".join(r["graft_fallbacks"])[:100])
             if r.get("left_to_pytorch"):
                 notes.append("left to PyTorch: " + ", ".join(r["left_to_pytorch"])[:100])
+            if "graft_device_bytes" in r:
+                notes.append("graft holds %.0f MiB, copied %d B/call" % (r["graft_device_bytes"] / 2**20, r["graft_bytes_copied"]))
             if "bytes_copied" in r:
                 notes.append("copied %d B/call, %d nodes updated" % (r["bytes_copied"], r.get("nodes_updated", 0)))
             lines.append("| %s | %s | %.3f | %s | %s | %s | %s | %.1e | %s |" % (

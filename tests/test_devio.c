@@ -4,6 +4,7 @@
  * placeholder where a library call reads them inside a graph, mirrored to the host where a
  * step reads them there; output device addresses follow the generation rule; caller
  * streams are refused on the simulator; a freed or foreign buffer is a hazard, not a read. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -144,8 +145,9 @@ static void test_in_place(const char *gir, gr_mode mode) {
     CHECK(gr_debug_live_allocs() == live0);
 }
 
-/* A matmul reads x inside a captured segment: its node cannot be repointed, so the
- * buffer is copied device-to-device into the placeholder each time it is bound. */
+/* A matmul reads x inside a captured segment: its node cannot be repointed. The first
+ * address is pinned and read in place; once the buffer moves, it is copied device-to-device
+ * into the placeholder each time it is bound (the graph reading it captured again). */
 static void test_copied_for_libcall(void) {
     gr_session_t s = open_session(mm_gir, GR_MODE_GRAPH);
     float xa[32], xb[32], ya[32], yb[32], y[32];
@@ -161,12 +163,94 @@ static void test_copied_for_libcall(void) {
     for (int r = 0; r < 4; r++) {
         gr_run_stats st = run_bound(s, r % 2 ? b : a, 1.5f, y);
         CHECK_MSG(!memcmp(y, r % 2 ? yb : ya, sizeof y), "run %d: output differs from the host-bound run", r);
-        CHECK_MSG(st.bytes_copied == sizeof xa && st.inputs_in_place == 0, "run %d: %zu bytes copied, %ld in place", r,
+        size_t want_copied = r ? sizeof xa : 0;
+        CHECK_MSG(st.bytes_copied == want_copied && st.inputs_in_place == (r ? 0 : 1), "run %d: %zu bytes copied, %ld in place", r,
                   st.bytes_copied, st.inputs_in_place);
     }
     gr_session_device_free(s, a);
     gr_session_device_free(s, b);
     gr_session_destroy(s);
+}
+
+/* a weight read by a library call, as torch.compile's parameters are */
+static const char *weight_gir =
+    "graft 1\n"
+    "input x: f32[4, 8]\n"
+    "input w: f32[8, 256]\n"
+    "h = matmul(x, w)\n"
+    "y = tanh(h)\n"
+    "output y\n";
+
+enum { W_ELEMS = 8 * 256, Y_ELEMS = 4 * 256 };
+static const int64_t wd[2] = {8, 256};
+
+/* runs weight_gir with x from host memory and w bound to dev (or from host memory when dev
+ * is NULL); returns the run's stats */
+static gr_run_stats run_weight(gr_session_t s, const float *x, void *dev, const float *w, float *y) {
+    gr_run_stats st;
+    memset(&st, 0, sizeof st);
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 2, xd, x, sizeof(float) * 32));
+    if (dev) CHECK_OK(gr_session_bind_input_device(s, "w", GR_F32, 2, wd, dev, sizeof(float) * W_ELEMS));
+    else CHECK_OK(gr_session_set_input(s, "w", GR_F32, 2, wd, w, sizeof(float) * W_ELEMS));
+    CHECK_OK(gr_session_run(s));
+    CHECK_OK(gr_session_stats(s, &st));
+    gr_output o;
+    CHECK_OK(gr_session_output(s, 0, &o));
+    CHECK_OK(gr_session_output_read(s, o, y, sizeof(float) * Y_ELEMS));
+    return st;
+}
+
+/* A weight bound once and read by a library call inside captured graphs (graph and auto
+ * modes) stays in place: through warm-up, capture and replays nothing of it is copied and
+ * graft holds no placeholder for it (the session's device memory is the host-set session's,
+ * where the placeholder stands in for the caller's buffer). A weight that moves afterwards
+ * is copied into its placeholder, the graph captured again, the results right. */
+static void test_libcall_weight_in_place(gr_mode mode) {
+    long live0 = gr_debug_live_allocs();
+    static float x[32], w[W_ELEMS], w2[W_ELEMS], want[Y_ELEMS], want2[Y_ELEMS], y[Y_ELEMS];
+    fill(x, 32, 1.0f);
+    fill(w, W_ELEMS, 0.5f);
+    fill(w2, W_ELEMS, -0.25f);
+    gr_session_t ref = open_session(weight_gir, mode);
+    gr_run_stats host_st = run_weight(ref, x, NULL, w, want);
+    for (int r = 0; r < 3; r++) host_st = run_weight(ref, x, NULL, w, want);
+    run_weight(ref, x, NULL, w2, want2);
+    gr_session_destroy(ref);
+
+    gr_session_t s = open_session(weight_gir, mode);
+    void *dw = NULL, *dw2 = NULL;
+    CHECK_OK(gr_session_device_alloc(s, sizeof w, &dw));
+    CHECK_OK(gr_session_device_upload(s, dw, w, sizeof w));
+    gr_run_stats st;
+    for (int r = 0; r < 4; r++) { /* warm-up, capture + replay, replays */
+        st = run_weight(s, x, dw, NULL, y);
+        CHECK_MSG(!memcmp(y, want, sizeof y), "mode %d run %d: output differs from the host-set run", mode, r);
+        CHECK_MSG(st.bytes_copied == sizeof x && st.inputs_in_place == 1, "mode %d run %d: %zu bytes copied, %ld in place",
+                  mode, r, st.bytes_copied, st.inputs_in_place);
+    }
+    if (mode == GR_MODE_GRAPH) CHECK_MSG(st.graph_launches == 1, "%ld graph launches", st.graph_launches);
+    CHECK_MSG(st.device_bytes < host_st.device_bytes + sizeof w, "mode %d: %zu device bytes bound, %zu host-set", mode,
+              st.device_bytes, host_st.device_bytes);
+    /* moved: copied into the placeholder, captured again; then stable there */
+    CHECK_OK(gr_session_device_alloc(s, sizeof w2, &dw2));
+    CHECK_OK(gr_session_device_upload(s, dw2, w2, sizeof w2));
+    st = run_weight(s, x, dw2, NULL, y);
+    CHECK(!memcmp(y, want2, sizeof y));
+    bool graphs = mode != GR_MODE_EAGER; /* eager: nothing captured, the new buffer is read in place */
+    CHECK_MSG(st.bytes_copied == sizeof x + (graphs ? sizeof w2 : 0) && st.inputs_in_place == (graphs ? 0 : 1),
+              "mode %d moved: %zu bytes copied, %ld in place", mode, st.bytes_copied, st.inputs_in_place);
+    gr_session_device_free(s, dw); /* (graphs: the placeholder holds w2 now) the old buffer is not read again */
+    for (int r = 0; r < 3; r++) {
+        st = run_weight(s, x, dw2, NULL, y);
+        CHECK_MSG(!memcmp(y, want2, sizeof y), "mode %d run %d after the move: output differs", mode, r);
+    }
+    if (mode == GR_MODE_GRAPH) CHECK(st.graph_launches == 1);
+    /* host data after all that: the placeholder, right */
+    st = run_weight(s, x, NULL, w, y);
+    CHECK(!memcmp(y, want, sizeof y));
+    gr_session_device_free(s, dw2);
+    gr_session_destroy(s);
+    CHECK(gr_debug_live_allocs() == live0);
 }
 
 /* A host-read input (a scalar read by value) bound to device memory is copied to the host. */
@@ -394,6 +478,9 @@ int main(void) {
         test_in_place(gir, GR_MODE_AUTO);
     }
     test_copied_for_libcall();
+    test_libcall_weight_in_place(GR_MODE_GRAPH);
+    test_libcall_weight_in_place(GR_MODE_AUTO);
+    test_libcall_weight_in_place(GR_MODE_EAGER);
     test_host_read_input(GR_MODE_EAGER);
     test_host_read_input(GR_MODE_GRAPH);
     test_output_device_ptr();

@@ -22,9 +22,12 @@ How a graph is lowered
   is marked supported; CapabilityBasedPartitioner groups supported nodes into
   subgraphs, each built with graft's C builder API (graft.builder) and compiled into a
   session; the rest runs in PyTorch, and graft.explain() lists it with the reason.
-- Parameters and buffers are graph inputs (aot_autograd lifts them): on CUDA they are
-  bound as device buffers (gr_session_bind_input_device: PyTorch's own memory, no
-  second copy of the weights); on the simulator they are copied in on each call.
+- Parameters and buffers are graph inputs (aot_autograd lifts them), bound again only when
+  they change (version counter, address): on CUDA as device buffers
+  (gr_session_bind_input_device: PyTorch's own memory, read in place, also by the captured
+  cuBLASLt calls, which graft pins to the weight's address: no second copy of the weights);
+  on the simulator they are copied in. Report.const_bytes counts tensor data baked into
+  graft graphs (0 for a module: only literals could be).
 - Dynamic shapes (dynamic=True, mark_dynamic): Dynamo's size symbols (s0, ...) become
   graft symbols, so one session (graft's shape-generic kernels, a plan per binding)
   serves every size, when each input dim is a plain symbol and each reshape/expand has
@@ -39,6 +42,7 @@ How a graph is lowered
 import math
 import operator
 import warnings
+import weakref
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -72,11 +76,20 @@ class Report:
         self.lowered = {}      # ATen op name -> count
         self.left = {}         # ATen op name -> reason
         self.fallback = None   # why the whole graph runs in PyTorch, if it does
+        self.const_bytes = 0   # bytes of tensor data baked into graft graphs as constants (parameters
+                               # and buffers are inputs, bound each run: only literals belong here)
         self.notes = []
+        self._sessions = []    # weak references to the graft sessions compiled for this graph
+
+    def session_stats(self):
+        """Each live graft session's last-run stats (Session.stats()): device_bytes shows what
+        graft holds (arena, placeholders, weights), bytes_copied what the last run copied."""
+        return [s.stats() for s in (r() for r in self._sessions) if s is not None and s._handle]
 
     def text(self):
         lines = ["graph %d: " % self.index + ("runs in PyTorch: %s" % self.fallback if self.fallback else
-                                             "%d graft subgraph(s), %d session(s)" % (self.subgraphs, self.sessions))]
+                                             "%d graft subgraph(s), %d session(s), %d bytes of constants" %
+                                             (self.subgraphs, self.sessions, self.const_bytes))]
         if self.lowered:
             lines.append("  lowered to graft: " + ", ".join("%s x%d" % kv for kv in sorted(self.lowered.items())))
         if self.left:
@@ -216,6 +229,7 @@ class Lowering:
         self.b = GraphBuilder()
         self.env = {}
         self.lowered = {}  # ATen op -> count, added to the report once the session exists
+        self.const_bytes = 0
 
     # values
     def dtype_of(self, node):
@@ -254,6 +268,7 @@ class Lowering:
                 t = getattr(self.gm, node.target).detach().contiguous().cpu()
                 raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
                 self.env[node] = self.b.constant(node.name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+                self.const_bytes += t.numel() * t.element_size()
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     self.env[node] = self.env[node.args[0]][node.args[1]]
@@ -357,6 +372,35 @@ def _compare(ctx, node, a):
     if op == "ne":
         return ctx.b.node("not", [ctx.b.node("equal", [xv, yv])])
     return ctx.b.node(op, [xv, yv])
+
+
+# and / or: graft's are logical (bool in, bool out), which is what bitwise_and/or compute on
+# bool tensors (the masks Hugging Face builds); on integers they are bitwise, which graft's IR
+# cannot express.
+_LOGIC = {aten.bitwise_and.Tensor: "and", aten.bitwise_and.Scalar: "and", aten.bitwise_or.Tensor: "or",
+          aten.bitwise_or.Scalar: "or", aten.logical_and.default: "and", aten.logical_or.default: "or"}
+_BITWISE = (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+
+
+def _logic_check(node, a):
+    if node.target not in _BITWISE:  # logical_and/or: any dtype, nonzero is true
+        return None
+    for k in ("self", "other"):
+        v = a[k]
+        dt = meta(v).dtype if isinstance(v, torch.fx.Node) else (torch.bool if isinstance(v, bool) else None)
+        if dt != torch.bool:
+            return "%s on %s (graft's and/or are logical: bool only)" % (
+                op_name(node.target).split(".")[1], dt if dt is not None else type(v).__name__)
+    return None
+
+
+@lowers(*_LOGIC, check=_logic_check)
+def _logic(ctx, node, a):
+    # (logical_and/or take any dtype: nonzero is true)
+    x = ctx.val(a["self"], torch.bool)
+    y = ctx.val(a["other"], torch.bool)
+    out = ctx.b.node(_LOGIC[node.target], [x, y])
+    return ctx.cast(out, torch.bool, meta(node).dtype)
 
 
 _UNARY = {aten.relu.default: "relu", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
@@ -508,6 +552,57 @@ def _reduce(ctx, node, a):
     return ctx.b.node(_REDUCE[node.target], [x], axes=dims, keepdims=int(bool(a.get("keepdim", False))))
 
 
+# cumsum: graft has no scan op. The ONNX importer's form (frontend/onnx/onnx-ops.c cv_cumsum): a
+# masked sum, out[.., i] = sum_j (j <= i ? x[.., j] : 0), with the mask from a range over the
+# axis. O(n) work per output: meant for the scans Hugging Face runs over sequence positions
+# of a mask (position ids); a long axis is left to PyTorch.
+CUMSUM_MAX_ELEMENTS = 1 << 24  # elements of the masked [.., n, n] product
+
+
+def _cumsum_check(node, a):
+    xm = meta(a["self"])
+    if xm.dim() == 0:
+        return None
+    try:
+        shape = static_shape(xm)
+    except NotLowerable as e:
+        return "cumsum over a %s" % e
+    n = shape[norm_axis(a["dim"], xm.dim())]
+    work = math.prod(shape) * n
+    if work > CUMSUM_MAX_ELEMENTS:
+        return "cumsum over an axis of %d (%d x %d elements masked; graft has no scan op, the limit is %d)" % (
+            n, math.prod(shape), n, CUMSUM_MAX_ELEMENTS)
+    return None
+
+
+@lowers(aten.cumsum.default, check=_cumsum_check)
+def _cumsum(ctx, node, a):
+    out = meta(node).dtype  # dtype=, else the input's (bool and integers: int64)
+    xm = meta(a["self"])
+    x = ctx.val(a["self"], out)
+    nd = xm.dim()
+    if nd == 0:
+        return ctx.b.node("identity", [x])
+    dim = norm_axis(a["dim"], nd)
+    n = static_int(xm.shape[dim])
+    r = ctx.b.node("range", [], start=0.0, limit=float(n), delta=1.0, dtype="i64")
+    i = ctx.b.node("reshape", [r], shape=[n, 1])
+    j = ctx.b.node("reshape", [r], shape=[1, n])
+    mask = ctx.b.node("less_equal", [j, i])  # [n, n]: row i keeps j <= i
+    perm = [d for d in range(nd) if d != dim] + [dim]
+    if dim != nd - 1:
+        x = ctx.b.node("transpose", [x], perm=perm)
+    x = ctx.b.node("unsqueeze", [x], axes=[nd - 1])  # [.., 1, n]
+    masked = ctx.b.node("where", [mask, x, ctx.const(0, out)])  # [.., n, n]
+    total = ctx.b.node("reduce_sum", [masked], axes=[-1], keepdims=0)
+    if dim != nd - 1:
+        inv = [0] * nd
+        for k, p in enumerate(perm):
+            inv[p] = k
+        total = ctx.b.node("transpose", [total], perm=inv)
+    return total
+
+
 # ---- data movement ---------------------------------------------------------------------------
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.default,
@@ -597,17 +692,93 @@ def _split(ctx, node, a):
 
 def _index_check(node, a):
     idx = [i for i in a["indices"] if i is not None]
-    if len(idx) != 1:
-        return "advanced indexing with %d index tensors" % len(idx)
-    if meta(idx[0]).dtype not in (torch.int64, torch.int32):
-        return "index of %s (a mask)" % meta(idx[0]).dtype
+    if not idx:
+        return "indexing with no index tensor"
+    for i in idx:
+        if meta(i).dtype not in (torch.int64, torch.int32):
+            return "index of %s (a mask: the result's shape depends on the data)" % meta(i).dtype
+    if len(idx) > 1:
+        try:
+            static_shape(meta(a["self"]))
+            static_shape(meta(node))
+        except NotLowerable as e:
+            return "advanced indexing with %d index tensors over %s" % (len(idx), e)
     return None
 
 
 @lowers(aten.index.Tensor, check=_index_check)
 def _index(ctx, node, a):
-    axis = next(i for i, t in enumerate(a["indices"]) if t is not None)
-    return ctx.b.node("gather", [ctx.val(a["self"]), ctx.val(a["indices"][axis], torch.int64)], axis=axis)
+    """x[i0, :, i2, ...]: the index tensors broadcast together to a shape B. One index tensor
+    is a gather on its axis. Several: x's indexed axes moved to the front and flattened into
+    one, the indices combined into a linear index (each wrapped to its axis first: negative
+    indices count from the end), one gather; the result is [B, the other axes], which is
+    PyTorch's order when the indexed axes are not adjacent, else B goes where they were."""
+    xm = meta(a["self"])
+    nd = xm.dim()
+    indices = list(a["indices"]) + [None] * (nd - len(a["indices"]))
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    x = ctx.val(a["self"])
+    if len(axes) == 1:  # (graft's gather wraps negative indices itself)
+        return ctx.b.node("gather", [x, ctx.val(indices[axes[0]], torch.int64)], axis=axes[0])
+    dims = static_shape(xm)
+    rest = [d for d in range(nd) if d not in axes]
+    perm = axes + rest
+    if perm != list(range(nd)):
+        x = ctx.b.node("transpose", [x], perm=perm)
+    x = ctx.b.node("reshape", [x], shape=[math.prod(dims[d] for d in axes)] + [dims[d] for d in rest])
+    lin, stride = None, 1
+    for ax in reversed(axes):
+        i = ctx.val(indices[ax], torch.int64)
+        i = ctx.b.node("where", [ctx.b.node("less", [i, ctx.const(0, torch.int64)]),
+                                 ctx.b.node("add", [i, ctx.const(dims[ax], torch.int64)]), i])
+        if stride != 1:
+            i = ctx.b.node("mul", [i, ctx.const(stride, torch.int64)])
+        lin = i if lin is None else ctx.b.node("add", [i, lin])
+        stride *= dims[ax]
+    out = ctx.b.node("gather", [x, lin], axis=0)  # [B..., rest...]
+    nb = meta(node).dim() - len(rest)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    if adjacent and axes[0] > 0:  # B goes where the indexed axes were
+        before = axes[0]
+        out = ctx.b.node("transpose", [out], perm=[nb + i for i in range(before)] + list(range(nb)) +
+                         [nb + i for i in range(before, len(rest))])
+    return out
+
+
+def _gather_narrowed(x, index, dim):
+    """The axes (other than dim) on which torch.gather's index is shorter than x: {axis: length}."""
+    out = {}
+    for d in range(x.dim()):
+        if d != dim and not same_size(x.shape[d], index.shape[d]):
+            out[d] = static_int(index.shape[d])
+            static_int(x.shape[d])
+    return out
+
+
+def _gather_check(node, a):
+    x, index = meta(a["self"]), meta(a["index"])
+    if x.dim() == 0:
+        return "gather of a 0-d tensor"
+    if x.dim() != index.dim():
+        return "gather of a rank-%d tensor with a rank-%d index" % (x.dim(), index.dim())
+    try:
+        _gather_narrowed(x, index, norm_axis(a["dim"], x.dim()))
+    except NotLowerable as e:
+        return "gather with an index shorter than the input over a %s" % e
+    return None
+
+
+@lowers(aten.gather.default, check=_gather_check)
+def _gather(ctx, node, a):
+    # torch.gather is ONNX's GatherElements: out[i][j] = x[index[i][j]][j] (dim 0). PyTorch lets
+    # the index be shorter than x on the other axes; graft's gather_elements reads x over the
+    # output's shape there, so x is sliced to the index's extent first.
+    xm = meta(a["self"])
+    dim = norm_axis(a["dim"], xm.dim())
+    x = ctx.val(a["self"])
+    for d, n in sorted(_gather_narrowed(xm, meta(a["index"]), dim).items()):
+        x = _slice(ctx, x, d, 0, n)
+    return ctx.b.node("gather_elements", [x, ctx.val(a["index"], torch.int64)], axis=dim)
 
 
 @lowers(aten.embedding.default)
@@ -665,6 +836,47 @@ def _ones_zeros(ctx, node, a):
                       dtype=DTYPE[m.dtype])
 
 
+_NEW = {aten.new_ones.default: 1.0, aten.new_zeros.default: 0.0, aten.new_empty.default: 0.0,
+        aten.new_full.default: None}
+
+
+def _new_check(node, a):
+    if any(not isinstance(d, int) for d in a["size"]):
+        return "size given by symbolic sizes"
+    return _numbers("fill_value")(node, a)
+
+
+@lowers(*_NEW, check=_new_check)
+def _new_filled(ctx, node, a):
+    # x.new_ones(size, dtype=...): x gives only the defaults (dtype, device), not values; the
+    # dtype comes from the result. (new_empty's contents are unspecified: zeros are a choice.)
+    m = meta(node)
+    value = _NEW[node.target]
+    return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"] if value is None else value),
+                      dtype=DTYPE[m.dtype])
+
+
+_LIKE = {aten.ones_like.default: 1.0, aten.zeros_like.default: 0.0, aten.empty_like.default: 0.0,
+         aten.full_like.default: None}
+
+
+def _like_check(node, a):
+    try:
+        static_shape(meta(node))
+    except NotLowerable as e:
+        return "%s of a tensor with a %s" % (op_name(node.target).split(".")[1], e)
+    return _numbers("fill_value")(node, a)
+
+
+@lowers(*_LIKE, check=_like_check)
+def _like(ctx, node, a):
+    # the input gives only the shape and defaults (dtype): a fill of the result's shape and dtype
+    m = meta(node)
+    value = _LIKE[node.target]
+    return ctx.b.node("fill", [], shape=static_shape(m), value=float(a["fill_value"] if value is None else value),
+                      dtype=DTYPE[m.dtype])
+
+
 @lowers(aten.scalar_tensor.default, check=_numbers("s"))
 def _scalar_tensor(ctx, node, a):
     m = meta(node)
@@ -716,12 +928,17 @@ class _Compiled:
         self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
         self.cuda = self.session.device_kind == "cuda"
         report.sessions += 1
+        report._sessions.append(weakref.ref(self.session))
+        report.const_bytes += low.const_bytes
         for name, n in low.lowered.items():
             report.lowered[name] = report.lowered.get(name, 0) + n
         self.symbols = sorted(self.session.dims)
         graft_inputs = {t.name for t in self.session.inputs}
         # placeholder -> graft input name (None: a placeholder the lowering did not use)
         self.names = [ph.name if ph.name in graft_inputs else None for ph in self.placeholders]
+        # (index, graft input name) of the tensor placeholders graft reads: what a call looks at
+        self.active = [(i, n) for i, (ph, n) in enumerate(zip(self.placeholders, self.names))
+                       if n is not None and isinstance(meta(ph), torch.Tensor)]
         self.bound = [None] * len(self.placeholders)  # (tensor, version, address) bound last, per placeholder
 
     def __call__(self, *args):
@@ -732,20 +949,21 @@ class _Compiled:
         # model's inputs) come back as the same tensors, unmodified (same version counter and
         # address), and graft's binding of them still holds, so a call costs one binding per
         # fresh activation instead of one per weight.
-        bound, names = self.bound, self.names
+        # (a loop over the placeholders graft reads, precomputed: a model passes ~150 parameters
+        # per call, and this loop is most of the call's Python time)
+        bound = self.bound
         changed = {}
-        for i, a in enumerate(args):
-            if i >= len(names) or names[i] is None or not isinstance(a, torch.Tensor):
-                continue
+        for i, name in self.active:
+            a = args[i]
             try:
                 version = a._version
             except RuntimeError:  # an inference tensor keeps no version: bind it every time
                 version = None
             ptr = a.data_ptr()
             prev = bound[i]
-            if version is not None and prev is not None and prev[0] is a and prev[1] == version and prev[2] == ptr:
+            if prev is not None and prev[0] is a and prev[1] == version and prev[2] == ptr and version is not None:
                 continue
-            changed[names[i]] = a if a.is_contiguous() else a.contiguous()
+            changed[name] = a if a.is_contiguous() else a.contiguous()
             bound[i] = (a, version, ptr)
         try:
             # CUDA: the changed inputs bound, the run enqueued and the outputs' addresses taken in

@@ -95,9 +95,9 @@ static void fall_back(gr_session_t s, gr_rt_plan *p, int seg, const char *why) {
 }
 
 /* ==== graph memory ================================================================================ */
-/* Evicts segment seg's graph of plan p: its memory is given back; the segment keeps its
+/* Drops segment seg's graph of plan p: its memory is given back; the segment keeps its
  * warm-up and decision, so its binding's next run captures it again straight away. */
-static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
+void gr_rt_segment_recapture(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
     gr_rt_segment keep = *st;
     st->fallback_reason = NULL; /* captured segments have none; kept below either way */
@@ -111,9 +111,17 @@ static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
     st->decided = keep.decided;
     st->decision_loaded = keep.decision_loaded;
     st->decision_kept = keep.decision_kept;
-    st->evictions = keep.evictions + 1;
+    st->evictions = keep.evictions;
     st->fallback_reason = keep.fallback_reason;
     st->state = GR_SEG_EAGER;
+}
+
+/* Evicts segment seg's graph of plan p (graph memory budget): dropped, counted. */
+static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    size_t graph_bytes = st->graph_bytes;
+    gr_rt_segment_recapture(s, p, seg);
+    st->evictions++;
     s->evictions++;
     if (s->opt.verbose) {
         char key[160] = "";
@@ -125,7 +133,7 @@ static void evict(gr_session_t s, gr_rt_plan *p, int seg) {
             used += (size_t)w;
         }
         fprintf(stderr, "graft: graph memory budget %zu bytes: evicted the graph of segment %d (%zu bytes) of binding (%s)\n",
-                s->graph_budget, seg, keep.graph_bytes, key);
+                s->graph_budget, seg, graph_bytes, key);
     }
 }
 

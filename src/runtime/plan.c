@@ -59,7 +59,7 @@ static int input_of(const gr_rt_plan *p, int v) {
 /* How a caller's device buffer bound to each input is read (runtime-impl.h). Kernel
  * arguments can be repointed in a replayed graph (the graph manager compares and patches
  * them, graphs.c); a library call's captured nodes cannot, so an input a library call
- * reads is copied into its placeholder when graphs may be replayed. */
+ * reads inside a graph is read in place only at its pinned address (input_libcall). */
 static void mark_device_input_use(gr_session_t s, gr_rt_plan *p) {
     int ni = p->g->inputs.len;
     bool graphs = s->opt.mode != GR_MODE_EAGER;
@@ -75,7 +75,7 @@ static void mark_device_input_use(gr_session_t s, gr_rt_plan *p) {
             int i = input_of(p, st->args[a].value);
             if (i < 0 || i >= ni) continue;
             if (st->args[a].kind == GR_ARG_HOST_SCALAR) p->input_host_read[i] = true;
-            else if (st->kind == GR_STEP_LIBCALL && graphs) p->input_in_place[i] = false;
+            else if (st->kind == GR_STEP_LIBCALL && graphs) p->input_libcall[i] = true;
         }
     }
 }
@@ -104,14 +104,19 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     p->input_version = gr_calloc((size_t)ni, sizeof(uint64_t));
     p->input_in_place = gr_calloc((size_t)ni, sizeof(bool));
     p->input_host_read = gr_calloc((size_t)ni, sizeof(bool));
-    if (!p->input_dev || !p->input_bytes || !p->input_version || !p->input_in_place || !p->input_host_read)
+    p->input_libcall = gr_calloc((size_t)ni, sizeof(bool));
+    p->input_pinned = gr_calloc((size_t)ni, sizeof(void *));
+    if (!p->input_dev || !p->input_bytes || !p->input_version || !p->input_in_place || !p->input_host_read ||
+        !p->input_libcall || !p->input_pinned)
         return GR_ERR_NOMEM;
     mark_device_input_use(s, p);
     for (int i = 0; i < ni; i++) {
         const gr_ir_value *v = &g->values.data[g->inputs.data[i]];
         p->input_bytes[i] = (size_t)gr_ir_value_numel(v) * gr_dtype_size(v->dtype);
-        if (p->mem.values[g->inputs.data[i]].kind != GR_STORE_INPUT) continue; /* host-only value */
-        GR_TRY(gr_dev_alloc(d, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]));
+        /* an input that may be read in place gets its placeholder when something needs it
+         * (host data, a copy, zeros): a caller's buffer bound to it costs no second copy */
+        if (p->input_in_place[i] && p->input_bytes[i]) continue;
+        GR_TRY(gr_rt_input_placeholder(s, p, i));
     }
     /* the plan's own constants: one upload, then they never move; weights: the session's copies */
     p->weight_addr = gr_calloc((size_t)g->values.len + 1, sizeof(void *));
@@ -300,7 +305,10 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     }
     if (p->weight_addr) gr_free(p->weight_addr, ((size_t)p->g->values.len + 1) * sizeof(void *));
     /* allocated after p->g, per input of p->g */
-    int ni = p->input_dev || p->input_bytes || p->input_version || p->input_in_place || p->input_host_read ? p->g->inputs.len : 0;
+    int ni = p->input_dev || p->input_bytes || p->input_version || p->input_in_place || p->input_host_read ||
+                     p->input_libcall || p->input_pinned
+                 ? p->g->inputs.len
+                 : 0;
     if (p->input_dev)
         for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
     gr_free(p->input_dev, (size_t)ni * sizeof(void *));
@@ -308,6 +316,8 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
     gr_free(p->input_in_place, (size_t)ni * sizeof(bool));
     gr_free(p->input_host_read, (size_t)ni * sizeof(bool));
+    gr_free(p->input_libcall, (size_t)ni * sizeof(bool));
+    gr_free(p->input_pinned, (size_t)ni * sizeof(void *));
     if (p->arena && !p->arena_shared) gr_dev_free(d, p->arena);
     if (p->consts) gr_dev_free(d, p->consts);
     gr_segment_list_free(&p->segs);
@@ -351,6 +361,11 @@ gr_status gr_rt_max_plan_init(gr_session_t s) {
 void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i) {
     if (s->inputs[i].dev_ptr && p->input_in_place[i]) return s->inputs[i].dev_ptr;
     return p->input_dev[i];
+}
+
+gr_status gr_rt_input_placeholder(gr_session_t s, gr_rt_plan *p, int i) {
+    if (p->input_dev[i] || p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT) return GR_OK; /* (host-only value) */
+    return gr_dev_alloc(s->dev, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]);
 }
 
 void *gr_rt_value_addr(gr_session_t s, gr_rt_plan *p, int v) {

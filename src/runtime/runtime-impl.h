@@ -92,6 +92,13 @@ typedef struct gr_rt_plan {
      * graph, or the device cannot repoint nodes). host_read: a step reads it on the host. */
     bool *input_in_place;
     bool *input_host_read;
+    /* per graph input read by a library call inside a graph (graph and auto modes): a captured
+     * library call cannot be repointed, so such an input is read in place only at the address
+     * its first run had (input_pinned): model weights bound once (torch.compile's parameters)
+     * then cost no placeholder and no copy. Bound elsewhere later, it moves to its placeholder
+     * for good and the graphs reading it are captured again (session.c pin_libcall_inputs). */
+    bool *input_libcall;
+    void **input_pinned;
     long n_kernels;      /* kernel + libcall steps */
     double compile_us;
     double capture_us;
@@ -266,6 +273,9 @@ void gr_rt_debug_set_step_hook(gr_rt_step_hook fn, void *user);
 /* Device (or host) address of graph input i's storage in plan p: the caller's device buffer
  * when it is read in place, else the plan's placeholder. */
 void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i);
+/* Input i's device placeholder in plan p, allocated on first use: an input read in place
+ * from a caller's buffer (a bound weight) never gets one. */
+gr_status gr_rt_input_placeholder(gr_session_t s, gr_rt_plan *p, int i);
 
 /* session.c: the plan of binding syms (most recent first), built if there is none */
 gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out);
@@ -277,6 +287,9 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg);
 /* Frees the segment's graph, exec and tracking arrays (its graph memory leaves the
  * session's count) and zeroes the state. */
 void gr_rt_segment_release(gr_session_t s, gr_rt_segment *st);
+/* Drops segment seg's graph, keeping its warm-up and mode-auto decision: the next run
+ * captures it again (an address a captured library call reads has changed). */
+void gr_rt_segment_recapture(gr_session_t s, gr_rt_plan *p, int seg);
 
 /* shapes.c — shape policies (gr_shape_policy) beyond one graph per binding.
  * update: instantiate gives segment seg of plan p (its graph just captured) the session's exec

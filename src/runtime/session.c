@@ -616,6 +616,13 @@ gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+/* Graph input read by step argument value v (through a view), or -1. */
+static int input_of_arg(const gr_rt_plan *p, int v) {
+    const gr_value_store *st = &p->mem.values[v];
+    if (st->kind == GR_STORE_ALIAS) st = &p->mem.values[st->alias_of];
+    return st->kind == GR_STORE_INPUT ? (int)st->offset : -1;
+}
+
 /* A caller's device buffer bound to input i (gr_session_bind_input_device): read in place,
  * or copied into the placeholder, and mirrored to host memory where a step reads it there. */
 static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
@@ -639,12 +646,13 @@ static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
         s->stats.copies++;
         s->stats.bytes_copied += n;
     }
-    if (!p->input_dev[i]) return GR_OK; /* read only on the host */
+    if (p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT) return GR_OK; /* read only on the host */
     if (p->input_in_place[i]) {
         s->stats.inputs_in_place++;
         return GR_OK;
     }
     if (p->input_version[i] == in->version) return GR_OK;
+    GR_TRY(gr_rt_input_placeholder(s, p, i));
     bool padded = false; /* shape policy pad: zero-filled past the real extent (shapes.c) */
     GR_TRY(gr_rt_pad_input(s, p, i, in->dev_ptr, GR_COPY_D2D, &padded));
     if (padded) {
@@ -658,6 +666,47 @@ static gr_status device_input(gr_session_t s, gr_rt_plan *p, int i) {
     return GR_OK;
 }
 
+/* Inputs a captured library call reads (input_libcall): the first address a run reads one
+ * at is pinned. A run that finds it elsewhere (bound to another buffer, or set from host
+ * memory into the placeholder) moves a bound input to its placeholder for good (copied from
+ * now on, as a buffer that changes every call needs) and drops the graphs of the segments
+ * whose library calls read it, to be captured again with the new address. */
+static gr_status pin_libcall_inputs(gr_session_t s, gr_rt_plan *p) {
+    for (int i = 0; i < p->g->inputs.len; i++) {
+        if (!p->input_libcall[i]) continue;
+        void *addr = gr_rt_input_addr(s, p, i);
+        if (!p->input_pinned[i] || addr == p->input_pinned[i]) {
+            p->input_pinned[i] = addr;
+            continue;
+        }
+        if (s->inputs[i].dev_bound && p->input_in_place[i]) {
+            p->input_in_place[i] = false;
+            p->input_version[i] = 0;
+            GR_TRY(device_input(s, p, i));
+            s->stats.inputs_in_place--; /* (counted by the first pass) */
+            addr = gr_rt_input_addr(s, p, i);
+        }
+        p->input_pinned[i] = addr;
+        bool waited = false; /* a graph about to be dropped may still run: the last run must be over */
+        for (int seg = 0; seg < p->segs.len; seg++) {
+            const gr_segment *sg = &p->segs.data[seg];
+            if (!p->seg_state[seg].graph && !p->seg_state[seg].exec) continue;
+            bool reads = false;
+            for (int k = sg->first_step; k < sg->first_step + sg->n_steps && !reads; k++) {
+                const gr_step *step = &p->steps.data[k];
+                if (step->kind != GR_STEP_LIBCALL) continue;
+                for (int a = 0; a < step->n_args && !reads; a++)
+                    reads = step->args[a].kind != GR_ARG_LITERAL && input_of_arg(p, step->args[a].value) == i;
+            }
+            if (!reads) continue;
+            if (!waited && s->pending) GR_TRY(gr_session_wait(s));
+            waited = true;
+            gr_rt_segment_recapture(s, p, seg);
+        }
+    }
+    return GR_OK;
+}
+
 /* the placeholder of input i in the current binding's plan, for writing on the device */
 static gr_status own_placeholder(gr_session_t s, int i, gr_rt_plan **out) {
     if (s->tp) return gr_error(GR_ERR_UNSUPPORTED, "writing into an input's placeholder: not under tensor parallelism");
@@ -666,8 +715,9 @@ static gr_status own_placeholder(gr_session_t s, int i, gr_rt_plan **out) {
     GR_TRY(select_plan(s, out));
     const gr_rt_input *in = &s->inputs[i];
     const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
-    if (in->dev_bound || !(*out)->input_dev[i])
+    if (in->dev_bound || (*out)->mem.values[(*out)->g->inputs.data[i]].kind != GR_STORE_INPUT)
         return gr_error(GR_ERR_UNSUPPORTED, "input '%s' has no placeholder of its own to write into", name);
+    GR_TRY(gr_rt_input_placeholder(s, *out, i)); /* (made on first use) */
     if (!in->set || (*out)->input_bytes[i] != in->nbytes) /* (shape policy pad: a placeholder of another layout) */
         return gr_error(GR_ERR_UNSUPPORTED, "input '%s': its placeholder does not hold the bound shape as it is", name);
     return GR_OK;
@@ -747,8 +797,10 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
             st = device_input(s, p, i);
             continue;
         }
-        if (!p->input_dev[i] || !p->input_bytes[i]) continue;
+        if (p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT || !p->input_bytes[i]) continue;
         if (p->input_version[i] == in->version) continue;
+        st = gr_rt_input_placeholder(s, p, i);
+        if (st != GR_OK) break;
         bool padded = false; /* shape policy pad: zero-filled past the real extent (shapes.c) */
         st = gr_rt_pad_input(s, p, i, in->data, GR_COPY_H2D, &padded);
         if (st != GR_OK) break;
@@ -762,6 +814,7 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
         s->stats.copies++;
         s->stats.bytes_copied += p->input_bytes[i];
     }
+    if (st == GR_OK) st = pin_libcall_inputs(s, p);
     for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
         if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = gr_rt_segment_run_eager(s, p, seg);

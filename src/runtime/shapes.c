@@ -186,7 +186,8 @@ static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
         if (p->input_host_read[i] && !s->inputs[i].data)
             return gr_error(GR_ERR_INVALID, "capture range: host input '%s' is read on the host: set it before capturing ahead",
                             p->g->values.data[p->g->inputs.data[i]].name);
-        if (!p->input_dev[i] || !p->input_bytes[i]) continue;
+        if (p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT || !p->input_bytes[i]) continue;
+        GR_TRY(gr_rt_input_placeholder(s, p, i));
         /* zeros: valid indices for gathers (token ids), finite for every op */
         GR_TRY(gr_dev_memset(d, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
         p->input_version[i] = 0; /* the next run copies its input */
@@ -549,6 +550,7 @@ gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src,
     int64_t outer;
     size_t inner;
     split_at(&p->g->values.data[p->g->inputs.data[i]], a, &outer, &inner);
+    GR_TRY(gr_rt_input_placeholder(s, p, i));
     /* zeros past the real extent: what the proof (passes/pad.c) assumed of every input */
     GR_TRY(gr_dev_memset(s->dev, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
     size_t r = (size_t)real * inner, c = (size_t)padded * inner;
