@@ -351,8 +351,17 @@ typedef struct {
     gr_dtype mask_dtype;
     int64_t mask_stride[4];
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* batch, head, seq (elements) */
+    /* Mask work shared by the attention calls of one plan segment that read the same mask
+     * value (passes/share.c): mask_group 0, the call works alone (the default); g in
+     * 1..GR_ATTN_MASK_GROUPS, the group's first call (mask_group_first) does what a device
+     * derives from the mask (CUDA: its tile table) and keeps it for the group's later calls,
+     * which reuse it when the mask's address and geometry match and redo it otherwise. A
+     * device may ignore the fields: the result is the same. */
+    int8_t mask_group;
+    bool mask_group_first;
     char name[64];
 } gr_libcall;
+#define GR_ATTN_MASK_GROUPS 8
 /* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
  * one place every maker of an attention call starts from. */
 void gr_libcall_attention_dense(gr_libcall *c);

@@ -74,6 +74,8 @@ typedef struct {
     long module_loads;      /* kernel modules loaded (cuda; sim: those the CUDA backend would load,
                                one per literal kernel and per new generic structure) */
     long live_modules;      /* generic modules (sim: templates) loaded now */
+    long mask_tables_reused; /* attention calls that read their mask group's tile table instead of
+                                classifying the mask again (cuda; sim: 0) */
 } gr_dev_kstats;
 
 struct gr_device_i {

@@ -233,6 +233,10 @@ gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_l
  * partitioning would try to capture (debug option no_partition). */
 gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out);
 void gr_segment_list_free(gr_segment_list *l);
+/* After partitioning: masked attention calls of one segment that read the same mask value
+ * form a group (gr_libcall.mask_group, share.c); *n_reusing counts the calls after each
+ * group's first. */
+gr_status gr_pass_share_attention_masks(gr_step_list *steps, int *n_reusing);
 
 /* ---- the KV-cache rewrite (decode.c) ----------------------------------------------------------
  * A single-token decode step of ONE concrete shape for every position: the state inputs are

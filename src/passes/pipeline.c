@@ -103,6 +103,8 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
         st = opts && opts->no_partition ? gr_pass_partition_none(&c.steps, &c.segs)
                                         : gr_pass_partition(c.g, &c.steps, &c.segs);
     if (st == GR_OK) st = after(opts, "partition", &c);
+    int n_reusing = 0;
+    if (st == GR_OK) st = gr_pass_share_attention_masks(&c.steps, &n_reusing);
     if (st != GR_OK) {
         gr_compiled_free(&c);
         return st;

@@ -1,6 +1,7 @@
 /* runtime/explain — `graft explain`: the compiled plan segment by segment:
  * kernels, graph or eager and why, placeholders and bytes copied per replay. */
 #include "runtime/runtime-impl.h"
+#include <stdio.h>
 #include <string.h>
 
 static const char *seg_state_name(gr_seg_state s) {
@@ -38,10 +39,16 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
     }
     case GR_STEP_LIBCALL:
         if (st->call.kind == GR_LIB_ATTENTION) {
-            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s  (from %s)\n", i,
+            char share[48] = "";
+            if (st->call.mask_group)
+                snprintf(share, sizeof share, st->call.mask_group_first ? " (mask classified for group %d)"
+                                                                        : " (mask of group %d reused)",
+                         (int)st->call.mask_group);
+            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s%s  (from %s)\n", i,
                          st->call.name, (long long)st->call.batch, (long long)st->call.heads, (long long)st->call.kv_heads,
                          (long long)st->call.seq_q, (long long)st->call.seq_k, (long long)st->call.head_dim,
-                         gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "", node);
+                         gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "",
+                         share, node);
             break;
         }
         if (gr_lib_is_collective(st->call.kind)) {
