@@ -388,7 +388,7 @@ gr_status gr_libcall_sample_reference(const gr_libcall *c, const gr_karg *args);
  * One token from one row of `vocab` logits (f32, f16, bf16 or f64), the ONE definition that
  * the host reference engine (runtime/generate.c), the simulator (GR_LIB_SAMPLE) and the CUDA
  * kernel (device/cuda/cuda-sample.c) implement:
- *   z_v = (float)logit_v / temperature, in f32 (a NaN counts as -inf); m = max z;
+ *   z_v = (float)logit_v / temperature, in f32 (-0 as +0, a NaN as -inf); m = max z;
  *   w_v = 1 where z_v == m, else expf(z_v - m); q_v = floor(w_v * 2^32), an integer weight
  *       (sums are exact and order-free, so a parallel reduction gives the same bits);
  *   top-k (0 < top_k < vocab): keep z_v >= the top_k-th largest z (ties with it stay);

@@ -27,7 +27,7 @@ static float logit_at(const void *x, gr_dtype t, int64_t i) {
 }
 
 static float z_at(const void *x, gr_dtype t, int64_t i, float temperature) {
-    float z = logit_at(x, t, i) / temperature;
+    float z = logit_at(x, t, i) / temperature + 0.0f; /* -0 -> +0: keys and == agree on zeros */
     return z != z ? -INFINITY : z;
 }
 
