@@ -543,12 +543,14 @@ typedef struct {
                                 do_sample=False beam search, early_stopping=True) */
     double length_penalty;   /* beam search: a finished hypothesis scores sum(logprob) / len ** length_penalty (1.0) */
     int sample;              /* 0: greedy (argmax, lowest index on ties); 1: sampling */
-    int top_k;               /* sampling: keep the k most likely tokens (0 = all) */
-    double top_p;            /* sampling: keep the smallest set whose probability reaches top_p (1.0 = all) */
-    double temperature;      /* sampling: logits divided by it first (> 0; 1.0) */
-    uint64_t seed;           /* sampling: u = RANDOM(seed, counter = step * batch + row), graft's counter-based
-                                generator (splitmix64, f64 in [0,1); codegen/kir.h), then the inverse CDF over
-                                the kept tokens in descending probability */
+    int top_k;               /* sampling: keep the k most likely tokens, ties with the k-th kept (0 = all) */
+    double top_p;            /* sampling: keep the smallest most-likely set whose probability reaches top_p,
+                                ties with its last token kept (1.0 = all); used as an f32 */
+    double temperature;      /* sampling: logits divided by it first (> 0; 1.0); used as an f32 */
+    uint64_t seed;           /* sampling: the RNG bits of (seed, counter = step * batch + row), graft's counter-based
+                                generator (splitmix64; codegen/kir.h), pick a token in id order over integer
+                                weights floor(exp(z - max) * 2^32) of the kept tokens (gr_sample_row, the same
+                                on the host and in the device's decode loop: docs/design.md §3b) */
     int prompt_mode;         /* gr_prompt_mode */
     gr_token_fn on_token;    /* may be NULL */
     void *user;

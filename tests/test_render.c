@@ -1016,6 +1016,16 @@ static void test_attention_source(void) {
     if (nvrtc_present) CHECK(compiled == 2);
 }
 
+/* The sample kernel (cuda-sample.c), for sm_90 and sm_80. */
+static void test_sample_source(void) {
+    int compiled = 0;
+    const char *src = gr_cuda_sample_source();
+    CHECK(src && strstr(src, "graft_sample") && strstr(src, "__umul64hi"));
+    nvrtc_check(src, "graft_sample", 90, &compiled);
+    nvrtc_check(src, "graft_sample_sm80", 80, &compiled);
+    if (nvrtc_present) CHECK(compiled == 2);
+}
+
 int main(void) {
     test_error_style();
     const gr_nvrtc_api *nv = NULL;
@@ -1053,6 +1063,7 @@ int main(void) {
     test_random(GR_F64);
     test_indirect_mixed();
     test_attention_source();
+    test_sample_source();
     test_structure_hash_pinned();
     test_driver_symbols();
     test_generic_same_source();

@@ -70,6 +70,9 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
                 gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s count=%lld ranks=%lld\n", i,
                              c->kind == GR_LIB_ALL_REDUCE ? "all_reduce" : "all_gather", c->name, node_name(g, s->node),
                              gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
+            else if (c->kind == GR_LIB_SAMPLE)
+                gr_sb_printf(sb, "step %d: libcall sample %s (node %s) %s rows=%lld vocab=%lld\n", i, c->name, node_name(g, s->node),
+                             gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
             else if (c->kind == GR_LIB_ATTENTION)
                 gr_sb_printf(sb,
                              "step %d: libcall attention %s (node %s) %s batch=%lld heads=%lld kv_heads=%lld seq_q=%lld "

@@ -269,10 +269,15 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
  * inputs stay, unread. An in-place write is safe when every other reader of its input runs
  * before it; graft orders them by data (each write depends on the token, kv_next also on
  * tokens' and cont) and refuses, naming the node, a model in which a reader of input_ids,
- * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent. */
+ * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent.
+ * With sample set, the token is sample(logits, kv_len, graft.sample_ints, graft.sample_floats)
+ * (ir/ops.c) instead of the argmax: ints i64 [3] = seed, first kv_len (the prompt length: the
+ * counter is then new-token index * batch + row, as the reference engine's), top_k; floats
+ * f32 [2] = temperature, top_p. */
 typedef struct {
     const char *input_ids, *position_ids, *attention_mask, *logits;
     int64_t max_len;
+    bool sample;
 } gr_decode_loop_spec;
 gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec);
 

@@ -51,6 +51,11 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                          share, node);
             break;
         }
+        if (st->call.kind == GR_LIB_SAMPLE) {
+            gr_sb_printf(sb, "    [%3d] sample  %-28s %lld rows x %lld %s  (from %s)\n", i, st->call.name, (long long)st->call.m,
+                         (long long)st->call.n, gr_dtype_name(st->call.dtype), node);
+            break;
+        }
         if (gr_lib_is_collective(st->call.kind)) {
             gr_sb_printf(sb, "    [%3d] %-7s %-28s %lld x %s over %lld ranks  (from %s)\n", i,
                          st->call.kind == GR_LIB_ALL_REDUCE ? "allred" : "gather", st->call.name, (long long)st->call.m,

@@ -355,6 +355,13 @@ const char *gr_rt_decisions_note(gr_session_t s);
 typedef struct gr_decode_engine gr_decode_engine;
 gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
                                   const char *const *io_names, int64_t batch, int64_t max_len, gr_decode_engine **out);
+/* sample: the decode loop draws its tokens with the sample op (passes/decode.c) instead of the
+ * argmax; its parameters come from gr_decode_engine_set_sampling (kept across resets). */
+gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                     const char *const *io_names, int64_t batch, int64_t max_len, bool sample,
+                                     gr_decode_engine **out);
+gr_status gr_decode_engine_set_sampling(gr_decode_engine *e, uint64_t seed, int64_t first, int64_t top_k, float temperature,
+                                        float top_p);
 gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad);
 gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
 /* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */

@@ -128,6 +128,7 @@ typedef struct gr_cuda_ctx {
     size_t lt_workspace_bytes;
     GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
     struct gr_cuda_attn *attn;  /* attention kernels (cuda-attn.c), NULL until the first attention */
+    struct gr_cuda_sample *sample; /* the sample kernel (cuda-sample.c), NULL until the first sample */
     gr_dev_kstats kstats;       /* live_modules is modules.len */
     void *nccl;                 /* ncclComm_t of tensor parallelism (cuda-nccl.c), NULL: none */
     int nccl_rank, nccl_ranks;
@@ -179,5 +180,11 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c);
 /* The CUDA C of the attention kernels (NVRTC; test_render compiles it without a GPU). */
 const char *gr_cuda_attention_source(void);
+
+/* ---- decode sampling (cuda-sample.c) ---- */
+gr_status gr_cuda_sample(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+void gr_cuda_sample_destroy(gr_cuda_ctx *c);
+/* The CUDA C of the sample kernel (NVRTC; test_render compiles it without a GPU). */
+const char *gr_cuda_sample_source(void);
 
 #endif

@@ -45,6 +45,13 @@ double gr_sim_kernel_time(const gr_kfunc *f) {
 double gr_sim_libcall_time(const gr_libcall *c) {
     if (gr_lib_is_collective(c->kind)) return gr_sim_collective_time(c);
     double es = (double)gr_dtype_size(c->dtype);
+    if (c->kind == GR_LIB_SAMPLE) {
+        /* one block per row reading its logits once from memory and about 11 more times from
+         * cache (codegen/sample.c's passes): bounded by the first read, plus the block's
+         * passes at a fraction of the memory rate (one SM per row) */
+        double row = es * (double)c->n;
+        return (double)c->m * row / gr_sim_cost.mem_bytes_per_us + 11.0 * row / (gr_sim_cost.mem_bytes_per_us / 16.0);
+    }
     if (c->kind == GR_LIB_ATTENTION) {
         /* fused: q, k, v and out move once; two products of seq_q x seq_k x head_dim each */
         double rows = (double)c->batch * (double)c->heads, kv = (double)c->batch * (double)c->kv_heads;
@@ -428,6 +435,17 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
     }
     if (call->kind == GR_LIB_ATTENTION) {
         GR_TRY(check_attention(c, call, args, what));
+        return gr_libcall_reference(call, args);
+    }
+    if (call->kind == GR_LIB_SAMPLE) {
+        if (call->m > 0 && call->n > 0) {
+            size_t logits = (size_t)call->m * (size_t)call->n * gr_dtype_size(call->dtype);
+            GR_TRY(check_device_range(c, args[0].ptr, logits, false, what, "logits"));
+            GR_TRY(check_device_range(c, args[1].ptr, sizeof(int64_t), false, what, "step"));
+            GR_TRY(check_device_range(c, args[2].ptr, (size_t)call->m * sizeof(int64_t), true, what, "tokens"));
+            GR_TRY(check_device_range(c, args[3].ptr, 3 * sizeof(int64_t), false, what, "ints"));
+            GR_TRY(check_device_range(c, args[4].ptr, 2 * sizeof(float), false, what, "floats"));
+        }
         return gr_libcall_reference(call, args);
     }
     if (call->m > 0 && call->n > 0 && call->batch > 0) {
