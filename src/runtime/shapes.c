@@ -191,6 +191,7 @@ static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
         /* zeros: valid indices for gathers (token ids), finite for every op */
         GR_TRY(gr_dev_memset(d, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
         p->input_version[i] = 0; /* the next run copies its input */
+        if (s->generic_input_owner) s->generic_input_owner[i] = 0; /* generic: a shared placeholder holds zeros now */
     }
     /* warm-up, capture (+ replay), and mode auto's timed runs */
     for (int round = 0; round < 3 + 2 * GR_SCG_SAMPLES && !settled(s, p); round++)
