@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. GR_SHAPES_GENERIC is not implemented and refused at session
-     * creation (GR_ERR_UNSUPPORTED naming it). */
+     * dims share CUDA graphs. GR_SHAPES_GENERIC needs a declared upper bound for every
+     * symbolic dim (docs/design.md §4 "Shape policies"). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device

@@ -33,6 +33,7 @@ typedef struct gr_rt_gplan {
     signed char *ok;   /* per segment: 1 proven, 0 refused, -1 not decided */
     char **why;        /* per segment: the refusal */
     long *holder;      /* per segment: serial of the plan whose slots this plan's table holds there */
+    long const_holder; /* serial of the plan whose folded constants this plan's constant memory holds */
 } gr_rt_gplan;
 
 static bool generic_on(gr_session_t s) {
@@ -114,6 +115,7 @@ static gr_status gplan_of(gr_rt_plan *p, gr_rt_gplan **out) {
             return GR_ERR_NOMEM;
         }
         for (int k = 0; k < p->segs.len; k++) gp->ok[k] = -1, gp->holder[k] = p->serial; /* the table holds its own */
+        gp->const_holder = p->serial;
         p->gp = gp;
     }
     *out = p->gp;
@@ -124,7 +126,7 @@ static gr_status gplan_of(gr_rt_plan *p, gr_rt_gplan **out) {
 bool gr_rt_generic_placeholder(gr_session_t s, gr_rt_plan *p, int i, gr_status *st) {
     *st = GR_OK;
     gr_rt_plan *m = s->max_plan;
-    if (!generic_on(s) || !m || m == p || !p->arena_shared || p->arena_own_layout || !p->input_borrowed) return false;
+    if (!generic_on(s) || !m || m == p || !p->input_borrowed) return false;
     if (i >= m->g->inputs.len || p->input_bytes[i] > m->input_bytes[i] ||
         m->mem.values[m->g->inputs.data[i]].kind != GR_STORE_INPUT)
         return false;
@@ -162,40 +164,41 @@ bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p) {
     return true;
 }
 
-gr_status gr_rt_generic_bind(gr_session_t s, gr_rt_plan **pp, gr_rt_plan **rep) {
+gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan **pp, gr_rt_plan **rep) {
     *rep = NULL;
-    gr_rt_plan *p = *pp;
-    if (!generic_on(s)) return GR_OK;
-    int ni = p->g->inputs.len;
+    if (!generic_on(s)) return gr_rt_plan_for(s, syms, pp);
+    int ni = s->graph->inputs.len;
     if (!s->generic_input_owner) {
         s->generic_input_owner = gr_calloc((size_t)(ni ? ni : 1), sizeof(long));
         if (!s->generic_input_owner) return GR_ERR_NOMEM;
     }
-    for (int i = 0; i < ni; i++)
-        if (s->inputs[i].dev_bound) {
-            /* a caller's buffer may be read in place (addresses per run): no sharing this run */
-            s->generic_input_owner[i] = 0;
-            return GR_OK;
-        }
-    int n = p->n_syms;
-    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
-    if (!syms) return GR_ERR_NOMEM;
+    bool dev_bound = false;
+    for (int i = 0; i < ni; i++) dev_bound = dev_bound || s->inputs[i].dev_bound;
+    if (dev_bound) {
+        /* a caller's buffer may be read in place (addresses per run): no sharing this run */
+        for (int i = 0; i < ni; i++) s->generic_input_owner[i] = 0;
+        return gr_rt_plan_for(s, syms, pp);
+    }
+    int n = s->graph->syms.len;
+    int64_t *bucket = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!bucket) return GR_ERR_NOMEM;
     bool same = true;
     for (int k = 0; k < n; k++) {
-        int64_t v = p->sym_values[k], hi = s->graph->syms.data[k].hi;
+        int64_t v = syms[k], hi = s->graph->syms.data[k].hi;
         int64_t b = 1;
         while (b < v && b < hi) b *= 2;
         if (b > hi) b = hi;
-        syms[k] = v < 1 ? v : b;
-        same = same && syms[k] == v;
+        bucket[k] = v < 1 ? v : b;
+        same = same && bucket[k] == v;
     }
-    gr_status st = GR_OK;
     gr_rt_plan *r = NULL;
-    if (!same) {
-        st = gr_rt_plan_for(s, syms, &r);
-        if (st == GR_OK) st = gr_rt_plan_for(s, p->sym_values, pp); /* the run's plan stays most recent */
-    }
-    gr_free(syms, sizeof(int64_t) * (size_t)n);
+    gr_status st = same ? GR_OK : gr_rt_plan_for(s, bucket, &r);
+    gr_free(bucket, sizeof(int64_t) * (size_t)(n ? n : 1));
+    GR_TRY(st);
+    /* the binding's plan (built now if new) at its bucket's arena offsets; most recent */
+    s->layout_plan = r;
+    st = gr_rt_plan_for(s, syms, pp);
+    s->layout_plan = NULL;
     GR_TRY(st);
     /* the bucket's steps read its placeholders: the shared ones, allocated on first use */
     for (int i = 0; r && i < ni; i++)
@@ -219,11 +222,30 @@ static bool same_call_but_rows(const gr_libcall *a, const gr_libcall *b) {
                               a->batch_stride_c == b->batch_stride_c && a->batch_stride_bias == b->batch_stride_bias));
 }
 
+/* Root value of v (through a view) and the view's element offset. */
+static int root_of(const gr_rt_plan *p, int v, int64_t *elem_off) {
+    const gr_value_store *st = &p->mem.values[v];
+    *elem_off = 0;
+    if (st->kind != GR_STORE_ALIAS) return v;
+    *elem_off = st->alias_elem_offset;
+    return st->alias_of;
+}
+
+/* Both arguments read the same folded constant at the same element: the bucket's copy is
+ * given this binding's bytes before the run (load_consts), so the addresses may differ. */
+static bool same_const(const gr_rt_plan *p, const gr_rt_plan *r, const gr_step_arg *a, const gr_step_arg *b) {
+    if (a->kind != GR_ARG_VALUE || b->kind != GR_ARG_VALUE || a->value != b->value || a->elem_offset != b->elem_offset) return false;
+    int64_t oa, ob;
+    int ra = root_of(p, a->value, &oa), rb = root_of(r, b->value, &ob);
+    return ra == rb && oa == ob && p->mem.values[ra].kind == GR_STORE_CONST && r->mem.values[rb].kind == GR_STORE_CONST &&
+           p->mem.values[ra].bytes <= r->mem.values[rb].bytes && p->g->values.data[ra].dtype == r->g->values.data[rb].dtype;
+}
+
 /* Why segment seg of p cannot run through r's (NULL: it can), in why (n bytes). */
 static gr_status refuse_reason(gr_session_t s, gr_rt_plan *p, gr_rt_plan *r, int seg, char *why, size_t n) {
     why[0] = 0;
-    if (!p->arena_shared || p->arena_own_layout || !r->arena_shared || r->arena_own_layout) {
-        snprintf(why, n, "its memory layout is not the largest binding's (%.120s)", p->arena_own_layout ? p->arena_note : r->arena_note);
+    if (!p->arena_shared || !r->arena_shared || p->arena != r->arena) {
+        snprintf(why, n, "its arena is not its bucket's (%.120s)", p->arena_note[0] ? p->arena_note : r->arena_note);
         return GR_OK;
     }
     if (p->steps.len != r->steps.len || p->segs.len != r->segs.len) {
@@ -306,7 +328,7 @@ static gr_status refuse_reason(gr_session_t s, gr_rt_plan *p, gr_rt_plan *r, int
             return GR_OK;
         }
         for (int k = 0; k < compared; k++)
-            if (k != points_arg && x[k].bits != y[k].bits) {
+            if (k != points_arg && x[k].bits != y[k].bits && !same_const(p, r, &a->args[k], &b->args[k])) {
                 const gr_step_arg *sa_ = &a->args[k];
                 const char *what = sa_->kind == GR_ARG_VALUE ? p->g->values.data[sa_->value].name : "a literal";
                 snprintf(why, n, "step %d (node '%.60s'): argument %d ('%.60s') differs from the bucket's (%s)", i, node_name(p, a), k,
@@ -369,15 +391,38 @@ static gr_status load_slots(gr_session_t s, gr_rt_plan *q, gr_rt_plan *src, int 
     return GR_OK;
 }
 
+/* Makes q's folded constants hold src's (the same values, each no larger: checked by the proof),
+ * copied from src's host data; q's own are copied back before q runs itself. */
+static gr_status load_consts(gr_session_t s, gr_rt_plan *q, gr_rt_plan *src) {
+    gr_rt_gplan *gp;
+    GR_TRY(gplan_of(q, &gp));
+    if (gp->const_holder == src->serial) return GR_OK;
+    for (int v = 0; v < q->mem.n_values; v++) {
+        const gr_value_store *st = &q->mem.values[v];
+        if (st->kind != GR_STORE_CONST || !st->bytes || v >= src->mem.n_values) continue;
+        const gr_value_store *from = &src->mem.values[v];
+        if (from->kind != GR_STORE_CONST || from->bytes > st->bytes || !src->g->values.data[v].data)
+            return gr_error(GR_ERR_INTERNAL, "generic: constant '%s' cannot be refreshed", q->g->values.data[v].name);
+        if (!from->bytes) continue;
+        GR_TRY(gr_dev_memcpy(s->dev, s->stream, (char *)q->consts + st->offset, src->g->values.data[v].data, from->bytes, GR_COPY_H2D));
+        s->table_refreshes++;
+        s->table_bytes += from->bytes;
+    }
+    gp->const_holder = src->serial;
+    return GR_OK;
+}
+
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg) {
     if (!p->segs.data[seg].graphable || s->opt.mode == GR_MODE_EAGER) {
         GR_TRY(load_slots(s, p, p, seg)); /* its own slots: p may be a bucket whose table served another */
+        GR_TRY(load_consts(s, p, p));
         return gr_rt_segment_run_eager(s, p, seg);
     }
     bool ok = false;
     if (rep) GR_TRY(verdict(s, p, rep, seg, &ok));
     gr_rt_plan *q = ok ? rep : p;
     GR_TRY(load_slots(s, q, p, seg));
+    GR_TRY(load_consts(s, q, p));
     if (q != p) {
         s->generic_runs++;
         s->generic_replays += q->seg_state[seg].state == GR_SEG_CAPTURED;

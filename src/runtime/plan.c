@@ -13,7 +13,8 @@
  * time then overlap (checked with p's own live ranges, so a plan whose steps
  * differ from the largest binding's is still placed correctly or refused). */
 static bool adopt_max_offsets(gr_session_t s, gr_rt_plan *p) {
-    const gr_rt_plan *m = s->max_plan;
+    /* shape policy generic: the bucket's plan, so a binding runs at its bucket's addresses (generic.c) */
+    const gr_rt_plan *m = s->layout_plan ? s->layout_plan : s->max_plan;
     gr_mem_plan *mem = &p->mem;
     int n = 0;
     for (int v = 0; v < mem->n_values; v++) {

@@ -168,6 +168,7 @@ struct gr_session {
     long generic_runs, generic_replays, table_refreshes, plan_serials;
     size_t table_bytes;
     long *generic_input_owner;
+    const struct gr_rt_plan *layout_plan; /* generic: while a binding's plan is built, its bucket's (offsets adopted) */
     double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
@@ -338,15 +339,16 @@ void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
  * symbol's declared maximum), kernels reading their slots from a device table.
  * plan_tables (plan build): gives every kernel step with a free argument a slot-table
  *   argument and fills the plan's table; returns the kernel_prepare flags per step in *table.
- * bind: the bucket's plan of the current binding (built if needed; p stays most recent);
- *   *rep NULL when the run does not use it (eager mode, a device-bound input, p is a bucket).
+ * select: the plan of binding syms (gr_rt_plan_for) and its bucket's (*rep, built first, so the
+ *   binding's plan adopts the bucket's arena offsets); *rep NULL when the run does not use it
+ *   (another policy, eager mode, a device-bound input, p is a bucket).
  * inputs: before the run's input copies: a shared placeholder another plan filled is refilled.
  * run_segment: segment seg of p, through rep's plan and graph where proven equal (its table
  *   refreshed with p's slots first), else p's own (exact for that segment).
  * is_bucket: p is its own bucket's plan (its captures are bounded: max_rerecords does not apply).
  * explain / plan_free / placeholder (input i of p borrows the largest binding's). */
 gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table);
-gr_status gr_rt_generic_bind(gr_session_t s, gr_rt_plan **p, gr_rt_plan **rep);
+gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan **p, gr_rt_plan **rep);
 void gr_rt_generic_inputs(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p);

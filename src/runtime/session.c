@@ -547,7 +547,7 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     return st;
 }
 
-static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
+static gr_status select_plan(gr_session_t s, gr_rt_plan **out, gr_rt_plan **rep) {
     int n = s->graph->syms.len;
     int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
@@ -559,7 +559,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
-    st = gr_rt_plan_for(s, syms, out);
+    st = gr_rt_generic_select(s, syms, out, rep); /* gr_rt_plan_for, and generic's bucket plan (generic.c) */
     gr_free(syms, sizeof(int64_t) * (size_t)n);
     return st;
 }
@@ -712,7 +712,9 @@ static gr_status own_placeholder(gr_session_t s, int i, gr_rt_plan **out) {
     if (s->tp) return gr_error(GR_ERR_UNSUPPORTED, "writing into an input's placeholder: not under tensor parallelism");
     if (i < 0 || i >= s->graph->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range", i);
     if (s->pending) GR_TRY(gr_session_wait(s));
-    GR_TRY(select_plan(s, out));
+    gr_rt_plan *rep_unused;
+    GR_TRY(select_plan(s, out, &rep_unused));
+    gr_rt_generic_inputs(s, *out); /* generic: a shared placeholder is this binding's from here */
     const gr_rt_input *in = &s->inputs[i];
     const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
     if (in->dev_bound || (*out)->mem.values[(*out)->g->inputs.data[i]].kind != GR_STORE_INPUT)
@@ -779,8 +781,7 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
     if (s->pending && !(may_queue && run_may_queue(s))) GR_TRY(gr_session_wait(s));
     gr_rt_plan *p, *rep = NULL;
-    GR_TRY(select_plan(s, &p));
-    GR_TRY(gr_rt_generic_bind(s, &p, &rep)); /* generic: the bucket's plan (generic.c) */
+    GR_TRY(select_plan(s, &p, &rep));
     gr_device *d = s->dev;
     /* a run invalidates every output handle of earlier runs, success or not */
     s->generation++;
