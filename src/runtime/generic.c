@@ -42,7 +42,11 @@ static bool generic_on(gr_session_t s) {
 
 /* ==== tables ======================================================================================= */
 gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table) {
-    if (!generic_on(s) || !p->steps.len) return GR_OK;
+    if (!generic_on(s)) return GR_OK;
+    /* a caller's device buffer is copied into the (shared) placeholder, never read in place: the
+     * bucket's graph reads the placeholder's address whichever binding's buffer was bound */
+    for (int i = 0; i < p->g->inputs.len; i++) p->input_in_place[i] = false;
+    if (!p->steps.len) return GR_OK;
     p->slot_off = gr_malloc(sizeof(int) * (size_t)p->steps.len);
     if (!p->slot_off) return GR_ERR_NOMEM;
     size_t total = 0;
@@ -171,13 +175,6 @@ gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan *
     if (!s->generic_input_owner) {
         s->generic_input_owner = gr_calloc((size_t)(ni ? ni : 1), sizeof(long));
         if (!s->generic_input_owner) return GR_ERR_NOMEM;
-    }
-    bool dev_bound = false;
-    for (int i = 0; i < ni; i++) dev_bound = dev_bound || s->inputs[i].dev_bound;
-    if (dev_bound) {
-        /* a caller's buffer may be read in place (addresses per run): no sharing this run */
-        for (int i = 0; i < ni; i++) s->generic_input_owner[i] = 0;
-        return gr_rt_plan_for(s, syms, pp);
     }
     int n = s->graph->syms.len;
     int64_t *bucket = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));

@@ -341,7 +341,8 @@ void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
  *   argument and fills the plan's table; returns the kernel_prepare flags per step in *table.
  * select: the plan of binding syms (gr_rt_plan_for) and its bucket's (*rep, built first, so the
  *   binding's plan adopts the bucket's arena offsets); *rep NULL when the run does not use it
- *   (another policy, eager mode, a device-bound input, p is a bucket).
+ *   (another policy, eager mode, p is a bucket). Device-bound inputs are copied into the
+ *   shared placeholders under generic (never read in place).
  * inputs: before the run's input copies: a shared placeholder another plan filled is refilled.
  * run_segment: segment seg of p, through rep's plan and graph where proven equal (its table
  *   refreshed with p's slots first), else p's own (exact for that segment).
