@@ -361,14 +361,17 @@ gr_status gr_rt_max_plan_init(gr_session_t s) {
         const gr_ir_symbol *sym = &g->syms.data[k];
         if (!sym->declared || sym->hi >= GR_DX_INF)
             return gr_error(GR_ERR_INVALID,
-                            "arena policy 'max shape' needs an upper bound for every symbolic dim; '%s' has none (declare "
+                            "%s needs an upper bound for every symbolic dim; '%s' has none (declare "
                             "its range: gr_graph_set_dim_range, --dim-range %s=LO:HI, or 'dim %s: [lo, hi]' in .gir)",
+                            s->opt.arena_policy == GR_ARENA_MAX_SHAPE ? "arena policy 'max shape'" : "shape policy 'generic'",
                             sym->name, sym->name, sym->name);
         s->max_syms[k] = sym->hi;
     }
     gr_rt_plan *p;
     gr_status st = gr_rt_plan_build(s, s->max_syms, &p);
-    if (st != GR_OK) return gr_error_prefix(st, "compiling the plan of the largest binding (arena policy 'max shape')");
+    if (st != GR_OK)
+        return gr_error_prefix(st, "compiling the plan of the largest binding (%s)",
+                               s->opt.arena_policy == GR_ARENA_MAX_SHAPE ? "arena policy 'max shape'" : "shape policy 'generic'");
     /* its arena becomes the shared one */
     s->shared_arena = p->arena;
     s->shared_arena_bytes = p->mem.arena_bytes;
