@@ -786,6 +786,36 @@ static bool same_str(const char *a, const char *b) { return a && b && !strcmp(a,
 
 /* The structure hash names generic modules and keys the CUDA disk cache: pinned, so an
  * optimisation of how it is computed cannot silently change every key. */
+/* Every driver entry is resolved by the function its header type names: cuda.h maps
+ * cuGraphInstantiate to cuGraphInstantiateWithFlags (3 arguments), while the driver's
+ * "cuGraphInstantiate" is the 5-argument _v2 (a crash in gpucheck on the H100). */
+static void test_driver_symbols(void) {
+    static char syms[128][96];
+    int n = gr_cuda_api_symbols(syms, 128);
+    CHECK(n > 40 && n <= 128);
+    bool flags = false, alloc = false;
+    for (int i = 0; i < n && i < 128; i++) {
+        CHECK(strcmp(syms[i], "cuGraphInstantiate") != 0);
+        CHECK(strstr(syms[i], "_v") == NULL && strstr(syms[i], "_ptsz") == NULL);
+        flags |= !strcmp(syms[i], "cuGraphInstantiateWithFlags");
+        alloc |= !strcmp(syms[i], "cuMemAlloc");
+    }
+    CHECK(flags && alloc);
+    char out[96];
+    gr_cuda_proc_symbol("cuStreamGetCaptureInfo_v3", out, sizeof out);
+    CHECK(!strcmp(out, "cuStreamGetCaptureInfo"));
+    gr_cuda_proc_symbol("cuMemcpyHtoDAsync_v2_ptsz", out, sizeof out);
+    CHECK(!strcmp(out, "cuMemcpyHtoDAsync"));
+    gr_cuda_proc_symbol("cuGraphAddNode_v2", out, sizeof out);
+    CHECK(!strcmp(out, "cuGraphAddNode"));
+    gr_cuda_proc_symbol("cuLaunchKernelEx", out, sizeof out);
+    CHECK(!strcmp(out, "cuLaunchKernelEx"));
+    gr_cuda_proc_symbol("cuFoo_v", out, sizeof out); /* no digits: not a suffix */
+    CHECK(!strcmp(out, "cuFoo_v"));
+    gr_cuda_proc_symbol("cuMemAlloc_v2", out, 4);
+    CHECK(!strcmp(out, "cuM"));
+}
+
 static void test_structure_hash_pinned(void) {
     uint64_t all = 0;
     for (int form = 0; form < N_FORMS; form++) {
@@ -1043,6 +1073,7 @@ int main(void) {
     test_indirect_mixed();
     test_attention_source();
     test_structure_hash_pinned();
+    test_driver_symbols();
     test_generic_same_source();
     test_generic_too_many_slots();
     test_errors();

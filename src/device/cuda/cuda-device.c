@@ -513,7 +513,7 @@ static gr_status cuda_graph_instantiate(void *ctx, gr_dgraph *g, gr_dexec **out)
     *out = NULL;
     gr_dexec *e = gr_calloc(1, sizeof(*e));
     if (!e) return GR_ERR_NOMEM;
-    gr_status st = GR_CU_STATUS(CU(d)->cuGraphInstantiate(&e->e, g->g, 0));
+    gr_status st = GR_CU_STATUS(CU(d)->cuGraphInstantiateWithFlags(&e->e, g->g, 0));
     if (st != GR_OK) {
         gr_free(e, sizeof(*e));
         return st;

@@ -24,7 +24,7 @@
     X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
-    X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiate)            \
+    X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)          \
     X(cuGraphExecDestroy) X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphGetNodes) X(cuGraphNodeGetType)   \
     X(cuGraphKernelNodeGetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphExecUpdate)              \
     X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetAttribute)                                  \
@@ -89,6 +89,12 @@ gr_status gr_lt_status(cublasStatus_t r, const char *call);
 /* ---- loading (cuda-load.c) ---- */
 /* Process-wide, loaded once (thread-safe); the libraries stay open until exit. */
 gr_status gr_cuda_load_driver(const gr_cu_api **out);
+/* The driver symbol an entry is resolved by (cuda-load.c): its name as the headers expand it,
+ * less the ABI suffix. gr_cuda_api_symbols lists every entry's (returns the count). */
+#define GR_CU_STR(x) #x
+#define GR_CU_XSTR(x) GR_CU_STR(x)
+void gr_cuda_proc_symbol(const char *expanded, char *out, size_t n);
+int gr_cuda_api_symbols(char (*out)[96], int cap);
 gr_status gr_cuda_load_nvrtc(const gr_nvrtc_api **out);
 gr_status gr_cuda_load_cublaslt(const gr_lt_api **out);
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
