@@ -250,6 +250,7 @@ static void test_needs_bound(void) {
 }
 
 /* ==== the dynamic exports ============================================================================ */
+#ifdef GRAFT_TEST_ONNX
 #define DYN "tests/data/onnx/dyn/"
 
 /* Sets every input of the export at (batch, seq): token ids in [0, 50), masks of ones, positions
@@ -367,6 +368,8 @@ static void dyn_case(const char *c) {
     gr_session_destroy(sg);
     gr_graph_destroy(g);
 }
+
+#endif /* GRAFT_TEST_ONNX */
 
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
