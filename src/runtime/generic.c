@@ -409,17 +409,23 @@ static gr_status load_consts(gr_session_t s, gr_rt_plan *q, gr_rt_plan *src) {
     return GR_OK;
 }
 
+gr_status gr_rt_generic_own(gr_session_t s, gr_rt_plan *p) {
+    if (!generic_on(s)) return GR_OK;
+    for (int seg = 0; seg < p->segs.len; seg++) GR_TRY(load_slots(s, p, p, seg));
+    return p->consts ? load_consts(s, p, p) : GR_OK;
+}
+
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg) {
     if (!p->segs.data[seg].graphable || s->opt.mode == GR_MODE_EAGER) {
         GR_TRY(load_slots(s, p, p, seg)); /* its own slots: p may be a bucket whose table served another */
-        GR_TRY(load_consts(s, p, p));
+        if (p->consts) GR_TRY(load_consts(s, p, p));
         return gr_rt_segment_run_eager(s, p, seg);
     }
     bool ok = false;
     if (rep) GR_TRY(verdict(s, p, rep, seg, &ok));
     gr_rt_plan *q = ok ? rep : p;
     GR_TRY(load_slots(s, q, p, seg));
-    GR_TRY(load_consts(s, q, p));
+    if (q->consts) GR_TRY(load_consts(s, q, p));
     if (q != p) {
         s->generic_runs++;
         s->generic_replays += q->seg_state[seg].state == GR_SEG_CAPTURED;

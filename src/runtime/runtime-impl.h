@@ -353,6 +353,9 @@ gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan *
 void gr_rt_generic_inputs(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p);
+/* p's own slots and folded constants back in its table and constant memory (before its steps run
+ * outside a session run: capture_range) */
+gr_status gr_rt_generic_own(gr_session_t s, gr_rt_plan *p);
 void gr_rt_generic_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb);
 void gr_rt_generic_plan_free(gr_session_t s, gr_rt_plan *p);
 bool gr_rt_generic_placeholder(gr_session_t s, gr_rt_plan *p, int i, gr_status *st);

@@ -182,6 +182,7 @@ static bool settled(gr_session_t s, const gr_rt_plan *p) {
 /* Warms up and captures every graphable segment of p (on zeroed placeholders). */
 static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
+    GR_TRY(gr_rt_generic_own(s, p)); /* generic: a bucket's table may hold a smaller binding's slots */
     for (int i = 0; i < p->g->inputs.len; i++) {
         if (p->input_host_read[i] && !s->inputs[i].data)
             return gr_error(GR_ERR_INVALID, "capture range: host input '%s' is read on the host: set it before capturing ahead",
