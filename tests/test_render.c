@@ -62,6 +62,25 @@ static void render_generic(const gr_kernel *k, int arch) {
         nvrtc_check(sb.data, k->name, arch, &compiled_generic);
     }
     gr_sb_free(&sb);
+    /* the slot-table form (shape policy generic): the same code reading gr_dims through a pointer,
+     * bounded by the point count after the slots, under its own entry name */
+    gr_sb_init(&sb);
+    st = gr_render_cuda_mode(k, GR_RENDER_GENERIC_TABLE, &sb);
+    CHECK_MSG(st == GR_OK, "table render %s: %s", k->name, gr_last_error());
+    if (st == GR_OK) {
+        char entry[64], decl[96], bound[96];
+        gr_render_cuda_entry_name(k, GR_RENDER_GENERIC_TABLE, entry, sizeof entry);
+        int n = gr_kernel_slot_count(k);
+        snprintf(decl, sizeof decl, "struct gr_dims_t { long long v[%d]; };", n + 1);
+        snprintf(bound, sizeof bound, "const long long gr_n = gr_dims.v[%d];", n);
+        CHECK_MSG(!strncmp(entry, "gr_t_", 5) && strstr(sb.data, entry), "kernel %s: table source lacks its entry %s", k->name, entry);
+        CHECK_MSG(strstr(sb.data, decl) && strstr(sb.data, bound) && strstr(sb.data, "const gr_dims_t* __restrict__ gr_dimp") &&
+                      strstr(sb.data, "const gr_dims_t& gr_dims = *gr_dimp;"),
+                  "kernel %s: table form", k->name);
+        CHECK_MSG(strstr(sb.data, k->name) == NULL, "kernel %s: table source names the kernel", k->name);
+        nvrtc_check(sb.data, k->name, arch, &compiled_generic);
+    }
+    gr_sb_free(&sb);
 }
 
 /* Renders k, checks `needles` appear in the source, compiles for sm_<arch>; then the

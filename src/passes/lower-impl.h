@@ -21,6 +21,7 @@ typedef struct {
     int node;             /* index of the node being lowered */
     gr_step_list *out;
     int n_kernels;        /* kernels made for this node so far (names) */
+    bool activation_matmul_kernels; /* gr_pass_lower_opts: float matmuls of two computed operands as kernels */
     char where[320];      /* "node 'x' (op)" for messages: formatted on first use (lw_where) */
 } gr_lctx;
 

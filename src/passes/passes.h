@@ -141,6 +141,10 @@ gr_status gr_pass_lower(gr_graph *g, gr_step_list *out);
 /* The same into out's own buffer (out->len set to 0 first, its capacity kept): a caller
  * that lowers many plans reuses one buffer (gr_pipeline_scratch). On failure out is freed. */
 gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out);
+/* gr_pass_lower_reuse; activation_matmul_kernels: a float matmul whose operands are both computed
+ * (not constants: attention's scores and values) becomes a generated reduction kernel instead of a
+ * library call (shape policy generic: a kernel reads its sizes from the slot table). */
+gr_status gr_pass_lower_opts(gr_graph *g, gr_step_list *out, bool activation_matmul_kernels);
 gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out);
 void gr_step_list_free(gr_step_list *l);
 /* The step of an `if` or `loop` node run by the runtime's control runner (GR_STEP_HOST without
@@ -317,6 +321,8 @@ typedef struct {
     bool no_fuse_attention;
     /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
     bool fuse_attention_f32;
+    /* Lowering: products of two activations as generated kernels (gr_pass_lower_opts; shape policy generic). */
+    bool activation_matmul_kernels;
     /* Runs gr_pass_precision(precision) first ("precision" after_pass), unless src_converted:
      * a session converts its graph once at creation, so weights are converted once and
      * shared by every binding's plan. */

@@ -92,8 +92,11 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
     if (st == GR_OK && opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
         c.steps = opts->scratch->steps;
         memset(&opts->scratch->steps, 0, sizeof opts->scratch->steps);
-        st = gr_pass_lower_reuse(c.g, &c.steps);
-    } else if (st == GR_OK) st = gr_pass_lower(c.g, &c.steps);
+        st = gr_pass_lower_opts(c.g, &c.steps, opts->activation_matmul_kernels);
+    } else if (st == GR_OK) {
+        memset(&c.steps, 0, sizeof c.steps);
+        st = gr_pass_lower_opts(c.g, &c.steps, opts && opts->activation_matmul_kernels);
+    }
     if (st == GR_OK) st = after(opts, "lower", &c);
     if (st == GR_OK) st = gr_pass_fuse(c.g, &c.steps);
     if (st == GR_OK) st = after(opts, "fuse", &c);

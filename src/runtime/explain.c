@@ -106,6 +106,11 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     }
     if (s->opt.mode != GR_MODE_EAGER) {
         if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) gr_rt_pad_explain(s, &sb); /* shapes.c */
+        else if (s->opt.shape_policy == GR_SHAPES_GENERIC)
+            gr_sb_printf(&sb, "shape policy: generic (one graph per power-of-two bucket of the symbols, kernels reading their "
+                              "slots from a device table: %ld segment runs through a bucket's plan, %ld of them graph replays, "
+                              "%ld table refreshes, %zu bytes copied)\n",
+                         s->generic_runs, s->generic_replays, s->table_refreshes, s->table_bytes);
         else if (s->opt.shape_policy == GR_SHAPES_UPDATE)
             gr_sb_printf(&sb, "shape policy: update (one exec per segment position, each binding's capture applied with an exec "
                               "update: %ld updates, %ld refused and instantiated instead)\n",
@@ -203,6 +208,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
                           st->n_nodes);
         if (sg->graphable) gr_rt_update_explain(s, st, seg, &sb);
+        if (sg->graphable) gr_rt_generic_explain(s, p, seg, &sb); /* generic.c */
         if (sg->graphable && st->evictions)
             gr_sb_printf(&sb, "  its graph was evicted %ld times (graph memory budget) and captured again\n", st->evictions);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);

@@ -67,6 +67,10 @@ int main(void) {
     printf("gr_run_stats.exec_updates %zu\n", offsetof(gr_run_stats, exec_updates));
     printf("gr_run_stats.exec_updates_refused %zu\n", offsetof(gr_run_stats, exec_updates_refused));
     printf("gr_run_stats.padded_runs %zu\n", offsetof(gr_run_stats, padded_runs));
+    printf("gr_run_stats.generic_runs %zu\n", offsetof(gr_run_stats, generic_runs));
+    printf("gr_run_stats.generic_replays %zu\n", offsetof(gr_run_stats, generic_replays));
+    printf("gr_run_stats.table_refreshes %zu\n", offsetof(gr_run_stats, table_refreshes));
+    printf("gr_run_stats.table_bytes %zu\n", offsetof(gr_run_stats, table_bytes));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));

@@ -157,14 +157,19 @@ struct gr_kfunc {
     gr_cuda_module *shared; /* generic: the module, refcounted; NULL: literal */
     int n_slots;            /* generic: slot values, passed by value after the kir arguments */
     int64_t *slots;
+    bool table;             /* GR_KPREP_SLOT_TABLE: the slots' device address is the last argument
+                               (GR_RENDER_GENERIC_TABLE code; slots NULL) */
 };
+/* Arguments a launch of f takes: its kir parameters, plus the slot table's address (table). */
+static inline int gr_cuda_kernel_nargs(const gr_kfunc *f) { return f->kernel->n_params + (f->table ? 1 : 0); }
 /* flags: GR_KPREP_* (device.h) */
 gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out);
 void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f);
 /* Unloads what is left of the shared modules (device destruction). */
 void gr_cuda_modules_destroy(gr_cuda_ctx *c);
 /* The kernelParams array of a launch of f: one pointer per kir argument, then the slot
- * struct for a generic kernel. params holds GR_KMAX_PARAMS + 1 entries. */
+ * struct for a generic kernel (a table kernel's table address is its last argument).
+ * params holds GR_KMAX_PARAMS + 1 entries. */
 void gr_cuda_kernel_params(const gr_kfunc *f, const gr_karg *args, int n_args, void **params);
 /* Grid and block for a launch with these args. */
 void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg *args, unsigned *grid,
