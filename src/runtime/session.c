@@ -66,6 +66,7 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->exec_updates = s->exec_updates;
     out->exec_updates_refused = s->exec_updates_refused;
     out->padded_runs = gr_rt_pad_runs(s);
+    gr_rt_tmpl_stats(s, &out->plans_compiled, &out->plans_instantiated);
 }
 
 /* ==== shared weights ============================================================================ */
@@ -260,6 +261,7 @@ void gr_session_destroy(gr_session_t s) {
     if (s->tp) gr_rt_tp_destroy(s); /* the other ranks first */
     if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     gr_rt_probe_destroy(s);
+    gr_rt_tmpl_free(s);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);
