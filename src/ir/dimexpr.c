@@ -607,31 +607,6 @@ int gr_dx_degree(const gr_graph *g, gr_dim d) {
     return deg;
 }
 
-int gr_dx_degree_in(const gr_graph *g, gr_dim d, int sym) {
-    if (!gr_dx_is_sym(d)) return 0;
-    poly p;
-    cmp_graph = g;
-    if (to_poly(g, d.expr, 0, &p) != GR_OK) return gr_error_clear(), -1;
-    int deg = 0;
-    for (int i = 0; i < p.n; i++) {
-        int n = 0;
-        for (int j = 0; j < p.t[i].n; j++) {
-            const gr_dexpr *e = &g->dx.data[p.t[i].atom[j]];
-            if (e->op == GR_DX_SYM) {
-                n += e->k == sym;
-                continue;
-            }
-            /* an atom over sym (seq//2, min(seq, 4)): not a polynomial in it */
-            bool used[GR_DX_DEGREE_MAX_SYMS] = {false};
-            if (sym >= GR_DX_DEGREE_MAX_SYMS || g->syms.len > GR_DX_DEGREE_MAX_SYMS) return -1;
-            gr_dx_symbols_of(g, (gr_dim){-1, p.t[i].atom[j]}, used);
-            if (used[sym]) return -1;
-        }
-        deg = GR_MAX(deg, n);
-    }
-    return deg;
-}
-
 void gr_dx_symbols_of(const gr_graph *g, gr_dim d, bool *used) {
     if (!gr_dx_is_sym(d)) return;
     /* iterative walk (expressions are DAGs of bounded depth) */

@@ -154,11 +154,6 @@ int32_t gr_dx_as_symbol(const struct gr_graph *g, gr_dim d);
 /* Degree of d as a polynomial in its atoms (0 for a constant, 1 for seq or
  * seq + 1 or min(seq, 4), 2 for seq*seq or batch*seq); -1 past the simplifier's limits. */
 int gr_dx_degree(const struct gr_graph *g, gr_dim d);
-/* Degree of d in symbol sym alone (2 for batch*seq*seq in seq); -1 when sym appears inside a
- * division, modulo, min, max or comparison (not a polynomial in it) or past the simplifier's
- * limits, or for graphs of more than GR_DX_DEGREE_MAX_SYMS symbols. */
-#define GR_DX_DEGREE_MAX_SYMS 64
-int gr_dx_degree_in(const struct gr_graph *g, gr_dim d, int sym);
 /* Marks in used[0..syms.len) the symbols d depends on. */
 void gr_dx_symbols_of(const struct gr_graph *g, gr_dim d, bool *used);
 

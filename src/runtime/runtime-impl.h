@@ -155,6 +155,7 @@ struct gr_session {
     struct gr_rt_shapes *shapes; /* shapes.c: shape policies' state (update's shared execs); NULL until needed */
     long exec_updates, exec_updates_refused; /* shape policy update: execs refreshed / refused (instantiated) */
     double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
+    long plans_compiled;    /* plans made by the pass pipeline (template.c counts the instantiated ones) */
     struct gr_rt_tmpl *tmpl; /* template.c: plan templates per class of bindings; NULL until a symbolic plan is built */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */

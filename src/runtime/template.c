@@ -76,6 +76,9 @@ struct gr_rt_tmpl {
     gr_graph *q_graph;   /* a clone of the session's graph holding the quantities' expressions */
     int n_q;
     gr_dim *q;           /* symbolic quantities (distinct expressions) */
+    int n_pw;
+    int32_t *pw;         /* the min / max / eq / lt atoms of the quantities (expression ids) */
+    int n_sig;           /* n_q + n_pw: a signature's length */
     int n_c;
     int64_t *consts;     /* concrete quantities, sorted, distinct (0 and 1 included) */
     int *sym_q;          /* per symbol: its quantity index */
@@ -85,13 +88,14 @@ struct gr_rt_tmpl {
     int32_t *sig;        /* scratch: a binding's signature */
     tm_class cls[TM_MAX_CLASSES];
     int n_cls;
-    long compiled, instantiated, fallbacks;
+    long instantiated, fallbacks;
 };
 
 /* ==== quantities and classes ======================================================================= */
 
 typedef GR_VEC(int64_t) i64_vec;
 typedef GR_VEC(gr_dim) dim_vec;
+typedef GR_VEC(int32_t) i32_vec;
 
 static gr_status add_quantity(gr_graph *g, gr_dim d, bool *seen, dim_vec *q, i64_vec *c) {
     if (!gr_dx_is_sym(d)) return gr_vec_push(c, d.size);
@@ -112,6 +116,44 @@ static bool has_control(const gr_graph *g) {
     return false;
 }
 
+/* Degree bound of expression id in symbol sym, as a polynomial once every min / max / eq / lt
+ * atom is decided (the atoms' outcomes are part of a binding's class); -1: sym under a division
+ * or modulo (the quotient of consecutive values is not one polynomial). memo: per expression,
+ * degree + 2, 0 = not yet known. */
+static int degree_in(const gr_graph *g, int32_t id, int sym, int8_t *memo, int depth) {
+    if (id < 0 || id >= g->dx.len || depth > 256) return -1;
+    if (memo[id]) return memo[id] - 2;
+    const gr_dexpr *e = &g->dx.data[id];
+    int d;
+    switch (e->op) {
+    case GR_DX_SYM: d = e->k == sym; break;
+    case GR_DX_CONST: d = 0; break;
+    default: {
+        int a = degree_in(g, e->a, sym, memo, depth + 1), b = degree_in(g, e->b, sym, memo, depth + 1);
+        if (a < 0 || b < 0) d = -1;
+        else if (e->op == GR_DX_ADD || e->op == GR_DX_MIN || e->op == GR_DX_MAX) d = GR_MAX(a, b);
+        else if (e->op == GR_DX_MUL) d = a + b;
+        else if (e->op == GR_DX_EQ || e->op == GR_DX_LT) d = 0;
+        else d = a > 0 || b > 0 ? -1 : 0; /* DIV, MOD */
+        break;
+    }
+    }
+    if (d > 60) d = -1;
+    memo[id] = (int8_t)(d + 2);
+    return d;
+}
+
+/* Adds the min / max / eq / lt atoms under expression id to pw (seen: per expression). */
+static gr_status collect_atoms(const gr_graph *g, int32_t id, bool *seen, i32_vec *pw, int depth) {
+    if (id < 0 || id >= g->dx.len || depth > 256 || seen[id]) return GR_OK;
+    seen[id] = true;
+    const gr_dexpr *e = &g->dx.data[id];
+    if (e->op == GR_DX_SYM || e->op == GR_DX_CONST) return GR_OK;
+    if (e->op == GR_DX_MIN || e->op == GR_DX_MAX || e->op == GR_DX_EQ || e->op == GR_DX_LT) GR_TRY(gr_vec_push(pw, id));
+    GR_TRY(collect_atoms(g, e->a, seen, pw, depth + 1));
+    return collect_atoms(g, e->b, seen, pw, depth + 1);
+}
+
 /* The quantities of s's graph: every dim, suffix product and symbolic attribute. */
 static gr_status tmpl_init(gr_session_t s, gr_rt_tmpl *t) {
     const gr_graph *src = s->graph;
@@ -121,7 +163,6 @@ static gr_status tmpl_init(gr_session_t s, gr_rt_tmpl *t) {
         if (src->syms.data[k].data_value >= 0)
             return snprintf(t->why, sizeof t->why, "data-dependent dim '%s'", src->syms.data[k].name), GR_OK;
     if (has_control(src)) return snprintf(t->why, sizeof t->why, "if / loop nodes"), GR_OK;
-    if (n_syms > GR_DX_DEGREE_MAX_SYMS) return snprintf(t->why, sizeof t->why, "more than %d symbols", GR_DX_DEGREE_MAX_SYMS), GR_OK;
     GR_TRY(gr_ir_graph_clone_borrow(src, &t->q_graph));
     gr_graph *g = t->q_graph;
     dim_vec q = {0};
@@ -188,10 +229,9 @@ static gr_status tmpl_init(gr_session_t s, gr_rt_tmpl *t) {
     memset(&c, 0, sizeof c);
     t->qval = gr_malloc(sizeof(int64_t) * (size_t)(t->n_q + 1));
     t->order = gr_malloc(sizeof(int32_t) * (size_t)(t->n_q + 1));
-    t->sig = gr_malloc(sizeof(int32_t) * (size_t)(t->n_q + 1));
     t->sym_q = gr_malloc(sizeof(int) * (size_t)n_syms);
     t->deg = gr_calloc((size_t)n_syms, sizeof(int));
-    if (!t->qval || !t->order || !t->sig || !t->sym_q || !t->deg) {
+    if (!t->qval || !t->order || !t->sym_q || !t->deg) {
         st = GR_ERR_NOMEM;
         goto done;
     }
@@ -200,17 +240,47 @@ static gr_status tmpl_init(gr_session_t s, gr_rt_tmpl *t) {
         for (int i = 0; i < t->n_q; i++)
             if (g->dx.data[t->q[i].expr].op == GR_DX_SYM && g->dx.data[t->q[i].expr].k == k) t->sym_q[k] = i;
     }
-    for (int i = 0; i < t->n_q; i++)
-        for (int k = 0; k < n_syms; k++) {
-            int d = gr_dx_degree_in(g, t->q[i], k);
-            if (d < 0) {
-                char buf[96];
-                gr_dx_str(g, t->q[i], buf, sizeof buf);
-                snprintf(t->why, sizeof t->why, "dim '%s' is not a polynomial in '%s'", buf, g->syms.data[k].name);
-                goto done;
+    {
+        size_t cap = (size_t)g->dx.len;
+        int8_t *memo = gr_calloc(cap + 1, 1);
+        bool *seen2 = gr_calloc(cap + 1, sizeof(bool));
+        i32_vec pw = {0};
+        if (!memo || !seen2) st = GR_ERR_NOMEM;
+        for (int k = 0; k < n_syms && st == GR_OK; k++) {
+            memset(memo, 0, cap + 1);
+            for (int i = 0; i < t->n_q && st == GR_OK; i++) {
+                int d = degree_in(g, t->q[i].expr, k, memo, 0);
+                if (d < 0) {
+                    char buf[96];
+                    gr_dx_str(g, t->q[i], buf, sizeof buf);
+                    snprintf(t->why, sizeof t->why, "dim '%s' divides '%s'", buf, g->syms.data[k].name);
+                    st = GR_ERR_UNSUPPORTED;
+                    break;
+                }
+                t->deg[k] = GR_MAX(t->deg[k], d);
             }
-            t->deg[k] = GR_MAX(t->deg[k], d);
         }
+        for (int i = 0; i < t->n_q && st == GR_OK; i++) st = collect_atoms(g, t->q[i].expr, seen2, &pw, 0);
+        if (st == GR_OK) gr_vec_shrink(&pw);
+        if (st == GR_OK && pw.len != pw.cap) st = GR_ERR_NOMEM;
+        if (st == GR_OK) {
+            t->pw = pw.data;
+            t->n_pw = pw.len;
+        } else gr_vec_free(&pw);
+        if (memo) gr_free(memo, cap + 1);
+        if (seen2) gr_free(seen2, (cap + 1) * sizeof(bool));
+        if (st == GR_ERR_UNSUPPORTED) { /* t->why says why: no templates */
+            st = GR_OK;
+            goto done;
+        }
+        if (st != GR_OK) goto done;
+    }
+    t->n_sig = t->n_q + t->n_pw;
+    t->sig = gr_malloc(sizeof(int32_t) * (size_t)(t->n_sig + 1));
+    if (!t->sig) {
+        st = GR_ERR_NOMEM;
+        goto done;
+    }
     t->eligible = true;
 done:
     gr_vec_free(&q);
@@ -251,20 +321,23 @@ static bool signature(gr_rt_tmpl *t, const int64_t *syms) {
             else hi = mid - 1;
         }
         for (int j = r; j < e; j++) t->sig[t->order[j]] = cls;
-        if (getenv("GR_TM_DEBUG") && (cls < 0 || e - r > 1))
-            for (int j = r; j < e; j++) {
-                char buf[96];
-                gr_dx_str(t->q_graph, t->q[t->order[j]], buf, sizeof buf);
-                fprintf(stderr, "  coincide %lld: %s (cls %d)\n", (long long)v, buf, cls);
-            }
         r = e;
+    }
+    /* which way every min / max / eq / lt goes */
+    for (int j = 0; j < t->n_pw; j++) {
+        const gr_dexpr *e = &t->q_graph->dx.data[t->pw[j]];
+        int64_t a, b;
+        if (gr_dx_eval(t->q_graph, (gr_dim){-1, e->a}, syms, &a) != GR_OK ||
+            gr_dx_eval(t->q_graph, (gr_dim){-1, e->b}, syms, &b) != GR_OK)
+            return gr_error_clear(), false;
+        t->sig[t->n_q + j] = (a > b) - (a < b);
     }
     return true;
 }
 
 static tm_class *find_class(gr_rt_tmpl *t) {
     for (int i = 0; i < t->n_cls; i++)
-        if (!memcmp(t->cls[i].sig, t->sig, sizeof(int32_t) * (size_t)t->n_q)) return &t->cls[i];
+        if (!memcmp(t->cls[i].sig, t->sig, sizeof(int32_t) * (size_t)t->n_sig)) return &t->cls[i];
     return NULL;
 }
 
@@ -626,7 +699,7 @@ static gr_status build_template(gr_session_t s, gr_rt_tmpl *t, tm_class *cls, co
                 pt[cls->free_sym[i]] = cls->origin[i] + rest % (cls->deg[i] + 1);
                 rest /= cls->deg[i] + 1;
             }
-            ok = signature(t, pt) && !memcmp(t->sig, cls->sig, sizeof(int32_t) * (size_t)t->n_q);
+            ok = signature(t, pt) && !memcmp(t->sig, cls->sig, sizeof(int32_t) * (size_t)t->n_sig);
         }
         found = ok;
     }
@@ -648,7 +721,7 @@ static gr_status build_template(gr_session_t s, gr_rt_tmpl *t, tm_class *cls, co
             pt[cls->free_sym[i]] = cls->origin[i] + rest % (cls->deg[i] + 1);
             rest /= cls->deg[i] + 1;
         }
-        if (!signature(t, pt) || memcmp(t->sig, cls->sig, sizeof(int32_t) * (size_t)t->n_q)) {
+        if (!signature(t, pt) || memcmp(t->sig, cls->sig, sizeof(int32_t) * (size_t)t->n_sig)) {
             st = REFUSE("grid binding %d has other coincidences of dims", gp);
             break;
         }
@@ -757,6 +830,7 @@ gr_status gr_rt_tmpl_pipeline(gr_session_t s, const int64_t *syms, const gr_pipe
             return st;
         }
         s->tmpl = t;
+        if (!t->eligible && s->opt.verbose) fprintf(stderr, "graft: plan templates: none (%s)\n", t->why);
     }
     tm_class *cls = NULL;
     bool have_sig = t && t->eligible && allowed && syms && signature(t, syms);
@@ -776,21 +850,21 @@ gr_status gr_rt_tmpl_pipeline(gr_session_t s, const int64_t *syms, const gr_pipe
         }
     }
     GR_TRY(gr_pass_pipeline(s->graph, syms, po, out));
-    if (t) t->compiled++;
+    s->plans_compiled++;
     if (!have_sig) return GR_OK;
     if (!cls && t->n_cls < TM_MAX_CLASSES) {
         /* t->sig still holds this binding's signature (signature() ran above) */
         tm_class *c = &t->cls[t->n_cls];
         memset(c, 0, sizeof *c);
-        c->sig = gr_malloc(sizeof(int32_t) * (size_t)(t->n_q + 1));
+        c->sig = gr_malloc(sizeof(int32_t) * (size_t)(t->n_sig + 1));
         c->first_syms = gr_malloc(sizeof(int64_t) * (size_t)(s->graph->syms.len + 1));
         if (!c->sig || !c->first_syms) { /* no class: this binding is compiled, nothing else changes */
-            if (c->sig) gr_free(c->sig, sizeof(int32_t) * (size_t)(t->n_q + 1));
+            if (c->sig) gr_free(c->sig, sizeof(int32_t) * (size_t)(t->n_sig + 1));
             if (c->first_syms) gr_free(c->first_syms, sizeof(int64_t) * (size_t)(s->graph->syms.len + 1));
             gr_error_clear();
             return GR_OK;
         }
-        memcpy(c->sig, t->sig, sizeof(int32_t) * (size_t)t->n_q);
+        memcpy(c->sig, t->sig, sizeof(int32_t) * (size_t)t->n_sig);
         memcpy(c->first_syms, syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
         t->n_cls++;
     } else if (cls && !cls->ready && !cls->refused &&
@@ -807,7 +881,7 @@ gr_status gr_rt_tmpl_pipeline(gr_session_t s, const int64_t *syms, const gr_pipe
 }
 
 void gr_rt_tmpl_stats(gr_session_t s, long *compiled, long *instantiated) {
-    *compiled = s->tmpl ? s->tmpl->compiled : 0;
+    *compiled = s->plans_compiled;
     *instantiated = s->tmpl ? s->tmpl->instantiated : 0;
 }
 
@@ -828,7 +902,7 @@ void gr_rt_tmpl_explain(gr_session_t s, gr_strbuf *sb) {
     gr_sb_printf(sb,
                  "plan templates: %ld bindings compiled by the pipeline, %ld instantiated from a template (%d of %d "
                  "classes of bindings have one; %ld guard fallbacks)\n",
-                 t->compiled, t->instantiated, ready, t->n_cls, t->fallbacks);
+                 s->plans_compiled, t->instantiated, ready, t->n_cls, t->fallbacks);
     for (int i = 0; i < t->n_cls; i++)
         if (t->cls[i].refused) gr_sb_printf(sb, "  class %d: no template: %s\n", i, t->cls[i].why);
 }
@@ -839,7 +913,7 @@ void gr_rt_tmpl_free(gr_session_t s) {
     for (int i = 0; i < t->n_cls; i++) {
         tm_class *c = &t->cls[i];
         class_drop_template(c);
-        gr_free(c->sig, sizeof(int32_t) * (size_t)(t->n_q + 1));
+        gr_free(c->sig, sizeof(int32_t) * (size_t)(t->n_sig + 1));
         gr_free(c->first_syms, sizeof(int64_t) * (size_t)(s->graph->syms.len + 1));
     }
     if (t->q) gr_free(t->q, sizeof(gr_dim) * (size_t)t->n_q);
@@ -849,7 +923,8 @@ void gr_rt_tmpl_free(gr_session_t s) {
     if (t->deg) gr_free(t->deg, sizeof(int) * (size_t)n_syms);
     if (t->qval) gr_free(t->qval, sizeof(int64_t) * (size_t)(t->n_q + 1));
     if (t->order) gr_free(t->order, sizeof(int32_t) * (size_t)(t->n_q + 1));
-    if (t->sig) gr_free(t->sig, sizeof(int32_t) * (size_t)(t->n_q + 1));
+    if (t->sig) gr_free(t->sig, sizeof(int32_t) * (size_t)(t->n_sig + 1));
+    if (t->pw) gr_free(t->pw, sizeof(int32_t) * (size_t)t->n_pw);
     gr_ir_graph_destroy(t->q_graph);
     gr_free(t, sizeof *t);
     s->tmpl = NULL;
