@@ -246,7 +246,7 @@ static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_pla
     gr_compiled c;
     /* a binding of a class with a template instantiates it (template.c); the test hook rewrites
      * fused steps, which only the pipeline makes */
-    if ((st = gr_rt_tmpl_pipeline(s, sym_values ? p->sym_values : NULL, &po, obs.fn == NULL, &c, &p->instantiated)) != GR_OK)
+    if ((st = gr_rt_tmpl_pipeline(s, p->sym_values, &po, obs.fn == NULL && sym_values != NULL, &c, &p->instantiated)) != GR_OK)
         goto fail;
     p->g = c.g;
     p->steps = c.steps;
