@@ -741,6 +741,9 @@ static gr_status build_template(gr_session_t s, gr_rt_tmpl *t, tm_class *cls, co
             memset(&cls->base.mem, 0, sizeof cls->base.mem);
             memset(&cls->base.segs, 0, sizeof cls->base.segs);
             cp = &cls->base;
+            for (int i = 0; i < c.steps.len && st == GR_OK; i++)
+                if (c.steps.data[i].kind == GR_STEP_HOST) st = REFUSE("a host step (node %d)", c.steps.data[i].node);
+            if (st != GR_OK) break;
         } else if (!same_structure(&cls->base, cls->n_front, &c, n_front, why, sizeof why)) {
             gr_compiled_free(&c);
             st = REFUSE("grid binding %d: %s", gp, why);
