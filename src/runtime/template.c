@@ -29,9 +29,12 @@
  * constants and scalars must be the same at every grid point (else no template): a mean's
  * 1/count over a symbolic dim is not a polynomial.
  *
- * Not covered (the pipeline always): graphs with if / loop nodes or data-dependent dims, a dim
- * expression that is not a polynomial in a symbol (seq//2, min(seq, 4)), host steps, the test
- * step hook, more than TM_MAX_FREE free symbols or TM_MAX_GRID grid points. */
+ * A min / max / eq / lt atom over a symbol (BERT's min(seq, 64)) is decided per class: which way
+ * it goes is part of the class, and within it the atom is one of its operands.
+ *
+ * Not covered (the pipeline always): graphs with if / loop nodes or data-dependent dims, a
+ * symbol under a division or modulo (seq//2: not one polynomial over consecutive values), host
+ * steps, the test step hook, more than TM_MAX_FREE free symbols or TM_MAX_GRID grid points. */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <stdlib.h>
