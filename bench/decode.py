@@ -22,6 +22,11 @@ touch the others; a variant past --timeout is killed and recorded as such):
                      (engine auto: greedy runs the decode loop on the device, --steps-per-launch)
   graft-reference    the same with engine="reference" (a plan per position; not in the default list)
 
+Sampling (--sample, beams 1): Hugging Face generate(do_sample=True, top_k=--top-k, top_p=--top-p,
+temperature 1) after torch.manual_seed(--seed) against graft.generate(sample=True, the same top_k,
+top_p, seed), which samples on the device inside the decode loop (the sample op). The two RNGs
+differ, so sampled ids are not compared across frameworks (the table says "sampled").
+
 Timing: wall clock around whole generate calls (synchronised), best of --repeats after --warmup
 calls; tokens/s = batch * new tokens / time, ms/token = time / new tokens. graft also reports its
 own prompt time, decode ms per token and device-loop launches (gr_generate_stats). Memory, every
@@ -132,10 +137,13 @@ def timed(fn, sync, warmup, repeats):
     return best, out
 
 
-def hf_generate(model, prompt, new, beams, static):
+def hf_generate(model, prompt, new, beams, static, sample=None):
     import torch
     kw = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=beams,
               eos_token_id=None, pad_token_id=model.config.pad_token_id, early_stopping=True, length_penalty=1.0)
+    if sample:
+        kw.update(do_sample=True, top_k=sample["top_k"], top_p=sample["top_p"], temperature=1.0)
+        torch.manual_seed(sample["seed"])
     if static:
         kw["cache_implementation"] = "static"
     with torch.no_grad():
@@ -167,7 +175,8 @@ def run_hf(case, prompt):
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     p = torch.from_numpy(prompt).to(dev)
-    secs, out = timed(lambda: hf_generate(model, p, case["new"], case["beams"], static), sync, case["warmup"], case["repeats"])
+    smp = case.get("sample")
+    secs, out = timed(lambda: hf_generate(model, p, case["new"], case["beams"], static, smp), sync, case["warmup"], case["repeats"])
     if cuda:
         row["torch_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
         row["memory_mib"] = (free0 - torch.cuda.mem_get_info()[0]) / 2**20
@@ -187,9 +196,12 @@ def run_graft(case, prompt):
     stats = {}
     engine = "reference" if case["variant"] == "graft-reference" else "auto"
 
+    smp = case.get("sample")
+    extra = dict(sample=True, top_k=smp["top_k"], top_p=smp["top_p"], seed=smp["seed"]) if smp else {}
+
     def fn():
         ids, st = s.generate(prompt, case["new"], beams=case["beams"], engine=engine, steps_per_launch=case["steps_per_launch"],
-                             return_stats=True)
+                             return_stats=True, **extra)
         stats.update(st)
         return ids
     secs, ids = timed(fn, sync, case["warmup"], case["repeats"])
@@ -272,14 +284,15 @@ def compare(ids, ref):
 def run_case(a, name, dtype, onnx_path, batch, beams, work):
     rows = []
     ref = None
+    sample = dict(top_k=a.top_k, top_p=a.top_p, seed=a.seed) if a.sample else None
+    decode = ("sample k%d p%g" % (a.top_k, a.top_p)) if a.sample else "greedy" if beams == 1 else "beam%d" % beams
     for v in a.variants.split(","):
-        row = {"model": name, "dtype": dtype, "batch": batch, "decode": "greedy" if beams == 1 else "beam%d" % beams, "variant": v,
-               "prompt": a.prompt, "new_tokens": a.new}
+        row = {"model": name, "dtype": dtype, "batch": batch, "decode": decode, "variant": v, "prompt": a.prompt, "new_tokens": a.new}
         ids_path = os.path.join(work, "ids-%d.npy" % spawn.n)
         case = dict(model=name, dtype=dtype, batch=batch, beams=beams, variant=v, prompt=a.prompt, new=a.new, warmup=a.warmup,
                     repeats=a.repeats, device=a.device, smoke=a.smoke, dry_run=a.dry_run, onnx=onnx_path, ids_path=ids_path,
                     graft_device=a.graft_device, graft_mode=a.graft_mode, graft_max_rerecords=a.graft_max_rerecords,
-                    steps_per_launch=a.steps_per_launch, fail=v in a.dry_run_fail.split(","))
+                    steps_per_launch=a.steps_per_launch, fail=v in a.dry_run_fail.split(","), sample=sample)
         if onnx_path is None and v.startswith("graft"):
             fields, err = {}, "no ONNX export of %s (its export failed)" % name
         else:
@@ -291,7 +304,8 @@ def run_case(a, name, dtype, onnx_path, batch, beams, work):
             ids = np.load(ids_path)
             if v == "hf-eager":
                 ref = ids
-            row["ids_vs_hf_eager"] = compare(ids, ref) if v != "hf-eager" else {"match": True, "reference": True}
+            row["ids_vs_hf_eager"] = ({"match": None, "sampled": True} if sample else
+                                      compare(ids, ref) if v != "hf-eager" else {"match": True, "reference": True})
         rows.append(row)
         print(json.dumps(row), flush=True)
     # the speedup of graft over PyTorch's best tokens/s of this case
@@ -308,7 +322,7 @@ def table(rows):
     lines = [head, "|" + "---|" * 13]
     for r in rows:
         ids = r.get("ids_vs_hf_eager")
-        ids_s = "error" if "error" in r else ("reference" if ids and ids.get("reference") else
+        ids_s = "error" if "error" in r else ("sampled" if ids and ids.get("sampled") else "reference" if ids and ids.get("reference") else
                                             ("match" if ids and ids["match"] else
                                              ("%s mismatches, first at %s" % (ids.get("mismatches"), ids.get("first")) if ids else "-")))
 
@@ -345,6 +359,10 @@ def main():
     ap.add_argument("--graft-mode", default="graph")
     ap.add_argument("--graft-max-rerecords", type=int, default=100000)
     ap.add_argument("--steps-per-launch", type=int, default=0, help="graft's decode loop: steps per device launch (0: graft's default)")
+    ap.add_argument("--sample", action="store_true", help="sampling (beams 1): do_sample=True with --top-k, --top-p, --seed")
+    ap.add_argument("--top-k", type=int, default=50)
+    ap.add_argument("--top-p", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--out", default="decode", help="writes OUT.json and OUT.md")
     ap.add_argument("--verbose", action="store_true")
@@ -379,7 +397,7 @@ def main():
                 onnx_path = None
         for dtype in a.dtypes.split(","):
             for batch in [int(x) for x in a.batches.split(",")]:
-                for beams in [int(x) for x in a.beams.split(",")]:
+                for beams in ([1] if a.sample else [int(x) for x in a.beams.split(",")]):
                     rows += run_case(a, name, dtype, onnx_path, batch, beams, work)
     meta = {"device": a.device, "graft_device": a.graft_device, "smoke": a.smoke, "dry_run": a.dry_run, "prompt": a.prompt,
             "new_tokens": a.new}

@@ -55,27 +55,6 @@ POOL = 4
 
 # ---- workloads -----------------------------------------------------------------------------------
 
-def _llama():
-    import torch
-    import transformers as T
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(num_hidden_layers=8, hidden_size=768, num_attention_heads=12, num_key_value_heads=4,
-                        intermediate_size=2048, vocab_size=32000, max_position_embeddings=512, use_cache=False)
-    m = T.LlamaModel(cfg)
-    m.config._attn_implementation = "eager"
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, ids):
-            return self.m(input_ids=ids).last_hidden_state
-
-    g = torch.Generator().manual_seed(1)
-    return Wrap(m), [torch.randint(0, cfg.vocab_size, (1, 64), generator=g)], ["ids"]
-
-
 def _tiny_mlp():
     import torch
     import workloads as W
@@ -87,7 +66,7 @@ def all_workloads():
     """name -> () -> (module, example inputs, input names). tiny_* only when asked for."""
     import workloads as W
     out = dict(W.workloads())
-    out["llama_b1"] = _llama
+    out["llama_b1"] = lambda: W.hf("llama") + (["ids"],)
     out["tiny_mlp"] = _tiny_mlp
     return out
 

@@ -250,7 +250,7 @@ def table(results, meta):
                                           if "error" not in sm else "fails: " + sm["error"]))
         lines.append("")
     for name, why in W.PENDING.items():
-        lines.append(f"- {name}: not run — {why}")
+        lines.append(f"- {name}: not in this table — {why}")
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,9 @@ graft's shape policies and PyTorch, in one process on one GPU.
 Model: GPT-2 small (124M, transformers.GPT2Config(), random weights seeded, fp32, batch 1),
 exported to ONNX with a dynamic seq axis (or --onnx PATH). Variants:
   graft eager; graft graph with shape policy exact, update, pad (GPT-2's attention keeps seq from
-  being padded: exact, with the reason in explain) and auto under a 15 MB graph memory budget
+  being padded: exact, with the reason in explain), generic (one graph per power-of-two bucket of
+  seq, kernels reading their dims from a device table; attention's products as generated kernels)
+  and auto under a 15 MB graph memory budget
   (each with the one arena of the largest binding, --arena max, and lazy capture), and with the
   range captured ahead (capture_range, largest first); the ablation turns each mechanism off in
   turn (the shared arena, the exec update: exact under the 15 MB budget evicts and re-captures);
@@ -144,7 +146,8 @@ def graft_variant(name, onnx_path, dev, max_len, lengths_inc, lengths_shuf, ids_
         rec["warmup_s"] = max(0.0, rec["increasing"]["total_s"] + rec["shuffled"]["total_s"] - 2 * rec["shuffled_again"]["total_s"])
     rec["stats"] = {k: st[k] for k in ("graph_bytes", "graph_bytes_peak", "captures", "instantiations", "exec_updates",
                                        "exec_updates_refused", "padded_runs", "evictions", "graphs_live", "bytes_copied", "copies",
-                                       "arena_bytes", "weight_bytes", "device_bytes", "segments", "segments_in_graphs")}
+                                       "arena_bytes", "weight_bytes", "device_bytes", "segments", "segments_in_graphs",
+                                       "generic_runs", "generic_replays", "table_refreshes", "table_bytes")}
     rec["stats"]["captures_after_increasing"] = st_inc["captures"]
     rec["extra_device_bytes"] = free0 - dev.free_bytes() if dev.torch is not None else st["device_bytes"]
     checks = {}
@@ -204,18 +207,20 @@ def markdown(result):
              "time, else the first two passes' excess over two warm passes. Extra memory: device free memory before the variant minus after it "
              "(weights, arenas, graphs, pools). Graph memory: graft's cuMemGetInfo deltas around captures.", "",
              "| variant | cold total s | warm total s | warm ms/call | warm-up s | extra MiB | graph MiB | captures | "
-             "instantiations | exec updates | max |logit diff| vs torch eager |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "instantiations | exec updates | generic replays (table KiB) | max |logit diff| vs torch eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["variants"]:
         if "error" in r:
-            lines.append("| %s | error: %s |  |  |  |  |  |  |  |  |  |" % (r["variant"], r["error"].splitlines()[-1][:120]))
+            lines.append("| %s | error: %s |  |  |  |  |  |  |  |  |  |  |" % (r["variant"], r["error"].splitlines()[-1][:120]))
             continue
         st = r.get("stats", {})
-        lines.append("| %s | %.3f | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %.3f | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s | %s |" % (
             r["variant"], r["increasing"]["total_s"], r["shuffled_again"]["total_s"], r["shuffled_again"]["per_call_ms_mean"],
             r["warmup_s"], r["extra_device_bytes"] / 2**20,
             "%.2f" % (st["graph_bytes_peak"] / 2**20) if st else "-", st.get("captures", "-"), st.get("instantiations", "-"),
-            st.get("exec_updates", "-"), "%.2e" % r["max_abs_diff"] if r.get("max_abs_diff") is not None else "-"))
+            st.get("exec_updates", "-"),
+            "%s (%.1f)" % (st["generic_replays"], st["table_bytes"] / 1024) if st.get("generic_runs") else "-",
+            "%.2e" % r["max_abs_diff"] if r.get("max_abs_diff") is not None else "-"))
     t = result.get("targets")
     if t:
         lines += ["", "Targets (issue 11): best graft policy warm total <= PT2-CG: %s; graph memory <= 15 MB: %s; warm-up <= 3 s: %s"
@@ -282,6 +287,7 @@ def main():
         ("graft update + capture ahead", dict(mode="graph", shapes="update", capture=True)),
         ("graft exact + capture ahead", dict(mode="graph", shapes="exact", capture=True)),
         ("graft pad", dict(mode="graph", shapes="pad")),
+        ("graft generic", dict(mode="graph", shapes="generic")),
         ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15)),
         ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True)),
         # ablation: each mechanism off in turn

@@ -202,8 +202,8 @@ typedef struct {
      * f32 (as autocast); inputs and outputs keep their declared dtypes. docs/precision.md. */
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
-     * dims share CUDA graphs. GR_SHAPES_GENERIC is not implemented and refused at session
-     * creation (GR_ERR_UNSUPPORTED naming it). */
+     * dims share CUDA graphs. GR_SHAPES_GENERIC needs a declared upper bound for every
+     * symbolic dim (docs/design.md §4 "Shape policies"). */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -244,7 +244,7 @@ enum { GR_ARENA_PER_SHAPE = 0, GR_ARENA_MAX_SHAPE = 1 };
 typedef enum {
     GR_SHAPES_EXACT = 0, /* one graph per binding of the symbolic dims (LRU under graph_memory_mb) */
     GR_SHAPES_PAD,       /* bindings rounded up to capture sizes where proven row-independent (else exact) */
-    GR_SHAPES_GENERIC,   /* reserved: one graph per range of a symbol, dims read on the device (not implemented) */
+    GR_SHAPES_GENERIC,   /* one graph per power-of-two bucket of the symbols, slots read from a device table */
     GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
     GR_SHAPES_AUTO,      /* pad where proven; else one exec per binding while the measured graph memory fits
                             graph_memory_mb, beyond it the position's exec updated (shapes.c) */
@@ -329,6 +329,11 @@ typedef struct {
     long exec_updates;       /* execs refreshed from another binding's graph (no instantiation) */
     long exec_updates_refused; /* updates the device refused (a different topology): instantiated instead */
     long padded_runs;        /* shape policy pad, session total: runs of a binding rounded up to a capture size */
+    /* shape policy generic, session totals: */
+    long generic_runs;       /* segment runs of a binding through its bucket's plan (graph) */
+    long generic_replays;    /* ... of those, replays of the bucket's captured graph */
+    long table_refreshes;    /* slot-table copies (host to device) before such runs */
+    size_t table_bytes;      /* their bytes */
     /* symbolic models, session totals: plans made by the pass pipeline / instantiated from a plan template */
     long plans_compiled, plans_instantiated;
 } gr_run_stats;
@@ -549,12 +554,14 @@ typedef struct {
                                 do_sample=False beam search, early_stopping=True) */
     double length_penalty;   /* beam search: a finished hypothesis scores sum(logprob) / len ** length_penalty (1.0) */
     int sample;              /* 0: greedy (argmax, lowest index on ties); 1: sampling */
-    int top_k;               /* sampling: keep the k most likely tokens (0 = all) */
-    double top_p;            /* sampling: keep the smallest set whose probability reaches top_p (1.0 = all) */
-    double temperature;      /* sampling: logits divided by it first (> 0; 1.0) */
-    uint64_t seed;           /* sampling: u = RANDOM(seed, counter = step * batch + row), graft's counter-based
-                                generator (splitmix64, f64 in [0,1); codegen/kir.h), then the inverse CDF over
-                                the kept tokens in descending probability */
+    int top_k;               /* sampling: keep the k most likely tokens, ties with the k-th kept (0 = all) */
+    double top_p;            /* sampling: keep the smallest most-likely set whose probability reaches top_p,
+                                ties with its last token kept (1.0 = all); used as an f32 */
+    double temperature;      /* sampling: logits divided by it first (> 0; 1.0); used as an f32 */
+    uint64_t seed;           /* sampling: the RNG bits of (seed, counter = step * batch + row), graft's counter-based
+                                generator (splitmix64; codegen/kir.h), pick a token in id order over integer
+                                weights floor(exp(z - max) * 2^32) of the kept tokens (gr_sample_row, the same
+                                on the host and in the device's decode loop: docs/design.md §3b) */
     int prompt_mode;         /* gr_prompt_mode */
     gr_token_fn on_token;    /* may be NULL */
     void *user;

@@ -9,7 +9,12 @@
 # (first to last: the ones that matter most first); DECODE_BUDGET (seconds, default 420) bounds the
 # whole benchmark so that the script ends inside one 10-minute command: a config that does not fit
 # is skipped and said so, and each config writes its own files, so a later call with the remaining
-# configs (SKIP_TESTS=1) completes the set. DECODE_NEW / DECODE_REPEATS: new tokens, repeats.
+# configs (SKIP_TESTS=1) completes the set. DECODE_NEW / DECODE_REPEATS: new tokens, repeats. A config
+# whose beams field is "s" samples (--sample --top-k 50 --top-p 0.9: graft's device-side sample op
+# against HF generate(do_sample=True), eager and static-cache reduce-overhead; ids not compared).
+# The CUDA tests include the sample kernel against the host definition (test_decode: exact at vocab 8,
+# by frequency, and at GPT-2's 50257 with the number of flipped draws printed) and sampled generation
+# reproducible by seed on the device.
 set -u
 out=${OUT:-/tmp/decode-gpu}
 mkdir -p "$out"
@@ -21,7 +26,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   {
     for t in test_decode test_generate; do
       echo "== $t (cuda)"
-      GRAFT_TEST_DEVICE=cuda timeout 300 build-gpu/tests/$t 2>&1 | grep -v '^ok' | tail -8
+      GRAFT_TEST_DEVICE=cuda timeout 300 build-gpu/tests/$t 2>&1 | grep -v '^ok' | tail -12
       [ "${PIPESTATUS[0]}" -eq 0 ] || echo "$t cuda FAILED"
     done
     echo "== bench/decode.py --dry-run (the harness: a crashing variant must not touch the others)"
@@ -37,12 +42,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 budget=${DECODE_BUDGET:-420}
 start=$(date +%s)
-for cfg in ${DECODE_CONFIGS:-gpt2:fp32:1:1,4 llama:fp32:1:1,4 gpt2:fp32:8:1 gpt2:bf16:1:1 llama:bf16:1:1}; do
+for cfg in ${DECODE_CONFIGS:-gpt2:fp32:1:1,4 gpt2:fp32:1:s llama:fp32:1:1,4 gpt2:fp32:8:1 gpt2:bf16:1:1 llama:bf16:1:1}; do
   IFS=: read -r m d b k <<< "$cfg"
   left=$(( budget - ($(date +%s) - start) ))
   if [ "$left" -lt 60 ]; then echo "== skipped $cfg: ${left}s left of DECODE_BUDGET=$budget (run it with DECODE_CONFIGS=$cfg SKIP_TESTS=1)"; continue; fi
-  echo "== bench/decode.py $m $d batch $b beams $k (${left}s left)"
-  timeout "$left" python3 bench/decode.py --models "$m" --dtypes "$d" --batches "$b" --beams "$k" --new "${DECODE_NEW:-128}" \
+  if [ "$k" = s ]; then mode_args=(--beams 1 --sample --top-k 50 --top-p 0.9); else mode_args=(--beams "$k"); fi
+  echo "== bench/decode.py $m $d batch $b ${mode_args[*]} (${left}s left)"
+  timeout "$left" python3 bench/decode.py --models "$m" --dtypes "$d" --batches "$b" "${mode_args[@]}" --new "${DECODE_NEW:-128}" \
     --repeats "${DECODE_REPEATS:-3}" --timeout "$left" --out "$out/decode-$m-$d-b${b//,/_}-k${k//,/_}" 2>&1 | grep '^|' | tail -20
 done 2>&1 | tee "$out/bench.log"
 echo "decode-gpu-check: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"

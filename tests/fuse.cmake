@@ -5,3 +5,7 @@ graft_test(test_fuse SOURCES tests/test_fuse.c LAYERS graft_util graft_ir graft_
 if(GRAFT_ONNX_ENABLED)
   graft_test(test_fuse_plan SOURCES tests/test_fuse_plan.c)
 endif()
+# Masked attention calls of one segment share the mask's tile table (passes/share.c).
+if(GRAFT_ONNX_ENABLED)
+  graft_test(test_share SOURCES tests/test_share.c)
+endif()

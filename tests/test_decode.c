@@ -13,6 +13,8 @@
 #include "check.h"
 #include "npy.h"
 #include "runtime/runtime-impl.h"
+#include "codegen/kir.h"
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +294,276 @@ static void loop_refusals(void) {
     gr_ir_graph_destroy(g);
 }
 
+/* ==== sampling (the sample op, GR_LIB_SAMPLE; codegen/sample.c, device/cuda/cuda-sample.c) =========
+ * (1) gr_sample_row against its definition written the slow way (a sort, thresholds by scanning
+ * the sorted values), over ties, -inf, NaN and every kind of top-k / top-p / temperature; (2) the op
+ * on the test's device against gr_sample_row on the same logits: a vocabulary of 8 with 4096 rows
+ * (exact, and the frequencies against the kept probabilities), and GPT-2's 50257 (exact on the
+ * simulator; on CUDA an expf ulp may move a boundary, so a rare flip is allowed and counted);
+ * (3) sampled generation on the device loop: the same seed twice gives the same ids, another
+ * seed others; on the simulator they equal the reference engine's. */
+static uint64_t t_rng(uint64_t *s) {
+    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static double t_normal(uint64_t *s) {
+    double u = ((double)(t_rng(s) >> 11) + 0.5) * 0x1.0p-53, v = (double)(t_rng(s) >> 11) * 0x1.0p-53;
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static float t_z(float x, float temp) {
+    float z = x / temp + 0.0f;
+    return z != z ? -INFINITY : z;
+}
+
+static uint64_t t_w(float z, float m) { return z == m ? (uint64_t)1 << 32 : (uint64_t)(expf(z - m) * 4294967296.0f); }
+
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* the definition (kir.h) by sorting; *kept_w (optional, [vocab]): each token's kept weight */
+static int64_t slow_sample(const float *x, int64_t V, float temp, int64_t top_k, float top_p, uint64_t bits, uint64_t *kept_w) {
+    float *z = malloc(sizeof(float) * (size_t)V), *sorted = malloc(sizeof(float) * (size_t)V);
+    float m = -INFINITY;
+    for (int64_t i = 0; i < V; i++) z[i] = sorted[i] = t_z(x[i], temp), m = z[i] > m ? z[i] : m;
+    qsort(sorted, (size_t)V, sizeof(float), cmp_desc);
+    float lo = -INFINITY;
+    if (top_k > 0 && top_k < V) lo = sorted[top_k - 1];
+    if (top_p < 1.0f) {
+        uint64_t total = 0;
+        for (int64_t i = 0; i < V; i++) total += z[i] >= lo ? t_w(z[i], m) : 0;
+        double target = (double)top_p * (double)total;
+        for (int64_t j = 0; j < V; j++) { /* the largest value c with weight at or above it >= target */
+            if (j > 0 && sorted[j] == sorted[j - 1]) continue;
+            if (sorted[j] < lo) break;
+            uint64_t at = 0;
+            for (int64_t i = 0; i < V; i++) at += z[i] >= sorted[j] && z[i] >= lo ? t_w(z[i], m) : 0;
+            if ((double)at >= target) {
+                lo = sorted[j];
+                break;
+            }
+        }
+    }
+    uint64_t T = 0;
+    for (int64_t i = 0; i < V; i++) {
+        uint64_t w = z[i] >= lo ? t_w(z[i], m) : 0;
+        if (kept_w) kept_w[i] = w;
+        T += w;
+    }
+    uint64_t target = (uint64_t)(((unsigned __int128)bits * T) >> 64), run = 0;
+    int64_t tok = -1;
+    for (int64_t i = 0; i < V && tok < 0; i++) {
+        run += z[i] >= lo ? t_w(z[i], m) : 0;
+        if (target < run) tok = i;
+    }
+    free(z);
+    free(sorted);
+    return tok;
+}
+
+static void test_sample_semantics(void) {
+    uint64_t rs = 42;
+    static const int64_t vocabs[] = {1, 2, 7, 100, 1000};
+    static const float temps[] = {1.0f, 0.5f, 3.0f};
+    static const float top_ps[] = {1.0f, 0.95f, 0.5f, 0.1f, 1e-6f};
+    int64_t cases = 0, bad = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        int64_t V = vocabs[vi];
+        float *x = malloc(sizeof(float) * (size_t)V);
+        for (int kind = 0; kind < 3; kind++) {
+            /* 0: distinct values; 1: few values (ties, top-k and top-p cut inside them); 2: -inf and NaN too */
+            for (int64_t i = 0; i < V; i++) {
+                double n = t_normal(&rs) * 3;
+                x[i] = kind == 1 ? (float)(floor(n) * 0.5) : (float)n;
+                if (kind == 2 && i % 5 == 1) x[i] = -INFINITY;
+                if (kind == 2 && i % 7 == 3) x[i] = NAN;
+            }
+            const int64_t top_ks[] = {0, 1, 3, V - 1, V, V + 5};
+            for (size_t ki = 0; ki < 6; ki++)
+                for (size_t pi = 0; pi < sizeof top_ps / sizeof top_ps[0]; pi++)
+                    for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+                        for (int r = 0; r < 4; r++) {
+                            uint64_t bits = r == 0 ? 0 : r == 1 ? ~(uint64_t)0 : t_rng(&rs);
+                            gr_sample_params p = {.temperature = temps[ti], .top_k = top_ks[ki], .top_p = top_ps[pi]};
+                            int64_t got = gr_sample_row(x, GR_F32, V, &p, bits);
+                            int64_t want = slow_sample(x, V, temps[ti], top_ks[ki], top_ps[pi], bits, NULL);
+                            cases++;
+                            if (got != want && bad++ < 5)
+                                CHECK_MSG(0, "sample: vocab %lld kind %d top_k %lld top_p %g temperature %g bits %llx: %lld, the "
+                                          "definition says %lld", (long long)V, kind, (long long)top_ks[ki], (double)top_ps[pi],
+                                          (double)temps[ti], (unsigned long long)bits, (long long)got, (long long)want);
+                        }
+        }
+        free(x);
+    }
+    CHECK_MSG(bad == 0, "sample: %lld of %lld cases differ from the definition", (long long)bad, (long long)cases);
+    /* hand-made: ties with the k-th stay; the top-p set keeps whole ties; all -inf is uniform */
+    float t1[6] = {1, 3, 3, 2, 3, 0};
+    gr_sample_params p1 = {.temperature = 1, .top_k = 1, .top_p = 1};
+    int seen[6] = {0};
+    for (uint64_t c = 0; c < 600; c++) seen[gr_sample_row(t1, GR_F32, 6, &p1, gr_sample_bits(7, c))]++;
+    CHECK_MSG(seen[1] > 150 && seen[2] > 150 && seen[4] > 150 && seen[0] + seen[3] + seen[5] == 0,
+              "sample: top_k 1 over three tied maxima drew %d %d %d %d %d %d", seen[0], seen[1], seen[2], seen[3], seen[4], seen[5]);
+    float t2[3] = {-INFINITY, -INFINITY, -INFINITY};
+    int s2[3] = {0};
+    for (uint64_t c = 0; c < 300; c++) s2[gr_sample_row(t2, GR_F32, 3, &p1, gr_sample_bits(1, c))]++;
+    CHECK_MSG(s2[0] > 60 && s2[1] > 60 && s2[2] > 60, "sample: all -inf drew %d %d %d", s2[0], s2[1], s2[2]);
+    gr_sample_params p3 = {.temperature = 1, .top_k = 0, .top_p = 1e-6f};
+    float t3[4] = {0.5f, 2.0f, 1.0f, 2.0f - 1e-6f};
+    for (uint64_t c = 0; c < 50; c++) CHECK(gr_sample_row(t3, GR_F32, 4, &p3, gr_sample_bits(3, c)) == 1);
+    /* f16 / bf16 / f64 logits read as f32 */
+    uint16_t h[3] = {0x3c00, 0x4000, 0x3800}; /* 1, 2, 0.5 */
+    gr_sample_params p4 = {.temperature = 1, .top_k = 1, .top_p = 1};
+    CHECK(gr_sample_row(h, GR_F16, 3, &p4, 123) == 1);
+    uint16_t hb[3] = {0x3f80, 0x3f00, 0x4000}; /* 1, 0.5, 2 */
+    CHECK(gr_sample_row(hb, GR_BF16, 3, &p4, 123) == 2);
+    double d[3] = {9, 1, 2};
+    CHECK(gr_sample_row(d, GR_F64, 3, &p4, 123) == 0);
+}
+
+/* The op on the device: logits [rows, V], sampled `steps` times (step = 0..steps-1); tokens
+ * [steps, rows]. */
+static gr_status run_sample_op(gr_mode mode, const float *logits, int64_t rows, int64_t V, uint64_t seed, int64_t top_k, float temp,
+                               float top_p, int64_t steps, int64_t *tokens) {
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
+    gr_value_t in[4], out;
+    int64_t dl[2] = {rows, V}, d1[1] = {1}, d3[1] = {3}, d2[1] = {2};
+    gr_status st = gr_graph_create(&g);
+    if (st == GR_OK) st = gr_graph_add_input(g, "logits", GR_F32, 2, dl, NULL, &in[0]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "step", GR_I64, 1, d1, NULL, &in[1]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "ints", GR_I64, 1, d3, NULL, &in[2]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "floats", GR_F32, 1, d2, NULL, &in[3]);
+    if (st == GR_OK) st = gr_graph_add_node(g, "sample", "draw", 4, in, 0, NULL, 1, &out);
+    if (st == GR_OK) st = gr_graph_set_output(g, out, "tokens");
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = test_device();
+    o.mode = mode;
+    if (st == GR_OK) st = gr_session_create(g, &o, &s);
+    int64_t ints[3] = {(int64_t)seed, 0, top_k};
+    float fl[2] = {temp, top_p};
+    if (st == GR_OK) st = gr_session_set_input(s, "logits", GR_F32, 2, dl, logits, sizeof(float) * (size_t)(rows * V));
+    if (st == GR_OK) st = gr_session_set_input(s, "ints", GR_I64, 1, d3, ints, sizeof ints);
+    if (st == GR_OK) st = gr_session_set_input(s, "floats", GR_F32, 1, d2, fl, sizeof fl);
+    for (int64_t k = 0; k < steps && st == GR_OK; k++) {
+        st = gr_session_set_input(s, "step", GR_I64, 1, d1, &k, sizeof k);
+        if (st == GR_OK) st = gr_session_run(s);
+        gr_output ot;
+        if (st == GR_OK) st = gr_session_output(s, 0, &ot);
+        if (st == GR_OK) st = gr_session_output_read(s, ot, tokens + k * rows, sizeof(int64_t) * (size_t)rows);
+    }
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    return st;
+}
+
+static void test_sample_op(gr_mode mode) {
+    bool cuda = test_device() == GR_DEVICE_CUDA;
+    const char *mname = mode == GR_MODE_GRAPH ? "graph" : "eager";
+    /* a small vocabulary, many rows and steps: exact, and the frequencies */
+    enum { V8 = 8, ROWS = 4096, STEPS = 8 };
+    float x8[V8] = {1.0f, 2.5f, 0.2f, 3.0f, -1.0f, 2.9f, 0.7f, -4.0f};
+    static const struct { int64_t k; float p, t; } cfg[] = {{0, 1.0f, 1.0f}, {5, 1.0f, 1.0f}, {0, 0.8f, 1.0f}, {4, 0.9f, 0.7f}};
+    float *logits = malloc(sizeof(float) * ROWS * V8);
+    int64_t *tok = malloc(sizeof(int64_t) * ROWS * STEPS);
+    for (int64_t r = 0; r < ROWS; r++) memcpy(logits + r * V8, x8, sizeof x8);
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        CHECK_OK(run_sample_op(mode, logits, ROWS, V8, 11 + c, cfg[c].k, cfg[c].t, cfg[c].p, STEPS, tok));
+        uint64_t w[V8], T = 0;
+        slow_sample(x8, V8, cfg[c].t, cfg[c].k, cfg[c].p, 0, w);
+        for (int i = 0; i < V8; i++) T += w[i];
+        gr_sample_params sp = {.temperature = cfg[c].t, .top_k = cfg[c].k, .top_p = cfg[c].p};
+        int64_t count[V8] = {0}, bad = 0, n = (int64_t)ROWS * STEPS;
+        for (int64_t k = 0; k < STEPS; k++)
+            for (int64_t r = 0; r < ROWS; r++) {
+                int64_t t = tok[k * ROWS + r];
+                bad += t != gr_sample_row(x8, GR_F32, V8, &sp, gr_sample_bits(11 + c, (uint64_t)(k * ROWS + r)));
+                if (t >= 0 && t < V8) count[t]++;
+            }
+        CHECK_MSG(bad == 0, "sample op (%s, config %zu): %lld of %lld tokens differ from gr_sample_row", mname, c, (long long)bad,
+                  (long long)n);
+        for (int i = 0; i < V8; i++) {
+            double p = (double)w[i] / (double)T, f = (double)count[i] / (double)n, sd = sqrt(p * (1 - p) / (double)n);
+            CHECK_MSG(fabs(f - p) <= 5 * sd + 1e-12, "sample op (%s, config %zu): token %d drawn %.5f of the time, probability %.5f",
+                      mname, c, i, f, p);
+        }
+    }
+    free(logits);
+    free(tok);
+    /* GPT-2's vocabulary */
+    enum { VG = 50257, RG = 4, SG = 4 };
+    float *xg = malloc(sizeof(float) * RG * VG);
+    int64_t tg[RG * SG];
+    uint64_t rs = 5;
+    for (int64_t i = 0; i < RG * VG; i++) xg[i] = (float)(t_normal(&rs) * 2.5);
+    static const struct { int64_t k; float p, t; } cg[] = {{50, 0.9f, 1.0f}, {0, 1.0f, 1.0f}, {0, 0.5f, 0.7f}, {1, 1.0f, 1.0f}, {1000, 1.0f, 1.3f}};
+    int64_t flips = 0, draws = 0;
+    for (size_t c = 0; c < sizeof cg / sizeof cg[0]; c++) {
+        CHECK_OK(run_sample_op(mode, xg, RG, VG, 99 + c, cg[c].k, cg[c].t, cg[c].p, SG, tg));
+        gr_sample_params sp = {.temperature = cg[c].t, .top_k = cg[c].k, .top_p = cg[c].p};
+        for (int64_t k = 0; k < SG; k++)
+            for (int64_t r = 0; r < RG; r++, draws++)
+                flips += tg[k * RG + r] != gr_sample_row(xg + r * VG, GR_F32, VG, &sp, gr_sample_bits(99 + c, (uint64_t)(k * RG + r)));
+    }
+    if (cuda) printf("test_decode: sample op at vocab %d (%s): %lld of %lld draws differ from the host's (expf ulps)\n", VG, mname,
+                     (long long)flips, (long long)draws);
+    CHECK_MSG(flips <= (cuda ? draws / 32 : 0), "sample op at vocab %d (%s): %lld of %lld draws differ from gr_sample_row", VG, mname,
+              (long long)flips, (long long)draws);
+    free(xg);
+}
+
+static void test_sample_generate(gr_mode mode) {
+    gr_graph_t g;
+    CHECK_OK(gr_graph_load(DIR "gpt2/model.onnx", &g));
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = test_device();
+    so.mode = mode;
+    so.max_rerecords = 1000;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &so, &s));
+    gr_graph_destroy(g);
+    if (!s) return;
+    int n = 0;
+    CHECK_OK(gr_session_bind_state_auto(s, &n));
+    int64_t prompt[2 * 4] = {5, 17, 42, 100, 3, 9, 200, 64}, N = 12, W = 4 + 12; /* the fixture has 211 ids */
+    int64_t a[2 * 16], b[2 * 16], c[2 * 16], r[2 * 16];
+    gr_generate_options o;
+    gr_generate_options_init(&o);
+    o.max_new_tokens = N;
+    o.sample = 1;
+    o.top_k = 50;
+    o.top_p = 0.9;
+    o.seed = 2024;
+    o.engine = GR_ENGINE_REWRITTEN;
+    gr_generate_stats st;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 2, 4, a, &st));
+    CHECK_MSG(st.engine == GR_ENGINE_REWRITTEN && st.launches >= 1, "sampled generation: engine %d, %ld launches (the device loop "
+              "expected)", st.engine, st.launches);
+    CHECK_OK(gr_session_generate(s, &o, prompt, 2, 4, b, NULL));
+    CHECK_MSG(!memcmp(a, b, sizeof a), "sampled generation (%s): seed 2024 twice gave different ids", mode ? "graph" : "eager");
+    o.seed = 7;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 2, 4, c, NULL));
+    CHECK_MSG(memcmp(a, c, sizeof a) != 0, "sampled generation: seeds 2024 and 7 gave the same ids");
+    o.seed = 2024;
+    o.engine = GR_ENGINE_REFERENCE;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 2, 4, r, NULL));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < 2 * W; i++) diff += a[i] != r[i];
+    if (test_device() == GR_DEVICE_CUDA)
+        printf("test_decode: sampled generation on CUDA (%s): %lld of %lld ids differ from the reference engine's\n",
+               mode ? "graph" : "eager", (long long)diff, (long long)(2 * W));
+    else
+        CHECK_MSG(diff == 0, "sampled generation: %lld ids differ between the device loop and the reference engine", (long long)diff);
+    gr_session_destroy(s);
+}
+
 int main(void) {
     const char *gp[] = {"past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"};
     const char *gq[] = {"present.0.key", "present.0.value", "present.1.key", "present.1.value"};
@@ -305,6 +577,11 @@ int main(void) {
         run_loop("llama", lp, lq, 4, mode);
     }
     loop_refusals();
+    test_sample_semantics();
+    for (int m = 0; m < 2; m++) {
+        test_sample_op(m ? GR_MODE_GRAPH : GR_MODE_EAGER);
+        test_sample_generate(m ? GR_MODE_GRAPH : GR_MODE_EAGER);
+    }
     /* bad specs */
     gr_graph_t g;
     CHECK_OK(gr_graph_load(DIR "gpt2/model.onnx", &g));

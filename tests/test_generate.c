@@ -318,6 +318,92 @@ done:
     npy_free(&greedy);
 }
 
+/* ==== (g) sampling on the device ==================================================================
+ * The rewritten engine's decode loop samples with the sample op (top-k / top-p thresholds, the
+ * counter-based RNG) on the device; the reference engine samples on the host with the same
+ * gr_sample_row. On the simulator they must agree token for token: batch 2 and 1, several seeds,
+ * top-k only, top-p only, both with a temperature, with eos, 1 and 16 steps per launch, eager and
+ * graph; and the rewritten engine must have run its device loop (launches), not the host path. */
+static void test_device_sampling(const char *model) {
+    npy_array prompt = {0}, greedy = {0};
+    if (!read_npy(model, "prompt.npy", &prompt) || !read_npy(model, "greedy.npy", &greedy)) goto done;
+    int64_t B = prompt.dims[0], P = prompt.dims[1], W = greedy.dims[1], N = W - P;
+    int64_t *want = calloc((size_t)(B * W), 8), *got = calloc((size_t)(B * W), 8), *first = calloc((size_t)(B * W), 8);
+    static const gr_mode modes[] = {GR_MODE_EAGER, GR_MODE_GRAPH};
+    static const struct {
+        int top_k;
+        double top_p, temperature;
+    } cfg[] = {{20, 1.0, 1.0}, {0, 0.8, 1.0}, {30, 0.9, 0.7}, {0, 1.0, 1.5}};
+    static const uint64_t seeds[] = {1, 77, 123456789};
+    for (int m = 0; m < 2; m++) {
+        gr_session_t ref = open_session(model, modes[m], true), s = open_session(model, modes[m], true);
+        if (!ref || !s) {
+            gr_session_destroy(ref);
+            gr_session_destroy(s);
+            continue;
+        }
+        int64_t compared = 0, differ_seed = 0;
+        for (int bi = 0; bi < 2; bi++) {
+            int64_t b = bi ? 1 : B;
+            for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+                for (size_t si = 0; si < sizeof seeds / sizeof seeds[0]; si++)
+                    for (int pc = 0; pc < 2; pc++) {
+                        gr_generate_options o;
+                        gr_generate_options_init(&o);
+                        o.max_new_tokens = N;
+                        o.sample = 1;
+                        o.top_k = cfg[c].top_k, o.top_p = cfg[c].top_p, o.temperature = cfg[c].temperature;
+                        o.seed = seeds[si];
+                        o.eos_id = -1;
+                        o.engine = GR_ENGINE_REFERENCE;
+                        bool eos = c == 3 && si > 0;
+                        if (eos) {
+                            /* eos: the token this run draws for row 0 at step 2 (with batch 1, generation then ends early) */
+                            CHECK_OK(gr_session_generate(ref, &o, prompt.data, b, P, want, NULL));
+                            o.eos_id = want[P + 2];
+                        }
+                        stream_log lr = {0}, lg = {0};
+                        o.on_token = on_token;
+                        o.user = &lr;
+                        gr_generate_stats sr, sg;
+                        memset(want, 0xff, (size_t)(B * W) * 8);
+                        memset(got, 0xee, (size_t)(B * W) * 8);
+                        CHECK_OK(gr_session_generate(ref, &o, prompt.data, b, P, want, &sr));
+                        o.engine = GR_ENGINE_REWRITTEN;
+                        o.steps_per_launch = pc ? 16 : 1;
+                        o.user = &lg;
+                        CHECK_OK(gr_session_generate(s, &o, prompt.data, b, P, got, &sg));
+                        int64_t bad = mismatches(got, want, b * W);
+                        CHECK_MSG(bad == 0, "%s device sampling (%s, batch %lld, top_k %d, top_p %g, temperature %g, seed %llu, eos "
+                                  "%lld, %lld per launch): %lld of %lld ids differ from the reference engine's", model,
+                                  m ? "graph" : "eager", (long long)b, o.top_k, o.top_p, o.temperature, (unsigned long long)o.seed,
+                                  (long long)o.eos_id, (long long)o.steps_per_launch, (long long)bad, (long long)(b * W));
+                        CHECK_MSG(sg.engine == GR_ENGINE_REWRITTEN && sg.launches >= 1 && sg.new_tokens == sr.new_tokens &&
+                                  lg.calls == lr.calls && !memcmp(lg.seen, lr.seen, sizeof lg.seen),
+                                  "%s device sampling: engine %d, %ld launches, %lld / %lld new tokens, %lld / %lld calls", model,
+                                  sg.engine, sg.launches, (long long)sg.new_tokens, (long long)sr.new_tokens, (long long)lg.calls,
+                                  (long long)lr.calls);
+                        if (eos && b == 1)
+                            CHECK_MSG(sg.new_tokens <= 3 && sg.new_tokens < N, "%s device sampling: eos %lld (drawn at step 2) left "
+                                      "%lld new tokens", model, (long long)o.eos_id, (long long)sg.new_tokens);
+                        if (si == 0 && pc == 0 && b == B) memcpy(first, got, (size_t)(B * W) * 8);
+                        else if (b == B && o.eos_id < 0) differ_seed += mismatches(got, first, B * W) > 0;
+                        compared++;
+                    }
+        }
+        CHECK_MSG(compared == 48 && differ_seed > 0, "%s device sampling: %lld runs, %lld differ from the first seed's", model,
+                  (long long)compared, (long long)differ_seed);
+        gr_session_destroy(ref);
+        gr_session_destroy(s);
+    }
+    free(want);
+    free(got);
+    free(first);
+done:
+    npy_free(&prompt);
+    npy_free(&greedy);
+}
+
 /* ==== (e) bad bindings and bad calls ============================================================== */
 static void test_errors(void) {
     gr_session_t s = open_session("gpt2", GR_MODE_EAGER, false);
@@ -358,6 +444,17 @@ static void test_errors(void) {
     o.temperature = 1;
     o.top_p = 1.5;
     CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "top_p");
+    o.top_p = 1e-60; /* positive, but 0 as the f32 the sampler reads */
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "top_p 1e-60 must be in (0, 1] (and a positive f32)");
+    o.top_p = 1;
+    o.temperature = 1e-50;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "temperature 1e-50 must be > 0 (and a positive f32)");
+    o.temperature = 1e300;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "temperature");
+    o.temperature = 1;
+    o.top_k = -2;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "top_k -2 must be >= 0");
+    o.top_k = 0;
     o.sample = 0;
     prompt[2] = 211;
     CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "outside the vocabulary");
@@ -463,12 +560,13 @@ static void test_alloc_failures(void) {
 /* The rewritten engine's decode loop under allocation failures: engine creation (the rewrite, the
  * loop pass, the child session, its plan) and the loop's launches fail cleanly with GR_ERR_NOMEM,
  * leak nothing, and the session generates the right ids once memory is back. */
-static void test_alloc_failures_loop(gr_mode mode) {
+static void test_alloc_failures_loop(gr_mode mode, bool sample) {
     enum { W = 2 + 6 };
     int64_t prompt[2] = {5, 6}, want[W], got[W];
     gr_generate_options o;
     gr_generate_options_init(&o);
     o.max_new_tokens = 6;
+    o.sample = sample, o.top_k = 40, o.top_p = 0.9, o.seed = 5;
     o.engine = GR_ENGINE_REWRITTEN;
     o.steps_per_launch = 2;
     gr_session_t s = fresh_llama_mode(mode);
@@ -511,11 +609,13 @@ int main(void) {
         test_reference_ids(models[i]);
         test_sampling_and_eos(models[i]);
         test_device_loop(models[i]);
+        test_device_sampling(models[i]);
     }
     test_errors();
     test_alloc_failures();
-    test_alloc_failures_loop(GR_MODE_EAGER);
-    test_alloc_failures_loop(GR_MODE_GRAPH);
+    test_alloc_failures_loop(GR_MODE_EAGER, false);
+    test_alloc_failures_loop(GR_MODE_GRAPH, false);
+    test_alloc_failures_loop(GR_MODE_GRAPH, true);
     CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
     return check_summary("test_generate");
 }

@@ -62,6 +62,25 @@ static void render_generic(const gr_kernel *k, int arch) {
         nvrtc_check(sb.data, k->name, arch, &compiled_generic);
     }
     gr_sb_free(&sb);
+    /* the slot-table form (shape policy generic): the same code reading gr_dims through a pointer,
+     * bounded by the point count after the slots, under its own entry name */
+    gr_sb_init(&sb);
+    st = gr_render_cuda_mode(k, GR_RENDER_GENERIC_TABLE, &sb);
+    CHECK_MSG(st == GR_OK, "table render %s: %s", k->name, gr_last_error());
+    if (st == GR_OK) {
+        char entry[64], decl[96], bound[96];
+        gr_render_cuda_entry_name(k, GR_RENDER_GENERIC_TABLE, entry, sizeof entry);
+        int n = gr_kernel_slot_count(k);
+        snprintf(decl, sizeof decl, "struct gr_dims_t { long long v[%d]; };", n + 1);
+        snprintf(bound, sizeof bound, "const long long gr_n = gr_dims.v[%d];", n);
+        CHECK_MSG(!strncmp(entry, "gr_t_", 5) && strstr(sb.data, entry), "kernel %s: table source lacks its entry %s", k->name, entry);
+        CHECK_MSG(strstr(sb.data, decl) && strstr(sb.data, bound) && strstr(sb.data, "const gr_dims_t* __restrict__ gr_dimp") &&
+                      strstr(sb.data, "const gr_dims_t& gr_dims = *gr_dimp;"),
+                  "kernel %s: table form", k->name);
+        CHECK_MSG(strstr(sb.data, k->name) == NULL, "kernel %s: table source names the kernel", k->name);
+        nvrtc_check(sb.data, k->name, arch, &compiled_generic);
+    }
+    gr_sb_free(&sb);
 }
 
 /* Renders k, checks `needles` appear in the source, compiles for sm_<arch>; then the
@@ -767,6 +786,36 @@ static bool same_str(const char *a, const char *b) { return a && b && !strcmp(a,
 
 /* The structure hash names generic modules and keys the CUDA disk cache: pinned, so an
  * optimisation of how it is computed cannot silently change every key. */
+/* Every driver entry is resolved by the function its header type names: cuda.h maps
+ * cuGraphInstantiate to cuGraphInstantiateWithFlags (3 arguments), while the driver's
+ * "cuGraphInstantiate" is the 5-argument _v2 (a crash in gpucheck on the H100). */
+static void test_driver_symbols(void) {
+    static char syms[128][96];
+    int n = gr_cuda_api_symbols(syms, 128);
+    CHECK(n > 40 && n <= 128);
+    bool flags = false, alloc = false;
+    for (int i = 0; i < n && i < 128; i++) {
+        CHECK(strcmp(syms[i], "cuGraphInstantiate") != 0);
+        CHECK(strstr(syms[i], "_v") == NULL && strstr(syms[i], "_ptsz") == NULL);
+        flags |= !strcmp(syms[i], "cuGraphInstantiateWithFlags");
+        alloc |= !strcmp(syms[i], "cuMemAlloc");
+    }
+    CHECK(flags && alloc);
+    char out[96];
+    gr_cuda_proc_symbol("cuStreamGetCaptureInfo_v3", out, sizeof out);
+    CHECK(!strcmp(out, "cuStreamGetCaptureInfo"));
+    gr_cuda_proc_symbol("cuMemcpyHtoDAsync_v2_ptsz", out, sizeof out);
+    CHECK(!strcmp(out, "cuMemcpyHtoDAsync"));
+    gr_cuda_proc_symbol("cuGraphAddNode_v2", out, sizeof out);
+    CHECK(!strcmp(out, "cuGraphAddNode"));
+    gr_cuda_proc_symbol("cuLaunchKernelEx", out, sizeof out);
+    CHECK(!strcmp(out, "cuLaunchKernelEx"));
+    gr_cuda_proc_symbol("cuFoo_v", out, sizeof out); /* no digits: not a suffix */
+    CHECK(!strcmp(out, "cuFoo_v"));
+    gr_cuda_proc_symbol("cuMemAlloc_v2", out, 4);
+    CHECK(!strcmp(out, "cuM"));
+}
+
 static void test_structure_hash_pinned(void) {
     uint64_t all = 0;
     for (int form = 0; form < N_FORMS; form++) {
@@ -986,6 +1035,16 @@ static void test_attention_source(void) {
     if (nvrtc_present) CHECK(compiled == 2);
 }
 
+/* The sample kernel (cuda-sample.c), for sm_90 and sm_80. */
+static void test_sample_source(void) {
+    int compiled = 0;
+    const char *src = gr_cuda_sample_source();
+    CHECK(src && strstr(src, "graft_sample") && strstr(src, "__umul64hi"));
+    nvrtc_check(src, "graft_sample", 90, &compiled);
+    nvrtc_check(src, "graft_sample_sm80", 80, &compiled);
+    if (nvrtc_present) CHECK(compiled == 2);
+}
+
 int main(void) {
     test_error_style();
     const gr_nvrtc_api *nv = NULL;
@@ -1023,7 +1082,9 @@ int main(void) {
     test_random(GR_F64);
     test_indirect_mixed();
     test_attention_source();
+    test_sample_source();
     test_structure_hash_pinned();
+    test_driver_symbols();
     test_generic_same_source();
     test_generic_too_many_slots();
     test_errors();

@@ -172,7 +172,9 @@ static const char usage_inputs[] =
     "                         cudaGraphExecUpdate; pad: rounded up to capture sizes\n"
     "                         where proven row-independent (explain says why not);\n"
     "                         auto: pad, else exact within --graph-memory-mb and\n"
-    "                         update beyond; generic is reserved and refused)\n"
+    "                         update beyond; generic: one graph per power-of-two\n"
+    "                         bucket, kernels reading their dims from a device\n"
+    "                         table, where proven (explain says why not))\n"
     "  --capture-range NAME=LO:HI  graph mode: capture every binding of dim NAME in\n"
     "                         LO..HI ahead of time, largest first, with a progress\n"
     "                         line and the time it took (default: lazily, on first use)\n"
@@ -1404,6 +1406,9 @@ static int cmd_bench(const cli_opts *o) {
                stats.captures, stats.instantiations, stats.evictions, stats.graphs_live, stats.plans_evicted);
         if (stats.exec_updates || stats.exec_updates_refused)
             printf("exec updates         %ld (%ld refused: instantiated instead)\n", stats.exec_updates, stats.exec_updates_refused);
+        if (stats.generic_runs || stats.table_refreshes)
+            printf("generic              %ld segment runs through a bucket's graph (%ld replays), %ld table refreshes, %zu bytes copied\n",
+                   stats.generic_runs, stats.generic_replays, stats.table_refreshes, stats.table_bytes);
         print_bytes("graph memory", stats.graph_bytes);
         print_bytes("graph memory, peak", stats.graph_bytes_peak);
         if (stats.graph_budget_bytes) print_bytes("graph memory budget", stats.graph_budget_bytes);
@@ -1500,6 +1505,8 @@ static int cmd_bench(const cli_opts *o) {
                             capture_report.bindings, capture_report.total_ms, capture_report.capture_ms, capture_report.instantiate_ms);
                 fprintf(f, "  \"plans_evicted\": %ld,\n  \"exec_updates\": %ld,\n  \"exec_updates_refused\": %ld,\n",
                         stats.plans_evicted, stats.exec_updates, stats.exec_updates_refused);
+                fprintf(f, "  \"generic_runs\": %ld,\n  \"generic_replays\": %ld,\n  \"table_refreshes\": %ld,\n  \"table_bytes\": %zu,\n",
+                        stats.generic_runs, stats.generic_replays, stats.table_refreshes, stats.table_bytes);
                 fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
                         stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);

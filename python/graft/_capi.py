@@ -141,7 +141,8 @@ class RunStats(ctypes.Structure):
                 ("graphs_live", ctypes.c_long), ("over_budget", ctypes.c_long), ("plans_evicted", ctypes.c_long), ("timed_runs", ctypes.c_long),
                 ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long),
                 ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long),
-                ("padded_runs", ctypes.c_long), ("plans_compiled", ctypes.c_long),
+                ("padded_runs", ctypes.c_long), ("generic_runs", ctypes.c_long), ("generic_replays", ctypes.c_long),
+                ("table_refreshes", ctypes.c_long), ("table_bytes", ctypes.c_size_t), ("plans_compiled", ctypes.c_long),
                 ("plans_instantiated", ctypes.c_long)]
 
 

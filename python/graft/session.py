@@ -83,8 +83,10 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     dims: {"seq": (lo, hi)} declares symbolic dims' ranges (hi None: unbounded).
     arena: "per_shape" or "max" (one arena for the largest binding; needs every dim's hi).
     max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
-    shapes: graph mode over many shapes, "exact" (one graph per binding) or "update" (one exec
-        per segment, cudaGraphExecUpdate); graph_memory_mb: the graphs' memory budget (0: none).
+    shapes: graph mode over many shapes, "exact" (one graph per binding), "update" (one exec
+        per segment, cudaGraphExecUpdate), "pad", "auto" or "generic" (one graph per power-of-two
+        bucket, kernels reading their dims from a device table); graph_memory_mb: the graphs'
+        memory budget (0: none).
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
     fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
     precision: None (run as exported), "bf16" or "f16": convert an f32 model at load, as

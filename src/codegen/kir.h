@@ -312,7 +312,11 @@ void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
  * (the sum in rank order on the simulator). GR_LIB_ALL_GATHER: C[r*m + i] = rank r's A[i]
  * (ranks stacked along a new leading axis). n = the number of ranks, dtype the element
  * type; args as a matmul's: [0]=A [2]=C, [1] and [3] unused. */
-typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_ALL_REDUCE, GR_LIB_ALL_GATHER, GR_LIB_COUNT } gr_lib_kind;
+/* GR_LIB_SAMPLE: one token per row of logits (decode sampling, codegen/sample.c): m rows of n
+ * logits (dtype), args [0]=logits [1]=step (i64 [1]) [2]=out (i64 [m]) [3]=ints (i64 [3]: seed,
+ * first step, top_k) [4]=floats (f32 [2]: temperature, top_p). Row r draws with the counter
+ * (step - first) * m + r; the semantics are gr_sample_row's. */
+typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_ALL_REDUCE, GR_LIB_ALL_GATHER, GR_LIB_SAMPLE, GR_LIB_COUNT } gr_lib_kind;
 static inline bool gr_lib_is_collective(gr_lib_kind k) { return k == GR_LIB_ALL_REDUCE || k == GR_LIB_ALL_GATHER; }
 typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU } gr_epilogue;
 typedef enum { GR_BIAS_NONE = 0, GR_BIAS_ROW, GR_BIAS_FULL } gr_bias_kind;
@@ -351,8 +355,17 @@ typedef struct {
     gr_dtype mask_dtype;
     int64_t mask_stride[4];
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* batch, head, seq (elements) */
+    /* Mask work shared by the attention calls of one plan segment that read the same mask
+     * value (passes/share.c): mask_group 0, the call works alone (the default); g in
+     * 1..GR_ATTN_MASK_GROUPS, the group's first call (mask_group_first) does what a device
+     * derives from the mask (CUDA: its tile table) and keeps it for the group's later calls,
+     * which reuse it when the mask's address and geometry match and redo it otherwise. A
+     * device may ignore the fields: the result is the same. */
+    int8_t mask_group;
+    bool mask_group_first;
     char name[64];
 } gr_libcall;
+#define GR_ATTN_MASK_GROUPS 8
 /* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
  * one place every maker of an attention call starts from. */
 void gr_libcall_attention_dense(gr_libcall *c);
@@ -361,10 +374,14 @@ void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL). Every library
  * call writes its args[2] and only that (memory planning and fusion rely on it). */
 #define GR_LIB_ATTENTION_NARGS 5
+/* launch args of a sample: [0]=logits [1]=step [2]=out [3]=ints [4]=floats (GR_LIB_SAMPLE above) */
+#define GR_LIB_SAMPLE_NARGS 5
 #define GR_LIB_MAX_NARGS 5
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
-    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS : GR_LIB_MATMUL_NARGS;
+    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS
+           : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
+                                       : GR_LIB_MATMUL_NARGS;
 }
 
 /* Reference implementation on host memory (f64 accumulation for f32/f64,
@@ -373,5 +390,31 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args);
 /* The attention kind of it: scores, softmax and the weighted sum in double, one row at a
  * time (no score matrix of the whole head is kept). */
 gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args);
+/* The sample kind of it: gr_sample_row on every row (args as GR_LIB_SAMPLE says). */
+gr_status gr_libcall_sample_reference(const gr_libcall *c, const gr_karg *args);
+
+/* ---- sampling (codegen/sample.c) --------------------------------------------------------
+ * One token from one row of `vocab` logits (f32, f16, bf16 or f64), the ONE definition that
+ * the host reference engine (runtime/generate.c), the simulator (GR_LIB_SAMPLE) and the CUDA
+ * kernel (device/cuda/cuda-sample.c) implement:
+ *   z_v = (float)logit_v / temperature, in f32 (-0 as +0, a NaN as -inf); m = max z;
+ *   w_v = 1 where z_v == m, else expf(z_v - m); q_v = floor(w_v * 2^32), an integer weight
+ *       (sums are exact and order-free, so a parallel reduction gives the same bits);
+ *   top-k (0 < top_k < vocab): keep z_v >= the top_k-th largest z (ties with it stay);
+ *   top-p (top_p < 1): among those, keep z_v >= c for the largest c whose kept weight
+ *       sum_{z_v >= c} q_v reaches top_p * (the kept sum) (compared in double; ties stay);
+ *   draw: with T the kept sum and x = floor(bits * T / 2^64) (so x < T), the first token in
+ *       id order whose running sum of kept q_v exceeds x.
+ * The most likely token is always kept and has q = 2^32, so the draw always succeeds. Work:
+ * O(vocab) per pass, at most 11 passes (radix selection of both thresholds, 8 bits a pass),
+ * no memory. */
+typedef struct {
+    float temperature; /* > 0 */
+    int64_t top_k;     /* 0 (or >= vocab): no top-k */
+    float top_p;       /* (0, 1]; 1: no top-p */
+} gr_sample_params;
+int64_t gr_sample_row(const void *logits, gr_dtype dtype, int64_t vocab, const gr_sample_params *p, uint64_t bits);
+/* The RNG bits of row r at counter c: gr_kernel_random_bits(seed, c). */
+static inline uint64_t gr_sample_bits(uint64_t seed, uint64_t counter) { return gr_kernel_random_bits(seed, counter); }
 
 #endif

@@ -341,6 +341,7 @@ typedef struct {
     const char *indent;
     bool vec;             /* inside the vectorized loop: vectorizable loads come from gr_lN.v[j] */
     const gr_kslot_map *map; /* generic mode: where each number is read from (gr_dims.v[i]); NULL: literals */
+    bool table;           /* GR_RENDER_GENERIC_TABLE: gr_dims is a reference into device memory */
     const bool *cached;   /* block kernels' row cache: loads read from gr_cN[gr_j] (NULL: none) */
     char tmp[2][512];
 } emit_ctx;
@@ -582,8 +583,10 @@ static void emit_signature(const emit_ctx *c, unsigned bound) {
     gr_strbuf *sb = c->sb;
     const gr_kernel *k = c->k;
     char entry[64];
-    gr_render_cuda_entry_name(k, c->map ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, entry, sizeof entry);
-    if (c->map && c->map->n > 0) gr_sb_printf(sb, "struct gr_dims_t { long long v[%d]; };\n", c->map->n);
+    gr_render_cuda_entry_name(k, c->table ? GR_RENDER_GENERIC_TABLE : c->map ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, entry,
+                              sizeof entry);
+    if (c->table) gr_sb_printf(sb, "struct gr_dims_t { long long v[%d]; };\n", c->map->n + 1); /* + the point count */
+    else if (c->map && c->map->n > 0) gr_sb_printf(sb, "struct gr_dims_t { long long v[%d]; };\n", c->map->n);
     gr_sb_printf(sb, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", bound, entry);
     for (int p = 0; p < k->n_params; p++) {
         const gr_kparam *pp = &k->params[p];
@@ -599,8 +602,13 @@ static void emit_signature(const emit_ctx *c, unsigned bound) {
         case GR_KP_SHAPE: gr_sb_printf(sb, "long long p%d", p); break;
         }
     }
-    if (c->map && c->map->n > 0) gr_sb_printf(sb, "%sconst gr_dims_t gr_dims", k->n_params ? ", " : "");
+    if (c->table) gr_sb_printf(sb, "%sconst gr_dims_t* __restrict__ gr_dimp", k->n_params ? ", " : "");
+    else if (c->map && c->map->n > 0) gr_sb_printf(sb, "%sconst gr_dims_t gr_dims", k->n_params ? ", " : "");
     gr_sb_puts(sb, ") {\n");
+    /* table mode: the same code reads its slots through a reference to the table (read-only
+     * global loads the compiler hoists), so one graph node serves whatever binding's slots the
+     * table holds at replay */
+    if (c->table) gr_sb_puts(sb, "  const gr_dims_t& gr_dims = *gr_dimp;\n");
     for (int p = 0; p < k->n_params; p++) {
         const gr_kparam *pp = &k->params[p];
         /* generic code is shared by kernels of other names: no names in it */
@@ -610,7 +618,8 @@ static void emit_signature(const emit_ctx *c, unsigned bound) {
             gr_sb_printf(sb, "  %s%s* __restrict__ const p%d = *p%d_slot;\n", param_written(k, p) ? "" : "const ",
                          storage_name(pp->dtype), p, p);
     }
-    if (k->n_points_param >= 0) gr_sb_printf(sb, "  const long long gr_n = p%d;\n", k->n_points_param);
+    if (c->table) gr_sb_printf(sb, "  const long long gr_n = gr_dims.v[%d];\n", c->map->n); /* table: slots, then points */
+    else if (k->n_points_param >= 0) gr_sb_printf(sb, "  const long long gr_n = p%d;\n", k->n_points_param);
     else if (c->map) gr_sb_printf(sb, "  const long long gr_n = gr_dims.v[%d];\n", c->map->points);
     else gr_sb_printf(sb, "  const long long gr_n = %lldLL;\n", (long long)gr_kernel_points(k));
 }
@@ -914,13 +923,14 @@ static bool is_identifier(const char *s) {
 
 void gr_render_cuda_entry_name(const gr_kernel *k, gr_render_mode mode, char *buf, size_t n) {
     if (mode == GR_RENDER_GENERIC) snprintf(buf, n, "gr_g_%016llx", (unsigned long long)gr_kernel_structure_hash(k));
+    else if (mode == GR_RENDER_GENERIC_TABLE) snprintf(buf, n, "gr_t_%016llx", (unsigned long long)gr_kernel_structure_hash(k));
     else snprintf(buf, n, "%s", k->name);
 }
 
 gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb) { return gr_render_cuda_mode(k, GR_RENDER_LITERAL, sb); }
 
 gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf *sb) {
-    if (mode != GR_RENDER_LITERAL && mode != GR_RENDER_GENERIC)
+    if (mode != GR_RENDER_LITERAL && mode != GR_RENDER_GENERIC && mode != GR_RENDER_GENERIC_TABLE)
         return gr_error(GR_ERR_INVALID, "kernel %s: bad render mode %d", k->name, (int)mode);
     GR_TRY(gr_kernel_verify(k));
     if (!is_identifier(k->name))
@@ -934,7 +944,9 @@ gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf
     }
     gr_kslot_map map;
     memset(&map, 0, sizeof map);
-    if (mode == GR_RENDER_GENERIC) {
+    if (mode == GR_RENDER_GENERIC_TABLE) {
+        GR_TRY(gr_kslot_map_build(k, &map)); /* slots in device memory: no parameter-space limit */
+    } else if (mode == GR_RENDER_GENERIC) {
         int n = gr_kernel_slot_count(k);
         if (n > GR_KMAX_SLOTS)
             return gr_error(GR_ERR_UNSUPPORTED, "kernel %s: %d shape slots, more than the %d a generic kernel takes", k->name,
@@ -947,7 +959,8 @@ gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf
         gr_kslot_map_free(&map);
         return GR_ERR_NOMEM;
     }
-    emit_ctx c = {.k = k, .sb = sb, .indent = "  ", .map = mode == GR_RENDER_GENERIC ? &map : NULL};
+    emit_ctx c = {.k = k, .sb = sb, .indent = "  ", .map = mode != GR_RENDER_LITERAL ? &map : NULL,
+                  .table = mode == GR_RENDER_GENERIC_TABLE};
     bool block = gr_render_cuda_is_block_kernel(k);
     gr_sb_puts(sb, prelude);
     emit_signature(&c, block ? GR_RED_BLOCK : GR_EW_BLOCK);

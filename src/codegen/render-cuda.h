@@ -32,10 +32,15 @@ gr_status gr_render_cuda(const gr_kernel *k, gr_strbuf *sb);
  * Vectorization and address forms follow the layout classes, which are structure;
  * alignment is checked at run time as in literal mode. More than GR_KMAX_SLOTS slots:
  * GR_ERR_UNSUPPORTED (compile such a kernel literally). */
-typedef enum { GR_RENDER_LITERAL = 0, GR_RENDER_GENERIC } gr_render_mode;
+/* GR_RENDER_GENERIC_TABLE (shape policy generic): the same code, but the slots are read from
+ * device memory through one pointer parameter after the kir parameters, `const gr_dims_t*
+ * gr_dimp` (struct { long long v[n + 1]; }: the slots, then the point count the code is bounded
+ * by, in place of the n_points argument), so a captured graph node keeps reading
+ * whatever the table holds when it is replayed; entry "gr_t_<hash>"; no GR_KMAX_SLOTS limit. */
+typedef enum { GR_RENDER_LITERAL = 0, GR_RENDER_GENERIC, GR_RENDER_GENERIC_TABLE } gr_render_mode;
 gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf *sb);
-/* The __global__ function's name in that source: k->name (literal) or "gr_g_<16 hex
- * digits of gr_kernel_structure_hash>" (generic). n >= 64 always suffices. */
+/* The __global__ function's name in that source: k->name (literal), "gr_g_<16 hex
+ * digits of gr_kernel_structure_hash>" (generic) or "gr_t_<...>" (generic table). n >= 64 always suffices. */
 void gr_render_cuda_entry_name(const gr_kernel *k, gr_render_mode mode, char *buf, size_t n);
 
 /* A key for caches of rendered/compiled code: the kernel hash mixed with the renderer version. */

@@ -217,7 +217,7 @@ gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t
 gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     *out = NULL;
     GR_DEV_REQUIRE(d, kernel_prepare);
-    if (flags & ~(GR_KPREP_GENERIC | GR_KPREP_BORROW | GR_KPREP_VERIFIED)) return gr_error(GR_ERR_INVALID, "kernel_prepare: unknown flags 0x%x", flags);
+    if (flags & ~(GR_KPREP_GENERIC | GR_KPREP_BORROW | GR_KPREP_VERIFIED | GR_KPREP_SLOT_TABLE)) return gr_error(GR_ERR_INVALID, "kernel_prepare: unknown flags 0x%x", flags);
     return d->iface->kernel_prepare(d->ctx, k, flags, out);
 }
 

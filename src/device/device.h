@@ -59,6 +59,16 @@ typedef enum { GR_COND_IF = 0, GR_COND_IF_ELSE, GR_COND_WHILE } gr_cond_kind;
  *   kernels, released after their gr_kfuncs), so the device may keep a pointer to k instead
  *   of a copy: a new binding's plan then copies none of its kernels again (CUDA). */
 #define GR_KPREP_BORROW 2u
+/* GR_KPREP_SLOT_TABLE (with GR_KPREP_GENERIC; shape policy generic): the kernel reads its slots
+ *   at run time from device memory: every launch, capture and exec_kernel_node_set_args passes
+ *   one argument more than the kernel has parameters, args[n_params].ptr = the device address
+ *   of n + 1 int64 values: its n = gr_kernel_slot_count(k) slots (gr_kernel_slot_values'
+ *   order), then its point count (what bounds the launch; where k->n_points_param >= 0 it
+ *   replaces that argument's value in the code, the argument still sizes the grid). A graph node then computes whatever binding's slots the table holds when
+ *   it runs (CUDA: GR_RENDER_GENERIC_TABLE code; sim: the slots are read at execution). Grids
+ *   stay those of the kernel prepared: code is grid-stride, so a grid sized for a larger
+ *   binding is correct for a smaller one. No GR_KMAX_SLOTS limit applies. */
+#define GR_KPREP_SLOT_TABLE 8u
 /* GR_KPREP_VERIFIED: the caller has checked k with gr_kernel_verify (a plan's kernels are checked
  *   once when the plan is built): the simulator does not check it again. */
 #define GR_KPREP_VERIFIED 4u
@@ -74,6 +84,8 @@ typedef struct {
     long module_loads;      /* kernel modules loaded (cuda; sim: those the CUDA backend would load,
                                one per literal kernel and per new generic structure) */
     long live_modules;      /* generic modules (sim: templates) loaded now */
+    long mask_tables_reused; /* attention calls that read their mask group's tile table instead of
+                                classifying the mask again (cuda; sim: 0) */
 } gr_dev_kstats;
 
 struct gr_device_i {

@@ -73,6 +73,13 @@
  *   writes what the output projection reads, with no copy; lowering reads a split or
  *   slice of the last axis in place as well: lower-gen.c).
  *   passes/attention.c makes it from the MatMul/Softmax/MatMul pattern.
+ * sample(logits, step, ints, floats): one token per row of logits [..., V] (any float
+ *   dtype), i64 [...] (the last axis dropped): gr_sample_row (codegen/kir.h) with
+ *   temperature = floats[0], top_p = floats[1] (f32 [2]), top_k = ints[2] and the RNG
+ *   bits of (seed = ints[0], counter = (step[0] - ints[1]) * rows + row) (ints i64 [3],
+ *   step i64 [1]; rows = the product of the leading dims). The decode loop's sampling
+ *   (passes/decode.c): step is graft.kv_len, ints[1] the prompt length, so the counter is
+ *   the reference engine's new-token index * batch + row.
  * all_reduce(x; ranks) / all_gather(x; ranks): collectives across the `ranks` ranks of
  *   tensor parallelism (passes/shard.c makes them; never folded). all_reduce: the
  *   element-wise sum of every rank's x, same shape and dtype, on every rank. all_gather:

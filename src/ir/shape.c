@@ -305,6 +305,32 @@ static gr_status infer_all_gather(ctx_t *c) {
     s.ndim++;
     return set_out(c, 0, in_val(c, 0)->dtype, &s);
 }
+/* sample(logits, step, ints, floats): ops.c */
+static gr_status infer_sample(ctx_t *c) {
+    const gr_ir_value *x = in_val(c, 0), *step = in_val(c, 1), *ints = in_val(c, 2), *fl = in_val(c, 3);
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(x->dtype), "a float dtype"));
+    if (x->ndim < 1) return fail(c, GR_ERR_SHAPE, "sample of a 0-d tensor (logits [..., vocab] expected)");
+    if (!dim_is_sym(x->dims[x->ndim - 1]) && x->dims[x->ndim - 1].size == 0)
+        return fail(c, GR_ERR_SHAPE, "sample over an empty vocabulary: there is no token to return");
+    const struct {
+        const gr_ir_value *v;
+        gr_dtype t;
+        int64_t n;
+        const char *what;
+    } want[3] = {{step, GR_I64, 1, "step (i64 [1])"}, {ints, GR_I64, 3, "ints (i64 [3]: seed, first step, top_k)"},
+                 {fl, GR_F32, 2, "floats (f32 [2]: temperature, top_p)"}};
+    for (int i = 0; i < 3; i++) {
+        const gr_ir_value *v = want[i].v;
+        if (v->dtype != want[i].t || v->ndim != 1 || dim_is_sym(v->dims[0]) || v->dims[0].size != want[i].n) {
+            char tv[TYPE_STR_LEN];
+            return fail(c, GR_ERR_SHAPE, "input %d is %s, not the %s", i + 1, TYPE_STR(tv, v), want[i].what);
+        }
+    }
+    shape_t s = shape_of(x);
+    s.ndim--;
+    return set_out(c, 0, GR_I64, &s);
+}
+
 static gr_status infer_unary_float(ctx_t *c) {
     GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
     return unary_out(c, in_val(c, 0)->dtype);

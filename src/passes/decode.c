@@ -600,9 +600,16 @@ gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spe
     GR_TRY(gr_ir_add_input(g, "graft.pad", GR_I64, 1, d_1, &pad));
     GR_TRY(gr_ir_add_input(g, "graft.stop", GR_I64, 1, d_1, &stop));
     GR_TRY(gr_ir_add_input(g, "graft.tokens", GR_I64, 2, d_tok, &tokens));
-    /* the token: argmax, or pad once a row has finished */
+    /* the token: argmax (or a sample), or pad once a row has finished */
     int am, am2, tok, tok_in;
-    {
+    if (spec->sample) {
+        int s_ints, s_floats;
+        gr_dim d_3[1] = {gr_dx_const(3)}, d_2[1] = {gr_dx_const(2)};
+        GR_TRY(gr_ir_add_input(g, "graft.sample_ints", GR_I64, 1, d_3, &s_ints));
+        GR_TRY(gr_ir_add_input(g, "graft.sample_floats", GR_F32, 1, d_2, &s_floats));
+        int in[4] = {lo, kv, s_ints, s_floats};
+        GR_TRY(node1(g, GR_OP_SAMPLE, "graft.sample", 4, in, 0, NULL, &am));
+    } else {
         gr_ir_attr a[3];
         memset(a, 0, sizeof a);
         a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = 2};

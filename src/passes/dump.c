@@ -70,11 +70,14 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
                 gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s count=%lld ranks=%lld\n", i,
                              c->kind == GR_LIB_ALL_REDUCE ? "all_reduce" : "all_gather", c->name, node_name(g, s->node),
                              gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
+            else if (c->kind == GR_LIB_SAMPLE)
+                gr_sb_printf(sb, "step %d: libcall sample %s (node %s) %s rows=%lld vocab=%lld\n", i, c->name, node_name(g, s->node),
+                             gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
             else if (c->kind == GR_LIB_ATTENTION)
                 gr_sb_printf(sb,
                              "step %d: libcall attention %s (node %s) %s batch=%lld heads=%lld kv_heads=%lld seq_q=%lld "
                              "seq_k=%lld head_dim=%lld head_dim_v=%lld scale=%g causal=%d mask=%s strides=%lld/%lld/%lld/%lld "
-                             "q=%lld/%lld/%lld k=%lld/%lld/%lld v=%lld/%lld/%lld o=%lld/%lld/%lld\n",
+                             "q=%lld/%lld/%lld k=%lld/%lld/%lld v=%lld/%lld/%lld o=%lld/%lld/%lld%s%.0d\n",
                              i, c->name, node_name(g, s->node), gr_dtype_name(c->dtype), (long long)c->batch,
                              (long long)c->heads, (long long)c->kv_heads, (long long)c->seq_q, (long long)c->seq_k,
                              (long long)c->head_dim, (long long)c->head_dim_v, c->alpha, c->causal,
@@ -83,7 +86,9 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
                              (long long)c->q_stride[0], (long long)c->q_stride[1], (long long)c->q_stride[2],
                              (long long)c->k_stride[0], (long long)c->k_stride[1], (long long)c->k_stride[2],
                              (long long)c->v_stride[0], (long long)c->v_stride[1], (long long)c->v_stride[2],
-                             (long long)c->o_stride[0], (long long)c->o_stride[1], (long long)c->o_stride[2]);
+                             (long long)c->o_stride[0], (long long)c->o_stride[1], (long long)c->o_stride[2],
+                             !c->mask_group ? "" : c->mask_group_first ? " mask_group_first=" : " mask_group=",
+                             (int)c->mask_group);
             else
             gr_sb_printf(sb,
                          "step %d: libcall matmul %s (node %s) %s m=%lld n=%lld k=%lld batch=%lld trans_a=%d trans_b=%d "

@@ -77,6 +77,16 @@ void gr_fuse_ctx_release(fuse_ctx *f);
  * kernel's store; *n_fused counts them. Dead views are left to gr_pass_dce. */
 gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused);
 
+/* What fuse-store.c and fuse-row.c do with the kernel they built (shared, fuse-store.c). */
+/* Renames n's param w when an earlier param has its name ("y<w>", then "y<w+100>", ...). */
+void gr_fuse_unique_param_name(gr_kernel *n, int w);
+/* Installs n, which absorbed consumer c, as step into's kernel with args: CSE, verify, the
+ * earlier of the two source nodes, and into's old kernel destroyed; *done = true. On
+ * failure n is destroyed, into is unchanged and the error names both kernels (`what`: "the
+ * store", "the rows"). */
+gr_status gr_fuse_install(gr_kernel *n, gr_step_arg *args, const gr_kernel *c, gr_step *into, const char *what,
+                          bool *done);
+
 /* fuse-row.c: moves each elementwise consumer of a row reduction's per-row result (RMSNorm's
  * x * r[row] * w[col]) into the reduction kernel as a store over the row; *n_fused counts
  * them. Dead views are left to gr_pass_dce. */

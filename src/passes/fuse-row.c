@@ -193,11 +193,7 @@ static gr_status fuse_row(gr_step *rs, int stage, int pu, const gr_step *cs, con
         n->params[w] = c->params[cst->param];
         n->params[w].written = true;
         args[w] = cs->args[cst->param];
-        for (int a = 0, alt = 0; a < w; a++) /* a name of its own */
-            if (!strcmp(n->params[a].name, n->params[w].name)) {
-                gr_name_copy(n->params[w].name, sizeof n->params[w].name, "y", w + 100 * alt++);
-                a = -1;
-            }
+        gr_fuse_unique_param_name(n, w);
         gr_kstage ns = *cst;
         ns.over_inner = true;
         ns.param = w;
@@ -206,21 +202,7 @@ static gr_status fuse_row(gr_step *rs, int stage, int pu, const gr_step *cs, con
         st = gr_kernel_add_stage(n, &ns);
     }
     gr_free(map, sizeof(int) * (size_t)(nc ? nc : 1));
-    if (st == GR_OK && room) {
-        st = gr_pass_cse_kernel(n, args);
-        if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
-        if (st == GR_OK) {
-            if (n->source_node < 0 || (c->source_node >= 0 && c->source_node < n->source_node)) n->source_node = c->source_node;
-            gr_kernel_destroy(rs->kernel);
-            rs->kernel = n;
-            memcpy(rs->args, args, sizeof args);
-            rs->n_args = n->n_params;
-            *done = true;
-            return GR_OK;
-        }
-        if (st != GR_ERR_NOMEM)
-            st = gr_error_prefix(GR_ERR_INTERNAL, "fusing kernel %s into the rows of %s: ", c->name, rs->kernel->name);
-    }
+    if (st == GR_OK && room) return gr_fuse_install(n, args, c, rs, "the rows", done);
     gr_kernel_destroy(n);
     return st;
 }

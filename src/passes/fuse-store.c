@@ -156,11 +156,7 @@ static gr_status fuse_into_store(gr_step *ps, int stage, int pu, const gr_step *
         if (keep_u) {
             pw = n->n_params++;
             n->params[pw] = *w;
-            for (int a = 0, alt = 0; a < pw; a++) /* a name of its own */
-                if (!strcmp(n->params[a].name, n->params[pw].name)) {
-                    gr_name_copy(n->params[pw].name, sizeof n->params[pw].name, "y", pw + 100 * alt++);
-                    a = -1;
-                }
+            gr_fuse_unique_param_name(n, pw);
             n->stages[n->n_stages] = n->stages[stage];
             stage = n->n_stages++;
             n->stages[stage].param = pw;
@@ -168,22 +164,37 @@ static gr_status fuse_into_store(gr_step *ps, int stage, int pu, const gr_step *
         n->params[pw].dtype = w->dtype;
         n->stages[stage].value = root;
         args[pw] = cs->args[c->stages[0].param];
-        st = gr_pass_cse_kernel(n, args);
-        if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
-        if (st == GR_OK) {
-            if (n->source_node < 0 || (c->source_node >= 0 && c->source_node < n->source_node)) n->source_node = c->source_node;
-            gr_kernel_destroy(ps->kernel);
-            ps->kernel = n;
-            memcpy(ps->args, args, sizeof args);
-            ps->n_args = n->n_params;
-            *done = true;
-            return GR_OK;
-        }
-        if (st != GR_ERR_NOMEM)
-            st = gr_error_prefix(GR_ERR_INTERNAL, "fusing kernel %s into the store of %s: ", c->name, ps->kernel->name);
+        return gr_fuse_install(n, args, c, ps, "the store", done);
     }
     gr_kernel_destroy(n);
     return st;
+}
+
+void gr_fuse_unique_param_name(gr_kernel *n, int w) {
+    for (int a = 0, alt = 0; a < w; a++)
+        if (!strcmp(n->params[a].name, n->params[w].name)) {
+            gr_name_copy(n->params[w].name, sizeof n->params[w].name, "y", w + 100 * alt++);
+            a = -1;
+        }
+}
+
+gr_status gr_fuse_install(gr_kernel *n, gr_step_arg *args, const gr_kernel *c, gr_step *into, const char *what,
+                          bool *done) {
+    gr_status st = gr_pass_cse_kernel(n, args);
+    if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
+    if (st != GR_OK) {
+        if (st != GR_ERR_NOMEM)
+            st = gr_error_prefix(GR_ERR_INTERNAL, "fusing kernel %s into %s of %s: ", c->name, what, into->kernel->name);
+        gr_kernel_destroy(n);
+        return st;
+    }
+    if (n->source_node < 0 || (c->source_node >= 0 && c->source_node < n->source_node)) n->source_node = c->source_node;
+    gr_kernel_destroy(into->kernel);
+    into->kernel = n;
+    memcpy(into->args, args, sizeof into->args); /* args has GR_KMAX_PARAMS entries */
+    into->n_args = n->n_params;
+    *done = true;
+    return GR_OK;
 }
 
 gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused) {

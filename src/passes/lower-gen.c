@@ -337,6 +337,11 @@ gr_status lw_lower_matmul(gr_lctx *c) {
     GR_TRY(mm_analyze(c, &mi));
     if (lw_numel(c, mi.y) == 0) return GR_OK;
     if (!gr_dtype_is_float(mi.t) || mi.k == 0) return mm_kernel(c, &mi);
+    /* shape policy generic: a product of two activations (attention's scores and values) has the
+     * symbol in its n or k, which a captured library call cannot take from the slot table */
+    if (c->activation_matmul_kernels && c->g->values.data[mi.a].kind != GR_VAL_CONST &&
+        c->g->values.data[mi.b].kind != GR_VAL_CONST)
+        return mm_kernel(c, &mi);
 
     gr_step s;
     memset(&s, 0, sizeof s);

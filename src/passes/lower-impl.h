@@ -21,6 +21,7 @@ typedef struct {
     int node;             /* index of the node being lowered */
     gr_step_list *out;
     int n_kernels;        /* kernels made for this node so far (names) */
+    bool activation_matmul_kernels; /* gr_pass_lower_opts: float matmuls of two computed operands as kernels */
     char where[320];      /* "node 'x' (op)" for messages: formatted on first use (lw_where) */
 } gr_lctx;
 
@@ -108,6 +109,7 @@ gr_status lw_lower_random(gr_lctx *c);
 gr_status lw_lower_matmul(gr_lctx *c);
 gr_status lw_lower_attention(gr_lctx *c); /* one GR_LIB_ATTENTION library call (lower-gen.c) */
 gr_status lw_lower_collective(gr_lctx *c); /* all_reduce, all_gather: one library call (lower-collective.c) */
+gr_status lw_lower_sample(gr_lctx *c);     /* sample: one GR_LIB_SAMPLE library call (lower-sample.c) */
 /* lower-window.c: conv, conv_transpose, max_pool, avg_pool, pad, resize */
 gr_status lw_lower_conv(gr_lctx *c);
 gr_status lw_lower_pool(gr_lctx *c);

@@ -325,7 +325,7 @@ static gr_status lower_dispatch(gr_lctx *c) {
     return lowerings[n->op](c);
 }
 
-gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
+static gr_status lower_node(gr_graph *g, int node, gr_step_list *out, bool activation_matmul_kernels) {
     if (!g || !out || node < 0 || node >= g->nodes.len)
         return gr_error(GR_ERR_INVALID, "gr_pass_lower_node: bad graph or node %d", node);
     gr_lctx c;
@@ -333,6 +333,7 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
     c.g = g;
     c.node = node;
     c.out = out;
+    c.activation_matmul_kernels = activation_matmul_kernels;
     int first = out->len;
     gr_status st = check_typed(&c);
     if (st == GR_OK) st = lower_dispatch(&c);
@@ -343,17 +344,21 @@ gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) {
     return st;
 }
 
+gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out) { return lower_node(g, node, out, false); }
+
 gr_status gr_pass_lower(gr_graph *g, gr_step_list *out) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     memset(out, 0, sizeof *out);
     return gr_pass_lower_reuse(g, out);
 }
 
-gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out) {
+gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out) { return gr_pass_lower_opts(g, out, false); }
+
+gr_status gr_pass_lower_opts(gr_graph *g, gr_step_list *out, bool activation_matmul_kernels) {
     if (!g || !out) return gr_error(GR_ERR_INVALID, "gr_pass_lower: NULL argument");
     out->len = 0;
     for (int i = 0; i < g->nodes.len; i++) {
-        gr_status st = gr_pass_lower_node(g, i, out);
+        gr_status st = lower_node(g, i, out, activation_matmul_kernels);
         if (st != GR_OK) {
             gr_step_list_free(out);
             return st;

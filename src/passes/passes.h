@@ -141,6 +141,10 @@ gr_status gr_pass_lower(gr_graph *g, gr_step_list *out);
 /* The same into out's own buffer (out->len set to 0 first, its capacity kept): a caller
  * that lowers many plans reuses one buffer (gr_pipeline_scratch). On failure out is freed. */
 gr_status gr_pass_lower_reuse(gr_graph *g, gr_step_list *out);
+/* gr_pass_lower_reuse; activation_matmul_kernels: a float matmul whose operands are both computed
+ * (not constants: attention's scores and values) becomes a generated reduction kernel instead of a
+ * library call (shape policy generic: a kernel reads its sizes from the slot table). */
+gr_status gr_pass_lower_opts(gr_graph *g, gr_step_list *out, bool activation_matmul_kernels);
 gr_status gr_pass_lower_node(gr_graph *g, int node, gr_step_list *out);
 void gr_step_list_free(gr_step_list *l);
 /* The step of an `if` or `loop` node run by the runtime's control runner (GR_STEP_HOST without
@@ -233,6 +237,10 @@ gr_status gr_pass_partition(const gr_graph *g, gr_step_list *steps, gr_segment_l
  * partitioning would try to capture (debug option no_partition). */
 gr_status gr_pass_partition_none(gr_step_list *steps, gr_segment_list *out);
 void gr_segment_list_free(gr_segment_list *l);
+/* After partitioning: masked attention calls of one segment that read the same mask value
+ * form a group (gr_libcall.mask_group, share.c); *n_reusing counts the calls after each
+ * group's first. */
+gr_status gr_pass_share_attention_masks(gr_step_list *steps, int *n_reusing);
 
 /* ---- the KV-cache rewrite (decode.c) ----------------------------------------------------------
  * A single-token decode step of ONE concrete shape for every position: the state inputs are
@@ -265,10 +273,15 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
  * inputs stay, unread. An in-place write is safe when every other reader of its input runs
  * before it; graft orders them by data (each write depends on the token, kv_next also on
  * tokens' and cont) and refuses, naming the node, a model in which a reader of input_ids,
- * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent. */
+ * position_ids, attention_mask or kv_len does not lead to the logits. NULL names: absent.
+ * With sample set, the token is sample(logits, kv_len, graft.sample_ints, graft.sample_floats)
+ * (ir/ops.c) instead of the argmax: ints i64 [3] = seed, first kv_len (the prompt length: the
+ * counter is then new-token index * batch + row, as the reference engine's), top_k; floats
+ * f32 [2] = temperature, top_p. */
 typedef struct {
     const char *input_ids, *position_ids, *attention_mask, *logits;
     int64_t max_len;
+    bool sample;
 } gr_decode_loop_spec;
 gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec);
 
@@ -308,6 +321,8 @@ typedef struct {
     bool no_fuse_attention;
     /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
     bool fuse_attention_f32;
+    /* Lowering: products of two activations as generated kernels (gr_pass_lower_opts; shape policy generic). */
+    bool activation_matmul_kernels;
     /* Runs gr_pass_precision(precision) first ("precision" after_pass), unless src_converted:
      * a session converts its graph once at creation, so weights are converted once and
      * shared by every binding's plan. */
@@ -344,7 +359,7 @@ gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const
                            gr_compiled *out);
 /* The pipeline's parts (gr_pass_pipeline = front, lower + fuse, finish). front: clone src and run
  * the graph passes up to fold_constants into *c (steps empty; on failure *c is empty). finish:
- * plan_memory and partition of c's steps (the caller frees c on failure). A session's template
+ * plan_memory, partition and the attention mask groups of c's steps (the caller frees c on failure). A session's template
  * (runtime/template.c) makes the steps between them without lowering and fusion. */
 gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
                                  gr_compiled *c);

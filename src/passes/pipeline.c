@@ -100,8 +100,11 @@ gr_status gr_pass_pipeline_steps(const gr_pipeline_opts *opts, gr_compiled *c) {
     if (opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
         c->steps = opts->scratch->steps;
         memset(&opts->scratch->steps, 0, sizeof opts->scratch->steps);
-        st = gr_pass_lower_reuse(c->g, &c->steps);
-    } else st = gr_pass_lower(c->g, &c->steps);
+        st = gr_pass_lower_opts(c->g, &c->steps, opts->activation_matmul_kernels);
+    } else {
+        memset(&c->steps, 0, sizeof c->steps);
+        st = gr_pass_lower_opts(c->g, &c->steps, opts && opts->activation_matmul_kernels);
+    }
     if (st == GR_OK) st = after(opts, "lower", c);
     if (st == GR_OK) st = gr_pass_fuse(c->g, &c->steps);
     if (st == GR_OK) st = after(opts, "fuse", c);
@@ -114,6 +117,8 @@ gr_status gr_pass_pipeline_finish(const gr_pipeline_opts *opts, gr_compiled *c) 
     if (st == GR_OK)
         st = opts && opts->no_partition ? gr_pass_partition_none(&c->steps, &c->segs) : gr_pass_partition(c->g, &c->steps, &c->segs);
     if (st == GR_OK) st = after(opts, "partition", c);
+    int n_reusing = 0;
+    if (st == GR_OK) st = gr_pass_share_attention_masks(&c->steps, &n_reusing);
     return st;
 }
 

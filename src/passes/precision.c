@@ -57,7 +57,8 @@ static pc_class op_class(gr_op op) {
     case GR_OP_SOFTPLUS:
     case GR_OP_SIN:
     case GR_OP_COS:
-    case GR_OP_SELU: return PC_F32;
+    case GR_OP_SELU:
+    case GR_OP_SAMPLE: return PC_F32; /* the kernel reads f32 logits; its floats input stays f32 */
     default: break;
     }
     /* an op without a rule here (appended later) goes by its kind: a reduction or a

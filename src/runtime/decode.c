@@ -47,6 +47,10 @@ struct gr_decode_engine {
     const struct gr_rt_plan *loop_plan; /* the plan it was captured from */
     long loop_launches, loop_captures;
     char *while_refused;    /* why the WHILE graph could not be captured (then the steps are enqueued) */
+    /* sampling (the loop's token is the sample op): graft.sample_ints / graft.sample_floats */
+    bool sample;
+    int64_t sample_ints[3]; /* seed, first kv_len, top_k */
+    float sample_floats[2]; /* temperature, top_p */
 };
 
 /* ---- which input is which ----------------------------------------------------------------
@@ -227,6 +231,12 @@ static int input_index(const gr_graph *g, const char *name) {
 
 gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
                                   const char *const *io_names, int64_t batch, int64_t max_len, gr_decode_engine **out) {
+    return gr_decode_engine_create_ex(src, n_state, past, present, io_names, batch, max_len, false, out);
+}
+
+gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                     const char *const *io_names, int64_t batch, int64_t max_len, bool sample,
+                                     gr_decode_engine **out) {
     *out = NULL;
     const gr_graph *g = src->graph;
     if (n_state <= 0 || n_state > 4096) return gr_error(GR_ERR_INVALID, "decode engine: %d state pairs", n_state);
@@ -277,6 +287,8 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
         goto done;
     }
     e->batch = batch, e->max_len = max_len;
+    e->sample = sample;
+    e->sample_floats[0] = 1.0f, e->sample_floats[1] = 1.0f; /* temperature 1, no top-p, no top-k, seed 0 */
     e->ids_name = dup_name(g, roles.ids);
     e->pos_name = dup_name(g, roles.pos);
     e->mask_name = dup_name(g, roles.mask);
@@ -288,7 +300,7 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     if ((st = gr_ir_graph_clone_borrow(rw, &looped)) != GR_OK) goto done;
     {
         gr_decode_loop_spec ls = {.input_ids = e->ids_name, .position_ids = e->pos_name, .attention_mask = e->mask_name,
-                                  .logits = "logits", .max_len = max_len};
+                                  .logits = "logits", .max_len = max_len, .sample = sample};
         st = gr_pass_decode_device_loop(looped, &ls);
     }
     if (st == GR_OK) {
@@ -402,6 +414,8 @@ gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad) 
         void *zero = gr_calloc(1, bytes ? bytes : 1);
         if (!zero) return GR_ERR_NOMEM;
         if (!strcmp(val->name, "graft.eos") || !strcmp(val->name, "graft.pad")) *(int64_t *)zero = !strcmp(val->name, "graft.eos") ? eos : pad;
+        if (!strcmp(val->name, "graft.sample_ints") && bytes == sizeof e->sample_ints) memcpy(zero, e->sample_ints, bytes);
+        if (!strcmp(val->name, "graft.sample_floats") && bytes == sizeof e->sample_floats) memcpy(zero, e->sample_floats, bytes);
         gr_status st = gr_session_set_input(e->s, val->name, val->dtype, val->ndim, dims, zero, bytes);
         gr_free(zero, bytes ? bytes : 1);
         GR_TRY(st);
@@ -409,6 +423,19 @@ gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad) 
     e->states_bound = true;
     memset(e->mask, 0, sizeof(int64_t) * (size_t)(e->batch * e->max_len));
     return GR_OK;
+}
+
+gr_status gr_decode_engine_set_sampling(gr_decode_engine *e, uint64_t seed, int64_t first, int64_t top_k, float temperature,
+                                        float top_p) {
+    if (!(temperature > 0) || !(top_p > 0) || top_k < 0)
+        return gr_error(GR_ERR_INVALID, "decode engine: sampling with temperature %g, top_k %lld, top_p %g", (double)temperature,
+                        (long long)top_k, (double)top_p);
+    e->sample_ints[0] = (int64_t)seed, e->sample_ints[1] = first, e->sample_ints[2] = top_k;
+    e->sample_floats[0] = temperature, e->sample_floats[1] = top_p;
+    if (!e->sample || e->loop_refused) return GR_OK; /* no sample op: the caller samples on the host */
+    int64_t d3[1] = {3}, d2[1] = {2};
+    GR_TRY(gr_session_set_input(e->s, "graft.sample_ints", GR_I64, 1, d3, e->sample_ints, sizeof e->sample_ints));
+    return gr_session_set_input(e->s, "graft.sample_floats", GR_F32, 1, d2, e->sample_floats, sizeof e->sample_floats);
 }
 
 static gr_status set_ints(gr_decode_engine *e, const char *name, const int64_t *v, int64_t rows, int64_t cols) {

@@ -1,6 +1,7 @@
 /* runtime/explain — `graft explain`: the compiled plan segment by segment:
  * kernels, graph or eager and why, placeholders and bytes copied per replay. */
 #include "runtime/runtime-impl.h"
+#include <stdio.h>
 #include <string.h>
 
 static const char *seg_state_name(gr_seg_state s) {
@@ -38,10 +39,21 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
     }
     case GR_STEP_LIBCALL:
         if (st->call.kind == GR_LIB_ATTENTION) {
-            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s  (from %s)\n", i,
+            char share[48] = "";
+            if (st->call.mask_group)
+                snprintf(share, sizeof share, st->call.mask_group_first ? " (mask classified for group %d)"
+                                                                        : " (mask of group %d reused)",
+                         (int)st->call.mask_group);
+            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s%s  (from %s)\n", i,
                          st->call.name, (long long)st->call.batch, (long long)st->call.heads, (long long)st->call.kv_heads,
                          (long long)st->call.seq_q, (long long)st->call.seq_k, (long long)st->call.head_dim,
-                         gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "", node);
+                         gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "",
+                         share, node);
+            break;
+        }
+        if (st->call.kind == GR_LIB_SAMPLE) {
+            gr_sb_printf(sb, "    [%3d] sample  %-28s %lld rows x %lld %s  (from %s)\n", i, st->call.name, (long long)st->call.m,
+                         (long long)st->call.n, gr_dtype_name(st->call.dtype), node);
             break;
         }
         if (gr_lib_is_collective(st->call.kind)) {
@@ -94,6 +106,11 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     }
     if (s->opt.mode != GR_MODE_EAGER) {
         if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) gr_rt_pad_explain(s, &sb); /* shapes.c */
+        else if (s->opt.shape_policy == GR_SHAPES_GENERIC)
+            gr_sb_printf(&sb, "shape policy: generic (one graph per power-of-two bucket of the symbols, kernels reading their "
+                              "slots from a device table: %ld segment runs through a bucket's plan, %ld of them graph replays, "
+                              "%ld table refreshes, %zu bytes copied)\n",
+                         s->generic_runs, s->generic_replays, s->table_refreshes, s->table_bytes);
         else if (s->opt.shape_policy == GR_SHAPES_UPDATE)
             gr_sb_printf(&sb, "shape policy: update (one exec per segment position, each binding's capture applied with an exec "
                               "update: %ld updates, %ld refused and instantiated instead)\n",
@@ -193,6 +210,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         else gr_sb_printf(&sb, "in a graph (%s%s%d nodes)\n", seg_state_name(st->state), st->state == GR_SEG_CAPTURED ? ", " : ", ",
                           st->n_nodes);
         if (sg->graphable) gr_rt_update_explain(s, st, seg, &sb);
+        if (sg->graphable) gr_rt_generic_explain(s, p, seg, &sb); /* generic.c */
         if (sg->graphable && st->evictions)
             gr_sb_printf(&sb, "  its graph was evicted %ld times (graph memory budget) and captured again\n", st->evictions);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);

@@ -29,6 +29,7 @@ struct gr_rt_gen {
     /* the rewritten engine (runtime/decode.c), kept for the next generation of the same batch */
     gr_decode_engine *eng;
     int64_t eng_batch, eng_max;
+    bool eng_sample; /* its decode loop samples (else: argmax) */
     int eng_verdict; /* 0: not checked against the per-length step yet; 1: agrees; -1: refused or disagrees */
 };
 
@@ -196,9 +197,10 @@ void gr_generate_options_init(gr_generate_options *o) {
     o->prompt_mode = GR_PROMPT_AUTO;
 }
 
-/* graft's RANDOM (codegen/kir.h): splitmix64's finalizer over seed * golden + counter, f64 in [0,1) */
-static double gen_uniform(uint64_t seed, uint64_t counter) {
-    return (double)(gr_kernel_random_bits(seed, counter) >> 11) * 0x1.0p-53;
+/* Sampling's parameters as the shared definition takes them (codegen/kir.h, gr_sample_row): the
+ * host engines and the device's sample op round temperature and top_p to f32 alike. */
+static gr_sample_params gen_sample_params(const gr_generate_options *o) {
+    return (gr_sample_params){.temperature = (float)o->temperature, .top_k = o->top_k, .top_p = (float)o->top_p};
 }
 
 /* ==== the step engine (reference: the unrewritten step through the session) ===================== */
@@ -465,47 +467,13 @@ static int64_t pick_greedy(const float *x, int64_t vocab) {
 typedef struct {
     double p;
     int64_t id;
-} scored;
+} scored; /* a beam candidate */
 
-/* descending by value, ascending id on ties */
-static int cmp_scored_desc(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->p != y->p) return x->p > y->p ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* Hugging Face's order: temperature, top-k (every logit below the k-th largest dropped), top-p
- * (the smallest most-likely set whose probability reaches top_p, at least one token), then the
- * inverse CDF of u over the kept tokens in descending probability. */
-static int64_t pick_sample(const float *x, int64_t vocab, const gr_generate_options *o, double u, scored *tmp) {
-    for (int64_t v = 0; v < vocab; v++) tmp[v] = (scored){(double)x[v] / o->temperature, v};
-    qsort(tmp, (size_t)vocab, sizeof *tmp, cmp_scored_desc);
-    int64_t keep = vocab;
-    if (o->top_k > 0 && o->top_k < vocab) {
-        double kth = tmp[o->top_k - 1].p;
-        keep = o->top_k;
-        while (keep < vocab && tmp[keep].p >= kth) keep++; /* ties with the k-th stay, as HF's threshold */
-    }
-    double mx = tmp[0].p, sum = 0;
-    for (int64_t i = 0; i < keep; i++) sum += exp(tmp[i].p - mx);
-    for (int64_t i = 0; i < keep; i++) tmp[i].p = exp(tmp[i].p - mx) / sum;
-    if (o->top_p < 1.0) {
-        double cum = 0;
-        int64_t n = 0;
-        while (n < keep) {
-            cum += tmp[n++].p;
-            if (cum >= o->top_p) break;
-        }
-        keep = n;
-    }
-    double total = 0;
-    for (int64_t i = 0; i < keep; i++) total += tmp[i].p;
-    double target = u * total, cum = 0;
-    for (int64_t i = 0; i < keep; i++) {
-        cum += tmp[i].p;
-        if (target < cum) return tmp[i].id;
-    }
-    return tmp[keep - 1].id;
+/* Row r's token at new-token index j: the one definition of sampling (codegen/sample.c), with the
+ * RNG bits of (seed, j * batch + r); the device's sample op computes the same (ir/ops.c). */
+static int64_t pick_sample(const float *x, int64_t vocab, const gr_generate_options *o, int64_t j, int64_t batch, int64_t r) {
+    gr_sample_params p = gen_sample_params(o);
+    return gr_sample_row(x, GR_F32, vocab, &p, gr_sample_bits(o->seed, (uint64_t)(j * batch + r)));
 }
 
 /* ==== the loops ================================================================================== */
@@ -552,11 +520,9 @@ static gr_status gen_greedy(gen_run *R, gr_generate_stats *stats) {
     int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, vocab = c->vocab;
     int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
     size_t tok_bytes = (size_t)B * sizeof(int64_t), fin_bytes = (size_t)B;
-    size_t tmp_bytes = o->sample ? (size_t)vocab * sizeof(scored) : 0;
     int64_t *tok = gr_malloc(tok_bytes);
     uint8_t *finished = gr_calloc((size_t)B, 1);
-    scored *tmp = tmp_bytes ? gr_malloc(tmp_bytes) : NULL;
-    gr_status st = (!tok || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
+    gr_status st = (!tok || !finished) ? GR_ERR_NOMEM : GR_OK;
     if (st == GR_OK) st = gen_prompt(R, 1);
     int64_t j = 0;
     for (; j < N && st == GR_OK; j++) {
@@ -565,7 +531,7 @@ static gr_status gen_greedy(gen_run *R, gr_generate_stats *stats) {
             const float *x = c->logits + r * vocab;
             int64_t t;
             if (finished[r]) t = pad;
-            else if (o->sample) t = pick_sample(x, vocab, o, gen_uniform(o->seed, (uint64_t)(j * B + r)), tmp);
+            else if (o->sample) t = pick_sample(x, vocab, o, j, B, r);
             else t = pick_greedy(x, vocab);
             if (o->eos_id >= 0 && t == o->eos_id) finished[r] = 1;
             all &= finished[r] != 0;
@@ -588,7 +554,6 @@ static gr_status gen_greedy(gen_run *R, gr_generate_stats *stats) {
     }
     gr_free(tok, tok_bytes);
     gr_free(finished, fin_bytes);
-    if (tmp) gr_free(tmp, tmp_bytes);
     return st;
 }
 
@@ -764,9 +729,11 @@ static gr_status check_options(const gr_generate_options *o, int64_t batch, int6
     if (o->prompt_mode < 0 || o->prompt_mode >= GR_PROMPT_COUNT)
         return gr_error(GR_ERR_INVALID, "generate: prompt_mode %d is not a gr_prompt_mode", o->prompt_mode);
     if (o->sample) {
-        if (!(o->temperature > 0) || !isfinite(o->temperature))
-            return gr_error(GR_ERR_INVALID, "generate: temperature %g must be > 0", o->temperature);
-        if (!(o->top_p > 0 && o->top_p <= 1)) return gr_error(GR_ERR_INVALID, "generate: top_p %g must be in (0, 1]", o->top_p);
+        /* both are used as f32 (gr_sample_row): they must stay positive and finite there */
+        if (!(o->temperature > 0) || !isfinite(o->temperature) || !((float)o->temperature > 0) || !isfinite((float)o->temperature))
+            return gr_error(GR_ERR_INVALID, "generate: temperature %g must be > 0 (and a positive f32)", o->temperature);
+        if (!(o->top_p > 0 && o->top_p <= 1) || !((float)o->top_p > 0))
+            return gr_error(GR_ERR_INVALID, "generate: top_p %g must be in (0, 1] (and a positive f32)", o->top_p);
         if (o->top_k < 0) return gr_error(GR_ERR_INVALID, "generate: top_k %d must be >= 0 (0 = off)", o->top_k);
     }
     if (o->beams > 1 && !isfinite(o->length_penalty))
@@ -846,7 +813,8 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     if (gg->eng_verdict < 0) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine was refused earlier in this session");
     if (o->beams > 1) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine does not run beam search yet");
     if (max_len < 2) max_len = 2;
-    if (!gg->eng || gg->eng_batch != B || gg->eng_max < need) {
+    bool sample = o->sample != 0;
+    if (!gg->eng || gg->eng_batch != B || gg->eng_max < need || gg->eng_sample != sample) {
         gr_decode_engine_destroy(gg->eng);
         gg->eng = NULL;
         const char **past = gr_calloc((size_t)gg->n, sizeof(char *)), **pres = gr_calloc((size_t)gg->n, sizeof(char *));
@@ -856,14 +824,14 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
             pres[k] = graph_output(s->graph, gg->states[k].out_index)->name;
         }
         const char *io[3] = {o->input_ids, o->position_ids, o->attention_mask};
-        if (st == GR_OK) st = gr_decode_engine_create(s, gg->n, past, pres, io, B, max_len, &gg->eng);
+        if (st == GR_OK) st = gr_decode_engine_create_ex(s, gg->n, past, pres, io, B, max_len, sample, &gg->eng);
         gr_free(past, (size_t)gg->n * sizeof(char *));
         gr_free(pres, (size_t)gg->n * sizeof(char *));
         if (st != GR_OK) {
             if (st == GR_ERR_UNSUPPORTED) gg->eng_verdict = -1;
             return st;
         }
-        gg->eng_batch = B, gg->eng_max = max_len;
+        gg->eng_batch = B, gg->eng_max = max_len, gg->eng_sample = sample;
     }
     gr_decode_engine *e = gg->eng;
     gr_session_t es = gr_decode_engine_session(e);
@@ -873,10 +841,13 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     float *logits = gr_malloc(lbytes);
     int64_t *ids = gr_malloc(ibytes), *next = gr_malloc(ibytes);
     uint8_t *finished = gr_calloc((size_t)B, 1);
-    size_t tmp_bytes = o->sample ? (size_t)V * sizeof(scored) : 0;
-    scored *tmp = tmp_bytes ? gr_malloc(tmp_bytes) : NULL;
-    gr_status st = (!logits || !ids || !next || !finished || (tmp_bytes && !tmp)) ? GR_ERR_NOMEM : GR_OK;
+    gr_status st = (!logits || !ids || !next || !finished) ? GR_ERR_NOMEM : GR_OK;
     int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
+    if (st == GR_OK && sample) {
+        /* the device's counter is (kv_len - P) * B + r: the new-token index j at kv_len = P + j */
+        gr_sample_params sp = gen_sample_params(o);
+        st = gr_decode_engine_set_sampling(e, o->seed, P, sp.top_k, sp.temperature, sp.top_p);
+    }
     if (st == GR_OK) st = gr_decode_engine_reset(e, o->eos_id, pad);
     int64_t first = 0; /* prompt positions the engine's cache holds already */
     if (st == GR_OK) st = gen_fast_prefix(R, e, &first);
@@ -903,7 +874,7 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
         }
     }
     int64_t j = 0;
-    if (st == GR_OK && !o->sample && !gr_decode_engine_loop_refused(e)) {
+    if (st == GR_OK && !gr_decode_engine_loop_refused(e)) {
         /* the decode loop on the device: the prompt's last step left the first token in row P
          * of the device's token ring and the next step's inputs in place; each launch runs up to
          * `per` steps and copies their tokens once */
@@ -950,7 +921,7 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
         for (int64_t r = 0; r < B; r++) {
             int64_t t;
             if (finished[r]) t = pad;
-            else if (o->sample) t = pick_sample(logits + r * V, V, o, gen_uniform(o->seed, (uint64_t)(j * B + r)), tmp);
+            else if (o->sample) t = pick_sample(logits + r * V, V, o, j, B, r);
             else t = have_ids ? next[r] : pick_greedy(logits + r * V, V);
             if (o->eos_id >= 0 && t == o->eos_id) finished[r] = 1;
             all &= finished[r] != 0;
@@ -982,7 +953,6 @@ finish:
     gr_free(ids, ibytes);
     gr_free(next, ibytes);
     gr_free(finished, (size_t)B);
-    if (tmp) gr_free(tmp, tmp_bytes);
     return st;
 }
 

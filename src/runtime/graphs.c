@@ -390,8 +390,9 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
             return run_eager(s, p, seg);
         }
         /* policy update re-captures into one exec: no instantiation per binding to bound */
+        /* ... nor generic's bucket plans: one per power of two of the declared range */
         if (!s->graph_budget && s->opt.shape_policy != GR_SHAPES_UPDATE && s->opt.shape_policy != GR_SHAPES_AUTO &&
-            captures_at_position(s, seg) >= s->opt.max_rerecords) {
+            !gr_rt_generic_is_bucket(s, p) && captures_at_position(s, seg) >= s->opt.max_rerecords) {
             char why[256];
             snprintf(why, sizeof why, "re-recorded %d times (one per input shape), limit %d reached", captures_at_position(s, seg),
                      s->opt.max_rerecords);

@@ -13,7 +13,8 @@
  * time then overlap (checked with p's own live ranges, so a plan whose steps
  * differ from the largest binding's is still placed correctly or refused). */
 static bool adopt_max_offsets(gr_session_t s, gr_rt_plan *p) {
-    const gr_rt_plan *m = s->max_plan;
+    /* shape policy generic: the bucket's plan, so a binding runs at its bucket's addresses (generic.c) */
+    const gr_rt_plan *m = s->layout_plan ? s->layout_plan : s->max_plan;
     gr_mem_plan *mem = &p->mem;
     int n = 0;
     for (int v = 0; v < mem->n_values; v++) {
@@ -106,8 +107,9 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     p->input_host_read = gr_calloc((size_t)ni, sizeof(bool));
     p->input_libcall = gr_calloc((size_t)ni, sizeof(bool));
     p->input_pinned = gr_calloc((size_t)ni, sizeof(void *));
+    p->input_borrowed = gr_calloc((size_t)ni, sizeof(bool));
     if (!p->input_dev || !p->input_bytes || !p->input_version || !p->input_in_place || !p->input_host_read ||
-        !p->input_libcall || !p->input_pinned)
+        !p->input_libcall || !p->input_pinned || !p->input_borrowed)
         return GR_ERR_NOMEM;
     mark_device_input_use(s, p);
     for (int i = 0; i < ni; i++) {
@@ -137,6 +139,15 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
     GR_TRY(rc);
     p->funcs = gr_calloc((size_t)p->steps.len, sizeof(gr_kfunc *));
     if (!p->funcs) return GR_ERR_NOMEM;
+    /* shape policy generic: kernels read their slots from the plan's device table (generic.c) */
+    size_t table_bytes = sizeof(bool) * (size_t)(p->steps.len ? p->steps.len : 1);
+    bool *table = gr_calloc(1, table_bytes);
+    if (!table) return GR_ERR_NOMEM;
+    gr_status trc = gr_rt_generic_plan_tables(s, p, table);
+    if (trc != GR_OK) {
+        gr_free(table, table_bytes);
+        return trc;
+    }
     /* symbolic dims: shape-generic kernels, so a new binding's plan compiles nothing
      * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
     unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW /* steps outlive funcs */
@@ -146,12 +157,16 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
         if (st->kind == GR_STEP_KERNEL) {
             /* what lowering and fusion made, checked once (passes.h GR_VERIFY_EVERY_KERNEL) */
             gr_status rc = GR_VERIFY_EVERY_KERNEL ? GR_OK : gr_kernel_verify(st->kernel);
-            if (rc != GR_OK) return gr_error_prefix(rc == GR_ERR_NOMEM ? rc : GR_ERR_INTERNAL, "plan kernel '%s': ", st->kernel->name);
-            rc = gr_dev_kernel_prepare_flags(d, st->kernel, kflags, &p->funcs[i]);
-            if (rc != GR_OK) return gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
+            if (rc != GR_OK) rc = gr_error_prefix(rc == GR_ERR_NOMEM ? rc : GR_ERR_INTERNAL, "plan kernel '%s': ", st->kernel->name);
+            if (rc == GR_OK) rc = gr_dev_kernel_prepare_flags(d, st->kernel, kflags | (table[i] ? GR_KPREP_SLOT_TABLE : 0), &p->funcs[i]);
+            if (rc != GR_OK) {
+                gr_free(table, table_bytes);
+                return rc == GR_ERR_INTERNAL ? rc : gr_error_prefix(rc, "preparing kernel '%s'", st->kernel->name);
+            }
         }
         if (st->kind == GR_STEP_KERNEL || st->kind == GR_STEP_LIBCALL) p->n_kernels++;
     }
+    gr_free(table, table_bytes);
     return GR_OK;
 }
 
@@ -215,7 +230,10 @@ void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
      * symbols stay kernels (fold_linear_only); vectors over one symbol still fold. */
     *po = (gr_pipeline_opts){.no_partition = s->opt.no_partition != 0, .fold_linear_only = s->graph->syms.len > 0,
                              .src_marked = true, .no_fuse_attention = s->opt.no_fuse_attention != 0,
-                             .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0};
+                             .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0,
+                             /* generic: attention's activation products as kernels, whose sizes come from the
+                              * slot table (in eager mode too, so an eager session runs the same kernels) */
+                             .activation_matmul_kernels = s->opt.shape_policy == GR_SHAPES_GENERIC && s->graph->syms.len > 0};
 }
 
 static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {
@@ -226,6 +244,7 @@ static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_pla
     gr_status st;
     int n_syms = s->graph->syms.len;
     p->n_syms = n_syms;
+    p->serial = ++s->plan_serials;
     p->sym_values = gr_malloc(sizeof(int64_t) * (size_t)n_syms);
     if (!p->sym_values) {
         st = GR_ERR_NOMEM;
@@ -309,11 +328,14 @@ void gr_rt_plan_destroy(gr_session_t s, gr_rt_plan *p) {
     if (p->weight_addr) gr_free(p->weight_addr, ((size_t)p->g->values.len + 1) * sizeof(void *));
     /* allocated after p->g, per input of p->g */
     int ni = p->input_dev || p->input_bytes || p->input_version || p->input_in_place || p->input_host_read ||
-                     p->input_libcall || p->input_pinned
+                     p->input_libcall || p->input_pinned || p->input_borrowed
                  ? p->g->inputs.len
                  : 0;
     if (p->input_dev)
-        for (int i = 0; i < ni; i++) gr_dev_free(d, p->input_dev[i]);
+        for (int i = 0; i < ni; i++)
+            if (!p->input_borrowed || !p->input_borrowed[i]) gr_dev_free(d, p->input_dev[i]);
+    gr_free(p->input_borrowed, (size_t)ni * sizeof(bool));
+    gr_rt_generic_plan_free(s, p);
     gr_free(p->input_dev, (size_t)ni * sizeof(void *));
     gr_free(p->input_bytes, (size_t)ni * sizeof(size_t));
     gr_free(p->input_version, (size_t)ni * sizeof(uint64_t));
@@ -342,14 +364,17 @@ gr_status gr_rt_max_plan_init(gr_session_t s) {
         const gr_ir_symbol *sym = &g->syms.data[k];
         if (!sym->declared || sym->hi >= GR_DX_INF)
             return gr_error(GR_ERR_INVALID,
-                            "arena policy 'max shape' needs an upper bound for every symbolic dim; '%s' has none (declare "
+                            "%s needs an upper bound for every symbolic dim; '%s' has none (declare "
                             "its range: gr_graph_set_dim_range, --dim-range %s=LO:HI, or 'dim %s: [lo, hi]' in .gir)",
+                            s->opt.arena_policy == GR_ARENA_MAX_SHAPE ? "arena policy 'max shape'" : "shape policy 'generic'",
                             sym->name, sym->name, sym->name);
         s->max_syms[k] = sym->hi;
     }
     gr_rt_plan *p;
     gr_status st = gr_rt_plan_build(s, s->max_syms, &p);
-    if (st != GR_OK) return gr_error_prefix(st, "compiling the plan of the largest binding (arena policy 'max shape')");
+    if (st != GR_OK)
+        return gr_error_prefix(st, "compiling the plan of the largest binding (%s)",
+                               s->opt.arena_policy == GR_ARENA_MAX_SHAPE ? "arena policy 'max shape'" : "shape policy 'generic'");
     /* its arena becomes the shared one */
     s->shared_arena = p->arena;
     s->shared_arena_bytes = p->mem.arena_bytes;
@@ -368,6 +393,8 @@ void *gr_rt_input_addr(gr_session_t s, gr_rt_plan *p, int i) {
 
 gr_status gr_rt_input_placeholder(gr_session_t s, gr_rt_plan *p, int i) {
     if (p->input_dev[i] || p->mem.values[p->g->inputs.data[i]].kind != GR_STORE_INPUT) return GR_OK; /* (host-only value) */
+    gr_status st;
+    if (gr_rt_generic_placeholder(s, p, i, &st)) return st; /* generic: the largest binding's placeholder */
     return gr_dev_alloc(s->dev, GR_MEM_DEVICE, p->input_bytes[i] ? p->input_bytes[i] : 1, &p->input_dev[i]);
 }
 

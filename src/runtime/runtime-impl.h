@@ -99,6 +99,15 @@ typedef struct gr_rt_plan {
      * for good and the graphs reading it are captured again (session.c pin_libcall_inputs). */
     bool *input_libcall;
     void **input_pinned;
+    /* shape policy generic (generic.c): every kernel step reads its slots from this plan's
+     * device table (GR_KPREP_SLOT_TABLE; its address is the step's last, literal argument) */
+    int *slot_off;       /* per step: first slot in the table, or -1 (not a table kernel) */
+    int64_t *slot_host;  /* the plan's own slot values, slot_count of them (what the table is filled from) */
+    size_t slot_count;
+    void *slot_table;    /* device: slot_count int64 */
+    bool *input_borrowed; /* per graph input: the placeholder is the largest binding's (not freed here) */
+    long serial;         /* unique per plan in the session (tables record whose values they hold) */
+    struct gr_rt_gplan *gp; /* generic.c: per-segment verdicts against the bucket's plan; NULL until used */
     long n_kernels;      /* kernel + libcall steps */
     bool instantiated;   /* made from a plan template (template.c), not by the pass pipeline */
     double compile_us;
@@ -154,6 +163,13 @@ struct gr_session {
     gr_pipeline_scratch plan_scratch; /* build-time buffers every plan build reuses (plan.c) */
     struct gr_rt_shapes *shapes; /* shapes.c: shape policies' state (update's shared execs); NULL until needed */
     long exec_updates, exec_updates_refused; /* shape policy update: execs refreshed / refused (instantiated) */
+    /* shape policy generic (generic.c): segment runs of a binding through its bucket's plan (replays:
+     * those that replayed the bucket's graph), slot-table copies and their bytes, plan serials, and per
+     * shared input placeholder the serial of the plan whose input it holds (0: nobody's) */
+    long generic_runs, generic_replays, table_refreshes, plan_serials;
+    size_t table_bytes;
+    long *generic_input_owner;
+    const struct gr_rt_plan *layout_plan; /* generic: while a binding's plan is built, its bucket's (offsets adopted) */
     double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
     long plans_compiled;    /* plans made by the pass pipeline (template.c counts the instantiated ones) */
     struct gr_rt_tmpl *tmpl; /* template.c: plan templates per class of bindings; NULL until a symbolic plan is built */
@@ -334,6 +350,31 @@ bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *
 long gr_rt_pad_runs(gr_session_t s);
 void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
 
+/* generic.c — shape policy generic: one graph per bucket of bindings (powers of two up to each
+ * symbol's declared maximum), kernels reading their slots from a device table.
+ * plan_tables (plan build): gives every kernel step with a free argument a slot-table
+ *   argument and fills the plan's table; returns the kernel_prepare flags per step in *table.
+ * select: the plan of binding syms (gr_rt_plan_for) and its bucket's (*rep, built first, so the
+ *   binding's plan adopts the bucket's arena offsets); *rep NULL when the run does not use it
+ *   (another policy, eager mode, p is a bucket). Device-bound inputs are copied into the
+ *   shared placeholders under generic (never read in place).
+ * inputs: before the run's input copies: a shared placeholder another plan filled is refilled.
+ * run_segment: segment seg of p, through rep's plan and graph where proven equal (its table
+ *   refreshed with p's slots first), else p's own (exact for that segment).
+ * is_bucket: p is its own bucket's plan (its captures are bounded: max_rerecords does not apply).
+ * explain / plan_free / placeholder (input i of p borrows the largest binding's). */
+gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table);
+gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan **p, gr_rt_plan **rep);
+void gr_rt_generic_inputs(gr_session_t s, gr_rt_plan *p);
+gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
+bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p);
+/* p's own slots and folded constants back in its table and constant memory (before its steps run
+ * outside a session run: capture_range) */
+gr_status gr_rt_generic_own(gr_session_t s, gr_rt_plan *p);
+void gr_rt_generic_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb);
+void gr_rt_generic_plan_free(gr_session_t s, gr_rt_plan *p);
+bool gr_rt_generic_placeholder(gr_session_t s, gr_rt_plan *p, int i, gr_status *st);
+
 /* decisions.c — mode auto's per-segment decisions, persisted per device (name and driver),
  * model hash and binding in <cache_dir>/decisions/ (util/cache-file.h framing).
  * open: at session creation (mode auto): computes the model hash and reads the file; a
@@ -370,6 +411,13 @@ const char *gr_rt_decisions_note(gr_session_t s);
 typedef struct gr_decode_engine gr_decode_engine;
 gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
                                   const char *const *io_names, int64_t batch, int64_t max_len, gr_decode_engine **out);
+/* sample: the decode loop draws its tokens with the sample op (passes/decode.c) instead of the
+ * argmax; its parameters come from gr_decode_engine_set_sampling (kept across resets). */
+gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                     const char *const *io_names, int64_t batch, int64_t max_len, bool sample,
+                                     gr_decode_engine **out);
+gr_status gr_decode_engine_set_sampling(gr_decode_engine *e, uint64_t seed, int64_t first, int64_t top_k, float temperature,
+                                        float top_p);
 gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad);
 gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t kv_len, float *logits);
 /* The same, reading back the step's argmax ids (greedy on the device: ties pick the lowest id). */

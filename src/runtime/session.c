@@ -32,17 +32,10 @@ gr_status gr_shape_policy_parse(const char *name, int *out) {
     return gr_error(GR_ERR_INVALID, "unknown shape policy '%s' (expected exact, pad, generic, update or auto)", shown);
 }
 
-/* The options gr_session_create refuses before doing any work. Only exact is implemented:
- * the others are reserved names (issue 11), refused here so that a caller asking for one
- * learns it now instead of silently getting one graph per shape. */
+/* The options gr_session_create refuses before doing any work. */
 static gr_status check_shape_options(const gr_session_options *o) {
     if (o->shape_policy < 0 || o->shape_policy >= GR_SHAPES_COUNT)
         return gr_error(GR_ERR_INVALID, "shape_policy %d is not a gr_shape_policy (0..%d)", o->shape_policy, GR_SHAPES_COUNT - 1);
-    if (o->shape_policy == GR_SHAPES_GENERIC)
-        return gr_error(GR_ERR_UNSUPPORTED,
-                        "shape policy '%s' is not implemented yet (exact, update, pad and auto are; "
-                        "bound its graph memory with graph_memory_mb / --graph-memory-mb)",
-                        gr_shape_policy_name(o->shape_policy));
     /* !(x >= 0) also refuses NaN */
     if (!(o->graph_memory_mb >= 0) || o->graph_memory_mb > 1e12)
         return gr_error(GR_ERR_INVALID, "graph_memory_mb %g is not a size in MiB (0 = no limit, else a positive number)",
@@ -66,6 +59,10 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->exec_updates = s->exec_updates;
     out->exec_updates_refused = s->exec_updates_refused;
     out->padded_runs = gr_rt_pad_runs(s);
+    out->generic_runs = s->generic_runs;
+    out->generic_replays = s->generic_replays;
+    out->table_refreshes = s->table_refreshes;
+    out->table_bytes = s->table_bytes;
     gr_rt_tmpl_stats(s, &out->plans_compiled, &out->plans_instantiated);
 }
 
@@ -244,7 +241,9 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     /* a graph without symbolic dims compiles now, so errors surface at creation;
      * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
     if ((st = gr_rt_probe_check_options(s)) != GR_OK) goto fail; /* probe.c */
-    if (!graph_is_concrete(s->graph) && s->opt.arena_policy == GR_ARENA_MAX_SHAPE) {
+    /* shape policy generic places every binding at the largest binding's addresses too (generic.c) */
+    bool generic = s->opt.shape_policy == GR_SHAPES_GENERIC && s->opt.mode != GR_MODE_EAGER;
+    if (!graph_is_concrete(s->graph) && (s->opt.arena_policy == GR_ARENA_MAX_SHAPE || generic)) {
         if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
     } else if (graph_is_concrete(s->graph)) {
         if ((st = gr_rt_plan_build(s, NULL, &s->plans)) != GR_OK) goto fail;
@@ -274,6 +273,7 @@ void gr_session_destroy(gr_session_t s) {
     gr_vec_free(&s->warmed_bindings);
     gr_pipeline_scratch_free(&s->plan_scratch);
     if (s->max_syms) gr_free(s->max_syms, sizeof(int64_t) * (size_t)s->graph->syms.len);
+    if (s->generic_input_owner) gr_free(s->generic_input_owner, sizeof(long) * (size_t)(s->graph->inputs.len ? s->graph->inputs.len : 1));
     if (s->inputs) {
         for (int i = 0; s->graph && i < s->graph->inputs.len; i++)
             if (s->inputs[i].data && s->dev) gr_dev_free(s->dev, s->inputs[i].data);
@@ -549,7 +549,7 @@ static gr_status resolve_syms(gr_session_t s, int64_t *syms) {
     return st;
 }
 
-static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
+static gr_status select_plan(gr_session_t s, gr_rt_plan **out, gr_rt_plan **rep) {
     int n = s->graph->syms.len;
     int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
     if (!syms) return GR_ERR_NOMEM;
@@ -561,7 +561,7 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out) {
         gr_free(syms, sizeof(int64_t) * (size_t)n);
         return st;
     }
-    st = gr_rt_plan_for(s, syms, out);
+    st = gr_rt_generic_select(s, syms, out, rep); /* gr_rt_plan_for, and generic's bucket plan (generic.c) */
     gr_free(syms, sizeof(int64_t) * (size_t)n);
     return st;
 }
@@ -714,7 +714,9 @@ static gr_status own_placeholder(gr_session_t s, int i, gr_rt_plan **out) {
     if (s->tp) return gr_error(GR_ERR_UNSUPPORTED, "writing into an input's placeholder: not under tensor parallelism");
     if (i < 0 || i >= s->graph->inputs.len) return gr_error(GR_ERR_INVALID, "input index %d out of range", i);
     if (s->pending) GR_TRY(gr_session_wait(s));
-    GR_TRY(select_plan(s, out));
+    gr_rt_plan *rep_unused;
+    GR_TRY(select_plan(s, out, &rep_unused));
+    gr_rt_generic_inputs(s, *out); /* generic: a shared placeholder is this binding's from here */
     const gr_rt_input *in = &s->inputs[i];
     const char *name = s->graph->values.data[s->graph->inputs.data[i]].name;
     if (in->dev_bound || (*out)->mem.values[(*out)->g->inputs.data[i]].kind != GR_STORE_INPUT)
@@ -780,8 +782,8 @@ gr_status gr_rt_run_one(gr_session_t s) { return gr_rt_run_queued(s, false); }
 gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
     if (s->pending && !(may_queue && run_may_queue(s))) GR_TRY(gr_session_wait(s));
-    gr_rt_plan *p;
-    GR_TRY(select_plan(s, &p));
+    gr_rt_plan *p, *rep = NULL;
+    GR_TRY(select_plan(s, &p, &rep));
     gr_device *d = s->dev;
     /* a run invalidates every output handle of earlier runs, success or not */
     s->generation++;
@@ -793,6 +795,7 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (s->ev_start) st = gr_dev_event_record(d, s->ev_start, s->stream);
     /* external inputs into their placeholders (outside any graph), only when
      * they changed since this plan last copied them */
+    gr_rt_generic_inputs(s, p); /* generic: shared placeholders another plan filled are refilled */
     for (int i = 0; i < p->g->inputs.len && st == GR_OK; i++) {
         gr_rt_input *in = &s->inputs[i];
         if (in->dev_bound) {
@@ -818,7 +821,9 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     }
     if (st == GR_OK) st = pin_libcall_inputs(s, p);
     for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
-        if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
+        if (s->opt.mode != GR_MODE_EAGER && s->opt.shape_policy == GR_SHAPES_GENERIC)
+            st = gr_rt_generic_run_segment(s, p, rep, seg);
+        else if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
         else st = gr_rt_segment_run_eager(s, p, seg);
     }
     if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);

@@ -182,6 +182,7 @@ static bool settled(gr_session_t s, const gr_rt_plan *p) {
 /* Warms up and captures every graphable segment of p (on zeroed placeholders). */
 static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
     gr_device *d = s->dev;
+    GR_TRY(gr_rt_generic_own(s, p)); /* generic: a bucket's table may hold a smaller binding's slots */
     for (int i = 0; i < p->g->inputs.len; i++) {
         if (p->input_host_read[i] && !s->inputs[i].data)
             return gr_error(GR_ERR_INVALID, "capture range: host input '%s' is read on the host: set it before capturing ahead",
@@ -191,6 +192,7 @@ static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
         /* zeros: valid indices for gathers (token ids), finite for every op */
         GR_TRY(gr_dev_memset(d, s->stream, p->input_dev[i], 0, p->input_bytes[i]));
         p->input_version[i] = 0; /* the next run copies its input */
+        if (s->generic_input_owner) s->generic_input_owner[i] = 0; /* generic: a shared placeholder holds zeros now */
     }
     /* warm-up, capture (+ replay), and mode auto's timed runs */
     for (int round = 0; round < 3 + 2 * GR_SCG_SAMPLES && !settled(s, p); round++)

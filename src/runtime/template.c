@@ -488,7 +488,8 @@ static bool same_structure(const gr_compiled *b, int b_front, const gr_compiled 
             const gr_libcall *p = &x->call, *q = &y->call;
             same = p->kind == q->kind && p->dtype == q->dtype && p->trans_a == q->trans_a && p->trans_b == q->trans_b &&
                    p->bias == q->bias && p->epilogue == q->epilogue && p->causal == q->causal && p->has_mask == q->has_mask &&
-                   p->mask_dtype == q->mask_dtype && !strcmp(p->name, q->name);
+                   p->mask_dtype == q->mask_dtype && p->mask_group == q->mask_group &&
+                   p->mask_group_first == q->mask_group_first && !strcmp(p->name, q->name);
         }
         if (!same) return snprintf(why, n, "step %d differs%s", i, x->kind == GR_STEP_HOST ? " (a host step)" : ""), false;
     }

@@ -68,6 +68,10 @@ int main(void) {
     printf("gr_run_stats.exec_updates %zu\n", offsetof(gr_run_stats, exec_updates));
     printf("gr_run_stats.exec_updates_refused %zu\n", offsetof(gr_run_stats, exec_updates_refused));
     printf("gr_run_stats.padded_runs %zu\n", offsetof(gr_run_stats, padded_runs));
+    printf("gr_run_stats.generic_runs %zu\n", offsetof(gr_run_stats, generic_runs));
+    printf("gr_run_stats.generic_replays %zu\n", offsetof(gr_run_stats, generic_replays));
+    printf("gr_run_stats.table_refreshes %zu\n", offsetof(gr_run_stats, table_refreshes));
+    printf("gr_run_stats.table_bytes %zu\n", offsetof(gr_run_stats, table_bytes));
     printf("gr_run_stats.plans_compiled %zu\n", offsetof(gr_run_stats, plans_compiled));
     printf("gr_run_stats.plans_instantiated %zu\n", offsetof(gr_run_stats, plans_instantiated));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));

@@ -204,7 +204,7 @@ def test_python_api_states_stream_and_errors():
 
 
 # ==== onnxruntime host loop: the reference for eos and sampling ===========================================
-def _uniform(seed, counter):
+def _bits(seed, counter):
     m = (1 << 64) - 1
     x = (seed * 0x9E3779B97F4A7C15 + counter) & m
     x ^= x >> 30
@@ -212,36 +212,35 @@ def _uniform(seed, counter):
     x ^= x >> 27
     x = (x * 0x94D049BB133111EB) & m
     x ^= x >> 31
-    return (x >> 11) * 2.0 ** -53
+    return x
 
 
-def _sample(logits, temperature, top_k, top_p, u):
-    x = logits.astype(np.float64) / temperature
-    order = sorted(range(len(x)), key=lambda i: (-x[i], i))
-    keep = len(x)
-    if 0 < top_k < len(x):
-        kth = x[order[top_k - 1]]
-        keep = top_k
-        while keep < len(x) and x[order[keep]] >= kth:
-            keep += 1
-    kept = np.array([x[i] for i in order[:keep]])
-    p = np.exp(kept - kept[0])
-    p /= p.sum()
-    if top_p < 1.0:
-        cum, n = 0.0, 0
-        while n < keep:
-            cum += p[n]
-            n += 1
-            if cum >= top_p:
+def _sample(logits, temperature, top_k, top_p, bits):
+    """graft's sampling (codegen/kir.h, gr_sample_row) written the slow way: f32 z = logit / T, integer
+    weights floor(expf(z - max) * 2^32), ties kept at the top-k and top-p thresholds, the draw in id order."""
+    z = logits.astype(np.float32) / np.float32(temperature) + np.float32(0)
+    z = np.where(np.isnan(z), np.float32(-np.inf), z).astype(np.float32)
+    m = z.max()
+    with np.errstate(invalid="ignore", over="ignore"):
+        w = np.exp((z - m).astype(np.float32)).astype(np.float32)
+    q = [1 << 32 if z[i] == m else int(w[i] * np.float32(2.0 ** 32)) for i in range(len(z))]
+    lo = np.float32(-np.inf)
+    if 0 < top_k < len(z):
+        lo = np.sort(z)[::-1][top_k - 1]
+    if np.float32(top_p) < 1:
+        total = sum(q[i] for i in range(len(z)) if z[i] >= lo)
+        target = float(np.float32(top_p)) * float(total)
+        for c in sorted({v for v in z if v >= lo}, reverse=True):
+            if float(sum(q[i] for i in range(len(z)) if z[i] >= c)) >= target:
+                lo = c
                 break
-        keep = n
-    total = p[:keep].sum()
-    target, cum = u * total, 0.0
-    for i in range(keep):
-        cum += p[i]
-        if target < cum:
-            return order[i]
-    return order[keep - 1]
+    kept = [q[i] if z[i] >= lo else 0 for i in range(len(z))]
+    x, run = (bits * sum(kept)) >> 64, 0
+    for i, k in enumerate(kept):
+        run += k
+        if x < run:
+            return i
+    raise AssertionError("no token drawn")
 
 
 def _ort_loop(model, prompt, n, eos=None, sample=None):
@@ -268,7 +267,7 @@ def _ort_loop(model, prompt, n, eos=None, sample=None):
             if done[r]:
                 tok[r] = eos
             elif sample:
-                tok[r] = _sample(last[r], sample["temperature"], sample["top_k"], sample["top_p"], _uniform(sample["seed"], j * b + r))
+                tok[r] = _sample(last[r], sample["temperature"], sample["top_k"], sample["top_p"], _bits(sample["seed"], j * b + r))
             else:
                 tok[r] = int(np.argmax(last[r]))
             if eos is not None and tok[r] == eos:

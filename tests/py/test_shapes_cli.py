@@ -50,11 +50,16 @@ def fails(proc, code, *fragments):
 
 # ==== options ===============================================================================
 @pytest.mark.parametrize("cmd", ["run", "bench", "explain"])
-@pytest.mark.parametrize("policy", ["generic"])
-def test_reserved_policies_refused_by_name(model, tmp_path, cmd, policy):
+def test_generic_needs_a_bound(tmp_path, cmd):
+    """generic (implemented now) needs every symbolic dim's upper bound, and says which one lacks it."""
+    path = tmp_path / "open.gir"
+    path.write_text(MODEL.replace("dim S: [1, 64]\n", ""))
     extra = ["--output-dir", str(tmp_path / "out")] if cmd == "run" else []
-    p = run_graft(cmd, model, "--device", "sim", "--mode", "graph", "--dim", "S=4", "--shapes", policy, *extra)
-    fails(p, RUNTIME, "shape policy '%s' is not implemented" % policy)
+    p = run_graft(cmd, path, "--device", "sim", "--mode", "graph", "--dim", "S=4", "--shapes", "generic", *extra)
+    fails(p, RUNTIME, "shape policy 'generic' needs an upper bound for every symbolic dim; 'S' has none")
+    p = run_graft(cmd, path, "--device", "sim", "--mode", "graph", "--dim", "S=4", "--dim-range", "S=1:8", "--shapes", "generic",
+                  *extra)
+    ok(p)
 
 
 @pytest.mark.parametrize("args,frag", [

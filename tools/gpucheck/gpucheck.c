@@ -618,6 +618,107 @@ done:
     }
 }
 
+/* Mask groups (gr_libcall.mask_group, passes/share.c): a group's first call classifies the
+ * mask into the group's table and a later call of the group reads it without classifying.
+ * Against lone calls, bit for bit: the first call; a later call on the same mask (reused,
+ * counted); a later call on another mask of the same geometry (not reused: classified
+ * again); and a graph holding the first call and a reusing one, replayed after an eager first
+ * call of the same group classified the other mask into the group's table. */
+static void check_attention_share(devctx *cu) {
+    const char *name = "attn_share_mask_group";
+    if (filter && !strstr(name, filter)) return;
+    gr_device *dev = cu->dev;
+    gr_libcall call = attention_call(GR_BF16, 2, 4, 4, 200, 200, 64, false, 8);
+    int64_t nq = call.batch * call.heads * call.seq_q * call.head_dim, nm = call.batch * call.heads * call.seq_q * call.seq_k;
+    buf_spec specs[6] = {{GR_BF16, nq, -1, 1}, {GR_BF16, nq, -1, 1}, {GR_BF16, nq, 0, 0}, {GR_BF16, nq, -1, 1},
+                         {GR_F32, nm, -3.4028234663852886e38, -3.4028234663852886e38},
+                         {GR_F32, nm, -INFINITY, -INFINITY}};
+    void *buf[6] = {NULL}, *host[6] = {NULL};
+    size_t bytes[6];
+    size_t ob = (size_t)nq * 2;
+    unsigned char *ref[2] = {malloc(ob), malloc(ob)}, *got = malloc(ob);
+    gr_dgraph *g = NULL;
+    gr_dexec *e = NULL;
+    gr_status st = ref[0] && ref[1] && got ? GR_OK : GR_ERR_NOMEM;
+    for (int i = 0; i < 6 && st == GR_OK; i++) {
+        mask_pattern.spec = i >= 4 ? &specs[i] : NULL;
+        mask_pattern.pattern = i == 4 ? 4 : 2, mask_pattern.rows = call.seq_q, mask_pattern.cols = call.seq_k;
+        bytes[i] = (size_t)specs[i].n * gr_dtype_size(specs[i].t);
+        host[i] = make_host(&specs[i]);
+        if (!host[i]) st = GR_ERR_NOMEM;
+        if (st == GR_OK) st = gr_dev_alloc(dev, GR_MEM_DEVICE, bytes[i], &buf[i]);
+        if (st == GR_OK) st = gr_dev_memcpy(dev, cu->s, buf[i], host[i], bytes[i], GR_COPY_H2D);
+    }
+    mask_pattern.spec = NULL;
+    DIE_IF(st, "setup");
+    gr_karg a[2][5]; /* on the first mask, on the second */
+    for (int m = 0; m < 2; m++) {
+        for (int i = 0; i < 4; i++) a[m][i] = (gr_karg){.ptr = buf[i]};
+        a[m][4] = (gr_karg){.ptr = buf[4 + m]};
+    }
+    gr_libcall lone = call, first = call, later = call;
+    first.mask_group = later.mask_group = 1;
+    first.mask_group_first = true;
+    /* one call, then its output into `into` */
+#define SHARE_RUN(c, args, into)                                                                    \
+    do {                                                                                            \
+        DIE_IF(gr_dev_memset(dev, cu->s, buf[2], 0, ob), "clear output");                          \
+        DIE_IF(gr_dev_libcall(dev, cu->s, &(c), (args), 5), "attention");                          \
+        DIE_IF(gr_dev_memcpy(dev, cu->s, (into), buf[2], ob, GR_COPY_D2H), "d2h");                  \
+        DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");                                             \
+    } while (0)
+    SHARE_RUN(lone, a[0], ref[0]);
+    SHARE_RUN(lone, a[1], ref[1]);
+    gr_dev_kstats k0, k1;
+    gr_dev_kernel_stats(dev, &k0);
+    struct {
+        const char *what;
+        gr_libcall *c;
+        int mask;
+    } seq[3] = {{"first call", &first, 0}, {"later call, same mask (reused)", &later, 0},
+                {"later call, other mask (classified again)", &later, 1}};
+    for (int i = 0; i < 3; i++) {
+        SHARE_RUN(*seq[i].c, a[seq[i].mask], got);
+        bool ok = !memcmp(got, ref[seq[i].mask], ob);
+        printf("%s %-34s %s: %s\n", ok ? "PASS" : "FAIL", name, seq[i].what, ok ? "bits equal to a lone call" : "bits differ");
+        ok ? n_pass++ : n_fail++;
+    }
+    gr_dev_kernel_stats(dev, &k1);
+    bool counted = k1.mask_tables_reused - k0.mask_tables_reused == 1;
+    printf("%s %-34s reuses counted: %ld (expected 1)\n", counted ? "PASS" : "FAIL", name,
+           k1.mask_tables_reused - k0.mask_tables_reused);
+    counted ? n_pass++ : n_fail++;
+    /* captured: the first call on mask 0, then a reusing call; the graph's later call must read
+     * what its own first call wrote, whatever eager calls of the group did in between */
+    DIE_IF(gr_dev_capture_begin(dev, cu->s), "capture_begin");
+    st = gr_dev_libcall(dev, cu->s, &first, a[0], 5);
+    if (st == GR_OK) st = gr_dev_libcall(dev, cu->s, &later, a[0], 5);
+    gr_status st2 = gr_dev_capture_end(dev, cu->s, &g);
+    DIE_IF(st, "captured attention");
+    DIE_IF(st2, "capture_end");
+    DIE_IF(gr_dev_graph_instantiate(dev, g, &e), "instantiate");
+    SHARE_RUN(first, a[1], got); /* the group's table now holds mask 1's classes */
+    DIE_IF(gr_dev_memset(dev, cu->s, buf[2], 0, ob), "clear output");
+    DIE_IF(gr_dev_graph_launch(dev, e, cu->s), "graph launch");
+    DIE_IF(gr_dev_memcpy(dev, cu->s, got, buf[2], ob, GR_COPY_D2H), "d2h");
+    DIE_IF(gr_dev_stream_sync(dev, cu->s), "sync");
+    bool ok = !memcmp(got, ref[0], ob);
+    printf("%s %-34s graph (first + reusing call) replayed after an eager first call on another mask: %s\n",
+           ok ? "PASS" : "FAIL", name, ok ? "bits equal to a lone call" : "bits differ");
+    ok ? n_pass++ : n_fail++;
+#undef SHARE_RUN
+done:
+    if (e) gr_dev_exec_destroy(dev, e);
+    if (g) gr_dev_graph_destroy(dev, g);
+    for (int i = 0; i < 6; i++) {
+        if (buf[i]) gr_dev_free(dev, buf[i]);
+        free(host[i]);
+    }
+    free(ref[0]);
+    free(ref[1]);
+    free(got);
+}
+
 /* Time of `fn` per call: events around 20 launches after 3 warm-ups. */
 typedef gr_status (*launch_fn)(devctx *d, void *user);
 static double time_us(devctx *d, launch_fn fn, void *user) {
@@ -1037,6 +1138,7 @@ int main(int argc, char **argv) {
         check_attention(&cu, &sim, adt[d], 2, 4, 2, 130, 300, 128, true, 9);   /* per head, batch broadcast */
     }
     check_attention_capture(&cu);
+    check_attention_share(&cu);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, true, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 3);

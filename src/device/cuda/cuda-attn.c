@@ -465,12 +465,24 @@ struct gr_cuda_attn {
     CUdeviceptr table;
     size_t table_bytes;
     GR_VEC(CUdeviceptr) retired;
+    /* The tables of mask groups (gr_libcall.mask_group 1..): a group's first call grows and
+     * fills group[g - 1] and records what it classified (valid, key); the group's later calls
+     * read it when that key is theirs. Both happen when the calls are issued, in stream order,
+     * so a captured graph holds the same pairing as an eager run. */
+    struct {
+        CUdeviceptr table;
+        size_t bytes;
+        bool valid;
+        long long key[11]; /* mask address and strides, tile geometry, mask kind, dtype */
+    } group[GR_ATTN_MASK_GROUPS];
 };
 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
     if (!c->attn) return;
     if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
     if (c->attn->table) c->cu->cuMemFree(c->attn->table);
+    for (int g = 0; g < GR_ATTN_MASK_GROUPS; g++)
+        if (c->attn->group[g].table) c->cu->cuMemFree(c->attn->group[g].table);
     for (int i = 0; i < c->attn->retired.len; i++) c->cu->cuMemFree(c->attn->retired.data[i]);
     gr_vec_free(&c->attn->retired);
     gr_free(c->attn, sizeof *c->attn);
@@ -511,40 +523,65 @@ enum { ATT_TILE = 64, ATT_MAXT = 1024, ATT_TABLE_MIN = 1 << 20 };
 
 /* The mask's tile table for the tensor-core kernel: mask_cls launched on `stream` ahead of
  * the attention, writing one 64 x 64 tile's live rows (8 bytes) and class (1 byte) per
- * (mask plane, query tile, key tile) into the context's table memory. Leaves a->tcls NULL
- * (every tile then reads the mask: slower, the same result) where no table can be had: more
- * key tiles than a block holds classes for, a grid past the launch limits, or a table
- * larger than the memory held while the stream captures (a capture never allocates). */
+ * (mask plane, query tile, key tile) into table memory: the context's own table, or a mask
+ * group's (gr_libcall.mask_group). Leaves a->tcls NULL (every tile then reads the mask:
+ * slower, the same result) where no table can be had: more key tiles than a block holds
+ * classes for, a grid past the launch limits, or a table larger than the memory held while
+ * the stream captures (a capture never allocates). A group's later call launches nothing
+ * when the group's first call classified this very mask (address and geometry) into the
+ * group's table; otherwise it classifies into the context's own table like a lone call. */
 static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call,
                             attn_args *a) {
     const int64_t nq = (call->seq_q + ATT_TILE - 1) / ATT_TILE, nk = (call->seq_k + ATT_TILE - 1) / ATT_TILE;
     const int64_t mb = a->ms0 ? call->batch : 1, mh = a->ms1 ? call->heads : 1; /* each <= 65535 (checked) */
     int64_t tiles, bytes;
+    const int g = call->mask_group >= 1 && call->mask_group <= GR_ATTN_MASK_GROUPS ? call->mask_group : 0;
+    if (g && call->mask_group_first) s->group[g - 1].valid = false;
     if (nk > ATT_MAXT || nq > 65535 || mb * mh > 65535) return GR_OK;
     if (gr_mul_overflow(mb * mh, nq, &tiles) || gr_mul_overflow(tiles, nk, &tiles) || gr_mul_overflow(tiles, 9, &bytes))
         return GR_OK;
-    if ((size_t)bytes > s->table_bytes) {
-        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-        GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
-        if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return GR_OK;
-        GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1)); /* so keeping the old one cannot fail */
-        size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
-        CUdeviceptr p;
-        gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
-        if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of mask tile table", call->name, want);
-        if (s->table) s->retired.data[s->retired.len++] = s->table;
-        s->table = p;
-        s->table_bytes = want;
+    const long long key[11] = {(long long)(uintptr_t)a->mask, a->ms0, a->ms1, a->ms2, a->ms3, nq, nk, mb, mh,
+                               a->mask_kind, (long long)call->dtype};
+    const bool reuse =
+        g && !call->mask_group_first && s->group[g - 1].valid && !memcmp(s->group[g - 1].key, key, sizeof key);
+    if (reuse) {
+        a->trows = (void *)(uintptr_t)s->group[g - 1].table; /* filled by the group's first call */
+    } else {
+        const bool own = !g || !call->mask_group_first;
+        CUdeviceptr *table = own ? &s->table : &s->group[g - 1].table;
+        size_t *have = own ? &s->table_bytes : &s->group[g - 1].bytes;
+        if ((size_t)bytes > *have) {
+            CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+            GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+            if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return GR_OK;
+            GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1)); /* so keeping the old one cannot fail */
+            size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
+            CUdeviceptr p;
+            gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+            if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of mask tile table", call->name, want);
+            if (*table) s->retired.data[s->retired.len++] = *table;
+            *table = p;
+            *have = want;
+        }
+        a->trows = (void *)(uintptr_t)*table;
     }
-    a->trows = (void *)(uintptr_t)s->table;
     a->tcls = (char *)a->trows + tiles * 8;
     a->tnq = nq, a->tnk = nk;
     a->tbs = a->ms0 ? mh : 0, a->ths = a->ms1 ? 1 : 0;
+    if (reuse) {
+        c->kstats.mask_tables_reused++;
+        return GR_OK;
+    }
     const int kind = a->mask_kind == 1 ? K_CLS_F32 : call->dtype == GR_BF16 ? K_CLS_BF16 : K_CLS_F16;
     void *params[1] = {a};
     gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)nk, (unsigned)nq, (unsigned)(mb * mh), 256, 1,
                                                       1, 0, stream, params, NULL));
-    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
+    if (st != GR_OK) return gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
+    if (g && call->mask_group_first) {
+        s->group[g - 1].valid = true;
+        memcpy(s->group[g - 1].key, key, sizeof key);
+    }
+    return GR_OK;
 }
 
 gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {

@@ -134,6 +134,7 @@ static void cuda_destroy(void *ctx) {
     gr_cuda_nccl_destroy(&d->base);
     gr_cuda_blas_destroy(&d->base);
     gr_cuda_attention_destroy(&d->base);
+    gr_cuda_sample_destroy(&d->base);
     for (int i = 0; i < d->kfuncs.len; i++) gr_cuda_kernel_release(&d->base, d->kfuncs.data[i]);
     gr_vec_free(&d->kfuncs);
     gr_vec_free(&d->node_funcs);
@@ -377,9 +378,9 @@ static gr_status capture_info(cuda_dev *d, gr_stream *s, CUgraph *g, const CUgra
 
 static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args) {
     cuda_dev *d = ctx;
-    if (n_args != f->kernel->n_params)
+    if (n_args != gr_cuda_kernel_nargs(f))
         return gr_error(GR_ERR_INVALID, "kernel %s: %d arguments given, %d expected", f->kernel->name, n_args,
-                        f->kernel->n_params);
+                        gr_cuda_kernel_nargs(f));
     void *params[GR_KMAX_PARAMS + 1];
     gr_cuda_kernel_params(f, args, n_args, params);
     unsigned grid, block;
@@ -402,6 +403,7 @@ static gr_status cuda_kernel_launch(void *ctx, gr_stream *s, gr_kfunc *f, const 
 static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args) {
     cuda_dev *d = ctx;
     if (call->kind == GR_LIB_ATTENTION) return gr_cuda_attention(&d->base, cs(s), call, args, n_args);
+    if (call->kind == GR_LIB_SAMPLE) return gr_cuda_sample(&d->base, cs(s), call, args, n_args);
     if (gr_lib_is_collective(call->kind)) return gr_cuda_collective(&d->base, cs(s), call, args, n_args);
     if (call->kind != GR_LIB_MATMUL) return gr_error(GR_ERR_UNSUPPORTED, "cuda: library call kind %d", (int)call->kind);
     return gr_cuda_matmul(&d->base, cs(s), call, args, n_args);
@@ -513,7 +515,7 @@ static gr_status cuda_graph_instantiate(void *ctx, gr_dgraph *g, gr_dexec **out)
     *out = NULL;
     gr_dexec *e = gr_calloc(1, sizeof(*e));
     if (!e) return GR_ERR_NOMEM;
-    gr_status st = GR_CU_STATUS(CU(d)->cuGraphInstantiate(&e->e, g->g, 0));
+    gr_status st = GR_CU_STATUS(CU(d)->cuGraphInstantiateWithFlags(&e->e, g->g, 0));
     if (st != GR_OK) {
         gr_free(e, sizeof(*e));
         return st;
@@ -577,7 +579,7 @@ static gr_status cuda_graph_node_info(void *ctx, gr_dgraph *g, int node, gr_gnod
         gr_kfunc *f = kfunc_of(d, n, g, p.func);
         out->kind = f ? GR_GNODE_KERNEL : GR_GNODE_LIBCALL; /* cuBLASLt's or graft's built-in kernels */
         out->func = f;
-        out->n_args = f ? f->kernel->n_params : 0;
+        out->n_args = f ? gr_cuda_kernel_nargs(f) : 0;
         break;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: out->kind = GR_GNODE_COPY; break;
@@ -598,9 +600,9 @@ static gr_status cuda_exec_kernel_node_set_args(void *ctx, gr_dexec *e, int node
     GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(n, &p));
     gr_kfunc *f = kfunc_of(d, n, e->g, p.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: graph node %d is not a graft kernel", node);
-    if (n_args != f->kernel->n_params)
+    if (n_args != gr_cuda_kernel_nargs(f))
         return gr_error(GR_ERR_INVALID, "kernel %s: %d arguments given, %d expected", f->kernel->name, n_args,
-                        f->kernel->n_params);
+                        gr_cuda_kernel_nargs(f));
     void *params[GR_KMAX_PARAMS + 1];
     gr_cuda_kernel_params(f, args, n_args, params); /* a generic kernel keeps its slots */
     p.kernelParams = params;
@@ -682,7 +684,7 @@ static gr_status cuda_capture_mark_updatable(void *ctx, gr_stream *s, uint64_t *
     GR_CU_CHECK(CU(d)->cuGraphKernelNodeGetParams(node, &kp));
     gr_kfunc *f = kfunc_of(d, node, NULL, kp.func);
     if (!f) return gr_error(GR_ERR_INVALID, "cuda: capture_mark_updatable: the last node is not a graft kernel");
-    int n_args = f->kernel->n_params;
+    int n_args = gr_cuda_kernel_nargs(f);
     /* argument block = the node's current arguments */
     uint64_t block_init[GR_KMAX_PARAMS + 1];
     memset(block_init, 0, sizeof block_init);

@@ -24,7 +24,7 @@
     X(cuModuleGetFunction) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuStreamUpdateCaptureDependencies)            \
-    X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiate)            \
+    X(cuStreamBeginCaptureToGraph) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)          \
     X(cuGraphExecDestroy) X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphGetNodes) X(cuGraphNodeGetType)   \
     X(cuGraphKernelNodeGetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphExecUpdate)              \
     X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetAttribute)                                  \
@@ -89,6 +89,12 @@ gr_status gr_lt_status(cublasStatus_t r, const char *call);
 /* ---- loading (cuda-load.c) ---- */
 /* Process-wide, loaded once (thread-safe); the libraries stay open until exit. */
 gr_status gr_cuda_load_driver(const gr_cu_api **out);
+/* The driver symbol an entry is resolved by (cuda-load.c): its name as the headers expand it,
+ * less the ABI suffix. gr_cuda_api_symbols lists every entry's (returns the count). */
+#define GR_CU_STR(x) #x
+#define GR_CU_XSTR(x) GR_CU_STR(x)
+void gr_cuda_proc_symbol(const char *expanded, char *out, size_t n);
+int gr_cuda_api_symbols(char (*out)[96], int cap);
 gr_status gr_cuda_load_nvrtc(const gr_nvrtc_api **out);
 gr_status gr_cuda_load_cublaslt(const gr_lt_api **out);
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
@@ -122,6 +128,7 @@ typedef struct gr_cuda_ctx {
     size_t lt_workspace_bytes;
     GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
     struct gr_cuda_attn *attn;  /* attention kernels (cuda-attn.c), NULL until the first attention */
+    struct gr_cuda_sample *sample; /* the sample kernel (cuda-sample.c), NULL until the first sample */
     gr_dev_kstats kstats;       /* live_modules is modules.len */
     void *nccl;                 /* ncclComm_t of tensor parallelism (cuda-nccl.c), NULL: none */
     int nccl_rank, nccl_ranks;
@@ -150,14 +157,19 @@ struct gr_kfunc {
     gr_cuda_module *shared; /* generic: the module, refcounted; NULL: literal */
     int n_slots;            /* generic: slot values, passed by value after the kir arguments */
     int64_t *slots;
+    bool table;             /* GR_KPREP_SLOT_TABLE: the slots' device address is the last argument
+                               (GR_RENDER_GENERIC_TABLE code; slots NULL) */
 };
+/* Arguments a launch of f takes: its kir parameters, plus the slot table's address (table). */
+static inline int gr_cuda_kernel_nargs(const gr_kfunc *f) { return f->kernel->n_params + (f->table ? 1 : 0); }
 /* flags: GR_KPREP_* (device.h) */
 gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out);
 void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f);
 /* Unloads what is left of the shared modules (device destruction). */
 void gr_cuda_modules_destroy(gr_cuda_ctx *c);
 /* The kernelParams array of a launch of f: one pointer per kir argument, then the slot
- * struct for a generic kernel. params holds GR_KMAX_PARAMS + 1 entries. */
+ * struct for a generic kernel (a table kernel's table address is its last argument).
+ * params holds GR_KMAX_PARAMS + 1 entries. */
 void gr_cuda_kernel_params(const gr_kfunc *f, const gr_karg *args, int n_args, void **params);
 /* Grid and block for a launch with these args. */
 void gr_cuda_kernel_dims(const gr_cuda_ctx *c, const gr_kfunc *f, const gr_karg *args, unsigned *grid,
@@ -173,5 +185,11 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c);
 /* The CUDA C of the attention kernels (NVRTC; test_render compiles it without a GPU). */
 const char *gr_cuda_attention_source(void);
+
+/* ---- decode sampling (cuda-sample.c) ---- */
+gr_status gr_cuda_sample(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+void gr_cuda_sample_destroy(gr_cuda_ctx *c);
+/* The CUDA C of the sample kernel (NVRTC; test_render compiles it without a GPU). */
+const char *gr_cuda_sample_source(void);
 
 #endif

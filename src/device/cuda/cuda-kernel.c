@@ -68,6 +68,7 @@ struct gr_cuda_module {
     size_t source_bytes;
     CUmodule module;
     CUfunction fn;
+    bool table; /* GR_RENDER_GENERIC_TABLE code (slots through a pointer), else by value */
     int refs;
 };
 
@@ -79,7 +80,7 @@ static void module_free(gr_cuda_ctx *c, gr_cuda_module *m) {
 }
 
 /* ks: k's structure; a module made here takes it (ks->words NULL afterwards). */
-static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *ks, const gr_strbuf *src,
+static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *ks, const gr_strbuf *src, bool table,
                             gr_cuda_module **out, bool *from_cache) {
     *out = NULL;
     uint64_t key = gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull);
@@ -95,6 +96,7 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *k
     gr_cuda_module *m = gr_calloc(1, sizeof(*m));
     if (!m) return GR_ERR_NOMEM;
     m->key = key;
+    m->table = table;
     m->structure = *ks;
     memset(ks, 0, sizeof *ks);
     m->source_bytes = src->len + 1;
@@ -105,7 +107,7 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *k
         st = source_module(c, src->data, k->name, &m->module, from_cache);
     }
     char entry[64];
-    gr_render_cuda_entry_name(k, GR_RENDER_GENERIC, entry, sizeof entry);
+    gr_render_cuda_entry_name(k, table ? GR_RENDER_GENERIC_TABLE : GR_RENDER_GENERIC, entry, sizeof entry);
     if (st == GR_OK) {
         st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&m->fn, m->module, entry));
         if (st != GR_OK) gr_error_prefix(st, "kernel %s", k->name);
@@ -122,11 +124,11 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *k
 }
 
 /* A loaded module rendered from a kernel of k's structure, or NULL (no rendering needed to find it). */
-static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kstructure *ks, gr_cuda_module **out) {
+static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kstructure *ks, bool table, gr_cuda_module **out) {
     *out = NULL;
     for (int i = 0; i < c->modules.len; i++) {
         gr_cuda_module *m = c->modules.data[i];
-        if (!m->structure.words || !gr_kstructure_equal(&m->structure, ks)) continue;
+        if (m->table != table || !m->structure.words || !gr_kstructure_equal(&m->structure, ks)) continue;
         m->refs++;
         c->kstats.generic_reused++;
         *out = m;
@@ -154,18 +156,20 @@ void gr_cuda_modules_destroy(gr_cuda_ctx *c) {
 
 gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     *out = NULL;
-    bool generic = (flags & GR_KPREP_GENERIC) != 0;
-    bool fallback = generic && gr_kernel_slot_count(k) > GR_KMAX_SLOTS;
+    bool table = (flags & GR_KPREP_SLOT_TABLE) != 0;
+    bool generic = (flags & GR_KPREP_GENERIC) != 0 || table;
+    bool fallback = generic && !table && gr_kernel_slot_count(k) > GR_KMAX_SLOTS;
     if (fallback) generic = false;
+    gr_render_mode mode = table ? GR_RENDER_GENERIC_TABLE : generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL;
     gr_strbuf sb;
     gr_sb_init(&sb);
     gr_cuda_module *known = NULL;
     gr_kstructure ks = {0};
     gr_status st = generic ? gr_kstructure_of(k, &ks) : GR_OK;
-    if (st == GR_OK && generic) st = module_find_structure(c, &ks, &known);
+    if (st == GR_OK && generic) st = module_find_structure(c, &ks, table, &known);
     /* a structure seen before: its module, without rendering the source again (what a new binding
      * of a symbolic graph mostly prepares) */
-    if (st == GR_OK && !known) st = gr_render_cuda_mode(k, generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
+    if (st == GR_OK && !known) st = gr_render_cuda_mode(k, mode, &sb);
     if (st != GR_OK) {
         gr_sb_free(&sb);
         gr_kstructure_free(&ks);
@@ -187,7 +191,12 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
         st = gr_kernel_clone(k, &f->kernel);
         if (st != GR_OK) goto fail;
     }
-    if (generic) {
+    f->table = table;
+    if (table) {
+        if (!f->shared) st = module_get(c, k, &ks, &sb, table, &f->shared, &f->from_cache);
+        if (st != GR_OK) goto fail;
+        f->fn = f->shared->fn;
+    } else if (generic) {
         gr_kslot_map map;
         st = gr_kslot_map_build(k, &map);
         if (st != GR_OK) goto fail;
@@ -199,7 +208,7 @@ gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned fl
             st = GR_ERR_NOMEM;
             goto fail;
         }
-        if (!f->shared) st = module_get(c, k, &ks, &sb, &f->shared, &f->from_cache);
+        if (!f->shared) st = module_get(c, k, &ks, &sb, false, &f->shared, &f->from_cache);
         if (st != GR_OK) goto fail;
         f->fn = f->shared->fn;
     } else {

@@ -81,6 +81,36 @@ gr_status gr_cuda_status(CUresult r, const char *call) {
     return gr_error(GR_ERR_DEVICE, "%s: %s", call_text(call), gr_cuda_err_name(r));
 }
 
+/* The symbol cuGetProcAddress is asked for: the name the headers give the entry (its field's
+ * type is that function's), less the ABI suffix (_v2, _v3, _ptsz), which cuGetProcAddress picks
+ * itself from CUDA_VERSION. The unexpanded name is not enough: cuda.h 12+ maps
+ * cuGraphInstantiate to cuGraphInstantiateWithFlags (three arguments), but the driver's
+ * "cuGraphInstantiate" at any version is the five-argument cuGraphInstantiate_v2, whose log
+ * buffer and size were then read from whatever the fourth and fifth argument registers held:
+ * gpucheck segfaulted inside it on the H100 (address 0xffff). */
+void gr_cuda_proc_symbol(const char *expanded, char *out, size_t n) {
+    if (n == 0) return;
+    size_t len = strlen(expanded);
+    if (len >= 5 && !strcmp(expanded + len - 5, "_ptsz")) len -= 5;
+    size_t k = len;
+    while (k > 0 && isdigit((unsigned char)expanded[k - 1])) k--;
+    if (k < len && k >= 2 && expanded[k - 1] == 'v' && expanded[k - 2] == '_') len = k - 2;
+    if (len >= n) len = n - 1;
+    memcpy(out, expanded, len);
+    out[len] = 0;
+}
+
+/* Each entry's symbol (gr_cuda_proc_symbol of its expanded name), in GR_CU_FUNCS order. */
+int gr_cuda_api_symbols(char (*out)[96], int cap) {
+    int i = 0;
+#define GR_CU_NAME(name)                                                                                      \
+    if (i < cap) gr_cuda_proc_symbol(GR_CU_XSTR(name), out[i], sizeof out[i]);                               \
+    i++;
+    GR_CU_FUNCS(GR_CU_NAME)
+#undef GR_CU_NAME
+    return i;
+}
+
 static gr_status load_driver_locked(void) {
     static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
     void *h = NULL;
@@ -97,6 +127,7 @@ static gr_status load_driver_locked(void) {
     }
     gr_cu_api api;
     memset(&api, 0, sizeof api);
+    char sym[96];
     /* Optional entries (newer features) may be missing; checked where used. */
 #define GR_CU_OPTIONAL(n) (!strcmp(n, "cuStreamBeginCaptureToGraph") || !strcmp(n, "cuGraphConditionalHandleCreate") || \
                            !strcmp(n, "cuGraphAddNode") || !strcmp(n, "cuThreadExchangeStreamCaptureMode"))
@@ -104,7 +135,8 @@ static gr_status load_driver_locked(void) {
     {                                                                                                          \
         CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                             \
         void *fp = NULL;                                                                                       \
-        CUresult r = gpa(#name, &fp, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);                           \
+        gr_cuda_proc_symbol(GR_CU_XSTR(name), sym, sizeof sym);                                               \
+        CUresult r = gpa(sym, &fp, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);                             \
         if (r == CUDA_SUCCESS && q == CU_GET_PROC_ADDRESS_SUCCESS && fp) {                                     \
             memcpy(&api.name, &fp, sizeof fp);                                                                 \
         } else if (!GR_CU_OPTIONAL(#name)) {                                                                   \

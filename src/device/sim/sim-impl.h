@@ -106,6 +106,7 @@ typedef struct gr_sim_template {
 struct gr_kfunc {
     gr_kernel *k;  /* what runs: a clone of the kernel, or its template instantiated */
     gr_sim_template *tmpl; /* generic: the shared template; NULL: literal */
+    gr_kslot_map *table_map; /* GR_KPREP_SLOT_TABLE: where each slot read from the table goes, else NULL */
     double bytes; /* bytes moved per launch (cost model) */
     double flops;
 };

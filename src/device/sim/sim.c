@@ -45,6 +45,13 @@ double gr_sim_kernel_time(const gr_kfunc *f) {
 double gr_sim_libcall_time(const gr_libcall *c) {
     if (gr_lib_is_collective(c->kind)) return gr_sim_collective_time(c);
     double es = (double)gr_dtype_size(c->dtype);
+    if (c->kind == GR_LIB_SAMPLE) {
+        /* one block per row reading its logits once from memory and about 11 more times from
+         * cache (codegen/sample.c's passes): bounded by the first read, plus the block's
+         * passes at a fraction of the memory rate (one SM per row) */
+        double row = es * (double)c->n;
+        return (double)c->m * row / gr_sim_cost.mem_bytes_per_us + 11.0 * row / (gr_sim_cost.mem_bytes_per_us / 16.0);
+    }
     if (c->kind == GR_LIB_ATTENTION) {
         /* fused: q, k, v and out move once; two products of seq_q x seq_k x head_dim each */
         double rows = (double)c->batch * (double)c->heads, kv = (double)c->batch * (double)c->kv_heads;
@@ -254,6 +261,35 @@ static gr_status kcheck(void *user, int param, const void *base, int64_t lo, int
 }
 
 gr_status gr_sim_run_kernel(gr_sim_ctx *c, const gr_kfunc *f, const gr_karg *args, int n_args, const char *what) {
+    if (f->table_map) {
+        /* GR_KPREP_SLOT_TABLE: the slots the table holds now (as a CUDA node reads them at replay) */
+        if (n_args < f->k->n_params + 1) return gr_error(GR_ERR_INVALID, "%s: no slot table argument", what);
+        const gr_kslot_map *m = f->table_map;
+        size_t bytes = sizeof(int64_t) * (size_t)(m->n + 1);
+        const char *table = args[f->k->n_params].ptr;
+        GR_TRY(check_device_range(c, table, bytes, false, what, "slot table"));
+        int64_t vals[GR_KMAX_SLOTS + 1];
+        int64_t *v = m->n <= GR_KMAX_SLOTS ? vals : gr_malloc(bytes);
+        if (!v) return GR_ERR_NOMEM;
+        memcpy(v, table, bytes);
+        /* the template's code with the table's slots, as the CUDA module runs them */
+        gr_kernel *run = NULL;
+        gr_status st = gr_kernel_clone(f->tmpl->k, &run);
+        if (st == GR_OK) gr_kernel_apply_slots(run, m, v);
+        int64_t points = v[m->n];
+        if (v != vals) gr_free(v, bytes);
+        if (st != GR_OK) return st;
+        memcpy(run->name, f->k->name, sizeof run->name);
+        run->source_node = f->k->source_node;
+        gr_karg own[GR_KMAX_PARAMS];
+        n_args = f->k->n_params;
+        memcpy(own, args, sizeof(gr_karg) * (size_t)n_args);
+        if (run->n_points_param >= 0) own[run->n_points_param].i = points; /* the bound the code reads */
+        kcheck_user u = {c, run, what};
+        st = gr_kernel_interpret(run, own, n_args, kcheck, &u);
+        gr_kernel_destroy(run);
+        return st;
+    }
     kcheck_user u = {c, f->k, what};
     return gr_kernel_interpret(f->k, args, n_args, kcheck, &u);
 }
@@ -305,16 +341,25 @@ static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flag
     gr_sim_ctx *c = ctx;
     *out = NULL;
     if (!(flags & GR_KPREP_VERIFIED)) GR_TRY(gr_kernel_verify(k));
-    bool generic = (flags & GR_KPREP_GENERIC) != 0;
-    bool fallback = generic && gr_kernel_slot_count(k) > GR_KMAX_SLOTS; /* as the CUDA backend does */
+    bool table = (flags & GR_KPREP_SLOT_TABLE) != 0;
+    bool generic = (flags & GR_KPREP_GENERIC) != 0 || table;
+    bool fallback = generic && !table && gr_kernel_slot_count(k) > GR_KMAX_SLOTS; /* as the CUDA backend does */
     if (fallback) generic = false;
     gr_kfunc *f = gr_calloc(1, sizeof(*f));
     if (!f) return GR_ERR_NOMEM;
     bool made = false;
     gr_status st = generic ? template_get(c, k, &f->tmpl, &made) : GR_OK;
+    if (st == GR_OK && table) {
+        f->table_map = gr_calloc(1, sizeof *f->table_map);
+        st = f->table_map ? gr_kslot_map_build(k, f->table_map) : GR_ERR_NOMEM;
+    }
     /* template_get compared the structures (or cloned k itself) */
     if (st == GR_OK) st = generic ? gr_kernel_instantiate_same(f->tmpl->k, k, &f->k) : gr_kernel_clone(k, &f->k);
     if (st != GR_OK) {
+        if (f->table_map) {
+            gr_kslot_map_free(f->table_map);
+            gr_free(f->table_map, sizeof *f->table_map);
+        }
         template_put(c, f->tmpl);
         gr_free(f, sizeof(*f));
         return st;
@@ -342,6 +387,10 @@ static gr_status sim_kernel_prepare(void *ctx, const gr_kernel *k, unsigned flag
 static void sim_kernel_release(void *ctx, gr_kfunc *f) {
     if (!f) return;
     gr_kernel_destroy(f->k);
+    if (f->table_map) {
+        gr_kslot_map_free(f->table_map);
+        gr_free(f->table_map, sizeof *f->table_map);
+    }
     template_put(ctx, f->tmpl);
     gr_free(f, sizeof(*f));
 }
@@ -428,6 +477,17 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
     }
     if (call->kind == GR_LIB_ATTENTION) {
         GR_TRY(check_attention(c, call, args, what));
+        return gr_libcall_reference(call, args);
+    }
+    if (call->kind == GR_LIB_SAMPLE) {
+        if (call->m > 0 && call->n > 0) {
+            size_t logits = (size_t)call->m * (size_t)call->n * gr_dtype_size(call->dtype);
+            GR_TRY(check_device_range(c, args[0].ptr, logits, false, what, "logits"));
+            GR_TRY(check_device_range(c, args[1].ptr, sizeof(int64_t), false, what, "step"));
+            GR_TRY(check_device_range(c, args[2].ptr, (size_t)call->m * sizeof(int64_t), true, what, "tokens"));
+            GR_TRY(check_device_range(c, args[3].ptr, 3 * sizeof(int64_t), false, what, "ints"));
+            GR_TRY(check_device_range(c, args[4].ptr, 2 * sizeof(float), false, what, "floats"));
+        }
         return gr_libcall_reference(call, args);
     }
     if (call->m > 0 && call->n > 0 && call->batch > 0) {
