@@ -775,7 +775,7 @@ static gr_status build_template(gr_session_t s, gr_rt_tmpl *t, tm_class *cls, co
             if (st != GR_OK) break;
         } else if (!same_structure(&cls->base, cls->n_front, &c, n_front, why, sizeof why)) {
             gr_compiled_free(&c);
-            st = REFUSE("grid binding %d: %s", gp, why);
+            st = REFUSE("grid binding %d: %.150s", gp, why);
             break;
         }
         tm_walk w = {0};
@@ -828,7 +828,7 @@ static gr_status build_template(gr_session_t s, gr_rt_tmpl *t, tm_class *cls, co
             st = compile_parts(src, cls->first_syms, &plain, &full, &n_front);
             if (st == GR_OK) {
                 st = same_plans(&inst, cls->n_front, &full, n_front, why, sizeof why);
-                if (st == GR_ERR_UNSUPPORTED) st = REFUSE("the first binding's plan from the template differs from the pipeline's: %s", why);
+                if (st == GR_ERR_UNSUPPORTED) st = REFUSE("the first binding's plan from the template differs from the pipeline's: %.100s", why);
                 gr_compiled_free(&full);
             } else if (st != GR_ERR_NOMEM) st = REFUSE("the first binding does not compile again");
             gr_compiled_free(&inst);
