@@ -894,8 +894,9 @@ gr_status gr_rt_tmpl_pipeline(gr_session_t s, const int64_t *syms, const gr_pipe
     } else if (cls && !cls->ready && !cls->refused &&
                memcmp(cls->first_syms, syms, sizeof(int64_t) * (size_t)s->graph->syms.len)) {
         gr_status st = build_template(s, t, cls, syms, po);
+        /* refused (cls->why) TM_ATTEMPTS times: the class is compiled for good; out of memory: the
+         * next binding of the class tries again */
         if (st == GR_ERR_UNSUPPORTED && ++cls->attempts >= TM_ATTEMPTS) cls->refused = true;
-        else if (st != GR_OK) cls->why[0] = 0; /* out of memory: try again at the next binding */
         if (st != GR_OK) gr_error_clear();
         if (st == GR_OK || st == GR_ERR_UNSUPPORTED)
             if (s->opt.verbose)
