@@ -228,6 +228,10 @@ typedef struct {
      * are rank 0's; device I/O, caller streams, profiling and generation are refused.
      * docs/design.md, "Tensor parallelism". */
     int tp;
+    /* 1: every new binding of a symbolic model runs the whole pass pipeline; by default a
+     * binding whose dims coincide as an earlier pair of bindings' did is instantiated from
+     * their plan template (docs/design.md, "Plan templates"): the same plan, cheaper. */
+    int no_plan_templates;
 } gr_session_options;
 
 typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_PRECISION_COUNT } gr_precision;
@@ -330,6 +334,8 @@ typedef struct {
     long generic_replays;    /* ... of those, replays of the bucket's captured graph */
     long table_refreshes;    /* slot-table copies (host to device) before such runs */
     size_t table_bytes;      /* their bytes */
+    /* symbolic models, session totals: plans made by the pass pipeline / instantiated from a plan template */
+    long plans_compiled, plans_instantiated;
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

@@ -8,6 +8,9 @@
 # baseline build when there is one (BASE_REF, default 16df3ed: main just before these cuts were merged;
 # BASE_REF= skips it), so both see the same machine state. Every step's exit status is recorded
 # in $OUT/status.txt; the medians in $OUT/summary.txt. Exit non-zero when a step failed.
+# The new build also runs with --no-plan-templates (tag "notpl": every new binding compiled by the
+# pass pipeline), so the plan templates' effect is measured on one binary; runs.txt has the
+# medians of the instantiated and the compiled bindings (new_binding_instantiated_ms / _compiled_ms).
 #   usage: OUT=dir [BASE_REF=commit] [REPEAT=5] bash scripts/bind-gpu-check.sh
 # (DEVICE=sim and NO_BUILD=1 GRAFT_BUILD=build try it on a machine without a GPU)
 set -uo pipefail
@@ -33,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | t
 build=${GRAFT_BUILD:-build-gpu}
 [ "${NO_BUILD:-0}" = 1 ] && [ -x "$build/bin/graft" ] ||
   step build-new bash -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release && cmake --build '$build' -j$(nproc) --target graft_cli"
-bins=("new:$build/bin/graft")
+bins=("new:$build/bin/graft" "notpl:$build/bin/graft")
 if [ -n "$base_ref" ]; then
   basedir=$PWD/build-bind-base
   if git rev-parse --verify -q "$base_ref^{commit}" >/dev/null 2>&1 &&
@@ -45,20 +48,23 @@ if [ -n "$base_ref" ]; then
     echo "baseline $base_ref not available (no git history here?): new build only" | tee -a "$out/status.txt"
   fi
 fi
-printf "%-5s %5s %4s %10s %10s %10s %s\n" build batch seq median_ms mean_ms max_ms nvrtc > "$out/runs.txt"
+printf "%-5s %5s %4s %10s %10s %10s %s %s %s %s %s\n" build batch seq median_ms mean_ms max_ms nvrtc n_inst inst_ms n_comp comp_ms > "$out/runs.txt"
 for batch in 1 8; do
   for seq in 16 32 64; do
     for r in $(seq 1 "$repeat"); do
       for b in "${bins[@]}"; do
         tag=${b%%:*} bin=${b#*:}
         name="bench-$tag-b$batch-s$seq-r$r"
+        flags=(); [ "$tag" = notpl ] && flags=(--no-plan-templates)
         if step "$name" "$bin" bench "$model" --device "${DEVICE:-cuda}" --mode graph --dim batch=$batch --dim seq=$seq \
-             --iters 20 --repeats 1 --json "$out/$name.json"; then
+             --iters 20 --repeats 1 "${flags[@]}" --json "$out/$name.json"; then
           python3 - "$out/$name.json" "$tag" "$batch" "$seq" >> "$out/runs.txt" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("%-5s %5s %4s %10.4f %10.4f %10.4f %s" % (sys.argv[2], sys.argv[3], sys.argv[4], d.get("new_binding_ms", -1),
-      d.get("new_binding_mean_ms", -1), d.get("new_binding_max_ms", -1), d.get("new_binding_nvrtc_compiles", "?")))
+print("%-5s %5s %4s %10.4f %10.4f %10.4f %s %s %.4f %s %.4f" % (sys.argv[2], sys.argv[3], sys.argv[4], d.get("new_binding_ms", -1),
+      d.get("new_binding_mean_ms", -1), d.get("new_binding_max_ms", -1), d.get("new_binding_nvrtc_compiles", "?"),
+      d.get("new_binding_plans_instantiated", "-"), d.get("new_binding_instantiated_ms", -1),
+      d.get("new_binding_plans_compiled", "-"), d.get("new_binding_compiled_ms", -1)))
 EOF
           grep "new binding" "$out/$name.log"
         fi
@@ -74,10 +80,10 @@ by = collections.defaultdict(list)
 for r in rows:
     by[(r[1], r[2], r[0])].append(float(r[3]))
 print("new-binding host time, median over repeats of the per-run median of 20 new bindings (ms)")
-print("%5s %4s %12s %12s" % ("batch", "seq", "new", "base"))
+print("%5s %4s %12s %12s %12s" % ("batch", "seq", "new", "notpl", "base"))
 for b, s in sorted({(k[0], k[1]) for k in by}, key=lambda t: (int(t[0]), int(t[1]))):
     cell = lambda tag: "%.3f" % statistics.median(by[(b, s, tag)]) if by.get((b, s, tag)) else "-"
-    print("%5s %4s %12s %12s" % (b, s, cell("new"), cell("base")))
+    print("%5s %4s %12s %12s %12s" % (b, s, cell("new"), cell("notpl"), cell("base")))
 EOF
 echo "summary python rc=$?" >> "$out/status.txt"
 cat "$out/summary.txt"

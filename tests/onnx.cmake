@@ -14,6 +14,8 @@ if(GRAFT_ONNX_ENABLED)
   # ...and where a plan built in memory earlier plans reused equals a fresh build
   graft_test(test_plan_reuse SOURCES tests/test_plan_reuse.c tools/npy.c)
   target_include_directories(test_plan_reuse PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+  # ...and where a plan instantiated from a template equals the pipeline's (runtime/template.c)
+  graft_test(test_plan_template SOURCES tests/test_plan_template.c)
   # decoder steps with a KV cache: the rewritten single-shape step against the per-length one
   graft_test(test_decode SOURCES tests/test_decode.c tools/npy.c)
   target_include_directories(test_decode PRIVATE ${CMAKE_SOURCE_DIR}/tools)

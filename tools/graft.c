@@ -186,6 +186,8 @@ static const char usage_inputs[] =
     "                         auto's saved decisions (default $XDG_CACHE_HOME/graft or\n"
     "                         ~/.cache/graft; the simulator saves decisions only here)\n"
     "  --verbose              progress and notes from the runtime on stderr\n"
+    "  --no-plan-templates    every new binding runs the whole pass pipeline (no plan\n"
+    "                         instantiated from a template of its class of bindings)\n"
     "  --no-fuse-attention    leave attention unfused (matmul, softmax, matmul: the\n"
     "                         reference path) instead of one fused attention kernel\n"
     "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only; the f32\n"
@@ -292,6 +294,7 @@ typedef struct {
     const char *save_inputs;
     bool verbose;
     bool no_fuse_attention;
+    bool no_plan_templates;
     bool fuse_attention_f32;
     int precision; /* gr_precision */
     int tp;        /* --tp N: ranks of tensor parallelism (0: none) */
@@ -421,6 +424,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             need = OPT_BENCH, takes_value = false;
         else if (!strcmp(optname, "--verbose"))
             need = OPT_INPUTS, takes_value = false;
+        else if (!strcmp(optname, "--no-plan-templates"))
+            need = OPT_INPUTS, takes_value = false;
         else if (!strcmp(optname, "--no-fuse-attention") || !strcmp(optname, "--fuse-attention-f32"))
             need = OPT_DIM, takes_value = false;
         else {
@@ -439,6 +444,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             if (!strcmp(optname, "--profile")) o->profile = true;
             else if (!strcmp(optname, "--no-fuse-attention")) o->no_fuse_attention = true;
             else if (!strcmp(optname, "--fuse-attention-f32")) o->fuse_attention_f32 = true;
+            else if (!strcmp(optname, "--no-plan-templates")) o->no_plan_templates = true;
             else o->verbose = true;
             continue;
         }
@@ -910,6 +916,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     if (o->cache_dir) so.cache_dir = o->cache_dir;
     so.verbose = o->verbose;
     so.no_fuse_attention = o->no_fuse_attention;
+    so.no_plan_templates = o->no_plan_templates;
     so.fuse_attention_f32 = o->fuse_attention_f32;
     so.precision = o->precision;
     so.tp = o->tp;
@@ -1208,14 +1215,23 @@ typedef struct {
     double median_ms, mean_ms, max_ms;
     int n;
     long compiled;
+    long plans_compiled, plans_instantiated; /* of the n bindings: by the pass pipeline / from a plan template */
+    double inst_median_ms, comp_median_ms;    /* median of each kind (0: none) */
 } new_binding_cost;
+
+static double median_of(double *v, int n) {
+    if (!n) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o, new_binding_cost *c) {
     memset(c, 0, sizeof *c);
     if (gr_graph_num_dims(g) == 0 || o->n_inputs > 0 || o->n_dims == 0) return 0;
     kv_arg *dims = calloc((size_t)o->n_dims, sizeof *dims);
     char (*vals)[32] = calloc((size_t)o->n_dims, sizeof *vals);
-    double ms[BENCH_NEW_BINDINGS];
+    double ms[BENCH_NEW_BINDINGS], inst_ms[BENCH_NEW_BINDINGS], comp_ms[BENCH_NEW_BINDINGS];
+    int n_inst = 0, n_comp = 0;
     if (!dims || !vals) {
         free(dims), free(vals);
         return 0;
@@ -1223,6 +1239,11 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
     gr_kernel_stats before;
     memset(&before, 0, sizeof before);
     gr_session_kernel_stats(sess, &before);
+    gr_run_stats st0;
+    memset(&st0, 0, sizeof st0);
+    gr_session_stats(sess, &st0);
+    gr_run_stats st;
+    memset(&st, 0, sizeof st);
     quiet_notes = true;
     for (int k = 1; k <= BENCH_NEW_BINDINGS; k++) {
         cli_opts o2 = *o;
@@ -1242,7 +1263,6 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
         }
         o2.dims = dims;
         input_set in2;
-        gr_run_stats st;
         int code = resolve_inputs(g, &o2, &in2);
         if (!code) code = set_inputs(sess, &in2);
         gr_status rs = code ? GR_ERR_INVALID : gr_session_run(sess);
@@ -1254,12 +1274,19 @@ static int bench_new_bindings(gr_graph_t g, gr_session_t sess, const cli_opts *o
             break;
         }
         ms[c->n++] = st.compile_us / 1e3;
+        /* which kind this binding's plan was: the instantiated count moved or not */
+        if (st.plans_instantiated > st0.plans_instantiated + n_inst) inst_ms[n_inst++] = st.compile_us / 1e3;
+        else comp_ms[n_comp++] = st.compile_us / 1e3;
     }
     quiet_notes = false;
     gr_kernel_stats after;
     memset(&after, 0, sizeof after);
     gr_session_kernel_stats(sess, &after);
     c->compiled = after.compiled - before.compiled;
+    c->plans_compiled = st.plans_compiled - st0.plans_compiled;
+    c->plans_instantiated = st.plans_instantiated - st0.plans_instantiated;
+    c->inst_median_ms = median_of(inst_ms, n_inst);
+    c->comp_median_ms = median_of(comp_ms, n_comp);
     if (c->n) {
         double total = 0;
         for (int i = 0; i < c->n; i++) total += ms[i], c->max_ms = ms[i] > c->max_ms ? ms[i] : c->max_ms;
@@ -1415,8 +1442,11 @@ static int cmd_bench(const cli_opts *o) {
         bench_new_bindings(g, sess, o, &nb);
         if (nb.n)
             printf("new binding          %.3f ms host time to prepare a new binding's plan (median of %d; mean %.3f, max "
-                   "%.3f; each --dim value but a 1 moved by 1..%d; %ld kernels compiled by NVRTC)\n",
-                   nb.median_ms, nb.n, nb.mean_ms, nb.max_ms, nb.n, nb.compiled);
+                   "%.3f; each --dim value but a 1 moved by 1..%d; %ld kernels compiled by NVRTC)\n"
+                   "new binding plans    %ld instantiated from a plan template (median %.3f ms), %ld compiled by the pass "
+                   "pipeline (median %.3f ms)\n",
+                   nb.median_ms, nb.n, nb.mean_ms, nb.max_ms, nb.n, nb.compiled, nb.plans_instantiated, nb.inst_median_ms,
+                   nb.plans_compiled, nb.comp_median_ms);
         if (o->json_path) {
             FILE *f = fopen(o->json_path, "w");
             if (!f) {
@@ -1488,8 +1518,11 @@ static int cmd_bench(const cli_opts *o) {
                 if (nb.n)
                     fprintf(f,
                             "  \"new_binding_ms\": %.4f,\n  \"new_binding_mean_ms\": %.4f,\n  \"new_binding_max_ms\": %.4f,\n"
-                            "  \"new_bindings\": %d,\n  \"new_binding_nvrtc_compiles\": %ld,\n",
-                            nb.median_ms, nb.mean_ms, nb.max_ms, nb.n, nb.compiled);
+                            "  \"new_bindings\": %d,\n  \"new_binding_nvrtc_compiles\": %ld,\n"
+                            "  \"new_binding_plans_instantiated\": %ld,\n  \"new_binding_plans_compiled\": %ld,\n"
+                            "  \"new_binding_instantiated_ms\": %.4f,\n  \"new_binding_compiled_ms\": %.4f,\n",
+                            nb.median_ms, nb.mean_ms, nb.max_ms, nb.n, nb.compiled, nb.plans_instantiated, nb.plans_compiled,
+                            nb.inst_median_ms, nb.comp_median_ms);
                 fprintf(f, "  \"compile_ms\": %.3f,\n  \"session_create_ms\": %.3f,\n  \"capture_ms\": %.3f\n}\n", stats.compile_us / 1e3,
                         create_us / 1e3, stats.capture_us / 1e3);
                 if (fclose(f) != 0) {

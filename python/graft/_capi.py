@@ -115,7 +115,8 @@ class SessionOptions(ctypes.Structure):
                 ("max_rerecords", ctypes.c_int), ("cache_dir", ctypes.c_char_p), ("no_partition", ctypes.c_int),
                 ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
                 ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int), ("shape_policy", ctypes.c_int),
-                ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int), ("tp", ctypes.c_int)]
+                ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int), ("tp", ctypes.c_int),
+                ("no_plan_templates", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):
@@ -141,7 +142,8 @@ class RunStats(ctypes.Structure):
                 ("decisions_measured", ctypes.c_long), ("decisions_loaded", ctypes.c_long),
                 ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long),
                 ("padded_runs", ctypes.c_long), ("generic_runs", ctypes.c_long), ("generic_replays", ctypes.c_long),
-                ("table_refreshes", ctypes.c_long), ("table_bytes", ctypes.c_size_t)]
+                ("table_refreshes", ctypes.c_long), ("table_bytes", ctypes.c_size_t), ("plans_compiled", ctypes.c_long),
+                ("plans_instantiated", ctypes.c_long)]
 
 
 class KernelStats(ctypes.Structure):

@@ -217,3 +217,11 @@ gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, const 
     gr_compiled_free(&c);
     return sb->failed ? gr_nomem() : GR_OK;
 }
+
+gr_status gr_compiled_dump(const gr_compiled *c, gr_strbuf *sb) {
+    GR_TRY(put_ir(sb, c->g, "fold_constants"));
+    GR_TRY(put_steps(sb, c->g, &c->steps, "fuse"));
+    put_mem(sb, c->g, &c->mem);
+    put_segments(sb, c->g, &c->segs);
+    return sb->failed ? gr_nomem() : GR_OK;
+}

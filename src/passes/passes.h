@@ -357,6 +357,16 @@ void gr_pipeline_scratch_free(gr_pipeline_scratch *s);
  * (runtime/plan.c) and `graft dump` both run it. On failure *out is empty. */
 gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
                            gr_compiled *out);
+/* The pipeline's parts (gr_pass_pipeline = front, lower + fuse, finish). front: clone src and run
+ * the graph passes up to fold_constants into *c (steps empty; on failure *c is empty). finish:
+ * plan_memory, partition and the attention mask groups of c's steps (the caller frees c on failure). A session's template
+ * (runtime/template.c) makes the steps between them without lowering and fusion. */
+gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
+                                 gr_compiled *c);
+/* lower and fuse c's graph into c->steps (opts->scratch: in the scratch's buffer, which the caller
+ * then owns in c->steps; the caller frees c on failure) */
+gr_status gr_pass_pipeline_steps(const gr_pipeline_opts *opts, gr_compiled *c);
+gr_status gr_pass_pipeline_finish(const gr_pipeline_opts *opts, gr_compiled *c);
 /* Sets no_fold on nodes whose first output's element count has degree >= 2 in the symbols
  * (what fold_linear_only does to the pipeline's clone). */
 gr_status gr_pass_mark_superlinear(gr_graph *g);
@@ -386,6 +396,10 @@ gr_status gr_pass_dump(const gr_graph *g, const int64_t *sym_values, bool no_par
 /* The same with the pipeline options of opts (no_partition, attention fusion, precision);
  * its observer and folding fields are the dump's own. */
 gr_status gr_pass_dump_opts(const gr_graph *g, const int64_t *sym_values, const gr_pipeline_opts *opts, gr_strbuf *sb);
+
+/* Appends what `graft dump` prints after the last passes for c: the final IR, the steps, the
+ * memory plan and the segments (tests compare plans made two ways with it). */
+gr_status gr_compiled_dump(const gr_compiled *c, gr_strbuf *sb);
 
 /* ---- tensor parallelism (shard.c) -------------------------------------------------------------
  * Rank `rank`'s graph of src (shapes inferred) split over n_ranks: column-parallel matmuls,

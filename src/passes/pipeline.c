@@ -64,50 +64,72 @@ static gr_status after(const gr_pipeline_opts *o, const char *pass, gr_compiled 
     return o && o->after_pass ? o->after_pass(o->user, pass, c) : GR_OK;
 }
 
-gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
-                           gr_compiled *out) {
-    memset(out, 0, sizeof *out);
-    gr_compiled c;
-    memset(&c, 0, sizeof c);
-    gr_status st = gr_ir_graph_clone_borrow(src, &c.g); /* weights are shared, not copied */
-    if (st == GR_OK) st = after(opts, "input", &c);
+/* ==== the pipeline in three parts ================================================================
+ * front (clone .. fold_constants: the graph for the binding), middle (lower, fuse: the steps) and
+ * finish (plan_memory, partition, the kept copy of the steps). gr_pass_pipeline runs the three;
+ * a session's template (runtime/template.c) runs front and finish around steps it instantiates. */
+gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
+                                 gr_compiled *c) {
+    memset(c, 0, sizeof *c);
+    gr_status st = gr_ir_graph_clone_borrow(src, &c->g); /* weights are shared, not copied */
+    if (st == GR_OK) st = after(opts, "input", c);
     if (st == GR_OK && opts && opts->convert_precision && !opts->src_converted) {
-        st = gr_pass_precision(c.g, opts->precision, !opts->no_fuse_attention, NULL);
-        if (st == GR_OK) st = after(opts, "precision", &c);
+        st = gr_pass_precision(c->g, opts->precision, !opts->no_fuse_attention, NULL);
+        if (st == GR_OK) st = after(opts, "precision", c);
     }
     /* before specialization: the match sees the symbolic shapes, so every binding gets the same op */
     if (st == GR_OK && !(opts && opts->no_fuse_attention)) {
         int n_fused = 0;
-        st = gr_pass_fuse_attention(c.g, opts && opts->fuse_attention_f32, &n_fused);
-        if (st == GR_OK && n_fused) st = after(opts, "fuse_attention", &c);
+        st = gr_pass_fuse_attention(c->g, opts && opts->fuse_attention_f32, &n_fused);
+        if (st == GR_OK && n_fused) st = after(opts, "fuse_attention", c);
     }
-    if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c.g);
-    if (st == GR_OK) st = gr_ir_specialize(c.g, sym_values);
-    if (st == GR_OK) st = after(opts, "specialize", &c);
-    if (st == GR_OK) st = gr_pass_unroll_loops(c.g); /* loops over a data-dependent trip count (unroll.c) */
-    if (st == GR_OK) st = gr_pass_predicate_if(c.g);
-    if (st == GR_OK) st = after(opts, "predicate_if", &c);
-    if (st == GR_OK) st = gr_pass_fold_constants(c.g);
-    if (st == GR_OK) st = after(opts, "fold_constants", &c);
-    if (st == GR_OK && opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
-        c.steps = opts->scratch->steps;
+    if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c->g);
+    if (st == GR_OK) st = gr_ir_specialize(c->g, sym_values);
+    if (st == GR_OK) st = after(opts, "specialize", c);
+    if (st == GR_OK) st = gr_pass_unroll_loops(c->g); /* loops over a data-dependent trip count (unroll.c) */
+    if (st == GR_OK) st = gr_pass_predicate_if(c->g);
+    if (st == GR_OK) st = after(opts, "predicate_if", c);
+    if (st == GR_OK) st = gr_pass_fold_constants(c->g);
+    if (st == GR_OK) st = after(opts, "fold_constants", c);
+    if (st != GR_OK) gr_compiled_free(c);
+    return st;
+}
+
+gr_status gr_pass_pipeline_steps(const gr_pipeline_opts *opts, gr_compiled *c) {
+    gr_status st;
+    if (opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
+        c->steps = opts->scratch->steps;
         memset(&opts->scratch->steps, 0, sizeof opts->scratch->steps);
-        st = gr_pass_lower_opts(c.g, &c.steps, opts->activation_matmul_kernels);
-    } else if (st == GR_OK) {
-        memset(&c.steps, 0, sizeof c.steps);
-        st = gr_pass_lower_opts(c.g, &c.steps, opts && opts->activation_matmul_kernels);
+        st = gr_pass_lower_opts(c->g, &c->steps, opts->activation_matmul_kernels);
+    } else {
+        memset(&c->steps, 0, sizeof c->steps);
+        st = gr_pass_lower_opts(c->g, &c->steps, opts && opts->activation_matmul_kernels);
     }
-    if (st == GR_OK) st = after(opts, "lower", &c);
-    if (st == GR_OK) st = gr_pass_fuse(c.g, &c.steps);
-    if (st == GR_OK) st = after(opts, "fuse", &c);
-    if (st == GR_OK) st = gr_pass_plan_memory(c.g, &c.steps, &c.mem);
-    if (st == GR_OK) st = after(opts, "plan_memory", &c);
+    if (st == GR_OK) st = after(opts, "lower", c);
+    if (st == GR_OK) st = gr_pass_fuse(c->g, &c->steps);
+    if (st == GR_OK) st = after(opts, "fuse", c);
+    return st;
+}
+
+gr_status gr_pass_pipeline_finish(const gr_pipeline_opts *opts, gr_compiled *c) {
+    gr_status st = gr_pass_plan_memory(c->g, &c->steps, &c->mem);
+    if (st == GR_OK) st = after(opts, "plan_memory", c);
     if (st == GR_OK)
-        st = opts && opts->no_partition ? gr_pass_partition_none(&c.steps, &c.segs)
-                                        : gr_pass_partition(c.g, &c.steps, &c.segs);
-    if (st == GR_OK) st = after(opts, "partition", &c);
+        st = opts && opts->no_partition ? gr_pass_partition_none(&c->steps, &c->segs) : gr_pass_partition(c->g, &c->steps, &c->segs);
+    if (st == GR_OK) st = after(opts, "partition", c);
     int n_reusing = 0;
-    if (st == GR_OK) st = gr_pass_share_attention_masks(&c.steps, &n_reusing);
+    if (st == GR_OK) st = gr_pass_share_attention_masks(&c->steps, &n_reusing);
+    return st;
+}
+
+gr_status gr_pass_pipeline(const gr_graph *src, const int64_t *sym_values, const gr_pipeline_opts *opts,
+                           gr_compiled *out) {
+    memset(out, 0, sizeof *out);
+    gr_compiled c;
+    gr_status st = gr_pass_pipeline_front(src, sym_values, opts, &c);
+    if (st != GR_OK) return st;
+    st = gr_pass_pipeline_steps(opts, &c);
+    if (st == GR_OK) st = gr_pass_pipeline_finish(opts, &c);
     if (st != GR_OK) {
         gr_compiled_free(&c);
         return st;

@@ -139,8 +139,9 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
     }
     gr_sb_printf(&sb,
                  "plan: %d steps, %ld kernels, arena %zu bytes, weights %zu bytes (shared by every binding's plan, uploaded once) "
-                 "+ %zu bytes folded for this binding, compiled in %.1f ms\n",
-                 p->steps.len, p->n_kernels, p->mem.arena_bytes, s->weight_bytes, p->mem.const_bytes, p->compile_us / 1e3);
+                 "+ %zu bytes folded for this binding, %s in %.1f ms\n",
+                 p->steps.len, p->n_kernels, p->mem.arena_bytes, s->weight_bytes, p->mem.const_bytes,
+                 p->instantiated ? "instantiated from a plan template" : "compiled", p->compile_us / 1e3);
     if (s->graph->syms.len) {
         if (s->opt.arena_policy == GR_ARENA_MAX_SHAPE && p->arena_own_layout) {
             gr_sb_printf(&sb,
@@ -163,6 +164,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         }
     }
     gr_rt_probe_explain(s, &sb);
+    gr_rt_tmpl_explain(s, &sb);
     gr_rt_ctrl_explain(s, &sb);
     size_t placeholder_bytes = 0;
     gr_sb_puts(&sb, "inputs:\n");

@@ -109,6 +109,7 @@ typedef struct gr_rt_plan {
     long serial;         /* unique per plan in the session (tables record whose values they hold) */
     struct gr_rt_gplan *gp; /* generic.c: per-segment verdicts against the bucket's plan; NULL until used */
     long n_kernels;      /* kernel + libcall steps */
+    bool instantiated;   /* made from a plan template (template.c), not by the pass pipeline */
     double compile_us;
     double capture_us;
     struct gr_rt_plan *next;
@@ -170,6 +171,8 @@ struct gr_session {
     long *generic_input_owner;
     const struct gr_rt_plan *layout_plan; /* generic: while a binding's plan is built, its bucket's (offsets adopted) */
     double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
+    long plans_compiled;    /* plans made by the pass pipeline (template.c counts the instantiated ones) */
+    struct gr_rt_tmpl *tmpl; /* template.c: plan templates per class of bindings; NULL until a symbolic plan is built */
     struct gr_rt_probe *probe; /* probe.c: data-dependent counts; NULL until the first run needs one */
     /* generate.c: state bindings (present -> past) and their device buffers; NULL until bound */
     struct gr_rt_gen *gen;
@@ -252,6 +255,18 @@ gr_status gr_rt_plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan
 /* The pipeline options of s's plans, without observer or scratch (tests build a plan's
  * binding afresh with them and compare). */
 void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po);
+/* ---- template.c: a new binding's plan from a template (classes of bindings by coincidences of
+ * dims; numbers as polynomials fitted exactly on a grid of bindings). The pipeline's result for
+ * binding syms into *out: instantiated (*instantiated true) when the binding's class has a
+ * template and its guards hold, else gr_pass_pipeline (and the class's template is built at its
+ * second binding). allowed false (a test step hook is set): always the pipeline. */
+typedef struct gr_rt_tmpl gr_rt_tmpl;
+gr_status gr_rt_tmpl_pipeline(gr_session_t s, const int64_t *syms, const gr_pipeline_opts *po, bool allowed, gr_compiled *out,
+                              bool *instantiated);
+/* bindings compiled by the pipeline / instantiated, session totals */
+void gr_rt_tmpl_stats(gr_session_t s, long *compiled, long *instantiated);
+void gr_rt_tmpl_explain(gr_session_t s, gr_strbuf *sb);
+void gr_rt_tmpl_free(gr_session_t s);
 /* ---- probe.c: data-dependent symbols (NonZero's count, ...) ---- */
 typedef struct gr_rt_probe gr_rt_probe;
 bool gr_rt_probe_needed(const gr_graph *g);

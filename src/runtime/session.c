@@ -63,6 +63,7 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->generic_replays = s->generic_replays;
     out->table_refreshes = s->table_refreshes;
     out->table_bytes = s->table_bytes;
+    gr_rt_tmpl_stats(s, &out->plans_compiled, &out->plans_instantiated);
 }
 
 /* ==== shared weights ============================================================================ */
@@ -259,6 +260,7 @@ void gr_session_destroy(gr_session_t s) {
     if (s->tp) gr_rt_tp_destroy(s); /* the other ranks first */
     if (s->pending && s->dev && s->stream) gr_dev_stream_sync(s->dev, s->stream);
     gr_rt_probe_destroy(s);
+    gr_rt_tmpl_free(s);
     while (s->plans) {
         gr_rt_plan *n = s->plans->next;
         gr_rt_plan_destroy(s, s->plans);

@@ -32,6 +32,7 @@ int main(void) {
     printf("gr_session_options.graph_memory_mb %zu\n", offsetof(gr_session_options, graph_memory_mb));
     printf("gr_session_options.no_persist_decisions %zu\n", offsetof(gr_session_options, no_persist_decisions));
     printf("gr_session_options.tp %zu\n", offsetof(gr_session_options, tp));
+    printf("gr_session_options.no_plan_templates %zu\n", offsetof(gr_session_options, no_plan_templates));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));
@@ -71,6 +72,8 @@ int main(void) {
     printf("gr_run_stats.generic_replays %zu\n", offsetof(gr_run_stats, generic_replays));
     printf("gr_run_stats.table_refreshes %zu\n", offsetof(gr_run_stats, table_refreshes));
     printf("gr_run_stats.table_bytes %zu\n", offsetof(gr_run_stats, table_bytes));
+    printf("gr_run_stats.plans_compiled %zu\n", offsetof(gr_run_stats, plans_compiled));
+    printf("gr_run_stats.plans_instantiated %zu\n", offsetof(gr_run_stats, plans_instantiated));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));

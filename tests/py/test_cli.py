@@ -790,6 +790,13 @@ def test_bench_reports_new_binding_cost(tmp_path, sym_model):
     rec = json.loads(js.read_text())
     assert rec["new_bindings"] == 20 and rec["new_binding_ms"] > 0
     assert rec["new_binding_max_ms"] >= rec["new_binding_ms"] and rec["new_binding_mean_ms"] > 0
+    # how many of the twenty were instantiated from a plan template (N 8..1 then 10..21: most share a class)
+    m = re.search(r"^new binding plans\s+(\d+) instantiated from a plan template \(median [0-9.]+ ms\), (\d+) compiled by "
+                  r"the pass pipeline \(median [0-9.]+ ms\)", p.stdout, re.M)
+    assert m and int(m.group(1)) + int(m.group(2)) == 20 and int(m.group(1)) > 0, p.stdout
+    assert rec["new_binding_plans_instantiated"] == int(m.group(1)) and rec["new_binding_plans_compiled"] == int(m.group(2))
+    p = expect_ok(run_graft("bench", sym_model, "--dim", "N=9", "--iters", "1", "--warmup", "0", "--no-plan-templates"))
+    assert re.search(r"^new binding plans\s+0 instantiated .*, 20 compiled", p.stdout, re.M), p.stdout
     p = expect_ok(run_graft("bench", sym_model, "--dim", "N=2", "--dim-range", "N=2:3", "--iters", "1", "--warmup", "0"))
     assert "new binding +2 not measured" in p.stderr and "outside its declared range" in p.stderr, p.stderr
     assert "median of 1;" in p.stdout
