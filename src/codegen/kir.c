@@ -99,9 +99,32 @@ static void kx_init(gr_kexpr *e, gr_kexpr_op op, gr_dtype t) {
     gr_kaccess_init(&e->access);
 }
 
+/* ---- constant origins (gr_kexpr.which of a CONST) ----
+ * While on (the lowering and fusion of a symbolic model's binding), every constant made here
+ * gets its origin: a number from the kernel's name and the node's index at creation, the same in
+ * every build of the plan. Fusion's copies keep it, and CSE (passes/fuse-cse.c) merges two
+ * constants only when value and origin agree. Why: merged by value alone, two constants that are
+ * equal at one binding only (a dim that is 7 at batch 7 and a literal 7, or the +1 of an index
+ * wrap and a seq of 1) became one node there and two elsewhere, so that binding's kernel had
+ * another structure and needed a module of its own (a new NVRTC compile for a new length).
+ * Copies of one producer's constants still merge, so repeated substitution stays linear. Off
+ * (static models), constants carry no origin (-1) and merge by value as before. */
+static _Thread_local bool origins_on;
+
+void gr_kx_const_origins(bool on) { origins_on = on; }
+
+static int32_t const_origin(const gr_kernel *k) {
+    if (!origins_on) return -1;
+    uint32_t h = 2166136261u;
+    for (const char *p = k->name; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    h ^= (uint32_t)k->nodes.len * 0x9E3779B1u;
+    return (int32_t)(h & 0x7fffffffu);
+}
+
 gr_status gr_kx_const_f(gr_kernel *k, gr_dtype t, double v, int *out) {
     gr_kexpr e;
     kx_init(&e, GR_KX_CONST, t);
+    e.which = const_origin(k);
     e.f = v;
     if (!gr_dtype_is_float(t)) {
         e.i = v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
@@ -113,6 +136,7 @@ gr_status gr_kx_const_f(gr_kernel *k, gr_dtype t, double v, int *out) {
 gr_status gr_kx_const_i(gr_kernel *k, gr_dtype t, int64_t v, int *out) {
     gr_kexpr e;
     kx_init(&e, GR_KX_CONST, t);
+    e.which = const_origin(k);
     e.i = t == GR_BOOL ? (v != 0) : v;
     e.f = (double)v;
     return gr_kernel_add_expr(k, &e, out);

@@ -129,7 +129,7 @@ typedef struct {
     gr_dtype dtype;  /* result type */
     int32_t fn;      /* gr_kunary / gr_kbinary */
     int32_t a, b, c; /* operand nodes (indices smaller than this node's) */
-    int32_t which;   /* INDEX: loop index id; ACC: stage id */
+    int32_t which;   /* INDEX: loop index id; ACC: stage id; CONST: origin (-1: none; kir.c) */
     int32_t param;   /* PARAM / LOAD: parameter index */
     double f;        /* CONST (float) */
     int64_t i;       /* CONST (int/bool), RANDOM seed */
@@ -177,6 +177,9 @@ gr_status gr_kernel_add_param(gr_kernel *k, gr_kparam_kind kind, gr_dtype t, con
 gr_status gr_kernel_add_expr(gr_kernel *k, const gr_kexpr *e, int *out);
 /* Convenience constructors (each appends one node). */
 gr_status gr_kx_const_f(gr_kernel *k, gr_dtype t, double v, int *out);
+/* Constants made on this thread from now on carry their origin (on) or none (off): see kir.c.
+ * The pipeline turns it on around the lowering and fusion of a symbolic model's binding. */
+void gr_kx_const_origins(bool on);
 gr_status gr_kx_const_i(gr_kernel *k, gr_dtype t, int64_t v, int *out);
 gr_status gr_kx_index(gr_kernel *k, int which, int *out);
 gr_status gr_kx_param(gr_kernel *k, int param, int *out);

@@ -49,7 +49,7 @@ static uint64_t f_bits(double f) {
 static bool expr_same(const gr_kexpr *x, const gr_kexpr *y) {
     if (x->op != y->op || x->dtype != y->dtype) return false;
     switch (x->op) {
-    case GR_KX_CONST: return f_bits(x->f) == f_bits(y->f) && x->i == y->i;
+    case GR_KX_CONST: return f_bits(x->f) == f_bits(y->f) && x->i == y->i && x->which == y->which; /* origin: kir.c */
     case GR_KX_INDEX:
     case GR_KX_ACC: return x->which == y->which;
     case GR_KX_PARAM: return x->param == y->param;
@@ -71,7 +71,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 static uint64_t expr_hash(const gr_kexpr *x) {
     uint64_t h = mix((uint64_t)x->op, (uint64_t)x->dtype);
     switch (x->op) {
-    case GR_KX_CONST: return mix(mix(h, f_bits(x->f)), (uint64_t)x->i);
+    case GR_KX_CONST: return mix(mix(mix(h, f_bits(x->f)), (uint64_t)x->i), (uint64_t)(int64_t)x->which);
     case GR_KX_INDEX:
     case GR_KX_ACC: return mix(h, (uint64_t)(int64_t)x->which);
     case GR_KX_PARAM: return mix(h, (uint64_t)(int64_t)x->param);

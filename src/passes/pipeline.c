@@ -97,6 +97,9 @@ gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values,
 
 gr_status gr_pass_pipeline_steps(const gr_pipeline_opts *opts, gr_compiled *c) {
     gr_status st;
+    /* a symbolic model's constants keep their origin through fusion (kir.c: the structure of a
+     * kernel must not depend on which of its constants are equal at this binding) */
+    gr_kx_const_origins(c->g->syms.len > 0);
     if (opts && opts->scratch) { /* lowering and fusion work in the scratch's buffer */
         c->steps = opts->scratch->steps;
         memset(&opts->scratch->steps, 0, sizeof opts->scratch->steps);
@@ -107,6 +110,7 @@ gr_status gr_pass_pipeline_steps(const gr_pipeline_opts *opts, gr_compiled *c) {
     }
     if (st == GR_OK) st = after(opts, "lower", c);
     if (st == GR_OK) st = gr_pass_fuse(c->g, &c->steps);
+    gr_kx_const_origins(false);
     if (st == GR_OK) st = after(opts, "fuse", c);
     return st;
 }
