@@ -366,23 +366,38 @@ typedef struct {
      * device may ignore the fields: the result is the same. */
     int8_t mask_group;
     bool mask_group_first;
+    /* Shape policy generic (runtime/generic.c): the call's lengths come from device memory at
+     * run time. args[5] points at GR_ATTN_LENS int64 values (gr_libcall_attention_lens) that
+     * replace seq_q, seq_k and every stride above; the fields themselves are the largest the
+     * call may see (a bucket's: grids and tables are sized for them) and the record's lengths
+     * are no larger. */
+    bool lens_arg;
     char name[64];
 } gr_libcall;
+/* The length record of an attention (lens_arg): seq_q, seq_k, then q, k, v and o strides
+ * (batch, head, seq each), then the mask strides (4). */
+enum { GR_ATTN_LENS_SQ = 0, GR_ATTN_LENS_SK, GR_ATTN_LENS_Q, GR_ATTN_LENS_K = 5, GR_ATTN_LENS_V = 8, GR_ATTN_LENS_O = 11,
+       GR_ATTN_LENS_MASK = 14, GR_ATTN_LENS = 18 };
+/* Writes c's lengths and strides into rec (GR_ATTN_LENS values). */
+void gr_libcall_attention_lens(const gr_libcall *c, int64_t *rec);
+/* c with rec's lengths and strides (rec as gr_libcall_attention_lens writes it); lens_arg cleared. */
+void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec);
 #define GR_ATTN_MASK_GROUPS 8
 /* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
  * one place every maker of an attention call starts from. */
 void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
 #define GR_LIB_MATMUL_NARGS 4
-/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL). Every library
+/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL) [5]=its length
+ * record (only with lens_arg). Every library
  * call writes its args[2] and only that (memory planning and fusion rely on it). */
 #define GR_LIB_ATTENTION_NARGS 5
 /* launch args of a sample: [0]=logits [1]=step [2]=out [3]=ints [4]=floats (GR_LIB_SAMPLE above) */
 #define GR_LIB_SAMPLE_NARGS 5
-#define GR_LIB_MAX_NARGS 5
+#define GR_LIB_MAX_NARGS 6
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
-    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS
+    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS + (c->lens_arg ? 1 : 0)
            : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
                                        : GR_LIB_MATMUL_NARGS;
 }
