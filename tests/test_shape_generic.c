@@ -441,6 +441,55 @@ static void dyn_case(const char *c) {
 
 #endif /* GRAFT_TEST_ONNX */
 
+/* ==== the length record ============================================================================== */
+/* An attention with lens_arg on the simulator: the record's lengths and strides, not the call's
+ * (which only bound them); a record past the call's lengths, or a call without it, is an error. */
+static void test_length_record(void) {
+    gr_device *d = NULL;
+    gr_stream *st = NULL;
+    CHECK_OK(gr_device_open(GR_DEVICE_SIM, NULL, 0, &d));
+    if (!d) return;
+    CHECK_OK(gr_dev_stream_create(d, &st));
+    enum { S = 8, D = 4 };
+    void *buf[5] = {0};
+    for (int i = 0; i < 4; i++) CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * S * D, &buf[i]));
+    CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(int64_t) * GR_ATTN_LENS, &buf[4]));
+    float host[3][S * D], want[S * D], got[S * D];
+    for (int i = 0; i < 3; i++) fill(host[i], S * D, 40u + (unsigned)i);
+    gr_libcall c;
+    memset(&c, 0, sizeof c);
+    c.kind = GR_LIB_ATTENTION, c.dtype = GR_F32, c.batch = 1, c.heads = c.kv_heads = 1, c.head_dim = c.head_dim_v = D;
+    c.alpha = 0.5, c.causal = true;
+    snprintf(c.name, sizeof c.name, "rec");
+    c.seq_q = 5, c.seq_k = 6; /* the binding: dense strides of [1, 1, 5 or 6, 4] */
+    gr_libcall_attention_dense(&c);
+    int64_t rec[GR_ATTN_LENS];
+    gr_libcall_attention_lens(&c, rec);
+    gr_karg ref[6] = {{.ptr = host[0]}, {.ptr = host[1]}, {.ptr = want}, {.ptr = host[2]}, {.ptr = NULL}};
+    memset(want, 0, sizeof want);
+    CHECK_OK(gr_libcall_reference(&c, ref));
+    c.seq_q = c.seq_k = S; /* the bucket's call */
+    gr_libcall_attention_dense(&c);
+    c.lens_arg = true;
+    CHECK(gr_libcall_nargs(&c) == GR_LIB_ATTENTION_NARGS + 1);
+    const int in[3] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) CHECK_OK(gr_dev_memcpy(d, st, buf[in[i]], host[i], sizeof(float) * S * D, GR_COPY_H2D));
+    CHECK_OK(gr_dev_memset(d, st, buf[2], 0, sizeof(float) * S * D));
+    CHECK_OK(gr_dev_memcpy(d, st, buf[4], rec, sizeof rec, GR_COPY_H2D));
+    gr_karg args[6] = {{.ptr = buf[0]}, {.ptr = buf[1]}, {.ptr = buf[2]}, {.ptr = buf[3]}, {.ptr = NULL}, {.ptr = buf[4]}};
+    CHECK_OK(gr_dev_libcall(d, st, &c, args, 6));
+    CHECK_OK(gr_dev_memcpy(d, st, got, buf[2], sizeof got, GR_COPY_D2H));
+    CHECK_OK(gr_dev_stream_sync(d, st));
+    CHECK_MSG(same(got, want, S * D), "the record's lengths were not the ones used");
+    CHECK_ERR(gr_dev_libcall(d, st, &c, args, 5), GR_ERR_INVALID, "arguments");
+    rec[GR_ATTN_LENS_SK] = S + 1;
+    CHECK_OK(gr_dev_memcpy(d, st, buf[4], rec, sizeof rec, GR_COPY_H2D));
+    CHECK_ERR(gr_dev_libcall(d, st, &c, args, 6), GR_ERR_INVALID, "exceed the call's");
+    for (int i = 0; i < 5; i++) gr_dev_free(d, buf[i]);
+    gr_dev_stream_destroy(d, st);
+    gr_device_destroy(d);
+}
+
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
     gr_graph_t g = NULL;
@@ -477,6 +526,7 @@ int main(int argc, char **argv) {
     test_needs_bound();
     test_device_inputs();
     test_capture_range();
+    if (!on_cuda) test_length_record();
     if (!on_cuda) test_alloc_failures();
 #ifdef GRAFT_TEST_ONNX
     static const char *const cases[] = {"gpt2_dynamo", "bert_dynamo", "llama_dynamo"};

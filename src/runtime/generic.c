@@ -21,10 +21,12 @@
  * and a library call differs at most in a matmul's row count m (rows are independent: R's
  * extra rows read and write only R-sized regions of values live then, never b's rows) or in a
  * fused attention's lengths and strides, no larger than R's: the attention reads them from its
- * length record in the table (kir.h lens_arg), its grid is R's and the blocks past b's query
- * rows exit at once. Anything else (an attention that differs otherwise, a contraction, batch stride or leading dim that
- * changes, an argument into the plan's own folded constants, a kernel without a table) refuses
- * the segment, naming the step and node: b runs it with its own plan and graph (exact). */
+ * length record in the table (kir.h lens_arg), its grid and mask tile table are R's, the blocks
+ * past b's query rows exit at once, and a mask group reuses a tile table for b only where it
+ * does for R. Anything else (an attention that differs otherwise, a contraction, a batch
+ * stride or leading dim that changes, an argument into the plan's own folded constants, a
+ * kernel without a table) refuses the segment, naming the step and node: b runs it with its
+ * own plan and graph (exact). */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -267,6 +269,26 @@ static bool same_attention_but_lengths(const gr_libcall *a, const gr_libcall *b)
     return !memcmp(&x, &y, sizeof x);
 }
 
+/* Same mask geometry (what a mask group's later call reuses the first call's table for). */
+static bool same_mask_geometry(const gr_libcall *a, const gr_libcall *b) {
+    return a->seq_q == b->seq_q && a->seq_k == b->seq_k && !memcmp(a->mask_stride, b->mask_stride, sizeof a->mask_stride);
+}
+
+/* A mask group's later call at step i reuses its first call's tile table when the bucket's
+ * geometries match (decided when the bucket's graph is captured): the binding's must match too. */
+static bool group_reuse_holds(const gr_rt_plan *p, const gr_rt_plan *r, int first_step, int i) {
+    const gr_libcall *a = &p->steps.data[i].call;
+    if (!a->mask_group || a->mask_group_first) return true;
+    for (int j = i - 1; j >= first_step; j--) {
+        const gr_step *f = &p->steps.data[j];
+        if (f->kind != GR_STEP_LIBCALL || f->call.kind != GR_LIB_ATTENTION || f->call.mask_group != a->mask_group ||
+            !f->call.mask_group_first)
+            continue;
+        return !same_mask_geometry(&r->steps.data[i].call, &r->steps.data[j].call) || same_mask_geometry(a, &f->call);
+    }
+    return true;
+}
+
 /* Root value of v (through a view) and the view's element offset. */
 static int root_of(const gr_rt_plan *p, int v, int64_t *elem_off) {
     const gr_value_store *st = &p->mem.values[v];
@@ -355,7 +377,8 @@ static gr_status refuse_reason(gr_session_t s, gr_rt_plan *p, gr_rt_plan *r, int
         if (a->kind == GR_STEP_KERNEL) {
             /* its structure was compared above, its slots are read from the table */
         } else if (a->call.kind == GR_LIB_ATTENTION) {
-            if (memcmp(&a->call, &b->call, sizeof a->call) && !same_attention_but_lengths(&a->call, &b->call)) {
+            if ((memcmp(&a->call, &b->call, sizeof a->call) && !same_attention_but_lengths(&a->call, &b->call)) ||
+                !group_reuse_holds(p, r, sa->first_step, i)) {
                 snprintf(why, n, "attention '%.60s' (node '%.60s') changes with the binding in more than its lengths and strides "
                                  "(%lld x %lld here, %lld x %lld in the bucket)",
                          a->call.name, node_name(p, a), (long long)a->call.seq_q, (long long)a->call.seq_k,
