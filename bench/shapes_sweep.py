@@ -290,8 +290,8 @@ def main():
         ("graft pad", dict(mode="graph", shapes="pad")),
         ("graft generic", dict(mode="graph", shapes="generic")),
         # fused f32 attention (one library call per layer): generic reads its lengths from the slot table
-        ("graft exact, fused attention", dict(mode="graph", shapes="exact", fuse_f32=True)),
-        ("graft generic, fused attention", dict(mode="graph", shapes="generic", fuse_f32=True)),
+        ("graft exact fused-attention", dict(mode="graph", shapes="exact", fuse_f32=True)),
+        ("graft generic fused-attention", dict(mode="graph", shapes="generic", fuse_f32=True)),
         ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15)),
         ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True)),
         # ablation: each mechanism off in turn

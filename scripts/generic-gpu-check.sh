@@ -56,7 +56,7 @@ fail=0
 } 2>&1 | tee "$out/tests.log"
 grep -q FAILED "$out/tests.log" && fail=1
 echo "== bench/shapes_sweep.py (generic next to the other policies)"
-only=${SHAPES_ONLY:-"torch eager,torch reduce-overhead,graft eager,graft exact,graft update,graft pad,graft generic,graft exact, fused attention,graft generic, fused attention"}
+only=${SHAPES_ONLY:-"torch eager,torch reduce-overhead,graft eager,graft exact,graft update,graft pad,graft generic,graft exact fused-attention,graft generic fused-attention"}
 timeout "${SHAPES_TIMEOUT:-420}" python3 bench/shapes_sweep.py --out "$out/shapes" --max-len "${SHAPES_MAX_LEN:-128}" --only "$only" \
   2>&1 | tee "$out/bench.log" | grep -v '^graft: capturing\|re-recorded' | tail -30
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shapes_sweep FAILED or a variant failed (see $out/bench.log)"; fail=1; }
