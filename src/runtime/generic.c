@@ -258,9 +258,10 @@ static bool same_attention_but_lengths(const gr_libcall *a, const gr_libcall *b)
     int64_t sa = 0, sb = 0;
     for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS_MASK; d++) sa |= ra[d], sb |= rb[d];
     if ((sb & 7) == 0 && (sa & 7) != 0) return false;
-    /* a broadcast mask dim stays broadcast: the mask table's planes are the bucket's */
-    for (int d = GR_ATTN_LENS_MASK; d < GR_ATTN_LENS; d++)
-        if ((ra[d] == 0) != (rb[d] == 0) || ra[d] < 0) return false;
+    /* a broadcast mask dim stays broadcast: the mask table's planes are the bucket's; and no
+     * stride is negative (a device checks the call's strides, not the record's) */
+    for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS; d++)
+        if (ra[d] < 0 || (d >= GR_ATTN_LENS_MASK && (ra[d] == 0) != (rb[d] == 0))) return false;
     gr_libcall x, y; /* memcpy: the padding compares equal as it did in the originals */
     memcpy(&x, a, sizeof x);
     memcpy(&y, b, sizeof y);
