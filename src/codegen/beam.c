@@ -58,10 +58,11 @@ static float logit_at(const void *x, gr_dtype t, int64_t i) {
 
 /* ---- state -------------------------------------------------------------------------------- */
 gr_status gr_beam_scratch_bytes(const gr_beam_params *p, size_t *bytes) {
-    size_t k = (size_t)p->beams, n = (size_t)p->max_new, cand = 0, seqs = 0, total = 0;
-    if (p->beams < 1 || p->max_new < 1 || p->vocab < 1 || __builtin_mul_overflow(2 * k, sizeof(beam_cand), &cand) ||
-        __builtin_mul_overflow(k * sizeof(int64_t), n, &seqs) || __builtin_add_overflow(cand, seqs, &total) ||
-        __builtin_add_overflow(total, k * sizeof(float), &total))
+    size_t k = (size_t)p->beams, n = (size_t)p->max_new, cand = 0, seqs = 0, scores = 0, total = 0;
+    if (p->beams < 1 || p->max_new < 1 || p->vocab < 1 || __builtin_mul_overflow(k, 2 * sizeof(beam_cand), &cand) ||
+        __builtin_mul_overflow(k, n, &seqs) || __builtin_mul_overflow(seqs, sizeof(int64_t), &seqs) ||
+        __builtin_mul_overflow(k, sizeof(float), &scores) || __builtin_add_overflow(cand, seqs, &total) ||
+        __builtin_add_overflow(total, scores, &total))
         return gr_error(GR_ERR_INVALID, "beam search: %lld beams x %lld tokens (vocab %lld) is out of range", (long long)p->beams,
                         (long long)p->max_new, (long long)p->vocab);
     *bytes = total;
