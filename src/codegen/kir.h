@@ -435,4 +435,46 @@ int64_t gr_sample_row(const void *logits, gr_dtype dtype, int64_t vocab, const g
 /* The RNG bits of row r at counter c: gr_kernel_random_bits(seed, c). */
 static inline uint64_t gr_sample_bits(uint64_t seed, uint64_t counter) { return gr_kernel_random_bits(seed, counter); }
 
+/* ---- beam search (codegen/beam.c) -------------------------------------------------------
+ * One step of Hugging Face's generate(num_beams=k, do_sample=False, early_stopping=True) for
+ * one batch row, the ONE definition the host reference engine runs (and a device beam-step op
+ * is to run): with the k running beams' scores s_i and the last logits x_i of each beam,
+ *   c_{i,v} = (float)(s_i + (float)(x_{i,v} - logsumexp(x_i)))  (f32 sum; a NaN as -inf);
+ *   the top 2k of the k x vocab c, by score descending, lowest flat index i * vocab + v on ties;
+ *   among the first k of them, an EOS candidate (and, at the last step, every candidate) is a
+ *   finished hypothesis of score c / (j + 1) ** length_penalty, kept when it beats the worst of
+ *   the k kept ones (which start at GR_BEAM_EMPTY; existing ones win ties); the row is done
+ *   once it holds k hypotheses (and then keeps no more);
+ *   the best k non-EOS candidates are the new beams (src: the beam each continues, tok: its
+ *   token, its score c); with fewer than k, the rest are dead: src 0, tok pad_id (0 when < 0),
+ *   score GR_BEAM_EMPTY.
+ * Work O(k vocab log k) and O(k max_new) copying; scratch of gr_beam_scratch_bytes. */
+#define GR_BEAM_EMPTY (-1.0e9f)
+typedef struct {
+    int64_t beams;         /* k >= 1 */
+    int64_t vocab;         /* >= 1 */
+    int64_t max_new;       /* N: the room of a sequence and of a hypothesis */
+    int64_t eos_id;        /* < 0: none */
+    int64_t pad_id;        /* the token of dead beams and of the result past its end (may be < 0) */
+    double length_penalty; /* finite */
+} gr_beam_params;
+typedef struct { /* one batch row's state, caller-owned flat arrays */
+    float *score;        /* [k] running beams' scores */
+    int64_t *seqs;       /* [k * N] running beams' tokens */
+    float *hyp_score;    /* [k] finished hypotheses' scores (GR_BEAM_EMPTY: none) */
+    int64_t *hyp_len;    /* [k] */
+    int64_t *hyp_tok;    /* [k * N] */
+    uint8_t *done;       /* [1] */
+} gr_beam_row;
+gr_status gr_beam_scratch_bytes(const gr_beam_params *p, size_t *bytes);
+/* before the first step: beam 0 at score 0, the others (and every hypothesis) empty */
+void gr_beam_row_init(const gr_beam_params *p, const gr_beam_row *row);
+/* step j (0-based new-token index): logits are k rows of vocab (f32, f16, bf16 or f64), beam i's
+ * at row i; writes src[k] and tok[k] and updates row (sequences through j) */
+void gr_beam_step_row(const void *logits, gr_dtype dtype, const gr_beam_params *p, int64_t j, const gr_beam_row *row, int64_t *src,
+                      int64_t *tok, void *scratch);
+/* after `steps` steps: the best hypothesis' tokens, pad_id past its end (beam 0's sequence when
+ * the row holds none), N of them into out */
+void gr_beam_row_result(const gr_beam_params *p, const gr_beam_row *row, int64_t steps, int64_t *out);
+
 #endif
