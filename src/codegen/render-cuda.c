@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 4u
+#define GR_RENDER_CUDA_VERSION 5u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -24,6 +24,13 @@
  * (a row of up to GR_ROW_REGS * blockDim.x points, 1024 at 256 threads: 4 keeps a layer norm
  * with its residual add at 40 registers, 6 blocks of 256 per SM; 8 took 62). */
 #define GR_ROW_REGS 4
+/* Warp-row form of block kernels (issue 15): rows of up to GR_WARP_ROW_MAX inner points take
+ * one warp each, several rows per block, GR_WARP_ROW_MAX / 32 points per lane in registers,
+ * warp-shuffle reductions and no __syncthreads. Chosen at run time from the row length, so
+ * generic code keeps one structure. */
+#define GR_WARP_ROW_MAX 1024
+#define GR_WARP_ROW_PTS (GR_WARP_ROW_MAX / 32)
+#define GR_WARP_ROWS_PER_BLOCK 8
 
 /* ==== device-side prelude ============================================================= */
 
@@ -140,6 +147,13 @@ static const char prelude[] =
     "  for (unsigned w = 1; w < (blockDim.x >> 5); w++) r = f(r, sh[w]);\n"
     "  __syncthreads();\n"
     "  return r;\n"
+    "}\n"
+    "// Deterministic warp reduction (a fixed butterfly), then every lane takes lane 0's value\n"
+    "// (max/min of +0 and -0 would otherwise differ between lanes). All 32 lanes call it.\n"
+    "template <typename T, typename F> GR_DI T gr_warp_reduce(T v, F f) {\n"
+    "#pragma unroll\n"
+    "  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "  return __shfl_sync(0xffffffffu, v, 0);\n"
     "}\n";
 
 /* ==== types =============================================================================== */
@@ -310,7 +324,12 @@ void gr_render_cuda_launch_dims(const gr_kernel *k, int64_t n_points, unsigned m
                                 unsigned *block) {
     if (max_grid < 1) max_grid = 1;
     int64_t blocks;
-    if (gr_render_cuda_is_block_kernel(k)) {
+    if (gr_render_cuda_is_block_kernel(k) && gr_kernel_inner_points(k) <= GR_WARP_ROW_MAX) {
+        /* the warp-row form: a warp per row (the kernel takes any grid and any block of whole warps) */
+        int64_t rows = n_points < GR_WARP_ROWS_PER_BLOCK ? (n_points < 1 ? 1 : n_points) : GR_WARP_ROWS_PER_BLOCK;
+        *block = (unsigned)(32 * rows);
+        blocks = (n_points + rows - 1) / rows;
+    } else if (gr_render_cuda_is_block_kernel(k)) {
         int64_t inner = gr_kernel_inner_points(k);
         int64_t threads = (inner + 31) / 32 * 32;
         if (threads < 32) threads = 32;
@@ -863,6 +882,174 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
     }
 }
 
+
+/* A cached load the warp-row form may fill with vector loads: no gather, the row contiguous
+ * (structure in generic mode: the address is base + ri). */
+static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
+    return e->op == GR_KX_LOAD && e->access.index < 0 && k->n_inner > 0 && inner_contiguous(k, &e->access);
+}
+
+/* The point of lane gr_lane's gr_j-th register in the warp-row form, for vector width v:
+ * lane l holds chunks l, l + 32, ... of v consecutive points (v = 1: points l, l + 32, ...).
+ * Both the vector and the scalar fill, and every stage, use this one map, so the reductions
+ * fold in one order whichever fill ran. */
+static void sb_warp_ri(gr_strbuf *sb, const char *indent, int v) {
+    if (v == 1) gr_sb_printf(sb, "%sconst long long ri = (long long)gr_j * 32 + gr_lane;\n", indent);
+    else gr_sb_printf(sb, "%sconst long long ri = ((long long)(gr_j / %d) * 32 + gr_lane) * %d + gr_j %% %d;\n", indent, v, v, v);
+}
+
+/* The warp-row form of a block kernel (rows of at most GR_WARP_ROW_MAX points): warp w of
+ * block b takes rows b * (blockDim.x / 32) + w, stepping by gridDim.x * (blockDim.x / 32), so
+ * any grid and any block of whole warps is correct. The cached loads are read into
+ * GR_WARP_ROW_PTS registers per lane, with 16-byte vector loads when every cached load is
+ * contiguous along the row and, checked per row at run time, the row length is a multiple of
+ * the vector width and every row start is aligned; else with scalar loads of the same points.
+ * Reductions are a lane's points in register order, then gr_warp_reduce: a fixed order per
+ * row length, whatever the launch dims. */
+static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_cached, const char *ni, const bool *inv,
+                           bool *hoist) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    int n = k->nodes.len;
+    bool vec = n_cached > 0;
+    int maxsize = 1;
+    for (int i = 0; i < n; i++) {
+        if (!cached[i]) continue;
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (!load_row_vectorizable(k, e)) vec = false;
+        size_t sz = gr_dtype_size(k->params[e->param].dtype);
+        if ((int)sz > maxsize) maxsize = (int)sz;
+    }
+    int v = vec ? (maxsize <= 2 ? 8 : 4) : 1;
+    const char *vt = v == 8 ? "gr_v8" : "gr_v4";
+    const int *islots = c->map ? c->map->inner : NULL;
+    gr_sb_puts(sb, "    const int gr_lane = threadIdx.x & 31;\n");
+    gr_sb_puts(sb, "    for (long long lin = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); lin < gr_n;\n");
+    gr_sb_puts(sb, "         lin += (long long)gridDim.x * (blockDim.x >> 5)) {\n");
+    emit_decompose(sb, "      ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
+    c->vec = false;
+    c->cached = NULL;
+    if (n_cached > 0) {
+        for (int i = 0; i < n; i++)
+            if (cached[i]) gr_sb_printf(sb, "      %s gr_c%d[%d];\n", ctype_name(node_ct(k, i)), i, GR_WARP_ROW_PTS);
+        const char *scalar_indent = "      ";
+        if (vec) {
+            /* the row starts (ri = 0) and the run-time check; a row is warp-uniform */
+            gr_sb_printf(sb, "      bool gr_al = %s %% %d == 0;\n", ni, v);
+            for (int i = 0; i < n; i++)
+                if (cached[i]) gr_sb_printf(sb, "      long long gr_b%d;\n", i);
+            gr_sb_puts(sb, "      {\n        const long long ri = 0;\n");
+            emit_decompose(sb, "        ", "ri", "r", k->n_inner, k->inner, islots);
+            for (int i = 0; i < n; i++) {
+                if (!cached[i]) continue;
+                const gr_kexpr *e = &k->nodes.data[i];
+                gr_sb_printf(sb, "        gr_b%d = ", i);
+                sb_address(sb, c, &e->access, c->map ? c->map->node[i] : -1);
+                gr_sb_puts(sb, ";\n");
+                const char *stn = storage_name(k->params[e->param].dtype);
+                gr_sb_printf(sb, "        gr_al = gr_al && ((unsigned long long)(p%d + gr_b%d) %% alignof(%s<%s>)) == 0;\n",
+                             e->param, i, vt, stn);
+            }
+            gr_sb_puts(sb, "        (void)ri;\n      }\n");
+            gr_sb_puts(sb, "      if (gr_al) {\n#pragma unroll\n");
+            gr_sb_printf(sb, "        for (int gr_q = 0; gr_q < %d; gr_q++) {\n", GR_WARP_ROW_PTS / v);
+            gr_sb_printf(sb, "          const long long gr_r0 = ((long long)gr_q * 32 + gr_lane) * %d;\n", v);
+            gr_sb_printf(sb, "          if (gr_r0 < %s) {\n", ni);
+            for (int i = 0; i < n; i++) {
+                if (!cached[i]) continue;
+                const gr_kexpr *e = &k->nodes.data[i];
+                gr_dtype bt = k->params[e->param].dtype;
+                const char *stn = storage_name(bt);
+                gr_sb_printf(sb, "            const %s<%s> gr_w%d = *reinterpret_cast<const %s<%s>*>(p%d + gr_b%d + gr_r0);\n", vt,
+                             stn, i, vt, stn, e->param, i);
+                gr_sb_puts(sb, "#pragma unroll\n");
+                gr_sb_printf(sb, "            for (int gr_e = 0; gr_e < %d; gr_e++) gr_c%d[gr_q * %d + gr_e] = ", v, i, v);
+                gr_strbuf ld, val;
+                gr_sb_init(&ld);
+                gr_sb_init(&val);
+                gr_sb_printf(&ld, "gr_w%d.v[gr_e]", i);
+                sb_from_storage(&val, bt, ld.data ? ld.data : "");
+                sb_cvt(sb, ctype_of(bt), node_ct(k, i), val.data ? val.data : "");
+                if (ld.failed || val.failed) sb->failed = true;
+                gr_sb_free(&ld);
+                gr_sb_free(&val);
+                gr_sb_puts(sb, ";\n");
+            }
+            gr_sb_puts(sb, "          }\n        }\n      } else {\n");
+            scalar_indent = "        ";
+        }
+        /* the scalar fill: the cached loads (and their gather indices), all in flight together */
+        char in1[32], in2[32], in3[32];
+        snprintf(in1, sizeof in1, "%s  ", scalar_indent);
+        snprintf(in2, sizeof in2, "%s    ", scalar_indent);
+        snprintf(in3, sizeof in3, "%s", scalar_indent);
+        for (int i = 0; i < n; i++) mark[i] = false;
+        for (int i = 0; i < n; i++)
+            if (cached[i]) mark_cone(k, i, mark);
+        gr_sb_puts(sb, "#pragma unroll\n");
+        gr_sb_printf(sb, "%sfor (int gr_j = 0; gr_j < %d; gr_j++) {\n", in3, GR_WARP_ROW_PTS);
+        sb_warp_ri(sb, in1, v);
+        gr_sb_printf(sb, "%sif (ri < %s) {\n", in1, ni);
+        emit_decompose(sb, in2, "ri", "r", k->n_inner, k->inner, islots);
+        c->indent = in2;
+        emit_marked(c, mark);
+        for (int i = 0; i < n; i++)
+            if (cached[i]) gr_sb_printf(sb, "%sgr_c%d[gr_j] = v%d;\n", in2, i, i);
+        gr_sb_printf(sb, "%s}\n%s}\n", in1, in3);
+        if (vec) gr_sb_puts(sb, "      }\n");
+    }
+    for (int s = 0; s < k->n_stages; s++) {
+        const gr_kstage *st = &k->stages[s];
+        ctype vct = node_ct(k, st->value);
+        memset(mark, 0, (size_t)n * sizeof(bool));
+        mark_cone(k, st->value, mark);
+        bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
+        if (st->kind == GR_KS_REDUCE) {
+            gr_sb_printf(sb, "      %s acc%d;\n", ctype_name(vct), s);
+            gr_sb_printf(sb, "      {  // stage %d: reduce %s (warp)\n", s, fold_name[st->reduce]);
+            gr_sb_printf(sb, "        %s gr_a = ", ctype_name(vct));
+            sb_fold_init(sb, st->reduce, vct);
+            gr_sb_puts(sb, ";\n");
+        } else {
+            gr_sb_printf(sb, "      {  // stage %d: store p%d (warp)\n", s, st->param);
+        }
+        if (walks_inner) {
+            for (int i = 0; i < n; i++) {
+                hoist[i] = mark[i] && inv[i];
+                mark[i] = mark[i] && !inv[i];
+            }
+            c->indent = "        ";
+            c->cached = NULL;
+            emit_marked(c, hoist);
+            gr_sb_puts(sb, "#pragma unroll\n");
+            gr_sb_printf(sb, "        for (int gr_j = 0; gr_j < %d; gr_j++) {\n", GR_WARP_ROW_PTS);
+            sb_warp_ri(sb, "          ", v);
+            gr_sb_printf(sb, "          if (ri < %s) {\n", ni);
+            emit_decompose(sb, "            ", "ri", "r", k->n_inner, k->inner, islots);
+            c->indent = "            ";
+            c->cached = n_cached > 0 ? cached : NULL;
+            emit_marked(c, mark);
+            c->cached = NULL;
+            if (st->kind == GR_KS_REDUCE)
+                gr_sb_printf(sb, "            gr_a = %s()(gr_a, v%d);\n", fold_name[st->reduce], st->value);
+            else emit_store(c, st, "            ");
+            gr_sb_puts(sb, "          }\n        }\n");
+            if (st->kind == GR_KS_REDUCE)
+                gr_sb_printf(sb, "        acc%d = gr_warp_reduce(gr_a, %s());\n", s, fold_name[st->reduce]);
+            else gr_sb_puts(sb, "        __syncwarp();\n"); /* later stages may read what the lanes wrote */
+        } else {
+            gr_sb_puts(sb, "        if (gr_lane == 0) {\n          const long long ri = 0;\n");
+            emit_decompose(sb, "          ", "ri", "r", k->n_inner, k->inner, islots);
+            c->indent = "          ";
+            emit_marked(c, mark);
+            emit_store(c, st, "          ");
+            gr_sb_puts(sb, "          (void)ri;\n        }\n        __syncwarp();\n");
+        }
+        gr_sb_puts(sb, "      }\n");
+    }
+    gr_sb_puts(sb, "    }\n");
+}
+
 /* mark: 4 * (nodes + 1) bools */
 static void emit_block(emit_ctx *c, bool *mark) {
     const gr_kernel *k = c->k;
@@ -878,6 +1065,10 @@ static void emit_block(emit_ctx *c, bool *mark) {
     for (int s = 0; s < k->n_stages; s++)
         if (k->stages[s].kind == GR_KS_REDUCE)
             gr_sb_printf(sb, "  __shared__ %s gr_sh%d[32];\n", ctype_name(node_ct(k, k->stages[s].value)), s);
+    /* a uniform branch on the row length (a value: generic code keeps one structure) */
+    gr_sb_printf(sb, "  if (%s <= %d) {  // warp-row form\n", ni, GR_WARP_ROW_MAX);
+    emit_warp_rows(c, mark, cached, n_cached, ni, inv, hoist);
+    gr_sb_puts(sb, "    return;\n  }\n");
     gr_sb_puts(sb, "  for (long long lin = blockIdx.x; lin < gr_n; lin += gridDim.x) {\n");
     emit_decompose(sb, "    ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     if (n_cached == 0) {
