@@ -642,10 +642,18 @@ static void test_warp_rows(void) {
                 bool has_vec = strstr(src, vt) != NULL, has_check = strstr(src, "if (gr_al) {") != NULL;
                 CHECK_MSG(gather ? (!has_vec && !has_check) : (has_vec && has_check), "%s mode %d: vector fill %d check %d",
                           name, mode, has_vec, has_check);
+                /* both row stores (h, y) take 16-byte vector stores behind their own run-time check */
+                const char *vs = types[ti] == GR_F32 ? "*reinterpret_cast<gr_v4<float>*>(p5 + gr_bs + gr_r0) = gr_sv;"
+                                                     : "*reinterpret_cast<gr_v8<unsigned short>*>(p5 + gr_bs + gr_r0) = gr_sv;";
+                bool has_vs = strstr(src, vs) != NULL && strstr(src, "reinterpret_cast<gr_v") != NULL &&
+                              strstr(src, "(p4 + gr_bs + gr_r0) = gr_sv;") != NULL;
+                CHECK_MSG(gather ? strstr(src, "gr_sv") == NULL : has_vs, "%s mode %d: vector stores %d", name, mode, has_vs);
                 /* the scalar fill maps points as the vector fill does */
-                CHECK(strstr(src, gather ? "const long long ri = (long long)gr_j * 32 + gr_lane;"
-                                         : (types[ti] == GR_F32 ? "((long long)(gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
-                                                                : "((long long)(gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL);
+                CHECK(strstr(src, gather ? "const int ri = gr_j * 32 + gr_lane;"
+                                         : (types[ti] == GR_F32 ? "const int ri = ((gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
+                                                                : "const int ri = ((gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL);
+                /* a lane's walk ends at its first point past the row (points grow with gr_j) */
+                CHECK(strstr(src, "if (ri >= gr_ni) break;") != NULL);
                 /* the block form stays for long rows */
                 CHECK(strstr(src, "gr_block_reduce(gr_a, gr_sh0, gr_fold_sum())") != NULL);
                 if (mode) nvrtc_check(src, k->name, 90, &compiled_generic);

@@ -894,8 +894,59 @@ static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
  * Both the vector and the scalar fill, and every stage, use this one map, so the reductions
  * fold in one order whichever fill ran. */
 static void sb_warp_ri(gr_strbuf *sb, const char *indent, int v) {
-    if (v == 1) gr_sb_printf(sb, "%sconst long long ri = (long long)gr_j * 32 + gr_lane;\n", indent);
-    else gr_sb_printf(sb, "%sconst long long ri = ((long long)(gr_j / %d) * 32 + gr_lane) * %d + gr_j %% %d;\n", indent, v, v, v);
+    if (v == 1) gr_sb_printf(sb, "%sconst int ri = gr_j * 32 + gr_lane;\n", indent);
+    else gr_sb_printf(sb, "%sconst int ri = ((gr_j / %d) * 32 + gr_lane) * %d + gr_j %% %d;\n", indent, v, v, v);
+    /* ri grows with gr_j: the first point past the row ends the lane's walk. Why a break and
+     * not a guard per point: with the row length a run-time value (generic code) 32 guarded
+     * points took the layer norm to 254 registers, the break to about 106. */
+    gr_sb_printf(sb, "%sif (ri >= gr_ni) break;\n", indent);
+}
+
+/* A store stage of the warp-row form whose row is contiguous (structure): each lane gathers a
+ * chunk of v values (its registers gr_q * v .. gr_q * v + v - 1, the points the vector fill
+ * read) and writes it with one vector store when the row length is a multiple of v and the
+ * row start is aligned (checked per row at run time), else point by point. The same values
+ * either way: only the width of the writes differs. */
+static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const bool *cached, int n_cached,
+                                   int v, const char *vt) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    const gr_kstage *st = &k->stages[s];
+    const int *islots = c->map ? c->map->inner : NULL;
+    gr_dtype bt = k->params[st->param].dtype;
+    const char *stn = storage_name(bt);
+    gr_sb_puts(sb, "        long long gr_bs;\n        {\n          const long long ri = 0;\n");
+    emit_decompose(sb, "          ", "ri", "r", k->n_inner, k->inner, islots);
+    gr_sb_puts(sb, "          gr_bs = ");
+    sb_address(sb, c, &st->access, c->map ? c->map->stage[s] : -1);
+    gr_sb_puts(sb, ";\n          (void)ri;\n        }\n");
+    gr_sb_printf(sb, "        const bool gr_as = gr_ni %% %d == 0 && ((unsigned long long)(p%d + gr_bs) %% alignof(%s<%s>)) == 0;\n",
+                 v, st->param, vt, stn);
+    gr_sb_puts(sb, "#pragma unroll\n");
+    gr_sb_printf(sb, "        for (int gr_q = 0; gr_q < %d; gr_q++) {\n", GR_WARP_ROW_PTS / v);
+    gr_sb_printf(sb, "          const int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", v);
+    gr_sb_puts(sb, "          if (gr_r0 >= gr_ni) break;\n");
+    gr_sb_printf(sb, "          %s<%s> gr_sv;\n#pragma unroll\n", vt, stn);
+    gr_sb_printf(sb, "          for (int gr_e = 0; gr_e < %d; gr_e++) {\n", v);
+    gr_sb_printf(sb, "            const int gr_j = gr_q * %d + gr_e;\n", v);
+    gr_sb_puts(sb, "            const int ri = gr_r0 + gr_e;\n");
+    gr_sb_puts(sb, "            if (ri >= gr_ni) break;\n            {\n");
+    emit_decompose(sb, "              ", "ri", "r", k->n_inner, k->inner, islots);
+    c->indent = "              ";
+    c->cached = n_cached > 0 ? cached : NULL;
+    emit_marked(c, mark);
+    c->cached = NULL;
+    char val[32];
+    snprintf(val, sizeof val, "v%d", st->value);
+    gr_sb_puts(sb, "              gr_sv.v[gr_e] = ");
+    sb_to_storage(sb, bt, node_ct(k, st->value), val);
+    gr_sb_puts(sb, ";\n            }\n            (void)gr_j;\n          }\n");
+    gr_sb_printf(sb, "          if (gr_as) {\n            *reinterpret_cast<%s<%s>*>(p%d + gr_bs + gr_r0) = gr_sv;\n", vt, stn,
+                 st->param);
+    gr_sb_puts(sb, "          } else {\n#pragma unroll\n");
+    gr_sb_printf(sb, "            for (int gr_e = 0; gr_e < %d; gr_e++)\n", v);
+    gr_sb_printf(sb, "              if (gr_r0 + gr_e < gr_ni) p%d[gr_bs + gr_r0 + gr_e] = gr_sv.v[gr_e];\n", st->param);
+    gr_sb_puts(sb, "          }\n        }\n        __syncwarp();\n");
 }
 
 /* The warp-row form of a block kernel (rows of at most GR_WARP_ROW_MAX points): warp w of
@@ -924,6 +975,7 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
     const char *vt = v == 8 ? "gr_v8" : "gr_v4";
     const int *islots = c->map ? c->map->inner : NULL;
     gr_sb_puts(sb, "    const int gr_lane = threadIdx.x & 31;\n");
+    gr_sb_printf(sb, "    const int gr_ni = (int)%s;  // at most %d here\n", ni, GR_WARP_ROW_MAX);
     gr_sb_puts(sb, "    for (long long lin = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); lin < gr_n;\n");
     gr_sb_puts(sb, "         lin += (long long)gridDim.x * (blockDim.x >> 5)) {\n");
     emit_decompose(sb, "      ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
@@ -935,7 +987,7 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
         const char *scalar_indent = "      ";
         if (vec) {
             /* the row starts (ri = 0) and the run-time check; a row is warp-uniform */
-            gr_sb_printf(sb, "      bool gr_al = %s %% %d == 0;\n", ni, v);
+            gr_sb_printf(sb, "      bool gr_al = gr_ni %% %d == 0;\n", v);
             for (int i = 0; i < n; i++)
                 if (cached[i]) gr_sb_printf(sb, "      long long gr_b%d;\n", i);
             gr_sb_puts(sb, "      {\n        const long long ri = 0;\n");
@@ -953,8 +1005,8 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
             gr_sb_puts(sb, "        (void)ri;\n      }\n");
             gr_sb_puts(sb, "      if (gr_al) {\n#pragma unroll\n");
             gr_sb_printf(sb, "        for (int gr_q = 0; gr_q < %d; gr_q++) {\n", GR_WARP_ROW_PTS / v);
-            gr_sb_printf(sb, "          const long long gr_r0 = ((long long)gr_q * 32 + gr_lane) * %d;\n", v);
-            gr_sb_printf(sb, "          if (gr_r0 < %s) {\n", ni);
+            gr_sb_printf(sb, "          const int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", v);
+            gr_sb_puts(sb, "          if (gr_r0 >= gr_ni) break;\n          {\n");
             for (int i = 0; i < n; i++) {
                 if (!cached[i]) continue;
                 const gr_kexpr *e = &k->nodes.data[i];
@@ -989,7 +1041,7 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
         gr_sb_puts(sb, "#pragma unroll\n");
         gr_sb_printf(sb, "%sfor (int gr_j = 0; gr_j < %d; gr_j++) {\n", in3, GR_WARP_ROW_PTS);
         sb_warp_ri(sb, in1, v);
-        gr_sb_printf(sb, "%sif (ri < %s) {\n", in1, ni);
+        gr_sb_printf(sb, "%s{\n", in1);
         emit_decompose(sb, in2, "ri", "r", k->n_inner, k->inner, islots);
         c->indent = in2;
         emit_marked(c, mark);
@@ -1021,10 +1073,15 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
             c->indent = "        ";
             c->cached = NULL;
             emit_marked(c, hoist);
+            if (st->kind == GR_KS_STORE && v > 1 && st->access.index < 0 && inner_contiguous(k, &st->access)) {
+                emit_warp_vector_store(c, s, mark, cached, n_cached, v, vt);
+                gr_sb_puts(sb, "      }\n");
+                continue;
+            }
             gr_sb_puts(sb, "#pragma unroll\n");
             gr_sb_printf(sb, "        for (int gr_j = 0; gr_j < %d; gr_j++) {\n", GR_WARP_ROW_PTS);
             sb_warp_ri(sb, "          ", v);
-            gr_sb_printf(sb, "          if (ri < %s) {\n", ni);
+            gr_sb_puts(sb, "          {\n");
             emit_decompose(sb, "            ", "ri", "r", k->n_inner, k->inner, islots);
             c->indent = "            ";
             c->cached = n_cached > 0 ? cached : NULL;
