@@ -571,7 +571,7 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
     k->outer[0] = rows;
     k->n_inner = 1;
     k->inner[0] = cols;
-    int x, r, g, b, h, y, lx, lr, hsum, a0, inv_n, mean, d, d2, a1, var, eps, ve, rs, nm, lg, lb, o1, o2, idx;
+    int x, r, g, b, h, y, lx, lr, hsum, a0, inv_n, mean, d, d2, a1, var, eps, ve, rs, nm, lg, lb, o1, o2, idx = -1;
     gr_kaccess a, ar, aw;
     gr_kaccess_init(&a);
     a.stride[0] = cols;
