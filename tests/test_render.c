@@ -616,8 +616,8 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
 /* The warp-row form of block kernels (issue 15): every block kernel carries it behind a run-time
  * branch on the row length; a layer norm's cached loads get the vector fill (16-byte gr_v8 for
  * 2-byte rows, gr_v4 for f32) with its run-time alignment check and the scalar fallback; a
- * gathered cached load keeps the scalar fill only. Compiles for f32/bf16/f16, literal and
- * generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
+ * gathered cached load keeps the scalar fill only. Compiles for f32/bf16/f16, literal, generic
+ * and table-generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
 static void test_warp_rows(void) {
     const gr_dtype types[3] = {GR_F32, GR_BF16, GR_F16};
     for (int ti = 0; ti < 3; ti++) {
@@ -627,10 +627,11 @@ static void test_warp_rows(void) {
             gr_kernel *k = layer_norm_kernel(name, types[ti], 4096, 768, gather);
             CHECK_MSG(k != NULL, "%s: build failed: %s", name, gr_last_error());
             if (!k) continue;
-            for (int mode = 0; mode < 2; mode++) {
+            for (int mode = 0; mode < 3; mode++) { /* literal, generic, generic with the slot table */
                 gr_strbuf sb;
                 gr_sb_init(&sb);
-                CHECK_OK(gr_render_cuda_mode(k, mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb));
+                CHECK_OK(gr_render_cuda_mode(k, mode == 2 ? GR_RENDER_GENERIC_TABLE : mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL,
+                                             &sb));
                 const char *src = sb.data ? sb.data : "";
                 CHECK_MSG(strstr(src, "<= 1024) {  // warp-row form") != NULL, "%s: no warp-row branch", name);
                 CHECK(strstr(src, "gr_warp_reduce(gr_a, gr_fold_sum())") != NULL);
