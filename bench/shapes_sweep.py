@@ -118,13 +118,14 @@ def run_pass(call, lengths, dev):
 
 # ==== graft variants ====================================================================================
 def graft_variant(name, onnx_path, dev, max_len, lengths_inc, lengths_shuf, ids_of, mode, shapes="exact", arena="max",
-                  capture=False, budget_mb=0):
+                  capture=False, budget_mb=0, fuse_f32=False):
     free0 = dev.free_bytes()
     t0 = time.perf_counter()
     s = graft.load(onnx_path, device=dev.kind, mode=mode, dims=dict(FIXED_DIMS, seq=(1, max_len)), arena=arena, shapes=shapes,
-                   graph_memory_mb=budget_mb, max_rerecords=100000)
+                   graph_memory_mb=budget_mb, max_rerecords=100000, fuse_attention_f32=fuse_f32)
     load_s = time.perf_counter() - t0
     rec = {"variant": name, "kind": "graft", "mode": mode, "shapes": shapes, "arena": arena, "capture_range": capture,
+           "fuse_attention_f32": fuse_f32,
            "graph_memory_mb": budget_mb, "load_s": load_s}
     if capture:
         rec["capture_report"] = s.capture_range("seq", 1, max_len, progress=True)
@@ -288,6 +289,9 @@ def main():
         ("graft exact + capture ahead", dict(mode="graph", shapes="exact", capture=True)),
         ("graft pad", dict(mode="graph", shapes="pad")),
         ("graft generic", dict(mode="graph", shapes="generic")),
+        # fused f32 attention (one library call per layer): generic reads its lengths from the slot table
+        ("graft exact fused-attention", dict(mode="graph", shapes="exact", fuse_f32=True)),
+        ("graft generic fused-attention", dict(mode="graph", shapes="generic", fuse_f32=True)),
         ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15)),
         ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True)),
         # ablation: each mechanism off in turn

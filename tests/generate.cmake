@@ -20,3 +20,5 @@ if(Python3_FOUND AND GRAFT_ONNX_ENABLED AND NOT GRAFT_SANITIZE AND NOT GRAFT_TSA
       TIMEOUT 900)
   endif()
 endif()
+# Beam search's shared per-step decision (codegen/beam.c) against its definition written slowly.
+graft_test(test_beam SOURCES tests/test_beam.c)

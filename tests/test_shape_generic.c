@@ -3,10 +3,14 @@
  *  - small models over a shuffled sweep of lengths, each output bit-identical to an eager session's
  *    at the same length (same kernels): a row-wise model (a matmul over rows: proven, every
  *    non-bucket length replays its bucket's graph), a softmax over the symbolic axis (kernels
- *    only: the symbol anywhere is fine), a contraction over the symbol (refused: explain names
- *    the matmul; still right, as exact);
+ *    only: the symbol anywhere is fine), a contraction over the symbol (a generated kernel), fused
+ *    attention (f32 with and without a mask, bf16 2 x 64 heads with a mask: the call reads its
+ *    lengths and strides from the table's length record), a library matmul with the symbol in n
+ *    (refused: explain names the matmul; still right, as exact);
+ *  - the length record itself on the simulator (its lengths are used; past the call's: an error);
  *  - the dynamic exports (tests/data/onnx/dyn: GPT-2, BERT, Llama) over a shuffled sweep of seq
- *    (batch 1 and 2) against eager, bit for bit; explain says per segment why it is or is not generic;
+ *    (batch 1 and 2) against eager, bit for bit, with attention unfused and fused (f32);
+ *    explain says per segment why it is or is not generic;
  *  - allocation failures: an error, never a leak.
  * `test_shape_generic cuda` runs the small models on CUDA (within 1e-5: a matmul may pick another
  * algorithm for the bucket's row count); GRAFT_TEST_DEVICE=cuda the exports too. */
@@ -87,7 +91,8 @@ static const char *colwise_gir =
     "y = sub(p, m)\n"
     "output y\n";
 
-/* fused attention (fuse_attention_f32): its lengths change with the binding: refused */
+/* fused attention (fuse_attention_f32): its lengths and strides change with the binding and come
+ * from the table's length record (proven) */
 static const char *attention_gir =
     "graft 1\n"
     "dim S: [1, 40]\n"
@@ -100,6 +105,50 @@ static const char *attention_gir =
     "y = tanh(o)\n"
     "output y\n";
 
+/* the same with a computed [1, 1, S, S] mask: its strides change with the binding too */
+static const char *masked_attention_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[1, 1, S, 16]\n"
+    "t = tanh(x)\n"
+    "mk = matmul(t, t, trans_b=1)\n"
+    "a = matmul(x, x, trans_b=1)\n"
+    "c = fill(shape=[], value=0.25)\n"
+    "s = mul(a, c)\n"
+    "u = add(s, mk)\n"
+    "p = softmax(u, axis=3)\n"
+    "o = matmul(p, x)\n"
+    "y = tanh(o)\n"
+    "output y\n";
+
+/* bf16, 2 heads of 64 with a computed mask: the tensor-core kernel on CUDA, its mask classified
+ * into a tile table sized for the bucket */
+static const char *attention_d64_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[1, 2, S, 64]\n"
+    "xb = cast(x, to=\"bf16\")\n"
+    "t = tanh(xb)\n"
+    "mk = matmul(t, t, trans_b=1)\n"
+    "a = matmul(xb, xb, trans_b=1)\n"
+    "c = fill(shape=[], value=0.125, dtype=\"bf16\")\n"
+    "s = mul(a, c)\n"
+    "u = add(s, mk)\n"
+    "p = softmax(u, axis=3)\n"
+    "o = matmul(p, xb)\n"
+    "y = cast(o, to=\"f32\")\n"
+    "output y\n";
+
+/* a library matmul whose column count is the symbol (w @ x^T, w a constant): a captured call
+ * cannot take n from the table: refused, run exact */
+static const char *wide_gir =
+    "graft 1\n"
+    "dim S: [1, 40]\n"
+    "input x: f32[S, 16]\n"
+    "w = random_normal(shape=[16, 16], seed=1, std=0.3)\n"
+    "y = matmul(w, x, trans_b=1)\n"
+    "output y\n";
+
 /* a contraction over the symbol (two computed operands): lowered to a generated kernel under generic */
 static const char *gram_gir =
     "graft 1\n"
@@ -110,19 +159,22 @@ static const char *gram_gir =
     "y = matmul(x, g)\n"
     "output y\n";
 
-static bool four_d; /* x is [1, 1, S, 16] */
+#define MAX_ROW 128           /* elements per position of S, at most */
+static bool four_d;           /* x is [1, heads4, S, dim4] (else [S, 16]) */
+static int heads4 = 1, dim4 = F;
+static size_t numel_at(int seq) { return (size_t)seq * (four_d ? (size_t)(heads4 * dim4) : F); }
 static gr_status run_at(gr_session_t s, int seq, float *y) {
-    float x[MAX_S * F];
-    fill(x, seq * F, 100u + (unsigned)seq);
-    int64_t dims[4] = {seq, F}, dims4[4] = {1, 1, seq, F};
-    GR_TRY(gr_session_set_input(s, "x", GR_F32, four_d ? 4 : 2, four_d ? dims4 : dims, x, sizeof(float) * (size_t)seq * F));
+    static float x[MAX_S * MAX_ROW];
+    fill(x, (int)numel_at(seq), 100u + (unsigned)seq);
+    int64_t dims[4] = {seq, F}, dims4[4] = {1, heads4, seq, dim4};
+    GR_TRY(gr_session_set_input(s, "x", GR_F32, four_d ? 4 : 2, four_d ? dims4 : dims, x, sizeof(float) * numel_at(seq)));
     GR_TRY(gr_session_run(s));
     gr_output o;
     GR_TRY(gr_session_output(s, 0, &o));
-    return gr_session_output_read(s, o, y, sizeof(float) * (size_t)seq * F);
+    return gr_session_output_read(s, o, y, sizeof(float) * numel_at(seq));
 }
 
-static float ref_y[MAX_S + 1][MAX_S * F];
+static float ref_y[MAX_S + 1][MAX_S * MAX_ROW];
 
 /* The shuffled sweep under generic against eager; mismatches returned, stats and explain out.
  * The eager session asks for generic too, so it lowers the same kernels (activation matmuls). */
@@ -142,11 +194,11 @@ static int small_sweep(const char *gir, gr_run_stats *st, char **explain, bool f
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[2 * N];
     int len = make_sweep(order, N, 7), bad = 0;
-    float y[MAX_S * F];
+    static float y[MAX_S * MAX_ROW];
     for (int i = 0; i < len && s; i++) {
         gr_status rc = run_at(s, order[i], y);
         CHECK_MSG(rc == GR_OK, "S=%d: %s", order[i], gr_last_error());
-        if (rc == GR_OK && !same(y, ref_y[order[i]], (size_t)order[i] * F)) {
+        if (rc == GR_OK && !same(y, ref_y[order[i]], numel_at(order[i]))) {
             if (!bad) fprintf(stderr, "first mismatch at S=%d (run %d)\n", order[i], i);
             bad++;
         }
@@ -183,14 +235,31 @@ static void test_small_models(void) {
     CHECK_MSG(st.captures == 6 && st.generic_replays > 0, "contraction: %ld captures, %ld replays", st.captures, st.generic_replays);
     gr_free_string(text);
     text = NULL;
+    /* fused attention: one graph per bucket, the lengths from the table; bit for bit eager's */
     four_d = true;
-    bad = small_sweep(attention_gir, &st, &text, true);
+    for (int m = 0; m < 3; m++) {
+        if (m == 2) heads4 = 2, dim4 = 64;
+        bad = small_sweep(m == 2 ? attention_d64_gir : m ? masked_attention_gir : attention_gir, &st, &text, true);
+        heads4 = 1, dim4 = F;
+        const char *what = m == 2 ? "bf16 masked attention, 2 heads of 64" : m ? "masked attention" : "fused attention";
+        CHECK_MSG(bad == 0, "%s: %d runs differ from eager", what, bad);
+        CHECK_MSG(st.captures == 6 && st.generic_replays > 0, "%s: %ld captures, %ld generic runs, %ld replays", what, st.captures,
+                  st.generic_runs, st.generic_replays);
+        /* the last run's binding (S = 18, not a bucket) ran as its bucket's graph, fused */
+        CHECK_MSG(text && strstr(text, "shape key: S=18") && strstr(text, "] attn ") &&
+                      strstr(text, "lengths from the slot table") && (!m || strstr(text, " +mask")) &&
+                      strstr(text, "generic: runs as its bucket's graph") && !strstr(text, "not generic"),
+                  "%s: explain: %s", what, text ? text : "");
+        gr_free_string(text);
+        text = NULL;
+    }
     four_d = false;
-    CHECK_MSG(bad == 0, "fused attention: %d runs differ from eager", bad);
-    CHECK_MSG(st.generic_runs == 0 && st.captures > 6, "fused attention: %ld generic runs, %ld captures", st.generic_runs, st.captures);
-    /* the last run's binding (a non-bucket one) says why, naming the attention */
-    CHECK_MSG(text && strstr(text, "not generic, own graph (exact): attention") && strstr(text, "(node 'o.attention')"),
-              "explain: %s", text ? text : "");
+    /* refused: explain names the matmul and why; still right, as exact */
+    bad = small_sweep(wide_gir, &st, &text, false);
+    CHECK_MSG(bad == 0, "symbol in a matmul's columns: %d runs differ from eager", bad);
+    CHECK_MSG(st.generic_runs == 0 && st.captures > 6, "symbol in n: %ld generic runs, %ld captures", st.generic_runs, st.captures);
+    CHECK_MSG(text && strstr(text, "not generic, own graph (exact): matmul") && strstr(text, "(node 'y')"), "explain: %s",
+              text ? text : "");
     gr_free_string(text);
 }
 
@@ -252,13 +321,13 @@ static void test_capture_range(void) {
     o = opts(GR_MODE_GRAPH, GR_SHAPES_GENERIC);
     CHECK_OK(gr_session_create(g, &o, &s));
     static const int before[] = {5, 7, 3}; /* buckets 8 and 4 serve other bindings first */
-    float y[MAX_S * F];
+    static float y[MAX_S * MAX_ROW];
     for (int i = 0; i < 3 && s; i++) CHECK_OK(run_at(s, before[i], y));
     if (s) CHECK_OK(gr_session_capture_range(s, "S", 1, 12, 0, NULL));
     int order[24], len = make_sweep(order, 12, 3), bad = 0;
     for (int i = 0; i < len && s; i++) {
         CHECK_OK(run_at(s, order[i], y));
-        bad += !same(y, ref_y[order[i]], (size_t)order[i] * F);
+        bad += !same(y, ref_y[order[i]], numel_at(order[i]));
     }
     CHECK_MSG(bad == 0, "%d runs after capture_range under generic differ from eager", bad);
     gr_session_destroy(s);
@@ -330,7 +399,8 @@ static gr_status read_out(gr_session_t s, float **out, size_t *n) {
 #define DYN_MAX_SEQ 64
 #define DYN_LENS 10
 
-static void dyn_case(const char *c) {
+/* fused: fuse_attention_f32, the attention one library call reading its lengths from the table */
+static void dyn_case(const char *c, bool fused) {
     char path[512];
     snprintf(path, sizeof path, DYN "%s/model.onnx", c);
     gr_graph_t g = NULL;
@@ -340,6 +410,7 @@ static void dyn_case(const char *c) {
     CHECK_OK(gr_graph_set_dim_range(g, "seq", 1, DYN_MAX_SEQ));
     /* the eager session asks for generic too: the same kernels (attention's products as kernels) */
     gr_session_options oe = opts(GR_MODE_EAGER, GR_SHAPES_GENERIC), og = opts(GR_MODE_GRAPH, GR_SHAPES_GENERIC);
+    oe.fuse_attention_f32 = og.fuse_attention_f32 = fused;
     const char *dev = getenv("GRAFT_TEST_DEVICE");
     if (dev && !strcmp(dev, "cuda")) oe.device = og.device = GR_DEVICE_CUDA;
     gr_session_t se = NULL, sg = NULL;
@@ -388,8 +459,11 @@ static void dyn_case(const char *c) {
     CHECK_MSG(text && strstr(text, "shape policy generic: "), "%s: explain has no generic line per segment", c);
     /* every export's attention runs as generated kernels: its segments replay their buckets' graphs */
     CHECK_MSG(st.generic_replays > 0, "%s: no replay of a bucket's graph", c);
-    printf("%-14s generic: %d runs, %ld captures, %ld segment runs through a bucket (%ld replays), %ld table refreshes (%zu B)\n", c,
-           len, st.captures, st.generic_runs, st.generic_replays, st.table_refreshes, st.table_bytes);
+    if (fused)
+        CHECK_MSG(text && strstr(text, "lengths from the slot table") && !strstr(text, "(exact): attention"),
+                  "%s fused: the attention is not generic: %s", c, text ? text : "");
+    printf("%-14s %s generic: %d runs, %ld captures, %ld segment runs through a bucket (%ld replays), %ld table refreshes (%zu B)\n", c,
+           fused ? "fused" : "unfused", len, st.captures, st.generic_runs, st.generic_replays, st.table_refreshes, st.table_bytes);
     if (text && getenv("GRAFT_TEST_VERBOSE")) printf("%s\n", text);
     gr_free_string(text);
     gr_session_destroy(se);
@@ -398,6 +472,55 @@ static void dyn_case(const char *c) {
 }
 
 #endif /* GRAFT_TEST_ONNX */
+
+/* ==== the length record ============================================================================== */
+/* An attention with lens_arg on the simulator: the record's lengths and strides, not the call's
+ * (which only bound them); a record past the call's lengths, or a call without it, is an error. */
+static void test_length_record(void) {
+    gr_device *d = NULL;
+    gr_stream *st = NULL;
+    CHECK_OK(gr_device_open(GR_DEVICE_SIM, NULL, 0, &d));
+    if (!d) return;
+    CHECK_OK(gr_dev_stream_create(d, &st));
+    enum { S = 8, D = 4 };
+    void *buf[5] = {0};
+    for (int i = 0; i < 4; i++) CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * S * D, &buf[i]));
+    CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(int64_t) * GR_ATTN_LENS, &buf[4]));
+    float host[3][S * D], want[S * D], got[S * D];
+    for (int i = 0; i < 3; i++) fill(host[i], S * D, 40u + (unsigned)i);
+    gr_libcall c;
+    memset(&c, 0, sizeof c);
+    c.kind = GR_LIB_ATTENTION, c.dtype = GR_F32, c.batch = 1, c.heads = c.kv_heads = 1, c.head_dim = c.head_dim_v = D;
+    c.alpha = 0.5, c.causal = true;
+    snprintf(c.name, sizeof c.name, "rec");
+    c.seq_q = 5, c.seq_k = 6; /* the binding: dense strides of [1, 1, 5 or 6, 4] */
+    gr_libcall_attention_dense(&c);
+    int64_t rec[GR_ATTN_LENS];
+    gr_libcall_attention_lens(&c, rec);
+    gr_karg ref[6] = {{.ptr = host[0]}, {.ptr = host[1]}, {.ptr = want}, {.ptr = host[2]}, {.ptr = NULL}};
+    memset(want, 0, sizeof want);
+    CHECK_OK(gr_libcall_reference(&c, ref));
+    c.seq_q = c.seq_k = S; /* the bucket's call */
+    gr_libcall_attention_dense(&c);
+    c.lens_arg = true;
+    CHECK(gr_libcall_nargs(&c) == GR_LIB_ATTENTION_NARGS + 1);
+    const int in[3] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) CHECK_OK(gr_dev_memcpy(d, st, buf[in[i]], host[i], sizeof(float) * S * D, GR_COPY_H2D));
+    CHECK_OK(gr_dev_memset(d, st, buf[2], 0, sizeof(float) * S * D));
+    CHECK_OK(gr_dev_memcpy(d, st, buf[4], rec, sizeof rec, GR_COPY_H2D));
+    gr_karg args[6] = {{.ptr = buf[0]}, {.ptr = buf[1]}, {.ptr = buf[2]}, {.ptr = buf[3]}, {.ptr = NULL}, {.ptr = buf[4]}};
+    CHECK_OK(gr_dev_libcall(d, st, &c, args, 6));
+    CHECK_OK(gr_dev_memcpy(d, st, got, buf[2], sizeof got, GR_COPY_D2H));
+    CHECK_OK(gr_dev_stream_sync(d, st));
+    CHECK_MSG(same(got, want, S * D), "the record's lengths were not the ones used");
+    CHECK_ERR(gr_dev_libcall(d, st, &c, args, 5), GR_ERR_INVALID, "arguments");
+    rec[GR_ATTN_LENS_SK] = S + 1;
+    CHECK_OK(gr_dev_memcpy(d, st, buf[4], rec, sizeof rec, GR_COPY_H2D));
+    CHECK_ERR(gr_dev_libcall(d, st, &c, args, 6), GR_ERR_INVALID, "exceed the call's");
+    for (int i = 0; i < 5; i++) gr_dev_free(d, buf[i]);
+    gr_dev_stream_destroy(d, st);
+    gr_device_destroy(d);
+}
 
 /* ==== allocation failures ============================================================================= */
 static void test_alloc_failures(void) {
@@ -411,7 +534,7 @@ static void test_alloc_failures(void) {
         gr_session_options o = opts(GR_MODE_GRAPH, GR_SHAPES_GENERIC);
         gr_session_t s = NULL;
         gr_status rc = gr_session_create(g, &o, &s);
-        float y[MAX_S * F];
+        static float y[MAX_S * MAX_ROW];
         static const int seqs[] = {3, 4, 7, 3, 8, 5, 7};
         for (int i = 0; rc == GR_OK && i < 7; i++) rc = run_at(s, seqs[i], y);
         char *text = NULL;
@@ -435,10 +558,11 @@ int main(int argc, char **argv) {
     test_needs_bound();
     test_device_inputs();
     test_capture_range();
+    if (!on_cuda) test_length_record();
     if (!on_cuda) test_alloc_failures();
 #ifdef GRAFT_TEST_ONNX
     static const char *const cases[] = {"gpt2_dynamo", "bert_dynamo", "llama_dynamo"};
-    for (int i = 0; i < 3; i++) dyn_case(cases[i]);
+    for (int i = 0; i < 6; i++) dyn_case(cases[i % 3], i >= 3);
 #endif
     return check_summary("test_shape_generic");
 }

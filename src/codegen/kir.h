@@ -366,23 +366,38 @@ typedef struct {
      * device may ignore the fields: the result is the same. */
     int8_t mask_group;
     bool mask_group_first;
+    /* Shape policy generic (runtime/generic.c): the call's lengths come from device memory at
+     * run time. args[5] points at GR_ATTN_LENS int64 values (gr_libcall_attention_lens) that
+     * replace seq_q, seq_k and every stride above; the fields themselves are the largest the
+     * call may see (a bucket's: grids and tables are sized for them) and the record's lengths
+     * are no larger. */
+    bool lens_arg;
     char name[64];
 } gr_libcall;
+/* The length record of an attention (lens_arg): seq_q, seq_k, then q, k, v and o strides
+ * (batch, head, seq each), then the mask strides (4). */
+enum { GR_ATTN_LENS_SQ = 0, GR_ATTN_LENS_SK, GR_ATTN_LENS_Q, GR_ATTN_LENS_K = 5, GR_ATTN_LENS_V = 8, GR_ATTN_LENS_O = 11,
+       GR_ATTN_LENS_MASK = 14, GR_ATTN_LENS = 18 };
+/* Writes c's lengths and strides into rec (GR_ATTN_LENS values). */
+void gr_libcall_attention_lens(const gr_libcall *c, int64_t *rec);
+/* c with rec's lengths and strides (rec as gr_libcall_attention_lens writes it); lens_arg cleared. */
+void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec);
 #define GR_ATTN_MASK_GROUPS 8
 /* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
  * one place every maker of an attention call starts from. */
 void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
 #define GR_LIB_MATMUL_NARGS 4
-/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL). Every library
+/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL) [5]=its length
+ * record (only with lens_arg). Every library
  * call writes its args[2] and only that (memory planning and fusion rely on it). */
 #define GR_LIB_ATTENTION_NARGS 5
 /* launch args of a sample: [0]=logits [1]=step [2]=out [3]=ints [4]=floats (GR_LIB_SAMPLE above) */
 #define GR_LIB_SAMPLE_NARGS 5
-#define GR_LIB_MAX_NARGS 5
+#define GR_LIB_MAX_NARGS 6
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
-    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS
+    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS + (c->lens_arg ? 1 : 0)
            : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
                                        : GR_LIB_MATMUL_NARGS;
 }
@@ -419,5 +434,47 @@ typedef struct {
 int64_t gr_sample_row(const void *logits, gr_dtype dtype, int64_t vocab, const gr_sample_params *p, uint64_t bits);
 /* The RNG bits of row r at counter c: gr_kernel_random_bits(seed, c). */
 static inline uint64_t gr_sample_bits(uint64_t seed, uint64_t counter) { return gr_kernel_random_bits(seed, counter); }
+
+/* ---- beam search (codegen/beam.c) -------------------------------------------------------
+ * One step of Hugging Face's generate(num_beams=k, do_sample=False, early_stopping=True) for
+ * one batch row, the ONE definition the host reference engine runs (and a device beam-step op
+ * is to run): with the k running beams' scores s_i and the last logits x_i of each beam,
+ *   c_{i,v} = (float)(s_i + (float)(x_{i,v} - logsumexp(x_i)))  (f32 sum; a NaN as -inf);
+ *   the top 2k of the k x vocab c, by score descending, lowest flat index i * vocab + v on ties;
+ *   among the first k of them, an EOS candidate (and, at the last step, every candidate) is a
+ *   finished hypothesis of score c / (j + 1) ** length_penalty, kept when it beats the worst of
+ *   the k kept ones (which start at GR_BEAM_EMPTY; existing ones win ties); the row is done
+ *   once it holds k hypotheses (and then keeps no more);
+ *   the best k non-EOS candidates are the new beams (src: the beam each continues, tok: its
+ *   token, its score c); with fewer than k, the rest are dead: src 0, tok pad_id (0 when < 0),
+ *   score GR_BEAM_EMPTY.
+ * Work O(k vocab log k) and O(k max_new) copying; scratch of gr_beam_scratch_bytes. */
+#define GR_BEAM_EMPTY (-1.0e9f)
+typedef struct {
+    int64_t beams;         /* k >= 1 */
+    int64_t vocab;         /* >= 1 */
+    int64_t max_new;       /* N: the room of a sequence and of a hypothesis */
+    int64_t eos_id;        /* < 0: none */
+    int64_t pad_id;        /* the token of dead beams and of the result past its end (may be < 0) */
+    double length_penalty; /* finite */
+} gr_beam_params;
+typedef struct { /* one batch row's state, caller-owned flat arrays */
+    float *score;        /* [k] running beams' scores */
+    int64_t *seqs;       /* [k * N] running beams' tokens */
+    float *hyp_score;    /* [k] finished hypotheses' scores (GR_BEAM_EMPTY: none) */
+    int64_t *hyp_len;    /* [k] */
+    int64_t *hyp_tok;    /* [k * N] */
+    uint8_t *done;       /* [1] */
+} gr_beam_row;
+gr_status gr_beam_scratch_bytes(const gr_beam_params *p, size_t *bytes);
+/* before the first step: beam 0 at score 0, the others (and every hypothesis) empty */
+void gr_beam_row_init(const gr_beam_params *p, const gr_beam_row *row);
+/* step j (0-based new-token index): logits are k rows of vocab (f32, f16, bf16 or f64), beam i's
+ * at row i; writes src[k] and tok[k] and updates row (sequences through j) */
+void gr_beam_step_row(const void *logits, gr_dtype dtype, const gr_beam_params *p, int64_t j, const gr_beam_row *row, int64_t *src,
+                      int64_t *tok, void *scratch);
+/* after `steps` steps: the best hypothesis' tokens, pad_id past its end (beam 0's sequence when
+ * the row holds none), N of them into out */
+void gr_beam_row_result(const gr_beam_params *p, const gr_beam_row *row, int64_t steps, int64_t *out);
 
 #endif

@@ -110,7 +110,38 @@ void gr_libcall_attention_dense(gr_libcall *c) {
     dense3(c->heads, c->seq_q, c->head_dim_v, c->o_stride);
 }
 
+void gr_libcall_attention_lens(const gr_libcall *c, int64_t *rec) {
+    rec[GR_ATTN_LENS_SQ] = c->seq_q;
+    rec[GR_ATTN_LENS_SK] = c->seq_k;
+    for (int d = 0; d < 3; d++) {
+        rec[GR_ATTN_LENS_Q + d] = c->q_stride[d];
+        rec[GR_ATTN_LENS_K + d] = c->k_stride[d];
+        rec[GR_ATTN_LENS_V + d] = c->v_stride[d];
+        rec[GR_ATTN_LENS_O + d] = c->o_stride[d];
+    }
+    for (int d = 0; d < 4; d++) rec[GR_ATTN_LENS_MASK + d] = c->mask_stride[d];
+}
+
+void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec) {
+    c->seq_q = rec[GR_ATTN_LENS_SQ];
+    c->seq_k = rec[GR_ATTN_LENS_SK];
+    for (int d = 0; d < 3; d++) {
+        c->q_stride[d] = rec[GR_ATTN_LENS_Q + d];
+        c->k_stride[d] = rec[GR_ATTN_LENS_K + d];
+        c->v_stride[d] = rec[GR_ATTN_LENS_V + d];
+        c->o_stride[d] = rec[GR_ATTN_LENS_O + d];
+    }
+    for (int d = 0; d < 4; d++) c->mask_stride[d] = rec[GR_ATTN_LENS_MASK + d];
+    c->lens_arg = false;
+}
+
 gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args) {
+    if (c->lens_arg) { /* the lengths in the record args[5] points at (host-readable here) */
+        if (!args[5].ptr) return gr_error(GR_ERR_INVALID, "libcall %s: NULL length record", c->name);
+        gr_libcall real = *c;
+        gr_libcall_attention_use_lens(&real, (const int64_t *)args[5].ptr);
+        return gr_libcall_attention_reference(&real, args);
+    }
     if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)
         return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: attention of %s is not supported", c->name,
                         gr_dtype_name(c->dtype));

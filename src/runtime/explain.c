@@ -44,11 +44,11 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                 snprintf(share, sizeof share, st->call.mask_group_first ? " (mask classified for group %d)"
                                                                         : " (mask of group %d reused)",
                          (int)st->call.mask_group);
-            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s%s  (from %s)\n", i,
-                         st->call.name, (long long)st->call.batch, (long long)st->call.heads, (long long)st->call.kv_heads,
+            gr_sb_printf(sb, "    [%3d] attn    %-28s batch=%lld heads=%lld/%lld seq=%lldx%lld head_dim=%lld %s%s%s%s%s  (from %s)\n",
+                         i, st->call.name, (long long)st->call.batch, (long long)st->call.heads, (long long)st->call.kv_heads,
                          (long long)st->call.seq_q, (long long)st->call.seq_k, (long long)st->call.head_dim,
                          gr_dtype_name(st->call.dtype), st->call.causal ? " causal" : "", st->call.has_mask ? " +mask" : "",
-                         share, node);
+                         share, st->call.lens_arg ? " lengths from the slot table" : "", node);
             break;
         }
         if (st->call.kind == GR_LIB_SAMPLE) {

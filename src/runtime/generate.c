@@ -464,11 +464,6 @@ static int64_t pick_greedy(const float *x, int64_t vocab) {
     return best;
 }
 
-typedef struct {
-    double p;
-    int64_t id;
-} scored; /* a beam candidate */
-
 /* Row r's token at new-token index j: the one definition of sampling (codegen/sample.c), with the
  * RNG bits of (seed, j * batch + r); the device's sample op computes the same (ir/ops.c). */
 static int64_t pick_sample(const float *x, int64_t vocab, const gr_generate_options *o, int64_t j, int64_t batch, int64_t r) {
@@ -558,119 +553,42 @@ static gr_status gen_greedy(gen_run *R, gr_generate_stats *stats) {
 }
 
 /* ---- beam search: Hugging Face's do_sample=False algorithm (early_stopping=True) ----
- * Per batch row, k running beams with scores (beam 0 at 0, the others at -1e9 after the prompt,
- * so the first step expands beam 0 only). Each step: scores + log_softmax of the last logits,
- * the top 2k of k x vocab (descending, lowest flat index on ties); the best k that are not EOS
- * (and, at the last position, none) run on; EOS candidates among the first k, and every one of
- * the first k at the last position, are finished hypotheses scored sum / len ** length_penalty
- * and kept when among the k best finished. A batch row is done when it holds k finished
- * hypotheses; the loop stops when every row is. The cache rows follow their beams (D2D). */
-typedef struct {
-    float score;
-    int64_t len;
-    int64_t *tokens; /* max_new_tokens */
-} beam_hyp;
-
+ * The per-step decision is codegen/beam.c's gr_beam_step_row (kir.h says what it computes), run
+ * per batch row over flat state arrays; this loop runs the model and moves the cache rows after
+ * their beams (D2D). The loop stops at max_new_tokens or when every batch row is done. */
 static gr_status gen_beam(gen_run *R, gr_generate_stats *stats) {
     gen_ctx *c = R->c;
     const gr_generate_options *o = c->o;
     gr_session_t s = c->s;
     int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, vocab = c->vocab, K = o->beams, rows = c->rows;
-    int64_t pad = o->pad_id >= 0 ? o->pad_id : o->eos_id;
-    int64_t K2 = 2 * K;
-    const float NEG = -1.0e9f;
+    gr_beam_params bp = {.beams = K, .vocab = vocab, .max_new = N, .eos_id = o->eos_id,
+                         .pad_id = o->pad_id >= 0 ? o->pad_id : o->eos_id, .length_penalty = o->length_penalty};
+    size_t scratch_bytes = 0;
+    GR_TRY(gr_beam_scratch_bytes(&bp, &scratch_bytes));
     size_t score_bytes = (size_t)rows * sizeof(float), seq_bytes = (size_t)(rows * N) * sizeof(int64_t);
-    size_t cand_bytes = (size_t)K2 * sizeof(scored), src_bytes = (size_t)rows * sizeof(int64_t);
-    size_t hyp_bytes = (size_t)(B * K) * sizeof(beam_hyp), hyp_tok_bytes = (size_t)(B * K * N) * sizeof(int64_t);
-    size_t lp_bytes = (size_t)vocab * sizeof(float), done_bytes = (size_t)B;
-    float *score = gr_malloc(score_bytes), *new_score = gr_malloc(score_bytes), *lp = gr_malloc(lp_bytes);
-    int64_t *seqs = gr_malloc(seq_bytes), *new_seqs = gr_malloc(seq_bytes);
-    scored *cand = gr_malloc(cand_bytes);
-    int64_t *src = gr_malloc(src_bytes), *tok = gr_malloc(src_bytes);
-    beam_hyp *hyp = gr_calloc((size_t)(B * K), sizeof(beam_hyp));
-    int64_t *hyp_tok = gr_malloc(hyp_tok_bytes);
+    size_t src_bytes = (size_t)rows * sizeof(int64_t), len_bytes = (size_t)rows * sizeof(int64_t), done_bytes = (size_t)B;
+    float *score = gr_malloc(score_bytes), *hyp_score = gr_malloc(score_bytes);
+    int64_t *seqs = gr_malloc(seq_bytes), *hyp_tok = gr_malloc(seq_bytes), *hyp_len = gr_malloc(len_bytes);
+    int64_t *src = gr_malloc(src_bytes), *tok = gr_malloc(src_bytes), *res = gr_malloc((size_t)N * sizeof(int64_t));
     uint8_t *done = gr_calloc((size_t)B, 1);
+    void *scratch = gr_malloc(scratch_bytes);
     gr_status st = GR_OK;
-    if (!score || !new_score || !lp || !seqs || !new_seqs || !cand || !src || !tok || !hyp || !hyp_tok || !done) st = GR_ERR_NOMEM;
+    if (!score || !hyp_score || !seqs || !hyp_tok || !hyp_len || !src || !tok || !res || !done || !scratch) st = GR_ERR_NOMEM;
+#define ROW(b) ((gr_beam_row){score + (b) * K, seqs + (b) * K * N, hyp_score + (b) * K, hyp_len + (b) * K, hyp_tok + (b) * K * N, done + (b)})
     if (st == GR_OK) {
-        for (int64_t r = 0; r < rows; r++) score[r] = r % K == 0 ? 0.0f : NEG;
-        for (int64_t h = 0; h < B * K; h++) hyp[h] = (beam_hyp){NEG, 0, hyp_tok + h * N};
+        for (int64_t b = 0; b < B; b++) gr_beam_row_init(&bp, &ROW(b));
         st = gen_prompt(R, K);
     }
     int64_t j = 0;
     for (; j < N && st == GR_OK; j++) {
-        bool last = j + 1 == N;
-        for (int64_t b = 0; b < B; b++) {
-            /* top 2k of scores + logprobs over k x vocab: insertion into a sorted list */
-            int64_t n_cand = 0;
-            for (int64_t i = 0; i < K; i++) {
-                const float *x = c->logits + (b * K + i) * vocab;
-                double mx = x[0], sum = 0;
-                for (int64_t v = 1; v < vocab; v++) mx = x[v] > mx ? x[v] : mx;
-                for (int64_t v = 0; v < vocab; v++) sum += exp((double)x[v] - mx);
-                double lse = mx + log(sum);
-                for (int64_t v = 0; v < vocab; v++) lp[v] = (float)((double)x[v] - lse);
-                for (int64_t v = 0; v < vocab; v++) {
-                    double sc = (double)(score[b * K + i] + lp[v]); /* f32 sums, as torch */
-                    int64_t id = i * vocab + v;
-                    if (n_cand == K2 && !(sc > cand[K2 - 1].p)) continue; /* ties keep the lower flat index */
-                    int64_t at = n_cand < K2 ? n_cand++ : K2 - 1;
-                    while (at > 0 && sc > cand[at - 1].p) {
-                        cand[at] = cand[at - 1];
-                        at--;
-                    }
-                    cand[at] = (scored){sc, id};
-                }
-            }
-            /* finished hypotheses: EOS (or every candidate at the last position) among the first k */
-            for (int64_t ci = 0; ci < K && !done[b]; ci++) {
-                int64_t beam = cand[ci].id / vocab, t = cand[ci].id % vocab;
-                bool eos = o->eos_id >= 0 && t == o->eos_id;
-                if (!eos && !last) continue;
-                float fs = (float)(cand[ci].p / pow((double)(j + 1), o->length_penalty));
-                beam_hyp *hs = hyp + b * K;
-                /* the k best finished: replace the worst when better (existing ones win ties) */
-                int64_t worst = 0;
-                for (int64_t h = 1; h < K; h++)
-                    if (hs[h].score < hs[worst].score) worst = h;
-                if (!(fs > hs[worst].score)) continue;
-                memcpy(hs[worst].tokens, seqs + (b * K + beam) * N, (size_t)j * sizeof(int64_t));
-                hs[worst].tokens[j] = t;
-                hs[worst].len = j + 1;
-                hs[worst].score = fs;
-            }
-            if (!done[b]) {
-                bool full = true;
-                for (int64_t h = 0; h < K; h++) full &= hyp[b * K + h].score > NEG;
-                if (full) done[b] = 1;
-            }
-            /* the k best non-EOS continuations run on */
-            int64_t n = 0;
-            for (int64_t ci = 0; ci < K2 && n < K; ci++) {
-                int64_t beam = cand[ci].id / vocab, t = cand[ci].id % vocab;
-                if (o->eos_id >= 0 && t == o->eos_id) continue;
-                int64_t r = b * K + n++;
-                src[r] = b * K + beam;
-                tok[r] = t;
-                new_score[r] = (float)cand[ci].p;
-                memcpy(new_seqs + r * N, seqs + (b * K + beam) * N, (size_t)j * sizeof(int64_t));
-                new_seqs[r * N + j] = t;
-            }
-            for (; n < K; n++) { /* fewer than k non-EOS candidates: dead beams */
-                int64_t r = b * K + n;
-                src[r] = b * K;
-                tok[r] = pad >= 0 ? pad : 0;
-                new_score[r] = NEG;
-                memcpy(new_seqs + r * N, seqs + b * K * N, (size_t)j * sizeof(int64_t));
-                new_seqs[r * N + j] = tok[r];
-            }
-        }
-        memcpy(score, new_score, score_bytes);
-        memcpy(seqs, new_seqs, seq_bytes);
-        if (j == 0) R->t_first = gr_session_clock_us(s);
         bool all = true;
-        for (int64_t b = 0; b < B; b++) all &= done[b] != 0;
-        if (last || all) {
+        for (int64_t b = 0; b < B; b++) {
+            gr_beam_step_row(c->logits + b * K * vocab, GR_F32, &bp, j, &ROW(b), src + b * K, tok + b * K, scratch);
+            for (int64_t i = 0; i < K; i++) src[b * K + i] += b * K; /* the row's beam -> the cache row */
+            all &= done[b] != 0;
+        }
+        if (j == 0) R->t_first = gr_session_clock_us(s);
+        if (j + 1 == N || all) {
             j++;
             break;
         }
@@ -680,15 +598,8 @@ static gr_status gen_beam(gen_run *R, gr_generate_stats *stats) {
     if (st == GR_OK) {
         stats->new_tokens = j;
         for (int64_t b = 0; b < B; b++) {
-            beam_hyp *best = NULL;
-            for (int64_t h = 0; h < K; h++)
-                if (hyp[b * K + h].score > NEG && (!best || hyp[b * K + h].score > best->score)) best = &hyp[b * K + h];
-            for (int64_t t = 0; t < N; t++) {
-                int64_t v = pad;
-                if (best && t < best->len) v = best->tokens[t];
-                else if (!best && t < j) v = seqs[b * K * N + t];
-                R->out[b * R->width + P + t] = v;
-            }
+            gr_beam_row_result(&bp, &ROW(b), j, res);
+            memcpy(R->out + b * R->width + P, res, (size_t)N * sizeof(int64_t));
         }
         if (o->on_token) {
             for (int64_t t = 0; t < j && st == GR_OK; t++) {
@@ -697,17 +608,17 @@ static gr_status gen_beam(gen_run *R, gr_generate_stats *stats) {
             }
         }
     }
+#undef ROW
     gr_free(score, score_bytes);
-    gr_free(new_score, score_bytes);
-    gr_free(lp, lp_bytes);
+    gr_free(hyp_score, score_bytes);
     gr_free(seqs, seq_bytes);
-    gr_free(new_seqs, seq_bytes);
-    gr_free(cand, cand_bytes);
+    gr_free(hyp_tok, seq_bytes);
+    gr_free(hyp_len, len_bytes);
     gr_free(src, src_bytes);
     gr_free(tok, src_bytes);
-    gr_free(hyp, hyp_bytes);
-    gr_free(hyp_tok, hyp_tok_bytes);
+    gr_free(res, (size_t)N * sizeof(int64_t));
     gr_free(done, done_bytes);
+    gr_free(scratch, scratch_bytes);
     return st;
 }
 

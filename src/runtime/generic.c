@@ -19,10 +19,14 @@
  * structures), so the same values live at the same times at the same offsets; in the segment,
  * every step's launch arguments are equal (buffer addresses, scalars) except the slot table,
  * and a library call differs at most in a matmul's row count m (rows are independent: R's
- * extra rows read and write only R-sized regions of values live then, never b's rows). Anything
- * else (an attention whose lengths differ, a contraction, batch stride or leading dim that
- * changes, an argument into the plan's own folded constants, a kernel without a table) refuses
- * the segment, naming the step and node: b runs it with its own plan and graph (exact). */
+ * extra rows read and write only R-sized regions of values live then, never b's rows) or in a
+ * fused attention's lengths and strides, no larger than R's: the attention reads them from its
+ * length record in the table (kir.h lens_arg), its grid and mask tile table are R's, the blocks
+ * past b's query rows exit at once, and a mask group reuses a tile table for b only where it
+ * does for R. Anything else (an attention that differs otherwise, a contraction, a batch
+ * stride or leading dim that changes, an argument into the plan's own folded constants, a
+ * kernel without a table) refuses the segment, naming the step and node: b runs it with its
+ * own plan and graph (exact). */
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +45,17 @@ static bool generic_on(gr_session_t s) {
 }
 
 /* ==== tables ======================================================================================= */
+/* A fused attention whose lengths the table holds (kir.h lens_arg): one that takes the record. */
+static bool attention_step(const gr_step *st) {
+    return st->kind == GR_STEP_LIBCALL && st->call.kind == GR_LIB_ATTENTION &&
+           (st->call.lens_arg ? st->n_args == GR_LIB_ATTENTION_NARGS + 1 : st->n_args == GR_LIB_ATTENTION_NARGS);
+}
+
+/* Table entries of step st: a kernel's slots and point count, an attention's length record. */
+static int step_slots(const gr_step *st) {
+    return st->kind == GR_STEP_KERNEL ? gr_kernel_slot_count(st->kernel) + 1 : GR_ATTN_LENS;
+}
+
 gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table) {
     if (!generic_on(s)) return GR_OK;
     /* a caller's device buffer is copied into the (shared) placeholder, never read in place: the
@@ -54,11 +69,12 @@ gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table) 
         const gr_step *st = &p->steps.data[i];
         p->slot_off[i] = -1;
         /* a kernel using every argument keeps its by-value slots (refused for generic) */
-        if (st->kind != GR_STEP_KERNEL || st->n_args >= GR_KMAX_PARAMS || st->n_args != st->kernel->n_params) continue;
-        int n = gr_kernel_slot_count(st->kernel);
+        bool kernel = st->kind == GR_STEP_KERNEL && st->n_args < GR_KMAX_PARAMS && st->n_args == st->kernel->n_params;
+        if (!kernel && !attention_step(st)) continue;
         if (total > (size_t)1 << 28) return gr_error(GR_ERR_INVALID, "generic: slot table too large");
         p->slot_off[i] = (int)total;
-        total += (size_t)n + 1; /* the slots, then the point count (device.h GR_KPREP_SLOT_TABLE) */
+        /* the slots, then the point count (device.h GR_KPREP_SLOT_TABLE); an attention's record */
+        total += (size_t)step_slots(st);
     }
     if (!total) return GR_OK;
     size_t bytes = total * sizeof(int64_t); /* total <= 2^28 + GR_KMAX_SLOTS-ish: no overflow */
@@ -69,6 +85,17 @@ gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table) 
     for (int i = 0; i < p->steps.len; i++) {
         if (p->slot_off[i] < 0) continue;
         gr_step *st = &p->steps.data[i];
+        if (st->kind == GR_STEP_LIBCALL) { /* the attention reads its lengths from the record */
+            gr_libcall_attention_lens(&st->call, p->slot_host + p->slot_off[i]);
+            if (!st->call.lens_arg) {
+                gr_step_arg *a = &st->args[st->n_args++];
+                memset(a, 0, sizeof *a);
+                a->kind = GR_ARG_LITERAL;
+                st->call.lens_arg = true;
+            }
+            st->args[st->n_args - 1].literal.ptr = (char *)p->slot_table + sizeof(int64_t) * (size_t)p->slot_off[i];
+            continue;
+        }
         gr_kslot_map m;
         GR_TRY(gr_kslot_map_build(st->kernel, &m));
         gr_kernel_slot_values(st->kernel, &m, p->slot_host + p->slot_off[i]);
@@ -219,6 +246,50 @@ static bool same_call_but_rows(const gr_libcall *a, const gr_libcall *b) {
                               a->batch_stride_c == b->batch_stride_c && a->batch_stride_bias == b->batch_stride_bias));
 }
 
+/* An attention equal but for its lengths and strides (the record the table holds), each length
+ * no larger than the bucket's (its grid and mask table are sized for the bucket's). */
+static bool same_attention_but_lengths(const gr_libcall *a, const gr_libcall *b) {
+    if (!a->lens_arg || !b->lens_arg || a->seq_q > b->seq_q || a->seq_k > b->seq_k) return false;
+    int64_t ra[GR_ATTN_LENS], rb[GR_ATTN_LENS];
+    gr_libcall_attention_lens(a, ra);
+    gr_libcall_attention_lens(b, rb);
+    /* the tensor-core kernel is chosen on the bucket's strides (each a multiple of 8): this
+     * binding's must pass that test too */
+    int64_t sa = 0, sb = 0;
+    for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS_MASK; d++) sa |= ra[d], sb |= rb[d];
+    if ((sb & 7) == 0 && (sa & 7) != 0) return false;
+    /* a broadcast mask dim stays broadcast: the mask table's planes are the bucket's; and no
+     * stride is negative (a device checks the call's strides, not the record's) */
+    for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS; d++)
+        if (ra[d] < 0 || (d >= GR_ATTN_LENS_MASK && (ra[d] == 0) != (rb[d] == 0))) return false;
+    gr_libcall x, y; /* memcpy: the padding compares equal as it did in the originals */
+    memcpy(&x, a, sizeof x);
+    memcpy(&y, b, sizeof y);
+    gr_libcall_attention_use_lens(&x, rb);
+    gr_libcall_attention_use_lens(&y, rb);
+    return !memcmp(&x, &y, sizeof x);
+}
+
+/* Same mask geometry (what a mask group's later call reuses the first call's table for). */
+static bool same_mask_geometry(const gr_libcall *a, const gr_libcall *b) {
+    return a->seq_q == b->seq_q && a->seq_k == b->seq_k && !memcmp(a->mask_stride, b->mask_stride, sizeof a->mask_stride);
+}
+
+/* A mask group's later call at step i reuses its first call's tile table when the bucket's
+ * geometries match (decided when the bucket's graph is captured): the binding's must match too. */
+static bool group_reuse_holds(const gr_rt_plan *p, const gr_rt_plan *r, int first_step, int i) {
+    const gr_libcall *a = &p->steps.data[i].call;
+    if (!a->mask_group || a->mask_group_first) return true;
+    for (int j = i - 1; j >= first_step; j--) {
+        const gr_step *f = &p->steps.data[j];
+        if (f->kind != GR_STEP_LIBCALL || f->call.kind != GR_LIB_ATTENTION || f->call.mask_group != a->mask_group ||
+            !f->call.mask_group_first)
+            continue;
+        return !same_mask_geometry(&r->steps.data[i].call, &r->steps.data[j].call) || same_mask_geometry(a, &f->call);
+    }
+    return true;
+}
+
 /* Root value of v (through a view) and the view's element offset. */
 static int root_of(const gr_rt_plan *p, int v, int64_t *elem_off) {
     const gr_value_store *st = &p->mem.values[v];
@@ -297,12 +368,24 @@ static gr_status refuse_reason(gr_session_t s, gr_rt_plan *p, gr_rt_plan *r, int
                 return GR_OK;
             }
             compared--; /* the table argument: the one allowed to differ, with the point count (read from the table) */
-        } else if (a->call.kind == GR_LIB_ATTENTION && memcmp(&a->call, &b->call, sizeof a->call)) {
-            snprintf(why, n, "attention '%.60s' (node '%.60s'): its lengths or strides change with the binding (%lld x %lld here, "
-                             "%lld x %lld in the bucket)",
-                     a->call.name, node_name(p, a), (long long)a->call.seq_q, (long long)a->call.seq_k, (long long)b->call.seq_q,
-                     (long long)b->call.seq_k);
-            return GR_OK;
+        } else if (a->call.kind == GR_LIB_ATTENTION && a->call.lens_arg) {
+            if (!b->call.lens_arg || !p->slot_off || !r->slot_off || p->slot_off[i] != r->slot_off[i]) {
+                snprintf(why, n, "attention '%.60s': length record layout differs", a->call.name);
+                return GR_OK;
+            }
+            compared--; /* the record argument: its lengths are this binding's, in the bucket's table */
+        }
+        if (a->kind == GR_STEP_KERNEL) {
+            /* its structure was compared above, its slots are read from the table */
+        } else if (a->call.kind == GR_LIB_ATTENTION) {
+            if ((memcmp(&a->call, &b->call, sizeof a->call) && !same_attention_but_lengths(&a->call, &b->call)) ||
+                !group_reuse_holds(p, r, sa->first_step, i)) {
+                snprintf(why, n, "attention '%.60s' (node '%.60s') changes with the binding in more than its lengths and strides "
+                                 "(%lld x %lld here, %lld x %lld in the bucket)",
+                         a->call.name, node_name(p, a), (long long)a->call.seq_q, (long long)a->call.seq_k,
+                         (long long)b->call.seq_q, (long long)b->call.seq_k);
+                return GR_OK;
+            }
         } else if (a->call.kind != GR_LIB_MATMUL && memcmp(&a->call, &b->call, sizeof a->call)) {
             snprintf(why, n, "library call '%.60s' (node '%.60s') changes with the binding", a->call.name, node_name(p, a));
             return GR_OK;
@@ -376,7 +459,7 @@ static gr_status load_slots(gr_session_t s, gr_rt_plan *q, gr_rt_plan *src, int 
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
         if (q->slot_off[i] < 0) continue;
         if (lo < 0) lo = q->slot_off[i];
-        hi = q->slot_off[i] + gr_kernel_slot_count(q->steps.data[i].kernel) + 1;
+        hi = q->slot_off[i] + step_slots(&q->steps.data[i]);
     }
     if (lo >= 0) {
         size_t bytes = sizeof(int64_t) * (size_t)(hi - lo);

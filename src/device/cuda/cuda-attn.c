@@ -52,6 +52,9 @@ static const char attn_src[] =
     "   * plane p, query tile qt, key tile kt: (p * tnq + qt) * tnk + kt, p = b * tbs + h * ths */\n"
     "  unsigned long long *trows; unsigned char *tcls;\n"
     "  long long tnq, tnk, tbs, ths;\n"
+    "  /* shape policy generic: the call's lengths and strides (kir.h GR_ATTN_LENS order), read at\n"
+    "   * run time from the plan's device table; NULL: the fields above are the call's */\n"
+    "  const long long *lens;\n"
     "};\n"
     "#define NEG_INF (-__int_as_float(0x7f800000))\n"
     "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
@@ -75,6 +78,18 @@ static const char attn_src[] =
     "template <class X> __device__ float mask_at(const AttnArgs &a, long long b, long long h, long long i, long long j) {\n"
     "  long long off = b * a.ms0 + h * a.ms1 + i * a.ms2 + j * a.ms3;\n"
     "  return a.mask_kind == 1 ? ((const float *)a.mask)[off] : X::ld((const typename X::T *)a.mask, off);\n"
+    "}\n"
+    "/* The lengths of the record (generic), if any; false: the block of `rows` query rows\n"
+    " * (0: a mask_cls block) lies past them, and exits before any barrier. The grid and the\n"
+    " * mask table are sized for the call's fields, which bound the record's. */\n"
+    "__device__ __forceinline__ bool use_lens(AttnArgs &a, long long rows) {\n"
+    "  const long long *r = a.lens;\n"
+    "  if (!r) return true;\n"
+    "  a.Sq = r[0], a.Sk = r[1];\n"
+    "  a.qb = r[2], a.qh = r[3], a.qs = r[4], a.kb = r[5], a.kh = r[6], a.ks = r[7];\n"
+    "  a.vb = r[8], a.vh = r[9], a.vs = r[10], a.ob = r[11], a.oh = r[12], a.os = r[13];\n"
+    "  a.ms0 = r[14], a.ms1 = r[15], a.ms2 = r[16], a.ms3 = r[17];\n"
+    "  return !rows || (long long)blockIdx.x * rows < a.Sq;\n"
     "}\n"
     "/* last key query i may see, plus one */\n"
     "__device__ long long key_end(const AttnArgs &a, long long i) {\n"
@@ -416,16 +431,16 @@ static const char attn_src[] =
     "    if (d < Dv) X::st(O, i * a.os + d, acc[c] * inv);\n"
     "  }\n"
     "}\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(const AttnArgs a) { attn_mma<TBF16, 64>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(const AttnArgs a) { attn_mma<TBF16, 128>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(const AttnArgs a) { attn_mma<TF16, 64>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(const AttnArgs a) { attn_mma<TF16, 128>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(const AttnArgs a) { attn_gen<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(const AttnArgs a) { attn_gen<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(const AttnArgs a) { attn_gen<TF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f32(const AttnArgs a) { mask_cls<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_bf16(const AttnArgs a) { mask_cls<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f16(const AttnArgs a) { mask_cls<TF16>(a); }\n";
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f32(AttnArgs a) { if (use_lens(a, 0)) mask_cls<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_bf16(AttnArgs a) { if (use_lens(a, 0)) mask_cls<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_mask_cls_f16(AttnArgs a) { if (use_lens(a, 0)) mask_cls<TF16>(a); }\n";
 
 const char *gr_cuda_attention_source(void) { return attn_src; }
 
@@ -441,6 +456,7 @@ typedef struct {
     long long qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os; /* strides (elements): batch, head, seq */
     void *trows, *tcls; /* the mask's tile table, NULL: none */
     long long tnq, tnk, tbs, ths;
+    const void *lens; /* generic: the length record (kir.h lens_arg), NULL: none */
 } attn_args;
 
 enum {
@@ -588,6 +604,8 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
     if (n_args < GR_LIB_ATTENTION_NARGS)
         return gr_error(GR_ERR_INVALID, "cuda: attention %s: %d arguments, expected %d", call->name, n_args,
                         GR_LIB_ATTENTION_NARGS);
+    if (call->lens_arg && (n_args < GR_LIB_ATTENTION_NARGS + 1 || !args[GR_LIB_ATTENTION_NARGS].ptr))
+        return gr_error(GR_ERR_INVALID, "cuda: attention %s: its length record is missing", call->name);
     if (call->batch <= 0 || call->heads <= 0 || call->seq_q <= 0 || call->head_dim_v <= 0) return GR_OK;
     if (call->kv_heads <= 0 || call->heads % call->kv_heads)
         return gr_error(GR_ERR_INVALID, "cuda: attention %s: %lld heads over %lld kv heads", call->name,
@@ -623,6 +641,7 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
         .kb = call->k_stride[0], .kh = call->k_stride[1], .ks = call->k_stride[2],
         .vb = call->v_stride[0], .vh = call->v_stride[1], .vs = call->v_stride[2],
         .ob = call->o_stride[0], .oh = call->o_stride[1], .os = call->o_stride[2],
+        .lens = call->lens_arg ? args[GR_LIB_ATTENTION_NARGS].ptr : NULL,
     };
     for (int d = 0; d < 3; d++)
         if (call->q_stride[d] < 0 || call->k_stride[d] < 0 || call->v_stride[d] < 0 || call->o_stride[d] < 0)

@@ -475,6 +475,18 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
         GR_TRY(check_device_range(c, args[2].ptr, out_bytes, true, what, "output"));
         return gr_sim_comm_run(c, call, args);
     }
+    if (call->kind == GR_LIB_ATTENTION && call->lens_arg) {
+        /* generic: the lengths the record holds now (a graph replay reads the table as it is
+         * then), within the call's, as a device's grid is sized for the call's */
+        GR_TRY(check_device_range(c, args[5].ptr, sizeof(int64_t) * GR_ATTN_LENS, false, what, "length record"));
+        gr_libcall real = *call;
+        gr_libcall_attention_use_lens(&real, (const int64_t *)args[5].ptr);
+        if (real.seq_q > call->seq_q || real.seq_k > call->seq_k)
+            return gr_error(GR_ERR_INVALID, "%s: lengths %lld x %lld exceed the call's %lld x %lld", what, (long long)real.seq_q,
+                            (long long)real.seq_k, (long long)call->seq_q, (long long)call->seq_k);
+        GR_TRY(check_attention(c, &real, args, what));
+        return gr_libcall_reference(&real, args);
+    }
     if (call->kind == GR_LIB_ATTENTION) {
         GR_TRY(check_attention(c, call, args, what));
         return gr_libcall_reference(call, args);
