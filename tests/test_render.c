@@ -616,8 +616,10 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
 /* The warp-row form of block kernels (issue 15): every block kernel carries it behind a run-time
  * branch on the row length; a layer norm's cached loads get the vector fill (16-byte gr_v8 for
  * 2-byte rows, gr_v4 for f32) with its run-time alignment check and the scalar fallback; a
- * gathered cached load keeps the scalar fill only. Compiles for f32/bf16/f16, literal, generic
- * and table-generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
+ * gathered cached load keeps the scalar fill only; 2-byte rows are cached as bits, two points a
+ * register; rows of whole vector chunks compare one point per chunk with the row's end (generic
+ * code: a version per kind of row length). Compiles for f32/bf16/f16, literal, generic and
+ * table-generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
 static void test_warp_rows(void) {
     const gr_dtype types[3] = {GR_F32, GR_BF16, GR_F16};
     for (int ti = 0; ti < 3; ti++) {
@@ -635,9 +637,18 @@ static void test_warp_rows(void) {
                 const char *src = sb.data ? sb.data : "";
                 CHECK_MSG(strstr(src, "<= 1024) {  // warp-row form") != NULL, "%s: no warp-row branch", name);
                 CHECK(strstr(src, "gr_warp_reduce(gr_a, gr_fold_sum())") != NULL);
-                /* x and res cached (nodes 0, 1; after the gather index's three nodes: 3, 4) */
-                CHECK(strstr(src, gather ? "float gr_c3[32];" : "float gr_c0[32];") != NULL &&
-                      strstr(src, gather ? "float gr_c4[32];" : "float gr_c1[32];") != NULL);
+                /* x and res cached (nodes 0, 1; after the gather index's three nodes: 3, 4); 2-byte
+                 * floats as their bits, two points a register, widened where read */
+                const bool narrow = types[ti] != GR_F32;
+                char c0[64], c1[64];
+                snprintf(c0, sizeof c0, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 3 : 0);
+                snprintf(c1, sizeof c1, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 4 : 1);
+                CHECK_MSG(strstr(src, c0) != NULL && strstr(src, c1) != NULL, "%s mode %d: row cache", name, mode);
+                if (narrow) {
+                    CHECK(strstr(src, gather ? "gr_half(gr_c3[gr_j >> 1], gr_j)" : "gr_half(gr_c0[gr_j >> 1], gr_j)") != NULL);
+                    CHECK(strstr(src, gather ? "gr_set_half(gr_c4[gr_j >> 1], gr_j, gr_u4);" : "gr_set_half(gr_c1[gr_j >> 1], gr_j, gr_u1);") != NULL);
+                    CHECK(gather || strstr(src, "gr_c0[(gr_q * 8 + gr_e) >> 1] = (unsigned)gr_w0.v[gr_e] | (unsigned)gr_w0.v[gr_e + 1] << 16;") != NULL);
+                }
                 const char *vt = types[ti] == GR_F32 ? "reinterpret_cast<const gr_v4<float>*>(p0 + gr_b"
                                                      : "reinterpret_cast<const gr_v8<unsigned short>*>(p0 + gr_b";
                 bool has_vec = strstr(src, vt) != NULL, has_check = strstr(src, "if (gr_al) {") != NULL;
@@ -649,17 +660,37 @@ static void test_warp_rows(void) {
                 bool has_vs = strstr(src, vs) != NULL && strstr(src, "reinterpret_cast<gr_v") != NULL &&
                               strstr(src, "(p4 + gr_bs + gr_r0) = gr_sv;") != NULL;
                 CHECK_MSG(gather ? strstr(src, "gr_sv") == NULL : has_vs, "%s mode %d: vector stores %d", name, mode, has_vs);
-                /* the scalar fill maps points as the vector fill does */
-                CHECK(strstr(src, gather ? "const int ri = gr_j * 32 + gr_lane;"
-                                         : (types[ti] == GR_F32 ? "const int ri = ((gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
-                                                                : "const int ri = ((gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL);
-                /* a lane's walk ends at its first point past the row (points grow with gr_j) */
-                CHECK(strstr(src, "if (ri >= gr_ni) break;") != NULL);
+                /* rows of whole chunks (768 points: literal code has only these; generic code branches
+                 * on the row length) compare a chunk's start with the row's end; other rows every
+                 * point, mapped as the vector fill maps them (gather: chunks of one point) */
+                bool whole = strstr(src, "const int ri = gr_r0 + gr_e;") != NULL &&
+                             strstr(src, "if (gr_r0 >= gr_ni) break;") != NULL;
+                bool version = strstr(src, types[ti] == GR_F32 ? "if (gr_ni % 4 == 0) {  // whole chunks"
+                                                               : "if (gr_ni % 8 == 0) {  // whole chunks") != NULL;
+                bool per_point = strstr(src, gather ? "const int ri = gr_j * 32 + gr_lane;"
+                                                    : (types[ti] == GR_F32 ? "const int ri = ((gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
+                                                                           : "const int ri = ((gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL &&
+                                 strstr(src, "if (ri >= gr_ni) break;") != NULL;
+                CHECK_MSG(gather ? (per_point && !version) : mode ? (whole && version && per_point) : (whole && !version && !per_point),
+                          "%s mode %d: whole %d version %d per point %d", name, mode, whole, version, per_point);
                 /* the block form stays for long rows */
                 CHECK(strstr(src, "gr_block_reduce(gr_a, gr_sh0, gr_fold_sum())") != NULL);
                 if (mode) nvrtc_check(src, k->name, 90, &compiled_generic);
                 else nvrtc_check(src, k->name, 90, &compiled);
                 gr_sb_free(&sb);
+            }
+            if (!gather) { /* literal rows of 702: not whole chunks, so no vector fill and every point compared */
+                gr_kernel *k7 = layer_norm_kernel(name, types[ti], 64, 702, false);
+                CHECK(k7 != NULL);
+                gr_strbuf sb;
+                gr_sb_init(&sb);
+                if (k7) CHECK_OK(gr_render_cuda(k7, &sb));
+                const char *src = sb.data ? sb.data : "";
+                CHECK(strstr(src, "if (ri >= gr_ni) break;") != NULL && strstr(src, "if (gr_al) {") == NULL &&
+                      strstr(src, "gr_sv") == NULL && strstr(src, "gr_r0") == NULL);
+                if (k7) nvrtc_check(src, k7->name, 90, &compiled);
+                gr_sb_free(&sb);
+                gr_kernel_destroy(k7);
             }
             unsigned grid = 0, block = 0;
             gr_render_cuda_launch_dims(k, 4096, 1u << 30, &grid, &block);
