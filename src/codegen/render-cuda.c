@@ -1046,7 +1046,7 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
         const char *scalar_indent = I0;
         if (w->vec && w->whole && v > 1) {
             /* the row starts (ri = 0) and the run-time alignment check; a row is warp-uniform */
-            gr_sb_printf(sb, "%sbool gr_al = true;\n", I0);
+            gr_sb_printf(sb, "%sbool gr_al = gr_ni > 0;  // a row of no points reads nothing\n", I0);
             for (int i = 0; i < n; i++)
                 if (w->cached[i]) gr_sb_printf(sb, "%slong long gr_b%d;\n", I0, i);
             gr_sb_printf(sb, "%s{\n%sconst long long ri = 0;\n", I0, I1);
@@ -1063,8 +1063,11 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
             gr_sb_printf(sb, "%s(void)ri;\n%s}\n", I1, I0);
             gr_sb_printf(sb, "%sif (gr_al) {\n#pragma unroll\n", I0);
             gr_sb_printf(sb, "%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I1, GR_WARP_ROW_PTS / v);
-            gr_sb_printf(sb, "%sconst int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", I2, v);
-            gr_sb_printf(sb, "%sif (gr_r0 >= gr_ni) break;\n", I2);
+            /* a chunk past the row's end reads the row's last chunk, never used (the stages stop
+             * at the row's end). Why not a break: a chunk's loads then waited for the previous
+             * chunk's to arrive (nvcc moved each chunk into the cache before the branch), about
+             * three memory latencies a row for GPT-2's rows of 768 where literal code has one */
+            gr_sb_printf(sb, "%sconst int gr_r0 = min((gr_q * 32 + gr_lane) * %d, gr_ni - %d);\n", I2, v, v);
             for (int i = 0; i < n; i++) {
                 if (!w->cached[i]) continue;
                 const gr_kexpr *e = &k->nodes.data[i];
