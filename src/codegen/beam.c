@@ -46,15 +46,8 @@ static void sift_up(beam_cand *h, int64_t i) {
     }
 }
 
-static float logit_at(const void *x, gr_dtype t, int64_t i) {
-    switch (t) {
-    case GR_F32: return ((const float *)x)[i];
-    case GR_F16: return gr_half_to_f32(((const uint16_t *)x)[i]);
-    case GR_BF16: return gr_bf16_to_f32(((const uint16_t *)x)[i]);
-    case GR_F64: return (float)((const double *)x)[i];
-    default: return 0.f;
-    }
-}
+/* a float logit as f32 (f16/bf16/f32 exactly; callers check the dtype is a float one) */
+static float logit_at(const void *x, gr_dtype t, int64_t i) { return (float)gr_load_f64(x, t, i); }
 
 /* ---- state -------------------------------------------------------------------------------- */
 gr_status gr_beam_scratch_bytes(const gr_beam_params *p, size_t *bytes) {
