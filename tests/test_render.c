@@ -561,6 +561,152 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* A layer norm with its residual add, as GPT-2's: h = x + res (stored), mean and variance of
+ * h, y = (h - mean) * rsqrt(var + eps) * g + b. The loads of x and res are row-cached.
+ * gather: res is read through a gather index (no vector fill). */
+static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, bool gather) {
+    gr_kernel *k = NULL;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = rows;
+    k->n_inner = 1;
+    k->inner[0] = cols;
+    int x, r, g, b, h, y, lx, lr, hsum, a0, inv_n, mean, d, d2, a1, var, eps, ve, rs, nm, lg, lb, o1, o2, idx = -1;
+    gr_kaccess a, ar, aw;
+    gr_kaccess_init(&a);
+    a.stride[0] = cols;
+    a.inner_stride[0] = 1;
+    gr_kaccess_init(&aw);
+    aw.inner_stride[0] = 1;
+    ar = a;
+    bool ok = gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x) == GR_OK &&
+              gr_kernel_add_param(k, GR_KP_BUFFER, t, "res", &r) == GR_OK &&
+              gr_kernel_add_param(k, GR_KP_BUFFER, t, "g", &g) == GR_OK &&
+              gr_kernel_add_param(k, GR_KP_BUFFER, t, "b", &b) == GR_OK &&
+              gr_kernel_add_param(k, GR_KP_BUFFER, t, "h", &h) == GR_OK &&
+              gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y) == GR_OK;
+    if (ok && gather) { /* res row (rows - 1 - o0): a gather by an outer index */
+        int o0, last;
+        ok = gr_kx_index(k, 0, &o0) == GR_OK && gr_kx_const_i(k, GR_I64, rows - 1, &last) == GR_OK &&
+             gr_kx_binary(k, GR_KB_SUB, GR_I64, last, o0, &idx) == GR_OK;
+        ar.stride[0] = 0;
+        ar.index = idx;
+        ar.index_stride = cols;
+        ar.index_extent = rows;
+    }
+    ok = ok && gr_kx_load(k, x, &a, &lx) == GR_OK && gr_kx_load(k, r, &ar, &lr) == GR_OK &&
+         gr_kx_binary(k, GR_KB_ADD, GR_F32, lx, lr, &hsum) == GR_OK && reduce(k, GR_KR_SUM, hsum) == GR_OK &&
+         gr_kx_acc(k, 0, GR_F32, &a0) == GR_OK && gr_kx_const_f(k, GR_F32, 1.0 / (double)cols, &inv_n) == GR_OK &&
+         gr_kx_binary(k, GR_KB_MUL, GR_F32, a0, inv_n, &mean) == GR_OK &&
+         gr_kx_binary(k, GR_KB_SUB, GR_F32, hsum, mean, &d) == GR_OK &&
+         gr_kx_binary(k, GR_KB_MUL, GR_F32, d, d, &d2) == GR_OK && reduce(k, GR_KR_SUM, d2) == GR_OK &&
+         gr_kx_acc(k, 1, GR_F32, &a1) == GR_OK && gr_kx_binary(k, GR_KB_MUL, GR_F32, a1, inv_n, &var) == GR_OK &&
+         gr_kx_const_f(k, GR_F32, 1e-5, &eps) == GR_OK && gr_kx_binary(k, GR_KB_ADD, GR_F32, var, eps, &ve) == GR_OK &&
+         gr_kx_unary(k, GR_KU_RSQRT, GR_F32, ve, &rs) == GR_OK && gr_kx_binary(k, GR_KB_MUL, GR_F32, d, rs, &nm) == GR_OK &&
+         gr_kx_load(k, g, &aw, &lg) == GR_OK && gr_kx_load(k, b, &aw, &lb) == GR_OK &&
+         gr_kx_binary(k, GR_KB_MUL, GR_F32, nm, lg, &o1) == GR_OK && gr_kx_binary(k, GR_KB_ADD, t, o1, lb, &o2) == GR_OK &&
+         store(k, h, hsum, &a, true) == GR_OK && store(k, y, o2, &a, true) == GR_OK;
+    if (!ok) {
+        gr_kernel_destroy(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* The warp-row form of block kernels (issue 15): every block kernel carries it behind a run-time
+ * branch on the row length; a layer norm's cached loads get the vector fill (16-byte gr_v8 for
+ * 2-byte rows, gr_v4 for f32) with its run-time alignment check and the scalar fallback; a
+ * gathered cached load keeps the scalar fill only; 2-byte rows are cached as bits, two points a
+ * register; rows of whole vector chunks compare one point per chunk with the row's end (generic
+ * code: a version per kind of row length). Compiles for f32/bf16/f16, literal, generic and
+ * table-generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
+static void test_warp_rows(void) {
+    const gr_dtype types[3] = {GR_F32, GR_BF16, GR_F16};
+    for (int ti = 0; ti < 3; ti++) {
+        for (int gather = 0; gather < 2; gather++) {
+            char name[64];
+            snprintf(name, sizeof name, "ln_%s%s", gr_dtype_name(types[ti]), gather ? "_gather" : "");
+            gr_kernel *k = layer_norm_kernel(name, types[ti], 4096, 768, gather);
+            CHECK_MSG(k != NULL, "%s: build failed: %s", name, gr_last_error());
+            if (!k) continue;
+            for (int mode = 0; mode < 3; mode++) { /* literal, generic, generic with the slot table */
+                gr_strbuf sb;
+                gr_sb_init(&sb);
+                CHECK_OK(gr_render_cuda_mode(k, mode == 2 ? GR_RENDER_GENERIC_TABLE : mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL,
+                                             &sb));
+                const char *src = sb.data ? sb.data : "";
+                CHECK_MSG(strstr(src, "<= 1024) {  // warp-row form") != NULL, "%s: no warp-row branch", name);
+                CHECK(strstr(src, "gr_warp_reduce(gr_a, gr_fold_sum())") != NULL);
+                /* x and res cached (nodes 0, 1; after the gather index's three nodes: 3, 4); 2-byte
+                 * floats as their bits, two points a register, widened where read */
+                const bool narrow = types[ti] != GR_F32;
+                char c0[64], c1[64];
+                snprintf(c0, sizeof c0, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 3 : 0);
+                snprintf(c1, sizeof c1, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 4 : 1);
+                CHECK_MSG(strstr(src, c0) != NULL && strstr(src, c1) != NULL, "%s mode %d: row cache", name, mode);
+                if (narrow) {
+                    CHECK(strstr(src, gather ? "gr_half(gr_c3[gr_j >> 1], gr_j)" : "gr_half(gr_c0[gr_j >> 1], gr_j)") != NULL);
+                    CHECK(strstr(src, gather ? "gr_set_half(gr_c4[gr_j >> 1], gr_j, gr_u4);" : "gr_set_half(gr_c1[gr_j >> 1], gr_j, gr_u1);") != NULL);
+                    CHECK(gather || strstr(src, "gr_c0[(gr_q * 8 + gr_e) >> 1] = (unsigned)gr_w0.v[gr_e] | (unsigned)gr_w0.v[gr_e + 1] << 16;") != NULL);
+                }
+                const char *vt = types[ti] == GR_F32 ? "reinterpret_cast<const gr_v4<float>*>(p0 + gr_b"
+                                                     : "reinterpret_cast<const gr_v8<unsigned short>*>(p0 + gr_b";
+                bool has_vec = strstr(src, vt) != NULL, has_check = strstr(src, "if (gr_al) {") != NULL;
+                CHECK_MSG(gather ? (!has_vec && !has_check) : (has_vec && has_check), "%s mode %d: vector fill %d check %d",
+                          name, mode, has_vec, has_check);
+                /* both row stores (h, y) take 16-byte vector stores behind their own run-time check */
+                const char *vs = types[ti] == GR_F32 ? "*reinterpret_cast<gr_v4<float>*>(p5 + gr_bs + gr_r0) = gr_sv;"
+                                                     : "*reinterpret_cast<gr_v8<unsigned short>*>(p5 + gr_bs + gr_r0) = gr_sv;";
+                bool has_vs = strstr(src, vs) != NULL && strstr(src, "reinterpret_cast<gr_v") != NULL &&
+                              strstr(src, "(p4 + gr_bs + gr_r0) = gr_sv;") != NULL;
+                CHECK_MSG(gather ? strstr(src, "gr_sv") == NULL : has_vs, "%s mode %d: vector stores %d", name, mode, has_vs);
+                /* rows of whole chunks (768 points: literal code has only these; generic code branches
+                 * on the row length) compare a chunk's start with the row's end; other rows every
+                 * point, mapped as the vector fill maps them (gather: chunks of one point) */
+                bool whole = strstr(src, "const int ri = gr_r0 + gr_e;") != NULL &&
+                             strstr(src, "if (gr_r0 >= gr_ni) break;") != NULL;
+                bool version = strstr(src, types[ti] == GR_F32 ? "if (gr_ni % 4 == 0) {  // whole chunks"
+                                                               : "if (gr_ni % 8 == 0) {  // whole chunks") != NULL;
+                bool per_point = strstr(src, gather ? "const int ri = gr_j * 32 + gr_lane;"
+                                                    : (types[ti] == GR_F32 ? "const int ri = ((gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
+                                                                           : "const int ri = ((gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL &&
+                                 strstr(src, "if (ri >= gr_ni) break;") != NULL;
+                CHECK_MSG(gather ? (per_point && !version) : mode ? (whole && version && per_point) : (whole && !version && !per_point),
+                          "%s mode %d: whole %d version %d per point %d", name, mode, whole, version, per_point);
+                /* the block form stays for long rows */
+                CHECK(strstr(src, "gr_block_reduce(gr_a, gr_sh0, gr_fold_sum())") != NULL);
+                if (mode) nvrtc_check(src, k->name, 90, &compiled_generic);
+                else nvrtc_check(src, k->name, 90, &compiled);
+                gr_sb_free(&sb);
+            }
+            if (!gather) { /* literal rows of 702: not whole chunks, so no vector fill and every point compared */
+                gr_kernel *k7 = layer_norm_kernel(name, types[ti], 64, 702, false);
+                CHECK(k7 != NULL);
+                gr_strbuf sb;
+                gr_sb_init(&sb);
+                if (k7) CHECK_OK(gr_render_cuda(k7, &sb));
+                const char *src = sb.data ? sb.data : "";
+                CHECK(strstr(src, "if (ri >= gr_ni) break;") != NULL && strstr(src, "if (gr_al) {") == NULL &&
+                      strstr(src, "gr_sv") == NULL && strstr(src, "gr_r0") == NULL);
+                if (k7) nvrtc_check(src, k7->name, 90, &compiled);
+                gr_sb_free(&sb);
+                gr_kernel_destroy(k7);
+            }
+            unsigned grid = 0, block = 0;
+            gr_render_cuda_launch_dims(k, 4096, 1u << 30, &grid, &block);
+            CHECK_MSG(block == 256 && grid == 512, "%s: launch %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 3, 1u << 30, &grid, &block);
+            CHECK_MSG(block == 96 && grid == 1, "%s: launch of 3 rows %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 4096, 100, &grid, &block);
+            CHECK(block == 256 && grid == 100);
+            k->inner[0] = 1025; /* a block per row */
+            gr_render_cuda_launch_dims(k, 4096, 1u << 30, &grid, &block);
+            CHECK_MSG(block == 256 && grid == 4096, "%s: long rows launch %u x %u", name, grid, block);
+            gr_kernel_destroy(k);
+        }
+    }
+}
+
 /* Dropout-like: RANDOM on the linear index, SELECT, INDEX nodes and a broadcast load. */
 static void test_random(gr_dtype rt) {
     char name[64];
@@ -1072,6 +1218,7 @@ int main(void) {
     test_layernorm(GR_F32);
     test_layernorm(GR_BF16);
     test_row_cache();
+    test_warp_rows();
     test_arg_reduce(GR_F32, true, false);
     test_arg_reduce(GR_F16, false, true);
     test_arg_reduce(GR_BF16, true, true);

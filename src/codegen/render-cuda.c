@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 4u
+#define GR_RENDER_CUDA_VERSION 5u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -24,6 +24,13 @@
  * (a row of up to GR_ROW_REGS * blockDim.x points, 1024 at 256 threads: 4 keeps a layer norm
  * with its residual add at 40 registers, 6 blocks of 256 per SM; 8 took 62). */
 #define GR_ROW_REGS 4
+/* Warp-row form of block kernels (issue 15): rows of up to GR_WARP_ROW_MAX inner points take
+ * one warp each, several rows per block, GR_WARP_ROW_MAX / 32 points per lane in registers,
+ * warp-shuffle reductions and no __syncthreads. Chosen at run time from the row length, so
+ * generic code keeps one structure. */
+#define GR_WARP_ROW_MAX 1024
+#define GR_WARP_ROW_PTS (GR_WARP_ROW_MAX / 32)
+#define GR_WARP_ROWS_PER_BLOCK 8
 
 /* ==== device-side prelude ============================================================= */
 
@@ -140,6 +147,16 @@ static const char prelude[] =
     "  for (unsigned w = 1; w < (blockDim.x >> 5); w++) r = f(r, sh[w]);\n"
     "  __syncthreads();\n"
     "  return r;\n"
+    "}\n"
+    "// The warp-row form's packed row cache: point j of a pair of 2-byte values in one register\n"
+    "GR_DI unsigned short gr_half(unsigned w, int j) { return (unsigned short)((j & 1) ? w >> 16 : w); }\n"
+    "GR_DI void gr_set_half(unsigned &w, int j, unsigned short h) { w = (j & 1) ? (w & 0xffffu) | ((unsigned)h << 16) : h; }\n"
+    "// Deterministic warp reduction (a fixed butterfly), then every lane takes lane 0's value\n"
+    "// (max/min of +0 and -0 would otherwise differ between lanes). All 32 lanes call it.\n"
+    "template <typename T, typename F> GR_DI T gr_warp_reduce(T v, F f) {\n"
+    "#pragma unroll\n"
+    "  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "  return __shfl_sync(0xffffffffu, v, 0);\n"
     "}\n";
 
 /* ==== types =============================================================================== */
@@ -310,7 +327,12 @@ void gr_render_cuda_launch_dims(const gr_kernel *k, int64_t n_points, unsigned m
                                 unsigned *block) {
     if (max_grid < 1) max_grid = 1;
     int64_t blocks;
-    if (gr_render_cuda_is_block_kernel(k)) {
+    if (gr_render_cuda_is_block_kernel(k) && gr_kernel_inner_points(k) <= GR_WARP_ROW_MAX) {
+        /* the warp-row form: a warp per row (the kernel takes any grid and any block of whole warps) */
+        int64_t rows = n_points < GR_WARP_ROWS_PER_BLOCK ? (n_points < 1 ? 1 : n_points) : GR_WARP_ROWS_PER_BLOCK;
+        *block = (unsigned)(32 * rows);
+        blocks = (n_points + rows - 1) / rows;
+    } else if (gr_render_cuda_is_block_kernel(k)) {
         int64_t inner = gr_kernel_inner_points(k);
         int64_t threads = (inner + 31) / 32 * 32;
         if (threads < 32) threads = 32;
@@ -343,6 +365,8 @@ typedef struct {
     const gr_kslot_map *map; /* generic mode: where each number is read from (gr_dims.v[i]); NULL: literals */
     bool table;           /* GR_RENDER_GENERIC_TABLE: gr_dims is a reference into device memory */
     const bool *cached;   /* block kernels' row cache: loads read from gr_cN[gr_j] (NULL: none) */
+    const bool *packed;   /* warp-row form: cached loads held two to a register, gr_cN[gr_j >> 1] (NULL: none) */
+    const bool *raw;      /* warp-row form's scalar fill: these loads also keep their storage bits in gr_uN */
     char tmp[2][512];
 } emit_ctx;
 
@@ -444,6 +468,12 @@ static void emit_node(emit_ctx *c, int i) {
     ctype ct = ctype_of(e->dtype);
     char *t0 = c->tmp[0], *t1 = c->tmp[1];
     char t2[512];
+    if (e->op == GR_KX_LOAD && c->raw && c->raw[i] && !(c->vec && load_vectorizable(k, e)) && !(c->cached && c->cached[i])) {
+        /* the warp-row form's scalar fill of a packed load: the storage bits as loaded */
+        gr_sb_printf(sb, "%sconst %s gr_u%d = p%d[", c->indent, storage_name(k->params[e->param].dtype), i, e->param);
+        sb_address(sb, c, &e->access, c->map ? c->map->node[i] : -1);
+        gr_sb_puts(sb, "];\n");
+    }
     gr_sb_printf(sb, "%sconst %s v%d = ", c->indent, ctype_name(ct), i);
     switch (e->op) {
     case GR_KX_CONST:
@@ -477,10 +507,14 @@ static void emit_node(emit_ctx *c, int i) {
         gr_sb_init(&ld);
         if (c->vec && load_vectorizable(k, e)) {
             gr_sb_printf(&ld, "gr_l%d.v[j]", i);
+        } else if (c->cached && c->cached[i] && c->packed && c->packed[i]) { /* storage bits, widened here */
+            gr_sb_printf(&ld, "gr_half(gr_c%d[gr_j >> 1], gr_j)", i);
         } else if (c->cached && c->cached[i]) { /* already converted to the node's compute type */
             gr_sb_printf(sb, "gr_c%d[gr_j];\n", i);
             gr_sb_free(&ld);
             return;
+        } else if (c->raw && c->raw[i]) { /* its bits, loaded above */
+            gr_sb_printf(&ld, "gr_u%d", i);
         } else {
             gr_sb_printf(&ld, "p%d[", e->param);
             sb_address(&ld, c, &e->access, c->map ? c->map->node[i] : -1);
@@ -863,7 +897,351 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
     }
 }
 
-/* mark: 4 * (nodes + 1) bools */
+
+/* A cached load the warp-row form may fill with vector loads: no gather, the row contiguous
+ * (structure in generic mode: the address is base + ri). */
+static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
+    return e->op == GR_KX_LOAD && e->access.index < 0 && k->n_inner > 0 && inner_contiguous(k, &e->access);
+}
+
+/* out = base and `extra` more spaces (indents of generated code; base is short, out has room). */
+static void indent_more(char *out, size_t n, const char *base, int extra) {
+    size_t len = strlen(base);
+    if (len + (size_t)extra + 1 > n) len = n > (size_t)extra + 1 ? n - (size_t)extra - 1 : 0;
+    memcpy(out, base, len);
+    for (int i = 0; i < extra && len + 1 < n; i++) out[len++] = ' ';
+    out[len] = 0;
+}
+
+/* The warp-row form's shape, shared by its two versions (emit_warp_rows). */
+typedef struct {
+    int v;              /* points per chunk: a lane holds chunks lane, lane + 32, ... of v points */
+    const char *vt;     /* the vector type of v points: gr_v4 / gr_v8 */
+    bool vec;           /* the cached loads may take the vector fill (all contiguous along the row) */
+    bool whole;         /* this version's rows are a whole number of chunks (the row length a multiple of v) */
+    const bool *cached; /* row_cache_loads' marks */
+    const bool *packed; /* cached loads of 2-byte floats: two per 32-bit register (warp_packed) */
+    int n_cached;
+} warp_form;
+
+/* A cached load of 2-byte storage (f16, bf16) is held as its storage bits, two points per 32-bit
+ * register (gr_cN[gr_j >> 1]), and widened where a stage reads it. Why: a register per point
+ * held a bf16 layer norm's two cached rows in 64 registers per lane in generic code (the row
+ * length a run-time value: 32 points a lane), 104 in all, two blocks of 256 per SM and two
+ * waves for GPT-2's 4096 rows; packed they take 32. The widening is exact, so the values are
+ * the same. */
+static bool warp_packed(const gr_kernel *k, int i) {
+    gr_dtype bt = k->params[k->nodes.data[i].param].dtype;
+    return bt == GR_F16 || bt == GR_BF16;
+}
+
+/* The point of lane gr_lane's gr_j-th register in the warp-row form, for vector width v:
+ * lane l holds chunks l, l + 32, ... of v consecutive points (v = 1: points l, l + 32, ...).
+ * Both the vector and the scalar fill, and every stage, use this one map, so the reductions
+ * fold in one order whichever fill ran. */
+static void sb_warp_ri(gr_strbuf *sb, const char *indent, int v) {
+    if (v == 1) gr_sb_printf(sb, "%sconst int ri = gr_j * 32 + gr_lane;\n", indent);
+    else gr_sb_printf(sb, "%sconst int ri = ((gr_j / %d) * 32 + gr_lane) * %d + gr_j %% %d;\n", indent, v, v, v);
+    /* ri grows with gr_j: the first point past the row ends the lane's walk. Why a break and
+     * not a guard per point: with the row length a run-time value (generic code) 32 guarded
+     * points took the layer norm to 254 registers, the break to about 106. */
+    gr_sb_printf(sb, "%sif (ri >= gr_ni) break;\n", indent);
+}
+
+/* Opens the walk over a lane's points in register order (gr_j) with their row index ri; the
+ * body goes at indent + 4. Rows of whole chunks (v > 1) compare only each chunk's start with
+ * the row's end, 4 or 8 points at a time; else every point is compared (its own iteration). */
+static void open_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *w) {
+    if (w->whole && w->v > 1) {
+        gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", indent, GR_WARP_ROW_PTS / w->v);
+        gr_sb_printf(sb, "%s  const int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", indent, w->v);
+        gr_sb_printf(sb, "%s  if (gr_r0 >= gr_ni) break;\n#pragma unroll\n", indent);
+        gr_sb_printf(sb, "%s  for (int gr_e = 0; gr_e < %d; gr_e++) {\n", indent, w->v);
+        gr_sb_printf(sb, "%s    const int gr_j = gr_q * %d + gr_e;\n", indent, w->v);
+        gr_sb_printf(sb, "%s    const int ri = gr_r0 + gr_e;\n", indent);
+    } else {
+        gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_j = 0; gr_j < %d; gr_j++) {\n", indent, GR_WARP_ROW_PTS);
+        char in1[64];
+        indent_more(in1, sizeof in1, indent, 2);
+        sb_warp_ri(sb, in1, w->v);
+        gr_sb_printf(sb, "%s  {\n", indent);
+    }
+}
+
+static void close_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *w) {
+    if (w->whole && w->v > 1) gr_sb_printf(sb, "%s    (void)gr_j;\n%s  }\n%s}\n", indent, indent, indent);
+    else gr_sb_printf(sb, "%s  }\n%s}\n", indent, indent);
+}
+
+/* A store stage of the warp-row form whose row is contiguous (structure), in a version of whole
+ * chunks: each lane gathers a chunk of v values (its registers gr_q * v .. gr_q * v + v - 1, the
+ * points the vector fill read) and writes it with one vector store when the row start is aligned
+ * (checked per row at run time), else point by point. The same values either way: only the
+ * width of the writes differs. */
+static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const warp_form *w, const char *I0) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    const gr_kstage *st = &k->stages[s];
+    const int *islots = c->map ? c->map->inner : NULL;
+    gr_dtype bt = k->params[st->param].dtype;
+    const char *stn = storage_name(bt);
+    const int v = w->v;
+    char I1[64], I2[64], I3[64];
+    indent_more(I1, sizeof I1, I0, 2);
+    indent_more(I2, sizeof I2, I0, 4);
+    indent_more(I3, sizeof I3, I0, 6);
+    gr_sb_printf(sb, "%slong long gr_bs;\n%s{\n%sconst long long ri = 0;\n", I0, I0, I1);
+    emit_decompose(sb, I1, "ri", "r", k->n_inner, k->inner, islots);
+    gr_sb_printf(sb, "%sgr_bs = ", I1);
+    sb_address(sb, c, &st->access, c->map ? c->map->stage[s] : -1);
+    gr_sb_printf(sb, ";\n%s(void)ri;\n%s}\n", I1, I0);
+    gr_sb_printf(sb, "%sconst bool gr_as = ((unsigned long long)(p%d + gr_bs) %% alignof(%s<%s>)) == 0;\n", I0, st->param,
+                 w->vt, stn);
+    gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I0, GR_WARP_ROW_PTS / v);
+    gr_sb_printf(sb, "%sconst int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", I1, v);
+    gr_sb_printf(sb, "%sif (gr_r0 >= gr_ni) break;\n", I1);
+    gr_sb_printf(sb, "%s%s<%s> gr_sv;\n#pragma unroll\n", I1, w->vt, stn);
+    gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e++) {\n", I1, v);
+    gr_sb_printf(sb, "%sconst int gr_j = gr_q * %d + gr_e;\n", I2, v);
+    gr_sb_printf(sb, "%sconst int ri = gr_r0 + gr_e;\n%s{\n", I2, I2);
+    emit_decompose(sb, I3, "ri", "r", k->n_inner, k->inner, islots);
+    c->indent = I3;
+    c->cached = w->n_cached > 0 ? w->cached : NULL;
+    c->packed = w->packed;
+    emit_marked(c, mark);
+    c->cached = NULL;
+    c->packed = NULL;
+    char val[32];
+    snprintf(val, sizeof val, "v%d", st->value);
+    gr_sb_printf(sb, "%sgr_sv.v[gr_e] = ", I3);
+    sb_to_storage(sb, bt, node_ct(k, st->value), val);
+    gr_sb_printf(sb, ";\n%s}\n%s(void)gr_j;\n%s}\n", I2, I2, I1);
+    gr_sb_printf(sb, "%sif (gr_as) {\n%s*reinterpret_cast<%s<%s>*>(p%d + gr_bs + gr_r0) = gr_sv;\n", I1, I2, w->vt, stn,
+                 st->param);
+    gr_sb_printf(sb, "%s} else {\n#pragma unroll\n", I1);
+    gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e++) p%d[gr_bs + gr_r0 + gr_e] = gr_sv.v[gr_e];\n", I2, v, st->param);
+    gr_sb_printf(sb, "%s}\n%s}\n%s__syncwarp();\n", I1, I0, I0);
+}
+
+/* One version of the warp-row form's row body (emit_warp_rows), at indent I0: the row cache's
+ * fill, then the stages. */
+static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bool *inv, bool *hoist, const char *I0) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    const int n = k->nodes.len, v = w->v;
+    const int *islots = c->map ? c->map->inner : NULL;
+    char I1[64], I2[64], I3[64];
+    indent_more(I1, sizeof I1, I0, 2);
+    indent_more(I2, sizeof I2, I0, 4);
+    indent_more(I3, sizeof I3, I0, 6);
+    c->vec = false;
+    c->cached = NULL;
+    c->packed = NULL;
+    if (w->n_cached > 0) {
+        for (int i = 0; i < n; i++) {
+            if (!w->cached[i]) continue;
+            if (w->packed[i]) gr_sb_printf(sb, "%sunsigned gr_c%d[%d];  // 2 points each\n", I0, i, GR_WARP_ROW_PTS / 2);
+            else gr_sb_printf(sb, "%s%s gr_c%d[%d];\n", I0, ctype_name(node_ct(k, i)), i, GR_WARP_ROW_PTS);
+        }
+        const char *scalar_indent = I0;
+        if (w->vec && w->whole && v > 1) {
+            /* the row starts (ri = 0) and the run-time alignment check; a row is warp-uniform */
+            gr_sb_printf(sb, "%sbool gr_al = gr_ni > 0;  // a row of no points reads nothing\n", I0);
+            for (int i = 0; i < n; i++)
+                if (w->cached[i]) gr_sb_printf(sb, "%slong long gr_b%d;\n", I0, i);
+            gr_sb_printf(sb, "%s{\n%sconst long long ri = 0;\n", I0, I1);
+            emit_decompose(sb, I1, "ri", "r", k->n_inner, k->inner, islots);
+            for (int i = 0; i < n; i++) {
+                if (!w->cached[i]) continue;
+                const gr_kexpr *e = &k->nodes.data[i];
+                gr_sb_printf(sb, "%sgr_b%d = ", I1, i);
+                sb_address(sb, c, &e->access, c->map ? c->map->node[i] : -1);
+                gr_sb_puts(sb, ";\n");
+                gr_sb_printf(sb, "%sgr_al = gr_al && ((unsigned long long)(p%d + gr_b%d) %% alignof(%s<%s>)) == 0;\n", I1,
+                             e->param, i, w->vt, storage_name(k->params[e->param].dtype));
+            }
+            gr_sb_printf(sb, "%s(void)ri;\n%s}\n", I1, I0);
+            gr_sb_printf(sb, "%sif (gr_al) {\n#pragma unroll\n", I0);
+            gr_sb_printf(sb, "%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I1, GR_WARP_ROW_PTS / v);
+            /* a chunk past the row's end reads the row's last chunk, never used (the stages stop
+             * at the row's end). Why not a break: a chunk's loads then waited for the previous
+             * chunk's to arrive (nvcc moved each chunk into the cache before the branch), about
+             * three memory latencies a row for GPT-2's rows of 768 where literal code has one */
+            gr_sb_printf(sb, "%sconst int gr_r0 = min((gr_q * 32 + gr_lane) * %d, gr_ni - %d);\n", I2, v, v);
+            for (int i = 0; i < n; i++) {
+                if (!w->cached[i]) continue;
+                const gr_kexpr *e = &k->nodes.data[i];
+                gr_dtype bt = k->params[e->param].dtype;
+                const char *stn = storage_name(bt);
+                gr_sb_printf(sb, "%sconst %s<%s> gr_w%d = *reinterpret_cast<const %s<%s>*>(p%d + gr_b%d + gr_r0);\n", I2,
+                             w->vt, stn, i, w->vt, stn, e->param, i);
+                gr_sb_puts(sb, "#pragma unroll\n");
+                if (w->packed[i]) {
+                    gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e += 2)\n", I2, v);
+                    gr_sb_printf(sb, "%s  gr_c%d[(gr_q * %d + gr_e) >> 1] = (unsigned)gr_w%d.v[gr_e] | (unsigned)gr_w%d.v[gr_e + 1] << 16;\n",
+                                 I2, i, v, i, i);
+                    continue;
+                }
+                gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e++) gr_c%d[gr_q * %d + gr_e] = ", I2, v, i, v);
+                gr_strbuf ld, val;
+                gr_sb_init(&ld);
+                gr_sb_init(&val);
+                gr_sb_printf(&ld, "gr_w%d.v[gr_e]", i);
+                sb_from_storage(&val, bt, ld.data ? ld.data : "");
+                sb_cvt(sb, ctype_of(bt), node_ct(k, i), val.data ? val.data : "");
+                if (ld.failed || val.failed) sb->failed = true;
+                gr_sb_free(&ld);
+                gr_sb_free(&val);
+                gr_sb_puts(sb, ";\n");
+            }
+            gr_sb_printf(sb, "%s}\n%s} else {\n", I1, I0);
+            scalar_indent = I1;
+        }
+        /* the scalar fill: the cached loads (and their gather indices), all in flight together;
+         * a packed load keeps its storage bits (gr_uN) */
+        char s0[64], s2[64];
+        indent_more(s0, sizeof s0, scalar_indent, 0);
+        indent_more(s2, sizeof s2, scalar_indent, 4);
+        for (int i = 0; i < n; i++) mark[i] = false;
+        for (int i = 0; i < n; i++)
+            if (w->cached[i]) mark_cone(k, i, mark);
+        open_warp_walk(sb, s0, w);
+        emit_decompose(sb, s2, "ri", "r", k->n_inner, k->inner, islots);
+        c->indent = s2;
+        c->raw = w->packed;
+        emit_marked(c, mark);
+        c->raw = NULL;
+        for (int i = 0; i < n; i++) {
+            if (!w->cached[i]) continue;
+            if (w->packed[i]) gr_sb_printf(sb, "%sgr_set_half(gr_c%d[gr_j >> 1], gr_j, gr_u%d);\n", s2, i, i);
+            else gr_sb_printf(sb, "%sgr_c%d[gr_j] = v%d;\n", s2, i, i);
+        }
+        close_warp_walk(sb, s0, w);
+        if (scalar_indent != I0) gr_sb_printf(sb, "%s}\n", I0);
+    }
+    for (int s = 0; s < k->n_stages; s++) {
+        const gr_kstage *st = &k->stages[s];
+        ctype vct = node_ct(k, st->value);
+        memset(mark, 0, (size_t)n * sizeof(bool));
+        mark_cone(k, st->value, mark);
+        bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
+        if (st->kind == GR_KS_REDUCE) {
+            gr_sb_printf(sb, "%s%s acc%d;\n", I0, ctype_name(vct), s);
+            gr_sb_printf(sb, "%s{  // stage %d: reduce %s (warp)\n", I0, s, fold_name[st->reduce]);
+            gr_sb_printf(sb, "%s%s gr_a = ", I1, ctype_name(vct));
+            sb_fold_init(sb, st->reduce, vct);
+            gr_sb_puts(sb, ";\n");
+        } else {
+            gr_sb_printf(sb, "%s{  // stage %d: store p%d (warp)\n", I0, s, st->param);
+        }
+        if (walks_inner) {
+            for (int i = 0; i < n; i++) {
+                hoist[i] = mark[i] && inv[i];
+                mark[i] = mark[i] && !inv[i];
+            }
+            c->indent = I1;
+            c->cached = NULL;
+            emit_marked(c, hoist);
+            if (st->kind == GR_KS_STORE && v > 1 && w->whole && st->access.index < 0 && inner_contiguous(k, &st->access)) {
+                emit_warp_vector_store(c, s, mark, w, I1);
+                gr_sb_printf(sb, "%s}\n", I0);
+                continue;
+            }
+            open_warp_walk(sb, I1, w);
+            emit_decompose(sb, I3, "ri", "r", k->n_inner, k->inner, islots);
+            c->indent = I3;
+            c->cached = w->n_cached > 0 ? w->cached : NULL;
+            c->packed = w->packed;
+            emit_marked(c, mark);
+            c->cached = NULL;
+            c->packed = NULL;
+            if (st->kind == GR_KS_REDUCE)
+                gr_sb_printf(sb, "%sgr_a = %s()(gr_a, v%d);\n", I3, fold_name[st->reduce], st->value);
+            else emit_store(c, st, I3);
+            close_warp_walk(sb, I1, w);
+            if (st->kind == GR_KS_REDUCE)
+                gr_sb_printf(sb, "%sacc%d = gr_warp_reduce(gr_a, %s());\n", I1, s, fold_name[st->reduce]);
+            else gr_sb_printf(sb, "%s__syncwarp();\n", I1); /* later stages may read what the lanes wrote */
+        } else {
+            gr_sb_printf(sb, "%sif (gr_lane == 0) {\n%sconst long long ri = 0;\n", I1, I2);
+            emit_decompose(sb, I2, "ri", "r", k->n_inner, k->inner, islots);
+            c->indent = I2;
+            emit_marked(c, mark);
+            emit_store(c, st, I2);
+            gr_sb_printf(sb, "%s(void)ri;\n%s}\n%s__syncwarp();\n", I2, I1, I1);
+        }
+        gr_sb_printf(sb, "%s}\n", I0);
+    }
+}
+
+/* The loop over a warp's rows, at indent I0, around one version of the row body. */
+static void emit_warp_row_loop(emit_ctx *c, bool *mark, const warp_form *w, const bool *inv, bool *hoist, const char *I0) {
+    const gr_kernel *k = c->k;
+    char I1[64], I2[64];
+    indent_more(I1, sizeof I1, I0, 2);
+    indent_more(I2, sizeof I2, I0, 5);
+    gr_sb_printf(c->sb, "%sfor (long long lin = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); lin < gr_n;\n", I0);
+    gr_sb_printf(c->sb, "%slin += (long long)gridDim.x * (blockDim.x >> 5)) {\n", I2);
+    emit_decompose(c->sb, I1, "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
+    emit_warp_body(c, mark, w, inv, hoist, I1);
+    gr_sb_printf(c->sb, "%s}\n", I0);
+}
+
+/* The warp-row form of a block kernel (rows of at most GR_WARP_ROW_MAX points): warp w of
+ * block b takes rows b * (blockDim.x / 32) + w, stepping by gridDim.x * (blockDim.x / 32), so
+ * any grid and any block of whole warps is correct. The cached loads are read into
+ * GR_WARP_ROW_PTS points per lane of registers (packed two to a register for 2-byte floats),
+ * with 16-byte vector loads when every cached load is contiguous along the row and, checked
+ * per row at run time, the row length is a multiple of the vector width and every row start
+ * is aligned; else with scalar loads of the same points.
+ * Reductions are a lane's points in register order, then gr_warp_reduce: a fixed order per
+ * row length, whatever the launch dims.
+ * Two versions of the row body: rows of whole chunks (the row length a multiple of the vector
+ * width: a lane compares one point per chunk with the row's end) and the rest (every point
+ * compared). Literal code has the one its row length takes; generic code branches per launch
+ * (a value: one structure). Why: a comparison and branch per point and stage made the generic
+ * layer norm about twice the instructions of the literal one. */
+static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_cached, const char *ni, const bool *inv,
+                           bool *hoist) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    int n = k->nodes.len;
+    bool vec = n_cached > 0;
+    int maxsize = 1;
+    bool *packed = hoist + (n + 1); /* emit_block's room: hoist and packed, n + 1 bools each */
+    for (int i = 0; i < n; i++) {
+        packed[i] = cached[i] && warp_packed(k, i);
+        if (!cached[i]) continue;
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (!load_row_vectorizable(k, e)) vec = false;
+        size_t sz = gr_dtype_size(k->params[e->param].dtype);
+        if ((int)sz > maxsize) maxsize = (int)sz;
+    }
+    warp_form w = {.v = vec ? (maxsize <= 2 ? 8 : 4) : 1, .vec = vec, .cached = cached, .packed = packed,
+                   .n_cached = n_cached};
+    w.vt = w.v == 8 ? "gr_v8" : "gr_v4";
+    gr_sb_puts(sb, "    const int gr_lane = threadIdx.x & 31;\n");
+    gr_sb_printf(sb, "    const int gr_ni = (int)%s;  // at most %d here\n", ni, GR_WARP_ROW_MAX);
+    if (w.v == 1) {
+        w.whole = true; /* chunks of one point */
+        emit_warp_row_loop(c, mark, &w, inv, hoist, "    ");
+    } else if (!c->map) {
+        w.whole = gr_kernel_inner_points(k) % w.v == 0;
+        emit_warp_row_loop(c, mark, &w, inv, hoist, "    ");
+    } else {
+        /* the branch outside the row loop: inside it, nvcc kept both versions' registers (127 for
+         * the bf16 layer norm, 64 and 54 for each alone) */
+        gr_sb_printf(sb, "    if (gr_ni %% %d == 0) {  // whole chunks of %d points\n", w.v, w.v);
+        w.whole = true;
+        emit_warp_row_loop(c, mark, &w, inv, hoist, "      ");
+        gr_sb_puts(sb, "    } else {\n");
+        w.whole = false;
+        emit_warp_row_loop(c, mark, &w, inv, hoist, "      ");
+        gr_sb_puts(sb, "    }\n");
+    }
+}
+
+/* mark: 5 * (nodes + 1) bools */
 static void emit_block(emit_ctx *c, bool *mark) {
     const gr_kernel *k = c->k;
     gr_strbuf *sb = c->sb;
@@ -878,6 +1256,10 @@ static void emit_block(emit_ctx *c, bool *mark) {
     for (int s = 0; s < k->n_stages; s++)
         if (k->stages[s].kind == GR_KS_REDUCE)
             gr_sb_printf(sb, "  __shared__ %s gr_sh%d[32];\n", ctype_name(node_ct(k, k->stages[s].value)), s);
+    /* a uniform branch on the row length (a value: generic code keeps one structure) */
+    gr_sb_printf(sb, "  if (%s <= %d) {  // warp-row form\n", ni, GR_WARP_ROW_MAX);
+    emit_warp_rows(c, mark, cached, n_cached, ni, inv, hoist);
+    gr_sb_puts(sb, "    return;\n  }\n");
     gr_sb_puts(sb, "  for (long long lin = blockIdx.x; lin < gr_n; lin += gridDim.x) {\n");
     emit_decompose(sb, "    ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     if (n_cached == 0) {
@@ -953,7 +1335,7 @@ gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf
                             n, GR_KMAX_SLOTS);
         GR_TRY(gr_kslot_map_build(k, &map));
     }
-    size_t mark_bytes = 4 * ((size_t)k->nodes.len + 1) * sizeof(bool); /* emit_block's share */
+    size_t mark_bytes = 5 * ((size_t)k->nodes.len + 1) * sizeof(bool); /* emit_block's share */
     bool *mark = gr_malloc(mark_bytes);
     if (!mark) {
         gr_kslot_map_free(&map);

@@ -300,6 +300,92 @@ static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int
     gr_kernel_destroy(k);
 }
 
+/* A layer norm with its residual add, as GPT-2's: h = x + res (stored), mean and variance of
+ * h over the row, y = (h - mean) * rsqrt(var + eps) * g + b. x and res are row-cached (two
+ * stages read them). gather: res row (rows - 1 - o) through a gather index (the scalar fill of
+ * the warp-row form). offset: x read and h written from element `offset` on (x and h hold
+ * rows * cols + offset elements): rows off 16-byte alignment, so the warp-row form takes its
+ * scalar fill and stores for rows of whole chunks. */
+static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, bool gather, int64_t offset) {
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = rows;
+    k->n_inner = 1;
+    k->inner[0] = cols;
+    int x, r, g, b, h, y, lx, lr, hs, a0, inv_n, mean, d, d2, a1, var, eps, ve, rs, nm, lg, lb, o1, o2;
+    gr_kaccess a, ar, aw;
+    gr_kaccess_init(&a);
+    a.stride[0] = cols;
+    a.inner_stride[0] = 1;
+    gr_kaccess_init(&aw);
+    aw.inner_stride[0] = 1;
+    ar = a;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "res", &r);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "g", &g);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "b", &b);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "h", &h);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y);
+    if (gather) {
+        int o0, last, idx;
+        gr_kx_index(k, 0, &o0);
+        gr_kx_const_i(k, GR_I64, rows - 1, &last);
+        gr_kx_binary(k, GR_KB_SUB, GR_I64, last, o0, &idx);
+        ar.stride[0] = 0;
+        ar.index = idx;
+        ar.index_stride = cols;
+        ar.index_extent = rows;
+    }
+    gr_kaccess ax = a;
+    ax.offset = offset;
+    gr_kx_load(k, x, &ax, &lx);
+    gr_kx_load(k, r, &ar, &lr);
+    gr_kx_binary(k, GR_KB_ADD, t, lx, lr, &hs); /* rounded to t, as the model's residual stream */
+    kreduce(k, GR_KR_SUM, hs);
+    gr_kx_acc(k, 0, GR_F32, &a0);
+    gr_kx_const_f(k, GR_F32, 1.0 / (double)cols, &inv_n);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, a0, inv_n, &mean);
+    gr_kx_binary(k, GR_KB_SUB, GR_F32, hs, mean, &d);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, d, d, &d2);
+    kreduce(k, GR_KR_SUM, d2);
+    gr_kx_acc(k, 1, GR_F32, &a1);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, a1, inv_n, &var);
+    gr_kx_const_f(k, GR_F32, 1e-5, &eps);
+    gr_kx_binary(k, GR_KB_ADD, GR_F32, var, eps, &ve);
+    gr_kx_unary(k, GR_KU_RSQRT, GR_F32, ve, &rs);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, d, rs, &nm);
+    gr_kx_load(k, g, &aw, &lg);
+    gr_kx_load(k, b, &aw, &lb);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, nm, lg, &o1);
+    gr_kx_binary(k, GR_KB_ADD, t, o1, lb, &o2);
+    kstore(k, h, hs, &ax, true);
+    kstore(k, y, o2, &a, true);
+    if (gr_kernel_verify(k) != GR_OK) {
+        printf("FAIL %-34s kernel: %s\n", name, gr_last_error());
+        n_fail++;
+        gr_kernel_destroy(k);
+        return NULL;
+    }
+    return k;
+}
+
+static void check_layer_norm(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols, bool gather, int64_t offset) {
+    char name[96];
+    snprintf(name, sizeof name, "layer_norm_%s_%lldx%lld%s%s", gr_dtype_name(t), (long long)rows, (long long)cols,
+             gather ? "_gather" : "", offset ? "_offset" : "");
+    if (filter && !strstr(name, filter)) return;
+    gr_kernel *k = layer_norm_kernel(name, t, rows, cols, gather, offset);
+    if (!k) return;
+    buf_spec specs[6] = {{t, rows * cols + offset, -3, 3}, {t, rows * cols, -1, 1}, {t, cols, 0.5, 1.5},
+                         {t, cols, -0.5, 0.5}, {t, rows * cols + offset, 0, 0}, {t, rows * cols, 0, 0}};
+    gr_karg sc[6];
+    memset(sc, 0, sizeof sc);
+    bool written[6] = {false, false, false, false, true, true};
+    compare(cu, sim, name, k, NULL, 6, specs, sc, 6, written, t == GR_F32 ? 1e-5 : dtype_tol(t, true));
+    gr_kernel_destroy(k);
+}
+
 static void check_reduce(devctx *cu, devctx *sim, gr_kreduce fn, gr_dtype t, bool transposed) {
     static const char *const rn[] = {"sum", "max", "min", "prod"};
     char name[96];
@@ -761,6 +847,56 @@ static gr_status run_unfused(devctx *d, void *user) {
     return gr_dev_libcall(d->dev, d->s, &b->pv, c, 4);
 }
 
+typedef struct {
+    gr_kfunc *f;
+    gr_karg args[6];
+    int n_args;
+} row_bench;
+
+static gr_status run_rows(devctx *d, void *user) {
+    row_bench *b = user;
+    return gr_dev_kernel_launch(d->dev, d->s, b->f, b->args, b->n_args);
+}
+
+/* Row kernels of the warp-row form (render-cuda.c), literal and shape-generic code of one kernel
+ * side by side (generic: sizes from the slots at launch, as models with symbolic dims run):
+ * GPT-2's layer norm with its residual add at b8 s512 (4096 rows of 768), and the unfused
+ * attention softmax of b8 h12 s512 (49152 rows of 512), bf16. Bandwidth counts the compulsory
+ * traffic (layer norm: x, res read, h, y written; softmax: x read, y written; g, b negligible). */
+static void time_rows(devctx *cu, bool softmax) {
+    const char *name = softmax ? "softmax_rows_timing" : "layer_norm_timing";
+    if (filter && !strstr(name, filter)) return;
+    const int64_t rows = softmax ? 8 * 12 * 512 : 4096, cols = softmax ? 512 : 768;
+    gr_kernel *k = softmax ? softmax_kernel("sm_time", GR_BF16, rows, cols)
+                           : layer_norm_kernel("ln_time", GR_BF16, rows, cols, false, 0);
+    if (!k) return;
+    row_bench b;
+    memset(&b, 0, sizeof b);
+    b.n_args = softmax ? 2 : 6;
+    void *buf[6] = {0};
+    const int64_t n[6] = {rows * cols, rows * cols, cols, cols, rows * cols, rows * cols};
+    const int64_t *nb = softmax ? (const int64_t[]){rows * cols, rows * cols} : n;
+    for (int i = 0; i < b.n_args; i++) {
+        DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)nb[i] * 2, &buf[i]), "alloc");
+        DIE_IF(gr_dev_memset(cu->dev, cu->s, buf[i], 0, (size_t)nb[i] * 2), "memset");
+        b.args[i].ptr = buf[i];
+    }
+    double us[2] = {-1, -1};
+    for (int mode = 0; mode < 2; mode++) {
+        DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k, mode ? GR_KPREP_GENERIC : 0, &b.f), "prepare");
+        us[mode] = time_us(cu, run_rows, &b);
+        gr_dev_kernel_release(cu->dev, b.f);
+        b.f = NULL;
+    }
+    const double bytes = (softmax ? 2.0 : 4.0) * 2.0 * (double)(rows * cols);
+    printf("TIME %s_bf16_%lldx%lld  literal %8.2f us %7.1f GB/s  generic %8.2f us %7.1f GB/s  generic/literal %.2f\n",
+           softmax ? "softmax_rows" : "layer_norm_residual", (long long)rows, (long long)cols, us[0], bytes / us[0] / 1e3,
+           us[1], bytes / us[1] / 1e3, us[1] / us[0]);
+done:
+    for (int i = 0; i < 6; i++) gr_dev_free(cu->dev, buf[i]);
+    gr_kernel_destroy(k);
+}
+
 /* The fused call against what the unfused path launches for it: Q K^T (cuBLASLt, scale
  * as alpha), a softmax kernel over the materialised scores, P V (cuBLASLt). */
 static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t S, int64_t D, bool causal, int mask) {
@@ -1094,6 +1230,25 @@ int main(int argc, char **argv) {
      * rows longer than 4 points per thread (the plain loops) */
     check_softmax(&cu, &sim, GR_BF16, 4096, 768);
     check_softmax(&cu, &sim, GR_F32, 5, 3000);
+    /* the warp-row form (rows of <= 1024 points, a warp each): rows of 768 (vector fill), a
+     * gathered residual (scalar fill), and odd lengths (partial vectors, misaligned rows: the
+     * scalar fill; 1025 and 3000: the block form) with row counts that leave blocks part-full */
+    check_layer_norm(&cu, &sim, GR_BF16, 4096, 768, false, 0);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, false, 0);
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, true, 0);
+    /* rows of whole chunks off 16-byte alignment: the scalar fill and stores of that version */
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, false, 1);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, false, 1);
+    check_softmax(&cu, &sim, GR_F32, 64, 768);
+    {
+        const int64_t odd[] = {1, 31, 33, 700, 1025, 3000};
+        for (int i = 0; i < 6; i++) {
+            check_layer_norm(&cu, &sim, GR_BF16, 37, odd[i], false, 0);
+            check_layer_norm(&cu, &sim, GR_F32, 37, odd[i], false, 0);
+            check_softmax(&cu, &sim, GR_BF16, 37, odd[i]);
+            check_softmax(&cu, &sim, GR_F32, 37, odd[i]);
+        }
+    }
     check_gather(&cu, &sim, GR_I64, GR_F32);
     check_gather(&cu, &sim, GR_I32, GR_F16);
     check_random(&cu, &sim, GR_F32);
@@ -1148,6 +1303,8 @@ int main(int argc, char **argv) {
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, true, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 128, false, 0);
+    time_rows(&cu, false);
+    time_rows(&cu, true);
     check_generic_shared(&cu, &sim);
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);
