@@ -417,7 +417,7 @@ static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_sou
         return replace_node(g, root_node, GR_OP_IDENTITY, "fused", 1, &c->x0, 0, NULL);
     gr_ir_attr to;
     memset(&to, 0, sizeof to);
-    to.name = (char *)"to", to.kind = GR_IR_ATTR_INT, to.i = (int64_t)val(c, r)->dtype;
+    to.name = (char *)"to", to.kind = GR_IR_ATTR_STRING, to.s = (char *)gr_dtype_name(val(c, r)->dtype);
     return replace_node(g, root_node, GR_OP_CAST, "fused", 1, &c->x0, 1, &to);
 }
 
