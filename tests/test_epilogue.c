@@ -457,10 +457,40 @@ static void test_kernel_and_errors(void) {
     }
 }
 
+/* ==== 5. allocation failures ======================================================================= */
+static void test_alloc_failures(void) {
+    char buf[4096];
+    model("f32", NULL, HF_CHAIN, "", buf, sizeof buf);
+    /* every allocation the pass makes fails once: NOMEM (or a failure the callee absorbs,
+     * such as a name index: then the fusion happens), never a crash or a leak */
+    long total = -1;
+    int failures = 0;
+    for (long n = 0; n == 0 || n <= total; n++) {
+        long live = gr_debug_live_allocs();
+        gr_graph *g = NULL;
+        CHECK_OK(gr_graph_parse(buf, "<alloc>", NULL, &g));
+        if (!g) break;
+        int fused = -1;
+        gr_debug_fail_alloc_after(n);
+        gr_status st = gr_pass_fuse_epilogue(g, &fused);
+        long made = gr_debug_fail_alloc_after(0);
+        if (n == 0) total = made;
+        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
+        if (st == GR_OK) CHECK_MSG(fused == 1, "allocation failure %ld: %d fused", n, fused);
+        failures += st == GR_ERR_NOMEM;
+        gr_graph_destroy(g);
+        CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
+    }
+    CHECK_MSG(total > 3 && failures >= 3, "%ld allocations, %d failed the pass", total, failures);
+}
+
 int main(void) {
+    long live0 = gr_debug_live_allocs();
     test_recognition();
     test_fused_vs_unfused();
     test_gpt2();
     test_kernel_and_errors();
+    test_alloc_failures();
+    CHECK_MSG(gr_debug_live_allocs() == live0, "%ld allocations leaked", gr_debug_live_allocs() - live0);
     return check_summary("test_epilogue");
 }
