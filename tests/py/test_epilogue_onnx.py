@@ -153,3 +153,19 @@ def test_wrong_constant_not_fused(tmp_path, which):
 def test_pre_activation_also_an_output_not_fused(tmp_path):
     m = mlp(np.float32, lambda x, o: gelu_chain(x, o, np.float32), extra_outputs=["pre"])
     check(tmp_path, m, np.float32, 0, 1e-5)
+
+
+def test_python_package_option(tmp_path):
+    """graft.load(..., fuse_epilogue=False) is the reference path: the same outputs."""
+    graft_pkg = pytest.importorskip("graft")
+    m = mlp(np.float32, lambda x, o: gelu_chain(x, o, np.float32))
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    x = (rng.standard_normal((2, 5, 32)) * 1.5).astype(np.float32)
+    outs = []
+    for fuse in (True, False):
+        s = graft_pkg.load(str(path), device="sim", fuse_epilogue=fuse)
+        outs.append(np.array(s.run(x=x)["y"]))
+        explain = s.explain()
+        assert ("+gelu_tanh" in explain) == fuse, explain
+    assert rel(outs[0], outs[1]) <= 1e-5
