@@ -152,6 +152,27 @@ static void test_recognition(void) {
                  "[r] out = relu(u)", "", buf, sizeof buf),
            1, "relu");
 
+    {
+        /* an f32 activation whose result goes through a view into a cast back to bf16 (the
+         * --precision bf16 graph): no f32 round trip is left, the cast becomes a view */
+        const char *text = model("bf16", "[mm] y = matmul(x, w)\n[badd] y2 = add(y, bias)\n[c] u = cast(y2, to=\"f32\")",
+                                 "[g] r = gelu(u, approximate=\"tanh\")\n[rs] v = reshape(r, shape=[1, rows, 24])\n"
+                                 "[cb] out = cast(v, to=\"bf16\")",
+                                 "", buf, sizeof buf);
+        gr_graph *g = NULL;
+        int n = -1;
+        CHECK_OK(gr_graph_parse(text, "<cast back>", NULL, &g));
+        if (g) {
+            CHECK_OK(gr_pass_fuse_epilogue(g, &n));
+            CHECK(n == 1);
+            int cb = gr_ir_find_value(g, "out"), r = gr_ir_find_value(g, "r");
+            CHECK(cb >= 0 && r >= 0 && g->nodes.data[g->values.data[cb].producer].op == GR_OP_IDENTITY);
+            CHECK(r >= 0 && g->values.data[r].dtype == GR_BF16 && g->nodes.data[g->values.data[r].producer].op == GR_OP_IDENTITY);
+            CHECK_OK(gr_ir_verify(g));
+            gr_graph_destroy(g);
+        }
+    }
+
     /* near misses */
     expect("wrong cubic constant",
            model("f32", NULL,
@@ -341,6 +362,11 @@ static void test_fused_vs_unfused(void) {
     compare("bf16 hf chain", model("bf16", NULL, HF_CHAIN, "", buf, sizeof buf), "gelu_tanh", 1e-2);
     compare("f16 hf chain", model("f16", NULL, HF_CHAIN, "", buf, sizeof buf), "gelu_tanh", 2e-3);
     compare("bf16 relu", model("bf16", NULL, "[r] out = relu(u)", "", buf, sizeof buf), "relu", 1e-2);
+    compare("bf16 matmul, f32 gelu, reshape, cast back",
+            model("bf16", "[mm] y = matmul(x, w)\n[badd] y2 = add(y, bias)\n[c] u = cast(y2, to=\"f32\")",
+                  "[g] r = gelu(u, approximate=\"tanh\")\n[rs] v = reshape(r, shape=[rows, 24])\n[cb] out = cast(v, to=\"bf16\")",
+                  "", buf, sizeof buf),
+            "gelu_tanh", 1e-2);
     compare("f32 gemm bias relu", model("f32", "[mm] u = matmul(x, w, bias)", "[r] out = relu(u)", "", buf, sizeof buf), "relu", 0);
     /* the epilogue inside a generated matmul kernel (lower-gen.c's mm_kernel) */
     generic_policy = true;

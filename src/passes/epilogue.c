@@ -31,7 +31,8 @@
  *
  * Rewrite: the matmul is replaced by one with the epilogue (and the add's bias as its
  * bias), producing the same value; the add becomes identity(v), and r's node becomes
- * identity(x) (cast(x) when r has another dtype), which lower to views. The chain's other
+ * identity(x) (cast(x) when r has another dtype, unless r only goes, through views, into
+ * a cast back to x's dtype: that cast becomes an identity too), which lower to views. The chain's other
  * nodes stay in the graph, unread; dead-step elimination removes their steps (passes/dce.c).
  * Runs on symbolic shapes (dims compared with gr_dx_equal), so every binding gets the same
  * plan. Results: the epilogue is applied to the f32 accumulator (libcall.c), before the
@@ -395,8 +396,28 @@ static gr_status replace_node(gr_graph *g, int at, gr_op op, const char *suffix,
     return GR_OK;
 }
 
+/* The node casting r back to dtype t through views read only by the next (a half model's
+ * f32 GELU result going into the next half matmul), or -1. */
+static int cast_back(const ep_ctx *c, int r, gr_dtype t) {
+    int w = r;
+    for (int step = 0; step < EP_MAX_VIEWS; step++) {
+        if (c->readers[w] != 1 || c->reader[w] < 0) return -1;
+        int at = c->reader[w];
+        const gr_ir_node *n = &c->g->nodes.data[at];
+        if (n->n_out != 1 || n->n_in < 1 || n->in[0] != w || n->out[0] < 0) return -1;
+        int src;
+        if (float_cast(c, n->out[0], &src)) return val(c, n->out[0])->dtype == t ? at : -1;
+        if (!is_view(n->op)) return -1;
+        w = n->out[0];
+    }
+    return -1;
+}
+
 static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_source *s) {
     gr_graph *g = c->g;
+    int r = g->nodes.data[root_node].out[0];
+    gr_dtype xt = val(c, c->x0)->dtype;
+    int back = val(c, r)->dtype == xt ? -1 : cast_back(c, r, xt);
     const gr_ir_node *m = &g->nodes.data[s->matmul];
     int64_t ta, tb;
     double alpha;
@@ -412,9 +433,14 @@ static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_sou
     int in[3] = {m->in[0], m->in[1], s->bias};
     GR_TRY(replace_node(g, s->matmul, GR_OP_MATMUL, gr_epilogue_name(epi), s->bias >= 0 ? 3 : 2, in, 4, attrs));
     if (s->add >= 0) GR_TRY(replace_node(g, s->add, GR_OP_IDENTITY, "bias_fused", 1, &s->add_main, 0, NULL));
-    int r = g->nodes.data[root_node].out[0];
-    if (val(c, r)->dtype == val(c, c->x0)->dtype)
-        return replace_node(g, root_node, GR_OP_IDENTITY, "fused", 1, &c->x0, 0, NULL);
+    /* r in x0's dtype: a view of x0. A cast back to x0's dtype after r (and views): that cast
+     * becomes a view too, and r (with the views) takes x0's dtype when shapes are inferred
+     * again, so no round trip through f32 is left behind. */
+    if (back >= 0) {
+        int w = g->nodes.data[back].in[0];
+        GR_TRY(replace_node(g, back, GR_OP_IDENTITY, "fused", 1, &w, 0, NULL));
+    }
+    if (back >= 0 || val(c, r)->dtype == xt) return replace_node(g, root_node, GR_OP_IDENTITY, "fused", 1, &c->x0, 0, NULL);
     gr_ir_attr to;
     memset(&to, 0, sizeof to);
     to.name = (char *)"to", to.kind = GR_IR_ATTR_STRING, to.s = (char *)gr_dtype_name(val(c, r)->dtype);
