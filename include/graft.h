@@ -232,6 +232,9 @@ typedef struct {
      * binding whose dims coincide as an earlier pair of bindings' did is instantiated from
      * their plan template (docs/design.md, "Plan templates"): the same plan, cheaper. */
     int no_plan_templates;
+    /* Leaves the activation after a matmul unfused (a matmul and an elementwise kernel: the
+     * reference path) instead of the library call's epilogue (tanh-GELU, ReLU; passes/epilogue.c). */
+    int no_fuse_epilogue;
 } gr_session_options;
 
 typedef enum { GR_PRECISION_MODEL = 0, GR_PRECISION_BF16, GR_PRECISION_F16, GR_PRECISION_COUNT } gr_precision;

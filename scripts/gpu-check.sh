@@ -43,6 +43,24 @@ a=np.load('$out/tmp/attn-$m-fused/last_hidden_state.npy'); b=np.load('$out/tmp/a
 e=np.linalg.norm(a-b)/np.linalg.norm(b); print('$m fused vs unfused on CUDA: %.2e' % e); sys.exit(0 if e < 1e-5 else 1)" || { echo "$m attention mismatch"; fail=1; }
 done
 
+echo "== matmul epilogues (tanh-GELU, ReLU) on CUDA vs the simulator, fused vs unfused on the GPU, timed =="
+grep -E "^(PASS|FAIL) (mm_.*_(gelu_tanh|relu)|gelu_epilogue_)" "$out/gpucheck.log"
+grep "TIME matmul_bias_gelu_tanh" "$out/gpucheck.log"
+n_epi=$(grep -cE "^PASS (mm_.*_gelu_tanh|gelu_epilogue_)" "$out/gpucheck.log")
+if grep -qE "^FAIL (mm_.*_(gelu_tanh|relu)|gelu_epilogue_)" "$out/gpucheck.log" || [ "$n_epi" -lt 16 ]; then
+  echo "matmul epilogues FAILED ($n_epi passed)"; fail=1
+else echo "matmul epilogues: $n_epi cases passed"; fi
+d=tests/data/onnx/dyn/gpt2_dynamo/b3_s7
+for mode in fused unfused; do
+  flag=; [ $mode = unfused ] && flag=--no-fuse-epilogue
+  $G run tests/data/onnx/dyn/gpt2_dynamo/model.onnx --device cuda $flag --input input_ids=$d/input_ids.npy \
+    --output-dir "$out/tmp/epi-$mode" > "$out/tmp/epi-$mode.log" 2>&1 || { echo "gpt2 epilogue $mode run failed"; fail=1; }
+done
+python3 -c "
+import numpy as np,sys
+a=np.load('$out/tmp/epi-fused/last_hidden_state.npy'); b=np.load('$out/tmp/epi-unfused/last_hidden_state.npy')
+e=np.linalg.norm(a-b)/np.linalg.norm(b); print('gpt2 GELU epilogue fused vs unfused on CUDA: %.2e' % e); sys.exit(0 if e < 1e-4 else 1)" || { echo "gpt2 epilogue mismatch"; fail=1; }
+
 echo "== device graph features on CUDA (conditional IF/IF_ELSE/WHILE, updatable nodes, node updates) =="
 if [ -x "$build/tests/test_devgraph" ]; then
   "$build/tests/test_devgraph" cuda 2>&1 | tail -12 | tee "$out/devgraph.log"

@@ -9,3 +9,8 @@ endif()
 if(GRAFT_ONNX_ENABLED)
   graft_test(test_share SOURCES tests/test_share.c)
 endif()
+# Activations fused into the matmul's epilogue (passes/epilogue.c, issue 15): recognition,
+# near misses, fused vs unfused on the simulator, the GPT-2 export.
+if(GRAFT_ONNX_ENABLED)
+  graft_test(test_epilogue SOURCES tests/test_epilogue.c)
+endif()

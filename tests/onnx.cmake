@@ -74,6 +74,17 @@ if(GRAFT_ONNX_ENABLED)
              COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_onnx_activations.py
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(onnx_activations PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    # matmul epilogues from ONNX (GPT-2's tanh-GELU chain, Gelu tanh, Relu): fused, and equal to unfused
+    add_test(NAME onnx_epilogue
+             COMMAND ${GRAFT_PYTEST} -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_epilogue_onnx.py
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    # (the Python package case where the library can be loaded into Python: not sanitizer builds)
+    if(NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
+      set_tests_properties(onnx_epilogue PROPERTIES ENVIRONMENT
+        "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft;PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>;PYTHONDONTWRITEBYTECODE=1")
+    else()
+      set_tests_properties(onnx_epilogue PROPERTIES ENVIRONMENT "GRAFT_BIN=${CMAKE_BINARY_DIR}/bin/graft")
+    endif()
     # the torch-free half of scripts/real-models-check.sh (tests/py/check_real_models.py) on the
     # committed exports and doctored copies; the export half needs torch (GPU machine)
     add_test(NAME onnx_real_models_check

@@ -192,6 +192,9 @@ static const char usage_inputs[] =
     "                         reference path) instead of one fused attention kernel\n"
     "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only; the f32\n"
     "                         kernel has no tensor cores and is slower than unfused)\n"
+    "  --no-fuse-epilogue     leave the GELU (tanh) or ReLU after a matmul unfused (an\n"
+    "                         elementwise kernel: the reference path) instead of the\n"
+    "                         matmul's cuBLASLt epilogue\n"
     "  --precision bf16|f16   run an f32 model in half precision: weights converted once\n"
     "                         at load, matmuls and attention in bf16/f16 (f32 accumulation),\n"
     "                         softmax, norms, reductions, exp/log/pow/erf in f32; inputs and\n"
@@ -246,6 +249,7 @@ static const char usage_dump[] =
     "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n"
     "  --no-fuse-attention    leave attention unfused (no attention pass)\n"
     "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only)\n"
+    "  --no-fuse-epilogue     leave activations after matmuls unfused (no epilogue pass)\n"
     "  --precision bf16|f16   convert an f32 model first (the \"precision\" pass)\n";
 
 static const char usage_explain[] =
@@ -294,6 +298,7 @@ typedef struct {
     const char *save_inputs;
     bool verbose;
     bool no_fuse_attention;
+    bool no_fuse_epilogue;
     bool no_plan_templates;
     bool fuse_attention_f32;
     int precision; /* gr_precision */
@@ -426,7 +431,8 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             need = OPT_INPUTS, takes_value = false;
         else if (!strcmp(optname, "--no-plan-templates"))
             need = OPT_INPUTS, takes_value = false;
-        else if (!strcmp(optname, "--no-fuse-attention") || !strcmp(optname, "--fuse-attention-f32"))
+        else if (!strcmp(optname, "--no-fuse-attention") || !strcmp(optname, "--fuse-attention-f32") ||
+                 !strcmp(optname, "--no-fuse-epilogue"))
             need = OPT_DIM, takes_value = false;
         else {
             errorf("%s: unknown option '%s' (see graft %s --help)", o->cmd, optname, o->cmd);
@@ -443,6 +449,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             }
             if (!strcmp(optname, "--profile")) o->profile = true;
             else if (!strcmp(optname, "--no-fuse-attention")) o->no_fuse_attention = true;
+            else if (!strcmp(optname, "--no-fuse-epilogue")) o->no_fuse_epilogue = true;
             else if (!strcmp(optname, "--fuse-attention-f32")) o->fuse_attention_f32 = true;
             else if (!strcmp(optname, "--no-plan-templates")) o->no_plan_templates = true;
             else o->verbose = true;
@@ -916,6 +923,7 @@ static int create_session(gr_graph_t g, const cli_opts *o, gr_session_t *sess) {
     if (o->cache_dir) so.cache_dir = o->cache_dir;
     so.verbose = o->verbose;
     so.no_fuse_attention = o->no_fuse_attention;
+    so.no_fuse_epilogue = o->no_fuse_epilogue;
     so.no_plan_templates = o->no_plan_templates;
     so.fuse_attention_f32 = o->fuse_attention_f32;
     so.precision = o->precision;
@@ -1594,6 +1602,7 @@ static int cmd_dump(const cli_opts *o) {
         gr_session_options so;
         gr_session_options_init(&so);
         so.no_fuse_attention = o->no_fuse_attention;
+        so.no_fuse_epilogue = o->no_fuse_epilogue;
         so.fuse_attention_f32 = o->fuse_attention_f32;
         so.precision = o->precision;
         gr_status st = gr_graph_dump_passes_with(g, n, (const char *const *)names, values, &so, &text);

@@ -116,7 +116,7 @@ class SessionOptions(ctypes.Structure):
                 ("arena_policy", ctypes.c_int), ("no_fuse_attention", ctypes.c_int),
                 ("fuse_attention_f32", ctypes.c_int), ("precision", ctypes.c_int), ("shape_policy", ctypes.c_int),
                 ("graph_memory_mb", ctypes.c_double), ("no_persist_decisions", ctypes.c_int), ("tp", ctypes.c_int),
-                ("no_plan_templates", ctypes.c_int)]
+                ("no_plan_templates", ctypes.c_int), ("no_fuse_epilogue", ctypes.c_int)]
 
 
 class Output(ctypes.Structure):

@@ -75,7 +75,7 @@ def _torch_setup():
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
          arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None,
-         shapes="exact", graph_memory_mb=0, tp=1):
+         shapes="exact", graph_memory_mb=0, tp=1, fuse_epilogue=True):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -89,6 +89,8 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         memory budget (0: none).
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
     fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
+    fuse_epilogue: run a tanh-GELU or ReLU after a matmul as the matmul's epilogue (False: the
+        unfused reference path).
     precision: None (run as exported), "bf16" or "f16": convert an f32 model at load, as
         autocast does (matmuls and attention in half with f32 accumulation, softmax, norms,
         reductions, exp/log/pow/erf in f32); inputs and outputs keep their dtypes.
@@ -114,6 +116,7 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         opts.max_rerecords, opts.no_partition, opts.arena_policy = int(max_rerecords), int(bool(no_partition)), _ARENAS[arena]
         opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
         opts.precision = _PRECISIONS[precision]
+        opts.no_fuse_epilogue = int(not fuse_epilogue)
         policy = ctypes.c_int()
         C.check(lib.gr_shape_policy_parse(str(shapes).encode(), ctypes.byref(policy)))
         opts.shape_policy, opts.graph_memory_mb = policy.value, float(graph_memory_mb)

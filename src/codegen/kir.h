@@ -321,7 +321,14 @@ void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
  * (step - first) * m + r; the semantics are gr_sample_row's. */
 typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_ALL_REDUCE, GR_LIB_ALL_GATHER, GR_LIB_SAMPLE, GR_LIB_COUNT } gr_lib_kind;
 static inline bool gr_lib_is_collective(gr_lib_kind k) { return k == GR_LIB_ALL_REDUCE || k == GR_LIB_ALL_GATHER; }
-typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU } gr_epilogue;
+/* Matmul epilogues, applied to alpha*AB + bias in the accumulation precision before the one
+ * rounding to C's dtype. GELU is the exact erf form, GELU_TANH the tanh approximation
+ * 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))) (passes/epilogue.c fuses it). Append-only. */
+typedef enum { GR_EPI_NONE = 0, GR_EPI_RELU, GR_EPI_GELU, GR_EPI_GELU_TANH, GR_EPI_COUNT } gr_epilogue;
+/* "none", "relu", "gelu", "gelu_tanh" (the matmul node's `epilogue` attribute); "?" out of range. */
+const char *gr_epilogue_name(gr_epilogue e);
+/* The epilogue named `name` (gr_epilogue_name's names): false when unknown. */
+bool gr_epilogue_parse(const char *name, gr_epilogue *out);
 typedef enum { GR_BIAS_NONE = 0, GR_BIAS_ROW, GR_BIAS_FULL } gr_bias_kind;
 
 typedef struct {

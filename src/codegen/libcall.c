@@ -6,6 +6,7 @@
  * bias ROW: bias[b][n] broadcast over rows; FULL: bias[b] has C's shape with leading dim ldc. */
 #include "codegen/kir.h"
 #include <math.h>
+#include <string.h>
 #ifdef __clang__
 /* one rounding per operation, as specified (gcc does not contract in ISO C mode) */
 #pragma STDC FP_CONTRACT OFF
@@ -15,8 +16,20 @@ static double epilogue(gr_epilogue e, double v) {
     switch (e) {
     case GR_EPI_RELU: return v > 0 ? v : (v != v ? v : 0.0);
     case GR_EPI_GELU: return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
+    case GR_EPI_GELU_TANH: return 0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
     default: return v;
     }
+}
+
+static const char *const epilogue_names[] = {"none", "relu", "gelu", "gelu_tanh"};
+_Static_assert(sizeof epilogue_names / sizeof epilogue_names[0] == GR_EPI_COUNT, "a name per epilogue");
+
+const char *gr_epilogue_name(gr_epilogue e) { return (unsigned)e < GR_EPI_COUNT ? epilogue_names[e] : "?"; }
+
+bool gr_epilogue_parse(const char *name, gr_epilogue *out) {
+    for (int e = 0; e < GR_EPI_COUNT && name; e++)
+        if (!strcmp(name, epilogue_names[e])) return *out = (gr_epilogue)e, true;
+    return false;
 }
 
 gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {

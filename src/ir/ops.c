@@ -29,7 +29,9 @@
  * matmul(a, b, [bias]; trans_a=0, trans_b=0, alpha=1.0): numpy matmul with
  *   batch broadcasting; 1-D a is [1,K] and 1-D b is [K,1] with that dim
  *   dropped from the result; trans_* transpose the last two dims first;
- *   out = alpha * a@b + bias (bias broadcast to the output shape) [np.matmul].
+ *   out = alpha * a@b + bias (bias broadcast to the output shape) [np.matmul];
+ *   epilogue="none" | "relu" | "gelu_tanh" applies that activation to out (set by
+ *   passes/epilogue.c, which fuses an activation into the matmul library call).
  * reshape(x; shape=[...]): one dim may be -1 (inferred); 0 is a zero-size dim
  *   (the ONNX importer resolves ONNX's "copy this dim" zeros itself).
  * transpose(x; perm=[...]): default reverses the dims [np.transpose].

@@ -91,7 +91,7 @@ static bool scalar_const(const at_ctx *c, int v, double *out) {
 }
 
 static bool plain_matmul(const at_ctx *c, const gr_ir_node *n, bool allow_trans_b, int64_t *trans_b, double *alpha) {
-    if (n->n_in > 2 && n->in[2] >= 0) return false;
+    if ((n->n_in > 2 && n->in[2] >= 0) || gr_ir_attr_find(n, "epilogue")) return false;
     int64_t ta = 0;
     if (gr_ir_attr_int(c->g, n, "trans_a", 0, &ta) != GR_OK || gr_ir_attr_int(c->g, n, "trans_b", 0, trans_b) != GR_OK ||
         gr_ir_attr_float(c->g, n, "alpha", 1.0, alpha) != GR_OK) {

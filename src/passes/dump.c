@@ -65,7 +65,7 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
             break;
         case GR_STEP_LIBCALL: {
             const gr_libcall *c = &s->call;
-            static const char *bias_names[] = {"none", "row", "full"}, *epi_names[] = {"none", "relu", "gelu"};
+            static const char *bias_names[] = {"none", "row", "full"};
             if (gr_lib_is_collective(c->kind))
                 gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s count=%lld ranks=%lld\n", i,
                              c->kind == GR_LIB_ALL_REDUCE ? "all_reduce" : "all_gather", c->name, node_name(g, s->node),
@@ -97,7 +97,7 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
                          (long long)c->k, (long long)c->batch, c->trans_a, c->trans_b, (long long)c->lda, (long long)c->ldb,
                          (long long)c->ldc, (long long)c->batch_stride_a, (long long)c->batch_stride_b,
                          (long long)c->batch_stride_c, c->alpha, (unsigned)c->bias < 3 ? bias_names[c->bias] : "?",
-                         (unsigned)c->epilogue < 3 ? epi_names[c->epilogue] : "?");
+                         gr_epilogue_name(c->epilogue));
             gr_sb_puts(sb, "  args(");
             for (int a = 0; a < s->n_args; a++) {
                 if (a) gr_sb_puts(sb, ", ");

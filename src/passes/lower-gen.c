@@ -167,6 +167,7 @@ typedef struct {
     bool ta, tb;
     double alpha;
     gr_dtype t;
+    gr_epilogue epilogue; /* the node's `epilogue` attribute (passes/epilogue.c) */
 } mm_info;
 
 /* Batch dims of an operand padded to the output batch rank (leading 1s). */
@@ -186,10 +187,17 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     GR_TRY(gr_ir_attr_int(c->g, n, "trans_a", 0, &ta));
     GR_TRY(gr_ir_attr_int(c->g, n, "trans_b", 0, &tb));
     GR_TRY(gr_ir_attr_float(c->g, n, "alpha", 1.0, &mi->alpha));
+    const char *epi;
+    GR_TRY(gr_ir_attr_string(c->g, n, "epilogue", "none", &epi));
+    /* erf GELU is not a fusion target (cuBLASLt has only the tanh form): not accepted */
+    if (!gr_epilogue_parse(epi, &mi->epilogue) || mi->epilogue == GR_EPI_GELU)
+        return gr_error(GR_ERR_INVALID, "%s: epilogue must be \"none\", \"relu\" or \"gelu_tanh\", got \"%s\"", lw_where(c), epi);
     mi->na = lw_shape(c, mi->a, mi->ad);
     mi->nb = lw_shape(c, mi->b, mi->bd);
     int ny = lw_shape(c, mi->y, mi->yd);
     mi->t = lw_val(c, mi->y)->dtype;
+    if (mi->epilogue == GR_EPI_GELU_TANH && !gr_dtype_is_float(mi->t))
+        return gr_error(GR_ERR_INVALID, "%s: epilogue gelu_tanh needs a float matmul, not %s", lw_where(c), gr_dtype_name(mi->t));
     if (mi->na < 1 || mi->nb < 1) return gr_error(GR_ERR_SHAPE, "%s: matmul operands need at least 1 dim", lw_where(c));
     if (lw_val(c, mi->a)->dtype != mi->t || lw_val(c, mi->b)->dtype != mi->t)
         return gr_error(GR_ERR_SHAPE, "%s: operand dtypes differ from the output's", lw_where(c));
@@ -308,6 +316,9 @@ static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
         if (st == GR_OK && lw_val(c, mi->bias)->dtype != at) st = gr_kx_cast(k, at, bi, &bi);
         if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, at, acc, bi, &acc);
     }
+    /* the epilogue in the accumulation dtype, before the one rounding, as the library call's */
+    if (st == GR_OK && mi->epilogue != GR_EPI_NONE)
+        st = gr_kx_unary(k, mi->epilogue == GR_EPI_RELU ? GR_KU_RELU : GR_KU_GELU_TANH, at, acc, &acc);
     if (st == GR_OK && at != mi->t) st = gr_kx_cast(k, mi->t, acc, &acc);
     if (st == GR_OK) st = lw_store(c, &b, mi->y, acc, &ya, false);
     return finish(c, &b, st);
@@ -362,7 +373,7 @@ gr_status lw_lower_matmul(gr_lctx *c) {
     call->ldb = mi.tb ? mi.k : mi.n;
     call->ldc = mi.n;
     call->alpha = mi.alpha;
-    call->epilogue = GR_EPI_NONE;
+    call->epilogue = mi.epilogue;
     snprintf(call->name, sizeof call->name, "k%d_matmul", c->node);
 
     int a = mi.a, b = mi.b;

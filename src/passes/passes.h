@@ -47,6 +47,13 @@ gr_status gr_pass_control_captures(const gr_graph *g, const gr_ir_node *n, int *
  * number of attentions made. */
 gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
 
+/* Fuses the activation after a matmul (and its row bias) into the matmul: tanh-GELU (the
+ * gelu op with approximate="tanh", or the explicit chain GPT-2 exports) and relu become the
+ * node's `epilogue` attribute, lowered to the library call's epilogue (cuBLASLt
+ * GELU_BIAS / RELU_BIAS). passes/epilogue.c has the rules. Works on symbolic dims.
+ * *n_fused (may be NULL) = number of matmuls given an epilogue. */
+gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused);
+
 /* What a precision conversion did (gr_pass_convert_precision). */
 typedef struct {
     int weights_converted;     /* f32 constants given a half copy */
@@ -321,6 +328,8 @@ typedef struct {
     bool no_fuse_attention;
     /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
     bool fuse_attention_f32;
+    /* Leaves activations after matmuls unfused (no gr_pass_fuse_epilogue): the reference path. */
+    bool no_fuse_epilogue;
     /* Lowering: products of two activations as generated kernels (gr_pass_lower_opts; shape policy generic). */
     bool activation_matmul_kernels;
     /* Runs gr_pass_precision(precision) first ("precision" after_pass), unless src_converted:
@@ -330,7 +339,7 @@ typedef struct {
     gr_dtype precision;
     bool src_converted;
     /* Called after each pass with the pass's name ("input", "specialize",
-     * "fuse_attention" (when it runs), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
+     * "fuse_attention" (when it runs), "fuse_epilogue" (when it fused one), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
      * their pass ran). An observer (graft dump) prints; a test hook may
      * rewrite the steps after "fuse". A non-OK status stops the pipeline. */

@@ -83,6 +83,12 @@ gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values,
         st = gr_pass_fuse_attention(c->g, opts && opts->fuse_attention_f32, &n_fused);
         if (st == GR_OK && n_fused) st = after(opts, "fuse_attention", c);
     }
+    /* after attention (its matmuls are not epilogue targets), before specialization (as it) */
+    if (st == GR_OK && !(opts && opts->no_fuse_epilogue)) {
+        int n_fused = 0;
+        st = gr_pass_fuse_epilogue(c->g, &n_fused);
+        if (st == GR_OK && n_fused) st = after(opts, "fuse_epilogue", c);
+    }
     if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c->g);
     if (st == GR_OK) st = gr_ir_specialize(c->g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", c);

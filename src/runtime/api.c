@@ -258,6 +258,7 @@ gr_status gr_graph_dump_passes_with(gr_graph_t g, int n_dims, const char *const 
     /* with nothing bound, the dump itself lists every unresolved symbolic dim */
     gr_pipeline_opts po = {.no_partition = opt->no_partition != 0, .no_fuse_attention = opt->no_fuse_attention != 0,
                            .fuse_attention_f32 = opt->fuse_attention_f32 != 0,
+                           .no_fuse_epilogue = opt->no_fuse_epilogue != 0,
                            .convert_precision = opt->precision != GR_PRECISION_MODEL,
                            .precision = gr_rt_precision_dtype(opt->precision)};
     if (st == GR_OK) st = gr_pass_dump_opts(g, n_dims ? sym_values : NULL, &po, &sb);

@@ -231,6 +231,7 @@ void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
     *po = (gr_pipeline_opts){.no_partition = s->opt.no_partition != 0, .fold_linear_only = s->graph->syms.len > 0,
                              .src_marked = true, .no_fuse_attention = s->opt.no_fuse_attention != 0,
                              .fuse_attention_f32 = s->opt.fuse_attention_f32 != 0,
+                             .no_fuse_epilogue = s->opt.no_fuse_epilogue != 0,
                              /* generic: attention's activation products as kernels, whose sizes come from the
                               * slot table (in eager mode too, so an eager session runs the same kernels) */
                              .activation_matmul_kernels = s->opt.shape_policy == GR_SHAPES_GENERIC && s->graph->syms.len > 0};

@@ -33,6 +33,7 @@ int main(void) {
     printf("gr_session_options.no_persist_decisions %zu\n", offsetof(gr_session_options, no_persist_decisions));
     printf("gr_session_options.tp %zu\n", offsetof(gr_session_options, tp));
     printf("gr_session_options.no_plan_templates %zu\n", offsetof(gr_session_options, no_plan_templates));
+    printf("gr_session_options.no_fuse_epilogue %zu\n", offsetof(gr_session_options, no_fuse_epilogue));
     printf("gr_output %zu\n", sizeof(gr_output));
     printf("gr_output.generation %zu\n", offsetof(gr_output, generation));
     printf("gr_output.index %zu\n", offsetof(gr_output, index));

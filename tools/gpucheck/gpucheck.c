@@ -522,10 +522,10 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
                          bool tb, gr_bias_kind bias, gr_epilogue epi) {
     gr_libcall c;
     memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "mm_%s_%lldx%lldx%lld_b%lld%s%s%s%s", gr_dtype_name(t), (long long)m, (long long)n,
+    snprintf(c.name, sizeof c.name, "mm_%s_%lldx%lldx%lld_b%lld%s%s%s%s%s", gr_dtype_name(t), (long long)m, (long long)n,
              (long long)kk, (long long)batch, ta ? "_ta" : "", tb ? "_tb" : "",
              bias == GR_BIAS_ROW ? "_brow" : bias == GR_BIAS_FULL ? "_bfull" : "",
-             epi == GR_EPI_RELU ? "_relu" : epi == GR_EPI_GELU ? "_gelu" : "");
+             epi == GR_EPI_NONE ? "" : "_", epi == GR_EPI_NONE ? "" : gr_epilogue_name(epi));
     c.kind = GR_LIB_MATMUL;
     c.dtype = t;
     c.m = m;
@@ -550,6 +550,9 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
     memset(sc, 0, sizeof sc);
     bool written[4] = {false, false, true, false};
     double tol = t == GR_F32 ? 1e-5 : t == GR_F16 ? 1e-3 : 1e-2;
+    /* cuBLASLt's GELU epilogue against libcall.c's tanh in f64: its tanh need not be libm's
+     * (a faster approximation in f32), measured here */
+    if (epi == GR_EPI_GELU_TANH && t == GR_F32) tol = 1e-3;
     compare(cu, sim, c.name, NULL, &c, bias == GR_BIAS_NONE ? 3 : 4, specs, sc, 4, written, tol);
 }
 
@@ -823,6 +826,137 @@ done:
     if (e0) gr_dev_event_destroy(d->dev, e0);
     if (e1) gr_dev_event_destroy(d->dev, e1);
     return us;
+}
+
+/* ==== matmul + bias + tanh-GELU: the epilogue against the unfused kernels ======================
+ * What passes/epilogue.c changes on the GPU: the unfused plan runs cuBLASLt with its bias
+ * epilogue into C, then an elementwise tanh-GELU kernel over C (in f32, rounded to C's dtype);
+ * the fused plan is one cuBLASLt call with GELU_BIAS. Both on the GPU, compared (normalized L2)
+ * and timed at GPT-2's c_fc size (batch 8 x seq 512 rows, 768 -> 3072). */
+typedef struct {
+    gr_libcall fused, plain;
+    gr_kfunc *gelu;
+    int64_t points;
+    void *a, *b, *bias, *c_fused, *c_pre, *c_unfused;
+} gelu_bench;
+
+static gr_status gelu_run_fused(devctx *d, void *user) {
+    gelu_bench *b = user;
+    gr_karg a[4] = {{.ptr = b->a}, {.ptr = b->b}, {.ptr = b->c_fused}, {.ptr = b->bias}};
+    return gr_dev_libcall(d->dev, d->s, &b->fused, a, 4);
+}
+
+static gr_status gelu_run_matmul(devctx *d, void *user) {
+    gelu_bench *b = user;
+    gr_karg a[4] = {{.ptr = b->a}, {.ptr = b->b}, {.ptr = b->c_pre}, {.ptr = b->bias}};
+    return gr_dev_libcall(d->dev, d->s, &b->plain, a, 4);
+}
+
+static gr_status gelu_run_kernel(devctx *d, void *user) {
+    gelu_bench *b = user;
+    gr_karg g[3] = {{.ptr = b->c_pre}, {.ptr = b->c_unfused}, {.i = b->points}};
+    return gr_dev_kernel_launch(d->dev, d->s, b->gelu, g, 3);
+}
+
+static gr_status gelu_run_unfused(devctx *d, void *user) {
+    GR_TRY(gelu_run_matmul(d, user));
+    return gelu_run_kernel(d, user);
+}
+
+/* y = gelu_tanh(x) over n points, in f32 (as lowering computes a half gelu op) */
+static gr_kernel *gelu_tanh_kernel(gr_dtype t, int64_t n) {
+    gr_kernel *k;
+    if (gr_kernel_create("check_gelu_tanh", &k) != GR_OK) return NULL;
+    k->n_outer = 1;
+    k->outer[0] = n;
+    int x, y, np, lx, v;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = 1;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y);
+    gr_kernel_add_param(k, GR_KP_SHAPE, GR_I64, "n", &np);
+    k->n_points_param = np;
+    gr_kx_load(k, x, &a, &lx);
+    if (t != GR_F32) gr_kx_cast(k, GR_F32, lx, &lx);
+    gr_kx_unary(k, GR_KU_GELU_TANH, GR_F32, lx, &v);
+    if (t != GR_F32) gr_kx_cast(k, t, v, &v);
+    kstore(k, y, v, &a, false);
+    return k;
+}
+
+static void check_gelu_epilogue(devctx *cu, gr_dtype t, int64_t M, int64_t N, int64_t K, bool timed) {
+    char name[96];
+    snprintf(name, sizeof name, "gelu_epilogue_%s_%lldx%lldx%lld", gr_dtype_name(t), (long long)M, (long long)K, (long long)N);
+    if (filter && !strstr(name, filter)) return;
+    gelu_bench b;
+    memset(&b, 0, sizeof b);
+    gr_libcall c;
+    memset(&c, 0, sizeof c);
+    c.kind = GR_LIB_MATMUL;
+    c.dtype = t;
+    c.m = M, c.n = N, c.k = K, c.batch = 1;
+    c.lda = K, c.ldb = N, c.ldc = N;
+    c.batch_stride_a = M * K, c.batch_stride_b = K * N, c.batch_stride_c = M * N;
+    c.alpha = 1.0;
+    c.bias = GR_BIAS_ROW;
+    b.plain = c;
+    snprintf(b.plain.name, sizeof b.plain.name, "c_fc_bias");
+    c.epilogue = GR_EPI_GELU_TANH;
+    b.fused = c;
+    snprintf(b.fused.name, sizeof b.fused.name, "c_fc_bias_gelu_tanh");
+    b.points = M * N;
+    /* GPT-2's scales: activations ~N(0,1)-like, weights ~0.02 * sqrt(3) uniform, so the
+     * pre-activation spans GELU's curved part around 0 */
+    buf_spec specs[3] = {{t, M * K, -2, 2}, {t, K * N, -0.06, 0.06}, {t, N, -0.5, 0.5}};
+    void *host[3] = {0}, *out_f = NULL, *out_u = NULL;
+    gr_kernel *k = gelu_tanh_kernel(t, M * N);
+    size_t es = gr_dtype_size(t), cb = (size_t)(M * N) * es;
+    gr_status st = k ? GR_OK : GR_ERR_NOMEM;
+    for (int i = 0; i < 3 && st == GR_OK; i++) st = (host[i] = make_host(&specs[i])) ? GR_OK : GR_ERR_NOMEM;
+    void **dev[3] = {&b.a, &b.b, &b.bias};
+    for (int i = 0; i < 3 && st == GR_OK; i++) {
+        size_t bytes = (size_t)specs[i].n * es;
+        st = gr_dev_alloc(cu->dev, GR_MEM_DEVICE, bytes, dev[i]);
+        if (st == GR_OK) st = gr_dev_memcpy(cu->dev, cu->s, *dev[i], host[i], bytes, GR_COPY_H2D);
+    }
+    void **outs[3] = {&b.c_fused, &b.c_pre, &b.c_unfused};
+    for (int i = 0; i < 3 && st == GR_OK; i++) st = gr_dev_alloc(cu->dev, GR_MEM_DEVICE, cb, outs[i]);
+    if (st == GR_OK) st = gr_dev_kernel_prepare_flags(cu->dev, k, 0, &b.gelu);
+    if (st == GR_OK) st = gelu_run_fused(cu, &b);
+    if (st == GR_OK) st = gelu_run_unfused(cu, &b);
+    out_f = malloc(cb), out_u = malloc(cb);
+    if (st == GR_OK && (!out_f || !out_u)) st = GR_ERR_NOMEM;
+    if (st == GR_OK) st = gr_dev_memcpy(cu->dev, cu->s, out_f, b.c_fused, cb, GR_COPY_D2H);
+    if (st == GR_OK) st = gr_dev_memcpy(cu->dev, cu->s, out_u, b.c_unfused, cb, GR_COPY_D2H);
+    if (st == GR_OK) st = gr_dev_stream_sync(cu->dev, cu->s);
+    DIE_IF(st, "setup or run");
+    {
+        /* unfused rounds the pre-activation to t before the GELU; fused does not */
+        double e = rel_err(out_f, out_u, t, M * N), tol = t == GR_F32 ? 1e-3 : t == GR_F16 ? 2e-3 : 1e-2;
+        bool ok = e <= tol;
+        printf("%s %-34s fused vs unfused on the GPU: err %.3e  tol %.0e\n", ok ? "PASS" : "FAIL", name, e, tol);
+        ok ? n_pass++ : n_fail++;
+    }
+    if (timed) {
+        double fused = time_us(cu, gelu_run_fused, &b), unfused = time_us(cu, gelu_run_unfused, &b);
+        double mm = time_us(cu, gelu_run_matmul, &b), gk = time_us(cu, gelu_run_kernel, &b);
+        double flops = 2.0 * (double)M * (double)N * (double)K;
+        printf("TIME matmul_bias_gelu_tanh %s %lldx%lld @ %lldx%lld: fused %.1f us (%.0f TFLOP/s), unfused %.1f us "
+               "(matmul+bias %.1f us + gelu kernel %.1f us), speedup %.2fx\n",
+               gr_dtype_name(t), (long long)M, (long long)K, (long long)K, (long long)N, fused, flops / fused * 1e-6,
+               unfused, mm, gk, unfused / fused);
+    }
+done:
+    if (b.gelu) gr_dev_kernel_release(cu->dev, b.gelu);
+    for (int i = 0; i < 3; i++) {
+        if (*dev[i]) gr_dev_free(cu->dev, *dev[i]);
+        if (*outs[i]) gr_dev_free(cu->dev, *outs[i]);
+        free(host[i]);
+    }
+    free(out_f);
+    free(out_u);
+    if (k) gr_kernel_destroy(k);
 }
 
 typedef struct {
@@ -1263,7 +1397,18 @@ int main(int argc, char **argv) {
         check_matmul(&cu, &sim, fdt[d], 128, 256, 64, 3, false, false, GR_BIAS_ROW, GR_EPI_RELU);
         check_matmul(&cu, &sim, fdt[d], 64, 128, 32, 1, false, true, GR_BIAS_ROW, GR_EPI_GELU);
         check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_NONE);
+        /* epilogues of passes/epilogue.c: cuBLASLt's GELU(_BIAS) and RELU, batched row bias */
+        check_matmul(&cu, &sim, fdt[d], 128, 256, 64, 1, false, false, GR_BIAS_ROW, GR_EPI_GELU_TANH);
+        check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 3, false, true, GR_BIAS_ROW, GR_EPI_GELU_TANH);
+        check_matmul(&cu, &sim, fdt[d], 33, 65, 17, 1, true, false, GR_BIAS_NONE, GR_EPI_GELU_TANH);
+        check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_GELU_TANH);
+        check_matmul(&cu, &sim, fdt[d], 40, 24, 56, 1, false, true, GR_BIAS_NONE, GR_EPI_RELU);
     }
+    check_matmul(&cu, &sim, GR_F64, 32, 48, 16, 2, false, false, GR_BIAS_NONE, GR_EPI_GELU_TANH); /* rendered kernel */
+    /* GPT-2 small's c_fc at batch 8, seq 512: checked and timed, fused vs unfused */
+    check_gelu_epilogue(&cu, GR_F32, 4096, 3072, 768, true);
+    check_gelu_epilogue(&cu, GR_BF16, 4096, 3072, 768, true);
+    check_gelu_epilogue(&cu, GR_F16, 512, 3072, 768, false);
     /* fused attention: the seq lengths, batches, masks and heads of issue 15 */
     const gr_dtype adt[] = {GR_BF16, GR_F32, GR_F16};
     const int64_t seqs[] = {1, 17, 128, 512};

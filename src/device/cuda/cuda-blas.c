@@ -4,8 +4,11 @@
  * a row-major matrix read column-major is its transpose, so no data moves. f32 uses
  * CUBLAS_COMPUTE_32F (no TF32). A ROW bias is cuBLASLt's bias epilogue (a vector along
  * the rows of the column-major result); a FULL bias is cuBLASLt's C operand with
- * beta = 1. GELU is applied by a rendered kernel afterwards, because cuBLASLt's GELU
- * epilogue is the tanh approximation and kir's GELU is the exact erf form.
+ * beta = 1. Epilogues (applied to alpha*AB + beta*C + bias in f32, before the rounding to
+ * D's dtype, as libcall.c's reference): RELU and GELU_TANH are cuBLASLt's RELU(_BIAS) and
+ * GELU(_BIAS) (its GELU is the tanh approximation); the exact erf GELU is a rendered
+ * kernel afterwards, and so is GELU_TANH where cuBLASLt offers no algorithm with its GELU
+ * epilogue (f64, or a heuristic that finds none).
  * Descriptors and the heuristic's algorithm are made once per call shape and cached.
  */
 #include "device/cuda/cuda-impl.h"
@@ -23,7 +26,7 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
-    gr_kfunc *gelu; /* exact GELU over C, or NULL */
+    gr_kfunc *act; /* a rendered activation over C afterwards (see the top), or NULL */
 } lt_entry;
 
 struct gr_cuda_lt {
@@ -46,7 +49,7 @@ static void entry_free(gr_cuda_ctx *c, const gr_lt_api *lt, lt_entry *e) {
     if (e->lb) lt->cublasLtMatrixLayoutDestroy(e->lb);
     if (e->lc) lt->cublasLtMatrixLayoutDestroy(e->lc);
     if (e->ld) lt->cublasLtMatrixLayoutDestroy(e->ld);
-    if (e->gelu) gr_cuda_kernel_release(c, e->gelu);
+    if (e->act) gr_cuda_kernel_release(c, e->act);
     memset(e, 0, sizeof(*e));
 }
 
@@ -79,8 +82,8 @@ static gr_status lt_state(gr_cuda_ctx *c, gr_cuda_lt **out) {
     return GR_OK;
 }
 
-/* In-place exact GELU over C: outer [batch, m, n] with C's strides. */
-static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **out) {
+/* In-place activation fn (GELU or GELU_TANH) over C: outer [batch, m, n] with C's strides. */
+static gr_status make_act(gr_cuda_ctx *c, const gr_libcall *call, gr_kunary fn, gr_kfunc **out) {
     gr_kernel *k;
     GR_TRY(gr_kernel_create("graft_matmul_gelu", &k));
     k->n_outer = 3;
@@ -98,7 +101,7 @@ static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **ou
     memset(&s, 0, sizeof s);
     gr_status st = gr_kernel_add_param(k, GR_KP_BUFFER, call->dtype, "c", &p);
     if (st == GR_OK) st = gr_kx_load(k, p, &a, &v);
-    if (st == GR_OK) st = gr_kx_unary(k, GR_KU_GELU, ct, v, &g);
+    if (st == GR_OK) st = gr_kx_unary(k, fn, ct, v, &g);
     if (st == GR_OK) {
         k->params[p].written = true;
         s.kind = GR_KS_STORE;
@@ -116,8 +119,9 @@ static gr_status make_gelu(gr_cuda_ctx *c, const gr_libcall *call, gr_kfunc **ou
     return st;
 }
 
-/* Fills e (descriptors, layouts, algorithm); on failure e holds what was made so far. */
-static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
+/* Fills e (descriptors, layouts, algorithm); on failure e holds what was made so far.
+ * lt_gelu: a GELU_TANH epilogue is cuBLASLt's (else a rendered kernel). */
+static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e, bool lt_gelu) {
     const gr_lt_api *lt = s->lt;
     const gr_libcall *call = &key->call;
     cudaDataType_t dt;
@@ -143,8 +147,11 @@ static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, l
     GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     bool relu = call->epilogue == GR_EPI_RELU;
-    if (call->bias == GR_BIAS_ROW) epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    bool gelu = call->epilogue == GR_EPI_GELU_TANH && lt_gelu && call->dtype != GR_F64;
+    if (call->bias == GR_BIAS_ROW)
+        epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     else if (relu) epi = CUBLASLT_EPILOGUE_RELU;
+    else if (gelu) epi = CUBLASLT_EPILOGUE_GELU;
     GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (call->bias == GR_BIAS_ROW && call->batch > 1) {
         int64_t bs = call->batch_stride_bias;
@@ -192,7 +199,8 @@ static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, l
                         gr_dtype_name(call->dtype), (long long)call->m, (long long)call->n, (long long)call->k,
                         (long long)call->batch);
     e->algo = res.algo;
-    if (call->epilogue == GR_EPI_GELU) GR_TRY(make_gelu(c, call, &e->gelu));
+    if (call->epilogue == GR_EPI_GELU) GR_TRY(make_act(c, call, GR_KU_GELU, &e->act));
+    if (call->epilogue == GR_EPI_GELU_TANH && !gelu) GR_TRY(make_act(c, call, GR_KU_GELU_TANH, &e->act));
     return GR_OK;
 }
 
@@ -200,13 +208,21 @@ static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, l
 static gr_status entry_make(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, lt_entry *e) {
     memset(e, 0, sizeof(*e));
     e->key = *key;
-    gr_status st = entry_build(c, s, key, e);
+    gr_status st = entry_build(c, s, key, e, true);
+    if (st != GR_OK && st != GR_ERR_NOMEM && key->call.epilogue == GR_EPI_GELU_TANH && key->call.dtype != GR_F64) {
+        /* no algorithm with cuBLASLt's GELU epilogue for this shape: its bias epilogue and a
+         * rendered tanh-GELU kernel, the same function */
+        entry_free(c, s->lt, e);
+        gr_error_clear();
+        e->key = *key;
+        st = entry_build(c, s, key, e, false);
+    }
     if (st == GR_OK) return GR_OK;
     entry_free(c, s->lt, e);
     return gr_error_prefix(st, "matmul %s", key->call.name);
 }
 
-/* One matmul with the cached entry e: cuBLASLt, then the GELU kernel if any. */
+/* One matmul with the cached entry e: cuBLASLt, then the activation kernel if any. */
 static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, lt_entry *e, const gr_libcall *call,
                                const gr_karg *args, const void *bias) {
     const gr_lt_api *lt = s->lt;
@@ -222,14 +238,14 @@ static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, l
     GR_LT_CHECK(lt->cublasLtMatmul(s->handle, e->desc, alpha, args[1].ptr, e->la, args[0].ptr, e->lb, beta, cptr, e->lc,
                                    args[2].ptr, e->ld, &e->algo, (void *)(uintptr_t)c->lt_workspace, c->lt_workspace_bytes,
                                    (cudaStream_t)stream));
-    if (e->gelu) {
+    if (e->act) {
         gr_karg ga = {.ptr = args[2].ptr};
         void *params[2];
-        gr_cuda_kernel_params(e->gelu, &ga, 1, params);
+        gr_cuda_kernel_params(e->act, &ga, 1, params);
         unsigned grid, block;
-        gr_cuda_kernel_dims(c, e->gelu, &ga, &grid, &block);
-        gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(e->gelu->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL));
-        if (st != GR_OK) return gr_error_prefix(st, "GELU epilogue");
+        gr_cuda_kernel_dims(c, e->act, &ga, &grid, &block);
+        gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(e->act->fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL));
+        if (st != GR_OK) return gr_error_prefix(st, "%s epilogue", gr_epilogue_name(call->epilogue));
     }
     return GR_OK;
 }
