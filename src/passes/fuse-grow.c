@@ -273,8 +273,7 @@ bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f) {
     return true;
 }
 
-/* The dtype the substitute is cast to, or -1 for none (as the copying fusion decides). */
-static int substitute_cast(const gr_kernel *p) {
+int gr_fuse_substitute_cast(const gr_kernel *p) {
     gr_dtype vt = p->params[p->stages[0].param].dtype;
     gr_dtype rt = p->nodes.data[p->stages[0].value].dtype;
     if (rt != vt || vt == GR_F16 || vt == GR_BF16 || vt == GR_I32 || vt == GR_I8 || vt == GR_U8) return (int)vt;
@@ -327,6 +326,27 @@ gr_status gr_fuse_wk_prepare(gr_fuse_wk *w, fuse_ctx *f, bool *fits, bool *copy)
         for (int id = w->slot_first_load[f->targets[t]]; id >= 0; id = w->load_next[id])
             if (f->first_load < 0 || w->label[id] < w->label[f->first_load]) f->first_load = id;
     return wk_reserve(w, w->k->nodes.len + cone_size + 1, w->n_slots + f->n_new_params);
+}
+
+int gr_fuse_wk_value_loads(const gr_fuse_wk *w, const gr_step *cs, int value, const gr_kaccess **out, int max) {
+    const gr_kernel *c = w->k;
+    int n = 0, n_target = 0;
+    for (int i = 0; i < cs->n_args && i < c->n_params; i++) {
+        const gr_step_arg *a = &cs->args[i];
+        if ((a->kind != GR_ARG_VALUE && a->kind != GR_ARG_HOST_SCALAR) || a->value != value) continue;
+        if (a->kind != GR_ARG_VALUE || a->elem_offset != 0 || c->params[i].kind != GR_KP_BUFFER || c->params[i].written)
+            return -1;
+        for (int s = 0; s < c->n_stages; s++)
+            if (c->stages[s].kind == GR_KS_STORE && c->stages[s].param == i) return -1;
+        int slot = w->slot_of[i];
+        if (w->slot_refs[slot] != w->slot_loads[slot]) return -1; /* a PARAM node names it */
+        for (int id = w->slot_first_load[slot]; id >= 0; id = w->load_next[id]) {
+            if (n == max) return -1;
+            out[n++] = &w->k->nodes.data[id].access;
+        }
+        n_target++;
+    }
+    return n_target ? n : -1;
 }
 
 /* ==== applying ============================================================================================ */
@@ -408,7 +428,7 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs) {
         after = pm[j] = id;
     }
     root = pm[p->stages[0].value];
-    int cast = substitute_cast(p);
+    int cast = gr_fuse_substitute_cast(p);
     if (cast >= 0) {
         gr_kexpr e;
         memset(&e, 0, sizeof e);
