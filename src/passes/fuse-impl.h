@@ -110,6 +110,24 @@ bool gr_fuse_move_plan(const gr_fuse_move *m, const gr_kernel *c, const gr_kacce
  * (GR_KMAX_PARAMS entries); *applied = false (and nothing made) when the params do not fit. */
 gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs, gr_kernel **out, gr_step_arg *args,
                             bool *applied);
+/* The substitute of c's load of the value at access ca, built into `scratch` (emptied first):
+ * node 0 stands for ca's gather index, a LOAD's param names the part it reads (its source
+ * is gr_fuse_move_part_src), *root is the substitute. */
+gr_status gr_fuse_move_substitute(const gr_fuse_move *m, const gr_kernel *c, const gr_kaccess *ca, gr_kernel *scratch,
+                                  int *root);
+void gr_fuse_move_part_src(const gr_fuse_move *m, int p, const gr_kparam **param, const gr_step_arg **arg);
+/* Maps e's operands (and a LOAD's gather index) through map. */
+void gr_fuse_remap_operands(gr_kexpr *e, const int *map);
+/* The same substitution into a kernel grown in place (fuse-grow.c), planned first for every
+ * reader and then applied, so that all readers take it or none: prepare reserves all the
+ * memory apply needs and changes nothing; *fits = false when the params do not fit (copying
+ * fails too), *copy when growing cannot reproduce copying (finish w, then copy). Release
+ * the plan with gr_fuse_wk_move_release unless it was applied. */
+typedef struct gr_fuse_wk_move_plan gr_fuse_wk_move_plan;
+gr_status gr_fuse_wk_move_prepare(gr_fuse_wk *w, const gr_step *cs, const gr_fuse_move *m, int value, bool *fits,
+                                  bool *copy, gr_fuse_wk_move_plan **out);
+void gr_fuse_wk_move_apply(gr_fuse_wk *w, gr_step *cs, gr_fuse_wk_move_plan *plan); /* frees plan; cannot fail */
+void gr_fuse_wk_move_release(gr_fuse_wk_move_plan *plan);
 
 /* fuse-store.c: moves each elementwise consumer that is a function of one
  * kernel's output alone (a cast, reached directly or through views) into that

@@ -271,30 +271,37 @@ int gr_fuse_move_loads(const gr_kernel *c, const gr_step *cs, int value, const g
 }
 
 /* ==== building the substitutes ======================================================================== */
+/* A substitute is built into a scratch kernel of its own (gr_fuse_move_substitute), then
+ * copied into the reader: by gr_fuse_move_into for a kernel in ordinary form, spliced in by
+ * gr_fuse_wk_move_apply for one grown in place. Both see the same nodes (constants too: their
+ * origins come from the scratch kernel, kir.c), so both forms build the same kernel. In the
+ * scratch kernel node 0 stands for C's gather index, and a LOAD's param is the part it reads. */
+
+void gr_fuse_remap_operands(gr_kexpr *e, const int *map) {
+    switch (e->op) {
+    case GR_KX_SELECT: if (e->c >= 0) e->c = map[e->c]; /* fall through */
+    case GR_KX_BINARY: if (e->b >= 0) e->b = map[e->b]; /* fall through */
+    case GR_KX_UNARY: case GR_KX_CAST: case GR_KX_RANDOM: if (e->a >= 0) e->a = map[e->a]; break;
+    case GR_KX_LOAD: if (e->access.index >= 0) e->access.index = map[e->access.index]; break;
+    default: break;
+    }
+}
 
 typedef struct {
     const gr_fuse_move *m;
-    gr_kernel *n;        /* the fused kernel being built */
-    gr_step_arg *args;   /* its args */
-    bool no_room;        /* a param did not fit */
+    gr_kernel *n; /* the scratch kernel */
 } move_build;
 
 static gr_status const_i64(move_build *b, int64_t v, int *out) { return gr_kx_const_i(b->n, GR_I64, v, out); }
 
 /* Part p's value where the access mapped by mm reads it. pos >= 0: the axis coordinate
  * (an i64 node), read through a clamped gather; else the part holds the whole range.
- * cindex: C's gather index node (remapped into b->n), ca its access. */
-static gr_status part_value(move_build *b, int p, const move_map *mm, const gr_kaccess *ca, int cindex, int pos, int *out) {
+ * ca: C's access (its gather index is node 0). */
+static gr_status part_value(move_build *b, int p, const move_map *mm, const gr_kaccess *ca, int pos, int *out) {
     const gr_fuse_move *m = b->m;
-    const gr_step *ps = m->part[p];
-    const gr_kernel *pk = ps->kernel;
+    const gr_kernel *pk = m->part[p]->kernel;
     int li = gr_fuse_move_load(pk);
     const gr_kexpr *l = &pk->nodes.data[li];
-    int q = gr_fuse_map_param(&pk->params[l->param], &ps->args[l->param], b->n->params, b->args, &b->n->n_params);
-    if (q < 0) {
-        b->no_room = true;
-        return GR_OK;
-    }
     int ax = m->axis;
     gr_kaccess na;
     gr_kaccess_init(&na);
@@ -310,7 +317,7 @@ static gr_status part_value(move_build *b, int p, const move_map *mm, const gr_k
         int64_t s = l->access.stride[d] * mm->k[t];
         int id = mm->id[t];
         if (id < 0) {
-            na.index = cindex;
+            na.index = 0;
             na.index_stride = s;
             na.index_extent = ca->index_extent;
             na.origin = ca->origin;
@@ -341,11 +348,11 @@ static gr_status part_value(move_build *b, int p, const move_map *mm, const gr_k
         na.origin = -1;
     }
     gr_kexpr e = *l;
-    e.param = q;
+    e.param = p;
     e.access = na;
     int x;
     GR_TRY(gr_kernel_add_expr(b->n, &e, &x));
-    /* the unary / cast chain, in order */
+    /* the neg / cast chain, in order */
     int chain[MOVE_MAX_CHAIN + 1], nc = 0;
     for (int y = pk->stages[0].value; y != li; y = pk->nodes.data[y].a) chain[nc++] = y;
     for (int i = nc - 1; i >= 0; i--) {
@@ -359,12 +366,17 @@ static gr_status part_value(move_build *b, int p, const move_map *mm, const gr_k
     return GR_OK;
 }
 
-/* The substitute of one load of v (access ca, gather index cindex in b->n). */
-static gr_status substitute(move_build *b, const gr_kernel *c, const gr_kaccess *ca, int cindex, gr_dtype vt, int *out) {
-    const gr_fuse_move *m = b->m;
+gr_status gr_fuse_move_substitute(const gr_fuse_move *m, const gr_kernel *c, const gr_kaccess *ca, gr_kernel *scratch,
+                                  int *root) {
+    move_build mb = {.m = m, .n = scratch}, *b = &mb;
+    scratch->nodes.len = 0;
+    int ph;
+    GR_TRY(gr_kx_index(scratch, GR_KIDX_LINEAR, &ph)); /* node 0: C's gather index */
     move_map mm;
     if (!map_access(m, c, ca, &mm)) return gr_error(GR_ERR_INTERNAL, "fuse-move: an access planned as fusable is not");
-    if (mm.first == mm.last) return part_value(b, mm.first, &mm, ca, cindex, -1, out);
+    if (mm.first == mm.last) return part_value(b, mm.first, &mm, ca, -1, root);
+    const gr_kernel *p0 = m->part[0]->kernel;
+    gr_dtype vt = p0->params[p0->stages[0].param].dtype;
     /* pos = off + sum k * index along the axis */
     int ax = m->axis, pos = -1;
     for (int t = 0; t < mm.n; t++) {
@@ -385,16 +397,23 @@ static gr_status substitute(move_build *b, const gr_kernel *c, const gr_kaccess 
         GR_TRY(gr_kx_binary(b->n, GR_KB_ADD, GR_I64, pos, oc, &pos));
     }
     int val;
-    GR_TRY(part_value(b, mm.last, &mm, ca, cindex, pos, &val));
-    for (int p = mm.last - 1; p >= mm.first && !b->no_room; p--) {
+    GR_TRY(part_value(b, mm.last, &mm, ca, pos, &val));
+    for (int p = mm.last - 1; p >= mm.first; p--) {
         int mine, bound, cond;
-        GR_TRY(part_value(b, p, &mm, ca, cindex, pos, &mine));
+        GR_TRY(part_value(b, p, &mm, ca, pos, &mine));
         GR_TRY(const_i64(b, m->start[p + 1], &bound));
         GR_TRY(gr_kx_binary(b->n, GR_KB_LT, GR_BOOL, pos, bound, &cond));
         GR_TRY(gr_kx_select(b->n, vt, cond, mine, val, &val));
     }
-    *out = val;
+    *root = val;
     return GR_OK;
+}
+
+void gr_fuse_move_part_src(const gr_fuse_move *m, int p, const gr_kparam **param, const gr_step_arg **arg) {
+    const gr_step *ps = m->part[p];
+    const gr_kexpr *l = &ps->kernel->nodes.data[gr_fuse_move_load(ps->kernel)];
+    *param = &ps->kernel->params[l->param];
+    *arg = &ps->args[l->param];
 }
 
 gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs, gr_kernel **out, gr_step_arg *args,
@@ -402,8 +421,13 @@ gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs,
     *applied = false;
     *out = NULL;
     const gr_kernel *c = cs->kernel;
-    gr_kernel *n;
+    gr_kernel *n, *scratch;
     GR_TRY(gr_kernel_create(c->name, &n));
+    gr_status st = gr_kernel_create("move", &scratch);
+    if (st != GR_OK) {
+        gr_kernel_destroy(n);
+        return st;
+    }
     gr_kernel saved = *n; /* keep the empty node vector */
     *n = *c;
     n->nodes = saved.nodes;
@@ -412,21 +436,41 @@ gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs,
         if (src >= 0 && (n->source_node < 0 || src < n->source_node)) n->source_node = src;
     }
     memcpy(args, cs->args, sizeof(gr_step_arg) * GR_KMAX_PARAMS);
-    const gr_kernel *p0 = m->part[0]->kernel;
-    gr_dtype vt = p0->params[p0->stages[0].param].dtype;
-    int nc = c->nodes.len;
-    int *cm = gr_malloc(sizeof(int) * (size_t)(nc ? nc : 1));
-    if (!cm) {
-        gr_kernel_destroy(n);
-        return gr_nomem();
-    }
-    move_build b = {.m = m, .n = n, .args = args, .no_room = false};
-    gr_status st = GR_OK;
-    for (int i = 0; i < nc && st == GR_OK && !b.no_room; i++) {
+    int nc = c->nodes.len, *cm = gr_malloc(sizeof(int) * (size_t)(nc ? nc : 1)), *sm = NULL;
+    size_t sm_n = 0;
+    if (!cm) st = gr_nomem();
+    bool no_room = false;
+    for (int i = 0; i < nc && st == GR_OK && !no_room; i++) {
         gr_kexpr e = c->nodes.data[i];
         int idx = e.op == GR_KX_LOAD && e.access.index >= 0 ? cm[e.access.index] : -1;
         if (e.op == GR_KX_LOAD && cs->args[e.param].kind == GR_ARG_VALUE && cs->args[e.param].value == value) {
-            st = substitute(&b, c, &e.access, idx, vt, &cm[i]);
+            int root;
+            if ((st = gr_fuse_move_substitute(m, c, &e.access, scratch, &root)) != GR_OK) break;
+            if ((size_t)scratch->nodes.len > sm_n) {
+                gr_free(sm, sizeof(int) * sm_n);
+                sm_n = (size_t)scratch->nodes.len;
+                if (!(sm = gr_malloc(sizeof(int) * sm_n))) {
+                    sm_n = 0;
+                    st = gr_nomem();
+                    break;
+                }
+            }
+            sm[0] = idx;
+            for (int j = 1; j < scratch->nodes.len && st == GR_OK; j++) {
+                gr_kexpr x = scratch->nodes.data[j];
+                gr_fuse_remap_operands(&x, sm);
+                if (x.op == GR_KX_LOAD) {
+                    const gr_kparam *kp;
+                    const gr_step_arg *ka;
+                    gr_fuse_move_part_src(m, x.param, &kp, &ka);
+                    if ((x.param = gr_fuse_map_param(kp, ka, n->params, args, &n->n_params)) < 0) {
+                        no_room = true;
+                        break;
+                    }
+                }
+                st = gr_kernel_add_expr(n, &x, &sm[j]);
+            }
+            if (st == GR_OK && !no_room) cm[i] = sm[root];
             continue;
         }
         if (e.a >= 0 && e.op != GR_KX_CONST && e.op != GR_KX_INDEX && e.op != GR_KX_PARAM && e.op != GR_KX_LOAD &&
@@ -437,15 +481,17 @@ gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs,
         if (e.op == GR_KX_LOAD && e.access.index >= 0) e.access.index = idx;
         st = gr_kernel_add_expr(n, &e, &cm[i]);
     }
-    if (st == GR_OK && !b.no_room) {
+    if (st == GR_OK && !no_room) {
         for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
         st = gr_pass_cse_kernel(n, args); /* merges repeated substitutes, drops v's params */
         if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;
         else if (st != GR_ERR_NOMEM)
-            st = gr_error_prefix(GR_ERR_INTERNAL, "fusing movement kernel %s into %s: ", p0->name, c->name);
+            st = gr_error_prefix(GR_ERR_INTERNAL, "fusing movement kernel %s into %s: ", m->part[0]->kernel->name, c->name);
     }
     gr_free(cm, sizeof(int) * (size_t)(nc ? nc : 1));
+    gr_free(sm, sizeof(int) * sm_n);
+    gr_kernel_destroy(scratch);
     if (*applied) *out = n;
     else gr_kernel_destroy(n);
     return st;

@@ -520,12 +520,17 @@ static gr_status fuse_move(sweep_ctx *sc, const gr_fuse_move *m, int v, const in
         if (n <= 0 || !gr_fuse_move_plan(m, cs->kernel, loads, n)) return GR_OK;
     }
     gr_kernel *made[FUSE_MAX_READERS] = {NULL};
+    gr_fuse_wk_move_plan *plans[FUSE_MAX_READERS] = {NULL};
     gr_step_arg args[FUSE_MAX_READERS][GR_KMAX_PARAMS];
     gr_status st = GR_OK;
     bool all = true;
     for (int r = 0; r < n_readers && all && st == GR_OK; r++) {
         int j = readers[r];
-        if (sc->wk[j]) { /* rebuilt below from the ordinary form, as the copying fusion would be */
+        if (sc->wk[j]) { /* spliced into the kernel grown in place */
+            bool copy = false;
+            st = gr_fuse_wk_move_prepare(sc->wk[j], &steps->data[j], m, v, &all, &copy, &plans[r]);
+            if (st != GR_OK || !all || !copy) continue;
+            /* growing cannot match copying here: back to ordinary form, then copy */
             st = gr_fuse_wk_finish(sc->wk[j], &steps->data[j]);
             sc->wk[j] = NULL;
             if (st != GR_OK) break;
@@ -534,19 +539,26 @@ static gr_status fuse_move(sweep_ctx *sc, const gr_fuse_move *m, int v, const in
     }
     if (all && st == GR_OK) st = gr_vec_reserve(&sc->extra, sc->extra.len + n_readers * GR_KMAX_PARAMS);
     if (!all || st != GR_OK) {
-        for (int r = 0; r < n_readers; r++) gr_kernel_destroy(made[r]);
+        for (int r = 0; r < n_readers; r++) {
+            gr_kernel_destroy(made[r]);
+            gr_fuse_wk_move_release(plans[r]);
+        }
         return st;
     }
     /* commit: nothing below fails */
     for (int r = 0; r < n_readers; r++) {
         int j = readers[r];
         gr_step *cs = &steps->data[j];
-        gr_kernel_destroy(cs->kernel);
-        cs->kernel = made[r];
-        cs->n_args = made[r]->n_params;
-        memset(cs->args, 0, sizeof cs->args);
-        memcpy(cs->args, args[r], sizeof(gr_step_arg) * (size_t)made[r]->n_params);
-        sc->grow[j] = !copy_always;
+        if (plans[r]) {
+            gr_fuse_wk_move_apply(sc->wk[j], cs, plans[r]);
+        } else {
+            gr_kernel_destroy(cs->kernel);
+            cs->kernel = made[r];
+            cs->n_args = made[r]->n_params;
+            memset(cs->args, 0, sizeof cs->args);
+            memcpy(cs->args, args[r], sizeof(gr_step_arg) * (size_t)made[r]->n_params);
+            sc->grow[j] = !copy_always;
+        }
         (void)add_refs(sc, j); /* room reserved above */
     }
     for (int p = 0; p < m->n_parts; p++) {
