@@ -260,7 +260,9 @@ static char *plan_text(gr_graph *g, bool copy_always) {
     for (int i = 0; i < l.len; i++)
         if (l.data[i].kind == GR_STEP_KERNEL) CHECK_OK(gr_kernel_print(l.data[i].kernel, &sb));
     gr_step_list_free(&l);
-    char *s = strdup(sb.data ? sb.data : "");
+    size_t len = sb.data ? strlen(sb.data) : 0;
+    char *s = malloc(len + 1);
+    memcpy(s, sb.data ? sb.data : "", len + 1);
     gr_sb_free(&sb);
     return s;
 }
