@@ -45,6 +45,16 @@
  * O(N^2). A producer's readers come from an index of the steps binding each
  * value, and fused-away steps are compacted once per sweep.
  *
+ * Movement kernels (fuse-move.c): where P only moves data (a load, perhaps
+ * negated or cast: a transpose, slice or expand copy) and some reader does
+ * not read v through one access matching P's space, P is still recomputed
+ * in every reader (same limits and recompute rule) through whatever affine
+ * accesses they use, each load of v by its own composed load; and the part
+ * kernels of a concat (several movement kernels writing disjoint boxes of
+ * v) go into v's one reader as a select over clamped loads of the parts.
+ * Llama's RoPE (transpose, rotate_half's two concat parts, the add) is one
+ * kernel so.
+ *
  * Each sweep visits producers from last to first, so that a value read by
  * several nodes of one chain (x*x + b*x) has a single reader once those
  * readers have been fused together. Sweeps repeat while the recomputing one
