@@ -241,6 +241,68 @@ static void test_range(void) {
     }
 }
 
+/* ==== a symbolic model =================================================================================== */
+/* RoPE with symbolic batch and seq, compiled at several bindings as a session compiles them
+ * (bf16): one kernel left at each, bit-identical to the lowered steps, and the same kernel
+ * structure at every binding (seq 1 included: symbolic dims map like larger ones), so the
+ * shape-generic code of one binding serves the others (kir.h, var_outer). */
+typedef struct {
+    gr_step_list lowered;
+} capture_t;
+
+static gr_status on_pass(void *user, const char *pass, gr_compiled *state) {
+    capture_t *c = user;
+    if (strcmp(pass, "lower") != 0) return GR_OK;
+    gr_step_list *dst = &c->lowered;
+    memset(dst, 0, sizeof *dst);
+    GR_TRY(gr_vec_reserve(dst, state->steps.len ? state->steps.len : 1));
+    for (int i = 0; i < state->steps.len; i++) {
+        gr_step st = state->steps.data[i];
+        st.reason = NULL;
+        st.kernel = NULL;
+        if (state->steps.data[i].kind == GR_STEP_KERNEL) GR_TRY(gr_kernel_clone(state->steps.data[i].kernel, &st.kernel));
+        dst->data[dst->len++] = st;
+    }
+    return GR_OK;
+}
+
+static void test_symbolic(void) {
+    gr_graph *g = parse("symbolic rope",
+                        "graft 1\ninput x: f32[B, S, 3, 8]\ninput c: f32[S, 8]\ninput s: f32[S, 8]\n"
+                        "q = transpose(x, perm=[0, 2, 1, 3])\na = slice(q, starts=[0], ends=[4], axes=[3])\n"
+                        "b = slice(q, starts=[4], ends=[8], axes=[3])\nnb = neg(b)\nr = concat(nb, a, axis=3)\n"
+                        "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n");
+    if (!g) return;
+    const int64_t bindings[][2] = {{2, 5}, {3, 9}, {1, 1}};
+    uint64_t first = 0;
+    for (int b = 0; b < 3; b++) {
+        capture_t cap;
+        memset(&cap, 0, sizeof cap);
+        gr_pipeline_opts po = {.no_partition = true, .convert_precision = true, .precision = GR_BF16, .after_pass = on_pass,
+                               .user = &cap};
+        gr_compiled c;
+        gr_status st = gr_pass_pipeline(g, bindings[b], &po, &c);
+        CHECK_MSG(st == GR_OK, "symbolic rope b%lld s%lld: %s", (long long)bindings[b][0], (long long)bindings[b][1],
+                  gr_last_error());
+        if (st != GR_OK) {
+            gr_step_list_free(&cap.lowered);
+            continue;
+        }
+        CHECK_MSG(count_kernels(&c.steps, NULL) == 1, "symbolic rope s%lld: %d kernels", (long long)bindings[b][1],
+                  count_kernels(&c.steps, NULL));
+        for (int i = 0; i < c.steps.len; i++)
+            if (c.steps.data[i].kind == GR_STEP_KERNEL) {
+                uint64_t h = gr_kernel_structure_hash(c.steps.data[i].kernel);
+                if (b == 0) first = h;
+                else CHECK_MSG(h == first, "symbolic rope s%lld: another kernel structure than at s5", (long long)bindings[b][1]);
+            }
+        same_outputs("symbolic rope", c.g, &cap.lowered, &c.steps);
+        gr_step_list_free(&cap.lowered);
+        gr_compiled_free(&c);
+    }
+    gr_ir_graph_destroy(g);
+}
+
 /* ==== growing and copying fusion agree; allocation failures ============================================= */
 
 static const char *rope_text =
@@ -307,6 +369,7 @@ int main(void) {
     test_accesses();
     test_near_misses();
     test_range();
+    test_symbolic();
     test_grow_and_oom();
     return check_summary("test_fuse_move");
 }
