@@ -14,3 +14,6 @@ endif()
 if(GRAFT_ONNX_ENABLED)
   graft_test(test_epilogue SOURCES tests/test_epilogue.c)
 endif()
+# Movement kernels (transposes, slices, a concat's parts: RoPE) recomputed in their readers
+# through any affine access (passes/fuse-move.c, issue 15).
+graft_test(test_fuse_move SOURCES tests/test_fuse_move.c)

@@ -4,7 +4,8 @@
  *   - fusion into kernels grown in place (fuse-grow.c) builds, step for step
  *     and node for node, the kernels that copying the consumer at every
  *     fusion builds (random graphs with chains, diamonds, broadcasts,
- *     reductions, recomputation and param overflow), and survives running
+ *     reductions, recomputation, param overflow and movement kernels:
+ *     rotate_half, reversed slices, transposes), and survives running
  *     out of memory at every allocation;
  *   - the memory plan's lowest-fit search over a segment tree of intervals
  *     places every value where the old scan over all placed values did
@@ -104,7 +105,7 @@ static gr_graph *random_graph(rgraph *r, int n_ops, int n_consts) {
     static const gr_op binary[] = {GR_OP_ADD, GR_OP_MUL, GR_OP_SUB, GR_OP_MAX, GR_OP_MIN};
     for (int k = 0; k < n_ops; k++) {
         int sa, sb, a = pick(r, &sa, false), b, y = -1, ys = sa;
-        switch (rnd(10)) {
+        switch (rnd(11)) {
         case 0: case 1: case 2:
             y = rg_node(r, unary[rnd(sizeof unary / sizeof unary[0])], 1, &a, 0, NULL);
             break;
@@ -143,6 +144,34 @@ static gr_graph *random_graph(rgraph *r, int n_ops, int n_consts) {
                 y = rg_node(r, GR_OP_SOFTMAX, 1, &a, 1, at);
                 ys = 0;
             }
+            break;
+        }
+        case 9: { /* movement kernels (fuse-move.c): rotate_half, a reversed slice, a transpose and back */
+            a = pick(r, &sa, true);
+            int64_t s0[] = {0}, s4[] = {4}, e4[] = {4}, e8[] = {8}, ax1[] = {1}, rev_s[] = {-1}, rev_e[] = {-100}, m1[] = {-1};
+            switch (rnd(3)) {
+            case 0: {
+                gr_ir_attr lo[] = {A_INTS("starts", s0, 1), A_INTS("ends", e4, 1), A_INTS("axes", ax1, 1)};
+                gr_ir_attr hi[] = {A_INTS("starts", s4, 1), A_INTS("ends", e8, 1), A_INTS("axes", ax1, 1)};
+                int x1 = rg_node(r, GR_OP_SLICE, 1, &a, 3, lo), x2 = rg_node(r, GR_OP_SLICE, 1, &a, 3, hi);
+                int n2 = rg_node(r, GR_OP_NEG, 1, &x2, 0, NULL);
+                gr_ir_attr at[] = {A_INT("axis", 1)};
+                y = rg_node(r, GR_OP_CONCAT, 2, rnd(2) ? (int[]){n2, x1} : (int[]){x1, n2}, 1, at);
+                break;
+            }
+            case 1: {
+                gr_ir_attr at[] = {A_INTS("starts", rev_s, 1), A_INTS("ends", rev_e, 1), A_INTS("axes", ax1, 1),
+                                   A_INTS("steps", m1, 1)};
+                y = rg_node(r, GR_OP_SLICE, 1, &a, 4, at);
+                break;
+            }
+            default: {
+                int t = rg_node(r, GR_OP_TRANSPOSE, 1, &a, 0, NULL);
+                y = rg_node(r, GR_OP_TRANSPOSE, 1, &t, 0, NULL);
+                break;
+            }
+            }
+            ys = 0;
             break;
         }
         default: { /* a round trip through f16: the substitute is cast */

@@ -273,8 +273,7 @@ bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f) {
     return true;
 }
 
-/* The dtype the substitute is cast to, or -1 for none (as the copying fusion decides). */
-static int substitute_cast(const gr_kernel *p) {
+int gr_fuse_substitute_cast(const gr_kernel *p) {
     gr_dtype vt = p->params[p->stages[0].param].dtype;
     gr_dtype rt = p->nodes.data[p->stages[0].value].dtype;
     if (rt != vt || vt == GR_F16 || vt == GR_BF16 || vt == GR_I32 || vt == GR_I8 || vt == GR_U8) return (int)vt;
@@ -327,6 +326,27 @@ gr_status gr_fuse_wk_prepare(gr_fuse_wk *w, fuse_ctx *f, bool *fits, bool *copy)
         for (int id = w->slot_first_load[f->targets[t]]; id >= 0; id = w->load_next[id])
             if (f->first_load < 0 || w->label[id] < w->label[f->first_load]) f->first_load = id;
     return wk_reserve(w, w->k->nodes.len + cone_size + 1, w->n_slots + f->n_new_params);
+}
+
+int gr_fuse_wk_value_loads(const gr_fuse_wk *w, const gr_step *cs, int value, const gr_kaccess **out, int max) {
+    const gr_kernel *c = w->k;
+    int n = 0, n_target = 0;
+    for (int i = 0; i < cs->n_args && i < c->n_params; i++) {
+        const gr_step_arg *a = &cs->args[i];
+        if ((a->kind != GR_ARG_VALUE && a->kind != GR_ARG_HOST_SCALAR) || a->value != value) continue;
+        if (a->kind != GR_ARG_VALUE || a->elem_offset != 0 || c->params[i].kind != GR_KP_BUFFER || c->params[i].written)
+            return -1;
+        for (int s = 0; s < c->n_stages; s++)
+            if (c->stages[s].kind == GR_KS_STORE && c->stages[s].param == i) return -1;
+        int slot = w->slot_of[i];
+        if (w->slot_refs[slot] != w->slot_loads[slot]) return -1; /* a PARAM node names it */
+        for (int id = w->slot_first_load[slot]; id >= 0; id = w->load_next[id]) {
+            if (n == max) return -1;
+            out[n++] = &w->k->nodes.data[id].access;
+        }
+        n_target++;
+    }
+    return n_target ? n : -1;
 }
 
 /* ==== applying ============================================================================================ */
@@ -408,7 +428,7 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs) {
         after = pm[j] = id;
     }
     root = pm[p->stages[0].value];
-    int cast = substitute_cast(p);
+    int cast = gr_fuse_substitute_cast(p);
     if (cast >= 0) {
         gr_kexpr e;
         memset(&e, 0, sizeof e);
@@ -504,4 +524,171 @@ gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs) {
     if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(k);
     if (st != GR_OK && st != GR_ERR_NOMEM) st = gr_error_prefix(GR_ERR_INTERNAL, "fusing into kernel %s: ", k->name);
     return st;
+}
+
+/* ==== movement kernels spliced in (fuse-move.c) ============================================================ */
+/* Each load of the moved value gets its own substitute, spliced in just before it, where the
+ * copying fusion (gr_fuse_move_into) puts it in its copy; the same scratch substitutes and the
+ * same param order (first use, in list order), so the finish's CSE gives the same kernel. */
+struct gr_fuse_wk_move_plan {
+    const gr_fuse_move *m;
+    int n_loads;
+    int load[GR_FUSE_MOVE_LOADS];       /* pool ids, in list order */
+    int root[GR_FUSE_MOVE_LOADS];       /* in sub[] */
+    gr_kernel *sub[GR_FUSE_MOVE_LOADS]; /* scratch substitutes */
+    int part_index[GR_FUSE_MAX_PARTS];  /* param index of each part's source */
+    int n_new;
+    int new_part[GR_FUSE_MAX_PARTS];    /* parts whose source is appended, in order */
+    int n_targets;
+    int targets[GR_KMAX_PARAMS];        /* slots bound to the value */
+    int *map;                           /* scratch node -> pool id while splicing */
+    int map_n;
+};
+
+void gr_fuse_wk_move_release(gr_fuse_wk_move_plan *plan) {
+    if (!plan) return;
+    for (int l = 0; l < plan->n_loads; l++) gr_kernel_destroy(plan->sub[l]);
+    gr_free(plan->map, sizeof(int) * (size_t)(plan->map_n ? plan->map_n : 1));
+    gr_free(plan, sizeof *plan);
+}
+
+gr_status gr_fuse_wk_move_prepare(gr_fuse_wk *w, const gr_step *cs, const gr_fuse_move *m, int value, bool *fits,
+                                  bool *copy, gr_fuse_wk_move_plan **out) {
+    *fits = true;
+    *copy = false;
+    *out = NULL;
+    gr_kernel *k = w->k;
+    gr_fuse_wk_move_plan *plan = gr_calloc(1, sizeof *plan);
+    if (!plan) return GR_ERR_NOMEM;
+    plan->m = m;
+    gr_status st = GR_OK;
+    for (int i = 0; i < cs->n_args && i < k->n_params; i++) {
+        if (cs->args[i].kind != GR_ARG_VALUE || cs->args[i].value != value) continue;
+        int slot = w->slot_of[i];
+        plan->targets[plan->n_targets++] = slot;
+        for (int id = w->slot_first_load[slot]; id >= 0; id = w->load_next[id]) {
+            if (plan->n_loads == GR_FUSE_MOVE_LOADS) { /* planned away by gr_fuse_wk_value_loads */
+                gr_fuse_wk_move_release(plan);
+                return gr_error(GR_ERR_INTERNAL, "fuse-grow: more loads of a moved value than planned");
+            }
+            plan->load[plan->n_loads++] = id;
+        }
+    }
+    for (int a = 1; a < plan->n_loads; a++) /* list order */
+        for (int b = a; b > 0 && w->label[plan->load[b]] < w->label[plan->load[b - 1]]; b--) {
+            int t = plan->load[b];
+            plan->load[b] = plan->load[b - 1];
+            plan->load[b - 1] = t;
+        }
+    int total = 0, longest = 1;
+    for (int l = 0; l < plan->n_loads && st == GR_OK; l++) {
+        if ((st = gr_kernel_create("move", &plan->sub[l])) != GR_OK) break;
+        st = gr_fuse_move_substitute(m, k, &k->nodes.data[plan->load[l]].access, plan->sub[l], &plan->root[l]);
+        if (st == GR_OK) {
+            total += plan->sub[l]->nodes.len;
+            if (plan->sub[l]->nodes.len > longest) longest = plan->sub[l]->nodes.len;
+        }
+    }
+    if (st == GR_OK && !(plan->map = gr_malloc(sizeof(int) * (size_t)longest))) st = GR_ERR_NOMEM;
+    if (st == GR_OK) plan->map_n = longest;
+    if (st != GR_OK) {
+        gr_fuse_wk_move_release(plan);
+        return st;
+    }
+    /* params, as the copying fusion's gr_fuse_map_param adds them */
+    gr_kparam params[GR_KMAX_PARAMS];
+    gr_step_arg args[GR_KMAX_PARAMS];
+    int n = k->n_params;
+    memcpy(params, k->params, sizeof(gr_kparam) * (size_t)n);
+    memcpy(args, cs->args, sizeof(gr_step_arg) * (size_t)n);
+    for (int p = 0; p < GR_FUSE_MAX_PARTS; p++) plan->part_index[p] = -1;
+    for (int l = 0; l < plan->n_loads; l++)
+        for (int j = 1; j < plan->sub[l]->nodes.len; j++) {
+            const gr_kexpr *e = &plan->sub[l]->nodes.data[j];
+            if (e->op != GR_KX_LOAD || plan->part_index[e->param] >= 0) continue;
+            const gr_kparam *kp;
+            const gr_step_arg *ka;
+            gr_fuse_move_part_src(m, e->param, &kp, &ka);
+            int before = n, q = gr_fuse_map_param(kp, ka, params, args, &n);
+            if (q < 0) {
+                *fits = false;
+                gr_fuse_wk_move_release(plan);
+                return GR_OK;
+            }
+            if (n > before) plan->new_part[plan->n_new++] = e->param;
+            plan->part_index[e->param] = q;
+        }
+    for (int a = 0; a < n && !*copy; a++) /* as gr_fuse_wk_prepare: CSE would merge these */
+        for (int b = 0; b < a && !*copy; b++)
+            if (params[a].kind == params[b].kind && params[a].dtype == params[b].dtype && !params[a].written &&
+                !params[b].written && gr_step_arg_equal(&args[a], &args[b]))
+                *copy = true;
+    if (!*copy) st = wk_reserve(w, k->nodes.len + total, w->n_slots + plan->n_new);
+    if (*copy || st != GR_OK) {
+        gr_fuse_wk_move_release(plan);
+        return st;
+    }
+    *out = plan;
+    return GR_OK;
+}
+
+void gr_fuse_wk_move_apply(gr_fuse_wk *w, gr_step *cs, gr_fuse_wk_move_plan *plan) {
+    gr_kernel *k = w->k;
+    const gr_fuse_move *m = plan->m;
+    for (int i = 0; i < plan->n_new; i++) {
+        const gr_kparam *kp;
+        const gr_step_arg *ka;
+        gr_fuse_move_part_src(m, plan->new_part[i], &kp, &ka);
+        int index = k->n_params++;
+        k->params[index] = *kp;
+        cs->args[index] = *ka;
+        new_slot(w, index);
+    }
+    int *sm = plan->map;
+    for (int l = 0; l < plan->n_loads; l++) {
+        int at = plan->load[l], after = w->prev[at];
+        const gr_kernel *sub = plan->sub[l];
+        sm[0] = k->nodes.data[at].access.index;
+        for (int j = 1; j < sub->nodes.len; j++) {
+            gr_kexpr e = sub->nodes.data[j];
+            gr_fuse_remap_operands(&e, sm);
+            if (e.op == GR_KX_LOAD) e.param = w->slot_of[plan->part_index[e.param]];
+            int id = k->nodes.len++; /* room reserved by prepare */
+            k->nodes.data[id] = e;
+            w->fwd[id] = -1;
+            insert_after(w, after, id);
+            count_node(w, id);
+            after = sm[j] = id;
+        }
+        w->fwd[at] = sm[plan->root[l]];
+        unlink_node(w, at);
+    }
+    /* the value's params go (as in gr_fuse_wk_apply) */
+    int drop[GR_KMAX_PARAMS], n_drop = 0;
+    for (int t = 0; t < plan->n_targets; t++) {
+        int slot = plan->targets[t];
+        w->slot_refs[slot] = w->slot_loads[slot] = 0;
+        w->slot_first_load[slot] = -1;
+        drop[n_drop++] = w->slot_index[slot];
+    }
+    for (int i = 1; i < n_drop; i++)
+        for (int j = i; j > 0 && drop[j] > drop[j - 1]; j--) {
+            int t = drop[j];
+            drop[j] = drop[j - 1];
+            drop[j - 1] = t;
+        }
+    for (int i = 0; i < n_drop; i++) drop_param(w, cs, drop[i]);
+    int alt = 0;
+    for (int i = 0; i < k->n_params; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(k->params[i].name, k->params[j].name)) {
+                gr_name_copy(k->params[i].name, sizeof k->params[i].name, "p", alt++);
+                j = -1;
+            }
+    for (int p = 0; p < m->n_parts; p++) {
+        int src = m->part[p]->kernel->source_node;
+        if (src >= 0 && (k->source_node < 0 || src < k->source_node)) k->source_node = src;
+    }
+    cs->n_args = k->n_params;
+    gr_fuse_wk_move_release(plan);
 }

@@ -72,6 +72,63 @@ void gr_fuse_wk_apply(gr_fuse_wk *w, fuse_ctx *f, gr_step *cs);
 gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs);
 void gr_fuse_ctx_release(fuse_ctx *f);
 
+/* The dtype a producer's substitute is cast to (what its store into the intermediate
+ * rounds or wraps to), or -1 for none (fuse-grow.c). */
+int gr_fuse_substitute_cast(const gr_kernel *p);
+/* The accesses of the loads of `value` in growing kernel w (cs its step), at most max
+ * (fuse-move.c's planning); -1 when w cannot take a substitution (see gr_fuse_move_loads). */
+int gr_fuse_wk_value_loads(const gr_fuse_wk *w, const gr_step *cs, int value, const gr_kaccess **out, int max);
+
+/* ---- movement kernels recomputed through any affine access (fuse-move.c) ------------------ */
+#define GR_FUSE_MAX_PARTS 4  /* concat parts a substitute may select among */
+#define GR_FUSE_MOVE_LOADS 16 /* loads of the moved value in one reader */
+/* The moved value's space and its writers. */
+typedef struct {
+    int nd;
+    int64_t ext[GR_MAX_DIMS], rs[GR_MAX_DIMS]; /* extents, row-major strides */
+    uint32_t var;                              /* symbolic dims */
+    int axis;                                  /* a concat's axis; -1: one part covering the space */
+    int n_parts;                               /* in start order */
+    const gr_step *part[GR_FUSE_MAX_PARTS];
+    int part_step[GR_FUSE_MAX_PARTS];
+    int64_t start[GR_FUSE_MAX_PARTS], len[GR_FUSE_MAX_PARTS]; /* along the axis */
+} gr_fuse_move;
+/* The LOAD node behind a movement kernel's store, or -1 when k is not one. */
+int gr_fuse_move_load(const gr_kernel *k);
+/* m for movement kernel ps (step `step`) that stores its value contiguously (fuse.c's
+ * producer_value holds); false if it is not a movement kernel. */
+bool gr_fuse_move_single(const gr_step *ps, int step, gr_fuse_move *m);
+/* m for n kernels that together write value (graph value val), each a box of it: a
+ * concat's parts; false unless they are movement kernels tiling val along one axis. */
+bool gr_fuse_move_parts(const gr_ir_value *val, int value, const gr_step *const *parts, const int *steps, int n,
+                        gr_fuse_move *m);
+/* The accesses of c's loads of value (ordinary form), or -1 as gr_fuse_wk_value_loads. */
+int gr_fuse_move_loads(const gr_kernel *c, const gr_step *cs, int value, const gr_kaccess **out, int max);
+/* Whether every one of those loads can be substituted. */
+bool gr_fuse_move_plan(const gr_fuse_move *m, const gr_kernel *c, const gr_kaccess *const *loads, int n_loads);
+/* Builds reader cs (ordinary form) with every load of value substituted: *out and args
+ * (GR_KMAX_PARAMS entries); *applied = false (and nothing made) when the params do not fit. */
+gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs, gr_kernel **out, gr_step_arg *args,
+                            bool *applied);
+/* The substitute of c's load of the value at access ca, built into `scratch` (emptied first):
+ * node 0 stands for ca's gather index, a LOAD's param names the part it reads (its source
+ * is gr_fuse_move_part_src), *root is the substitute. */
+gr_status gr_fuse_move_substitute(const gr_fuse_move *m, const gr_kernel *c, const gr_kaccess *ca, gr_kernel *scratch,
+                                  int *root);
+void gr_fuse_move_part_src(const gr_fuse_move *m, int p, const gr_kparam **param, const gr_step_arg **arg);
+/* Maps e's operands (and a LOAD's gather index) through map. */
+void gr_fuse_remap_operands(gr_kexpr *e, const int *map);
+/* The same substitution into a kernel grown in place (fuse-grow.c), planned first for every
+ * reader and then applied, so that all readers take it or none: prepare reserves all the
+ * memory apply needs and changes nothing; *fits = false when the params do not fit (copying
+ * fails too), *copy when growing cannot reproduce copying (finish w, then copy). Release
+ * the plan with gr_fuse_wk_move_release unless it was applied. */
+typedef struct gr_fuse_wk_move_plan gr_fuse_wk_move_plan;
+gr_status gr_fuse_wk_move_prepare(gr_fuse_wk *w, const gr_step *cs, const gr_fuse_move *m, int value, bool *fits,
+                                  bool *copy, gr_fuse_wk_move_plan **out);
+void gr_fuse_wk_move_apply(gr_fuse_wk *w, gr_step *cs, gr_fuse_wk_move_plan *plan); /* frees plan; cannot fail */
+void gr_fuse_wk_move_release(gr_fuse_wk_move_plan *plan);
+
 /* fuse-store.c: moves each elementwise consumer that is a function of one
  * kernel's output alone (a cast, reached directly or through views) into that
  * kernel's store; *n_fused counts them. Dead views are left to gr_pass_dce. */

@@ -45,6 +45,16 @@
  * O(N^2). A producer's readers come from an index of the steps binding each
  * value, and fused-away steps are compacted once per sweep.
  *
+ * Movement kernels (fuse-move.c): where P only moves data (a load, perhaps
+ * negated or cast: a transpose, slice or expand copy) and some reader does
+ * not read v through one access matching P's space, P is still recomputed
+ * in every reader (same limits and recompute rule) through whatever affine
+ * accesses they use, each load of v by its own composed load; and the part
+ * kernels of a concat (several movement kernels writing disjoint boxes of
+ * v) go into v's one reader as a select over clamped loads of the parts.
+ * Llama's RoPE (transpose, rotate_half's two concat parts, the add) is one
+ * kernel so.
+ *
  * Each sweep visits producers from last to first, so that a value read by
  * several nodes of one chain (x*x + b*x) has a single reader once those
  * readers have been fused together. Sweeps repeat while the recomputing one
@@ -506,6 +516,123 @@ static bool recompute_pays(const gr_step *ps, const gr_step_list *steps, const i
     return recomputed < loads + (1 + (int64_t)n_readers) * v_bytes;
 }
 
+/* Fuses the movement kernels of m (fuse-move.c: one producer, or a concat's
+ * parts) into every reader of v, or into none; *fused tells whether it did. */
+static gr_status fuse_move(sweep_ctx *sc, const gr_fuse_move *m, int v, const int *readers, int n_readers, bool *fused) {
+    *fused = false;
+    gr_step_list *steps = sc->steps;
+    const gr_kaccess *loads[GR_FUSE_MOVE_LOADS];
+    for (int r = 0; r < n_readers; r++) {
+        int j = readers[r];
+        const gr_step *cs = &steps->data[j];
+        int n = sc->wk[j] ? gr_fuse_wk_value_loads(sc->wk[j], cs, v, loads, GR_FUSE_MOVE_LOADS)
+                          : gr_fuse_move_loads(cs->kernel, cs, v, loads, GR_FUSE_MOVE_LOADS);
+        if (n <= 0 || !gr_fuse_move_plan(m, cs->kernel, loads, n)) return GR_OK;
+    }
+    gr_kernel *made[FUSE_MAX_READERS] = {NULL};
+    gr_fuse_wk_move_plan *plans[FUSE_MAX_READERS] = {NULL};
+    gr_step_arg args[FUSE_MAX_READERS][GR_KMAX_PARAMS];
+    gr_status st = GR_OK;
+    bool all = true;
+    for (int r = 0; r < n_readers && all && st == GR_OK; r++) {
+        int j = readers[r];
+        if (sc->wk[j]) { /* spliced into the kernel grown in place */
+            bool copy = false;
+            st = gr_fuse_wk_move_prepare(sc->wk[j], &steps->data[j], m, v, &all, &copy, &plans[r]);
+            if (st != GR_OK || !all || !copy) continue;
+            /* growing cannot match copying here: back to ordinary form, then copy */
+            st = gr_fuse_wk_finish(sc->wk[j], &steps->data[j]);
+            sc->wk[j] = NULL;
+            if (st != GR_OK) break;
+        }
+        st = gr_fuse_move_into(m, v, &steps->data[j], &made[r], args[r], &all);
+    }
+    if (all && st == GR_OK) st = gr_vec_reserve(&sc->extra, sc->extra.len + n_readers * GR_KMAX_PARAMS);
+    if (!all || st != GR_OK) {
+        for (int r = 0; r < n_readers; r++) {
+            gr_kernel_destroy(made[r]);
+            gr_fuse_wk_move_release(plans[r]);
+        }
+        return st;
+    }
+    /* commit: nothing below fails */
+    for (int r = 0; r < n_readers; r++) {
+        int j = readers[r];
+        gr_step *cs = &steps->data[j];
+        if (plans[r]) {
+            gr_fuse_wk_move_apply(sc->wk[j], cs, plans[r]);
+        } else {
+            gr_kernel_destroy(cs->kernel);
+            cs->kernel = made[r];
+            cs->n_args = made[r]->n_params;
+            memset(cs->args, 0, sizeof cs->args);
+            memcpy(cs->args, args[r], sizeof(gr_step_arg) * (size_t)made[r]->n_params);
+            sc->grow[j] = !copy_always;
+        }
+        (void)add_refs(sc, j); /* room reserved above */
+    }
+    for (int p = 0; p < m->n_parts; p++) {
+        gr_step *ps = &steps->data[m->part_step[p]];
+        gr_kernel_destroy(ps->kernel);
+        ps->kernel = NULL;
+        gr_strfree(ps->reason);
+        ps->reason = NULL;
+        sc->dead[m->part_step[p]] = true;
+    }
+    *fused = true;
+    return GR_OK;
+}
+
+/* Step i as the last-written part of a concat (several movement kernels writing
+ * disjoint boxes of one value, fuse-move.c) fused into the value's one reader. */
+static gr_status try_fuse_parts(sweep_ctx *sc, int i, bool *fused) {
+    *fused = false;
+    gr_step_list *steps = sc->steps;
+    const gr_step *ps = &steps->data[i];
+    if (ps->kind != GR_STEP_KERNEL || !ps->kernel || gr_fuse_move_load(ps->kernel) < 0) return GR_OK;
+    int sp = ps->kernel->stages[0].param;
+    if (sp < 0 || sp >= ps->n_args || ps->args[sp].kind != GR_ARG_VALUE) return GR_OK;
+    int v = ps->args[sp].value;
+    if (v < 0 || v >= sc->nv || sc->is_output[v] || sc->g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
+    /* every step binding v, once each */
+    enum { MAX_BINDERS = 2 * GR_FUSE_MAX_PARTS };
+    int seen[MAX_BINDERS], n_seen = 0;
+    int writers[GR_FUSE_MAX_PARTS], n_writers = 0, reader = -1, last_writer = -1;
+    const gr_step *parts[GR_FUSE_MAX_PARTS];
+    for (int pass = 0; pass < 2; pass++) {
+        int e = pass ? sc->extra_head[v] : sc->ref_start[v];
+        while (pass ? e >= 0 : e < sc->ref_start[v + 1]) {
+            int j = pass ? sc->extra.data[e].step : sc->ref_steps[e];
+            e = pass ? sc->extra.data[e].next : e + 1;
+            if (sc->dead[j] || !binds(&steps->data[j], v)) continue;
+            bool dup = false;
+            for (int q = 0; q < n_seen && !dup; q++) dup = seen[q] == j;
+            if (dup) continue;
+            if (n_seen == MAX_BINDERS) return GR_OK;
+            seen[n_seen++] = j;
+            const gr_step *s = &steps->data[j];
+            bool writes = false;
+            for (int a = 0; a < s->n_args && s->kind == GR_STEP_KERNEL && s->kernel && a < s->kernel->n_params; a++)
+                writes |= s->kernel->params[a].written && s->args[a].kind == GR_ARG_VALUE && s->args[a].value == v;
+            if (s->kind == GR_STEP_LIBCALL && s->n_args > 2 && s->args[2].value == v) return GR_OK; /* written by a call */
+            if (writes) {
+                if (n_writers == GR_FUSE_MAX_PARTS) return GR_OK;
+                parts[n_writers] = s;
+                writers[n_writers++] = j;
+                if (j > last_writer) last_writer = j;
+            } else if (step_reads(s, v)) {
+                if (reader >= 0 || s->kind != GR_STEP_KERNEL || !s->kernel) return GR_OK; /* one kernel reader */
+                reader = j;
+            }
+        }
+    }
+    /* tried once, at the last writer; every write before the read */
+    if (n_writers < 2 || last_writer != i || reader < 0 || reader < last_writer) return GR_OK;
+    gr_fuse_move m;
+    if (!gr_fuse_move_parts(&sc->g->values.data[v], v, parts, writers, n_writers, &m)) return GR_OK;
+    return fuse_move(sc, &m, v, &reader, 1, fused);
+}
+
 /* Tries to fuse step i into all of its readers (into its only one unless
  * `recompute`); *fused tells whether it did. */
 static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
@@ -514,7 +641,8 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     const gr_graph *g = sc->g;
     gr_step *ps = &steps->data[i];
     int v = producer_value(ps);
-    if (v < 0 || v >= sc->nv || sc->is_output[v]) return GR_OK;
+    if (v < 0) return try_fuse_parts(sc, i, fused);
+    if (v >= sc->nv || sc->is_output[v]) return GR_OK;
     if (g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
     int readers[FUSE_MAX_READERS], n_readers = 0, limit = recompute ? FUSE_MAX_READERS : 1;
     bool stop = false;
@@ -530,7 +658,8 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
         sc->stamp[j] = i;
         judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
     }
-    if (stop || n_readers == 0) return GR_OK; /* no readers: dead, left to gr_pass_dce */
+    if (stop) return try_fuse_parts(sc, i, fused); /* perhaps another writer: a concat's part */
+    if (n_readers == 0) return GR_OK; /* no readers: dead, left to gr_pass_dce */
     for (int a = 1; a < n_readers; a++) /* in list order, as a scan of the steps finds them */
         for (int b = a; b > 0 && readers[b] < readers[b - 1]; b--) {
             int t = readers[b];
@@ -553,7 +682,12 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
         f[r].cs = &steps->data[readers[r]];
         f[r].value = v;
         gr_fuse_wk *w = sc->wk[readers[r]];
-        if (!(w ? gr_fuse_wk_plan_map(w, &f[r]) : gr_fuse_plan_map(&f[r]))) return GR_OK;
+        if (!(w ? gr_fuse_wk_plan_map(w, &f[r]) : gr_fuse_plan_map(&f[r]))) {
+            /* not one access matching P's space: a movement kernel may still go in (fuse-move.c) */
+            gr_fuse_move m;
+            if (!gr_fuse_move_single(ps, i, &m)) return GR_OK;
+            return fuse_move(sc, &m, v, readers, n_readers, fused);
+        }
     }
     /* build every reader's result first (nothing changes yet), then commit */
     gr_status st = GR_OK;

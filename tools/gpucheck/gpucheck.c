@@ -457,6 +457,60 @@ static void check_gather(devctx *cu, devctx *sim, gr_dtype it, gr_dtype t) {
     gr_kernel_destroy(k);
 }
 
+/* The kernel passes/fuse-move.c makes of Llama's RoPE (q projection [B, S, H, D] transposed,
+ * rotate_half as a select over two clamped gathers of it, times cos / sin): out[b, h, s, d] =
+ * x[b, s, h, d] * cos[s, d] + (d < D/2 ? -x[b, s, h, d + D/2] : x[b, s, h, d - D/2]) * sin[s, d]. */
+static void check_rope(devctx *cu, devctx *sim, gr_dtype t) {
+    char name[96];
+    snprintf(name, sizeof name, "rope_fused_%s", gr_dtype_name(t));
+    const int64_t B = 2, H = 4, S = 33, D = 64, h = D / 2;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 4;
+    k->outer[0] = B, k->outer[1] = H, k->outer[2] = S, k->outer[3] = D;
+    int x, c, sn, out, lx, lc, ls, i3, cst, lo, hi, xl, xh, ng, cond, rot, m1, m2, sum;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "cos", &c);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "sin", &sn);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "out", &out);
+    gr_kaccess ax, acs, ao;
+    gr_kaccess_init(&ax); /* x[b, s, h, d] walked as [b, h, s, d] */
+    ax.stride[0] = S * H * D, ax.stride[1] = D, ax.stride[2] = H * D, ax.stride[3] = 1;
+    gr_kaccess_init(&acs);
+    acs.stride[2] = D, acs.stride[3] = 1;
+    gr_kaccess_init(&ao);
+    ao.stride[0] = H * S * D, ao.stride[1] = S * D, ao.stride[2] = D, ao.stride[3] = 1;
+    gr_kx_load(k, x, &ax, &lx);
+    gr_kx_load(k, c, &acs, &lc);
+    gr_kx_binary(k, GR_KB_MUL, t, lx, lc, &m1);
+    gr_kx_index(k, 3, &i3);
+    gr_kx_const_i(k, GR_I64, h, &cst);
+    gr_kx_binary(k, GR_KB_SUB, GR_I64, i3, cst, &lo);
+    gr_kx_const_i(k, GR_I64, 0, &cst);
+    gr_kx_binary(k, GR_KB_MAX, GR_I64, lo, cst, &lo); /* d - h, clamped into the first half */
+    gr_kaccess g = ax;
+    g.stride[3] = 0, g.index = lo, g.index_stride = 1, g.index_extent = h;
+    gr_kx_load(k, x, &g, &xl);
+    gr_kx_const_i(k, GR_I64, h - 1, &cst);
+    gr_kx_binary(k, GR_KB_MIN, GR_I64, i3, cst, &hi); /* d, clamped into the first half, read at + h */
+    g.index = hi, g.offset = h;
+    gr_kx_load(k, x, &g, &xh);
+    gr_kx_unary(k, GR_KU_NEG, t, xh, &ng);
+    gr_kx_const_i(k, GR_I64, h, &cst);
+    gr_kx_binary(k, GR_KB_LT, GR_BOOL, i3, cst, &cond);
+    gr_kx_select(k, t, cond, ng, xl, &rot);
+    gr_kx_load(k, sn, &acs, &ls);
+    gr_kx_binary(k, GR_KB_MUL, t, rot, ls, &m2);
+    gr_kx_binary(k, GR_KB_ADD, t, m1, m2, &sum);
+    kstore(k, out, sum, &ao, false);
+    buf_spec specs[4] = {{t, B * S * H * D, -2, 2}, {t, S * D, -1, 1}, {t, S * D, -1, 1}, {t, B * H * S * D, 0, 0}};
+    gr_karg sc[4];
+    memset(sc, 0, sizeof sc);
+    bool written[4] = {false, false, false, true};
+    compare(cu, sim, name, k, NULL, 4, specs, sc, 4, written, dtype_tol(t, false));
+    gr_kernel_destroy(k);
+}
+
 static void check_random(devctx *cu, devctx *sim, gr_dtype rt) {
     char name[96];
     snprintf(name, sizeof name, "random_%s", gr_dtype_name(rt));
@@ -1385,6 +1439,8 @@ int main(int argc, char **argv) {
     }
     check_gather(&cu, &sim, GR_I64, GR_F32);
     check_gather(&cu, &sim, GR_I32, GR_F16);
+    check_rope(&cu, &sim, GR_BF16);
+    check_rope(&cu, &sim, GR_F32);
     check_random(&cu, &sim, GR_F32);
     check_random(&cu, &sim, GR_F64);
     check_indirect(&cu, &sim);
