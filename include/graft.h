@@ -338,6 +338,9 @@ typedef struct {
     size_t table_bytes;      /* their bytes */
     /* symbolic models, session totals: plans made by the pass pipeline / instantiated from a plan template */
     long plans_compiled, plans_instantiated;
+    /* session total: runs that waited on the host for the previous run to finish before starting
+       (the steady state of a static graph-mode model queues instead; verbose says why not) */
+    long waits_on_host;
     /* shape policy auto in graph mode, session totals (per segment: exact, update or generic, measured) */
     long shape_decisions_measured; /* segments whose policy was chosen by measuring in this session */
     long shape_decisions_loaded;   /* ... taken from the decisions file (no measuring) */
