@@ -7,7 +7,9 @@ exported to ONNX with a dynamic seq axis (or --onnx PATH). Variants:
   graft eager; graft graph with shape policy exact, update, pad (GPT-2's attention keeps seq from
   being padded: exact, with the reason in explain), generic (one graph per power-of-two bucket of
   seq, kernels reading their dims from a device table; attention's products as generated kernels)
-  and auto under a 15 MB graph memory budget
+  and auto (per segment exact, update or generic, measured at the segment's first binding; with
+  no budget and under a 15 MB one; then again in a new session on the same cache_dir, which reads
+  the decisions instead of measuring: "decisions from the file")
   (each with the one arena of the largest binding, --arena max, and lazy capture), and with the
   range captured ahead (capture_range, largest first); the ablation turns each mechanism off in
   turn (the shared arena, the exec update: exact under the 15 MB budget evicts and re-captures);
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import graft  # noqa: E402
 
 VOCAB_CHECK_LENS = (1, 7, 64, 128)
+CACHE_ROOT = None  # a fresh directory per run (main): auto's decisions files
 FIXED_DIMS = {}  # --fix-dim NAME=V: other symbolic dims of an --onnx model, declared V..V
 
 
@@ -118,11 +121,13 @@ def run_pass(call, lengths, dev):
 
 # ==== graft variants ====================================================================================
 def graft_variant(name, onnx_path, dev, max_len, lengths_inc, lengths_shuf, ids_of, mode, shapes="exact", arena="max",
-                  capture=False, budget_mb=0, fuse_f32=False):
+                  capture=False, budget_mb=0, fuse_f32=False, cache=None):
     free0 = dev.free_bytes()
     t0 = time.perf_counter()
+    # cache: a decisions directory (auto: the first variant naming it measures, later ones read)
     s = graft.load(onnx_path, device=dev.kind, mode=mode, dims=dict(FIXED_DIMS, seq=(1, max_len)), arena=arena, shapes=shapes,
-                   graph_memory_mb=budget_mb, max_rerecords=100000, fuse_attention_f32=fuse_f32)
+                   graph_memory_mb=budget_mb, max_rerecords=100000, fuse_attention_f32=fuse_f32,
+                   cache_dir=os.path.join(CACHE_ROOT, cache) if cache else None)
     load_s = time.perf_counter() - t0
     rec = {"variant": name, "kind": "graft", "mode": mode, "shapes": shapes, "arena": arena, "capture_range": capture,
            "fuse_attention_f32": fuse_f32,
@@ -148,7 +153,17 @@ def graft_variant(name, onnx_path, dev, max_len, lengths_inc, lengths_shuf, ids_
     rec["stats"] = {k: st[k] for k in ("graph_bytes", "graph_bytes_peak", "captures", "instantiations", "exec_updates",
                                        "exec_updates_refused", "padded_runs", "evictions", "graphs_live", "bytes_copied", "copies",
                                        "arena_bytes", "weight_bytes", "device_bytes", "segments", "segments_in_graphs",
-                                       "generic_runs", "generic_replays", "table_refreshes", "table_bytes")}
+                                       "generic_runs", "generic_replays", "table_refreshes", "table_bytes",
+                                       "shape_decisions_measured", "shape_decisions_loaded", "shape_measure_runs")}
+    if shapes == "auto":
+        # per segment: the policy auto chose (explain's "shape policy auto: X (...)" lines)
+        import re
+        chosen = {}
+        for m in re.finditer(r"shape policy auto: (exact|update|generic) \((measured in this session|from the decisions file|not measured)\); "
+                             r"per call:(.*)", s.explain()):
+            chosen[m.group(1)] = chosen.get(m.group(1), 0) + 1
+            rec.setdefault("auto_explain", []).append(m.group(0))
+        rec["auto_segments"] = chosen
     rec["stats"]["captures_after_increasing"] = st_inc["captures"]
     rec["extra_device_bytes"] = free0 - dev.free_bytes() if dev.torch is not None else st["device_bytes"]
     checks = {}
@@ -222,6 +237,14 @@ def markdown(result):
             st.get("exec_updates", "-"),
             "%s (%.1f)" % (st["generic_replays"], st["table_bytes"] / 1024) if st.get("generic_runs") else "-",
             "%.2e" % r["max_abs_diff"] if r.get("max_abs_diff") is not None else "-"))
+    autos = [r for r in result["variants"] if "error" not in r and r.get("auto_segments") is not None]
+    if autos:
+        lines += ["", "Auto's choices (segments per policy; measured / from the decisions file, measuring runs):", ""]
+        for r in autos:
+            st = r["stats"]
+            lines.append("- %s: %s; %d measured / %d from the file, %d measuring runs" % (
+                r["variant"], ", ".join("%s %d" % kv for kv in sorted(r["auto_segments"].items())) or "none",
+                st.get("shape_decisions_measured", 0), st.get("shape_decisions_loaded", 0), st.get("shape_measure_runs", 0)))
     t = result.get("targets")
     if t:
         lines += ["", "Targets (issue 11): best graft policy warm total <= PT2-CG: %s; graph memory <= 15 MB: %s; warm-up <= 3 s: %s"
@@ -250,6 +273,9 @@ def main():
         k, v = kv.split("=")
         FIXED_DIMS[k] = (int(v), int(v))
     os.makedirs(args.out, exist_ok=True)
+    global CACHE_ROOT
+    import tempfile
+    CACHE_ROOT = tempfile.mkdtemp(prefix="graft-sweep-decisions-")  # nothing from an earlier run is read
     L = args.max_len
     lengths_inc = list(range(1, L + 1))
     lengths_shuf = lengths_inc[:]
@@ -292,8 +318,12 @@ def main():
         # fused f32 attention (one library call per layer): generic reads its lengths from the slot table
         ("graft exact fused-attention", dict(mode="graph", shapes="exact", fuse_f32=True)),
         ("graft generic fused-attention", dict(mode="graph", shapes="generic", fuse_f32=True)),
-        ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15)),
-        ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True)),
+        ("graft auto", dict(mode="graph", shapes="auto", cache="auto")),
+        ("graft auto (decisions from the file)", dict(mode="graph", shapes="auto", cache="auto")),
+        ("graft auto fused-attention", dict(mode="graph", shapes="auto", fuse_f32=True, cache="auto-fused")),
+        ("graft auto, 15 MB", dict(mode="graph", shapes="auto", budget_mb=15, cache="auto-15")),
+        ("graft auto, 15 MB + capture ahead", dict(mode="graph", shapes="auto", budget_mb=15, capture=True, cache="auto-15")),
+        ("ablation: auto without persisted decisions", dict(mode="graph", shapes="auto")),
         # ablation: each mechanism off in turn
         ("ablation: update, arena per shape", dict(mode="graph", shapes="update", arena="per_shape")),
         ("ablation: exact, arena per shape", dict(mode="graph", shapes="exact", arena="per_shape")),

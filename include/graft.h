@@ -249,8 +249,10 @@ typedef enum {
     GR_SHAPES_PAD,       /* bindings rounded up to capture sizes where proven row-independent (else exact) */
     GR_SHAPES_GENERIC,   /* one graph per power-of-two bucket of the symbols, slots read from a device table */
     GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
-    GR_SHAPES_AUTO,      /* pad where proven; else one exec per binding while the measured graph memory fits
-                            graph_memory_mb, beyond it the position's exec updated (shapes.c) */
+    GR_SHAPES_AUTO,      /* graph mode: pad where proven; per segment exact, update or generic, chosen by
+                            timing them at the segment's first binding and kept in the decisions file
+                            (docs/design.md §4). Mode auto: one exec per binding while the measured graph
+                            memory fits graph_memory_mb, beyond it the position's exec updated */
     GR_SHAPES_COUNT
 } gr_shape_policy;
 /* "exact", "pad", "generic", "update", "auto"; "?" when out of range. */
@@ -342,6 +344,10 @@ typedef struct {
     /* session total: runs that waited on the host for the previous run to finish before starting
        (the steady state of a static graph-mode model queues instead; verbose says why not) */
     long waits_on_host;
+    /* shape policy auto in graph mode, session totals (per segment: exact, update or generic, measured) */
+    long shape_decisions_measured; /* segments whose policy was chosen by measuring in this session */
+    long shape_decisions_loaded;   /* ... taken from the decisions file (no measuring) */
+    long shape_measure_runs;       /* segment runs made to measure them (warm-ups, captures, timed runs) */
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

@@ -14,7 +14,7 @@ mkdir -p "$out"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
   date -u; git rev-parse --short HEAD 2>/dev/null; } | tee "$out/device.txt"
 build=${GRAFT_BUILD:-build-gpu}
-if [ ! -f "$build/lib/libgraft.so" ] || [ ! -x "$build/tests/test_shape_policies" ]; then
+if [ ! -f "$build/lib/libgraft.so" ] || [ ! -x "$build/tests/test_shape_policies" ] || [ ! -x "$build/tests/test_shape_auto" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > "$out/cmake.log" 2>&1 && cmake --build "$build" -j"$(nproc)" > "$out/build.log" 2>&1
   tail -3 "$out/build.log"
 fi
@@ -25,6 +25,9 @@ fail=0
   echo "== test_shapes (cuda)"
   timeout 120 "$build/tests/test_shapes" cuda 2>&1 | tail -6
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shapes cuda FAILED"; }
+  echo "== test_shape_auto (sim: auto's per-segment measuring, persisted decisions, capture ahead under generic)"
+  timeout 120 "$build/tests/test_shape_auto" 2>&1 | tail -3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "test_shape_auto FAILED"; }
   for dev in sim cuda; do
     echo "== test_shape_policies ($dev)"
     timeout 120 "$build/tests/test_shape_policies" $([ $dev = cuda ] && echo cuda) 2>&1 | tail -6

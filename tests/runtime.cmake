@@ -11,3 +11,5 @@ graft_test(test_shape_generic SOURCES tests/test_shape_generic.c)
 if(GRAFT_ONNX_ENABLED)
   target_compile_definitions(test_shape_generic PRIVATE GRAFT_TEST_ONNX=1)
 endif()
+# shape policy auto measured per segment, its decisions persisted; capture ahead under generic
+graft_test(test_shape_auto SOURCES tests/test_shape_auto.c)

@@ -1424,6 +1424,9 @@ static int cmd_bench(const cli_opts *o) {
         if (o->mode == GR_MODE_AUTO)
             printf("auto decisions       %ld measured (%ld timed runs), %ld loaded from the decisions file\n",
                    stats.decisions_measured, stats.timed_runs, stats.decisions_loaded);
+        if (stats.shape_decisions_measured || stats.shape_decisions_loaded)
+            printf("shape policy auto    %ld segments measured (%ld measuring runs), %ld from the decisions file\n",
+                   stats.shape_decisions_measured, stats.shape_measure_runs, stats.shape_decisions_loaded);
         printf("load                 %.1f ms (parse or import)\n", load_us / 1e3);
         printf("compile              %.1f ms (session create %.1f ms), capture %.1f ms\n", stats.compile_us / 1e3, create_us / 1e3,
                stats.capture_us / 1e3);
@@ -1517,6 +1520,8 @@ static int cmd_bench(const cli_opts *o) {
                         stats.generic_runs, stats.generic_replays, stats.table_refreshes, stats.table_bytes);
                 fprintf(f, "  \"timed_runs\": %ld,\n  \"decisions_measured\": %ld,\n  \"decisions_loaded\": %ld,\n",
                         stats.timed_runs, stats.decisions_measured, stats.decisions_loaded);
+                fprintf(f, "  \"shape_decisions_measured\": %ld,\n  \"shape_decisions_loaded\": %ld,\n  \"shape_measure_runs\": %ld,\n",
+                        stats.shape_decisions_measured, stats.shape_decisions_loaded, stats.shape_measure_runs);
                 if (kernel_sum_us >= 0) fprintf(f, "  \"kernel_sum_ms\": %.6f,\n", kernel_sum_us / 1e3);
                 fprintf(f, "  \"kernels_prepared\": %ld,\n  \"kernels_compiled\": %ld,\n  \"kernel_cache_hits\": %ld,\n", ks.prepared,
                         ks.compiled, ks.disk_cache_hits);

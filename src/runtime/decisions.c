@@ -7,9 +7,15 @@
  *   <cache_dir>/decisions/<16 hex digits of that key>.bin
  * framed by util/cache-file.h (magic, version, kind, key, length, checksum; written by
  * rename, so a reader never sees half a file). The payload, little-endian:
- *   u32 entry count, u32 0, then per entry 32 bytes:
+ *   u32 entry count, u32 policy entry count, then per entry 32 bytes:
  *   u64 binding hash (the symbols' values), u64 segment hash (its steps' kinds, kernel names
- *   and structures), u32 segment index, u32 1 = graph / 0 = eager, f32 eager µs, f32 graph µs.
+ *   and structures), u32 segment index, u32 1 = graph / 0 = eager, f32 eager µs, f32 graph µs;
+ *   then per policy entry 64 bytes (shape policy auto's per-segment choice, autopol.c; one per
+ *   segment index and structure, whatever the binding):
+ *   u64 segment hash, u32 segment index, u32 policy (gr_shape_policy: exact, update or generic),
+ *   u64 graph bytes, f32 replay µs x3, f32 setup µs x3, f32 per-call µs x3 (exact, update,
+ *   generic; negative: not a candidate), u32 0.
+ * (Layout "DEC2"; a "DEC1" file of an older graft is another layout: ignored with a warning.)
  * A file that fails its checks (truncated, corrupt, another key or layout) is ignored with a
  * warning and rewritten by the next decision; an entry whose segment hash differs from the
  * plan's (the compiler changed the segment) is stale: ignored with a warning, re-measured,
@@ -23,8 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DECISIONS_KIND 0x31434544u /* "DEC1": this payload layout */
+#define DECISIONS_KIND 0x32434544u /* "DEC2": this payload layout */
 #define ENTRY_BYTES 32u
+#define POLICY_BYTES 64u
 #define MAX_ENTRIES (1 << 20)
 
 typedef struct {
@@ -40,6 +47,7 @@ struct gr_rt_decisions {
     char *path;        /* NULL: not persisted (note says why) */
     uint64_t key;
     GR_VEC(decision) entries;
+    GR_VEC(gr_rt_ap_decision) policies; /* shape policy auto (autopol.c) */
     char note[768];    /* what happened to the file: for explain and verbose */
 };
 
@@ -79,7 +87,7 @@ uint64_t gr_rt_binding_hash(const gr_rt_plan *p) {
     return gr_hash_bytes(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms, 0x62696e64ull);
 }
 
-static uint64_t segment_hash(const gr_rt_plan *p, int seg) {
+uint64_t gr_rt_segment_hash(const gr_rt_plan *p, int seg) {
     const gr_segment *sg = &p->segs.data[seg];
     uint64_t h = gr_hash_bytes(&sg->n_steps, sizeof sg->n_steps, 0x736567ull);
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
@@ -123,14 +131,15 @@ static void warn(gr_session_t s, const char *fmt, ...) {
     if (s->opt.verbose) fprintf(stderr, "graft: warning: %s\n", msg);
 }
 
-/* Parses a payload into d->entries; false (entries untouched) when it is malformed. */
+/* Parses a payload into d->entries and d->policies; false (both empty) when it is malformed. */
 static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, gr_status *st, char *why, size_t why_n) {
     *st = GR_OK;
     if (n < 8) return snprintf(why, why_n, "payload of %zu bytes, shorter than its 8-byte count", n), false;
-    uint32_t count = gr_le_get_u32(b);
-    if (count > MAX_ENTRIES || gr_le_get_u32(b + 4) != 0 || n != 8 + (size_t)count * ENTRY_BYTES)
-        return snprintf(why, why_n, "%u entries do not match a payload of %zu bytes", count, n), false;
+    uint32_t count = gr_le_get_u32(b), n_pol = gr_le_get_u32(b + 4);
+    if (count > MAX_ENTRIES || n_pol > MAX_ENTRIES || n != 8 + (size_t)count * ENTRY_BYTES + (size_t)n_pol * POLICY_BYTES)
+        return snprintf(why, why_n, "%u + %u entries do not match a payload of %zu bytes", count, n_pol, n), false;
     if ((*st = gr_vec_reserve(&d->entries, (int)count)) != GR_OK) return false;
+    if ((*st = gr_vec_reserve(&d->policies, (int)n_pol)) != GR_OK) return false;
     for (uint32_t i = 0; i < count; i++) {
         const unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
         decision x = {.binding = gr_le_get_u64(e), .seg_hash = gr_le_get_u64(e + 8), .seg = gr_le_get_u32(e + 16), .graph = gr_le_get_u32(e + 20),
@@ -141,15 +150,37 @@ static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, g
         }
         d->entries.data[d->entries.len++] = x;
     }
+    const unsigned char *pol = b + 8 + (size_t)count * ENTRY_BYTES;
+    for (uint32_t i = 0; i < n_pol; i++) {
+        const unsigned char *e = pol + (size_t)i * POLICY_BYTES;
+        gr_rt_ap_decision x = {.seg_hash = gr_le_get_u64(e), .seg = (int)gr_le_get_u32(e + 8), .policy = (int)gr_le_get_u32(e + 12),
+                               .bytes = gr_le_get_u64(e + 16), .from_file = true};
+        bool ok = gr_le_get_u32(e + 8) < (uint32_t)INT32_MAX && gr_le_get_u32(e + 60) == 0 &&
+                  (x.policy == GR_SHAPES_EXACT || x.policy == GR_SHAPES_UPDATE || x.policy == GR_SHAPES_GENERIC);
+        for (int c = 0; c < GR_AP_N; c++) {
+            x.replay_us[c] = get_f32(e + 24 + 4 * c);
+            x.setup_us[c] = get_f32(e + 36 + 4 * c);
+            x.per_call_us[c] = get_f32(e + 48 + 4 * c);
+            /* a NaN or an infinity is no measurement */
+            ok = ok && x.replay_us[c] == x.replay_us[c] && x.setup_us[c] == x.setup_us[c] && x.per_call_us[c] == x.per_call_us[c] &&
+                 x.replay_us[c] < 1e30f && x.setup_us[c] < 1e30f && x.per_call_us[c] < 1e30f;
+        }
+        if (!ok) {
+            d->entries.len = d->policies.len = 0;
+            return snprintf(why, why_n, "shape policy entry %u is malformed", i), false;
+        }
+        d->policies.data[d->policies.len++] = x;
+    }
     return true;
 }
 
 static gr_status write_file(gr_session_t s) {
     struct gr_rt_decisions *d = s->decisions;
-    size_t n = 8 + (size_t)d->entries.len * ENTRY_BYTES;
+    size_t n = 8 + (size_t)d->entries.len * ENTRY_BYTES + (size_t)d->policies.len * POLICY_BYTES;
     unsigned char *b = gr_calloc(n, 1);
     if (!b) return GR_ERR_NOMEM;
     gr_le_put_u32(b, (uint32_t)d->entries.len);
+    gr_le_put_u32(b + 4, (uint32_t)d->policies.len);
     for (int i = 0; i < d->entries.len; i++) {
         const decision *x = &d->entries.data[i];
         unsigned char *e = b + 8 + (size_t)i * ENTRY_BYTES;
@@ -159,6 +190,20 @@ static gr_status write_file(gr_session_t s) {
         gr_le_put_u32(e + 20, x->graph);
         put_f32(e + 24, x->eager_us);
         put_f32(e + 28, x->graph_us);
+    }
+    unsigned char *pol = b + 8 + (size_t)d->entries.len * ENTRY_BYTES;
+    for (int i = 0; i < d->policies.len; i++) {
+        const gr_rt_ap_decision *x = &d->policies.data[i];
+        unsigned char *e = pol + (size_t)i * POLICY_BYTES;
+        gr_le_put_u64(e, x->seg_hash);
+        gr_le_put_u32(e + 8, (uint32_t)x->seg);
+        gr_le_put_u32(e + 12, (uint32_t)x->policy);
+        gr_le_put_u64(e + 16, x->bytes);
+        for (int c = 0; c < GR_AP_N; c++) {
+            put_f32(e + 24 + 4 * c, x->replay_us[c]);
+            put_f32(e + 36 + 4 * c, x->setup_us[c]);
+            put_f32(e + 48 + 4 * c, x->per_call_us[c]);
+        }
     }
     gr_status st = gr_cache_file_write(d->path, DECISIONS_KIND, d->key, b, n);
     gr_free(b, n);
@@ -214,7 +259,7 @@ gr_status gr_rt_decisions_open(gr_session_t s) {
     if (!d->path) return GR_ERR_NOMEM;
     void *payload = NULL;
     size_t n = 0;
-    st = gr_cache_file_read(d->path, DECISIONS_KIND, d->key, 8 + (size_t)MAX_ENTRIES * ENTRY_BYTES, &payload, &n);
+    st = gr_cache_file_read(d->path, DECISIONS_KIND, d->key, 8 + (size_t)MAX_ENTRIES * (ENTRY_BYTES + POLICY_BYTES), &payload, &n);
     if (st == GR_ERR_NOMEM) return st;
     if (st == GR_ERR_NOT_FOUND) {
         gr_error_clear();
@@ -231,7 +276,7 @@ gr_status gr_rt_decisions_open(gr_session_t s) {
     gr_cache_file_free(payload, n);
     if (st != GR_OK) return st;
     if (!ok) warn(s, "ignoring the decisions file %s (segments are timed again): %s", d->path, why);
-    else snprintf(d->note, sizeof d->note, "%d decisions read", d->entries.len);
+    else snprintf(d->note, sizeof d->note, "%d decisions and %d shape policy decisions read", d->entries.len, d->policies.len);
     return GR_OK;
 }
 
@@ -240,6 +285,7 @@ void gr_rt_decisions_close(gr_session_t s) {
     if (!d) return;
     gr_strfree(d->path);
     gr_vec_free(&d->entries);
+    gr_vec_free(&d->policies);
     gr_free(d, sizeof *d);
     s->decisions = NULL;
 }
@@ -259,7 +305,7 @@ gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p) {
         int i = find(d, b, seg);
         if (i < 0) continue;
         const decision *x = &d->entries.data[i];
-        if (x->seg_hash != segment_hash(p, seg)) {
+        if (x->seg_hash != gr_rt_segment_hash(p, seg)) {
             if (!x->from_file) continue; /* a binding's segments do not change within a session */
             warn(s, "decision for segment %d of this binding is stale (the segment changed since it was saved): timed again", seg);
             continue;
@@ -279,7 +325,7 @@ gr_status gr_rt_decisions_apply(gr_session_t s, gr_rt_plan *p) {
 gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool graph, double eager_us, double graph_us) {
     struct gr_rt_decisions *d = s->decisions;
     if (!d) return GR_OK;
-    decision x = {.binding = gr_rt_binding_hash(p), .seg_hash = segment_hash(p, seg), .seg = (uint32_t)seg, .graph = graph,
+    decision x = {.binding = gr_rt_binding_hash(p), .seg_hash = gr_rt_segment_hash(p, seg), .seg = (uint32_t)seg, .graph = graph,
                   .eager_us = (float)eager_us, .graph_us = (float)graph_us};
     int i = find(d, x.binding, seg);
     if (i >= 0) d->entries.data[i] = x;
@@ -290,3 +336,25 @@ gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool gr
 
 const char *gr_rt_decisions_path(gr_session_t s) { return s->decisions && s->decisions->path ? s->decisions->path : ""; }
 const char *gr_rt_decisions_note(gr_session_t s) { return s->decisions ? s->decisions->note : ""; }
+
+/* ==== shape policy auto (autopol.c) ================================================================= */
+const gr_rt_ap_decision *gr_rt_decisions_find_policy(gr_session_t s, int seg, uint64_t seg_hash) {
+    struct gr_rt_decisions *d = s->decisions;
+    for (int i = 0; d && i < d->policies.len; i++)
+        if (d->policies.data[i].seg == seg && d->policies.data[i].seg_hash == seg_hash) return &d->policies.data[i];
+    return NULL;
+}
+
+gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x) {
+    struct gr_rt_decisions *d = s->decisions;
+    if (!d) return GR_OK;
+    gr_rt_ap_decision y = *x;
+    y.from_file = false;
+    int i = -1;
+    for (int k = 0; k < d->policies.len && i < 0; k++)
+        if (d->policies.data[k].seg == x->seg && d->policies.data[k].seg_hash == x->seg_hash) i = k;
+    if (i >= 0) d->policies.data[i] = y;
+    else if (d->policies.len < MAX_ENTRIES) GR_TRY(gr_vec_push(&d->policies, y));
+    else return GR_OK;
+    return d->path ? write_file(s) : GR_OK;
+}

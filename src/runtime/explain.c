@@ -107,7 +107,14 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      ps->attention_fused);
     }
     if (s->opt.mode != GR_MODE_EAGER) {
-        if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) gr_rt_pad_explain(s, &sb); /* shapes.c */
+        if (s->autopol)
+            gr_sb_printf(&sb, "shape policy: auto (per segment exact, update or generic, chosen by measuring each at the "
+                              "segment's first binding: %ld segments measured in this session with %ld measuring runs, %ld "
+                              "decisions from the decisions file; generic %s)\n",
+                         s->autopol_measured, s->autopol_runs, s->autopol_loaded,
+                         s->generic_infra ? "a candidate" : "not a candidate (a symbol padded or without a declared maximum)");
+        if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO)
+            gr_rt_pad_explain(s, &sb); /* shapes.c */
         else if (s->opt.shape_policy == GR_SHAPES_GENERIC)
             gr_sb_printf(&sb, "shape policy: generic (one graph per power-of-two bucket of the symbols, kernels reading their "
                               "slots from a device table: %ld segment runs through a bucket's plan, %ld of them graph replays, "
@@ -117,7 +124,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
             gr_sb_printf(&sb, "shape policy: update (one exec per segment position, each binding's capture applied with an exec "
                               "update: %ld updates, %ld refused and instantiated instead)\n",
                          s->exec_updates, s->exec_updates_refused);
-        else
+        else if (!s->autopol)
             gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims)\n", gr_shape_policy_name(s->opt.shape_policy));
         gr_sb_printf(&sb, "graph memory: %zu bytes held by %ld graphs (measured on the device: free memory before minus after "
                           "each capture), peak %zu, budget ",
@@ -127,12 +134,13 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         gr_sb_printf(&sb, "; %ld captures, %ld instantiations, %ld evictions (%ld plans dropped), %ld segments over budget\n",
                      s->total_captures, s->instantiations, s->evictions, s->plans_evicted, s->over_budget);
     }
-    if (s->opt.mode == GR_MODE_AUTO) {
+    if (s->opt.mode == GR_MODE_AUTO || s->autopol) {
         const char *path = gr_rt_decisions_path(s), *note = gr_rt_decisions_note(s);
         if (path[0]) gr_sb_printf(&sb, "decisions file: %s (%s)\n", path, note[0] ? note : "ok");
         else gr_sb_printf(&sb, "decisions: %s\n", note);
-        gr_sb_printf(&sb, "decisions: %ld measured in this session (%ld timed runs), %ld loaded from the file\n",
-                     s->decisions_measured, s->timed_runs, s->decisions_loaded);
+        if (s->opt.mode == GR_MODE_AUTO)
+            gr_sb_printf(&sb, "decisions: %ld measured in this session (%ld timed runs), %ld loaded from the file\n",
+                         s->decisions_measured, s->timed_runs, s->decisions_loaded);
     }
     if (p->n_syms) {
         gr_sb_puts(&sb, "shape key:");
@@ -213,6 +221,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                           st->n_nodes);
         if (sg->graphable) gr_rt_update_explain(s, st, seg, &sb);
         if (sg->graphable) gr_rt_generic_explain(s, p, seg, &sb); /* generic.c */
+        if (sg->graphable) gr_rt_autopol_explain(s, p, seg, &sb); /* autopol.c */
         if (sg->graphable && st->evictions)
             gr_sb_printf(&sb, "  its graph was evicted %ld times (graph memory budget) and captured again\n", st->evictions);
         if (sg->graphable && sg->break_reason) gr_sb_printf(&sb, "  starts %s\n", sg->break_reason);

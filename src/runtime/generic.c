@@ -41,7 +41,7 @@ typedef struct gr_rt_gplan {
 } gr_rt_gplan;
 
 static bool generic_on(gr_session_t s) {
-    return s->opt.shape_policy == GR_SHAPES_GENERIC && s->opt.mode != GR_MODE_EAGER && s->graph->syms.len > 0;
+    return s->generic_infra && s->opt.mode != GR_MODE_EAGER && s->graph->syms.len > 0;
 }
 
 /* ==== tables ======================================================================================= */
@@ -444,6 +444,21 @@ static gr_status verdict(gr_session_t s, gr_rt_plan *p, gr_rt_plan *r, int seg, 
         }
     }
     *ok = gp->ok[seg] == 1;
+    return GR_OK;
+}
+
+gr_status gr_rt_generic_verdict(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg, bool *ok, const char **why) {
+    *ok = false;
+    *why = NULL;
+    GR_TRY(verdict(s, p, rep, seg, ok));
+    if (!*ok) *why = p->gp && p->gp->why[seg] ? p->gp->why[seg] : "?";
+    return GR_OK;
+}
+
+gr_status gr_rt_generic_dirty(gr_rt_plan *rep, int seg) {
+    gr_rt_gplan *gp;
+    GR_TRY(gplan_of(rep, &gp));
+    gp->holder[seg] = 0; /* no plan's serial */
     return GR_OK;
 }
 

@@ -262,7 +262,9 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
         st->scalar_args = gr_calloc((size_t)n_scalar * GR_KMAX_PARAMS, sizeof(gr_karg));
         if (!st->scalar_node || !st->scalar_step || !st->scalar_args) return GR_ERR_NOMEM;
     }
+    double c0 = gr_dev_clock_us(d);
     GR_TRY(record(s, p, seg));
+    double c1 = gr_dev_clock_us(d);
     double t_inst = gr_now_us(); /* instantiation (or exec update) time, for the capture report */
     if (s->opt.shape_policy == GR_SHAPES_UPDATE || s->opt.shape_policy == GR_SHAPES_AUTO) {
         /* shapes.c: the position's exec, updated (auto: own exec while within the budget) */
@@ -274,6 +276,8 @@ static gr_status capture(gr_session_t s, gr_rt_plan *p, int seg) {
     }
     GR_TRY(gr_dev_graph_upload(d, st->exec, s->stream));
     s->instantiate_us += gr_now_us() - t_inst;
+    st->record_clock_us = c1 - c0;
+    st->instantiate_clock_us = gr_dev_clock_us(d) - c1;
     st->records++;
     s->total_captures++;
     st->state = GR_SEG_CAPTURED;
@@ -402,7 +406,7 @@ gr_status gr_rt_segment_run_graph(gr_session_t s, gr_rt_plan *p, int seg) {
         {
             double t0 = gr_now_us();
             /* a best effort: measured below (auto shares an exec instead of evicting) */
-            if (s->graph_budget && s->opt.shape_policy != GR_SHAPES_AUTO) make_room(s, p, expected_bytes(s, p, seg));
+            if (s->graph_budget && (s->opt.shape_policy != GR_SHAPES_AUTO || s->autopol)) make_room(s, p, expected_bytes(s, p, seg));
             size_t free0 = free_device_bytes(s);
             gr_status rc = capture(s, p, seg);
             p->capture_us += gr_now_us() - t0;

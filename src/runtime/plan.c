@@ -234,7 +234,7 @@ void gr_rt_plan_pipeline_opts(gr_session_t s, gr_pipeline_opts *po) {
                              .no_fuse_epilogue = s->opt.no_fuse_epilogue != 0,
                              /* generic: attention's activation products as kernels, whose sizes come from the
                               * slot table (in eager mode too, so an eager session runs the same kernels) */
-                             .activation_matmul_kernels = s->opt.shape_policy == GR_SHAPES_GENERIC && s->graph->syms.len > 0};
+                             .activation_matmul_kernels = s->generic_infra && s->graph->syms.len > 0};
 }
 
 static gr_status plan_build(gr_session_t s, const int64_t *sym_values, gr_rt_plan **out) {

@@ -64,6 +64,10 @@ typedef struct {
      * refreshed from this plan's graph (exec update) before a replay when another binding's
      * graph was applied last; not this segment's to destroy or count */
     bool exec_shared;
+    /* the last capture's costs on the device clock (simulated on the simulator, wall on CUDA):
+     * recording the stream, then instantiation (or exec update) + upload; shape policy auto
+     * measures with them (autopol.c) */
+    double record_clock_us, instantiate_clock_us;
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
@@ -171,6 +175,13 @@ struct gr_session {
      * shared input placeholder the serial of the plan whose input it holds (0: nobody's) */
     long generic_runs, generic_replays, table_refreshes, plan_serials;
     size_t table_bytes;
+    /* generic's machinery is on: policy generic, or policy auto where it is a candidate (autopol.c) */
+    bool generic_infra;
+    /* shape policy auto measured per segment (autopol.c): on in graph mode for symbolic models;
+     * segments measured / decisions read from the decisions file / measuring runs */
+    bool autopol;
+    long autopol_measured, autopol_loaded, autopol_runs;
+    struct gr_rt_autopol *ap; /* autopol.c: per-segment decisions; NULL unless autopol */
     long *generic_input_owner;
     const struct gr_rt_plan *layout_plan; /* generic: while a binding's plan is built, its bucket's (offsets adopted) */
     double instantiate_us;  /* host time of instantiations / exec updates + uploads at capture, all plans */
@@ -335,6 +346,9 @@ void gr_rt_segment_recapture(gr_session_t s, gr_rt_plan *p, int seg);
 gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_t expect_bytes);
 gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg);
 void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
+/* auto chose update for segment seg: p's own exec becomes the position's shared one (or, when
+ * the position has one, p's graph is dropped and captured again into it on p's next run) */
+gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg);
 void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
 void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb);
 void gr_rt_shapes_free(gr_session_t s);
@@ -351,6 +365,7 @@ gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src,
 bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
                       int64_t *padded);
 long gr_rt_pad_runs(gr_session_t s);
+bool gr_rt_pad_any(gr_session_t s); /* some symbol is padded (proven) */
 void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
 
 /* generic.c — shape policy generic: one graph per bucket of bindings (powers of two up to each
@@ -371,6 +386,39 @@ gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan *
 void gr_rt_generic_inputs(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p);
+/* verdict: whether segment seg of p can run through rep's plan and graph (*why: the refusal, owned
+ *   by p; NULL when proven); dirty: rep's table at seg holds nobody's slots (the next run through it
+ *   copies them, as a new binding's would: auto times that copy). */
+gr_status gr_rt_generic_verdict(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg, bool *ok, const char **why);
+gr_status gr_rt_generic_dirty(gr_rt_plan *rep, int seg);
+
+/* autopol.c — shape policy auto, measured per segment (issue 11 item 1): each segment position
+ * (and segment structure) gets exact, update or generic by timing them at the first binding that
+ * runs it; the decisions persist with mode auto's (decisions.c).
+ * init (session creation, after pad's proof): whether auto measures here and generic's machinery
+ *   is on; run_segment: segment seg of p (rep: its bucket's plan, or NULL), measuring it first when
+ *   undecided; decide (after a run): the measured segments get their policy; policy: the decided
+ *   policy of p's segment seg (-1: undecided); explain: per segment. */
+#define GR_AP_N 3 /* candidates: exact, update, generic */
+typedef struct {
+    uint64_t seg_hash;
+    int seg;
+    int policy;                /* gr_shape_policy (EXACT, UPDATE or GENERIC); -1: measured, not decided yet */
+    uint64_t bytes;            /* graph memory of the segment's own graph at the measured binding */
+    float replay_us[GR_AP_N];  /* per call replay at the measured binding (<0: not a candidate) */
+    float setup_us[GR_AP_N];   /* making the graph for a new binding (capture + instantiate or exec update) */
+    float per_call_us[GR_AP_N]; /* the score: replay + switch + setup amortised (docs/design.md) */
+    bool from_file;            /* read from the decisions file (else measured here); not stored */
+} gr_rt_ap_decision;
+gr_status gr_rt_autopol_init(gr_session_t s);
+gr_status gr_rt_autopol_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
+gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p);
+int gr_rt_autopol_policy(gr_session_t s, const gr_rt_plan *p, int seg);
+void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb);
+void gr_rt_autopol_free(gr_session_t s);
+/* the per-segment runner of a run (session.c) and of capture ahead (shapes.c): auto, generic,
+ * graph or eager as the session's mode and policy say */
+gr_status gr_rt_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 /* p's own slots and folded constants back in its table and constant memory (before its steps run
  * outside a session run: capture_range) */
 gr_status gr_rt_generic_own(gr_session_t s, gr_rt_plan *p);
@@ -397,6 +445,12 @@ gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool gr
 /* the decisions file's path ("" when not persisted) and what happened to it (warnings) */
 const char *gr_rt_decisions_path(gr_session_t s);
 const char *gr_rt_decisions_note(gr_session_t s);
+/* shape policy auto's per-segment decisions (autopol.c), in the same file: find one for segment
+ * index seg of that structure (seg_hash), NULL if none; record adds or replaces one and rewrites
+ * the file; segment_hash: a segment's steps (kinds, kernel names and structures). */
+const gr_rt_ap_decision *gr_rt_decisions_find_policy(gr_session_t s, int seg, uint64_t seg_hash);
+gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x);
+uint64_t gr_rt_segment_hash(const gr_rt_plan *p, int seg);
 
 /* ---- the rewritten decode engine (decode.c) ---------------------------------------------------
  * One session over gr_pass_decode_rewrite's single-token step of `src`'s model at `batch` rows

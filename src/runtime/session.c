@@ -63,6 +63,9 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->generic_replays = s->generic_replays;
     out->table_refreshes = s->table_refreshes;
     out->table_bytes = s->table_bytes;
+    out->shape_decisions_measured = s->autopol_measured;
+    out->shape_decisions_loaded = s->autopol_loaded;
+    out->shape_measure_runs = s->autopol_runs;
     gr_rt_tmpl_stats(s, &out->plans_compiled, &out->plans_instantiated);
     out->waits_on_host = s->waits_on_host;
 }
@@ -218,6 +221,8 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     if ((s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO) && s->opt.mode != GR_MODE_EAGER &&
         (st = gr_rt_pad_init(s)) != GR_OK)
         goto fail;
+    /* shape policy auto measured per segment, and where generic's machinery is on (autopol.c) */
+    if ((st = gr_rt_autopol_init(s)) != GR_OK) goto fail;
     if ((st = weights_init(s)) != GR_OK) goto fail;
     if (parent) {
         s->dev = parent->dev, s->dev_borrowed = true, s->weights_from = parent;
@@ -234,7 +239,7 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
         double bytes = s->opt.graph_memory_mb * 1048576.0;
         s->graph_budget = bytes < 1 ? 1 : (size_t)bytes;
     }
-    if (s->opt.mode == GR_MODE_AUTO && (st = gr_rt_decisions_open(s)) != GR_OK) goto fail;
+    if ((s->opt.mode == GR_MODE_AUTO || s->autopol) && (st = gr_rt_decisions_open(s)) != GR_OK) goto fail;
     if (gr_dev_caps_get(s->dev).events) {
         if ((st = gr_dev_event_create(s->dev, &s->ev_start)) != GR_OK) goto fail;
         if ((st = gr_dev_event_create(s->dev, &s->ev_end)) != GR_OK) goto fail;
@@ -243,7 +248,7 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
      * under GR_ARENA_MAX_SHAPE a symbolic one compiles its largest binding now */
     if ((st = gr_rt_probe_check_options(s)) != GR_OK) goto fail; /* probe.c */
     /* shape policy generic places every binding at the largest binding's addresses too (generic.c) */
-    bool generic = s->opt.shape_policy == GR_SHAPES_GENERIC && s->opt.mode != GR_MODE_EAGER;
+    bool generic = s->generic_infra && s->opt.mode != GR_MODE_EAGER;
     if (!graph_is_concrete(s->graph) && (s->opt.arena_policy == GR_ARENA_MAX_SHAPE || generic)) {
         if ((st = gr_rt_max_plan_init(s)) != GR_OK) goto fail;
     } else if (graph_is_concrete(s->graph)) {
@@ -268,6 +273,7 @@ void gr_session_destroy(gr_session_t s) {
         s->plans = n;
     }
     gr_rt_shapes_free(s); /* after the plans: their graphs were applied to its execs */
+    gr_rt_autopol_free(s);
     if (s->shared_arena && s->dev) gr_dev_free(s->dev, s->shared_arena);
     gr_rt_gen_free(s);
     gr_rt_decisions_close(s);
@@ -847,12 +853,8 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
         s->stats.bytes_copied += p->input_bytes[i];
     }
     if (st == GR_OK) st = pin_libcall_inputs(s, p);
-    for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) {
-        if (s->opt.mode != GR_MODE_EAGER && s->opt.shape_policy == GR_SHAPES_GENERIC)
-            st = gr_rt_generic_run_segment(s, p, rep, seg);
-        else if (s->opt.mode != GR_MODE_EAGER && p->segs.data[seg].graphable) st = gr_rt_segment_run_graph(s, p, seg);
-        else st = gr_rt_segment_run_eager(s, p, seg);
-    }
+    for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) st = gr_rt_run_segment(s, p, rep, seg); /* autopol.c */
+    if (st == GR_OK) st = gr_rt_autopol_decide(s, p); /* shape policy auto: the segments measured in this run */
     if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
         /* a kernel of a replayed graph failed: name the node it is about */

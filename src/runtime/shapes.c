@@ -79,8 +79,11 @@ gr_status gr_rt_update_instantiate(gr_session_t s, gr_rt_plan *p, int seg, size_
     /* auto: one exec per binding (no switch cost) while the graphs' measured memory fits the
      * budget with room left for the shared exec; beyond it, the position's shared exec (no
      * memory per binding) */
-    if (s->opt.shape_policy == GR_SHAPES_AUTO && (!s->graph_budget || s->graph_bytes + 2 * expect_bytes <= s->graph_budget))
+    if (s->opt.shape_policy == GR_SHAPES_AUTO && !s->autopol && (!s->graph_budget || s->graph_bytes + 2 * expect_bytes <= s->graph_budget))
         return own_exec(s, st);
+    /* auto measured per segment (autopol.c): the shared exec only where update was chosen; while
+     * the segment is measured, its own (exact's graph, timed) */
+    if (s->autopol && gr_rt_autopol_policy(s, p, seg) != GR_SHAPES_UPDATE) return own_exec(s, st);
     shared_exec *u;
     GR_TRY(slot_of(s, seg, &u));
     if (!u->exec) {
@@ -124,6 +127,23 @@ gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg) {
+    gr_rt_segment *st = &p->seg_state[seg];
+    if (!st->exec || st->exec_shared) return GR_OK;
+    shared_exec *u;
+    GR_TRY(slot_of(s, seg, &u));
+    if (u->exec) { /* the position has one: this binding's graph is applied to it on its next replay */
+        gr_rt_segment_recapture(s, p, seg);
+        return GR_OK;
+    }
+    /* the exec and its measured memory become the position's (counted once, as before) */
+    u->exec = st->exec;
+    u->applied = st->graph;
+    u->bytes = st->graph_bytes;
+    st->exec_shared = true;
+    return GR_OK;
+}
+
 void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes) {
     if (s->shapes && seg < s->shapes->n_slots) s->shapes->slots[seg].bytes += bytes;
 }
@@ -144,7 +164,7 @@ void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_s
                      u->bytes, u->updates, u->applied == st->graph ? ", this binding's parameters applied" : "");
     else if (st->exec && u && u->refused[0])
         gr_sb_printf(sb, "  shape policy %s: own exec, the update was refused: %s\n", gr_shape_policy_name(policy), u->refused);
-    else if (st->exec && policy == GR_SHAPES_AUTO)
+    else if (st->exec && policy == GR_SHAPES_AUTO && !s->autopol)
         gr_sb_puts(sb, "  shape policy auto: own exec (the graphs fit the graph memory budget)\n");
 }
 
@@ -168,19 +188,45 @@ void gr_rt_shapes_free(gr_session_t s) {
 }
 
 /* ==== ahead-of-time capture (gr_session_capture_range) ================================================ */
-static bool settled(gr_session_t s, const gr_rt_plan *p) {
-    for (int k = 0; k < p->segs.len; k++) {
-        const gr_rt_segment *st = &p->seg_state[k];
-        if (!p->segs.data[k].graphable) continue;
-        if (st->state == GR_SEG_FALLBACK || st->state == GR_SEG_CHOSE_EAGER) continue;
-        if (st->state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || st->decided)) continue;
-        return false;
-    }
-    return true;
+/* generic's bucket of a symbol's value (generic.c: powers of two up to the declared maximum) */
+static int64_t generic_bucket(int64_t v, int64_t hi) {
+    if (v < 1) return v;
+    int64_t b = 1;
+    while (b < v && b < hi) b *= 2;
+    return b > hi ? hi : b;
 }
 
-/* Warms up and captures every graphable segment of p (on zeroed placeholders). */
-static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
+/* The plan whose graph runs segment k of p: rep's where the segment runs through its bucket's
+ * (generic, or auto's generic segments), else p's. */
+static gr_status runs_through(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int k, const gr_rt_plan **q) {
+    *q = p;
+    if (!rep || (s->opt.shape_policy != GR_SHAPES_GENERIC && gr_rt_autopol_policy(s, p, k) != GR_SHAPES_GENERIC)) return GR_OK;
+    bool ok;
+    const char *why;
+    GR_TRY(gr_rt_generic_verdict(s, p, rep, k, &ok, &why));
+    if (ok) *q = rep;
+    return GR_OK;
+}
+
+static gr_status settled(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, bool *out) {
+    *out = false;
+    for (int k = 0; k < p->segs.len; k++) {
+        if (!p->segs.data[k].graphable) continue;
+        if (s->autopol && gr_rt_autopol_policy(s, p, k) < 0) return GR_OK; /* not measured yet */
+        const gr_rt_plan *q;
+        GR_TRY(runs_through(s, p, rep, k, &q));
+        const gr_rt_segment *st = &q->seg_state[k];
+        if (st->state == GR_SEG_FALLBACK || st->state == GR_SEG_CHOSE_EAGER) continue;
+        if (st->state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || st->decided)) continue;
+        return GR_OK;
+    }
+    *out = true;
+    return GR_OK;
+}
+
+/* Warms up and captures every graphable segment of p (on zeroed placeholders), through rep's
+ * graph where the segment runs through its bucket's (generic; auto's generic segments). */
+static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep) {
     gr_device *d = s->dev;
     GR_TRY(gr_rt_generic_own(s, p)); /* generic: a bucket's table may hold a smaller binding's slots */
     for (int i = 0; i < p->g->inputs.len; i++) {
@@ -195,14 +241,16 @@ static gr_status prepare_binding(gr_session_t s, gr_rt_plan *p) {
         if (s->generic_input_owner) s->generic_input_owner[i] = 0; /* generic: a shared placeholder holds zeros now */
     }
     /* warm-up, capture (+ replay), and mode auto's timed runs */
-    for (int round = 0; round < 3 + 2 * GR_SCG_SAMPLES && !settled(s, p); round++)
-        for (int seg = 0; seg < p->segs.len; seg++) {
-            gr_status st = p->segs.data[seg].graphable ? gr_rt_segment_run_graph(s, p, seg) : gr_rt_segment_run_eager(s, p, seg);
-            if (st != GR_OK) {
-                gr_dev_stream_sync(d, s->stream);
-                return st;
-            }
-        }
+    bool done = false;
+    gr_status st = GR_OK;
+    for (int round = 0; round < 3 + 2 * GR_SCG_SAMPLES && st == GR_OK && (st = settled(s, p, rep, &done)) == GR_OK && !done; round++) {
+        for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) st = gr_rt_run_segment(s, p, rep, seg); /* autopol.c */
+        if (st == GR_OK) st = gr_rt_autopol_decide(s, p);
+    }
+    if (st != GR_OK) {
+        gr_dev_stream_sync(d, s->stream);
+        return st;
+    }
     return gr_dev_stream_sync(d, s->stream);
 }
 
@@ -256,15 +304,19 @@ gr_status gr_session_capture_range(gr_session_t s, const char *dim, int64_t lo, 
     for (int64_t v = hi; v >= lo && st == GR_OK; v--) {
         syms[k] = v;
         gr_rt_pad_round(s, syms, false); /* the capture sizes (policies pad, auto) */
-        gr_rt_plan *p = NULL;
+        /* generic: only the buckets' graphs are captured (a binding runs its bucket's); a binding
+         * whose segment is refused captures its own on first use */
+        if (s->opt.shape_policy == GR_SHAPES_GENERIC)
+            for (int j = 0; j < n; j++) syms[j] = generic_bucket(syms[j], g->syms.data[j].hi);
+        gr_rt_plan *p = NULL, *rep = NULL;
         bool known = false;
         for (gr_rt_plan *q = s->plans; q && !known; q = q->next) known = !memcmp(q->sym_values, syms, sizeof(int64_t) * (size_t)n);
-        st = gr_rt_plan_for(s, syms, &p);
+        st = gr_rt_generic_select(s, syms, &p, &rep); /* auto's generic segments run through rep */
         if (st != GR_OK) break;
         if (!known) compile_us += p->compile_us;
-        double c0 = p->capture_us;
-        st = prepare_binding(s, p);
-        capture_us += p->capture_us - c0;
+        double c0 = p->capture_us + (rep ? rep->capture_us : 0);
+        st = prepare_binding(s, p, rep);
+        capture_us += p->capture_us + (rep ? rep->capture_us : 0) - c0;
         done++;
         if (progress && (done % step == 0 || v == lo))
             fprintf(stderr, "graft: capturing %s=%lld..%lld (largest first): %d/%ld bindings, %.2f s\n", sym->name, (long long)hi,
@@ -577,15 +629,24 @@ bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *
     return true;
 }
 
+bool gr_rt_pad_any(gr_session_t s) {
+    struct gr_rt_shapes *sh = s->shapes;
+    for (int k = 0; sh && sh->pad_ok && k < s->graph->syms.len; k++)
+        if (sh->pad_ok[k]) return true;
+    return false;
+}
+
 long gr_rt_pad_runs(gr_session_t s) { return s->shapes ? s->shapes->padded_runs : 0; }
 
 void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb) {
     struct gr_rt_shapes *sh = s->shapes;
     if (!sh || !sh->pad_ok) return;
-    gr_sb_printf(sb, "shape policy: %s (bindings rounded up to capture sizes 1, 2, 4, 8, multiples of 8 to 128, of 16 beyond, "
+    if (s->autopol) gr_sb_puts(sb, "  pad, a whole binding's: ");
+    gr_sb_printf(sb, "%s%s (bindings rounded up to capture sizes 1, 2, 4, 8, multiples of 8 to 128, of 16 beyond, "
                    "up to the declared maximum; inputs zero-filled, outputs cut back%s)\n",
-                 gr_shape_policy_name(s->opt.shape_policy),
-                 s->opt.shape_policy == GR_SHAPES_AUTO ? "; then one exec per binding within graph_memory_mb, beyond it exec updates" : "");
+                 s->autopol ? "" : "shape policy: ", s->autopol ? "where proven" : gr_shape_policy_name(s->opt.shape_policy),
+                 s->opt.shape_policy == GR_SHAPES_AUTO && !s->autopol ? "; then one exec per binding within graph_memory_mb, beyond it exec updates"
+                 : "");
     for (int k = 0; k < s->graph->syms.len; k++) {
         if (sh->pad_ok[k])
             gr_sb_printf(sb, "  '%s' padded: no reduction, contraction or gather crosses it unmasked (this run: %lld as %lld)\n",

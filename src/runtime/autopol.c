@@ -1,0 +1,393 @@
+/* runtime/autopol — shape policy auto, measured per segment (issue 11 item 1).
+ *
+ * In graph mode, a symbolic model under policy auto chooses for each segment (a position and
+ * the structure of its steps, gr_rt_segment_hash) one of:
+ *   exact   its own graph per binding (instantiated; LRU under graph_memory_mb),
+ *   update  one exec per position, a new binding's capture applied with an exec update,
+ *   generic its bucket's graph (power of two of each symbol), slots from the device table;
+ * by timing them at the first binding that runs the segment. What is measured there, on the
+ * device clock (the simulator's modelled one, CUDA's events and wall clock):
+ *   replay    a replay of the segment's own graph (exact, update) or of its bucket's graph with
+ *             this binding's slots, the table copy included (generic: what every call of a binding
+ *             other than the one the table holds pays);
+ *   switch    update: one exec update (the shared exec holds another binding's parameters on
+ *             nearly every call of a sweep), measured by applying the segment's own graph;
+ *   setup     what a new binding costs: recording the stream plus instantiation (exact; generic
+ *             once per bucket) or plus the exec update (update);
+ *   bytes     the graph memory of the segment's own graph (free device memory before/after).
+ * The rule: per call = replay + switch + setup x (graphs made per binding seen), where a
+ * policy makes a graph for every binding seen (exact, update) or for every bucket seen
+ * (generic: buckets / bindings of the declared ranges), spread over AP_CALLS_PER_BINDING calls
+ * of each binding. A policy whose graphs over the whole declared range (bindings, or buckets, x
+ * the binding's graph bytes) exceed graph_memory_mb pays its setup on every call (LRU eviction
+ * re-captures). The smallest per-call cost wins; on a tie, fewer graphs. Why this rule: it is
+ * the sweep's cost (issue 11's benchmark: every length, twice, in any order) per call, from
+ * numbers measured once, and it needs no guess of the future beyond "each binding is seen
+ * AP_CALLS_PER_BINDING times".
+ *
+ * Cost of measuring: at the segment's first binding, one warm-up and one capture (as any
+ * graph-mode run), one timed replay, one exec update, and for generic the bucket's warm-up,
+ * capture and one timed run: about three calls' worth, once per segment per process; the next
+ * process reads the decisions (decisions.c) and measures nothing.
+ *
+ * Not candidates here: pad, which rounds the whole binding (every value crossing a segment
+ * boundary changes its layout, so it cannot differ between segments): auto pads where
+ * pass/pad.c proves it for a symbol, as before, and then chooses exact or update per segment
+ * among the capture sizes; generic needs every symbol bounded and no symbol padded. Mode auto
+ * (eager or graph per segment) keeps the unmeasured rule (shapes.c). */
+#include "runtime/runtime-impl.h"
+#include <stdio.h>
+#include <string.h>
+
+#define AP_CALLS_PER_BINDING 2.0 /* the benchmark's sweep: each length twice */
+#define AP_OPEN_RANGE 128.0      /* bindings assumed of a symbol without a declared maximum */
+
+enum { AP_EXACT, AP_UPDATE, AP_GENERIC };
+static const int ap_policy[GR_AP_N] = {GR_SHAPES_EXACT, GR_SHAPES_UPDATE, GR_SHAPES_GENERIC};
+
+typedef struct {
+    gr_rt_ap_decision x;
+    bool persist;       /* measured (a fallback segment is not: nothing was measured) */
+    long rep_serial;    /* the bucket plan whose graph was captured only to measure generic (0: none) */
+    char why[256];      /* why a candidate was not measured */
+} ap_entry;
+
+struct gr_rt_autopol {
+    GR_VEC(ap_entry) e;
+    double bindings, buckets; /* of the declared ranges */
+};
+
+/* ==== setup ========================================================================================= */
+static int64_t bucket_of(int64_t v, int64_t hi) {
+    int64_t b = 1;
+    while (b < v && b < hi) b *= 2;
+    return b > hi ? hi : b;
+}
+
+gr_status gr_rt_autopol_init(gr_session_t s) {
+    const gr_graph *g = s->graph;
+    if (s->opt.shape_policy == GR_SHAPES_GENERIC) {
+        s->generic_infra = true;
+        return GR_OK;
+    }
+    if (s->opt.shape_policy != GR_SHAPES_AUTO || g->syms.len == 0 || s->opt.mode == GR_MODE_AUTO) return GR_OK;
+    bool bounded = true;
+    double bindings = 1, buckets = 1;
+    for (int k = 0; k < g->syms.len; k++) {
+        const gr_ir_symbol *sym = &g->syms.data[k];
+        if (!sym->declared || sym->hi >= GR_DX_INF) {
+            bounded = false;
+            bindings *= AP_OPEN_RANGE;
+            buckets *= AP_OPEN_RANGE;
+            continue;
+        }
+        int64_t lo = sym->lo < 1 ? 1 : sym->lo, n = 0;
+        for (int64_t v = lo; v <= sym->hi; v = bucket_of(v, sym->hi) + 1) n++;
+        bindings *= (double)(sym->hi - sym->lo + 1);
+        buckets *= (double)(n + (sym->lo < 1)); /* a value below 1 is its own bucket */
+    }
+    /* generic's tables and shared placeholders: where every symbol is bounded and none padded (in
+     * eager mode too, so an eager session runs the kernels graph mode does) */
+    s->generic_infra = bounded && !gr_rt_pad_any(s);
+    if (s->opt.mode != GR_MODE_GRAPH) return GR_OK;
+    s->ap = gr_calloc(1, sizeof *s->ap);
+    if (!s->ap) return GR_ERR_NOMEM;
+    s->ap->bindings = bindings;
+    s->ap->buckets = s->generic_infra ? buckets : bindings;
+    s->autopol = true;
+    return GR_OK;
+}
+
+void gr_rt_autopol_free(gr_session_t s) {
+    if (!s->ap) return;
+    gr_vec_free(&s->ap->e);
+    gr_free(s->ap, sizeof *s->ap);
+    s->ap = NULL;
+    s->autopol = false;
+}
+
+/* ==== the table ===================================================================================== */
+static ap_entry *find(gr_session_t s, int seg, uint64_t hash) {
+    for (int i = 0; s->ap && i < s->ap->e.len; i++)
+        if (s->ap->e.data[i].x.seg == seg && s->ap->e.data[i].x.seg_hash == hash) return &s->ap->e.data[i];
+    return NULL;
+}
+
+int gr_rt_autopol_policy(gr_session_t s, const gr_rt_plan *p, int seg) {
+    const ap_entry *e = s->autopol ? find(s, seg, gr_rt_segment_hash(p, seg)) : NULL;
+    return e ? e->x.policy : -1;
+}
+
+/* The decision for segment seg of p: this session's, else the decisions file's (when it applies
+ * to this session); NULL when it is to be measured. */
+static gr_status lookup(gr_session_t s, const gr_rt_plan *p, int seg, ap_entry **out) {
+    uint64_t hash = gr_rt_segment_hash(p, seg);
+    *out = find(s, seg, hash);
+    if (*out) return GR_OK;
+    const gr_rt_ap_decision *f = gr_rt_decisions_find_policy(s, seg, hash);
+    if (!f) return GR_OK;
+    const char *bad = f->policy == GR_SHAPES_GENERIC && !s->generic_infra                     ? "generic is not on in this session"
+                      : f->policy == GR_SHAPES_UPDATE && !gr_dev_caps_get(s->dev).exec_update ? "the device has no exec update"
+                                                                                              : NULL;
+    if (bad) {
+        fprintf(stderr, "graft: warning: the saved shape policy of segment %d (%s) does not apply (%s): measured again\n", seg,
+                gr_shape_policy_name(f->policy), bad);
+        return GR_OK;
+    }
+    ap_entry e = {.x = *f, .persist = true};
+    e.x.from_file = true;
+    GR_TRY(gr_vec_push(&s->ap->e, e));
+    s->autopol_loaded++;
+    *out = &s->ap->e.data[s->ap->e.len - 1];
+    return GR_OK;
+}
+
+/* ==== measuring ===================================================================================== */
+/* Segment seg of p with its own plan (its table holding its own slots under generic). */
+static gr_status run_own(gr_session_t s, gr_rt_plan *p, int seg) {
+    if (s->generic_infra) return gr_rt_generic_run_segment(s, p, NULL, seg);
+    return p->segs.data[seg].graphable ? gr_rt_segment_run_graph(s, p, seg) : gr_rt_segment_run_eager(s, p, seg);
+}
+
+/* A segment is run several times while measured, and a run may overwrite what it read (a value's
+ * arena memory reused by a later step of the segment): the arena as the segment found it is kept
+ * aside and put back before every run but the first. The arena is all a segment writes (inputs
+ * are copied into placeholders, weights and tables are read only). */
+typedef struct {
+    void *arena, *saved;
+    size_t bytes;
+    int runs;
+} arena_keep;
+
+static gr_status keep_begin(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, arena_keep *k) {
+    memset(k, 0, sizeof *k);
+    k->arena = p->arena;
+    /* a shared arena is the largest binding's, and every plan's values sit at its offsets */
+    k->bytes = p->arena_shared ? s->shared_arena_bytes : p->mem.arena_bytes;
+    if (rep && rep->arena == p->arena && rep->mem.arena_bytes > k->bytes) k->bytes = rep->mem.arena_bytes;
+    if (!k->arena || !k->bytes) return GR_OK;
+    GR_TRY(gr_dev_alloc(s->dev, GR_MEM_DEVICE, k->bytes, &k->saved));
+    return gr_dev_memcpy(s->dev, s->stream, k->saved, k->arena, k->bytes, GR_COPY_D2D);
+}
+
+static gr_status keep_again(gr_session_t s, arena_keep *k) {
+    if (k->runs++ && k->saved) return gr_dev_memcpy(s->dev, s->stream, k->arena, k->saved, k->bytes, GR_COPY_D2D);
+    return GR_OK;
+}
+
+static void keep_end(gr_session_t s, arena_keep *k) {
+    if (!k->saved) return;
+    gr_dev_stream_sync(s->dev, s->stream); /* the copies are done before the memory goes */
+    gr_dev_free(s->dev, k->saved);
+    k->saved = NULL;
+}
+
+/* One run between two events on an idle stream (launch gaps count, as in mode auto's timing). */
+static gr_status timed(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg, arena_keep *k, double *us) {
+    gr_device *d = s->dev;
+    GR_TRY(keep_again(s, k));
+    if (!s->ev_seg_a) GR_TRY(gr_dev_event_create(d, &s->ev_seg_a));
+    if (!s->ev_seg_b) GR_TRY(gr_dev_event_create(d, &s->ev_seg_b));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    s->autopol_runs++;
+    GR_TRY(gr_dev_event_record(d, s->ev_seg_a, s->stream));
+    GR_TRY(rep ? gr_rt_generic_run_segment(s, p, rep, seg) : run_own(s, p, seg));
+    GR_TRY(gr_dev_event_record(d, s->ev_seg_b, s->stream));
+    GR_TRY(gr_dev_stream_sync(d, s->stream));
+    return gr_dev_event_elapsed_us(d, s->ev_seg_a, s->ev_seg_b, us);
+}
+
+static void add_why(ap_entry *e, const char *fmt, const char *what) {
+    size_t used = strlen(e->why);
+    snprintf(e->why + used, sizeof e->why - used, "%s", used ? "; " : "");
+    used = strlen(e->why);
+    snprintf(e->why + used, sizeof e->why - used, fmt, what);
+}
+
+/* Measures the candidates of segment seg of p (rep: its bucket's plan, NULL when p is one);
+ * the segment's outputs for p's binding are computed by the runs it makes. */
+static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg, arena_keep *k);
+static gr_status measure(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg) {
+    arena_keep k;
+    gr_status st = keep_begin(s, p, rep, &k);
+    if (st == GR_OK) st = measure_kept(s, p, rep, seg, &k);
+    if (st != GR_OK) gr_dev_stream_sync(s->dev, s->stream);
+    keep_end(s, &k);
+    return st;
+}
+
+static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg, arena_keep *k) {
+    gr_device *d = s->dev;
+    gr_rt_segment *st = &p->seg_state[seg];
+    ap_entry e;
+    memset(&e, 0, sizeof e);
+    e.x.seg = seg;
+    e.x.seg_hash = gr_rt_segment_hash(p, seg);
+    e.x.policy = -1;
+    for (int c = 0; c < GR_AP_N; c++) e.x.replay_us[c] = e.x.setup_us[c] = e.x.per_call_us[c] = -1;
+    /* exact: warm-up and capture of its own graph (an own exec while undecided: shapes.c) */
+    bool ran = false;
+    for (int i = 0; i < 3 && st->state != GR_SEG_CAPTURED && st->state != GR_SEG_FALLBACK; i++, ran = true) {
+        s->autopol_runs++;
+        GR_TRY(keep_again(s, k));
+        GR_TRY(run_own(s, p, seg));
+    }
+    if (st->state != GR_SEG_CAPTURED) {
+        /* no graph (capture failed, over the budget): the graph manager's choice stands */
+        if (!ran) GR_TRY(run_own(s, p, seg));
+        e.x.policy = GR_SHAPES_EXACT;
+        add_why(&e, "not measured: %.200s", st->fallback_reason ? st->fallback_reason : "no graph");
+        return gr_vec_push(&s->ap->e, e);
+    }
+    double replay;
+    GR_TRY(timed(s, p, NULL, seg, k, &replay));
+    e.x.replay_us[AP_EXACT] = (float)replay;
+    e.x.setup_us[AP_EXACT] = (float)(st->record_clock_us + st->instantiate_clock_us);
+    e.x.bytes = st->graph_bytes;
+    /* update: the cost of one exec update, applying the segment's own graph to its exec */
+    if (!gr_dev_caps_get(d).exec_update) add_why(&e, "update: %s", "the device has no exec update");
+    else if (!st->exec_shared) {
+        double c0 = gr_dev_clock_us(d);
+        gr_status rc = gr_dev_exec_update(d, st->exec, st->graph);
+        double u = gr_dev_clock_us(d) - c0;
+        if (rc == GR_ERR_NOMEM) return rc;
+        if (rc != GR_OK) {
+            add_why(&e, "update refused: %.160s", gr_last_error());
+            gr_error_clear();
+        } else {
+            e.x.replay_us[AP_UPDATE] = (float)(replay + u);
+            e.x.setup_us[AP_UPDATE] = (float)(st->record_clock_us + u);
+        }
+    }
+    /* generic: the bucket's graph, this binding's slots copied into its table first */
+    if (!s->generic_infra) add_why(&e, "generic: %s", gr_rt_pad_any(s) ? "a symbol is padded" : "a symbol has no declared maximum");
+    else if (!rep) {
+        /* p is its own bucket: generic's graph is exact's; a replay for another binding of the
+         * bucket copies that binding's slots first (timed), and computes the bucket's extents
+         * (not measurable at this binding) */
+        double g;
+        GR_TRY(gr_rt_generic_dirty(p, seg));
+        GR_TRY(timed(s, p, NULL, seg, k, &g));
+        e.x.replay_us[AP_GENERIC] = (float)g;
+        e.x.setup_us[AP_GENERIC] = e.x.setup_us[AP_EXACT];
+    } else {
+        bool ok = false;
+        const char *why = NULL;
+        GR_TRY(gr_rt_generic_verdict(s, p, rep, seg, &ok, &why));
+        gr_rt_segment *rs = &rep->seg_state[seg];
+        if (ok && rs->state != GR_SEG_CAPTURED) e.rep_serial = rep->serial;
+        for (int i = 0; ok && i < 3 && rs->state != GR_SEG_CAPTURED && rs->state != GR_SEG_FALLBACK; i++) {
+            s->autopol_runs++;
+            GR_TRY(keep_again(s, k));
+            GR_TRY(gr_rt_generic_run_segment(s, p, rep, seg));
+        }
+        if (!ok) add_why(&e, "generic refused: %.200s", why);
+        else if (rs->state != GR_SEG_CAPTURED) add_why(&e, "generic: the bucket has no graph: %.180s", rs->fallback_reason ? rs->fallback_reason : "?");
+        else {
+            double g;
+            GR_TRY(gr_rt_generic_dirty(rep, seg));
+            GR_TRY(timed(s, p, rep, seg, k, &g));
+            e.x.replay_us[AP_GENERIC] = (float)g;
+            e.x.setup_us[AP_GENERIC] = (float)(rs->record_clock_us + rs->instantiate_clock_us);
+        }
+    }
+    e.persist = true;
+    return gr_vec_push(&s->ap->e, e);
+}
+
+/* ==== deciding ====================================================================================== */
+static void score(gr_session_t s, gr_rt_ap_decision *x, double binding_bytes) {
+    const struct gr_rt_autopol *ap = s->ap;
+    double graphs[GR_AP_N] = {ap->bindings, 1, ap->buckets};
+    int best = -1;
+    static const int order[GR_AP_N] = {AP_UPDATE, AP_GENERIC, AP_EXACT}; /* ties: fewer graphs */
+    for (int i = 0; i < GR_AP_N; i++) {
+        int c = order[i];
+        if (x->replay_us[c] < 0) continue;
+        bool fits = !s->graph_budget || graphs[c] * binding_bytes <= (double)s->graph_budget;
+        /* graphs made per call: one per binding (exact; update records one and applies it) or
+         * per bucket (generic), over AP_CALLS_PER_BINDING calls each; every call when evicted */
+        double per_call = c == AP_UPDATE ? 1.0 / AP_CALLS_PER_BINDING
+                          : fits         ? graphs[c] / (ap->bindings * AP_CALLS_PER_BINDING)
+                                         : 1.0;
+        x->per_call_us[c] = (float)(x->replay_us[c] + x->setup_us[c] * per_call);
+        if (best < 0 || x->per_call_us[c] < x->per_call_us[best]) best = c;
+    }
+    x->policy = best < 0 ? GR_SHAPES_EXACT : ap_policy[best];
+}
+
+gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p) {
+    if (!s->autopol) return GR_OK;
+    bool pending = false;
+    double binding_bytes = 0;
+    for (int seg = 0; seg < p->segs.len; seg++) {
+        ap_entry *e = p->segs.data[seg].graphable ? find(s, seg, gr_rt_segment_hash(p, seg)) : NULL;
+        if (!e) continue;
+        binding_bytes += (double)e->x.bytes;
+        pending |= e->x.policy < 0;
+    }
+    for (int seg = 0; pending && seg < p->segs.len; seg++) {
+        ap_entry *e = p->segs.data[seg].graphable ? find(s, seg, gr_rt_segment_hash(p, seg)) : NULL;
+        if (!e || e->x.policy >= 0) continue;
+        score(s, &e->x, binding_bytes);
+        s->autopol_measured++;
+        if (s->opt.verbose)
+            fprintf(stderr, "graft: shape policy auto: segment %d: %s (per call: exact %.2f, update %.2f, generic %.2f us)\n", seg,
+                    gr_shape_policy_name(e->x.policy), e->x.per_call_us[AP_EXACT], e->x.per_call_us[AP_UPDATE],
+                    e->x.per_call_us[AP_GENERIC]);
+        gr_rt_ap_decision x = e->x;
+        /* the graphs made only to measure go: p's own when it runs its bucket's (generic), the
+         * bucket's when it does not; update: p's own exec becomes the position's shared one */
+        if (x.policy == GR_SHAPES_GENERIC && !gr_rt_generic_is_bucket(s, p) && p->seg_state[seg].state == GR_SEG_CAPTURED)
+            gr_rt_segment_recapture(s, p, seg);
+        for (gr_rt_plan *q = s->plans; x.policy != GR_SHAPES_GENERIC && e->rep_serial && q; q = q->next)
+            if (q->serial == e->rep_serial && q != p && seg < q->segs.len && q->seg_state[seg].state == GR_SEG_CAPTURED)
+                gr_rt_segment_recapture(s, q, seg);
+        if (x.policy == GR_SHAPES_UPDATE && p->seg_state[seg].state == GR_SEG_CAPTURED) GR_TRY(gr_rt_update_adopt(s, p, seg));
+        if (e->persist) GR_TRY(gr_rt_decisions_record_policy(s, &x));
+    }
+    return GR_OK;
+}
+
+/* ==== running ======================================================================================= */
+gr_status gr_rt_autopol_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg) {
+    if (!p->segs.data[seg].graphable) return run_own(s, p, seg);
+    ap_entry *e;
+    GR_TRY(lookup(s, p, seg, &e));
+    if (!e) return measure(s, p, rep, seg);
+    if (e->x.policy == GR_SHAPES_GENERIC && rep) return gr_rt_generic_run_segment(s, p, rep, seg);
+    return run_own(s, p, seg);
+}
+
+gr_status gr_rt_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg) {
+    if (s->opt.mode == GR_MODE_EAGER) return gr_rt_segment_run_eager(s, p, seg);
+    if (s->autopol) return gr_rt_autopol_run_segment(s, p, rep, seg);
+    if (s->opt.shape_policy == GR_SHAPES_GENERIC) return gr_rt_generic_run_segment(s, p, rep, seg);
+    return p->segs.data[seg].graphable ? gr_rt_segment_run_graph(s, p, seg) : gr_rt_segment_run_eager(s, p, seg);
+}
+
+/* ==== explain ======================================================================================= */
+void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb) {
+    if (!s->autopol) return;
+    const ap_entry *e = find(s, seg, gr_rt_segment_hash(p, seg));
+    if (!e) {
+        gr_sb_puts(sb, "  shape policy auto: not measured yet\n");
+        return;
+    }
+    if (e->x.policy < 0) {
+        gr_sb_puts(sb, "  shape policy auto: measured, not decided yet\n");
+        return;
+    }
+    gr_sb_printf(sb, "  shape policy auto: %s (%s); per call:", gr_shape_policy_name(e->x.policy),
+                 e->x.from_file ? "from the decisions file" : e->persist ? "measured in this session" : "not measured");
+    static const char *const names[GR_AP_N] = {"exact", "update", "generic"};
+    for (int c = 0; c < GR_AP_N; c++) {
+        if (e->x.per_call_us[c] < 0) gr_sb_printf(sb, " %s -", names[c]);
+        else
+            gr_sb_printf(sb, " %s %.2f us (replay %.2f, new graph %.2f)", names[c], e->x.per_call_us[c], e->x.replay_us[c],
+                         e->x.setup_us[c]);
+        gr_sb_puts(sb, c + 1 < GR_AP_N ? "," : "");
+    }
+    gr_sb_printf(sb, "; graph %llu bytes at the measured binding\n", (unsigned long long)e->x.bytes);
+    if (e->why[0]) gr_sb_printf(sb, "    %s\n", e->why);
+}
