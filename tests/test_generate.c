@@ -618,13 +618,14 @@ static void test_alloc_failures_loop(gr_mode mode, bool sample) {
  * graph mode; one step a launch and several (the done flags read at launch boundaries). The ids,
  * the number of new tokens and the streamed tokens must equal the reference engine's. */
 typedef struct {
-    int64_t calls, sum;
+    int64_t calls;
+    uint64_t sum; /* a hash of the streamed tokens */
 } beam_log;
 
 static void on_beam_token(void *user, int64_t step, const int64_t *tokens, int64_t n) {
     beam_log *l = user;
     l->calls++;
-    for (int64_t i = 0; i < n; i++) l->sum = l->sum * 31 + tokens[i] + step;
+    for (int64_t i = 0; i < n; i++) l->sum = l->sum * 31 + (uint64_t)tokens[i] + (uint64_t)step;
 }
 
 static void test_device_beam(const char *model) {
