@@ -39,7 +39,7 @@ gr_status lw_lower_beam_step(gr_lctx *c) {
                         (long long)(ns == 2 ? sd[1] : -1), (long long)beams, (long long)room, (long long)vocab, (long long)l.slots);
     if (lw_numel(c, y) == 0) return GR_OK;
     int v[GR_LIB_BEAM_STEP_NARGS] = {x, lw_in(c, 1), y, state, lw_in(c, 3)};
-    gr_libcall *call;
+    gr_libcall *call = NULL;
     GR_TRY(lib_step(c, GR_LIB_BEAM_STEP, GR_LIB_BEAM_STEP_NARGS, v, &call));
     call->dtype = xv->dtype;
     call->m = sd[0];
@@ -61,7 +61,7 @@ gr_status lw_lower_beam_reorder(gr_lctx *c) {
     for (int i = 1; i < axis; i++) mid *= d[i];
     for (int i = (int)axis + 1; i < nd; i++) inner *= d[i];
     int v[GR_LIB_BEAM_REORDER_NARGS] = {x, lw_in(c, 1), y, lw_in(c, 2)};
-    gr_libcall *call;
+    gr_libcall *call = NULL;
     GR_TRY(lib_step(c, GR_LIB_BEAM_REORDER, GR_LIB_BEAM_REORDER_NARGS, v, &call));
     call->dtype = lw_val(c, x)->dtype;
     call->m = d[0];
