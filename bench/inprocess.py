@@ -295,7 +295,7 @@ def run_one(a, name):
             if sess is not None:
                 st = sess.stats()
                 for k in ("kernels", "kernels_in_graphs", "graph_launches", "copies", "bytes_copied", "nodes_updated",
-                          "inputs_in_place", "device_bytes", "weight_bytes"):
+                          "inputs_in_place", "device_bytes", "weight_bytes", "waits_on_host"):
                     row[k] = st[k]
             if v == "graft":
                 reps = [r for r in gtb.reports()]
@@ -306,7 +306,7 @@ def run_one(a, name):
                     row["left_to_pytorch"] = left
                 # what graft holds and copies (parameters are bound inputs: placeholders show here)
                 stats = [st for r in reps for st in r.session_stats()]
-                for k in ("device_bytes", "weight_bytes", "bytes_copied", "copies", "inputs_in_place", "nodes_updated"):
+                for k in ("device_bytes", "weight_bytes", "bytes_copied", "copies", "inputs_in_place", "nodes_updated", "waits_on_host"):
                     row["graft_" + k] = sum(st[k] for st in stats)
         except Exception as e:  # noqa: BLE001 - one variant failing never stops the rest
             row["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")

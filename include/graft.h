@@ -336,6 +336,9 @@ typedef struct {
     size_t table_bytes;      /* their bytes */
     /* symbolic models, session totals: plans made by the pass pipeline / instantiated from a plan template */
     long plans_compiled, plans_instantiated;
+    /* session total: runs that waited on the host for the previous run to finish before starting
+       (the steady state of a static graph-mode model queues instead; verbose says why not) */
+    long waits_on_host;
 } gr_run_stats;
 GR_API gr_status gr_session_stats(gr_session_t s, gr_run_stats *out);
 

@@ -143,7 +143,7 @@ class RunStats(ctypes.Structure):
                 ("exec_updates", ctypes.c_long), ("exec_updates_refused", ctypes.c_long),
                 ("padded_runs", ctypes.c_long), ("generic_runs", ctypes.c_long), ("generic_replays", ctypes.c_long),
                 ("table_refreshes", ctypes.c_long), ("table_bytes", ctypes.c_size_t), ("plans_compiled", ctypes.c_long),
-                ("plans_instantiated", ctypes.c_long)]
+                ("plans_instantiated", ctypes.c_long), ("waits_on_host", ctypes.c_long)]
 
 
 class KernelStats(ctypes.Structure):

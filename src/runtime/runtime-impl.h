@@ -135,6 +135,9 @@ struct gr_session {
     uint64_t generation;    /* incremented by every run */
     bool has_run;
     bool pending;           /* a run was enqueued and not waited for */
+    const char *wait_why;   /* why the last run that could queue did not (verbose; NULL: it queued) */
+    int wait_seg;           /* the segment of wait_why, or -1 */
+    int64_t waits_on_host;  /* runs that waited for the previous one before starting */
     double run_t0;          /* device clock at the start of the pending run */
     uint64_t input_versions; /* source of gr_rt_input.version */
     /* weights (constants of s->graph), uploaded on first use and shared by every plan:

@@ -64,6 +64,7 @@ void gr_rt_stats_totals(gr_session_t s, gr_run_stats *out) {
     out->table_refreshes = s->table_refreshes;
     out->table_bytes = s->table_bytes;
     gr_rt_tmpl_stats(s, &out->plans_compiled, &out->plans_instantiated);
+    out->waits_on_host = s->waits_on_host;
 }
 
 /* ==== shared weights ============================================================================ */
@@ -764,24 +765,50 @@ gr_status gr_session_run(gr_session_t s) {
  * with work replayed from its captured graph), where a run only copies and repoints inputs and
  * launches graphs, all ordered on the session's stream. Anything else (a new plan, a capture,
  * eager or timed segments, probes, several shapes) waits as before. */
-static bool run_may_queue(gr_session_t s) {
+static const char *queue_refusal(gr_session_t s, int *at_seg) {
     const gr_rt_plan *p = s->current;
-    if (!p || s->tp || s->graph->syms.len || s->opt.mode == GR_MODE_EAGER || s->plans != p || p->next) return false;
+    *at_seg = -1;
+    if (!p) return "no plan yet";
+    if (s->tp) return "tensor parallel";
+    if (s->graph->syms.len) return "the model has symbolic dims";
+    if (s->opt.mode == GR_MODE_EAGER) return "eager mode";
+    if (s->plans != p || p->next) return "several plans";
     for (int seg = 0; seg < p->segs.len; seg++) {
         const gr_segment *sg = &p->segs.data[seg];
+        const gr_rt_segment *ss = &p->seg_state[seg];
         /* (auto mode: until a segment's graph-or-eager decision is made, runs are timed) */
-        if (p->seg_state[seg].state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || p->seg_state[seg].decided)) continue;
+        if (ss->state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || ss->decided)) continue;
         for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
-            if (p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL) return false;
+            if (p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL) {
+                *at_seg = seg;
+                return ss->state != GR_SEG_CAPTURED ? "it has kernels and is not captured" : "mode auto is still timing it";
+            }
     }
-    return true;
+    return NULL;
+}
+
+/* Verbose: says why a run waits for the previous one on the host (each time the reason
+ * changes), since a host that waits cannot overlap the caller's next work with the GPU's. */
+static bool run_may_queue(gr_session_t s) {
+    int seg;
+    const char *why = queue_refusal(s, &seg);
+    if (why && s->opt.verbose && (why != s->wait_why || seg != s->wait_seg)) {
+        if (seg >= 0) fprintf(stderr, "graft: a run waits for the previous one on the host: segment %d: %s\n", seg, why);
+        else fprintf(stderr, "graft: a run waits for the previous one on the host: %s\n", why);
+    }
+    s->wait_why = why;
+    s->wait_seg = seg;
+    return !why;
 }
 
 gr_status gr_rt_run_one(gr_session_t s) { return gr_rt_run_queued(s, false); }
 
 gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (!s) return gr_error(GR_ERR_INVALID, "gr_session_run: session is NULL");
-    if (s->pending && !(may_queue && run_may_queue(s))) GR_TRY(gr_session_wait(s));
+    if (s->pending && !(may_queue && run_may_queue(s))) {
+        GR_TRY(gr_session_wait(s));
+        s->waits_on_host++;
+    }
     gr_rt_plan *p, *rep = NULL;
     GR_TRY(select_plan(s, &p, &rep));
     gr_device *d = s->dev;

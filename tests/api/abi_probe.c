@@ -74,6 +74,7 @@ int main(void) {
     printf("gr_run_stats.table_bytes %zu\n", offsetof(gr_run_stats, table_bytes));
     printf("gr_run_stats.plans_compiled %zu\n", offsetof(gr_run_stats, plans_compiled));
     printf("gr_run_stats.plans_instantiated %zu\n", offsetof(gr_run_stats, plans_instantiated));
+    printf("gr_run_stats.waits_on_host %zu\n", offsetof(gr_run_stats, waits_on_host));
     printf("gr_kernel_stats %zu\n", sizeof(gr_kernel_stats));
     printf("gr_kernel_stats.prepared %zu\n", offsetof(gr_kernel_stats, prepared));
     printf("gr_kernel_stats.compiled %zu\n", offsetof(gr_kernel_stats, compiled));
