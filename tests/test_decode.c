@@ -292,6 +292,32 @@ static void loop_refusals(void) {
     ls.input_ids = "nope";
     CHECK_ERR(gr_pass_decode_device_loop(g, &ls), GR_ERR_INVALID, "no token-ids input 'nope'");
     gr_ir_graph_destroy(g);
+    /* beam search: rows that are not a multiple of the beams; a cache the rewrite does not update in place */
+    for (int c = 0; c < 2; c++) {
+        gr_graph *h = NULL;
+        CHECK_OK(gr_ir_graph_create(&h));
+        if (!h) return;
+        gr_dim d21[2] = {gr_dx_const(2), gr_dx_const(1)}, d2l[2] = {gr_dx_const(2), gr_dx_const(4)};
+        int hk, hi, hp, hx, hl;
+        CHECK_OK(gr_ir_add_input(h, "graft.kv_len", GR_I64, 1, d1, &hk));
+        CHECK_OK(gr_ir_add_input(h, "input_ids", GR_I64, 2, d21, &hi));
+        CHECK_OK(gr_ir_add_input(h, "past", GR_F32, 2, d2l, &hp));
+        CHECK_OK(gr_ir_add_node(h, GR_OP_CAST, "to_float", 1, &hi, 1, NULL, 1, &a, &n));
+        hx = h->nodes.data[n].out[0];
+        int64_t s213[3] = {2, 1, 1};
+        gr_ir_attr r3 = {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = s213, .n = 3};
+        CHECK_OK(gr_ir_add_node(h, GR_OP_RESHAPE, "head", 1, &hx, 1, ln, 1, &r3, &n));
+        hl = h->nodes.data[n].out[0];
+        CHECK_OK(gr_ir_add_output(h, hl));
+        CHECK_OK(gr_ir_infer_shapes(h));
+        const char *past[1] = {"past"};
+        int axis[1] = {1};
+        gr_decode_loop_spec bs = {.input_ids = "input_ids", .logits = "logits", .max_len = 4, .beams = c ? 2 : 3, .room = 4,
+                                  .n_state = 1, .past = past, .axis = axis};
+        if (c == 0) CHECK_ERR(gr_pass_decode_device_loop(h, &bs), GR_ERR_INVALID, "2 rows of 3 beams");
+        else CHECK_ERR(gr_pass_decode_device_loop(h, &bs), GR_ERR_UNSUPPORTED, "the cache 'past' is not updated in place");
+        gr_ir_graph_destroy(h);
+    }
 }
 
 /* ==== sampling (the sample op, GR_LIB_SAMPLE; codegen/sample.c, device/cuda/cuda-sample.c) =========

@@ -446,6 +446,14 @@ static void test_errors(void) {
     o.sample = 0;
     o.beams = 100000; /* more beams than tokens */
     CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "beams over a vocabulary of");
+    /* more beams than the device kernels take: the rewritten engine says so, auto runs the reference */
+    o.beams = 17; /* GR_BEAM_DEVICE_MAX_BEAMS + 1 */
+    o.engine = GR_ENGINE_REWRITTEN;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_UNSUPPORTED, "at most 16 beams (17 asked)");
+    o.engine = GR_ENGINE_AUTO;
+    gr_generate_stats gs;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 4, out, &gs));
+    CHECK(gs.engine == GR_ENGINE_REFERENCE && gs.new_tokens == 4);
     o.beams = 1;
     o.sample = 1;
     o.temperature = 0;
