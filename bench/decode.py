@@ -419,6 +419,10 @@ def main():
            not r["ids_vs_hf_eager"]["match"]]
     if bad:
         print("fp32 greedy ids differ from HF eager in %d runs (see the table)" % len(bad))
+    beam_bad = [r for r in rows if r["dtype"] == "fp32" and r["decode"].startswith("beam") and r["variant"].startswith("graft") and
+                r.get("ids_vs_hf_eager") and not r["ids_vs_hf_eager"]["match"]]
+    if beam_bad:
+        print("fp32 beam-search ids differ from HF eager in %d graft runs (see the table)" % len(beam_bad))
     return 0
 
 

@@ -586,7 +586,8 @@ typedef struct {
     /* rewritten engine: cache positions (0 = prompt_len + max_new_tokens); one plan and one graph
      * serve every generation whose prompt + new tokens fit and whose batch is the same */
     int64_t max_length;
-    /* rewritten engine, greedy: positions decoded per device launch (0 = 16). The step picks its
+    /* rewritten engine: positions decoded per device launch (0 = 16; beam search reads its state
+     * back after each launch and stops once every row is done). The step picks its
      * token and advances its own inputs on the device; a launch replays it up to this many times
      * (a graph with a WHILE node in graph mode, stopping once every row has finished) and copies
      * the tokens to the host once. on_token is called per position after each launch. */
@@ -594,10 +595,11 @@ typedef struct {
 } gr_generate_options;
 /* The step engines of gr_session_generate. Append-only. */
 typedef enum {
-    GR_ENGINE_AUTO = 0,   /* rewritten when possible (greedy or sampling), checked once per session, else reference */
+    GR_ENGINE_AUTO = 0,   /* rewritten when possible (greedy, sampling, beams), checked once per session, else reference */
     GR_ENGINE_REFERENCE,  /* the unrewritten step: one binding (plan) per position, presents copied into state buffers */
     GR_ENGINE_REWRITTEN,  /* the KV-cache rewrite (docs/design.md §3b): one step shape, cache written in place,
-                             greedy on the device; an error where the model cannot be rewritten or beams > 1 */
+                             token selection on the device (greedy, sampling, beam search up to 16 beams: the
+                             caches reordered by beam on the device); an error where the model cannot be rewritten */
     GR_ENGINE_COUNT
 } gr_generate_engine;
 GR_API void gr_generate_options_init(gr_generate_options *o);

@@ -14,7 +14,13 @@
 # against HF generate(do_sample=True), eager and static-cache reduce-overhead; ids not compared).
 # The CUDA tests include the sample kernel against the host definition (test_decode: exact at vocab 8,
 # by frequency, and at GPT-2's 50257 with the number of flipped draws printed) and sampled generation
-# reproducible by seed on the device.
+# reproducible by seed on the device; the beam kernels (beam_step against gr_beam_step_row step by
+# step: ids exact, scores to 1e-5, GPT-2's vocabulary and 16 beams included; beam_reorder) and beam 4
+# through the rewritten engine on CUDA (the ids that differ from the reference engine's and HF's printed).
+# A config whose beams field is k > 1 runs beam search of width k: graft (auto: the rewritten engine, the
+# beam step and the cache reorder on the device inside the WHILE graph) against HF generate(num_beams=k,
+# do_sample=False, early_stopping=True), ids compared. DECODE_CONFIGS=beam picks the beam set
+# (gpt2 and llama, fp32 and bf16, batch 1 and 8, beam 4).
 set -u
 out=${OUT:-/tmp/decode-gpu}
 mkdir -p "$out"
@@ -42,7 +48,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 budget=${DECODE_BUDGET:-420}
 start=$(date +%s)
-for cfg in ${DECODE_CONFIGS:-gpt2:fp32:1:1,4 gpt2:fp32:1:s llama:fp32:1:1,4 gpt2:fp32:8:1 gpt2:bf16:1:1 llama:bf16:1:1}; do
+configs=${DECODE_CONFIGS:-gpt2:fp32:1:1,4 gpt2:fp32:1:s llama:fp32:1:1,4 gpt2:fp32:8:1 gpt2:bf16:1:1 llama:bf16:1:1}
+[ "$configs" = beam ] && configs="gpt2:fp32:1:4 gpt2:fp32:8:4 llama:fp32:1:4 gpt2:bf16:1:4 llama:fp32:8:4 llama:bf16:1:4"
+for cfg in $configs; do
   IFS=: read -r m d b k <<< "$cfg"
   left=$(( budget - ($(date +%s) - start) ))
   if [ "$left" -lt 60 ]; then echo "== skipped $cfg: ${left}s left of DECODE_BUDGET=$budget (run it with DECODE_CONFIGS=$cfg SKIP_TESTS=1)"; continue; fi

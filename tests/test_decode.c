@@ -292,6 +292,32 @@ static void loop_refusals(void) {
     ls.input_ids = "nope";
     CHECK_ERR(gr_pass_decode_device_loop(g, &ls), GR_ERR_INVALID, "no token-ids input 'nope'");
     gr_ir_graph_destroy(g);
+    /* beam search: rows that are not a multiple of the beams; a cache the rewrite does not update in place */
+    for (int c = 0; c < 2; c++) {
+        gr_graph *h = NULL;
+        CHECK_OK(gr_ir_graph_create(&h));
+        if (!h) return;
+        gr_dim d21[2] = {gr_dx_const(2), gr_dx_const(1)}, d2l[2] = {gr_dx_const(2), gr_dx_const(4)};
+        int hk, hi, hp, hx, hl;
+        CHECK_OK(gr_ir_add_input(h, "graft.kv_len", GR_I64, 1, d1, &hk));
+        CHECK_OK(gr_ir_add_input(h, "input_ids", GR_I64, 2, d21, &hi));
+        CHECK_OK(gr_ir_add_input(h, "past", GR_F32, 2, d2l, &hp));
+        CHECK_OK(gr_ir_add_node(h, GR_OP_CAST, "to_float", 1, &hi, 1, NULL, 1, &a, &n));
+        hx = h->nodes.data[n].out[0];
+        int64_t s213[3] = {2, 1, 1};
+        gr_ir_attr r3 = {.name = "shape", .kind = GR_IR_ATTR_INTS, .ints = s213, .n = 3};
+        CHECK_OK(gr_ir_add_node(h, GR_OP_RESHAPE, "head", 1, &hx, 1, ln, 1, &r3, &n));
+        hl = h->nodes.data[n].out[0];
+        CHECK_OK(gr_ir_add_output(h, hl));
+        CHECK_OK(gr_ir_infer_shapes(h));
+        const char *past[1] = {"past"};
+        int axis[1] = {1};
+        gr_decode_loop_spec bs = {.input_ids = "input_ids", .logits = "logits", .max_len = 4, .beams = c ? 2 : 3, .room = 4,
+                                  .n_state = 1, .past = past, .axis = axis};
+        if (c == 0) CHECK_ERR(gr_pass_decode_device_loop(h, &bs), GR_ERR_INVALID, "2 rows of 3 beams");
+        else CHECK_ERR(gr_pass_decode_device_loop(h, &bs), GR_ERR_UNSUPPORTED, "the cache 'past' is not updated in place");
+        gr_ir_graph_destroy(h);
+    }
 }
 
 /* ==== sampling (the sample op, GR_LIB_SAMPLE; codegen/sample.c, device/cuda/cuda-sample.c) =========
@@ -518,6 +544,171 @@ static void test_sample_op(gr_mode mode) {
     free(xg);
 }
 
+/* ---- the beam ops -------------------------------------------------------------------------
+ * beam_step on the device, step by step, with its state fed back, against gr_beam_step_row run
+ * on the host on the same state layout (codegen/kir.h): exact on the simulator (it runs the same
+ * function); on CUDA the ids exactly and the scores to 1e-5 (the device's log-sum-exp may differ
+ * in its last bits). Then beam_reorder against its definition. */
+static gr_status run_beam_op(gr_mode mode, const float *logits, int64_t B, int64_t K, int64_t V, int64_t room, const int64_t *params,
+                             int64_t steps, int64_t first_step, int64_t *state, int64_t slots) {
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
+    gr_value_t in[4], out;
+    int64_t dl[2] = {B * K, V}, d1[1] = {1}, ds[2] = {B, slots}, dp[1] = {GR_BEAM_NPARAMS};
+    gr_attr a[2] = {{.name = "beams", .kind = GR_ATTR_INT, .i = K}, {.name = "room", .kind = GR_ATTR_INT, .i = room}};
+    gr_status st = gr_graph_create(&g);
+    if (st == GR_OK) st = gr_graph_add_input(g, "logits", GR_F32, 2, dl, NULL, &in[0]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "step", GR_I64, 1, d1, NULL, &in[1]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "state", GR_I64, 2, ds, NULL, &in[2]);
+    if (st == GR_OK) st = gr_graph_add_input(g, "params", GR_I64, 1, dp, NULL, &in[3]);
+    if (st == GR_OK) st = gr_graph_add_node(g, "beam_step", "beam", 4, in, 2, a, 1, &out);
+    if (st == GR_OK) st = gr_graph_set_output(g, out, "next");
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = test_device();
+    o.mode = mode;
+    if (st == GR_OK) st = gr_session_create(g, &o, &s);
+    size_t sb = sizeof(int64_t) * (size_t)(B * slots);
+    if (st == GR_OK) st = gr_session_set_input(s, "params", GR_I64, 1, dp, params, sizeof(int64_t) * GR_BEAM_NPARAMS);
+    for (int64_t k = 0; k < steps && st == GR_OK; k++) {
+        int64_t step = first_step + k;
+        st = gr_session_set_input(s, "step", GR_I64, 1, d1, &step, sizeof step);
+        if (st == GR_OK) st = gr_session_set_input(s, "logits", GR_F32, 2, dl, logits + k * B * K * V, sizeof(float) * (size_t)(B * K * V));
+        if (st == GR_OK) st = gr_session_set_input(s, "state", GR_I64, 2, ds, state, sb);
+        if (st == GR_OK) st = gr_session_run(s);
+        gr_output ot;
+        if (st == GR_OK) st = gr_session_output(s, 0, &ot);
+        if (st == GR_OK) st = gr_session_output_read(s, ot, state, sb);
+    }
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    return st;
+}
+
+static void test_beam_op(gr_mode mode) {
+    bool cuda = test_device() == GR_DEVICE_CUDA;
+    const char *mname = mode == GR_MODE_GRAPH ? "graph" : "eager";
+    static const struct {
+        int64_t B, K, V, N, eos;
+        double lp;
+    } cfg[] = {{2, 4, 50257, 6, 17, 1.0}, {1, 2, 11, 5, 3, 1.0}, {3, 4, 9, 7, 2, 0.7}, {2, 16, 40, 4, -1, 1.0}, {1, 3, 5, 6, 0, 2.0}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int64_t B = cfg[c].B, K = cfg[c].K, V = cfg[c].V, N = cfg[c].N, room = N + 3, first = 5;
+        gr_beam_params p = {.beams = K, .vocab = V, .max_new = N, .stride = room, .eos_id = cfg[c].eos, .pad_id = 1, .length_penalty = cfg[c].lp};
+        gr_beam_params lay = p;
+        lay.max_new = room; /* the op's layout: the room's (as the lowering computes it) */
+        gr_beam_layout l;
+        CHECK_OK(gr_beam_state_layout(&lay, &l));
+        int64_t steps = N + 2; /* one prompt step before (a no-op), one past the end (a no-op) */
+        float *x = malloc(sizeof(float) * (size_t)(steps * B * K * V));
+        int64_t *dev = malloc(sizeof(int64_t) * (size_t)(B * l.slots)), *host = malloc(sizeof(int64_t) * (size_t)(B * l.slots));
+        size_t scratch_bytes = 0;
+        CHECK_OK(gr_beam_scratch_bytes(&p, &scratch_bytes));
+        void *scratch = malloc(scratch_bytes);
+        uint64_t rs = 31 + c;
+        for (int64_t i = 0; i < steps * B * K * V; i++) x[i] = (float)(t_normal(&rs) * 2.0);
+        /* small vocabularies: eos often among the best, so hypotheses and dead beams happen */
+        if (cfg[c].eos >= 0 && V < 100)
+            for (int64_t r = 0; r < steps * B * K; r += 2) x[r * V + cfg[c].eos] += 2.5f;
+        gr_beam_state_init(&lay, &l, B, dev);
+        gr_beam_state_init(&lay, &l, B, host);
+        int64_t bits;
+        memcpy(&bits, &p.length_penalty, sizeof bits);
+        int64_t params[GR_BEAM_NPARAMS] = {first, p.eos_id, p.pad_id, bits, N};
+        CHECK_OK(run_beam_op(mode, x, B, K, V, room, params, steps, first - 1, dev, l.slots));
+        for (int64_t k = 1; k <= N; k++) /* step first - 1 + k is new token j = k - 1 */
+            for (int64_t b = 0; b < B; b++) {
+                int64_t *st = host + b * l.slots;
+                gr_beam_row row = gr_beam_state_row(st, &l);
+                bool was = *row.done != 0;
+                gr_beam_step_row(x + (k * B + b) * K * V, GR_F32, &p, k - 1, &row, st + l.src, st + l.tok, scratch);
+                for (int64_t i = 0; i < K; i++) st[l.src + i] += b * K;
+                if (!was && *row.done) st[l.done_step] = k;
+            }
+        int64_t bad_ids = 0, bad_scores = 0;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t *d = dev + b * l.slots, *h = host + b * l.slots;
+            for (int64_t i = 0; i < l.scratch; i++) {
+                bool score = (i >= l.score && i < l.score + K) || (i >= l.hyp_score && i < l.hyp_score + K);
+                if (!score) {
+                    bad_ids += d[i] != h[i];
+                    continue;
+                }
+                if (!cuda) {
+                    bad_scores += d[i] != h[i];
+                    continue;
+                }
+                float fd[2], fh[2];
+                memcpy(fd, &d[i], 8);
+                memcpy(fh, &h[i], 8);
+                for (int q = 0; q < 2; q++) bad_scores += !(fabsf(fd[q] - fh[q]) <= 1e-5f * fmaxf(1.0f, fabsf(fh[q])));
+            }
+        }
+        CHECK_MSG(bad_ids == 0 && bad_scores == 0, "beam_step op (%s, config %zu: batch %lld, %lld beams, vocab %lld): %lld id slots and "
+                  "%lld scores differ from gr_beam_step_row", mname, c, (long long)B, (long long)K, (long long)V, (long long)bad_ids,
+                  (long long)bad_scores);
+        free(x);
+        free(dev);
+        free(host);
+        free(scratch);
+    }
+    /* beam_reorder: x [4, 2, 5, 3], rows {2, 0, 3, 2}, kv_len 4 - 1: the first 3 positions */
+    enum { M = 4, A = 2, L = 5, E = 3 };
+    float x[M * A * L * E], y[M * A * L * E];
+    for (int i = 0; i < M * A * L * E; i++) x[i] = (float)i + 0.5f;
+    int64_t rows[M] = {2, 0, 3, 2}, kv = 4, dx[4] = {M, A, L, E}, dr[1] = {M}, d1[1] = {1};
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
+    gr_value_t in[3], out;
+    gr_attr at[2] = {{.name = "axis", .kind = GR_ATTR_INT, .i = 2}, {.name = "delta", .kind = GR_ATTR_INT, .i = -1}};
+    CHECK_OK(gr_graph_create(&g));
+    CHECK_OK(gr_graph_add_input(g, "x", GR_F32, 4, dx, NULL, &in[0]));
+    CHECK_OK(gr_graph_add_input(g, "rows", GR_I64, 1, dr, NULL, &in[1]));
+    CHECK_OK(gr_graph_add_input(g, "kv", GR_I64, 1, d1, NULL, &in[2]));
+    CHECK_OK(gr_graph_add_node(g, "beam_reorder", "move", 3, in, 2, at, 1, &out));
+    CHECK_OK(gr_graph_set_output(g, out, "y"));
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = test_device();
+    o.mode = mode;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK_OK(gr_session_set_input(s, "x", GR_F32, 4, dx, x, sizeof x));
+    CHECK_OK(gr_session_set_input(s, "rows", GR_I64, 1, dr, rows, sizeof rows));
+    CHECK_OK(gr_session_set_input(s, "kv", GR_I64, 1, d1, &kv, sizeof kv));
+    CHECK_OK(gr_session_run(s));
+    gr_output ot;
+    CHECK_OK(gr_session_output(s, 0, &ot));
+    CHECK_OK(gr_session_output_read(s, ot, y, sizeof y));
+    int bad = 0;
+    for (int r = 0; r < M; r++)
+        for (int a = 0; a < A; a++)
+            for (int q = 0; q < L; q++)
+                for (int e = 0; e < E; e++) {
+                    float want = q < 3 ? x[((rows[r] * A + a) * L + q) * E + e] : 0.0f;
+                    bad += y[((r * A + a) * L + q) * E + e] != want;
+                }
+    CHECK_MSG(bad == 0, "beam_reorder (%s): %d elements differ", mname, bad);
+    /* a row out of range is an error naming the op (the simulator checks; a kernel cannot) */
+    if (!cuda) {
+        int64_t wild[M] = {0, 1, 7, 2};
+        CHECK_OK(gr_session_set_input(s, "rows", GR_I64, 1, dr, wild, sizeof wild));
+        CHECK_ERR(gr_session_run(s), GR_ERR_INVALID, "reads row 7 of 4");
+    }
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    /* shape rules: a state whose rows do not match the logits' */
+    CHECK_OK(gr_graph_create(&g));
+    int64_t dl[2] = {6, 10}, ds[2] = {4, 100}, dp[1] = {GR_BEAM_NPARAMS};
+    gr_value_t bi[4], bo;
+    gr_attr ab[2] = {{.name = "beams", .kind = GR_ATTR_INT, .i = 2}, {.name = "room", .kind = GR_ATTR_INT, .i = 4}};
+    CHECK_OK(gr_graph_add_input(g, "logits", GR_F32, 2, dl, NULL, &bi[0]));
+    CHECK_OK(gr_graph_add_input(g, "step", GR_I64, 1, d1, NULL, &bi[1]));
+    CHECK_OK(gr_graph_add_input(g, "state", GR_I64, 2, ds, NULL, &bi[2]));
+    CHECK_OK(gr_graph_add_input(g, "params", GR_I64, 1, dp, NULL, &bi[3]));
+    CHECK_ERR(gr_graph_add_node(g, "beam_step", "beam", 4, bi, 2, ab, 1, &bo), GR_ERR_SHAPE, "batch rows of 2 beams");
+    gr_graph_destroy(g);
+}
+
 static void test_sample_generate(gr_mode mode) {
     gr_graph_t g;
     CHECK_OK(gr_graph_load(DIR "gpt2/model.onnx", &g));
@@ -564,6 +755,61 @@ static void test_sample_generate(gr_mode mode) {
     gr_session_destroy(s);
 }
 
+/* Beam search through the rewritten engine on the test's device (beam_step and beam_reorder in
+ * the decode loop) against the reference engine and Hugging Face's beam-4 ids (beam4.npy of
+ * each fixture): equal on the simulator; on CUDA the differing ids are printed (a tie broken
+ * by a last-bit difference of a log-softmax changes a beam). */
+static void test_beam_generate(const char *model, gr_mode mode) {
+    char path[256];
+    snprintf(path, sizeof path, DIR "%s/model.onnx", model);
+    gr_graph_t g;
+    CHECK_OK(gr_graph_load(path, &g));
+    gr_session_options so;
+    gr_session_options_init(&so);
+    so.device = test_device();
+    so.mode = mode;
+    so.max_rerecords = 1000;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &so, &s));
+    gr_graph_destroy(g);
+    if (!s) return;
+    int n = 0;
+    CHECK_OK(gr_session_bind_state_auto(s, &n));
+    npy_array prompt = {0}, hf = {0};
+    char err[NPY_ERR_LEN];
+    snprintf(path, sizeof path, DIR "%s/prompt.npy", model);
+    CHECK(npy_read(path, &prompt, err) == 0);
+    snprintf(path, sizeof path, DIR "%s/beam4.npy", model);
+    CHECK(npy_read(path, &hf, err) == 0);
+    if (prompt.data && hf.data) {
+        int64_t B = prompt.dims[0], P = prompt.dims[1], W = hf.dims[1], N = W - P;
+        int64_t *a = calloc((size_t)(B * W), 8), *r = calloc((size_t)(B * W), 8);
+        gr_generate_options o;
+        gr_generate_options_init(&o);
+        o.max_new_tokens = N;
+        o.beams = 4;
+        o.engine = GR_ENGINE_REWRITTEN;
+        gr_generate_stats st;
+        CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, a, &st));
+        CHECK(st.engine == GR_ENGINE_REWRITTEN && st.launches >= 1 && st.new_tokens == N);
+        o.engine = GR_ENGINE_REFERENCE;
+        CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, r, NULL));
+        int64_t vs_ref = 0, vs_hf = 0;
+        for (int64_t i = 0; i < B * W; i++) vs_ref += a[i] != r[i], vs_hf += a[i] != ((const int64_t *)hf.data)[i];
+        if (test_device() == GR_DEVICE_CUDA)
+            printf("test_decode: %s beam 4 on CUDA (%s): %lld of %lld ids differ from the reference engine's, %lld from Hugging Face's\n",
+                   model, mode ? "graph" : "eager", (long long)vs_ref, (long long)(B * W), (long long)vs_hf);
+        else
+            CHECK_MSG(vs_ref == 0 && vs_hf == 0, "%s beam 4: %lld ids differ from the reference engine's, %lld from HF's", model,
+                      (long long)vs_ref, (long long)vs_hf);
+        free(a);
+        free(r);
+    }
+    npy_free(&prompt);
+    npy_free(&hf);
+    gr_session_destroy(s);
+}
+
 int main(void) {
     const char *gp[] = {"past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"};
     const char *gq[] = {"present.0.key", "present.0.value", "present.1.key", "present.1.value"};
@@ -581,6 +827,9 @@ int main(void) {
     for (int m = 0; m < 2; m++) {
         test_sample_op(m ? GR_MODE_GRAPH : GR_MODE_EAGER);
         test_sample_generate(m ? GR_MODE_GRAPH : GR_MODE_EAGER);
+        test_beam_op(m ? GR_MODE_GRAPH : GR_MODE_EAGER);
+        test_beam_generate("gpt2", m ? GR_MODE_GRAPH : GR_MODE_EAGER);
+        test_beam_generate("llama", m ? GR_MODE_GRAPH : GR_MODE_EAGER);
     }
     /* bad specs */
     gr_graph_t g;

@@ -141,28 +141,30 @@ static void test_reference_ids(const char *model) {
                       m ? "graph" : "eager", rep, (long long)st.prompt_steps, (long long)(rep == 3 ? P : 2));
             CHECK(log.calls == N && st.new_tokens == N && st.decode_steps == N - 1 && st.ms_per_token > 0);
         }
-        {
+        /* beam 4: the reference engine, the rewritten one (beam search on the device), and auto, which
+         * picks the rewritten one */
+        for (int e = 0; e < 3; e++) {
+            static const int engines[3] = {GR_ENGINE_REFERENCE, GR_ENGINE_REWRITTEN, GR_ENGINE_AUTO};
             gr_generate_options o;
             gr_generate_options_init(&o);
             o.max_new_tokens = N;
-            o.engine = GR_ENGINE_REWRITTEN;
-            o.beams = 2;
-            CHECK_ERR(gr_session_generate(s, &o, prompt.data, B, P, out, NULL), GR_ERR_INVALID, "does not run beam search");
+            o.beams = 4;
+            o.engine = engines[e];
+            stream_log log = {0};
+            o.on_token = on_token;
+            o.user = &log;
+            gr_generate_stats st;
+            memset(out, 0xff, (size_t)(B * W) * sizeof(int64_t));
+            CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, &st));
+            int64_t bad = mismatches(out, beam.data, B * W);
+            CHECK_MSG(bad == 0, "%s beam 4 (%s, engine %d): %lld of %lld ids differ from Hugging Face's", model, m ? "graph" : "eager",
+                      engines[e], (long long)bad, (long long)(B * W));
+            CHECK(log.calls == N && log.seen[2 * (N - 1)] == out[W - 1]);
+            CHECK_MSG(st.engine == (e == 0 ? GR_ENGINE_REFERENCE : GR_ENGINE_REWRITTEN), "%s beam 4 (engine %d): engine %d ran", model,
+                      engines[e], st.engine);
+            CHECK(st.new_tokens == N);
+            if (e > 0) CHECK_MSG(m ? st.captures <= 1 : st.captures == 0, "%s beam 4 (%s): %ld captures", model, m ? "graph" : "eager", st.captures);
         }
-        /* beam 4 */
-        gr_generate_options o;
-        gr_generate_options_init(&o);
-        o.max_new_tokens = N;
-        o.beams = 4;
-        stream_log log = {0};
-        o.on_token = on_token;
-        o.user = &log;
-        memset(out, 0xff, (size_t)(B * W) * sizeof(int64_t));
-        CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, out, NULL));
-        int64_t bad = mismatches(out, beam.data, B * W);
-        CHECK_MSG(bad == 0, "%s beam 4 (%s): %lld of %lld ids differ from Hugging Face's", model, m ? "graph" : "eager", (long long)bad,
-                  (long long)(B * W));
-        CHECK(log.calls == N && log.seen[2 * (N - 1)] == out[W - 1]);
         gr_session_destroy(s);
     }
     free(out);
@@ -438,7 +440,22 @@ static void test_errors(void) {
     o.beams = 2;
     o.sample = 1;
     CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "with sampling");
+    o.engine = GR_ENGINE_REWRITTEN;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "with sampling");
+    o.engine = GR_ENGINE_AUTO;
+    o.sample = 0;
+    o.beams = 100000; /* more beams than tokens */
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "beams over a vocabulary of");
+    /* more beams than the device kernels take: the rewritten engine says so, auto runs the reference */
+    o.beams = 17; /* GR_BEAM_DEVICE_MAX_BEAMS + 1 */
+    o.engine = GR_ENGINE_REWRITTEN;
+    CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_UNSUPPORTED, "at most 16 beams (17 asked)");
+    o.engine = GR_ENGINE_AUTO;
+    gr_generate_stats gs;
+    CHECK_OK(gr_session_generate(s, &o, prompt, 1, 4, out, &gs));
+    CHECK(gs.engine == GR_ENGINE_REFERENCE && gs.new_tokens == 4);
     o.beams = 1;
+    o.sample = 1;
     o.temperature = 0;
     CHECK_ERR(gr_session_generate(s, &o, prompt, 1, 4, out, NULL), GR_ERR_INVALID, "temperature");
     o.temperature = 1;
@@ -603,6 +620,84 @@ static void test_alloc_failures_loop(gr_mode mode, bool sample) {
     CHECK_MSG(total > 100 && failures > 50, "%ld allocations, %d injected failures reported", total, failures);
 }
 
+/* ==== beam search on the device = the reference engine, token for token ===========================
+ * Batch 1 and 2, 2 and 4 beams, with no eos, with an eos that some hypotheses reach, and with one
+ * that ends every row early (new_tokens < N: the loop stops on the device's done flags); eager and
+ * graph mode; one step a launch and several (the done flags read at launch boundaries). The ids,
+ * the number of new tokens and the streamed tokens must equal the reference engine's. */
+typedef struct {
+    int64_t calls;
+    uint64_t sum; /* a hash of the streamed tokens */
+} beam_log;
+
+static void on_beam_token(void *user, int64_t step, const int64_t *tokens, int64_t n) {
+    beam_log *l = user;
+    l->calls++;
+    for (int64_t i = 0; i < n; i++) l->sum = l->sum * 31 + (uint64_t)tokens[i] + (uint64_t)step;
+}
+
+static void test_device_beam(const char *model) {
+    npy_array prompt = {0};
+    if (!read_npy(model, "prompt.npy", &prompt)) goto done;
+    int64_t P = prompt.dims[1], N = 12, W = P + N;
+    int64_t *want = calloc((size_t)(2 * W), 8), *got = calloc((size_t)(2 * W), 8);
+    int early = 0, cases = 0;
+    for (int m = 0; m < 2; m++) {
+        gr_session_t s = open_session(model, m ? GR_MODE_GRAPH : GR_MODE_EAGER, true);
+        if (!s) continue;
+        for (int64_t B = 1; B <= 2; B++) {
+            for (int K = 2; K <= 4; K += 2) {
+                /* eos: none, then tokens of the reference's own best sequence (reached by some beams) */
+                int64_t eos_list[4] = {-1, -1, -1, -1};
+                for (int q = 0; q < 4; q++) {
+                    gr_generate_options o;
+                    gr_generate_options_init(&o);
+                    o.max_new_tokens = N;
+                    o.beams = K;
+                    o.eos_id = eos_list[q];
+                    o.length_penalty = q == 3 ? 0.5 : 1.0;
+                    o.engine = GR_ENGINE_REFERENCE;
+                    beam_log lw = {0}, lg = {0};
+                    o.on_token = on_beam_token;
+                    o.user = &lw;
+                    gr_generate_stats sw, sg;
+                    CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, want, &sw));
+                    if (q == 0) {
+                        eos_list[1] = want[P + 1];
+                        eos_list[2] = want[P + 3];
+                        eos_list[3] = want[P + 0];
+                    }
+                    for (int per = 0; per <= 3; per += 3) {
+                        o.engine = GR_ENGINE_REWRITTEN;
+                        o.steps_per_launch = per;
+                        o.user = &lg;
+                        lg = (beam_log){0};
+                        memset(got, 0xff, (size_t)(2 * W) * 8);
+                        CHECK_OK(gr_session_generate(s, &o, prompt.data, B, P, got, &sg));
+                        int64_t bad = mismatches(got, want, B * W);
+                        CHECK_MSG(bad == 0 && sg.new_tokens == sw.new_tokens,
+                                  "%s beams %d batch %lld eos %lld (%s, %lld a launch): %lld ids differ from the reference engine's, "
+                                  "%lld new tokens against %lld",
+                                  model, K, (long long)B, (long long)o.eos_id, m ? "graph" : "eager", (long long)per, (long long)bad,
+                                  (long long)sg.new_tokens, (long long)sw.new_tokens);
+                        CHECK_MSG(lg.calls == lw.calls && lg.sum == lw.sum, "%s beams %d: streamed tokens differ", model, K);
+                        CHECK(sg.engine == GR_ENGINE_REWRITTEN && sg.launches >= 1);
+                        cases++;
+                        early += sg.new_tokens < N;
+                    }
+                }
+            }
+        }
+        gr_session_destroy(s);
+    }
+    CHECK_MSG(cases == 64, "%s: %d beam cases ran", model, cases);
+    CHECK_MSG(early > 0, "%s: no beam case stopped early on eos (the early stop is not tested)", model);
+    free(want);
+    free(got);
+done:
+    npy_free(&prompt);
+}
+
 int main(void) {
     long live0 = gr_debug_live_allocs();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
@@ -610,6 +705,7 @@ int main(void) {
         test_sampling_and_eos(models[i]);
         test_device_loop(models[i]);
         test_device_sampling(models[i]);
+        test_device_beam(models[i]);
     }
     test_errors();
     test_alloc_failures();

@@ -1191,6 +1191,16 @@ static void test_sample_source(void) {
     if (nvrtc_present) CHECK(compiled == 2);
 }
 
+/* The beam kernels (cuda-beam.c), for sm_90 and sm_80. */
+static void test_beam_source(void) {
+    int compiled = 0;
+    const char *src = gr_cuda_beam_source();
+    CHECK(src && strstr(src, "graft_beam_step") && strstr(src, "graft_beam_reorder"));
+    nvrtc_check(src, "graft_beam", 90, &compiled);
+    nvrtc_check(src, "graft_beam_sm80", 80, &compiled);
+    if (nvrtc_present) CHECK(compiled == 2);
+}
+
 int main(void) {
     test_error_style();
     const gr_nvrtc_api *nv = NULL;
@@ -1230,6 +1240,7 @@ int main(void) {
     test_indirect_mixed();
     test_attention_source();
     test_sample_source();
+    test_beam_source();
     test_structure_hash_pinned();
     test_driver_symbols();
     test_generic_same_source();

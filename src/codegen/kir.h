@@ -319,7 +319,25 @@ void gr_kernel_param_range(const gr_kernel *k, int p, int64_t *lo, int64_t *hi);
  * logits (dtype), args [0]=logits [1]=step (i64 [1]) [2]=out (i64 [m]) [3]=ints (i64 [3]: seed,
  * first step, top_k) [4]=floats (f32 [2]: temperature, top_p). Row r draws with the counter
  * (step - first) * m + r; the semantics are gr_sample_row's. */
-typedef enum { GR_LIB_MATMUL = 0, GR_LIB_ATTENTION, GR_LIB_ALL_REDUCE, GR_LIB_ALL_GATHER, GR_LIB_SAMPLE, GR_LIB_COUNT } gr_lib_kind;
+/* GR_LIB_BEAM_STEP: one beam-search step for m batch rows (codegen/beam.c, gr_beam_step_row on
+ * each): k = beams, n = vocab, lda = the room of a sequence (gr_beam_params.stride), dtype the
+ * logits'; args [0]=logits [m * k, vocab] [1]=step (i64 [1]: kv_len) [2]=out state (i64 [m,
+ * gr_beam_state_slots]) [3]=in state (the same shape; may be args[2] itself) [4]=params (i64
+ * [GR_BEAM_NPARAMS]). The state layout is gr_beam_state_layout's.
+ * GR_LIB_BEAM_REORDER: a KV cache's rows gathered by beam: x viewed as [m, n, k, lda] (rows,
+ * the axes before the cache axis, the cache axis, the elements after it), y[r, a, p, e] =
+ * x[rows[r], a, p, e] for p < kv_len + ldb (the valid prefix), 0 past it; args [0]=x [1]=rows
+ * (i64 [m], each in [0, m)) [2]=y [3]=kv_len (i64 [1]). y never aliases x. */
+typedef enum {
+    GR_LIB_MATMUL = 0,
+    GR_LIB_ATTENTION,
+    GR_LIB_ALL_REDUCE,
+    GR_LIB_ALL_GATHER,
+    GR_LIB_SAMPLE,
+    GR_LIB_BEAM_STEP,
+    GR_LIB_BEAM_REORDER,
+    GR_LIB_COUNT
+} gr_lib_kind;
 static inline bool gr_lib_is_collective(gr_lib_kind k) { return k == GR_LIB_ALL_REDUCE || k == GR_LIB_ALL_GATHER; }
 /* Matmul epilogues, applied to alpha*AB + bias in the accumulation precision before the one
  * rounding to C's dtype. GELU is the exact erf form, GELU_TANH the tanh approximation
@@ -401,11 +419,16 @@ void gr_libcall_attention_dense(gr_libcall *c);
 #define GR_LIB_ATTENTION_NARGS 5
 /* launch args of a sample: [0]=logits [1]=step [2]=out [3]=ints [4]=floats (GR_LIB_SAMPLE above) */
 #define GR_LIB_SAMPLE_NARGS 5
+/* launch args of a beam step and of a beam reorder (GR_LIB_BEAM_STEP, GR_LIB_BEAM_REORDER above) */
+#define GR_LIB_BEAM_STEP_NARGS 5
+#define GR_LIB_BEAM_REORDER_NARGS 4
 #define GR_LIB_MAX_NARGS 6
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
     return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS + (c->lens_arg ? 1 : 0)
            : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
+           : c->kind == GR_LIB_BEAM_STEP ? GR_LIB_BEAM_STEP_NARGS
+           : c->kind == GR_LIB_BEAM_REORDER ? GR_LIB_BEAM_REORDER_NARGS
                                        : GR_LIB_MATMUL_NARGS;
 }
 
@@ -417,6 +440,9 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args);
 gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args);
 /* The sample kind of it: gr_sample_row on every row (args as GR_LIB_SAMPLE says). */
 gr_status gr_libcall_sample_reference(const gr_libcall *c, const gr_karg *args);
+/* The beam kinds of it (codegen/beam.c; args as GR_LIB_BEAM_STEP / GR_LIB_BEAM_REORDER say). */
+gr_status gr_libcall_beam_step_reference(const gr_libcall *c, const gr_karg *args);
+gr_status gr_libcall_beam_reorder_reference(const gr_libcall *c, const gr_karg *args);
 
 /* ---- sampling (codegen/sample.c) --------------------------------------------------------
  * One token from one row of `vocab` logits (f32, f16, bf16 or f64), the ONE definition that
@@ -460,7 +486,8 @@ static inline uint64_t gr_sample_bits(uint64_t seed, uint64_t counter) { return 
 typedef struct {
     int64_t beams;         /* k >= 1 */
     int64_t vocab;         /* >= 1 */
-    int64_t max_new;       /* N: the room of a sequence and of a hypothesis */
+    int64_t max_new;       /* N: the number of new tokens (the last step is j = N - 1) */
+    int64_t stride;        /* the room of a sequence and of a hypothesis (>= N; 0: N) */
     int64_t eos_id;        /* < 0: none */
     int64_t pad_id;        /* the token of dead beams and of the result past its end (may be < 0) */
     double length_penalty; /* finite */
@@ -483,5 +510,28 @@ void gr_beam_step_row(const void *logits, gr_dtype dtype, const gr_beam_params *
 /* after `steps` steps: the best hypothesis' tokens, pad_id past its end (beam 0's sequence when
  * the row holds none), N of them into out */
 void gr_beam_row_result(const gr_beam_params *p, const gr_beam_row *row, int64_t steps, int64_t *out);
+
+/* ---- the beam state on a device (the beam_step op, ir/ops.c) ------------------------------
+ * One batch row's state as i64 slots, so that graph ops can slice the tokens, the cache rows
+ * and the done flag out of it: tok [k] (the next tokens), src [k] (the cache row each new beam
+ * continues: row * k + beam), done (0/1 in the slot's low byte; the others stay 0), done_step
+ * (the step count j + 1 at which the row became done, 0 before), score [k] and hyp_score [k]
+ * (k slots each, holding k floats packed from the first), hyp_len [k], seqs [k * stride],
+ * hyp_tok [k * stride], then the scratch of gr_beam_step_row (its bytes, rounded up to slots).
+ * A state that is not one of these (a device kernel cannot report) is never produced by graft:
+ * the host writes it with gr_beam_state_init and only the op changes it. */
+/* the most beams the device kernels take (cuda-beam.c keeps 2k candidates per thread); the
+ * rewritten engine refuses more on every device alike */
+#define GR_BEAM_DEVICE_MAX_BEAMS 16
+#define GR_BEAM_NPARAMS 5 /* params: first kv_len (the prompt length), eos, pad, length_penalty's bits, max_new */
+typedef struct {
+    int64_t tok, src, done, done_step, score, hyp_score, hyp_len, seqs, hyp_tok, scratch, slots;
+} gr_beam_layout;
+/* slot offsets for p (beams, stride or max_new, vocab); GR_ERR_INVALID when out of range */
+gr_status gr_beam_state_layout(const gr_beam_params *p, gr_beam_layout *l);
+/* row b's view of a state row (slots of l) */
+gr_beam_row gr_beam_state_row(int64_t *state_row, const gr_beam_layout *l);
+/* a fresh state for `rows` batch rows: gr_beam_row_init, src = the row's own cache rows, no tokens */
+void gr_beam_state_init(const gr_beam_params *p, const gr_beam_layout *l, int64_t rows, int64_t *state);
 
 #endif

@@ -35,6 +35,8 @@ bool gr_epilogue_parse(const char *name, gr_epilogue *out) {
 gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
     if (c->kind == GR_LIB_ATTENTION) return gr_libcall_attention_reference(c, args);
     if (c->kind == GR_LIB_SAMPLE) return gr_libcall_sample_reference(c, args);
+    if (c->kind == GR_LIB_BEAM_STEP) return gr_libcall_beam_step_reference(c, args);
+    if (c->kind == GR_LIB_BEAM_REORDER) return gr_libcall_beam_reorder_reference(c, args);
     if (c->kind != GR_LIB_MATMUL)
         return gr_error(GR_ERR_UNSUPPORTED, "libcall %s: unknown kind %d", c->name, (int)c->kind);
     if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)

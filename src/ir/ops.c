@@ -82,6 +82,19 @@
  *   step i64 [1]; rows = the product of the leading dims). The decode loop's sampling
  *   (passes/decode.c): step is graft.kv_len, ints[1] the prompt length, so the counter is
  *   the reference engine's new-token index * batch + row.
+ * beam_step(logits, step, state, params; beams, room): one step of beam search
+ *   (gr_beam_step_row, codegen/kir.h) for every batch row of state (i64 [B, S], S =
+ *   gr_beam_state_layout's slots for beams, room and the vocabulary; its layout says where
+ *   the next tokens, the source cache rows and the done flags are) over logits [B * beams,
+ *   1, V] or [B * beams, V] (any float dtype): the new state, same shape. params i64 [5]:
+ *   first kv_len, eos (< 0: none), pad, the bits of the f64 length_penalty, max_new (<=
+ *   room); step i64 [1] (graft.kv_len): the step is j = step - first; outside [0, max_new)
+ *   the state is returned unchanged (the prompt's steps). The decode loop's beam search
+ *   (passes/decode.c) writes the result in place into its state input.
+ * beam_reorder(x, rows, kv_len; axis, delta): x (any dtype, rank >= 2) gathered along axis 0
+ *   by rows (i64 [x.dims[0]], each in range) over the valid prefix of `axis` (> 0): y[r, .., p,
+ *   ..] = x[rows[r], .., p, ..] for p < kv_len[0] + delta, 0 past it (kv_len i64 [1]). The
+ *   decode loop moves a KV cache after its beams with it (never in place).
  * all_reduce(x; ranks) / all_gather(x; ranks): collectives across the `ranks` ranks of
  *   tensor parallelism (passes/shard.c makes them; never folded). all_reduce: the
  *   element-wise sum of every rank's x, same shape and dtype, on every rank. all_gather:

@@ -331,6 +331,49 @@ static gr_status infer_sample(ctx_t *c) {
     return set_out(c, 0, GR_I64, &s);
 }
 
+/* beam_step(logits, step, state, params; beams, room): ops.c (the state's slot count is the
+ * lowering's check: it needs codegen's layout) */
+static gr_status infer_beam_step(ctx_t *c) {
+    const gr_ir_value *x = in_val(c, 0), *step = in_val(c, 1), *state = in_val(c, 2), *params = in_val(c, 3);
+    int64_t beams, room;
+    GR_TRY(attr_int(c, "beams", 0, &beams));
+    GR_TRY(attr_int(c, "room", 0, &room));
+    if (beams < 1 || room < 1) return fail(c, GR_ERR_INVALID, "beams %lld and room %lld must be at least 1", (long long)beams, (long long)room);
+    GR_TRY(need_dtype(c, 0, gr_dtype_is_float(x->dtype), "a float dtype"));
+    char tv[TYPE_STR_LEN];
+    if (x->ndim < 2 || x->ndim > 3 || (x->ndim == 3 && (dim_is_sym(x->dims[1]) || x->dims[1].size != 1)))
+        return fail(c, GR_ERR_SHAPE, "logits are %s, not [rows, vocab] or [rows, 1, vocab]", TYPE_STR(tv, x));
+    if (!dim_is_sym(x->dims[x->ndim - 1]) && x->dims[x->ndim - 1].size == 0)
+        return fail(c, GR_ERR_SHAPE, "beam search over an empty vocabulary");
+    if (state->dtype != GR_I64 || state->ndim != 2) return fail(c, GR_ERR_SHAPE, "state is %s, not i64 [batch, slots]", TYPE_STR(tv, state));
+    if (!dim_is_sym(x->dims[0]) && !dim_is_sym(state->dims[0]) &&
+        (state->dims[0].size > INT64_MAX / beams || state->dims[0].size * beams != x->dims[0].size))
+        return fail(c, GR_ERR_SHAPE, "logits have %lld rows, the state %lld batch rows of %lld beams", (long long)x->dims[0].size,
+                    (long long)state->dims[0].size, (long long)beams);
+    if (step->dtype != GR_I64 || step->ndim != 1 || dim_is_sym(step->dims[0]) || step->dims[0].size != 1)
+        return fail(c, GR_ERR_SHAPE, "step is %s, not i64 [1]", TYPE_STR(tv, step));
+    if (params->dtype != GR_I64 || params->ndim != 1 || dim_is_sym(params->dims[0]) || params->dims[0].size != 5)
+        return fail(c, GR_ERR_SHAPE, "params are %s, not i64 [5] (first, eos, pad, length_penalty bits, max_new)", TYPE_STR(tv, params));
+    shape_t s = shape_of(state);
+    return set_out(c, 0, GR_I64, &s);
+}
+/* beam_reorder(x, rows, kv_len; axis, delta): ops.c */
+static gr_status infer_beam_reorder(ctx_t *c) {
+    const gr_ir_value *x = in_val(c, 0), *rows = in_val(c, 1), *kv = in_val(c, 2);
+    int64_t axis, delta;
+    GR_TRY(attr_int(c, "axis", 1, &axis));
+    GR_TRY(attr_int(c, "delta", 0, &delta));
+    char tv[TYPE_STR_LEN];
+    if (x->ndim < 2) return fail(c, GR_ERR_SHAPE, "reorders a %s: rank >= 2 expected (rows, ..., the cache axis, ...)", TYPE_STR(tv, x));
+    if (axis < 0) axis += x->ndim;
+    if (axis < 1 || axis >= x->ndim) return fail(c, GR_ERR_INVALID, "axis %lld is not an axis after the rows of a rank-%d tensor", (long long)axis, x->ndim);
+    if (rows->dtype != GR_I64 || rows->ndim != 1 || !gr_dx_equal(rows->dims[0], x->dims[0]))
+        return fail(c, GR_ERR_SHAPE, "rows are %s, not i64 [x.dims[0]]", TYPE_STR(tv, rows));
+    if (kv->dtype != GR_I64 || kv->ndim != 1 || dim_is_sym(kv->dims[0]) || kv->dims[0].size != 1)
+        return fail(c, GR_ERR_SHAPE, "kv_len is %s, not i64 [1]", TYPE_STR(tv, kv));
+    return unary_out(c, x->dtype);
+}
+
 static gr_status infer_unary_float(ctx_t *c) {
     GR_TRY(need_dtype(c, 0, gr_dtype_is_float(in_val(c, 0)->dtype), "a float dtype"));
     return unary_out(c, in_val(c, 0)->dtype);

@@ -31,6 +31,7 @@
  * positions from the cache length is caught, not answered wrongly. */
 #include "passes/passes.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- small builders ---------------------------------------------------------------------- */
@@ -502,6 +503,76 @@ static gr_status loop_output(gr_graph *g, int v, const char *name, int into) {
     return gr_ir_add_output(g, v);
 }
 
+static int loop_input(const gr_graph *g, const char *name);
+
+/* x[:, lo:hi] of a rank-2 value */
+static gr_status cols(gr_graph *g, int x, int64_t lo, int64_t hi, int *out) {
+    int64_t starts[1] = {lo}, ends[1] = {hi}, axes[1] = {1};
+    gr_ir_attr a[3];
+    memset(a, 0, sizeof a);
+    a[0] = (gr_ir_attr){.name = "starts", .kind = GR_IR_ATTR_INTS, .ints = starts, .n = 1};
+    a[1] = (gr_ir_attr){.name = "ends", .kind = GR_IR_ATTR_INTS, .ints = ends, .n = 1};
+    a[2] = (gr_ir_attr){.name = "axes", .kind = GR_IR_ATTR_INTS, .ints = axes, .n = 1};
+    return node1(g, GR_OP_SLICE, NULL, 1, &x, 3, a, out);
+}
+
+/* Beam search's additions to the loop (gr_decode_loop_spec): the state, the cache reorder and the
+ * step; *tok is the next token ids [rows, 1] (i64), *done the batch rows' done flags [batch, 1]. */
+static gr_status beam_loop(gr_graph *g, const gr_decode_loop_spec *spec, int kv, int lo, int64_t rows, int *tok, int *done) {
+    int64_t K = spec->beams, batch = rows / K, V = g->values.data[lo].dims[2].size;
+    if (K < 2 || rows % K != 0 || spec->room < 1)
+        return gr_error(GR_ERR_INVALID, "decode loop: %lld rows of %lld beams (room %lld)", (long long)rows, (long long)K, (long long)spec->room);
+    gr_beam_params p = {.beams = K, .vocab = V, .max_new = spec->room, .stride = spec->room};
+    gr_beam_layout l;
+    GR_TRY(gr_beam_state_layout(&p, &l));
+    int state, params;
+    gr_dim d_state[2] = {gr_dx_const(batch), gr_dx_const(l.slots)}, d_p[1] = {gr_dx_const(GR_BEAM_NPARAMS)};
+    GR_TRY(gr_ir_add_input(g, "graft.beam", GR_I64, 2, d_state, &state));
+    GR_TRY(gr_ir_add_input(g, "graft.beam_params", GR_I64, 1, d_p, &params));
+    /* the cache rows the beams continue (the last step's src), read before this step appends */
+    int src_cols, src;
+    int64_t r1[1] = {rows};
+    GR_TRY(cols(g, state, l.src, l.src + K, &src_cols));
+    GR_TRY(shaped(g, GR_OP_RESHAPE, src_cols, 1, r1, &src));
+    for (int k = 0; k < spec->n_state; k++) {
+        int past = loop_input(g, spec->past[k]), upd = -1;
+        for (int v = 0; v < g->values.len && past >= 0; v++) {
+            const gr_ir_value *val = &g->values.data[v];
+            if (val->inplace_of != past + 1 || val->producer < 0) continue;
+            const gr_ir_node *nd = &g->nodes.data[val->producer];
+            if (nd->op == GR_OP_WHERE && nd->n_in == 3 && nd->in[2] == past) upd = val->producer;
+        }
+        if (upd < 0)
+            return gr_error(GR_ERR_UNSUPPORTED, "decode loop: the cache '%s' is not updated in place by the rewrite (beam search reorders it there)",
+                            spec->past[k] ? spec->past[k] : "(none)");
+        gr_ir_attr a[2];
+        memset(a, 0, sizeof a);
+        a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = spec->axis[k]};
+        a[1] = (gr_ir_attr){.name = "delta", .kind = GR_IR_ATTR_INT, .i = -1};
+        int in[3] = {past, src, kv}, moved;
+        char name[64];
+        snprintf(name, sizeof name, "graft.beam_reorder.%d", k);
+        GR_TRY(node1(g, GR_OP_BEAM_REORDER, name, 3, in, 2, a, &moved));
+        g->nodes.data[upd].in[2] = moved;
+    }
+    /* the step, in place into the state */
+    gr_ir_attr a[2];
+    memset(a, 0, sizeof a);
+    a[0] = (gr_ir_attr){.name = "beams", .kind = GR_IR_ATTR_INT, .i = K};
+    a[1] = (gr_ir_attr){.name = "room", .kind = GR_IR_ATTR_INT, .i = spec->room};
+    int in[4] = {lo, kv, state, params}, next, tok_cols, tok2, zero;
+    GR_TRY(node1(g, GR_OP_BEAM_STEP, "graft.beam_step", 4, in, 2, a, &next));
+    GR_TRY(loop_output(g, next, "graft.beam_next", state));
+    /* tokens are >= 0 (pad or 0 for dead beams): max(., 0) is the identity, as a kernel (a view
+     * could not be written in place into input_ids) */
+    int64_t r2[2] = {rows, 1};
+    GR_TRY(cols(g, next, l.tok, l.tok + K, &tok_cols));
+    GR_TRY(shaped(g, GR_OP_RESHAPE, tok_cols, 2, r2, &tok2));
+    GR_TRY(const_i64(g, 0, &zero));
+    GR_TRY(binary(g, GR_OP_MAX, tok2, zero, tok));
+    return cols(g, next, l.done, l.done + 1, done);
+}
+
 /* The input named `name`, or -1 (name NULL or not an input). */
 static int loop_input(const gr_graph *g, const char *name) {
     int v = name ? gr_ir_find_value(g, name) : -1;
@@ -592,45 +663,51 @@ gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spe
                 if (g->nodes.data[i].in[k] == mask) g->nodes.data[i].in[k] = me;
     }
     /* the loop's own state */
-    int fin, eos, pad, stop, tokens;
+    int fin = -1, eos = -1, pad = -1, stop, tokens;
     gr_dim d_b1[2] = {gr_dx_const(b), gr_dx_const(1)}, d_1[1] = {gr_dx_const(1)};
     gr_dim d_tok[2] = {gr_dx_const(spec->max_len), gr_dx_const(b)};
-    GR_TRY(gr_ir_add_input(g, "graft.finished", GR_BOOL, 2, d_b1, &fin));
-    GR_TRY(gr_ir_add_input(g, "graft.eos", GR_I64, 1, d_1, &eos));
-    GR_TRY(gr_ir_add_input(g, "graft.pad", GR_I64, 1, d_1, &pad));
     GR_TRY(gr_ir_add_input(g, "graft.stop", GR_I64, 1, d_1, &stop));
     GR_TRY(gr_ir_add_input(g, "graft.tokens", GR_I64, 2, d_tok, &tokens));
-    /* the token: argmax (or a sample), or pad once a row has finished */
-    int am, am2, tok, tok_in;
-    if (spec->sample) {
-        int s_ints, s_floats;
-        gr_dim d_3[1] = {gr_dx_const(3)}, d_2[1] = {gr_dx_const(2)};
-        GR_TRY(gr_ir_add_input(g, "graft.sample_ints", GR_I64, 1, d_3, &s_ints));
-        GR_TRY(gr_ir_add_input(g, "graft.sample_floats", GR_F32, 1, d_2, &s_floats));
-        int in[4] = {lo, kv, s_ints, s_floats};
-        GR_TRY(node1(g, GR_OP_SAMPLE, "graft.sample", 4, in, 0, NULL, &am));
+    /* the token: argmax (or a sample), or pad once a row has finished; beam search's */
+    int am, am2, tok, tok_in, fin2;
+    if (spec->beams > 1) {
+        GR_TRY(beam_loop(g, spec, kv, lo, b, &tok, &fin2));
     } else {
-        gr_ir_attr a[3];
-        memset(a, 0, sizeof a);
-        a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = 2};
-        a[1] = (gr_ir_attr){.name = "keepdims", .kind = GR_IR_ATTR_INT, .i = 0};
-        a[2] = (gr_ir_attr){.name = "select_last_index", .kind = GR_IR_ATTR_INT, .i = 0};
-        GR_TRY(node1(g, GR_OP_ARG_MAX, "graft.greedy", 1, &lo, 3, a, &am));
-    }
-    GR_TRY(shaped(g, GR_OP_RESHAPE, am, 2, bshape, &am2));
-    {
-        int w[3] = {fin, pad, am2};
-        GR_TRY(node1(g, GR_OP_WHERE, NULL, 3, w, 0, NULL, &tok));
+        GR_TRY(gr_ir_add_input(g, "graft.finished", GR_BOOL, 2, d_b1, &fin));
+        GR_TRY(gr_ir_add_input(g, "graft.eos", GR_I64, 1, d_1, &eos));
+        GR_TRY(gr_ir_add_input(g, "graft.pad", GR_I64, 1, d_1, &pad));
+        if (spec->sample) {
+            int s_ints, s_floats;
+            gr_dim d_3[1] = {gr_dx_const(3)}, d_2[1] = {gr_dx_const(2)};
+            GR_TRY(gr_ir_add_input(g, "graft.sample_ints", GR_I64, 1, d_3, &s_ints));
+            GR_TRY(gr_ir_add_input(g, "graft.sample_floats", GR_F32, 1, d_2, &s_floats));
+            int in[4] = {lo, kv, s_ints, s_floats};
+            GR_TRY(node1(g, GR_OP_SAMPLE, "graft.sample", 4, in, 0, NULL, &am));
+        } else {
+            gr_ir_attr a[3];
+            memset(a, 0, sizeof a);
+            a[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = 2};
+            a[1] = (gr_ir_attr){.name = "keepdims", .kind = GR_IR_ATTR_INT, .i = 0};
+            a[2] = (gr_ir_attr){.name = "select_last_index", .kind = GR_IR_ATTR_INT, .i = 0};
+            GR_TRY(node1(g, GR_OP_ARG_MAX, "graft.greedy", 1, &lo, 3, a, &am));
+        }
+        GR_TRY(shaped(g, GR_OP_RESHAPE, am, 2, bshape, &am2));
+        {
+            int w[3] = {fin, pad, am2};
+            GR_TRY(node1(g, GR_OP_WHERE, NULL, 3, w, 0, NULL, &tok));
+        }
     }
     GR_TRY(loop_output(g, tok, "graft.next_ids", ids_t == GR_I64 ? ids : -1));
     if (ids_t != GR_I64) {
         GR_TRY(cast_to(g, tok, ids_t, &tok_in));
         GR_TRY(loop_output(g, tok_in, "graft.next_input", ids));
     }
-    int is_eos, fin2;
-    GR_TRY(binary(g, GR_OP_EQUAL, tok, eos, &is_eos));
-    GR_TRY(binary(g, GR_OP_OR, fin, is_eos, &fin2));
-    GR_TRY(loop_output(g, fin2, "graft.finished_next", fin));
+    if (fin >= 0) {
+        int is_eos;
+        GR_TRY(binary(g, GR_OP_EQUAL, tok, eos, &is_eos));
+        GR_TRY(binary(g, GR_OP_OR, fin, is_eos, &fin2));
+        GR_TRY(loop_output(g, fin2, "graft.finished_next", fin));
+    }
     /* tokens[kv_len, :] = tok: the ring the host copies once per launch */
     int col, at, trow, tok2;
     int64_t rshape[2] = {1, b};

@@ -70,6 +70,10 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
                 gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s count=%lld ranks=%lld\n", i,
                              c->kind == GR_LIB_ALL_REDUCE ? "all_reduce" : "all_gather", c->name, node_name(g, s->node),
                              gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);
+            else if (c->kind == GR_LIB_BEAM_STEP || c->kind == GR_LIB_BEAM_REORDER)
+                gr_sb_printf(sb, "step %d: libcall %s %s (node %s) %s m=%lld n=%lld k=%lld\n", i,
+                             c->kind == GR_LIB_BEAM_STEP ? "beam_step" : "beam_reorder", c->name, node_name(g, s->node),
+                             gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n, (long long)c->k);
             else if (c->kind == GR_LIB_SAMPLE)
                 gr_sb_printf(sb, "step %d: libcall sample %s (node %s) %s rows=%lld vocab=%lld\n", i, c->name, node_name(g, s->node),
                              gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n);

@@ -289,6 +289,16 @@ typedef struct {
     const char *input_ids, *position_ids, *attention_mask, *logits;
     int64_t max_len;
     bool sample;
+    /* beam search (beams > 1): the token ids' rows are batch x beams; the loop's token is beam_step's
+     * (ir/ops.c) over its state input graft.beam (i64 [batch, slots]; codegen/kir.h's layout for
+     * beams, room and the vocabulary) with graft.beam_params (i64 [5]), written back in place; each
+     * state input past[k] (cache axis axis[k]) is read through beam_reorder(past, the state's src,
+     * kv_len; delta -1) by its in-place update, so the cache follows the beams before the step
+     * appends to it. The loop goes on while kv_len < stop and some batch row is not done. */
+    int64_t beams, room;
+    int n_state;
+    const char *const *past;
+    const int *axis;
 } gr_decode_loop_spec;
 gr_status gr_pass_decode_device_loop(gr_graph *g, const gr_decode_loop_spec *spec);
 

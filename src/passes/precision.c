@@ -58,6 +58,7 @@ static pc_class op_class(gr_op op) {
     case GR_OP_SIN:
     case GR_OP_COS:
     case GR_OP_SELU:
+    case GR_OP_BEAM_STEP:
     case GR_OP_SAMPLE: return PC_F32; /* the kernel reads f32 logits; its floats input stays f32 */
     default: break;
     }

@@ -51,6 +51,12 @@ struct gr_decode_engine {
     bool sample;
     int64_t sample_ints[3]; /* seed, first kv_len, top_k */
     float sample_floats[2]; /* temperature, top_p */
+    /* beam search (beams > 1): graft.beam's fresh value and graft.beam_params (set_beam) */
+    int64_t beams;
+    int in_beam;
+    int64_t *beam_init;
+    size_t beam_init_bytes;
+    int64_t beam_params[GR_BEAM_NPARAMS];
 };
 
 /* ---- which input is which ----------------------------------------------------------------
@@ -184,6 +190,7 @@ void gr_decode_engine_destroy(gr_decode_engine *e) {
     gr_free(e->pos, sizeof(int64_t) * (size_t)e->batch);
     gr_free(e->mask, sizeof(int64_t) * (size_t)(e->batch * e->max_len));
     gr_free(e->fin0, (size_t)e->batch);
+    gr_free(e->beam_init, e->beam_init_bytes);
     gr_free(e->state_in, sizeof(int) * (size_t)e->n_state);
     gr_free(e->state_axis, sizeof(int) * (size_t)e->n_state);
     gr_strfree(e->ids_name);
@@ -234,9 +241,29 @@ gr_status gr_decode_engine_create(struct gr_session *src, int n_state, const cha
     return gr_decode_engine_create_ex(src, n_state, past, present, io_names, batch, max_len, false, out);
 }
 
+static gr_status engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                               const char *const *io_names, int64_t batch, int64_t max_len, bool sample, int64_t beams,
+                               gr_decode_engine **out);
+
 gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
                                      const char *const *io_names, int64_t batch, int64_t max_len, bool sample,
                                      gr_decode_engine **out) {
+    return engine_create(src, n_state, past, present, io_names, batch, max_len, sample, 1, out);
+}
+
+gr_status gr_decode_engine_create_beam(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                       const char *const *io_names, int64_t batch_rows, int64_t max_len, int64_t beams,
+                                       gr_decode_engine **out) {
+    *out = NULL;
+    if (beams < 2 || beams > GR_BEAM_DEVICE_MAX_BEAMS || batch_rows % beams != 0)
+        return gr_error(GR_ERR_INVALID, "decode engine: %lld beams over %lld rows (2..%d beams, rows a multiple of them)", (long long)beams,
+                        (long long)batch_rows, GR_BEAM_DEVICE_MAX_BEAMS);
+    return engine_create(src, n_state, past, present, io_names, batch_rows, max_len, false, beams, out);
+}
+
+static gr_status engine_create(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                               const char *const *io_names, int64_t batch, int64_t max_len, bool sample, int64_t beams,
+                               gr_decode_engine **out) {
     *out = NULL;
     const gr_graph *g = src->graph;
     if (n_state <= 0 || n_state > 4096) return gr_error(GR_ERR_INVALID, "decode engine: %d state pairs", n_state);
@@ -288,6 +315,7 @@ gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const 
     }
     e->batch = batch, e->max_len = max_len;
     e->sample = sample;
+    e->beams = beams;
     e->sample_floats[0] = 1.0f, e->sample_floats[1] = 1.0f; /* temperature 1, no top-p, no top-k, seed 0 */
     e->ids_name = dup_name(g, roles.ids);
     e->pos_name = dup_name(g, roles.pos);
@@ -300,7 +328,8 @@ gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const 
     if ((st = gr_ir_graph_clone_borrow(rw, &looped)) != GR_OK) goto done;
     {
         gr_decode_loop_spec ls = {.input_ids = e->ids_name, .position_ids = e->pos_name, .attention_mask = e->mask_name,
-                                  .logits = "logits", .max_len = max_len, .sample = sample};
+                                  .logits = "logits", .max_len = max_len, .sample = sample, .beams = beams, .room = max_len,
+                                  .n_state = n_state, .past = past, .axis = state_axis};
         st = gr_pass_decode_device_loop(looped, &ls);
     }
     if (st == GR_OK) {
@@ -309,6 +338,9 @@ gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const 
         rw = looped;
         looped = t;
     } else if (st == GR_ERR_NOMEM) {
+        goto done;
+    } else if (beams > 1) {
+        st = gr_error_prefix(st == GR_ERR_UNSUPPORTED ? st : GR_ERR_UNSUPPORTED, "decode engine: beam search needs the decode loop on the device");
         goto done;
     } else {
         e->loop_refused = gr_strdup(gr_last_error());
@@ -376,6 +408,23 @@ gr_status gr_decode_engine_create_ex(struct gr_session *src, int n_state, const 
         st = GR_ERR_NOMEM;
         goto done;
     }
+    if (beams > 1) {
+        gr_beam_params bp = {.beams = beams, .vocab = e->vocab, .max_new = max_len, .stride = max_len};
+        gr_beam_layout l;
+        e->in_beam = input_index(eg, "graft.beam");
+        if (e->in_beam < 0) {
+            st = gr_error(GR_ERR_INTERNAL, "decode engine: the beam loop's state input is missing");
+            goto done;
+        }
+        if ((st = gr_beam_state_layout(&bp, &l)) != GR_OK) goto done;
+        e->beam_init_bytes = sizeof(int64_t) * (size_t)(batch / beams * l.slots);
+        if (!(e->beam_init = gr_calloc(1, e->beam_init_bytes))) {
+            e->beam_init_bytes = 0;
+            st = GR_ERR_NOMEM;
+            goto done;
+        }
+        gr_beam_state_init(&bp, &l, batch / beams, e->beam_init);
+    }
     if ((st = gr_decode_engine_reset(e, -1, -1)) != GR_OK) goto done;
 done:
     if (st != GR_OK) {
@@ -416,6 +465,8 @@ gr_status gr_decode_engine_reset(gr_decode_engine *e, int64_t eos, int64_t pad) 
         if (!strcmp(val->name, "graft.eos") || !strcmp(val->name, "graft.pad")) *(int64_t *)zero = !strcmp(val->name, "graft.eos") ? eos : pad;
         if (!strcmp(val->name, "graft.sample_ints") && bytes == sizeof e->sample_ints) memcpy(zero, e->sample_ints, bytes);
         if (!strcmp(val->name, "graft.sample_floats") && bytes == sizeof e->sample_floats) memcpy(zero, e->sample_floats, bytes);
+        if (!strcmp(val->name, "graft.beam") && bytes == e->beam_init_bytes) memcpy(zero, e->beam_init, bytes);
+        if (!strcmp(val->name, "graft.beam_params") && bytes == sizeof e->beam_params) memcpy(zero, e->beam_params, bytes);
         gr_status st = gr_session_set_input(e->s, val->name, val->dtype, val->ndim, dims, zero, bytes);
         gr_free(zero, bytes ? bytes : 1);
         GR_TRY(st);
@@ -469,7 +520,7 @@ gr_status gr_decode_engine_step(gr_decode_engine *e, const int64_t *ids, int64_t
     }
     int64_t kd[1] = {1};
     GR_TRY(gr_session_set_input(e->s, "graft.kv_len", GR_I64, 1, kd, &kv_len, sizeof kv_len));
-    if (e->looped) {
+    if (e->looped && e->beams == 1) {
         /* a step the host drives (the prompt) finishes no row: the device's flags start from this
          * step's token (a prompt position's argmax may be eos) */
         int64_t fd[2] = {b, 1};
@@ -602,6 +653,42 @@ gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t k
     s->has_run = false;
     return GR_OK;
 }
+
+/* ---- beam search ----------------------------------------------------------------------------- */
+gr_status gr_decode_engine_set_beam(gr_decode_engine *e, int64_t first, int64_t eos, int64_t pad, double length_penalty,
+                                    int64_t max_new) {
+    if (e->beams < 2) return gr_error(GR_ERR_INVALID, "decode engine: not made for beam search");
+    if (max_new < 1 || max_new > e->max_len || first < 1 || !isfinite(length_penalty))
+        return gr_error(GR_ERR_INVALID, "decode engine: beam search of %lld new tokens after %lld (room %lld), length_penalty %g",
+                        (long long)max_new, (long long)first, (long long)e->max_len, length_penalty);
+    gr_beam_params bp = {.beams = e->beams, .vocab = e->vocab, .max_new = max_new, .stride = e->max_len, .eos_id = eos,
+                         .pad_id = pad, .length_penalty = length_penalty};
+    gr_beam_layout l;
+    GR_TRY(gr_beam_state_layout(&bp, &l));
+    int64_t rows = e->batch / e->beams;
+    gr_beam_state_init(&bp, &l, rows, e->beam_init);
+    int64_t bits;
+    memcpy(&bits, &length_penalty, sizeof bits);
+    int64_t params[GR_BEAM_NPARAMS] = {first, eos, pad, bits, max_new};
+    memcpy(e->beam_params, params, sizeof params);
+    int64_t sd[2] = {rows, l.slots}, pd[1] = {GR_BEAM_NPARAMS};
+    GR_TRY(gr_session_set_input(e->s, "graft.beam", GR_I64, 2, sd, e->beam_init, e->beam_init_bytes));
+    return gr_session_set_input(e->s, "graft.beam_params", GR_I64, 1, pd, e->beam_params, sizeof e->beam_params);
+}
+
+gr_status gr_decode_engine_read_beam(gr_decode_engine *e, int64_t *state, size_t bytes) {
+    gr_session_t s = e->s;
+    if (e->beams < 2 || !s->current) return gr_error(GR_ERR_INVALID, "decode engine: no beam state to read (run a step first)");
+    if (bytes != e->beam_init_bytes)
+        return gr_error(GR_ERR_INVALID, "decode engine: the beam state is %zu bytes, not %zu", e->beam_init_bytes, bytes);
+    GR_TRY(gr_session_wait(s));
+    const void *src = gr_rt_input_addr(s, s->current, e->in_beam);
+    if (!src) return gr_error(GR_ERR_INTERNAL, "decode engine: the beam state has no storage");
+    GR_TRY(gr_dev_memcpy(s->dev, s->stream, state, src, bytes, GR_COPY_D2H));
+    return gr_dev_stream_sync(s->dev, s->stream);
+}
+
+int64_t gr_decode_engine_beam_room(const gr_decode_engine *e) { return e->max_len; }
 
 const char *gr_decode_engine_loop_refused(const gr_decode_engine *e) { return e->loop_refused; }
 long gr_decode_engine_loop_captures(const gr_decode_engine *e) { return e->loop_captures; }

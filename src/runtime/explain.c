@@ -51,6 +51,13 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                          share, st->call.lens_arg ? " lengths from the slot table" : "", node);
             break;
         }
+        if (st->call.kind == GR_LIB_BEAM_STEP || st->call.kind == GR_LIB_BEAM_REORDER) {
+            bool step = st->call.kind == GR_LIB_BEAM_STEP;
+            gr_sb_printf(sb, "    [%3d] %-7s %-28s %lld rows x %lld x %lld %s  (from %s)\n", i, step ? "beam" : "reorder", st->call.name,
+                         (long long)st->call.m, (long long)(step ? st->call.k : st->call.n), (long long)(step ? st->call.n : st->call.k),
+                         gr_dtype_name(st->call.dtype), node);
+            break;
+        }
         if (st->call.kind == GR_LIB_SAMPLE) {
             gr_sb_printf(sb, "    [%3d] sample  %-28s %lld rows x %lld %s  (from %s)\n", i, st->call.name, (long long)st->call.m,
                          (long long)st->call.n, gr_dtype_name(st->call.dtype), node);

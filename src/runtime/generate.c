@@ -30,6 +30,7 @@ struct gr_rt_gen {
     gr_decode_engine *eng;
     int64_t eng_batch, eng_max;
     bool eng_sample; /* its decode loop samples (else: argmax) */
+    int64_t eng_beams; /* its decode loop's beams (1: none; the engine's rows are batch x beams) */
     int eng_verdict; /* 0: not checked against the per-length step yet; 1: agrees; -1: refused or disagrees */
 };
 
@@ -632,8 +633,6 @@ static gr_status check_options(const gr_generate_options *o, int64_t batch, int6
     if (o->beams < 1) return gr_error(GR_ERR_INVALID, "generate: beams is %d (must be >= 1)", o->beams);
     if (o->beams > 1 && o->sample) return gr_error(GR_ERR_INVALID, "generate: beam search (beams %d) with sampling is not supported", o->beams);
     if (o->engine < 0 || o->engine >= GR_ENGINE_COUNT) return gr_error(GR_ERR_INVALID, "generate: engine %d is not a gr_generate_engine", o->engine);
-    if (o->engine == GR_ENGINE_REWRITTEN && o->beams > 1)
-        return gr_error(GR_ERR_INVALID, "generate: the rewritten engine does not run beam search yet (beams %d): use the reference or auto engine", o->beams);
     if (o->max_length < 0) return gr_error(GR_ERR_INVALID, "generate: max_length %lld is negative", (long long)o->max_length);
     if (o->steps_per_launch < 0)
         return gr_error(GR_ERR_INVALID, "generate: steps_per_launch %lld is negative (0: the default)", (long long)o->steps_per_launch);
@@ -683,13 +682,13 @@ static gr_status gen_fast_prefix(gen_run *R, gr_decode_engine *e, int64_t *first
     gen_ctx *c = R->c;
     gr_session_t s = c->s;
     *first = 0;
-    int64_t B = R->batch, P = R->prompt_len, L = P - 1;
+    int64_t K = c->o->beams, B = R->batch * K, P = R->prompt_len, L = P - 1; /* B: the engine's rows (each prompt row K times) */
     const gr_ir_value *iv = graph_input(s->graph, c->in_ids);
     bool whole = c->o->prompt_mode == GR_PROMPT_WHOLE || (c->o->prompt_mode == GR_PROMPT_AUTO && gr_dx_is_sym(iv->dims[1]));
     if (!whole || L < 1) return GR_OK;
     int64_t *ids = gr_malloc((size_t)(B * L) * sizeof(int64_t));
     if (!ids) return GR_ERR_NOMEM;
-    for (int64_t r = 0; r < B; r++) memcpy(ids + r * L, R->prompt + r * P, (size_t)L * sizeof(int64_t));
+    for (int64_t r = 0; r < B; r++) memcpy(ids + r * L, R->prompt + (r / K) * P, (size_t)L * sizeof(int64_t));
     c->rows = B;
     gr_status st = gen_run_step(c, ids, L, 0);
     gr_free(ids, (size_t)(B * L) * sizeof(int64_t));
@@ -714,18 +713,75 @@ static gr_status gen_fast_prefix(gen_run *R, gr_decode_engine *e, int64_t *first
     return st;
 }
 
+/* Beam search's decode loop on the device (the prompt's last step ran the first beam step): launches
+ * of up to steps_per_launch steps, the beam state read back after each (its done flags end the
+ * loop early; a WHILE graph stops inside a launch too), then every batch row's best hypothesis,
+ * as the reference engine (gen_beam) takes it. *steps: the new tokens. */
+static gr_status gen_fast_beam(gen_run *R, gr_decode_engine *e, gr_generate_stats *stats, int64_t *steps) {
+    gen_ctx *c = R->c;
+    const gr_generate_options *o = c->o;
+    int64_t B = R->batch, K = o->beams, P = R->prompt_len, N = o->max_new_tokens;
+    gr_beam_params bp = {.beams = K, .vocab = c->vocab, .max_new = N, .stride = gr_decode_engine_beam_room(e), .eos_id = o->eos_id,
+                         .pad_id = o->pad_id >= 0 ? o->pad_id : o->eos_id, .length_penalty = o->length_penalty};
+    gr_beam_layout l;
+    GR_TRY(gr_beam_state_layout(&bp, &l));
+    int64_t per = o->steps_per_launch > 0 ? o->steps_per_launch : 16, last = P + N - 1;
+    size_t state_bytes = (size_t)(B * l.slots) * sizeof(int64_t), tbytes = (size_t)(per * B * K) * sizeof(int64_t);
+    int64_t *state = gr_malloc(state_bytes), *tk = gr_malloc(tbytes), *res = gr_malloc((size_t)N * sizeof(int64_t));
+    gr_status st = !state || !tk || !res ? GR_ERR_NOMEM : GR_OK;
+    bool all = false;
+    if (st == GR_OK) st = gr_decode_engine_read_beam(e, state, state_bytes);
+    for (int64_t kv_first = P + 1; st == GR_OK && kv_first <= last; kv_first += per) {
+        all = true;
+        for (int64_t b = 0; b < B; b++) all &= state[b * l.slots + l.done] != 0;
+        if (all) break;
+        int64_t kv_stop = kv_first + per - 1 < last ? kv_first + per - 1 : last;
+        st = gr_decode_engine_loop(e, kv_first, kv_stop, kv_first, tk);
+        if (st == GR_OK) stats->launches++, st = gr_decode_engine_read_beam(e, state, state_bytes);
+    }
+    /* new tokens: up to the step at which the last batch row became done, else all N (gen_beam's j) */
+    all = st == GR_OK;
+    int64_t n = 0;
+    for (int64_t b = 0; b < B && st == GR_OK; b++) {
+        all &= state[b * l.slots + l.done] != 0;
+        if (state[b * l.slots + l.done_step] > n) n = state[b * l.slots + l.done_step];
+    }
+    if (!all || n < 1) n = N;
+    for (int64_t b = 0; b < B && st == GR_OK; b++) {
+        gr_beam_row row = gr_beam_state_row(state + b * l.slots, &l);
+        gr_beam_row_result(&bp, &row, n, res);
+        memcpy(R->out + b * R->width + P, res, (size_t)N * sizeof(int64_t));
+    }
+    if (st == GR_OK) {
+        *steps = n;
+        c->steps += n - 1;
+        if (o->on_token) {
+            for (int64_t t = 0; t < n; t++) {
+                for (int64_t b = 0; b < B; b++) tk[b] = R->out[b * R->width + P + t];
+                o->on_token(o->user, t, tk, B);
+            }
+        }
+    }
+    gr_free(state, state_bytes);
+    gr_free(tk, tbytes);
+    gr_free(res, (size_t)N * sizeof(int64_t));
+    return st;
+}
+
 static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
     gen_ctx *c = R->c;
     gr_session_t s = c->s;
     const gr_generate_options *o = c->o;
     struct gr_rt_gen *gg = s->gen;
-    int64_t B = R->batch, P = R->prompt_len, N = o->max_new_tokens, V = c->vocab;
+    int64_t K = o->beams, B = R->batch * K, P = R->prompt_len, N = o->max_new_tokens, V = c->vocab; /* B: the engine's rows */
     int64_t need = P + N, max_len = o->max_length > need ? o->max_length : need;
     if (gg->eng_verdict < 0) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine was refused earlier in this session");
-    if (o->beams > 1) return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine does not run beam search yet");
+    if (K > GR_BEAM_DEVICE_MAX_BEAMS)
+        return gr_error(GR_ERR_UNSUPPORTED, "generate: the rewritten engine runs beam search with at most %d beams (%lld asked)",
+                        GR_BEAM_DEVICE_MAX_BEAMS, (long long)K);
     if (max_len < 2) max_len = 2;
     bool sample = o->sample != 0;
-    if (!gg->eng || gg->eng_batch != B || gg->eng_max < need || gg->eng_sample != sample) {
+    if (!gg->eng || gg->eng_batch != B || gg->eng_max < need || gg->eng_sample != sample || gg->eng_beams != K) {
         gr_decode_engine_destroy(gg->eng);
         gg->eng = NULL;
         const char **past = gr_calloc((size_t)gg->n, sizeof(char *)), **pres = gr_calloc((size_t)gg->n, sizeof(char *));
@@ -735,14 +791,17 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
             pres[k] = graph_output(s->graph, gg->states[k].out_index)->name;
         }
         const char *io[3] = {o->input_ids, o->position_ids, o->attention_mask};
-        if (st == GR_OK) st = gr_decode_engine_create_ex(s, gg->n, past, pres, io, B, max_len, sample, &gg->eng);
+        if (st == GR_OK)
+            st = K > 1 ? gr_decode_engine_create_beam(s, gg->n, past, pres, io, B, max_len, K, &gg->eng)
+                       : gr_decode_engine_create_ex(s, gg->n, past, pres, io, B, max_len, sample, &gg->eng);
         gr_free(past, (size_t)gg->n * sizeof(char *));
         gr_free(pres, (size_t)gg->n * sizeof(char *));
         if (st != GR_OK) {
-            if (st == GR_ERR_UNSUPPORTED) gg->eng_verdict = -1;
+            /* a model beam search's loop refuses may still run greedy: only greedy's refusal is final */
+            if (st == GR_ERR_UNSUPPORTED && K == 1) gg->eng_verdict = -1;
             return st;
         }
-        gg->eng_batch = B, gg->eng_max = max_len, gg->eng_sample = sample;
+        gg->eng_batch = B, gg->eng_max = max_len, gg->eng_sample = sample, gg->eng_beams = K;
     }
     gr_decode_engine *e = gg->eng;
     gr_session_t es = gr_decode_engine_session(e);
@@ -760,16 +819,17 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
         st = gr_decode_engine_set_sampling(e, o->seed, P, sp.top_k, sp.temperature, sp.top_p);
     }
     if (st == GR_OK) st = gr_decode_engine_reset(e, o->eos_id, pad);
+    if (st == GR_OK && K > 1) st = gr_decode_engine_set_beam(e, P, o->eos_id, pad, o->length_penalty, N);
     int64_t first = 0; /* prompt positions the engine's cache holds already */
     if (st == GR_OK) st = gen_fast_prefix(R, e, &first);
     for (int64_t t = first; t < P && st == GR_OK; t++) {
-        for (int64_t r = 0; r < B; r++) ids[r] = R->prompt[r * P + t];
+        for (int64_t r = 0; r < B; r++) ids[r] = R->prompt[(r / K) * P + t];
         st = gr_decode_engine_step(e, ids, t + 1, t + 1 == P ? logits : NULL);
     }
     if (st == GR_OK && gg->eng_verdict == 0) {
         /* the once-per-session check: the per-length step on the whole prompt */
         c->rows = B;
-        st = gen_prompt(R, 1);
+        st = gen_prompt(R, K);
         if (st == GR_OK) {
             double err = rel_err_f32(logits, c->logits, (size_t)(B * V));
             double tol = s->opt.precision == GR_PRECISION_MODEL ? 1e-3 : 3e-2;
@@ -785,6 +845,11 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
         }
     }
     int64_t j = 0;
+    if (st == GR_OK && K > 1) {
+        R->t_first = gr_session_clock_us(es);
+        st = gen_fast_beam(R, e, stats, &j);
+        goto finish;
+    }
     if (st == GR_OK && !gr_decode_engine_loop_refused(e)) {
         /* the decode loop on the device: the prompt's last step left the first token in row P
          * of the device's token ring and the next step's inputs in place; each launch runs up to
@@ -852,7 +917,7 @@ static gr_status gen_fast(gen_run *R, gr_generate_stats *stats) {
 finish:
     if (st == GR_OK) {
         stats->new_tokens = j;
-        for (int64_t r = 0; r < B; r++)
+        for (int64_t r = 0; r < B && K == 1; r++) /* (beam search's results are padded already) */
             for (int64_t k = j; k < N; k++) R->out[r * R->width + P + k] = pad;
         stats->engine = GR_ENGINE_REWRITTEN;
         gr_run_stats rs;
@@ -892,6 +957,9 @@ gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, co
     gen_run R = {.c = &c, .prompt = prompt, .batch = batch, .prompt_len = prompt_len, .out = out_tokens,
                  .width = prompt_len + opt->max_new_tokens};
     gr_status st = gen_prepare(&c, batch, prompt_len);
+    if (st == GR_OK && opt->beams > c.vocab)
+        st = gr_error(GR_ERR_INVALID, "generate: %d beams over a vocabulary of %lld tokens: at most one beam per token", opt->beams,
+                      (long long)c.vocab);
     if (st == GR_OK) {
         for (int64_t b = 0; b < batch; b++) {
             for (int64_t t = 0; t < prompt_len; t++) {
@@ -909,7 +977,7 @@ gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, co
     if (st == GR_OK) {
         R.t0 = gr_session_clock_us(s);
         bool fast = false;
-        if (opt->engine == GR_ENGINE_REWRITTEN || (opt->engine == GR_ENGINE_AUTO && opt->beams == 1)) {
+        if (opt->engine == GR_ENGINE_REWRITTEN || opt->engine == GR_ENGINE_AUTO) {
             int64_t steps0 = c.steps;
             st = gen_fast(&R, stats);
             fast = st == GR_OK;

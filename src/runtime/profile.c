@@ -55,7 +55,9 @@ static bool is_window_op(gr_op op) {
  * pool, "other"), its IR node's op kind (generators: "other") and its expression (float
  * arithmetic: elementwise; only loads and stores: copy/movement). */
 int gr_rt_step_class(const gr_rt_plan *p, const gr_step *st) {
-    if (st->kind == GR_STEP_LIBCALL && (gr_lib_is_collective(st->call.kind) || st->call.kind == GR_LIB_SAMPLE)) return GR_KCLASS_OTHER;
+    if (st->kind == GR_STEP_LIBCALL && (gr_lib_is_collective(st->call.kind) || st->call.kind == GR_LIB_SAMPLE ||
+                                       st->call.kind == GR_LIB_BEAM_STEP || st->call.kind == GR_LIB_BEAM_REORDER))
+        return GR_KCLASS_OTHER;
     if (st->kind == GR_STEP_LIBCALL) return st->call.kind == GR_LIB_ATTENTION ? GR_KCLASS_ATTENTION : GR_KCLASS_MATMUL;
     if (st->kind != GR_STEP_KERNEL || !st->kernel) return GR_KCLASS_OTHER;
     const gr_kernel *k = st->kernel;

@@ -487,6 +487,22 @@ gr_status gr_decode_engine_loop(gr_decode_engine *e, int64_t kv_first, int64_t k
  * when the shapes do not line up. */
 gr_status gr_decode_engine_load_prefix(gr_decode_engine *e, int k, const void *src, gr_dtype dtype, int ndim, const int64_t *dims,
                                        int64_t len);
+/* Beam search on the device (passes/decode.c's beam loop): batch_rows = batch x beams token rows,
+ * every step reorders the caches after the last step's beams and runs beam_step in place on the
+ * engine's beam state; room = max_len (a sequence's room for new tokens). GR_ERR_UNSUPPORTED when
+ * the decode loop cannot be built for the model (beam search needs it). */
+gr_status gr_decode_engine_create_beam(struct gr_session *src, int n_state, const char *const *past, const char *const *present,
+                                       const char *const *io_names, int64_t batch_rows, int64_t max_len, int64_t beams,
+                                       gr_decode_engine **out);
+/* A fresh beam state (gr_beam_state_init) and the step's params (codegen/kir.h's layout, room =
+ * the engine's max_len): first = the prompt length, so the step at kv_len P + j is new token j;
+ * kept across resets. */
+gr_status gr_decode_engine_set_beam(gr_decode_engine *e, int64_t first, int64_t eos, int64_t pad, double length_penalty,
+                                    int64_t max_new);
+/* The beam state now on the device ([batch][slots] of gr_beam_state_layout for the engine's
+ * beams, room and vocabulary), after the last run; *slots its row length. */
+gr_status gr_decode_engine_read_beam(gr_decode_engine *e, int64_t *state, size_t bytes);
+int64_t gr_decode_engine_beam_room(const gr_decode_engine *e);
 const char *gr_decode_engine_loop_refused(const gr_decode_engine *e); /* NULL: the device loop is available */
 long gr_decode_engine_loop_captures(const gr_decode_engine *e);
 int64_t gr_decode_engine_vocab(const gr_decode_engine *e);

@@ -65,6 +65,14 @@ def test_cli_beam_and_modes(model, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "step 0:" not in proc.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "beam4.npy")))
+    # beam search on the device: the rewritten engine, 5 steps per launch (11 decode steps: 3 launches)
+    proc = run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 12,
+                     "--beams", 4, "--device", "sim", "--mode", "graph", "--engine", "rewritten", "--steps-per-launch", 5,
+                     "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "beam4.npy")))
+    assert "device-loop launches   3" in proc.stdout, proc.stdout
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("step ")]) == 12
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -147,8 +155,8 @@ def test_bench_decode_dry_run(tmp_path):
     for r in rows:
         if r["variant"] == "graft":
             assert r["ids_vs_hf_eager"]["match"], r
-            assert r["graft_launches"] == (1 if r["decode"] == "greedy" else 0) and r["graft_engine"] == (
-                "rewritten" if r["decode"] == "greedy" else "reference")
+            # greedy and beam search both run the decode loop on the device (auto picks it)
+            assert r["graft_launches"] == 1 and r["graft_engine"] == "rewritten", r
         elif r["variant"] == "graft-reference":
             assert r["error"] == "exit 3" and "ids_vs_hf_eager" not in r
         else:

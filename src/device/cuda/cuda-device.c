@@ -135,6 +135,7 @@ static void cuda_destroy(void *ctx) {
     gr_cuda_blas_destroy(&d->base);
     gr_cuda_attention_destroy(&d->base);
     gr_cuda_sample_destroy(&d->base);
+    gr_cuda_beam_destroy(&d->base);
     for (int i = 0; i < d->kfuncs.len; i++) gr_cuda_kernel_release(&d->base, d->kfuncs.data[i]);
     gr_vec_free(&d->kfuncs);
     gr_vec_free(&d->node_funcs);
@@ -404,6 +405,7 @@ static gr_status cuda_libcall(void *ctx, gr_stream *s, const gr_libcall *call, c
     cuda_dev *d = ctx;
     if (call->kind == GR_LIB_ATTENTION) return gr_cuda_attention(&d->base, cs(s), call, args, n_args);
     if (call->kind == GR_LIB_SAMPLE) return gr_cuda_sample(&d->base, cs(s), call, args, n_args);
+    if (call->kind == GR_LIB_BEAM_STEP || call->kind == GR_LIB_BEAM_REORDER) return gr_cuda_beam(&d->base, cs(s), call, args, n_args);
     if (gr_lib_is_collective(call->kind)) return gr_cuda_collective(&d->base, cs(s), call, args, n_args);
     if (call->kind != GR_LIB_MATMUL) return gr_error(GR_ERR_UNSUPPORTED, "cuda: library call kind %d", (int)call->kind);
     return gr_cuda_matmul(&d->base, cs(s), call, args, n_args);

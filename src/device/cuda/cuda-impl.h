@@ -129,6 +129,7 @@ typedef struct gr_cuda_ctx {
     GR_VEC(gr_cuda_module *) modules; /* live generic modules, one per generic source */
     struct gr_cuda_attn *attn;  /* attention kernels (cuda-attn.c), NULL until the first attention */
     struct gr_cuda_sample *sample; /* the sample kernel (cuda-sample.c), NULL until the first sample */
+    struct gr_cuda_beam *beam;     /* the beam kernels (cuda-beam.c), NULL until the first beam call */
     gr_dev_kstats kstats;       /* live_modules is modules.len */
     void *nccl;                 /* ncclComm_t of tensor parallelism (cuda-nccl.c), NULL: none */
     int nccl_rank, nccl_ranks;
@@ -191,5 +192,11 @@ gr_status gr_cuda_sample(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, con
 void gr_cuda_sample_destroy(gr_cuda_ctx *c);
 /* The CUDA C of the sample kernel (NVRTC; test_render compiles it without a GPU). */
 const char *gr_cuda_sample_source(void);
+
+/* ---- beam search (cuda-beam.c): GR_LIB_BEAM_STEP and GR_LIB_BEAM_REORDER ---- */
+gr_status gr_cuda_beam(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+void gr_cuda_beam_destroy(gr_cuda_ctx *c);
+/* The CUDA C of the beam kernels (NVRTC; test_render compiles it without a GPU). */
+const char *gr_cuda_beam_source(void);
 
 #endif

@@ -52,6 +52,15 @@ double gr_sim_libcall_time(const gr_libcall *c) {
         double row = es * (double)c->n;
         return (double)c->m * row / gr_sim_cost.mem_bytes_per_us + 11.0 * row / (gr_sim_cost.mem_bytes_per_us / 16.0);
     }
+    if (c->kind == GR_LIB_BEAM_STEP) {
+        /* one block per batch row: its k x vocab logits once from memory, then twice more from
+         * cache (log-sum-exp and the candidates) at a fraction of the memory rate (one SM a
+         * row), as the sample op */
+        double row = es * (double)c->k * (double)c->n;
+        return (double)c->m * row / gr_sim_cost.mem_bytes_per_us + 2.0 * row / (gr_sim_cost.mem_bytes_per_us / 16.0);
+    }
+    if (c->kind == GR_LIB_BEAM_REORDER) /* a copy: read and write the cache once */
+        return 2.0 * es * (double)c->m * (double)c->n * (double)c->k * (double)c->lda / gr_sim_cost.mem_bytes_per_us;
     if (c->kind == GR_LIB_ATTENTION) {
         /* fused: q, k, v and out move once; two products of seq_q x seq_k x head_dim each */
         double rows = (double)c->batch * (double)c->heads, kv = (double)c->batch * (double)c->kv_heads;
@@ -499,6 +508,30 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
             GR_TRY(check_device_range(c, args[2].ptr, (size_t)call->m * sizeof(int64_t), true, what, "tokens"));
             GR_TRY(check_device_range(c, args[3].ptr, 3 * sizeof(int64_t), false, what, "ints"));
             GR_TRY(check_device_range(c, args[4].ptr, 2 * sizeof(float), false, what, "floats"));
+        }
+        return gr_libcall_reference(call, args);
+    }
+    if (call->kind == GR_LIB_BEAM_STEP) {
+        gr_beam_params p = {.beams = call->k, .vocab = call->n, .max_new = call->lda, .stride = call->lda};
+        gr_beam_layout l;
+        GR_TRY(gr_beam_state_layout(&p, &l));
+        if (call->m > 0) {
+            size_t logits = (size_t)(call->m * call->k * call->n) * gr_dtype_size(call->dtype), state = (size_t)(call->m * l.slots) * 8;
+            GR_TRY(check_device_range(c, args[0].ptr, logits, false, what, "logits"));
+            GR_TRY(check_device_range(c, args[1].ptr, sizeof(int64_t), false, what, "step"));
+            GR_TRY(check_device_range(c, args[2].ptr, state, true, what, "state"));
+            GR_TRY(check_device_range(c, args[3].ptr, state, false, what, "state in"));
+            GR_TRY(check_device_range(c, args[4].ptr, GR_BEAM_NPARAMS * sizeof(int64_t), false, what, "params"));
+        }
+        return gr_libcall_reference(call, args);
+    }
+    if (call->kind == GR_LIB_BEAM_REORDER) {
+        if (call->m > 0) {
+            size_t bytes = (size_t)(call->m * call->n * call->k * call->lda) * gr_dtype_size(call->dtype);
+            GR_TRY(check_device_range(c, args[0].ptr, bytes, false, what, "cache"));
+            GR_TRY(check_device_range(c, args[1].ptr, (size_t)call->m * sizeof(int64_t), false, what, "rows"));
+            GR_TRY(check_device_range(c, args[2].ptr, bytes, true, what, "reordered cache"));
+            GR_TRY(check_device_range(c, args[3].ptr, sizeof(int64_t), false, what, "kv_len"));
         }
         return gr_libcall_reference(call, args);
     }
