@@ -510,24 +510,10 @@ static gr_status attn_state(gr_cuda_ctx *c, struct gr_cuda_attn **out) {
     if (c->attn) return *out = c->attn, GR_OK;
     struct gr_cuda_attn *s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
-    void *img = NULL;
-    size_t n = 0;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
-    gr_status st = gr_cuda_nvrtc_compile(attn_src, "graft_attention", c->arch, false, &img, &n);
-    if (st == GR_OK) {
-        c->kstats.compiles++;
-        st = GR_CU_STATUS(c->cu->cuModuleLoadData(&s->module, img));
-        gr_free(img, n);
-    }
-    if (st == GR_OK) c->kstats.module_loads++;
-    for (int i = 0; i < K_COUNT && st == GR_OK; i++)
-        st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&s->fn[i], s->module, kernel_names[i]));
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    gr_status st = gr_cuda_fixed_module(c, attn_src, "graft_attention", "attention kernels", K_COUNT, kernel_names, &s->module, s->fn);
     if (st != GR_OK) {
-        if (s->module) c->cu->cuModuleUnload(s->module);
         gr_free(s, sizeof *s);
-        return gr_error_prefix(st, "cuda: attention kernels");
+        return st;
     }
     c->attn = s;
     *out = s;

@@ -238,25 +238,15 @@ static gr_status beam_state(gr_cuda_ctx *c, struct gr_cuda_beam **out) {
     if (c->beam) return *out = c->beam, GR_OK;
     struct gr_cuda_beam *s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
-    void *img = NULL;
-    size_t n = 0;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
-    gr_status st = gr_cuda_nvrtc_compile(beam_src, "graft_beam", c->arch, false, &img, &n);
-    if (st == GR_OK) {
-        c->kstats.compiles++;
-        st = GR_CU_STATUS(c->cu->cuModuleLoadData(&s->module, img));
-        gr_free(img, n);
-    }
-    if (st == GR_OK) c->kstats.module_loads++;
-    if (st == GR_OK) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&s->step, s->module, "graft_beam_step"));
-    if (st == GR_OK) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&s->reorder, s->module, "graft_beam_reorder"));
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    static const char *const names[] = {"graft_beam_step", "graft_beam_reorder"};
+    CUfunction fns[2];
+    gr_status st = gr_cuda_fixed_module(c, beam_src, "graft_beam", "beam kernels", 2, names, &s->module, fns);
     if (st != GR_OK) {
-        if (s->module) c->cu->cuModuleUnload(s->module);
         gr_free(s, sizeof *s);
-        return gr_error_prefix(st, "cuda: beam kernels");
+        return st;
     }
+    s->step = fns[0];
+    s->reorder = fns[1];
     c->beam = s;
     *out = s;
     return GR_OK;

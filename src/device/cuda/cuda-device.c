@@ -967,3 +967,29 @@ gr_status gr_device_cuda_create_ordinal(const char *cache_dir, int ordinal, gr_d
     *out = dev;
     return GR_OK;
 }
+
+/* ==== fixed modules ============================================================================ */
+
+gr_status gr_cuda_fixed_module(gr_cuda_ctx *c, const char *source, const char *nvrtc_name, const char *what, int n,
+                               const char *const *names, CUmodule *module, CUfunction *fns) {
+    *module = NULL;
+    void *img = NULL;
+    size_t bytes = 0;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    gr_status st = gr_cuda_nvrtc_compile(source, nvrtc_name, c->arch, false, &img, &bytes);
+    if (st == GR_OK) {
+        c->kstats.compiles++;
+        st = GR_CU_STATUS(c->cu->cuModuleLoadData(module, img));
+        gr_free(img, bytes);
+    }
+    if (st == GR_OK) c->kstats.module_loads++;
+    for (int i = 0; i < n && st == GR_OK; i++) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&fns[i], *module, names[i]));
+    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    if (st != GR_OK) {
+        if (*module) c->cu->cuModuleUnload(*module);
+        *module = NULL;
+        return gr_error_prefix(st, "cuda: %s", what);
+    }
+    return GR_OK;
+}

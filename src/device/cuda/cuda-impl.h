@@ -189,6 +189,12 @@ const char *gr_cuda_attention_source(void);
 
 /* ---- decode sampling (cuda-sample.c) ---- */
 gr_status gr_cuda_sample(gr_cuda_ctx *c, CUstream s, const gr_libcall *call, const gr_karg *args, int n_args);
+/* A module of graft's own fixed CUDA source (attention, sampling, beam search): compiled by
+ * NVRTC for the context's arch and loaded, in relaxed capture mode (a first use may come while
+ * a stream is being captured), and its n functions looked up by name. On error nothing is left
+ * loaded and the message is prefixed "cuda: <what>". Counts one compile and one module load. */
+gr_status gr_cuda_fixed_module(gr_cuda_ctx *c, const char *source, const char *nvrtc_name, const char *what, int n,
+                               const char *const *names, CUmodule *module, CUfunction *fns);
 void gr_cuda_sample_destroy(gr_cuda_ctx *c);
 /* The CUDA C of the sample kernel (NVRTC; test_render compiles it without a GPU). */
 const char *gr_cuda_sample_source(void);

@@ -235,23 +235,11 @@ static gr_status sample_state(gr_cuda_ctx *c, struct gr_cuda_sample **out) {
     if (c->sample) return *out = c->sample, GR_OK;
     struct gr_cuda_sample *s = gr_calloc(1, sizeof *s);
     if (!s) return GR_ERR_NOMEM;
-    void *img = NULL;
-    size_t n = 0;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
-    gr_status st = gr_cuda_nvrtc_compile(sample_src, "graft_sample", c->arch, false, &img, &n);
-    if (st == GR_OK) {
-        c->kstats.compiles++;
-        st = GR_CU_STATUS(c->cu->cuModuleLoadData(&s->module, img));
-        gr_free(img, n);
-    }
-    if (st == GR_OK) c->kstats.module_loads++;
-    if (st == GR_OK) st = GR_CU_STATUS(c->cu->cuModuleGetFunction(&s->fn, s->module, "graft_sample"));
-    if (c->cu->cuThreadExchangeStreamCaptureMode) c->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    static const char *const names[] = {"graft_sample"};
+    gr_status st = gr_cuda_fixed_module(c, sample_src, "graft_sample", "sample kernel", 1, names, &s->module, &s->fn);
     if (st != GR_OK) {
-        if (s->module) c->cu->cuModuleUnload(s->module);
         gr_free(s, sizeof *s);
-        return gr_error_prefix(st, "cuda: sample kernel");
+        return st;
     }
     c->sample = s;
     *out = s;
