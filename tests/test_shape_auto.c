@@ -13,6 +13,7 @@
  *    sweep after it captures nothing;
  *  - allocation failures on auto's paths: an error, never a leak. */
 #include "check.h"
+#include "shape_sweep.h"
 #include "runtime/runtime-impl.h"
 #include <dirent.h>
 #include <stdio.h>
@@ -73,12 +74,6 @@ static gr_session_options opts(gr_mode mode, int policy) {
 }
 
 /* ---- the split: a no-op host step after the gelu's kernel (the first kernel writing a value) ---- */
-static gr_status noop_host(void *user, const struct gr_step_host_ctx *c) {
-    (void)user;
-    (void)c;
-    return GR_OK;
-}
-
 static gr_status split_after_gelu(void *user, gr_graph *g, gr_step_list *steps) {
     (void)user;
     int x = gr_ir_find_value(g, "x");
@@ -99,7 +94,7 @@ static gr_status split_after_gelu(void *user, gr_graph *g, gr_step_list *steps) 
     h.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = value};
     h.out_value = value;
     h.node = g->values.data[value].producer;
-    h.host_fn = noop_host;
+    h.host_fn = sweep_noop_host;
     GR_TRY(gr_vec_push(steps, h));
     for (int i = steps->len - 1; i > at; i--) {
         gr_step t = steps->data[i];
@@ -109,18 +104,11 @@ static gr_status split_after_gelu(void *user, gr_graph *g, gr_step_list *steps) 
     return GR_OK;
 }
 
-/* ---- runs ---- */
-static void fill(float *x, int n, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-    }
-}
-
 /* One run at S = seq; y gets the output's floats (out_n of them). */
+/* ---- runs ---- */
 static gr_status run_at(gr_session_t s, int seq, float *y, size_t *out_n) {
     float x[MAX_S * 16];
-    fill(x, seq * 16, 100u + (unsigned)seq);
+    sweep_fill(x, seq * 16, 100u + (unsigned)seq);
     int64_t dims[2] = {seq, 16};
     GR_TRY(gr_session_set_input(s, "x", GR_F32, 2, dims, x, sizeof(float) * (size_t)seq * 16));
     GR_TRY(gr_session_run(s));
@@ -142,24 +130,9 @@ static void make_references(gr_graph_t g, int n, int policy) {
     gr_session_destroy(s);
 }
 
-/* Each length of 1..n twice, shuffled. */
-static int make_sweep(int *order, int n, unsigned seed) {
-    int len = 0;
-    for (int r = 0; r < 2; r++)
-        for (int i = 1; i <= n; i++) order[len++] = i;
-    for (int i = len - 1; i > 0; i--) {
-        seed = seed * 1664525u + 1013904223u;
-        int j = (int)((seed >> 8) % (unsigned)(i + 1));
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-    return len;
-}
-
 /* A shuffled sweep in session s; returns the runs that differ from ref_y. */
 static int sweep(gr_session_t s, unsigned seed) {
-    int order[2 * MAX_S], len = make_sweep(order, N, seed), bad = 0;
+    int order[2 * MAX_S], len = sweep_order(order, N, 0, seed), bad = 0;
     static float y[MAX_S * 16];
     for (int i = 0; i < len && s; i++) {
         size_t m = 0;

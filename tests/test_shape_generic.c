@@ -15,6 +15,7 @@
  * `test_shape_generic cuda` runs the small models on CUDA (within 1e-5: a matmul may pick another
  * algorithm for the bucket's row count); GRAFT_TEST_DEVICE=cuda the exports too. */
 #include "check.h"
+#include "shape_sweep.h"
 #include "runtime/runtime-impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,28 +39,6 @@ static gr_session_options opts(gr_mode mode, int policy) {
     o.mode = mode;
     o.shape_policy = policy;
     return o;
-}
-
-static void fill(float *x, int n, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-    }
-}
-
-/* 1..n, each twice, shuffled (fixed seed) */
-static int make_sweep(int *order, int n, unsigned seed) {
-    int len = 0;
-    for (int r = 0; r < 2; r++)
-        for (int i = 1; i <= n; i++) order[len++] = i;
-    for (int i = len - 1; i > 0; i--) {
-        seed = seed * 1664525u + 1013904223u;
-        int j = (int)((seed >> 8) % (unsigned)(i + 1));
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-    return len;
 }
 
 /* ==== small models ================================================================================= */
@@ -165,7 +144,7 @@ static int heads4 = 1, dim4 = F;
 static size_t numel_at(int seq) { return (size_t)seq * (four_d ? (size_t)(heads4 * dim4) : F); }
 static gr_status run_at(gr_session_t s, int seq, float *y) {
     static float x[MAX_S * MAX_ROW];
-    fill(x, (int)numel_at(seq), 100u + (unsigned)seq);
+    sweep_fill(x, (int)numel_at(seq), 100u + (unsigned)seq);
     int64_t dims[4] = {seq, F}, dims4[4] = {1, heads4, seq, dim4};
     GR_TRY(gr_session_set_input(s, "x", GR_F32, four_d ? 4 : 2, four_d ? dims4 : dims, x, sizeof(float) * numel_at(seq)));
     GR_TRY(gr_session_run(s));
@@ -193,7 +172,7 @@ static int small_sweep(const char *gir, gr_run_stats *st, char **explain, bool f
     o.fuse_attention_f32 = fuse_f32;
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[2 * N];
-    int len = make_sweep(order, N, 7), bad = 0;
+    int len = sweep_order(order, N, 0, 7), bad = 0;
     static float y[MAX_S * MAX_ROW];
     for (int i = 0; i < len && s; i++) {
         gr_status rc = run_at(s, order[i], y);
@@ -278,7 +257,7 @@ static void test_device_inputs(void) {
     for (int i = 0; i < (int)(sizeof lens / sizeof lens[0]) && e && s; i++) {
         int n = lens[i];
         float x[8 * F], ye[8 * F], yg[8 * F];
-        fill(x, n * F, 70u + (unsigned)i);
+        sweep_fill(x, n * F, 70u + (unsigned)i);
         int64_t dims[2] = {n, F};
         size_t bytes = sizeof(float) * (size_t)n * F;
         void *buf = NULL;
@@ -324,7 +303,7 @@ static void test_capture_range(void) {
     static float y[MAX_S * MAX_ROW];
     for (int i = 0; i < 3 && s; i++) CHECK_OK(run_at(s, before[i], y));
     if (s) CHECK_OK(gr_session_capture_range(s, "S", 1, 12, 0, NULL));
-    int order[24], len = make_sweep(order, 12, 3), bad = 0;
+    int order[24], len = sweep_order(order, 12, 0, 3), bad = 0;
     for (int i = 0; i < len && s; i++) {
         CHECK_OK(run_at(s, order[i], y));
         bad += !same(y, ref_y[order[i]], numel_at(order[i]));
@@ -376,7 +355,7 @@ static gr_status set_inputs(gr_graph_t g, gr_session_t s, int64_t batch, int64_t
                 else v[k] = (int64_t)((seed >> 8) % 50u);
             }
         } else {
-            fill(data, (int)count, seed);
+            sweep_fill(data, (int)count, seed);
             bytes = count * 4;
         }
         gr_status st = gr_session_set_input(s, info.name, info.dtype, info.ndim, dims, data, info.dtype == GR_I64 ? count * 8 : bytes);
@@ -487,7 +466,7 @@ static void test_length_record(void) {
     for (int i = 0; i < 4; i++) CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(float) * S * D, &buf[i]));
     CHECK_OK(gr_dev_alloc(d, GR_MEM_DEVICE, sizeof(int64_t) * GR_ATTN_LENS, &buf[4]));
     float host[3][S * D], want[S * D], got[S * D];
-    for (int i = 0; i < 3; i++) fill(host[i], S * D, 40u + (unsigned)i);
+    for (int i = 0; i < 3; i++) sweep_fill(host[i], S * D, 40u + (unsigned)i);
     gr_libcall c;
     memset(&c, 0, sizeof c);
     c.kind = GR_LIB_ATTENTION, c.dtype = GR_F32, c.batch = 1, c.heads = c.kv_heads = 1, c.head_dim = c.head_dim_v = D;

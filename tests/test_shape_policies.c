@@ -19,6 +19,7 @@
  * `test_shape_policies cuda` runs it on CUDA (real cuGraphExecUpdate; graph memory measured with
  * cuMemGetInfo, printed where its granularity makes the simulator's comparisons vacuous). */
 #include "check.h"
+#include "shape_sweep.h"
 #include "runtime/runtime-impl.h"
 #include <stdlib.h>
 #include <string.h>
@@ -77,19 +78,12 @@ static gr_session_options opts(gr_mode mode, int policy) {
     return o;
 }
 
-static void fill(float *x, int n, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-    }
-}
-
 static float temp_of(int seq) { return 0.5f + (float)(seq % 5) * 0.25f; }
 
 /* One run at S = seq; y gets S*16 floats. */
 static gr_status run_at(gr_session_t s, int seq, float *y, bool scalar) {
     float x[MAX_S * 16];
-    fill(x, seq * 16, 100u + (unsigned)seq);
+    sweep_fill(x, seq * 16, 100u + (unsigned)seq);
     int64_t dims[2] = {seq, 16};
     GR_TRY(gr_session_set_input(s, "x", GR_F32, 2, dims, x, sizeof(float) * (size_t)seq * 16));
     if (scalar) {
@@ -100,21 +94,6 @@ static gr_status run_at(gr_session_t s, int seq, float *y, bool scalar) {
     gr_output o;
     GR_TRY(gr_session_output(s, 0, &o));
     return gr_session_output_read(s, o, y, sizeof(float) * (size_t)seq * 16);
-}
-
-/* Each length of 1..n twice, shuffled (fixed seed). */
-static int make_sweep(int *order, int n, unsigned seed) {
-    int len = 0;
-    for (int r = 0; r < 2; r++)
-        for (int i = 1; i <= n; i++) order[len++] = i;
-    for (int i = len - 1; i > 0; i--) {
-        seed = seed * 1664525u + 1013904223u;
-        int j = (int)((seed >> 8) % (unsigned)(i + 1));
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-    return len;
 }
 
 static float ref_y[MAX_S + 1][MAX_S * 16];
@@ -135,7 +114,7 @@ static int sweep(gr_graph_t g, int policy, bool scalar, gr_run_stats *st, char *
     gr_session_t s = NULL;
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[2 * MAX_S];
-    int len = make_sweep(order, N, 5);
+    int len = sweep_order(order, N, 0, 5);
     int mismatches = 0;
     float y[MAX_S * 16];
     for (int i = 0; i < len && s; i++) {
@@ -200,7 +179,7 @@ static void test_update_scalar_recorded_again(void) {
     CHECK_OK(gr_session_create(g, &oe, &e));
     CHECK_OK(gr_session_create(g, &ou, &u));
     float x[5 * 16], ye[5 * 16], yu[5 * 16];
-    fill(x, 5 * 16, 3);
+    sweep_fill(x, 5 * 16, 3);
     int64_t dims[2] = {5, 16};
     gr_run_stats st0 = {0}, st1 = {0};
     static const float temps[] = {1, 1, 1, 2, 2, 0.5f, 1};
@@ -228,11 +207,6 @@ static void test_update_scalar_recorded_again(void) {
 
 /* A no-op host step after the first kernel, only in the plan of S = 3: its segment 0 has
  * fewer nodes than the other bindings', so the update is refused there. */
-static gr_status noop_host(void *user, const struct gr_step_host_ctx *c) {
-    (void)user;
-    (void)c;
-    return GR_OK;
-}
 
 static gr_status split_at_three(void *user, gr_graph *g, gr_step_list *steps) {
     (void)user;
@@ -255,7 +229,7 @@ static gr_status split_at_three(void *user, gr_graph *g, gr_step_list *steps) {
     h.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = value};
     h.out_value = value;
     h.node = g->values.data[value].producer;
-    h.host_fn = noop_host;
+    h.host_fn = sweep_noop_host;
     GR_TRY(gr_vec_push(steps, h));
     for (int i = steps->len - 1; i > at; i--) {
         gr_step t = steps->data[i];
@@ -322,7 +296,7 @@ static void test_capture_range(void) {
         gr_run_stats st0, st1;
         CHECK_OK(gr_session_stats(s, &st0));
         int order[2 * MAX_S];
-        int len = make_sweep(order, N, 9), bad = 0;
+        int len = sweep_order(order, N, 0, 9), bad = 0;
         float y[MAX_S * 16];
         for (int i = 0; i < len; i++) {
             CHECK_OK(run_at(s, order[i], y, false));
@@ -425,14 +399,14 @@ static int pad_sweep(const char *gir, int n, int rows_of_out, bool inner, gr_run
     CHECK_OK(gr_session_create(g, &oe, &e));
     CHECK_OK(gr_session_create(g, &op, &s));
     int order[2 * MAX_S];
-    int len = make_sweep(order, n, 13), bad = 0;
+    int len = sweep_order(order, n, 0, 13), bad = 0;
     static float x[2 * MAX_S * 16], ye[2 * MAX_S * 16], yp[2 * MAX_S * 16 + 1];
     for (int i = 0; i < len && e && s; i++) {
         int seq = order[i];
         int64_t dims[3] = {inner ? 2 : seq, inner ? seq : 16, 8};
         int ndim = inner ? 3 : 2;
         size_t nx = inner ? (size_t)2 * seq * 8 : (size_t)seq * 16;
-        fill(x, (int)nx, 40u + (unsigned)seq);
+        sweep_fill(x, (int)nx, 40u + (unsigned)seq);
         gr_session_t both[2] = {e, s};
         float *ys[2] = {ye, yp};
         size_t ny = 0;
@@ -521,7 +495,7 @@ static void test_pad(void) {
         int wrong = 0;
         for (int seq = N; seq >= 1 && es; seq--) {
             float xx[N * 16], y1[N * 16], y2[N * 16];
-            fill(xx, seq * 16, 90u + (unsigned)seq);
+            sweep_fill(xx, seq * 16, 90u + (unsigned)seq);
             int64_t d2[2] = {seq, 16};
             gr_session_t both[2] = {es, ps};
             float *ys[2] = {y1, y2};
@@ -613,7 +587,7 @@ static void test_pad_device_input(void) {
     for (int i = 0; i < (int)(sizeof lens / sizeof lens[0]) && e && s; i++) {
         int n = lens[i];
         float x[7 * 16], ye[7 * 16], yp[7 * 16];
-        fill(x, n * 16, 70u + (unsigned)i);
+        sweep_fill(x, n * 16, 70u + (unsigned)i);
         int64_t dims[2] = {n, 16};
         size_t bytes = sizeof(float) * (size_t)n * 16;
         void *buf = NULL;
@@ -667,7 +641,7 @@ static void test_auto(void) {
     o.graph_memory_mb = (double)(4 * one.graph_bytes + one.graph_bytes / 2) / 1048576.0;
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[2 * MAX_S];
-    int len = make_sweep(order, N, 21), bad = 0, over = 0;
+    int len = sweep_order(order, N, 0, 21), bad = 0, over = 0;
     gr_run_stats st = {0};
     for (int i = 0; i < len && s; i++) {
         CHECK_OK(run_at(s, order[i], y, false));

@@ -16,6 +16,7 @@
  * and the test prints what it measured); the allocation-failure and simulator-only parts
  * are skipped. Graph outputs are compared with eager bit for bit there too (same kernels). */
 #include "check.h"
+#include "shape_sweep.h"
 #include "device/device.h"
 #include "util/cache-file.h"
 #include "util/util.h"
@@ -57,13 +58,6 @@ static gr_session_options opts(gr_mode mode) {
     return o;
 }
 
-static void fill(float *x, int n, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-    }
-}
-
 static gr_graph_t parse_model(void) {
     gr_graph_t g = NULL;
     CHECK_OK(gr_graph_parse(model_gir, "shapes.gir", NULL, &g));
@@ -73,7 +67,7 @@ static gr_graph_t parse_model(void) {
 /* One run at S = seq with inputs from `seed`; y gets S*16 floats. */
 static gr_status run_at(gr_session_t s, int seq, unsigned seed, float temp, float *y) {
     float x[MAX_S * 16];
-    fill(x, seq * 16, seed);
+    sweep_fill(x, seq * 16, seed);
     int64_t dims[2] = {seq, 16};
     GR_TRY(gr_session_set_input(s, "x", GR_F32, 2, dims, x, sizeof(float) * (size_t)seq * 16));
     GR_TRY(gr_session_set_input(s, "temperature", GR_F32, 0, NULL, &temp, sizeof temp));
@@ -81,22 +75,6 @@ static gr_status run_at(gr_session_t s, int seq, unsigned seed, float temp, floa
     gr_output o;
     GR_TRY(gr_session_output(s, 0, &o));
     return gr_session_output_read(s, o, y, sizeof(float) * (size_t)seq * 16);
-}
-
-/* A sweep: each length of 1..n twice and some three times, shuffled (fixed seed). */
-static int make_sweep(int *order, int n, unsigned seed) {
-    int len = 0;
-    for (int r = 0; r < 2; r++)
-        for (int i = 1; i <= n; i++) order[len++] = i;
-    for (int i = 1; i <= n; i += 3) order[len++] = i;
-    for (int i = len - 1; i > 0; i--) {
-        seed = seed * 1664525u + 1013904223u;
-        int j = (int)((seed >> 8) % (unsigned)(i + 1));
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-    return len;
 }
 
 /* ==== policies and options ======================================================================= */
@@ -198,7 +176,7 @@ static void test_exact_sweep(gr_graph_t g, int n) {
     gr_session_t s = NULL;
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[3 * MAX_S];
-    int len = make_sweep(order, n, 7);
+    int len = sweep_order(order, n, 3, 7);
     int mismatches = 0;
     float y[MAX_S * 16];
     gr_run_stats st;
@@ -245,7 +223,7 @@ static void test_budget(gr_graph_t g, int n) {
     gr_session_t s = NULL;
     CHECK_OK(gr_session_create(g, &o, &s));
     int order[3 * MAX_S];
-    int len = make_sweep(order, n, 11);
+    int len = sweep_order(order, n, 3, 11);
     int mismatches = 0, over = 0;
     float y[MAX_S * 16];
     gr_run_stats st = {0};
@@ -511,7 +489,7 @@ static void test_decisions(gr_graph_t g) {
     gr_session_t s2 = NULL;
     if (g2) CHECK_OK(gr_session_create(g2, &o, &s2));
     float x[16 * 4];
-    fill(x, 64, 1);
+    sweep_fill(x, 64, 1);
     int64_t dims[2] = {4, 16};
     float temp = 1;
     if (s2) {
