@@ -203,7 +203,8 @@ typedef struct {
     int precision;
     /* Graph mode over many shapes (gr_shape_policy): how the bindings of a model's symbolic
      * dims share CUDA graphs. GR_SHAPES_GENERIC needs a declared upper bound for every
-     * symbolic dim (docs/design.md §4 "Shape policies"). */
+     * symbolic dim (docs/design.md §4 "Shape policies"). Default GR_SHAPES_DEFAULT: auto in
+     * graph mode for a model with symbolic dims, exact otherwise. */
     int shape_policy;
     /* Graph mode: device memory the instantiated graphs of all bindings may hold, in MiB
      * (fractions allowed; 0 = no limit). Each capture's memory is measured on the device
@@ -253,9 +254,12 @@ typedef enum {
                             timing them at the segment's first binding and kept in the decisions file
                             (docs/design.md §4). Mode auto: one exec per binding while the measured graph
                             memory fits graph_memory_mb, beyond it the position's exec updated */
+    GR_SHAPES_DEFAULT,   /* gr_session_options_init's: auto in graph mode for a model with symbolic dims,
+                            exact otherwise (a static model, eager and auto modes); resolved when the
+                            session is created (gr_session_shape_policy says to what) */
     GR_SHAPES_COUNT
 } gr_shape_policy;
-/* "exact", "pad", "generic", "update", "auto"; "?" when out of range. */
+/* "exact", "pad", "generic", "update", "auto", "default"; "?" when out of range. */
 GR_API const char *gr_shape_policy_name(int policy);
 /* Parses a policy name; GR_ERR_INVALID listing the names when unknown. */
 GR_API gr_status gr_shape_policy_parse(const char *name, int *out);
@@ -269,6 +273,10 @@ GR_API const char *gr_session_device_name(gr_session_t s);
 /* The kind of device the session runs on: GR_DEVICE_SIM or GR_DEVICE_CUDA (auto is
  * resolved when the session is created). GR_DEVICE_AUTO only for a NULL session. */
 GR_API gr_device_kind gr_session_device_kind(gr_session_t s);
+/* The shape policy the session runs under (GR_SHAPES_DEFAULT resolved: auto or exact);
+ * *by_default (may be NULL) is 1 when it came from GR_SHAPES_DEFAULT, 0 when it was asked for.
+ * -1 for a NULL session. */
+GR_API int gr_session_shape_policy(gr_session_t s, int *by_default);
 
 /* Copies host data into the named input (checked against dtype and shape).
  * Symbolic dims of the graph are bound by the shapes given here. */

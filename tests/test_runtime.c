@@ -179,6 +179,7 @@ static void test_new_shapes(int max_rerecords) {
     if (!g) return;
     gr_session_options og = sim_opts(GR_MODE_GRAPH), oe = sim_opts(GR_MODE_EAGER);
     og.max_rerecords = max_rerecords;
+    og.shape_policy = GR_SHAPES_EXACT; /* max_rerecords is exact's limit (the default, auto, measures instead) */
     gr_session_t sg = NULL, se = NULL;
     CHECK_OK(gr_session_create(g, &og, &sg));
     CHECK_OK(gr_session_create(g, &oe, &se));

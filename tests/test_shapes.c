@@ -55,6 +55,7 @@ static gr_session_options opts(gr_mode mode) {
     gr_session_options_init(&o);
     o.device = on_cuda ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
     o.mode = mode;
+    o.shape_policy = GR_SHAPES_EXACT; /* this file's policy (graph mode's default is auto: test_shape_auto) */
     return o;
 }
 
@@ -90,10 +91,43 @@ static void test_policy_options(void) {
     CHECK_ERR(gr_shape_policy_parse(NULL, &p), GR_ERR_INVALID, "unknown shape policy");
     gr_session_options o;
     gr_session_options_init(&o);
-    CHECK(o.shape_policy == GR_SHAPES_EXACT && o.graph_memory_mb == 0 && o.no_persist_decisions == 0);
+    CHECK(o.shape_policy == GR_SHAPES_DEFAULT && o.graph_memory_mb == 0 && o.no_persist_decisions == 0);
+    CHECK(!strcmp(gr_shape_policy_name(GR_SHAPES_DEFAULT), "default") && gr_session_shape_policy(NULL, NULL) == -1);
 
     gr_graph_t g = parse_model();
     gr_session_t s = NULL;
+    /* the default resolves at creation: auto in graph mode for a symbolic model, exact in eager and
+     * auto modes; a policy asked for is kept */
+    static const struct { gr_mode mode; int asked, want, by_default; } resolved[] = {
+        {GR_MODE_GRAPH, GR_SHAPES_DEFAULT, GR_SHAPES_AUTO, 1}, {GR_MODE_EAGER, GR_SHAPES_DEFAULT, GR_SHAPES_EXACT, 1},
+        {GR_MODE_AUTO, GR_SHAPES_DEFAULT, GR_SHAPES_EXACT, 1}, {GR_MODE_GRAPH, GR_SHAPES_EXACT, GR_SHAPES_EXACT, 0},
+        {GR_MODE_GRAPH, GR_SHAPES_UPDATE, GR_SHAPES_UPDATE, 0}, {GR_MODE_AUTO, GR_SHAPES_AUTO, GR_SHAPES_AUTO, 0},
+    };
+    for (int i = 0; i < GR_ARRAY_LEN(resolved); i++) {
+        gr_session_options_init(&o);
+        o.device = on_cuda ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
+        o.mode = resolved[i].mode;
+        o.shape_policy = resolved[i].asked;
+        CHECK_OK(gr_session_create(g, &o, &s));
+        int by_default = -1, got = gr_session_shape_policy(s, &by_default);
+        CHECK_MSG(got == resolved[i].want && by_default == resolved[i].by_default, "case %d: policy %s (default %d)", i,
+                  gr_shape_policy_name(got), by_default);
+        gr_session_destroy(s);
+        s = NULL;
+    }
+    /* a static model: exact in graph mode too (one binding) */
+    gr_graph_t fixed = NULL;
+    CHECK_OK(gr_graph_parse("graft 1\ninput x: f32[4, 16]\ny = tanh(x)\noutput y\n", "static.gir", NULL, &fixed));
+    gr_session_options_init(&o);
+    o.device = on_cuda ? GR_DEVICE_CUDA : GR_DEVICE_SIM;
+    o.mode = GR_MODE_GRAPH;
+    if (fixed) CHECK_OK(gr_session_create(fixed, &o, &s));
+    int fixed_default = 0;
+    CHECK_MSG(s && gr_session_shape_policy(s, &fixed_default) == GR_SHAPES_EXACT && fixed_default == 1, "static model: %s",
+              gr_shape_policy_name(gr_session_shape_policy(s, NULL)));
+    gr_session_destroy(s);
+    s = NULL;
+    gr_graph_destroy(fixed);
     /* every policy is implemented now: generic (tests/test_shape_generic.c) creates a session */
     o = opts(GR_MODE_GRAPH);
     CHECK_OK(gr_shape_policy_parse("generic", &o.shape_policy));

@@ -166,15 +166,18 @@ static const char usage_inputs[] =
     "                         each segment timed eager and as a graph in its first\n"
     "                         runs, the faster kept)\n"
     "  --shapes exact|pad|generic|update|auto  graph mode over many shapes: how the\n"
-    "                         bindings of symbolic dims share CUDA graphs (default\n"
-    "                         exact: one graph per binding; update: one exec per\n"
-    "                         segment, each binding's capture applied to it with\n"
-    "                         cudaGraphExecUpdate; pad: rounded up to capture sizes\n"
-    "                         where proven row-independent (explain says why not);\n"
-    "                         auto: pad, else exact within --graph-memory-mb and\n"
-    "                         update beyond; generic: one graph per power-of-two\n"
-    "                         bucket, kernels reading their dims from a device\n"
-    "                         table, where proven (explain says why not))\n"
+    "                         bindings of symbolic dims share CUDA graphs (default:\n"
+    "                         auto in graph mode for a model with symbolic dims,\n"
+    "                         exact otherwise; exact: one graph per binding; update:\n"
+    "                         one exec per segment, each binding's capture applied\n"
+    "                         to it with cudaGraphExecUpdate; pad: rounded up to\n"
+    "                         capture sizes where proven row-independent (explain\n"
+    "                         says why not); auto (graph mode): pad where proven,\n"
+    "                         then per segment exact, update or generic, measured\n"
+    "                         once and re-chosen as the calls per binding grow;\n"
+    "                         generic: one graph per power-of-two bucket, kernels\n"
+    "                         reading their dims from a device table, where proven\n"
+    "                         (explain says why not))\n"
     "  --capture-range NAME=LO:HI  graph mode: capture every binding of dim NAME in\n"
     "                         LO..HI ahead of time, largest first, with a progress\n"
     "                         line and the time it took (default: lazily, on first use)\n"
@@ -517,7 +520,7 @@ static int parse_args(int argc, char **argv, int allowed, cli_opts *o) {
             }
         } else if (!strcmp(optname, "--shapes")) {
             if (gr_shape_policy_parse(value, &o->shapes) != GR_OK) {
-                errorf("--shapes: unknown policy '%s' (expected exact, pad, generic, update or auto)", show(value));
+                errorf("--shapes: unknown policy '%s' (expected exact, pad, generic, update, auto or default)", show(value));
                 return EXIT_USAGE;
             }
         } else if (!strcmp(optname, "--tp")) {
@@ -1505,7 +1508,9 @@ static int cmd_bench(const cli_opts *o) {
                     fputs("\n  ],\n", f);
                 }
                 fputs("  \"shape_policy\": ", f);
-                json_string(f, gr_shape_policy_name(o->shapes >= 0 ? o->shapes : GR_SHAPES_EXACT));
+                int by_default = 0;
+                json_string(f, gr_shape_policy_name(gr_session_shape_policy(sess, &by_default)));
+                fprintf(f, ",\n  \"shape_policy_default\": %s", by_default ? "true" : "false");
                 fprintf(f, ",\n  \"graph_bytes\": %zu,\n  \"graph_bytes_peak\": %zu,\n  \"graph_budget_bytes\": %zu,\n",
                         stats.graph_bytes, stats.graph_bytes_peak, stats.graph_budget_bytes);
                 fprintf(f, "  \"instantiations\": %ld,\n  \"evictions\": %ld,\n  \"graphs_live\": %ld,\n  \"over_budget\": %ld,\n",

@@ -75,7 +75,7 @@ def _torch_setup():
 
 def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rerecords=8, cache_dir=None,
          arena="per_shape", no_partition=False, fuse_attention=True, fuse_attention_f32=False, precision=None,
-         shapes="exact", graph_memory_mb=0, tp=1, fuse_epilogue=True):
+         shapes=None, graph_memory_mb=0, tp=1, fuse_epilogue=True):
     """Loads a .onnx or .gir model and compiles it for a device.
 
     device: "auto" (CUDA when a driver and GPU are present, else the simulator), "sim", "cuda".
@@ -84,9 +84,11 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
     arena: "per_shape" or "max" (one arena for the largest binding; needs every dim's hi).
     max_rerecords, cache_dir, verbose, no_partition: as gr_session_options in graft.h.
     shapes: graph mode over many shapes, "exact" (one graph per binding), "update" (one exec
-        per segment, cudaGraphExecUpdate), "pad", "auto" or "generic" (one graph per power-of-two
-        bucket, kernels reading their dims from a device table); graph_memory_mb: the graphs'
-        memory budget (0: none).
+        per segment, cudaGraphExecUpdate), "pad", "auto" (per segment measured, re-chosen as the
+        calls per binding grow) or "generic" (one graph per power-of-two bucket, kernels reading
+        their dims from a device table); None (the default): auto in graph mode for a model with
+        symbolic dims, exact otherwise (Session.shape_policy says which); graph_memory_mb: the
+        graphs' memory budget (0: none).
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
     fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
     fuse_epilogue: run a tanh-GELU or ReLU after a matmul as the matmul's epilogue (False: the
@@ -117,9 +119,11 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         opts.no_fuse_attention, opts.fuse_attention_f32 = int(not fuse_attention), int(bool(fuse_attention_f32))
         opts.precision = _PRECISIONS[precision]
         opts.no_fuse_epilogue = int(not fuse_epilogue)
-        policy = ctypes.c_int()
-        C.check(lib.gr_shape_policy_parse(str(shapes).encode(), ctypes.byref(policy)))
-        opts.shape_policy, opts.graph_memory_mb = policy.value, float(graph_memory_mb)
+        if shapes is not None:
+            policy = ctypes.c_int()
+            C.check(lib.gr_shape_policy_parse(str(shapes).encode(), ctypes.byref(policy)))
+            opts.shape_policy = policy.value
+        opts.graph_memory_mb = float(graph_memory_mb)
         opts.tp = tp
         cache = os.fsencode(cache_dir) if cache_dir else None
         opts.cache_dir = cache
@@ -147,6 +151,8 @@ class Session:
         self._graph, self._handle, self.path = graph, handle, path
         self._held = {}  # input name -> DLPack capsule bound (kept while graft may read it)
         self.device_kind = "cuda" if lib.gr_session_device_kind(handle) == C.DEVICE_CUDA else "sim"
+        # the shape policy it runs under (the default resolved: "auto" or "exact")
+        self.shape_policy = lib.gr_shape_policy_name(lib.gr_session_shape_policy(handle, None)).decode()
         self.device_name = lib.gr_session_device_name(handle).decode("utf-8", "replace")
         self.stream = None  # CUDA: the stream runs are ordered on (int handle or torch.cuda.Stream); None: legacy default
         info = C.ValueInfo()

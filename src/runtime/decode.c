@@ -356,6 +356,9 @@ static gr_status engine_create(struct gr_session *src, int n_state, const char *
     gr_session_options o = src->opt;
     o.precision = GR_PRECISION_MODEL; /* the source graph is converted already */
     o.arena_policy = GR_ARENA_PER_SHAPE;
+    /* the default policy gives the engine exact (one graph per length, as it was built for):
+     * shape policy auto's measuring runs would replay the step on the caches it updates */
+    if (src->shape_policy_default) o.shape_policy = GR_SHAPES_EXACT;
     if ((st = gr_rt_session_create_child(rw, &o, src, &e->s)) != GR_OK) goto done;
     const gr_graph *eg = e->s->graph;
     e->state_in = gr_calloc((size_t)n_state, sizeof(int));

@@ -114,12 +114,17 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                      ps->attention_fused);
     }
     if (s->opt.mode != GR_MODE_EAGER) {
-        if (s->autopol)
-            gr_sb_printf(&sb, "shape policy: auto (per segment exact, update or generic, chosen by measuring each at the "
+        if (s->autopol) {
+            gr_sb_printf(&sb, "shape policy: auto (%sper segment exact, update or generic, chosen by measuring each at the "
                               "segment's first binding: %ld segments measured in this session with %ld measuring runs, %ld "
                               "decisions from the decisions file; generic %s)\n",
+                         s->shape_policy_default ? "the default of graph mode for a model with symbolic dims (--shapes exact "
+                                                   "etc. to choose another); "
+                                                 : "",
                          s->autopol_measured, s->autopol_runs, s->autopol_loaded,
                          s->generic_infra ? "a candidate" : "not a candidate (a symbol padded or without a declared maximum)");
+            gr_rt_autopol_explain_session(s, &sb); /* autopol.c: calls per binding seen, re-decisions */
+        }
         if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO)
             gr_rt_pad_explain(s, &sb); /* shapes.c */
         else if (s->opt.shape_policy == GR_SHAPES_GENERIC)
@@ -132,7 +137,10 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                               "update: %ld updates, %ld refused and instantiated instead)\n",
                          s->exec_updates, s->exec_updates_refused);
         else if (!s->autopol)
-            gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims)\n", gr_shape_policy_name(s->opt.shape_policy));
+            gr_sb_printf(&sb, "shape policy: %s (one graph per binding of the symbolic dims%s)\n", gr_shape_policy_name(s->opt.shape_policy),
+                         !s->shape_policy_default ? ""
+                         : s->graph->syms.len    ? "; the default of mode auto"
+                                                 : "; the default: the model has no symbolic dims");
         gr_sb_printf(&sb, "graph memory: %zu bytes held by %ld graphs (measured on the device: free memory before minus after "
                           "each capture), peak %zu, budget ",
                      s->graph_bytes, s->graphs_live, s->graph_bytes_peak);

@@ -180,6 +180,7 @@ struct gr_session {
     /* shape policy auto measured per segment (autopol.c): on in graph mode for symbolic models;
      * segments measured / decisions read from the decisions file / measuring runs */
     bool autopol;
+    bool shape_policy_default; /* opt.shape_policy came from GR_SHAPES_DEFAULT (resolved at creation) */
     long autopol_measured, autopol_loaded, autopol_runs;
     struct gr_rt_autopol *ap; /* autopol.c: per-segment decisions; NULL unless autopol */
     long *generic_input_owner;

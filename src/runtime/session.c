@@ -11,11 +11,11 @@ void gr_session_options_init(gr_session_options *o) {
     o->device = GR_DEVICE_AUTO;
     o->mode = GR_MODE_EAGER;
     o->max_rerecords = 8;
-    o->shape_policy = GR_SHAPES_EXACT;
+    o->shape_policy = GR_SHAPES_DEFAULT;
 }
 
 /* ==== shape policies ============================================================================ */
-static const char *const shape_policy_names[] = {"exact", "pad", "generic", "update", "auto"};
+static const char *const shape_policy_names[] = {"exact", "pad", "generic", "update", "auto", "default"};
 _Static_assert(sizeof shape_policy_names / sizeof shape_policy_names[0] == GR_SHAPES_COUNT,
                "a name per gr_shape_policy");
 
@@ -29,7 +29,7 @@ gr_status gr_shape_policy_parse(const char *name, int *out) {
         if (!strcmp(name, shape_policy_names[k])) return *out = k, GR_OK;
     char shown[64];
     gr_escape_text(shown, sizeof shown, name ? name : "(null)", false);
-    return gr_error(GR_ERR_INVALID, "unknown shape policy '%s' (expected exact, pad, generic, update or auto)", shown);
+    return gr_error(GR_ERR_INVALID, "unknown shape policy '%s' (expected exact, pad, generic, update, auto or default)", shown);
 }
 
 /* The options gr_session_create refuses before doing any work. */
@@ -193,6 +193,13 @@ static gr_status session_create(gr_graph_t graph, const gr_session_options *opt,
     if ((st = gr_ir_graph_clone(graph, &s->graph)) != GR_OK) goto fail;
     double t_clone = gr_now_us();
     if ((st = gr_ir_infer_shapes(s->graph)) != GR_OK) goto fail;
+    /* the default shape policy: auto where graph mode meets symbolic dims (issue 11: per segment
+     * measured, then adapted to the calls per binding seen, autopol.c); exact where there is one
+     * binding (a static model) or the mode decides graphs itself (auto) or makes none (eager) */
+    if (s->opt.shape_policy == GR_SHAPES_DEFAULT) {
+        s->shape_policy_default = true;
+        s->opt.shape_policy = s->opt.mode == GR_MODE_GRAPH && s->graph->syms.len > 0 ? GR_SHAPES_AUTO : GR_SHAPES_EXACT;
+    }
     if (s->opt.precision < 0 || s->opt.precision >= GR_PRECISION_COUNT) {
         st = gr_error(GR_ERR_INVALID, "gr_session_create: precision %d is not a gr_precision (bf16 or f16)", s->opt.precision);
         goto fail;
@@ -309,6 +316,11 @@ void gr_session_destroy(gr_session_t s) {
 
 const char *gr_session_device_name(gr_session_t s) { return s ? gr_dev_name(s->dev) : "?"; }
 gr_device_kind gr_session_device_kind(gr_session_t s) { return s && s->dev ? s->dev->kind : GR_DEVICE_AUTO; }
+
+int gr_session_shape_policy(gr_session_t s, int *by_default) {
+    if (by_default) *by_default = s && s->shape_policy_default;
+    return s ? s->opt.shape_policy : -1;
+}
 
 /* ==== inputs ================================================================================ */
 static int find_input(const gr_graph *g, const char *name) {

@@ -63,7 +63,7 @@ def test_generic_needs_a_bound(tmp_path, cmd):
 
 
 @pytest.mark.parametrize("args,frag", [
-    (["--shapes", "bucket"], "--shapes: unknown policy 'bucket' (expected exact, pad, generic, update or auto)"),
+    (["--shapes", "bucket"], "--shapes: unknown policy 'bucket' (expected exact, pad, generic, update, auto or default)"),
     (["--shapes"], "option '--shapes' needs a value"),
     (["--graph-memory-mb", "-1"], "--graph-memory-mb: '-1' is not a positive size in MiB"),
     (["--graph-memory-mb", "0"], "--graph-memory-mb: '0' is not a positive size"),
@@ -97,7 +97,8 @@ def test_bench_reports_graph_memory(model, tmp_path):
     assert "graph memory" in p.stdout and "graph memory budget" in p.stdout
     assert "instantiations" in p.stdout and "evictions" in p.stdout
     r = json.loads(js.read_text())
-    assert r["shape_policy"] == "exact"
+    # no --shapes: the default, auto for a model with symbolic dims in graph mode
+    assert r["shape_policy"] == "auto" and r["shape_policy_default"] is True
     assert r["graph_budget_bytes"] == 1 << 20
     assert 0 < r["graph_bytes"] <= r["graph_bytes_peak"] <= r["graph_budget_bytes"]
     assert r["instantiations"] >= 1 and r["graphs_live"] >= 1 and r["over_budget"] == 0
@@ -116,8 +117,12 @@ def test_budget_below_one_graph_runs_eager_with_a_message(model, tmp_path):
 
 def test_explain_shows_policy_and_graph_memory(model):
     p = ok(run_graft("explain", model, "--device", "sim", "--mode", "graph", "--dim", "S=5", "--graph-memory-mb", "2"))
-    assert "shape policy: exact" in p.stdout
+    assert "shape policy: auto (the default of graph mode for a model with symbolic dims" in p.stdout
     assert "graph memory:" in p.stdout and "budget 2097152 bytes" in p.stdout
+    p = ok(run_graft("explain", model, "--device", "sim", "--mode", "graph", "--shapes", "exact", "--dim", "S=5"))
+    assert "shape policy: exact (one graph per binding of the symbolic dims)" in p.stdout and "the default" not in p.stdout
+    p = ok(run_graft("explain", model, "--device", "sim", "--mode", "eager", "--dim", "S=5"))
+    assert "shape policy" not in p.stdout
 
 
 # ==== persisted decisions ==================================================================
