@@ -15,6 +15,8 @@
 #include "check.h"
 #include "shape_sweep.h"
 #include "runtime/runtime-impl.h"
+#include "util/cache-file.h"
+#include <sys/stat.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +109,7 @@ static gr_status split_after_gelu(void *user, gr_graph *g, gr_step_list *steps) 
 /* One run at S = seq; y gets the output's floats (out_n of them). */
 /* ---- runs ---- */
 static gr_status run_at(gr_session_t s, int seq, float *y, size_t *out_n) {
-    float x[MAX_S * 16];
+    static float x[256 * 16]; /* S's range: 1..256 */
     sweep_fill(x, seq * 16, 100u + (unsigned)seq);
     int64_t dims[2] = {seq, 16};
     GR_TRY(gr_session_set_input(s, "x", GR_F32, 2, dims, x, sizeof(float) * (size_t)seq * 16));
@@ -321,6 +323,166 @@ static void test_capture_range(void) {
     gr_graph_destroy(g);
 }
 
+/* ==== the adaptive rule: the default policy, re-chosen as calls per binding grow ========================== */
+#define WIDE 200 /* lengths of the never-repeating stream */
+/* calls per length of the repeating sweep: on the simulator's costs (exact: replay 8.2 us, a new graph
+ * 41.5 us; generic: replay 9.2 us, nine graphs for 256 lengths) exact wins past about 41 calls per binding */
+#define PASSES 64
+
+/* A session of graph mode with nothing asked about shapes: the default (auto on this symbolic model). */
+static gr_session_t default_session(gr_graph_t g, double graph_memory_mb, bool persist) {
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.mode = GR_MODE_GRAPH;
+    o.graph_memory_mb = graph_memory_mb;
+    if (persist) o.cache_dir = cache_dir;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    int by_default = 0;
+    CHECK_MSG(s && gr_session_shape_policy(s, &by_default) == GR_SHAPES_AUTO && by_default, "the default policy is %s",
+              gr_shape_policy_name(gr_session_shape_policy(s, NULL)));
+    return s;
+}
+
+/* segment seg's policy in s's current plan (-1: undecided) */
+static int policy_of(gr_session_t s, int seg) { return s && s->current ? gr_rt_autopol_policy(s, s->current, seg) : -2; }
+
+/* Runs seq in s and in the eager reference session e (the same kernels: policy auto in eager mode);
+ * returns whether they differ. */
+static bool differs_from_eager(gr_session_t s, gr_session_t e, int seq) {
+    static float y[WIDE * 16], r[WIDE * 16];
+    size_t m = 0, n = 0;
+    CHECK_OK(run_at(s, seq, y, &m));
+    CHECK_OK(run_at(e, seq, r, &n));
+    return m != n || memcmp(y, r, sizeof(float) * m) != 0;
+}
+
+static gr_session_t eager_reference(gr_graph_t g) {
+    gr_session_options o = opts(GR_MODE_EAGER, GR_SHAPES_AUTO);
+    gr_session_t e = NULL;
+    CHECK_OK(gr_session_create(g, &o, &e));
+    return e;
+}
+
+/* Every length of 1..N called `passes` times (each pass shuffled): generic first (two calls per
+ * binding assumed, nine buckets for 256 lengths), exact or update once the observed calls per
+ * binding make their captures cheap; every result eager's. Returns the session (destroyed by the caller). */
+static gr_session_t repeat_sweep(gr_graph_t g, gr_session_t e, int passes, double graph_memory_mb, bool persist, int *first_policy) {
+    gr_session_t s = default_session(g, graph_memory_mb, persist);
+    int bad = 0;
+    *first_policy = -1;
+    for (int pass = 0; pass < passes && s; pass++) {
+        int order[2 * MAX_S];
+        sweep_order(order, N, 0, 31u + (unsigned)pass);
+        for (int i = 0; i < N; i++) { /* the first half of sweep_order's two rounds: each length once */
+            bad += differs_from_eager(s, e, order[i]);
+            if (pass == 0 && i == 0) *first_policy = policy_of(s, 0);
+        }
+    }
+    CHECK_MSG(bad == 0, "%d of %d runs of the repeating sweep differ from eager", bad, passes * N);
+    return s;
+}
+
+static void test_adaptive(void) {
+    gr_graph_t g = NULL;
+    CHECK_OK(gr_graph_parse(split_gir, "split.gir", NULL, &g));
+    if (!g) return;
+    gr_rt_debug_set_step_hook(split_after_gelu, NULL);
+    gr_session_t e = eager_reference(g);
+
+    /* repeats: generic at the first binding, then exact or update */
+    int first = -1;
+    gr_session_t s = repeat_sweep(g, e, PASSES, 0, true, &first);
+    int last = policy_of(s, 0);
+    char *text = explain_of(s);
+    if (getenv("GRAFT_TEST_VERBOSE")) fprintf(stderr, "%s", text ? text : "");
+    CHECK_MSG(first == GR_SHAPES_GENERIC && (last == GR_SHAPES_EXACT || last == GR_SHAPES_UPDATE),
+              "segment 0: %s at the first binding, %s after %d calls per binding:\n%s", gr_shape_policy_name(first),
+              gr_shape_policy_name(last), PASSES, text ? text : "");
+    CHECK_MSG(text && strstr(text, "shape policy: auto (the default of graph mode for a model with symbolic dims") &&
+                  strstr(text, "calls per binding seen: 64.00 (1536 calls over 24 bindings)") && strstr(text, "last changed at call "),
+              "explain:\n%s", text ? text : "");
+    gr_run_stats st = {0};
+    if (s) CHECK_OK(gr_session_stats(s, &st));
+    long measure_runs = st.shape_measure_runs;
+    CHECK_MSG(st.shape_decisions_measured >= 2 && st.shape_decisions_measured <= 4, "measured %ld segments (re-deciding measures nothing)", st.shape_decisions_measured);
+    gr_free_string(text);
+    gr_session_destroy(s);
+
+    /* the next process starts from the saved ratio: the loaded decision is the last one, nothing
+     * measured, and explain shows the prior read from the file */
+    s = default_session(g, 0, true);
+    int bad = s ? differs_from_eager(s, e, 1) : 0;
+    text = explain_of(s);
+    const char *prior = text ? strstr(text, "chosen for ") : NULL;
+    double saved = 0;
+    const char *at = prior ? strstr(prior, "(prior ") : NULL;
+    if (at) saved = strtod(at + 7, NULL);
+    if (s) CHECK_OK(gr_session_stats(s, &st));
+    CHECK_MSG(policy_of(s, 0) == last && st.shape_measure_runs == 0 && st.shape_decisions_loaded >= 2 && saved > 40 &&
+                  strstr(text, "from the decisions file, with this session's"),
+              "reloaded: segment 0 %s, %ld measuring runs (first process %ld), prior %.2f:\n%s", gr_shape_policy_name(policy_of(s, 0)),
+              st.shape_measure_runs, measure_runs, saved, text ? text : "");
+    gr_free_string(text);
+    /* this process sees each length once: the ratio comes down from the saved one, results stay eager's */
+    for (int seq = 2; seq <= N && s; seq++) bad += differs_from_eager(s, e, seq);
+    CHECK_MSG(bad == 0, "%d runs with the reloaded ratio differ from eager", bad);
+    gr_session_destroy(s);
+
+    /* a decisions file of the previous layout (DEC2): ignored with a warning, measured again */
+    char path[600];
+    CHECK(decisions_file(path, sizeof path));
+    const char *base = strrchr(path, '/');
+    uint64_t key = base ? strtoull(base + 1, NULL, 16) : 0;
+    unsigned char old_payload[8] = {0};
+    CHECK_OK(gr_cache_file_write(path, 0x32434544u /* "DEC2" */, key, old_payload, sizeof old_payload));
+    s = default_session(g, 0, true);
+    for (int seq = 1; seq <= 4 && s; seq++) CHECK(!differs_from_eager(s, e, seq));
+    if (s) CHECK_OK(gr_session_stats(s, &st));
+    text = explain_of(s);
+    CHECK_MSG(st.shape_decisions_loaded == 0 && st.shape_decisions_measured >= 2 && text && strstr(text, "warning: ignoring the decisions file"),
+              "an old file: loaded %ld, measured %ld:\n%s", st.shape_decisions_loaded, st.shape_decisions_measured, text ? text : "");
+    gr_free_string(text);
+    gr_session_destroy(s);
+
+    /* under a graph memory budget: the switch gives the old policy's graphs back and the budget holds */
+    double budget_mb = 1; /* the whole range's exact graphs fit (256 x 2 x 1120 bytes): exact is a candidate */
+    s = repeat_sweep(g, e, PASSES, budget_mb, false, &first);
+    if (s) CHECK_OK(gr_session_stats(s, &st));
+    text = explain_of(s);
+    CHECK_MSG(st.graph_bytes <= st.graph_budget_bytes && st.graph_bytes_peak <= st.graph_budget_bytes && st.graph_budget_bytes > 0 &&
+                  policy_of(s, 0) != GR_SHAPES_GENERIC && first == GR_SHAPES_GENERIC,
+              "budget %zu: %zu bytes held, peak %zu; segment 0 %s then %s:\n%s", st.graph_budget_bytes, st.graph_bytes, st.graph_bytes_peak,
+              gr_shape_policy_name(first), gr_shape_policy_name(policy_of(s, 0)), text ? text : "");
+    gr_free_string(text);
+    gr_session_destroy(s);
+
+    /* no repeats: a stream of new lengths keeps generic (its few captures win at one call each) */
+    s = default_session(g, 0, false);
+    int order[2 * WIDE];
+    sweep_order(order, WIDE, 0, 41);
+    bad = 0;
+    for (int i = 0, k = 0; i < 2 * WIDE && s; i++) {
+        bool dup = false;
+        for (int j = 0; j < i && !dup; j++) dup = order[j] == order[i];
+        if (dup) continue; /* each length once */
+        bad += differs_from_eager(s, e, order[i]);
+        if (k++ == 0) first = policy_of(s, 0);
+    }
+    text = explain_of(s);
+    CHECK_MSG(bad == 0 && first == GR_SHAPES_GENERIC && policy_of(s, 0) == GR_SHAPES_GENERIC && text &&
+                  strstr(text, "calls per binding seen: 1.00 (200 calls over 200 bindings)") && strstr(text, "never changed"),
+              "never-repeating: %d wrong, segment 0 %s then %s:\n%s", bad, gr_shape_policy_name(first), gr_shape_policy_name(policy_of(s, 0)),
+              text ? text : "");
+    gr_free_string(text);
+    gr_session_destroy(s);
+
+    gr_session_destroy(e);
+    gr_rt_debug_set_step_hook(NULL, NULL);
+    gr_graph_destroy(g);
+}
+
 /* ==== allocation failures ============================================================================== */
 static void test_alloc_failures(void) {
     gr_graph_t g = NULL;
@@ -374,6 +536,9 @@ int main(void) {
     test_per_segment();
     test_no_unsafe_pad();
     test_capture_range();
+    remove_tree();
+    if (mkdir(cache_dir, 0700) != 0) perror("mkdir");
+    test_adaptive();
     test_alloc_failures();
     remove_tree();
     return check_summary("test_shape_auto");

@@ -15,15 +15,34 @@
  *   setup     what a new binding costs: recording the stream plus instantiation (exact; generic
  *             once per bucket) or plus the exec update (update);
  *   bytes     the graph memory of the segment's own graph (free device memory before/after).
- * The rule: per call = replay + switch + setup x (graphs made per binding seen), where a
+ * The rule: per call = replay + switch + setup x (graphs made per binding seen) / R, where a
  * policy makes a graph for every binding seen (exact, update) or for every bucket seen
- * (generic: buckets / bindings of the declared ranges), spread over AP_CALLS_PER_BINDING calls
- * of each binding. A policy whose graphs over the whole declared range (bindings, or buckets, x
- * the binding's graph bytes) exceed graph_memory_mb pays its setup on every call (LRU eviction
+ * (generic: buckets / bindings of the declared ranges), spread over the R calls each binding
+ * gets. A policy whose graphs over the whole declared range (bindings, or buckets, x the
+ * binding's graph bytes) exceed graph_memory_mb pays its setup on every call (LRU eviction
  * re-captures). The smallest per-call cost wins; on a tie, fewer graphs. Why this rule: it is
- * the sweep's cost (issue 11's benchmark: every length, twice, in any order) per call, from
- * numbers measured once, and it needs no guess of the future beyond "each binding is seen
- * AP_CALLS_PER_BINDING times".
+ * the cost of the calls seen so far per call, from numbers measured once.
+ *
+ * R, calls per binding, is observed (the adaptive rule): the session counts its calls and the
+ * distinct bindings among them (after pad's rounding: what graphs are made for), and each
+ * decision uses R = (W x R0 + calls) / (W + bindings): the observation with a prior R0 worth W
+ * = AP_PRIOR_WEIGHT bindings, where R0 is the ratio the decisions file saved for the segment
+ * (the last process's observation) or AP_PRIOR_RATIO (2: issue 11's sweep) when nothing was
+ * saved. A fixed R was wrong both ways: a serving loop calls each length many times (setup
+ * amortises away: exact's cheaper replay wins, measured on the H100 as 1.377 against generic's
+ * 1.708 ms per call for GPT-2, where a fixed R = 2 chose generic at 2.286), a stream of new
+ * lengths never repeats (R = 1: generic's fewer captures win). The decided segments are
+ * re-chosen from the numbers already measured (no new measuring runs) at a run's start when the
+ * calls reached twice those at the last revision or the observed ratio moved by a factor
+ * AP_REVISE_STEP either way since it: both at most logarithmically often (the calls double, or
+ * the ratio moves by a factor, which needs the calls or the bindings to grow by that factor), so
+ * a million calls revise about 60 times, each O(segments) arithmetic. A choice that changes
+ * gives back the graphs the old policy made for the segment that the new one does not run
+ * (exact's own graphs under generic, except the buckets'; update's shared exec), after the
+ * stream drains; the new policy captures as it runs, under graph_memory_mb's LRU as every
+ * capture. The ratio is saved with the decision, so the next process starts from it. Distinct
+ * bindings are remembered in a hash set of at most AP_SEEN_MAX; past it an unseen binding
+ * counts as new (R then errs low, towards fewer graphs).
  *
  * Cost of measuring: at the segment's first binding, one warm-up and one capture (as any
  * graph-mode run), one timed replay, one exec update, and for generic the bucket's warm-up,
@@ -39,8 +58,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#define AP_CALLS_PER_BINDING 2.0 /* the benchmark's sweep: each length twice */
-#define AP_OPEN_RANGE 128.0      /* bindings assumed of a symbol without a declared maximum */
+#define AP_PRIOR_RATIO 2.0  /* calls per binding before any is observed: the benchmark's sweep, each length twice */
+#define AP_PRIOR_WEIGHT 4.0 /* the prior ratio counts as this many bindings observed */
+#define AP_REVISE_STEP 1.25 /* a revision when the observed ratio moved by this factor (or the calls doubled) */
+#define AP_SEEN_MAX (1 << 16) /* distinct bindings remembered (a set of 8-byte hashes: 512 KiB at most) */
+#define AP_OPEN_RANGE 128.0 /* bindings assumed of a symbol without a declared maximum */
 
 enum { AP_EXACT, AP_UPDATE, AP_GENERIC };
 static const int ap_policy[GR_AP_N] = {GR_SHAPES_EXACT, GR_SHAPES_UPDATE, GR_SHAPES_GENERIC};
@@ -49,12 +71,22 @@ typedef struct {
     gr_rt_ap_decision x;
     bool persist;       /* measured (a fallback segment is not: nothing was measured) */
     long rep_serial;    /* the bucket plan whose graph was captured only to measure generic (0: none) */
+    double prior;       /* R0: the decisions file's ratio, or AP_PRIOR_RATIO */
+    long decided_call;  /* the calls seen when this session first decided it (-1: from the file) */
+    int prev_policy;    /* the policy before its last change in this session (-1: none) */
     char why[256];      /* why a candidate was not measured */
 } ap_entry;
 
 struct gr_rt_autopol {
     GR_VEC(ap_entry) e;
     double bindings, buckets; /* of the declared ranges */
+    /* the adaptive rule: calls and distinct bindings seen (set: their hashes, open addressing, 0 = empty) */
+    long calls, seen;
+    uint64_t *set;
+    int set_cap, set_len;
+    long next_revision;    /* calls at which the next revision is due */
+    double revised_ratio;  /* the observed ratio at the last revision */
+    long revisions, switches;
 };
 
 /* ==== setup ========================================================================================= */
@@ -101,6 +133,7 @@ gr_status gr_rt_autopol_init(gr_session_t s) {
 void gr_rt_autopol_free(gr_session_t s) {
     if (!s->ap) return;
     gr_vec_free(&s->ap->e);
+    gr_free(s->ap->set, sizeof(uint64_t) * (size_t)s->ap->set_cap);
     gr_free(s->ap, sizeof *s->ap);
     s->ap = NULL;
     s->autopol = false;
@@ -134,7 +167,7 @@ static gr_status lookup(gr_session_t s, const gr_rt_plan *p, int seg, ap_entry *
                 gr_shape_policy_name(f->policy), bad);
         return GR_OK;
     }
-    ap_entry e = {.x = *f, .persist = true};
+    ap_entry e = {.x = *f, .persist = true, .prior = f->ratio, .decided_call = -1, .prev_policy = -1};
     e.x.from_file = true;
     GR_TRY(gr_vec_push(&s->ap->e, e));
     s->autopol_loaded++;
@@ -224,6 +257,8 @@ static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, in
     e.x.seg = seg;
     e.x.seg_hash = gr_rt_segment_hash(p, seg);
     e.x.policy = -1;
+    e.prior = AP_PRIOR_RATIO;
+    e.prev_policy = -1;
     for (int c = 0; c < GR_AP_N; c++) e.x.replay_us[c] = e.x.setup_us[c] = e.x.per_call_us[c] = -1;
     /* exact: warm-up and capture of its own graph (an own exec while undecided: shapes.c) */
     bool ran = false;
@@ -296,7 +331,12 @@ static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, in
 }
 
 /* ==== deciding ====================================================================================== */
-static void score(gr_session_t s, gr_rt_ap_decision *x, double binding_bytes) {
+/* R for entry e: the observed calls per binding with e's prior (the comment at the top) */
+static double ratio_of(const struct gr_rt_autopol *ap, const ap_entry *e) {
+    return (AP_PRIOR_WEIGHT * e->prior + (double)ap->calls) / (AP_PRIOR_WEIGHT + (double)ap->seen);
+}
+
+static void score(gr_session_t s, gr_rt_ap_decision *x, double binding_bytes, double ratio) {
     const struct gr_rt_autopol *ap = s->ap;
     double graphs[GR_AP_N] = {ap->bindings, 1, ap->buckets};
     int best = -1;
@@ -306,14 +346,13 @@ static void score(gr_session_t s, gr_rt_ap_decision *x, double binding_bytes) {
         if (x->replay_us[c] < 0) continue;
         bool fits = !s->graph_budget || graphs[c] * binding_bytes <= (double)s->graph_budget;
         /* graphs made per call: one per binding (exact; update records one and applies it) or
-         * per bucket (generic), over AP_CALLS_PER_BINDING calls each; every call when evicted */
-        double per_call = c == AP_UPDATE ? 1.0 / AP_CALLS_PER_BINDING
-                          : fits         ? graphs[c] / (ap->bindings * AP_CALLS_PER_BINDING)
-                                         : 1.0;
+         * per bucket (generic), over `ratio` calls each; every call when evicted */
+        double per_call = c == AP_UPDATE ? 1.0 / ratio : fits ? graphs[c] / (ap->bindings * ratio) : 1.0;
         x->per_call_us[c] = (float)(x->replay_us[c] + x->setup_us[c] * per_call);
         if (best < 0 || x->per_call_us[c] < x->per_call_us[best]) best = c;
     }
     x->policy = best < 0 ? GR_SHAPES_EXACT : ap_policy[best];
+    x->ratio = (float)ratio;
 }
 
 gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p) {
@@ -329,7 +368,8 @@ gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p) {
     for (int seg = 0; pending && seg < p->segs.len; seg++) {
         ap_entry *e = p->segs.data[seg].graphable ? find(s, seg, gr_rt_segment_hash(p, seg)) : NULL;
         if (!e || e->x.policy >= 0) continue;
-        score(s, &e->x, binding_bytes);
+        score(s, &e->x, binding_bytes, ratio_of(s->ap, e));
+        e->decided_call = s->ap->calls;
         s->autopol_measured++;
         if (s->opt.verbose)
             fprintf(stderr, "graft: shape policy auto: segment %d: %s (per call: exact %.2f, update %.2f, generic %.2f us)\n", seg,
@@ -344,9 +384,112 @@ gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p) {
             if (q->serial == e->rep_serial && q != p && seg < q->segs.len && q->seg_state[seg].state == GR_SEG_CAPTURED)
                 gr_rt_segment_recapture(s, q, seg);
         if (x.policy == GR_SHAPES_UPDATE && p->seg_state[seg].state == GR_SEG_CAPTURED) GR_TRY(gr_rt_update_adopt(s, p, seg));
-        if (e->persist) GR_TRY(gr_rt_decisions_record_policy(s, &x));
+        if (e->persist) GR_TRY(gr_rt_decisions_record_policy(s, &x, true));
     }
     return GR_OK;
+}
+
+/* ==== the adaptive rule =============================================================================== */
+/* Whether binding hash h was seen before; remembers it (a full or unallocatable set: false, it
+ * counts as new). */
+static bool seen_before(struct gr_rt_autopol *ap, uint64_t h) {
+    h = h ? h : 1;
+    if (2 * (ap->set_len + 1) > ap->set_cap && ap->set_cap < AP_SEEN_MAX) {
+        int cap = ap->set_cap ? 2 * ap->set_cap : 64;
+        uint64_t *grown = gr_calloc((size_t)cap, sizeof *grown);
+        if (grown) {
+            for (int i = 0; i < ap->set_cap; i++) {
+                uint64_t k = ap->set[i];
+                if (!k) continue;
+                size_t j = (size_t)(k * 0x9e3779b97f4a7c15ull >> 20) & (size_t)(cap - 1);
+                while (grown[j]) j = (j + 1) & (size_t)(cap - 1);
+                grown[j] = k;
+            }
+            gr_free(ap->set, sizeof(uint64_t) * (size_t)ap->set_cap);
+            ap->set = grown;
+            ap->set_cap = cap;
+        }
+    }
+    if (!ap->set_cap) return false;
+    size_t j = (size_t)(h * 0x9e3779b97f4a7c15ull >> 20) & (size_t)(ap->set_cap - 1);
+    while (ap->set[j]) {
+        if (ap->set[j] == h) return true;
+        j = (j + 1) & (size_t)(ap->set_cap - 1);
+    }
+    if (2 * (ap->set_len + 1) > ap->set_cap) return false; /* full: not remembered */
+    ap->set[j] = h;
+    ap->set_len++;
+    return false;
+}
+
+void gr_rt_autopol_count(gr_session_t s, const gr_rt_plan *p) {
+    if (!s->autopol) return;
+    s->ap->calls++;
+    if (!seen_before(s->ap, gr_rt_binding_hash(p))) s->ap->seen++;
+}
+
+/* Segment e's graphs that its new policy does not run go: exact keeps each binding's own exec,
+ * update the position's shared one, generic the buckets' own; the new policy captures the rest
+ * as it runs (under graph_memory_mb's LRU). Update's shared exec goes when nothing uses it. */
+static gr_status switch_policy(gr_session_t s, const ap_entry *e, int old) {
+    int now = e->x.policy, seg = e->x.seg;
+    for (gr_rt_plan *q = s->plans; q; q = q->next) {
+        if (seg >= q->segs.len || !q->segs.data[seg].graphable || !q->seg_state[seg].exec) continue;
+        if (gr_rt_segment_hash(q, seg) != e->x.seg_hash) continue;
+        bool shared = q->seg_state[seg].exec_shared;
+        bool keep = now == GR_SHAPES_EXACT    ? !shared
+                    : now == GR_SHAPES_UPDATE ? shared
+                                              : !shared && gr_rt_generic_is_bucket(s, q);
+        if (keep) continue;
+        if (now == GR_SHAPES_UPDATE) GR_TRY(gr_rt_update_adopt(s, q, seg)); /* the first one's exec becomes the position's */
+        else gr_rt_segment_recapture(s, q, seg);
+    }
+    if (old == GR_SHAPES_UPDATE) gr_rt_update_release(s, seg);
+    return GR_OK;
+}
+
+gr_status gr_rt_autopol_revise(gr_session_t s) {
+    if (!s->autopol || !s->ap->seen) return GR_OK;
+    struct gr_rt_autopol *ap = s->ap;
+    double observed = (double)ap->calls / (double)ap->seen;
+    if (!ap->revised_ratio) ap->revised_ratio = 1, ap->next_revision = 2;
+    if (ap->calls < ap->next_revision && observed < ap->revised_ratio * AP_REVISE_STEP && observed * AP_REVISE_STEP > ap->revised_ratio)
+        return GR_OK;
+    ap->next_revision = 2 * ap->calls;
+    ap->revised_ratio = observed;
+    ap->revisions++;
+    /* a binding's graph bytes: per segment position, the largest measured there */
+    double binding_bytes = 0;
+    for (int i = 0; i < ap->e.len; i++) {
+        const ap_entry *e = &ap->e.data[i];
+        bool largest = true;
+        for (int j = 0; j < ap->e.len && largest; j++)
+            if (j != i && ap->e.data[j].x.seg == e->x.seg && (ap->e.data[j].x.bytes > e->x.bytes || (ap->e.data[j].x.bytes == e->x.bytes && j < i)))
+                largest = false;
+        if (largest) binding_bytes += (double)e->x.bytes;
+    }
+    bool drained = false, revised = false;
+    for (int i = 0; i < ap->e.len; i++) {
+        ap_entry *e = &ap->e.data[i];
+        if (e->x.policy < 0 || !e->persist) continue; /* undecided, or nothing measured */
+        int old = e->x.policy;
+        score(s, &e->x, binding_bytes, ratio_of(ap, e));
+        revised = true;
+        if (e->x.policy != old) {
+            if (!drained) GR_TRY(gr_dev_stream_sync(s->dev, s->stream)); /* no graph goes while a launch may use it */
+            drained = true;
+            GR_TRY(switch_policy(s, e, old));
+            e->prev_policy = old;
+            e->x.changes++;
+            e->x.changed_at_call = ap->calls > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)ap->calls;
+            ap->switches++;
+            if (s->opt.verbose)
+                fprintf(stderr, "graft: shape policy auto: segment %d: %s -> %s at call %ld (%.2f calls per binding)\n", e->x.seg,
+                        gr_shape_policy_name(old), gr_shape_policy_name(e->x.policy), ap->calls, e->x.ratio);
+        }
+        GR_TRY(gr_rt_decisions_record_policy(s, &e->x, false));
+    }
+    return revised ? gr_rt_decisions_save(s) : GR_OK;
 }
 
 /* ==== running ======================================================================================= */
@@ -389,5 +532,22 @@ void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strb
         gr_sb_puts(sb, c + 1 < GR_AP_N ? "," : "");
     }
     gr_sb_printf(sb, "; graph %llu bytes at the measured binding\n", (unsigned long long)e->x.bytes);
+    gr_sb_printf(sb, "    chosen for %.2f calls per binding (prior %.2f from %s, with this session's %ld calls over %ld bindings); ",
+                 e->x.ratio, e->prior, e->decided_call < 0 ? "the decisions file" : "the default assumption", s->ap->calls, s->ap->seen);
+    if (e->prev_policy >= 0)
+        gr_sb_printf(sb, "last changed at call %u of this session (from %s; %u changes in all)\n", e->x.changed_at_call,
+                     gr_shape_policy_name(e->prev_policy), e->x.changes);
+    else if (e->x.changes)
+        gr_sb_printf(sb, "last changed at call %u of the process that saved it (%u changes in all)\n", e->x.changed_at_call, e->x.changes);
+    else if (e->decided_call >= 0) gr_sb_printf(sb, "never changed (decided at call %ld of this session)\n", e->decided_call + 1);
+    else gr_sb_puts(sb, "never changed\n");
     if (e->why[0]) gr_sb_printf(sb, "    %s\n", e->why);
+}
+
+void gr_rt_autopol_explain_session(gr_session_t s, gr_strbuf *sb) {
+    if (!s->autopol) return;
+    const struct gr_rt_autopol *ap = s->ap;
+    gr_sb_printf(sb, "  calls per binding seen: %.2f (%ld calls over %ld bindings); decisions revised %ld times from their "
+                     "measured numbers (when the calls double or the ratio moves by %.2fx), %ld changes of policy\n",
+                 ap->seen ? (double)ap->calls / (double)ap->seen : 0.0, ap->calls, ap->seen, ap->revisions, AP_REVISE_STEP, ap->switches);
 }

@@ -14,8 +14,10 @@
  *   segment index and structure, whatever the binding):
  *   u64 segment hash, u32 segment index, u32 policy (gr_shape_policy: exact, update or generic),
  *   u64 graph bytes, f32 replay µs x3, f32 setup µs x3, f32 per-call µs x3 (exact, update,
- *   generic; negative: not a candidate), u32 0.
- * (Layout "DEC2"; a "DEC1" file of an older graft is another layout: ignored with a warning.)
+ *   generic; negative: not a candidate), f32 the calls per binding the policy was last chosen for
+ *   (>= 1: the next process starts from it), u32 changes of the choice, u32 the call of the saving
+ *   process when it last changed (0: never), u32 0; 80 bytes.
+ * (Layout "DEC3"; a "DEC2" or "DEC1" file of an older graft is another layout: ignored with a warning.)
  * A file that fails its checks (truncated, corrupt, another key or layout) is ignored with a
  * warning and rewritten by the next decision; an entry whose segment hash differs from the
  * plan's (the compiler changed the segment) is stale: ignored with a warning, re-measured,
@@ -29,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DECISIONS_KIND 0x32434544u /* "DEC2": this payload layout */
+#define DECISIONS_KIND 0x33434544u /* "DEC3": this payload layout */
 #define ENTRY_BYTES 32u
-#define POLICY_BYTES 64u
+#define POLICY_BYTES 80u
 #define MAX_ENTRIES (1 << 20)
 
 typedef struct {
@@ -155,7 +157,11 @@ static bool parse(struct gr_rt_decisions *d, const unsigned char *b, size_t n, g
         const unsigned char *e = pol + (size_t)i * POLICY_BYTES;
         gr_rt_ap_decision x = {.seg_hash = gr_le_get_u64(e), .seg = (int)gr_le_get_u32(e + 8), .policy = (int)gr_le_get_u32(e + 12),
                                .bytes = gr_le_get_u64(e + 16), .from_file = true};
-        bool ok = gr_le_get_u32(e + 8) < (uint32_t)INT32_MAX && gr_le_get_u32(e + 60) == 0 &&
+        x.ratio = get_f32(e + 60);
+        x.changes = gr_le_get_u32(e + 64);
+        x.changed_at_call = gr_le_get_u32(e + 68);
+        bool ok = gr_le_get_u32(e + 8) < (uint32_t)INT32_MAX && gr_le_get_u32(e + 72) == 0 && gr_le_get_u32(e + 76) == 0 &&
+                  x.ratio >= 1.0f && x.ratio < 1e9f &&
                   (x.policy == GR_SHAPES_EXACT || x.policy == GR_SHAPES_UPDATE || x.policy == GR_SHAPES_GENERIC);
         for (int c = 0; c < GR_AP_N; c++) {
             x.replay_us[c] = get_f32(e + 24 + 4 * c);
@@ -204,6 +210,9 @@ static gr_status write_file(gr_session_t s) {
             put_f32(e + 36 + 4 * c, x->setup_us[c]);
             put_f32(e + 48 + 4 * c, x->per_call_us[c]);
         }
+        put_f32(e + 60, x->ratio);
+        gr_le_put_u32(e + 64, x->changes);
+        gr_le_put_u32(e + 68, x->changed_at_call);
     }
     gr_status st = gr_cache_file_write(d->path, DECISIONS_KIND, d->key, b, n);
     gr_free(b, n);
@@ -345,7 +354,9 @@ const gr_rt_ap_decision *gr_rt_decisions_find_policy(gr_session_t s, int seg, ui
     return NULL;
 }
 
-gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x) {
+gr_status gr_rt_decisions_save(gr_session_t s) { return s->decisions && s->decisions->path ? write_file(s) : GR_OK; }
+
+gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x, bool save) {
     struct gr_rt_decisions *d = s->decisions;
     if (!d) return GR_OK;
     gr_rt_ap_decision y = *x;
@@ -356,5 +367,5 @@ gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision 
     if (i >= 0) d->policies.data[i] = y;
     else if (d->policies.len < MAX_ENTRIES) GR_TRY(gr_vec_push(&d->policies, y));
     else return GR_OK;
-    return d->path ? write_file(s) : GR_OK;
+    return save && d->path ? write_file(s) : GR_OK;
 }

@@ -351,6 +351,8 @@ void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
  * the position has one, p's graph is dropped and captured again into it on p's next run) */
 gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg);
 void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
+/* the position's shared exec destroyed (its memory given back) when no plan's segment uses it */
+void gr_rt_update_release(gr_session_t s, int seg);
 void gr_rt_update_explain(gr_session_t s, const gr_rt_segment *st, int seg, gr_strbuf *sb);
 void gr_rt_shapes_free(gr_session_t s);
 /* pad: init (session creation) proves per symbol that padding keeps the real rows
@@ -409,11 +411,20 @@ typedef struct {
     float replay_us[GR_AP_N];  /* per call replay at the measured binding (<0: not a candidate) */
     float setup_us[GR_AP_N];   /* making the graph for a new binding (capture + instantiate or exec update) */
     float per_call_us[GR_AP_N]; /* the score: replay + switch + setup amortised (docs/design.md) */
+    float ratio;               /* the calls per binding the policy was last chosen for (>= 1) */
+    uint32_t changes;          /* times the choice changed after its first decision, in every process that saved it */
+    uint32_t changed_at_call;  /* the call (of the process that last changed it) when it did; 0: never changed */
     bool from_file;            /* read from the decisions file (else measured here); not stored */
 } gr_rt_ap_decision;
 gr_status gr_rt_autopol_init(gr_session_t s);
 gr_status gr_rt_autopol_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p);
+/* the adaptive rule: revise (a run's start, p its plan) re-chooses the decided segments from their
+ * measured numbers when the calls per binding seen moved enough; count (a run's end) counts the
+ * call and its binding */
+gr_status gr_rt_autopol_revise(gr_session_t s);
+void gr_rt_autopol_count(gr_session_t s, const gr_rt_plan *p);
+void gr_rt_autopol_explain_session(gr_session_t s, gr_strbuf *sb);
 int gr_rt_autopol_policy(gr_session_t s, const gr_rt_plan *p, int seg);
 void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb);
 void gr_rt_autopol_free(gr_session_t s);
@@ -447,10 +458,11 @@ gr_status gr_rt_decisions_record(gr_session_t s, gr_rt_plan *p, int seg, bool gr
 const char *gr_rt_decisions_path(gr_session_t s);
 const char *gr_rt_decisions_note(gr_session_t s);
 /* shape policy auto's per-segment decisions (autopol.c), in the same file: find one for segment
- * index seg of that structure (seg_hash), NULL if none; record adds or replaces one and rewrites
- * the file; segment_hash: a segment's steps (kinds, kernel names and structures). */
+ * index seg of that structure (seg_hash), NULL if none; record adds or replaces one (and rewrites
+ * the file when save); segment_hash: a segment's steps (kinds, kernel names and structures). */
 const gr_rt_ap_decision *gr_rt_decisions_find_policy(gr_session_t s, int seg, uint64_t seg_hash);
-gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x);
+gr_status gr_rt_decisions_record_policy(gr_session_t s, const gr_rt_ap_decision *x, bool save);
+gr_status gr_rt_decisions_save(gr_session_t s); /* writes the table (when persisted) */
 uint64_t gr_rt_segment_hash(const gr_rt_plan *p, int seg);
 
 /* ---- the rewritten decode engine (decode.c) ---------------------------------------------------

@@ -827,6 +827,7 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
         GR_TRY(gr_session_wait(s));
         s->waits_on_host++;
     }
+    GR_TRY(gr_rt_autopol_revise(s)); /* shape policy auto: re-chosen as the calls per binding grow */
     gr_rt_plan *p, *rep = NULL;
     GR_TRY(select_plan(s, &p, &rep));
     gr_device *d = s->dev;
@@ -867,6 +868,7 @@ gr_status gr_rt_run_queued(gr_session_t s, bool may_queue) {
     if (st == GR_OK) st = pin_libcall_inputs(s, p);
     for (int seg = 0; seg < p->segs.len && st == GR_OK; seg++) st = gr_rt_run_segment(s, p, rep, seg); /* autopol.c */
     if (st == GR_OK) st = gr_rt_autopol_decide(s, p); /* shape policy auto: the segments measured in this run */
+    if (st == GR_OK) gr_rt_autopol_count(s, p);
     if (st == GR_OK && s->ev_end) st = gr_dev_event_record(d, s->ev_end, s->stream);
     if (st != GR_OK && gr_error_node() >= 0 && gr_error_node() < p->g->nodes.len) {
         /* a kernel of a replayed graph failed: name the node it is about */

@@ -144,6 +144,20 @@ gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+void gr_rt_update_release(gr_session_t s, int seg) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || seg >= sh->n_slots || !sh->slots[seg].exec) return;
+    for (const gr_rt_plan *q = s->plans; q; q = q->next)
+        if (seg < q->segs.len && q->seg_state[seg].exec_shared) return;
+    shared_exec *u = &sh->slots[seg];
+    gr_dev_exec_destroy(s->dev, u->exec);
+    s->graph_bytes -= GR_MIN(u->bytes, s->graph_bytes);
+    s->graphs_live--;
+    u->exec = NULL;
+    u->applied = NULL;
+    u->bytes = 0;
+}
+
 void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes) {
     if (s->shapes && seg < s->shapes->n_slots) s->shapes->slots[seg].bytes += bytes;
 }
