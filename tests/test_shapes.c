@@ -498,10 +498,10 @@ static void test_decisions(gr_graph_t g) {
     for (int i = 0; i < 8; i++) key |= (uint64_t)header[16 + i] << (8 * i);
     void *payload = NULL;
     size_t n = 0;
-    CHECK_OK(gr_cache_file_read(path, 0x32434544u, key, 1 << 20, &payload, &n));
+    CHECK_OK(gr_cache_file_read(path, 0x33434544u /* "DEC3" */, key, 1 << 20, &payload, &n));
     if (payload) {
         for (size_t e = 8; e + 32 <= n; e += 32) ((unsigned char *)payload)[e + 8] ^= 0xff; /* segment hash */
-        CHECK_OK(gr_cache_file_write(path, 0x32434544u, key, payload, n));
+        CHECK_OK(gr_cache_file_write(path, 0x33434544u, key, payload, n));
         gr_cache_file_free(payload, n);
     }
     s = auto_session(g, 8, &st, 0);

@@ -165,3 +165,39 @@ def test_generic_cli_and_package(tmp_path):
         b = ref.run(x=x)["y"]
         assert np.array_equal(np.asarray(a), np.asarray(b))
     assert s.stats()["generic_replays"] >= 1
+
+
+def test_auto_is_graph_modes_default(tmp_path):
+    """No --shapes / shapes=None: auto in graph mode for a model with symbolic dims (explain says it is
+    the default and, per segment, the calls per binding it was chosen for), exact in eager mode and for a
+    static model; --shapes exact still asks for exact; the default's results equal an eager session's of
+    the same kernels (shapes="auto") bit for bit."""
+    path = tmp_path / "row.gir"
+    path.write_text(ROWWISE)
+    e = ok(run_graft("explain", path, "--device", "sim", "--mode", "graph", "--dim", "S=7"))
+    assert "shape policy: auto (the default of graph mode for a model with symbolic dims" in e.stdout
+    assert "calls per binding seen: 1.00 (1 calls over 1 bindings)" in e.stdout
+    assert "chosen for 2.00 calls per binding (prior 2.00 from the default assumption" in e.stdout
+    e = ok(run_graft("explain", path, "--device", "sim", "--mode", "graph", "--shapes", "exact", "--dim", "S=7"))
+    assert "shape policy: exact (one graph per binding of the symbolic dims)" in e.stdout and "shape policy auto" not in e.stdout
+    js = tmp_path / "d.json"
+    ok(run_graft("bench", path, "--device", "sim", "--mode", "graph", "--dim", "S=7", "--iters", "2", "--warmup", "1",
+                 "--json", js))
+    r = json.loads(js.read_text())
+    assert r["shape_policy"] == "auto" and r["shape_policy_default"] is True
+    fixed = tmp_path / "fixed.gir"
+    fixed.write_text("graft 1\ninput x: f32[4, 16]\ny = tanh(x)\noutput y\n")
+    ok(run_graft("bench", fixed, "--device", "sim", "--mode", "graph", "--iters", "2", "--warmup", "1", "--json", js))
+    r = json.loads(js.read_text())
+    assert r["shape_policy"] == "exact" and r["shape_policy_default"] is True
+    graft = pytest.importorskip("graft")
+    s = graft.load(str(path), device="sim", mode="graph")
+    ref = graft.load(str(path), device="sim", mode="eager", shapes="auto")
+    assert s.shape_policy == "auto" and graft.load(str(path), device="sim", mode="eager").shape_policy == "exact"
+    assert graft.load(str(path), device="sim", mode="graph", shapes="exact").shape_policy == "exact"
+    for n in (5, 3, 7, 5, 3, 7, 5):
+        x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+        assert np.array_equal(np.asarray(s.run(x=x)["y"]), np.asarray(ref.run(x=x)["y"]))
+    assert s.stats()["shape_decisions_measured"] >= 1
+    s.close()
+    ref.close()
