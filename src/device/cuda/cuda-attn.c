@@ -29,8 +29,16 @@
  * a multiple of 8 elements; anything else runs on attn_gen.
  *
  * Both apply scale, the mask (f32 or the inputs' type, broadcast strides) and the causal
- * rule of kir.h, and give 0 for a row that sees no key. Decode (seq_q = 1 against a long
- * seq_k) runs on the generic kernel without a split over the keys (not done yet).
+ * rule of kir.h, and give 0 for a row that sees no key.
+ *
+ *  - attn_dec_<t> (t = f32, bf16, f16; any head dim up to 256): seq_q <= 8, a decode step
+ *    against a KV cache. The keys of each (batch, head) are split over blocks (enough to fill
+ *    the device twice, at least 16 keys each), every block folds its keys with an online
+ *    softmax (4 keys per warp at a time) and the last block of a row merges the splits'
+ *    partials. With a key length in device memory (kir.h key_len_arg) the splits cover only
+ *    the valid keys, so a step reads the filled part of the cache, not its maximum length.
+ *
+ * Every kernel applies the key length where the call has one (key_end).
  */
 #include "device/cuda/cuda-impl.h"
 #include <stdio.h>
@@ -60,6 +68,7 @@ static const char attn_src[] =
     "  const long long *klen; long long Lk;\n"
     "  /* the decode kernel's split partials (attn_dec), nsplit of them per query row */\n"
     "  float *part; int nsplit;\n"
+    "  unsigned *count; /* per query row: the splits done (attn_dec; zero between calls) */\n"
     "};\n"
     "#define NEG_INF (-__int_as_float(0x7f800000))\n"
     "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
@@ -443,18 +452,23 @@ static const char attn_src[] =
     "/* ---- decode kernel: a few query rows against a long cache, split over the keys ----\n"
     " * grid (splits, heads, batch), 128 threads. Block x takes keys [x * chunk, (x + 1) * chunk)\n"
     " * of each query row, chunk from the row's visible length (a key length read at run time\n"
-    " * spreads over every split); each of its 4 warps walks every 4th key of that range: the\n"
-    " * lanes split the head dim (d = lane + 32 c), a shuffle sum gives the score, and the warp\n"
-    " * keeps its own running max, sum and weighted V (online softmax). The warps merge in\n"
-    " * shared memory; with one split the block writes O, otherwise its (acc[Dv], max, sum) go to\n"
-    " * the call's partials and attn_dec_combine merges the splits. f32 math and expf, as attn_gen. */\n"
+    " * spreads over every split). Each warp takes 4 keys at a time, 8 lanes a key for the score\n"
+    " * (a shuffle sum in the group), then every lane folds the 4 keys' V into its own output dims\n"
+    " * (d = lane + 32 c), so 4 keys' loads are in flight at once; each warp keeps a running max,\n"
+    " * sum and weighted V (online softmax). The warps merge in shared memory. With one split the\n"
+    " * block writes O; otherwise it writes its (acc[Dv], max, sum) to the call's partials and\n"
+    " * the last block of the row to finish (a counter per row, reset by that block) merges them.\n"
+    " * f32 math and expf, as attn_gen. */\n"
     "#define DEC_W 4\n"
+    "#define DEC_KW 4\n"
+    "#define DEC_GL 8\n"
     "template <class X>\n"
     "__device__ void attn_dec(const AttnArgs a) {\n"
     "  enum { MAXD = 256 };\n"
     "  extern __shared__ __align__(16) float fsm[];\n"
+    "  __shared__ int last_block;\n"
     "  const int D = (int)a.D, Dv = (int)a.Dv, ns = (int)gridDim.x, sp = (int)blockIdx.x;\n"
-    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n"
+    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane / DEC_GL, sub = lane % DEC_GL;\n"
     "  const long long b = blockIdx.z, h = blockIdx.y, kvh = h / (a.H / a.Hkv);\n"
     "  typedef typename X::T T;\n"
     "  const T *Q = (const T *)a.q + b * a.qb + h * a.qh;\n"
@@ -472,18 +486,35 @@ static const char attn_src[] =
     "    float acc[MAXD / 32];\n"
     "    for (int c = 0; c < MAXD / 32; c++) acc[c] = 0.f;\n"
     "    float m = NEG_INF, l = 0.f;\n"
-    "    for (long long j = j0 + warp; j < j1; j += DEC_W) {\n"
-    "      const T *kr = K + j * a.ks, *vr = V + j * a.vs;\n"
+    "    for (long long jb = j0 + warp * DEC_KW; jb < j1; jb += DEC_W * DEC_KW) {\n"
+    "      const long long j = jb + grp;\n"
+    "      const bool ok = j < j1;\n"
     "      float dot = 0.f;\n"
-    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < D) dot = fmaf(Qs[d], X::ld(kr, d), dot); }\n"
-    "      for (int off = 16; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
-    "      float s = dot * a.scale;\n"
-    "      if (a.mask_kind) s += mask_at<X>(a, b, h, i, j);\n"
-    "      float mn = fmaxf(m, s), use = mn == NEG_INF ? 0.f : mn;\n"
-    "      float alpha = expf(m - use), p = expf(s - use);\n"
+    "      if (ok) {\n"
+    "        const T *kr = K + j * a.ks;\n"
+    "#pragma unroll\n"
+    "        for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; if (d < D) dot = fmaf(Qs[d], X::ld(kr, d), dot); }\n"
+    "      }\n"
+    "      for (int off = DEC_GL / 2; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
+    "      float s = NEG_INF;\n"
+    "      if (ok) { s = dot * a.scale; if (a.mask_kind) s += mask_at<X>(a, b, h, i, j); }\n"
+    "      float sk[DEC_KW], mx = NEG_INF;\n"
+    "      for (int q = 0; q < DEC_KW; q++) sk[q] = __shfl_sync(0xffffffffu, s, q * DEC_GL), mx = fmaxf(mx, sk[q]);\n"
+    "      const float mn = fmaxf(m, mx), use = mn == NEG_INF ? 0.f : mn;\n"
+    "      const float alpha = expf(m - use);\n"
     "      m = mn;\n"
-    "      l = l * alpha + p;\n"
-    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) acc[c] = fmaf(p, X::ld(vr, d), acc[c] * alpha); }\n"
+    "      float p[DEC_KW], ps = 0.f;\n"
+    "      for (int q = 0; q < DEC_KW; q++) p[q] = expf(sk[q] - use), ps += p[q];\n"
+    "      l = l * alpha + ps;\n"
+    "#pragma unroll\n"
+    "      for (int c = 0; c < MAXD / 32; c++) {\n"
+    "        int d = lane + 32 * c;\n"
+    "        if (d >= Dv) continue;\n"
+    "        float v = acc[c] * alpha;\n"
+    "        for (int q = 0; q < DEC_KW; q++)\n"
+    "          if (jb + q < j1) v = fmaf(p[q], X::ld(V + (jb + q) * a.vs, d), v);\n"
+    "        acc[c] = v;\n"
+    "      }\n"
     "    }\n"
     "    for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) Ws[warp * WS + d] = acc[c]; }\n"
     "    if (lane == 0) Ws[warp * WS + Dv] = m, Ws[warp * WS + Dv + 1] = l;\n"
@@ -492,41 +523,45 @@ static const char attn_src[] =
     "    for (int w = 0; w < DEC_W; w++) M = fmaxf(M, Ws[w * WS + Dv]);\n"
     "    const float use = M == NEG_INF ? 0.f : M;\n"
     "    for (int w = 0; w < DEC_W; w++) sc[w] = expf(Ws[w * WS + Dv] - use), L += Ws[w * WS + Dv + 1] * sc[w];\n"
-    "    float *part = ns > 1 ? a.part + (((b * a.H + h) * a.Sq + i) * ns + sp) * WS : 0;\n"
+    "    if (ns == 1) {\n"
+    "      for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "        float A = 0.f;\n"
+    "        for (int w = 0; w < DEC_W; w++) A = fmaf(Ws[w * WS + d], sc[w], A);\n"
+    "        X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "      }\n"
+    "      continue;\n"
+    "    }\n"
+    "    const long long row = (b * a.H + h) * a.Sq + i;\n"
+    "    float *part = a.part + (row * ns + sp) * WS;\n"
     "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
     "      float A = 0.f;\n"
     "      for (int w = 0; w < DEC_W; w++) A = fmaf(Ws[w * WS + d], sc[w], A);\n"
-    "      if (part) part[d] = A;\n"
-    "      else X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "      part[d] = A;\n"
     "    }\n"
-    "    if (part && threadIdx.x == 0) part[Dv] = M, part[Dv + 1] = L;\n"
-    "  }\n"
-    "}\n"
-    "/* grid (seq_q, heads, batch): row i's nsplit partials merged into O */\n"
-    "template <class X>\n"
-    "__device__ void attn_dec_combine(const AttnArgs a) {\n"
-    "  const long long b = blockIdx.z, h = blockIdx.y, i = blockIdx.x;\n"
-    "  if (i >= a.Sq) return;\n"
-    "  const int ns = a.nsplit, Dv = (int)a.Dv, WS = Dv + 2;\n"
-    "  const float *P = a.part + ((b * a.H + h) * a.Sq + i) * ns * WS;\n"
-    "  float M = NEG_INF, L = 0.f;\n"
-    "  for (int s = 0; s < ns; s++) M = fmaxf(M, P[s * WS + Dv]);\n"
-    "  const float use = M == NEG_INF ? 0.f : M;\n"
-    "  for (int s = 0; s < ns; s++) L += P[s * WS + Dv + 1] * expf(P[s * WS + Dv] - use);\n"
-    "  typedef typename X::T T;\n"
-    "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
-    "  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
-    "    float A = 0.f;\n"
-    "    for (int s = 0; s < ns; s++) A = fmaf(P[s * WS + d], expf(P[s * WS + Dv] - use), A);\n"
-    "    X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "    if (threadIdx.x == 0) part[Dv] = M, part[Dv + 1] = L;\n"
+    "    __threadfence(); /* the partial is visible before the counter says so */\n"
+    "    __syncthreads();\n"
+    "    unsigned *count = a.count;\n"
+    "    if (threadIdx.x == 0) last_block = atomicAdd(count + row, 1u) == (unsigned)ns - 1u;\n"
+    "    __syncthreads();\n"
+    "    if (!last_block) continue;\n"
+    "    /* the row's last block: every split's partial is in memory (read past L1) */\n"
+    "    const float *P = a.part + row * ns * WS;\n"
+    "    float GM = NEG_INF, GL = 0.f;\n"
+    "    for (int t = 0; t < ns; t++) GM = fmaxf(GM, __ldcg(P + t * WS + Dv));\n"
+    "    const float guse = GM == NEG_INF ? 0.f : GM;\n"
+    "    for (int t = 0; t < ns; t++) GL += __ldcg(P + t * WS + Dv + 1) * expf(__ldcg(P + t * WS + Dv) - guse);\n"
+    "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "      float A = 0.f;\n"
+    "      for (int t = 0; t < ns; t++) A = fmaf(__ldcg(P + t * WS + d), expf(__ldcg(P + t * WS + Dv) - guse), A);\n"
+    "      X::st(O, i * a.os + d, GL > 0.f ? A / GL : 0.f);\n"
+    "    }\n"
+    "    if (threadIdx.x == 0) count[row] = 0u; /* ready for the next call */\n"
     "  }\n"
     "}\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32(AttnArgs a) { use_lens(a, 0); attn_dec<TF32>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16(AttnArgs a) { use_lens(a, 0); attn_dec<TF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f32(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_bf16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF16>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
@@ -557,20 +592,20 @@ typedef struct {
     long long Lk;     /* set on the device */
     void *part;       /* attn_dec's split partials, NULL: one split */
     int nsplit;
+    void *count;      /* attn_dec's per-row counters of splits done */
 } attn_args;
 
 enum {
     K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16,
     K_CLS_F32, K_CLS_BF16, K_CLS_F16, /* the mask's tile table (mask_cls) */
-    K_DEC_F32, K_DEC_BF16, K_DEC_F16, K_DCMB_F32, K_DCMB_BF16, K_DCMB_F16, /* decode: split keys, then merge */
+    K_DEC_F32, K_DEC_BF16, K_DEC_F16, /* decode: keys split over blocks, merged by the last */
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
                                                   "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
                                                   "attn_gen_f16",      "attn_mask_cls_f32", "attn_mask_cls_bf16",
                                                   "attn_mask_cls_f16", "attn_dec_f32",      "attn_dec_bf16",
-                                                  "attn_dec_f16",      "attn_dec_combine_f32", "attn_dec_combine_bf16",
-                                                  "attn_dec_combine_f16"};
+                                                  "attn_dec_f16"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -695,23 +730,24 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
 }
 
 /* Query rows up to which the decode kernel runs (a step of one token, or a few speculative ones). */
-enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 32, ATT_DEC_MAX_SPLITS = 64 };
+enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 16, ATT_DEC_MAX_SPLITS = 64 };
 
 /* The decode kernel (attn_dec): the keys of each (batch, head) split over enough blocks to
- * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS),
- * then attn_dec_combine merges the splits. One split (no partials, no merge) where the grid is
- * full already or the partials' memory cannot be had (it grows outside capture only). */
+ * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS);
+ * the last block of a row merges the splits' partials. The partials and the per-row counters
+ * (zeroed when allocated; each row's last block resets its own) live in one context buffer
+ * that grows outside capture only: one split (no partials) where it cannot grow. */
 static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, attn_args *a) {
-    const int t = call->dtype == GR_F32 ? 0 : call->dtype == GR_BF16 ? 1 : 2;
-    const int kind = K_DEC_F32 + t, merge = K_DCMB_F32 + t;
+    const int kind = call->dtype == GR_F32 ? K_DEC_F32 : call->dtype == GR_BF16 ? K_DEC_BF16 : K_DEC_F16;
     int64_t base = call->batch * call->heads, sm = c->sm_count > 0 ? c->sm_count : 1;
     int64_t ns = (2 * sm + base - 1) / base, by_keys = (call->seq_k + ATT_DEC_MIN_KEYS - 1) / ATT_DEC_MIN_KEYS;
     if (ns > by_keys) ns = by_keys;
     if (ns > ATT_DEC_MAX_SPLITS) ns = ATT_DEC_MAX_SPLITS;
     if (ns < 1) ns = 1;
-    int64_t bytes = 0;
-    if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &bytes) || gr_mul_overflow(bytes, ns, &bytes) ||
-                   gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
+    int64_t rows = 0, count_bytes = 0, bytes = 0;
+    if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &rows) || gr_mul_overflow(rows, 4, &count_bytes) ||
+                   gr_mul_overflow(rows, ns, &bytes) || gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes) ||
+                   gr_add_overflow(bytes, (count_bytes + 15) / 16 * 16, &bytes)))
         ns = 1;
     if (ns > 1 && (size_t)bytes > s->part_bytes) {
         CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -724,22 +760,24 @@ static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream st
             CUdeviceptr p;
             gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
             if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of decode partials", call->name, want);
+            st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream)); /* the counters start at zero */
+            if (st != GR_OK) {
+                c->cu->cuMemFree(p);
+                return gr_error_prefix(st, "attention %s: clearing the decode partials", call->name);
+            }
             if (s->part) s->retired.data[s->retired.len++] = s->part;
             s->part = p;
             s->part_bytes = want;
         }
     }
     a->nsplit = (int)ns;
-    a->part = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
+    a->count = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
+    a->part = ns > 1 ? (char *)(uintptr_t)s->part + (count_bytes + 15) / 16 * 16 : NULL;
     size_t smem = sizeof(float) * (size_t)(call->head_dim + 4 * (call->head_dim_v + 2));
     void *params[1] = {a};
     gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)ns, (unsigned)call->heads, (unsigned)call->batch,
                                                       128, 1, 1, (unsigned)smem, stream, params, NULL));
-    if (st != GR_OK) return gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
-    if (ns == 1) return GR_OK;
-    st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[merge], (unsigned)call->seq_q, (unsigned)call->heads, (unsigned)call->batch, 128,
-                                            1, 1, 0, stream, params, NULL));
-    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[merge]);
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
 }
 
 gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
