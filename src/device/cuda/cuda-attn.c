@@ -467,6 +467,7 @@ static const char attn_src[] =
     "  enum { MAXD = 256 };\n"
     "  extern __shared__ __align__(16) float fsm[];\n"
     "  __shared__ int last_block;\n"
+    "  __shared__ float dec_m[64], dec_l[64]; /* the merge: each split's max (then weight) and sum */\n"
     "  const int D = (int)a.D, Dv = (int)a.Dv, ns = (int)gridDim.x, sp = (int)blockIdx.x;\n"
     "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane / DEC_GL, sub = lane % DEC_GL;\n"
     "  const long long b = blockIdx.z, h = blockIdx.y, kvh = h / (a.H / a.Hkv);\n"
@@ -545,15 +546,23 @@ static const char attn_src[] =
     "    if (threadIdx.x == 0) last_block = atomicAdd(count + row, 1u) == (unsigned)ns - 1u;\n"
     "    __syncthreads();\n"
     "    if (!last_block) continue;\n"
-    "    /* the row's last block: every split's partial is in memory (read past L1) */\n"
+    "    /* the row's last block: every split's partial is in memory (read past L1); the splits'\n"
+    "     * maxes and sums are loaded by one thread each, then every weight is computed once */\n"
     "    const float *P = a.part + row * ns * WS;\n"
-    "    float GM = NEG_INF, GL = 0.f;\n"
-    "    for (int t = 0; t < ns; t++) GM = fmaxf(GM, __ldcg(P + t * WS + Dv));\n"
+    "    for (int t = threadIdx.x; t < ns; t += blockDim.x) dec_m[t] = __ldcg(P + t * WS + Dv), dec_l[t] = __ldcg(P + t * WS + Dv + 1);\n"
+    "    __syncthreads();\n"
+    "    float GM = NEG_INF;\n"
+    "    for (int t = 0; t < ns; t++) GM = fmaxf(GM, dec_m[t]);\n"
     "    const float guse = GM == NEG_INF ? 0.f : GM;\n"
-    "    for (int t = 0; t < ns; t++) GL += __ldcg(P + t * WS + Dv + 1) * expf(__ldcg(P + t * WS + Dv) - guse);\n"
+    "    __syncthreads(); /* every max is read before the weights replace them */\n"
+    "    for (int t = threadIdx.x; t < ns; t += blockDim.x) dec_m[t] = expf(dec_m[t] - guse);\n"
+    "    __syncthreads();\n"
+    "    float GL = 0.f;\n"
+    "    for (int t = 0; t < ns; t++) GL += dec_l[t] * dec_m[t];\n"
     "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
     "      float A = 0.f;\n"
-    "      for (int t = 0; t < ns; t++) A = fmaf(__ldcg(P + t * WS + d), expf(__ldcg(P + t * WS + Dv) - guse), A);\n"
+    "#pragma unroll 8\n"
+    "      for (int t = 0; t < ns; t++) A = fmaf(__ldcg(P + t * WS + d), dec_m[t], A);\n"
     "      X::st(O, i * a.os + d, GL > 0.f ? A / GL : 0.f);\n"
     "    }\n"
     "    if (threadIdx.x == 0) count[row] = 0u; /* ready for the next call */\n"
@@ -633,6 +642,10 @@ struct gr_cuda_attn {
      * only (retired buffers stay until the context goes: a captured graph still uses them) */
     CUdeviceptr part;
     size_t part_bytes;
+    /* its per-row counters, apart from the partials so that they stay zero between calls (each
+     * row's last block resets its own; memory grown later is cleared when allocated) */
+    CUdeviceptr count;
+    size_t count_bytes;
 };
 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
@@ -640,6 +653,7 @@ void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
     if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
     if (c->attn->table) c->cu->cuMemFree(c->attn->table);
     if (c->attn->part) c->cu->cuMemFree(c->attn->part);
+    if (c->attn->count) c->cu->cuMemFree(c->attn->count);
     for (int g = 0; g < GR_ATTN_MASK_GROUPS; g++)
         if (c->attn->group[g].table) c->cu->cuMemFree(c->attn->group[g].table);
     for (int i = 0; i < c->attn->retired.len; i++) c->cu->cuMemFree(c->attn->retired.data[i]);
@@ -732,11 +746,36 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
 /* Query rows up to which the decode kernel runs (a step of one token, or a few speculative ones). */
 enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 16, ATT_DEC_MAX_SPLITS = 64 };
 
+/* Grows one of attn_dec's buffers to `bytes` (cleared), outside capture only: false in *ok
+ * where it would have to grow during capture. A grown-out buffer is retired, not freed (a
+ * graph captured earlier still uses it). */
+static gr_status dec_buffer(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, CUdeviceptr *buf,
+                            size_t *have, size_t bytes, bool *ok) {
+    *ok = true;
+    if (bytes <= *have) return GR_OK;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+    if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return *ok = false, GR_OK;
+    GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
+    size_t want = bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : bytes;
+    CUdeviceptr p;
+    gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+    if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes for the decode kernel", call->name, want);
+    st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream));
+    if (st != GR_OK) {
+        c->cu->cuMemFree(p);
+        return gr_error_prefix(st, "attention %s: clearing the decode kernel's memory", call->name);
+    }
+    if (*buf) s->retired.data[s->retired.len++] = *buf;
+    *buf = p;
+    *have = want;
+    return GR_OK;
+}
+
 /* The decode kernel (attn_dec): the keys of each (batch, head) split over enough blocks to
  * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS);
- * the last block of a row merges the splits' partials. The partials and the per-row counters
- * (zeroed when allocated; each row's last block resets its own) live in one context buffer
- * that grows outside capture only: one split (no partials) where it cannot grow. */
+ * the last block of a row (a counter per row) merges the splits' partials. Both buffers are
+ * the context's and grow outside capture only: one split (no partials) where they cannot. */
 static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, attn_args *a) {
     const int kind = call->dtype == GR_F32 ? K_DEC_F32 : call->dtype == GR_BF16 ? K_DEC_BF16 : K_DEC_F16;
     int64_t base = call->batch * call->heads, sm = c->sm_count > 0 ? c->sm_count : 1;
@@ -746,33 +785,15 @@ static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream st
     if (ns < 1) ns = 1;
     int64_t rows = 0, count_bytes = 0, bytes = 0;
     if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &rows) || gr_mul_overflow(rows, 4, &count_bytes) ||
-                   gr_mul_overflow(rows, ns, &bytes) || gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes) ||
-                   gr_add_overflow(bytes, (count_bytes + 15) / 16 * 16, &bytes)))
+                   gr_mul_overflow(rows, ns, &bytes) || gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
         ns = 1;
-    if (ns > 1 && (size_t)bytes > s->part_bytes) {
-        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-        GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
-        if (cap != CU_STREAM_CAPTURE_STATUS_NONE) {
-            ns = 1;
-        } else {
-            GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
-            size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
-            CUdeviceptr p;
-            gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
-            if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of decode partials", call->name, want);
-            st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream)); /* the counters start at zero */
-            if (st != GR_OK) {
-                c->cu->cuMemFree(p);
-                return gr_error_prefix(st, "attention %s: clearing the decode partials", call->name);
-            }
-            if (s->part) s->retired.data[s->retired.len++] = s->part;
-            s->part = p;
-            s->part_bytes = want;
-        }
-    }
+    bool ok = true;
+    if (ns > 1) GR_TRY(dec_buffer(c, s, stream, call, &s->count, &s->count_bytes, (size_t)count_bytes, &ok));
+    if (ns > 1 && ok) GR_TRY(dec_buffer(c, s, stream, call, &s->part, &s->part_bytes, (size_t)bytes, &ok));
+    if (!ok) ns = 1;
     a->nsplit = (int)ns;
-    a->count = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
-    a->part = ns > 1 ? (char *)(uintptr_t)s->part + (count_bytes + 15) / 16 * 16 : NULL;
+    a->count = ns > 1 ? (void *)(uintptr_t)s->count : NULL;
+    a->part = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
     size_t smem = sizeof(float) * (size_t)(call->head_dim + 4 * (call->head_dim_v + 2));
     void *params[1] = {a};
     gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)ns, (unsigned)call->heads, (unsigned)call->batch,
