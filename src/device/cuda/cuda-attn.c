@@ -462,9 +462,9 @@ static const char attn_src[] =
     "#define DEC_W 4\n"
     "#define DEC_KW 4\n"
     "#define DEC_GL 8\n"
-    "template <class X>\n"
+    "template <class X, int MD>\n"
     "__device__ void attn_dec(const AttnArgs a) {\n"
-    "  enum { MAXD = 256 };\n"
+    "  enum { MAXD = MD };\n"
     "  extern __shared__ __align__(16) float fsm[];\n"
     "  __shared__ int last_block;\n"
     "  __shared__ float dec_m[64], dec_l[64]; /* the merge: each split's max (then weight) and sum */\n"
@@ -476,12 +476,15 @@ static const char attn_src[] =
     "  const T *K = (const T *)a.k + b * a.kb + kvh * a.kh;\n"
     "  const T *V = (const T *)a.v + b * a.vb + kvh * a.vh;\n"
     "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
-    "  float *Qs = fsm, *Ws = fsm + D; /* q row; per warp: acc[Dv], max, sum */\n"
+    "  float *Ws = fsm; /* per warp: acc[Dv], max, sum */\n"
     "  const int WS = Dv + 2;\n"
     "  for (long long i = 0; i < a.Sq; i++) {\n"
-    "    __syncthreads(); /* the previous row is done with Qs and Ws */\n"
-    "    for (int d = threadIdx.x; d < D; d += blockDim.x) Qs[d] = X::ld(Q, i * a.qs + d);\n"
-    "    __syncthreads();\n"
+    "    __syncthreads(); /* the previous row is done with Ws */\n"
+    "    /* every load of an iteration is issued before the first use: q, the 4 keys, their\n"
+    "     * values and mask entries arrive in one round trip */\n"
+    "    float qr[MAXD / DEC_GL];\n"
+    "#pragma unroll\n"
+    "    for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; qr[c] = d < D ? X::ld(Q, i * a.qs + d) : 0.f; }\n"
     "    const long long end = key_end(a, i), chunk = (end + ns - 1) / ns;\n"
     "    const long long j0 = sp * chunk, j1 = j0 + chunk < end ? j0 + chunk : end;\n"
     "    float acc[MAXD / 32];\n"
@@ -490,15 +493,23 @@ static const char attn_src[] =
     "    for (long long jb = j0 + warp * DEC_KW; jb < j1; jb += DEC_W * DEC_KW) {\n"
     "      const long long j = jb + grp;\n"
     "      const bool ok = j < j1;\n"
-    "      float dot = 0.f;\n"
-    "      if (ok) {\n"
-    "        const T *kr = K + j * a.ks;\n"
+    "      float kr[MAXD / DEC_GL], vr[DEC_KW][MAXD / 32];\n"
+    "      const T *krow = K + (ok ? j : j0) * a.ks;\n"
     "#pragma unroll\n"
-    "        for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; if (d < D) dot = fmaf(Qs[d], X::ld(kr, d), dot); }\n"
+    "      for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; kr[c] = ok && d < D ? X::ld(krow, d) : 0.f; }\n"
+    "#pragma unroll\n"
+    "      for (int q = 0; q < DEC_KW; q++) {\n"
+    "        const bool vq = jb + q < j1;\n"
+    "        const T *vrow = V + (vq ? jb + q : j0) * a.vs;\n"
+    "#pragma unroll\n"
+    "        for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; vr[q][c] = vq && d < Dv ? X::ld(vrow, d) : 0.f; }\n"
     "      }\n"
+    "      const float mk = ok && a.mask_kind ? mask_at<X>(a, b, h, i, j) : 0.f;\n"
+    "      float dot = 0.f;\n"
+    "#pragma unroll\n"
+    "      for (int c = 0; c < MAXD / DEC_GL; c++) dot = fmaf(qr[c], kr[c], dot);\n"
     "      for (int off = DEC_GL / 2; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
-    "      float s = NEG_INF;\n"
-    "      if (ok) { s = dot * a.scale; if (a.mask_kind) s += mask_at<X>(a, b, h, i, j); }\n"
+    "      const float s = ok ? dot * a.scale + mk : NEG_INF;\n"
     "      float sk[DEC_KW], mx = NEG_INF;\n"
     "      for (int q = 0; q < DEC_KW; q++) sk[q] = __shfl_sync(0xffffffffu, s, q * DEC_GL), mx = fmaxf(mx, sk[q]);\n"
     "      const float mn = fmaxf(m, mx), use = mn == NEG_INF ? 0.f : mn;\n"
@@ -509,11 +520,8 @@ static const char attn_src[] =
     "      l = l * alpha + ps;\n"
     "#pragma unroll\n"
     "      for (int c = 0; c < MAXD / 32; c++) {\n"
-    "        int d = lane + 32 * c;\n"
-    "        if (d >= Dv) continue;\n"
     "        float v = acc[c] * alpha;\n"
-    "        for (int q = 0; q < DEC_KW; q++)\n"
-    "          if (jb + q < j1) v = fmaf(p[q], X::ld(V + (jb + q) * a.vs, d), v);\n"
+    "        for (int q = 0; q < DEC_KW; q++) v = fmaf(p[q], vr[q][c], v);\n"
     "        acc[c] = v;\n"
     "      }\n"
     "    }\n"
@@ -568,9 +576,15 @@ static const char attn_src[] =
     "    if (threadIdx.x == 0) count[row] = 0u; /* ready for the next call */\n"
     "  }\n"
     "}\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32(AttnArgs a) { use_lens(a, 0); attn_dec<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16(AttnArgs a) { use_lens(a, 0); attn_dec<TF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_64(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_128(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_256(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 256>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_64(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_128(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_256(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 256>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_64(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_128(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_256(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 256>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
@@ -607,14 +621,18 @@ typedef struct {
 enum {
     K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16,
     K_CLS_F32, K_CLS_BF16, K_CLS_F16, /* the mask's tile table (mask_cls) */
-    K_DEC_F32, K_DEC_BF16, K_DEC_F16, /* decode: keys split over blocks, merged by the last */
+    /* decode: keys split over blocks, merged by the last; head dims up to 64, 128, 256 */
+    K_DEC_F32_64, K_DEC_F32_128, K_DEC_F32_256, K_DEC_BF16_64, K_DEC_BF16_128, K_DEC_BF16_256,
+    K_DEC_F16_64, K_DEC_F16_128, K_DEC_F16_256,
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
                                                   "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
                                                   "attn_gen_f16",      "attn_mask_cls_f32", "attn_mask_cls_bf16",
-                                                  "attn_mask_cls_f16", "attn_dec_f32",      "attn_dec_bf16",
-                                                  "attn_dec_f16"};
+                                                  "attn_mask_cls_f16", "attn_dec_f32_64",   "attn_dec_f32_128",
+                                                  "attn_dec_f32_256",  "attn_dec_bf16_64",  "attn_dec_bf16_128",
+                                                  "attn_dec_bf16_256", "attn_dec_f16_64",   "attn_dec_f16_128",
+                                                  "attn_dec_f16_256"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -777,7 +795,9 @@ static gr_status dec_buffer(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
  * the last block of a row (a counter per row) merges the splits' partials. Both buffers are
  * the context's and grow outside capture only: one split (no partials) where they cannot. */
 static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, attn_args *a) {
-    const int kind = call->dtype == GR_F32 ? K_DEC_F32 : call->dtype == GR_BF16 ? K_DEC_BF16 : K_DEC_F16;
+    const int64_t dmax = call->head_dim > call->head_dim_v ? call->head_dim : call->head_dim_v;
+    const int kind = (call->dtype == GR_F32 ? K_DEC_F32_64 : call->dtype == GR_BF16 ? K_DEC_BF16_64 : K_DEC_F16_64) +
+                     (dmax <= 64 ? 0 : dmax <= 128 ? 1 : 2);
     int64_t base = call->batch * call->heads, sm = c->sm_count > 0 ? c->sm_count : 1;
     int64_t ns = (2 * sm + base - 1) / base, by_keys = (call->seq_k + ATT_DEC_MIN_KEYS - 1) / ATT_DEC_MIN_KEYS;
     if (ns > by_keys) ns = by_keys;
@@ -794,7 +814,7 @@ static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream st
     a->nsplit = (int)ns;
     a->count = ns > 1 ? (void *)(uintptr_t)s->count : NULL;
     a->part = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
-    size_t smem = sizeof(float) * (size_t)(call->head_dim + 4 * (call->head_dim_v + 2));
+    size_t smem = sizeof(float) * (size_t)(4 * (call->head_dim_v + 2));
     void *params[1] = {a};
     gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)ns, (unsigned)call->heads, (unsigned)call->batch,
                                                       128, 1, 1, (unsigned)smem, stream, params, NULL));
