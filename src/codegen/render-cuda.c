@@ -293,6 +293,21 @@ static void mark_cone(const gr_kernel *k, int root, bool *mark) {
     }
 }
 
+/* mark_cone, not following operand `skip_op` (1: b, 2: c) of node `skip_node`. */
+static void mark_cone_except(const gr_kernel *k, int root, bool *mark, int skip_node, int skip_op) {
+    mark[root] = true;
+    for (int j = root; j >= 0; j--) {
+        if (!mark[j]) continue;
+        const gr_kexpr *x = &k->nodes.data[j];
+        int nops = x->op == GR_KX_SELECT ? 3 : x->op == GR_KX_BINARY ? 2
+                 : (x->op == GR_KX_UNARY || x->op == GR_KX_CAST || x->op == GR_KX_RANDOM) ? 1 : 0;
+        const int32_t ops[3] = {x->a, x->b, x->c};
+        for (int q = 0; q < nops; q++)
+            if (ops[q] >= 0 && ops[q] < j && !(j == skip_node && q == skip_op)) mark[ops[q]] = true;
+        if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) mark[x->access.index] = true;
+    }
+}
+
 /* A load that the vectorized loop reads as one 4-wide vector. */
 static bool load_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
     return e->op == GR_KX_LOAD && e->access.index < 0 && outer_contiguous(k, &e->access) &&
@@ -570,6 +585,92 @@ static void emit_marked(emit_ctx *c, const bool *mark) {
         if (mark[i]) emit_node(c, i);
 }
 
+/* out = base and `extra` more spaces (indents of generated code; base is short, out has room). */
+static void indent_more(char *out, size_t n, const char *base, int extra) {
+    size_t len = strlen(base);
+    if (len + (size_t)extra + 1 > n) len = n > (size_t)extra + 1 ? n - (size_t)extra - 1 : 0;
+    memcpy(out, base, len);
+    for (int i = 0; i < extra && len + 1 < n; i++) out[len++] = ' ';
+    out[len] = 0;
+}
+
+/* ==== selects evaluated on the taken side (elementwise kernels) ==============================
+ * A select's operands used by nothing else (RoPE's rotate_half: the clamped gather of the first
+ * half, negated, or of the second) are evaluated inside an if/else on its condition, so a point
+ * loads only the side it takes; emitted as statements each, both sides were loaded for every
+ * point. Only nodes with no other user in the cone move into a side (they are pure: loads,
+ * arithmetic, RANDOM), so the values computed are the same. The sides nest (a node exclusive to
+ * a select inside another's side is exclusive to that side too), each node is emitted in the
+ * innermost side that owns it. */
+typedef struct {
+    const bool *cone;  /* the stage's cone */
+    int *owner;        /* per node: the select whose side owns it (-1: none) */
+    int8_t *side;      /* 1: b, 2: c */
+    int *size;         /* per node: the size of its owner's side (the innermost wins) */
+    bool *lazy;        /* selects with a non-empty side */
+} lazy_sel;
+
+static void emit_lazy_group(emit_ctx *c, const lazy_sel *L, int sel, int side) {
+    const gr_kernel *k = c->k;
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!L->cone[i] || L->owner[i] != sel || (sel >= 0 && L->side[i] != side)) continue;
+        if (!L->lazy[i]) {
+            emit_node(c, i);
+            continue;
+        }
+        const gr_kexpr *e = &k->nodes.data[i];
+        ctype ct = ctype_of(e->dtype);
+        const char *outer = c->indent;
+        char in[64], t0[512];
+        indent_more(in, sizeof in, outer, 2);
+        gr_sb_printf(c->sb, "%s%s v%d;  // select: each side evaluated only when taken\n", outer, ctype_name(ct), i);
+        gr_sb_printf(c->sb, "%sif (v%d != 0) {\n", outer, e->a);
+        c->indent = in;
+        emit_lazy_group(c, L, i, 1);
+        gr_sb_printf(c->sb, "%sv%d = %s;\n%s} else {\n", in, i, operand(k, e->b, ct, t0, sizeof t0), outer);
+        emit_lazy_group(c, L, i, 2);
+        gr_sb_printf(c->sb, "%sv%d = %s;\n%s}\n", in, i, operand(k, e->c, ct, t0, sizeof t0), outer);
+        c->indent = outer;
+    }
+}
+
+/* Emits the cone `cone` of node `root` (emit_marked's nodes), selects lazily. */
+static void emit_lazy(emit_ctx *c, const bool *cone, int root) {
+    const gr_kernel *k = c->k;
+    int n = k->nodes.len;
+    size_t bytes = (size_t)n * (2 * sizeof(int) + 3 * sizeof(bool) + sizeof(int8_t));
+    char *room = gr_malloc(bytes ? bytes : 1);
+    if (!room) {
+        c->sb->failed = true; /* gr_render_cuda_mode reports it as out of memory */
+        return;
+    }
+    lazy_sel L = {.cone = cone, .owner = (int *)room, .size = (int *)room + n};
+    bool *reach = (bool *)(L.size + n), *side_cone = reach + n;
+    L.lazy = side_cone + n;
+    L.side = (int8_t *)(L.lazy + n);
+    for (int i = 0; i < n; i++) L.owner[i] = -1, L.size[i] = 0, L.lazy[i] = false, L.side[i] = 0;
+    for (int i = 0; i < n; i++) {
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (!cone[i] || e->op != GR_KX_SELECT || e->b == e->c) continue;
+        for (int q = 1; q <= 2; q++) {
+            int op = q == 1 ? e->b : e->c;
+            memset(reach, 0, (size_t)n * sizeof(bool));
+            memset(side_cone, 0, (size_t)n * sizeof(bool));
+            mark_cone_except(k, root, reach, i, q); /* what the cone reaches without this side */
+            mark_cone(k, op, side_cone);
+            int count = 0;
+            for (int j = 0; j < n; j++) count += side_cone[j] && !reach[j];
+            if (count == 0) continue;
+            L.lazy[i] = true;
+            for (int j = 0; j < n; j++)
+                if (side_cone[j] && !reach[j] && (L.owner[j] < 0 || count < L.size[j]))
+                    L.owner[j] = i, L.side[j] = (int8_t)q, L.size[j] = count;
+        }
+    }
+    emit_lazy_group(c, &L, -1, 0);
+    gr_free(room, bytes ? bytes : 1);
+}
+
 /* ==== kernel structure ========================================================================= */
 
 /* slots: generic mode, the extents' slot indices (extents of 1 are not special there:
@@ -686,7 +787,7 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
         char in2[64];
         snprintf(in2, sizeof in2, "%s  ", indent);
         c->indent = in2;
-        emit_marked(c, mark);
+        emit_lazy(c, mark, st->value);
         if (vec) {
             char val[32];
             snprintf(val, sizeof val, "v%d", st->value);
@@ -1088,15 +1189,6 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
  * (structure in generic mode: the address is base + ri). */
 static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
     return e->op == GR_KX_LOAD && e->access.index < 0 && k->n_inner > 0 && inner_contiguous(k, &e->access);
-}
-
-/* out = base and `extra` more spaces (indents of generated code; base is short, out has room). */
-static void indent_more(char *out, size_t n, const char *base, int extra) {
-    size_t len = strlen(base);
-    if (len + (size_t)extra + 1 > n) len = n > (size_t)extra + 1 ? n - (size_t)extra - 1 : 0;
-    memcpy(out, base, len);
-    for (int i = 0; i < extra && len + 1 < n; i++) out[len++] = ' ';
-    out[len] = 0;
 }
 
 /* The warp-row form's shape, shared by its two versions (emit_warp_rows). */
