@@ -104,7 +104,7 @@ static void *compile_host(const gr_strbuf *tu, long long idx32_max) {
     if (idx32_max > 0) fprintf(f, "#define GR_IDX32_MAX %lldLL\n", idx32_max);
     fputs(tu->data, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "c++ -std=c++14 -O1 -fPIC -shared -w -o %s %s 2>&1", so, cpp);
+    snprintf(cmd, sizeof cmd, "c++ -std=c++17 -O1 -fPIC -shared -w -o %s %s 2>&1", so, cpp);
     int rc = system(cmd);
     CHECK_MSG(rc == 0, "host compile of %s failed (%d)", cpp, rc);
     if (rc != 0) return NULL;
@@ -406,6 +406,56 @@ static void test_literal_limits(void) {
     gr_kernel_destroy(k);
 }
 
+/* Selects evaluated on the taken side: nested selects, an operand also read outside the select
+ * (it must stay outside), a side shared by both operands of an inner select, a condition that
+ * reads a load, over a transposed walk (the group form) and a contiguous one (the plain loop).
+ * y = select(x1 > 0, select(x2 < x3, exp(x2), x3 * x1), x2 + sqrt(|x3|)) + x3 */
+static void test_lazy_select(void) {
+    for (int transposed = 0; transposed < 2; transposed++) {
+        gr_kernel *k;
+        if (gr_kernel_create(transposed ? "lazy_select_t" : "lazy_select", &k) != GR_OK) return;
+        k->n_outer = 2, k->outer[0] = 24, k->outer[1] = 40;
+        int x1, x2, x3, y, l1, l2, l3, zero, c1, c2, ex, m, inner, ab, sq, add, outer, out;
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x1", &x1));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x2", &x2));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x3", &x3));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
+        gr_kaccess a, at;
+        gr_kaccess_init(&a);
+        a.stride[0] = 40, a.stride[1] = 1;
+        gr_kaccess_init(&at); /* x1 read transposed: the group form */
+        at.stride[0] = 1, at.stride[1] = 24;
+        CHECK_OK(gr_kx_load(k, x1, transposed ? &at : &a, &l1));
+        CHECK_OK(gr_kx_load(k, x2, &a, &l2));
+        CHECK_OK(gr_kx_load(k, x3, &a, &l3));
+        CHECK_OK(gr_kx_const_f(k, GR_F32, 0, &zero));
+        CHECK_OK(gr_kx_binary(k, GR_KB_GT, GR_BOOL, l1, zero, &c1));
+        CHECK_OK(gr_kx_binary(k, GR_KB_LT, GR_BOOL, l2, l3, &c2));
+        CHECK_OK(gr_kx_unary(k, GR_KU_EXP, GR_F32, l2, &ex));
+        CHECK_OK(gr_kx_binary(k, GR_KB_MUL, GR_F32, l3, l1, &m));
+        CHECK_OK(gr_kx_select(k, GR_F32, c2, ex, m, &inner));
+        CHECK_OK(gr_kx_unary(k, GR_KU_ABS, GR_F32, l3, &ab));
+        CHECK_OK(gr_kx_unary(k, GR_KU_SQRT, GR_F32, ab, &sq));
+        CHECK_OK(gr_kx_binary(k, GR_KB_ADD, GR_F32, l2, sq, &add));
+        CHECK_OK(gr_kx_select(k, GR_F32, c1, inner, add, &outer));
+        CHECK_OK(gr_kx_binary(k, GR_KB_ADD, GR_F32, outer, l3, &out));
+        kstore(k, y, out, &a);
+        gr_strbuf sb;
+        gr_sb_init(&sb);
+        CHECK_OK(gr_render_cuda(k, &sb));
+        /* both selects lazy in every loop (group, vector, tail); exp only inside a side; the loads
+         * all outside (each has another user) */
+        int lazy = 0;
+        for (const char *p = sb.data; p && (p = strstr(p, "evaluated only when taken")); p++) lazy++;
+        const char *sel = sb.data ? strstr(sb.data, "evaluated only when taken") : NULL;
+        const char *ld = sb.data ? strstr(sb.data, "gr_exp(v") : NULL; /* the node, not the prelude */
+        CHECK_MSG(lazy == 2 * (transposed ? 3 : 2) && sel && ld && ld > sel, "%s: %d lazy selects", k->name, lazy);
+        gr_sb_free(&sb);
+        run_both(k, &(run_opts){transposed ? "row groups of 4 points" : NULL, transposed != 0, 0, 0});
+        gr_kernel_destroy(k);
+    }
+}
+
 /* ==== the Llama export's RoPE kernels ============================================================ */
 static void test_llama(void) {
     gr_graph *g = NULL;
@@ -430,6 +480,11 @@ static void test_llama(void) {
             if (!rope || int_loads) continue;
             groups++;
             run_both(k, &(run_opts){"row groups of 8 points", true, 0, 0});
+            gr_strbuf sb;
+            gr_sb_init(&sb);
+            CHECK_OK(gr_render_cuda_mode(k, GR_RENDER_GENERIC, &sb));
+            CHECK_MSG(sb.data && strstr(sb.data, "evaluated only when taken"), "%s: rotate_half's select not lazy", k->name);
+            gr_sb_free(&sb);
         }
         printf("test_render_group: llama b8 s512 bf16: %d RoPE kernels run\n", groups);
         CHECK_MSG(groups >= 4, "llama: %d RoPE kernels (expected q and k of two layers)", groups);
@@ -449,6 +504,7 @@ int main(void) {
     if (!cxx_present) printf("test_render_group: host runs skipped: no C++ compiler (c++) or temporary directory\n");
     test_literal_limits();
     test_rope_shapes();
+    test_lazy_select();
     test_llama();
     if (cxx_present) rmdir(tmpdir);
     printf("test_render_group: %d host runs (%d kernels of the group form), %d NVRTC compiles\n", ran_host, ran_group,
