@@ -456,6 +456,31 @@ static void test_lazy_select(void) {
     }
 }
 
+/* Every allocation failure while rendering (the lazy selects' tables among them): GR_ERR_NOMEM,
+ * nothing leaked. */
+static void test_render_nomem(void) {
+    gr_kernel *k = rope_kernel("rope_nomem", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1);
+    if (!k) return;
+    for (int mode = 0; mode < 2; mode++) {
+        int failures = 0, successes = 0;
+        for (long n = 1; n < 10000 && !successes; n++) {
+            long live = gr_debug_live_allocs();
+            gr_strbuf sb;
+            gr_sb_init(&sb);
+            gr_debug_fail_alloc_after(n);
+            gr_status st = gr_render_cuda_mode(k, mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
+            gr_debug_fail_alloc_after(0);
+            gr_sb_free(&sb);
+            successes += st == GR_OK;
+            failures += st != GR_OK;
+            CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
+            CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks", n);
+        }
+        CHECK_MSG(successes == 1 && failures >= 2, "mode %d: %d successes, %d failures", mode, successes, failures);
+    }
+    gr_kernel_destroy(k);
+}
+
 /* ==== the Llama export's RoPE kernels ============================================================ */
 static void test_llama(void) {
     gr_graph *g = NULL;
@@ -505,6 +530,7 @@ int main(void) {
     test_literal_limits();
     test_rope_shapes();
     test_lazy_select();
+    test_render_nomem();
     test_llama();
     if (cxx_present) rmdir(tmpdir);
     printf("test_render_group: %d host runs (%d kernels of the group form), %d NVRTC compiles\n", ran_host, ran_group,
