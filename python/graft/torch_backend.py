@@ -229,6 +229,7 @@ class Lowering:
         self.frozen = frozen or {}  # placeholder index -> tensor baked in as a constant (_freeze_policy)
         self.b = GraphBuilder()
         self.env = {}
+        self.leaves = set()  # graft values that are inputs or constants
         self.lowered = {}  # ATen op -> count, added to the report once the session exists
         self.const_bytes = 0
 
@@ -242,8 +243,11 @@ class Lowering:
         gd = DTYPE[dtype]
         if gd == "bf16":  # NumPy has no bf16 without ml_dtypes: make it through torch
             t = torch.tensor(value, dtype=dtype)
-            return self.b.constant(self.b.fresh_name("c"), gd, [], t.view(torch.int16).numpy())
-        return self.b.constant(self.b.fresh_name("c"), gd, [], np.array(value, dtype=numpy_dtype(gd)))
+            v = self.b.constant(self.b.fresh_name("c"), gd, [], t.view(torch.int16).numpy())
+        else:
+            v = self.b.constant(self.b.fresh_name("c"), gd, [], np.array(value, dtype=numpy_dtype(gd)))
+        self.leaves.add(v)
+        return v
 
     def cast(self, v, have, want):
         return v if have == want else self.b.node("cast", [v], to=DTYPE[want])
@@ -257,11 +261,17 @@ class Lowering:
             return self.const(arg, dtype)
         raise NotLowerable("argument %r" % (arg,))
 
+    def is_leaf(self, v):
+        """v is a graft input or constant (an output that is one needs a node of its own)."""
+        return v in self.leaves
+
     def tensor_constant(self, name, t):
         t = t.detach().contiguous().cpu()
         raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
         self.const_bytes += t.numel() * t.element_size()
-        return self.b.constant(name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+        v = self.b.constant(name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+        self.leaves.add(v)
+        return v
 
     def run(self):
         outputs = []
@@ -276,6 +286,7 @@ class Lowering:
                     self.env[node] = self.tensor_constant(node.name, self.frozen[index])
                     continue
                 self.env[node] = self.b.input(node.name, DTYPE[m.dtype], [input_dim(d) for d in m.shape])
+                self.leaves.add(self.env[node])
             elif node.op == "get_attr":
                 self.env[node] = self.tensor_constant(node.name, getattr(self.gm, node.target))
             elif node.op == "call_function":
@@ -464,7 +475,11 @@ def _copy(ctx, node, a):
     v = ctx.val(src)
     if meta(src).dtype != meta(node).dtype:
         return ctx.cast(v, meta(src).dtype, meta(node).dtype)
-    return ctx.b.node("identity", [v])
+    # graft's values are immutable: a copy is the value itself (an identity node between a
+    # softmax and its matmul, or an expand and its reshape, would hide the pattern from
+    # graft's attention recognition). An output that is an input gets its identity node at
+    # the end (_Compiled).
+    return v
 
 
 # ---- matmul, attention --------------------------------------------------------------------------
@@ -624,9 +639,19 @@ def _view(ctx, node, a):
     return ctx.b.node("reshape", [ctx.val(a["self"])], shape=reshape_shape(meta(node)))
 
 
+@lowers(aten.unsqueeze.default)
+def _unsqueeze(ctx, node, a):
+    # graft's unsqueeze, not a reshape: the grouped-query pattern graft's attention pass knows
+    # (reshape(expand(unsqueeze(kv)))) is what Llama's repeat_kv traces to
+    return ctx.b.node("unsqueeze", [ctx.val(a["self"])], axes=[norm_axis(a["dim"], meta(node).dim())])
+
+
 @lowers(aten.expand.default)
 def _expand(ctx, node, a):
-    return ctx.b.node("expand", [ctx.val(a["self"])], shape=expand_shape(meta(a["self"]), meta(node)))
+    src, out = meta(a["self"]), meta(node)
+    if src.dim() == out.dim() and all(same_size(x, y) for x, y in zip(src.shape, out.shape)):
+        return ctx.val(a["self"])  # to its own shape (what matmul's decomposition writes): nothing to do
+    return ctx.b.node("expand", [ctx.val(a["self"])], shape=expand_shape(src, out))
 
 
 @lowers(aten.permute.default)
@@ -911,6 +936,50 @@ def _device_of(tensors):
     return devs.pop() if devs else "cpu"
 
 
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _batched_matmuls(gm):
+    """aot_autograd decomposes a batched torch.matmul into bmm over flattened batches:
+    view(bmm(view(A, [B, m, k]), view(C, [B, k, n])), [b0, .., m, n]) with A, C [b0, .., m, k]
+    and [b0, .., k, n]. Rewritten (in place, same semantics) to matmul(A, C): graft's matmul
+    takes the batch dims as they are, and its attention pass recognises attention only on the
+    [B, H, S, D] form the ONNX exporters write. Returns how many were rewritten."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.target is not aten.bmm.default or len(node.users) != 1:
+            continue
+        out = next(iter(node.users))
+        if out.target not in _RESHAPES:
+            continue
+        srcs = []
+        for operand in node.args[:2]:
+            if not isinstance(operand, torch.fx.Node) or operand.target not in _RESHAPES or \
+                    not isinstance(operand.args[0], torch.fx.Node):
+                break
+            srcs.append(operand.args[0])
+        if len(srcs) != 2:
+            continue
+        try:
+            sa, sb, so = static_shape(meta(srcs[0])), static_shape(meta(srcs[1])), static_shape(meta(out))
+            ma, mb = static_shape(meta(node.args[0])), static_shape(meta(node.args[1]))
+        except (NotLowerable, AttributeError):
+            continue
+        batch = sa[:-2]
+        if len(sa) < 3 or sb[:-2] != batch or so[:-2] != batch or sa[-2:] != ma[1:] or sb[-2:] != mb[1:] or \
+                meta(srcs[0]).dtype != meta(out).dtype or meta(srcs[1]).dtype != meta(out).dtype:
+            continue
+        with gm.graph.inserting_before(out):
+            mm = gm.graph.call_function(aten.matmul.default, (srcs[0], srcs[1]))
+        mm.meta["val"] = meta(out)
+        out.replace_all_uses_with(mm)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
 class _FrozenChanged(Exception):
     """A tensor baked into a session as a constant changed (placeholder index): recompile."""
 
@@ -932,6 +1001,7 @@ class _Compiled:
 
     def __init__(self, gm, report, device, mode, frozen=None, session_options=None):
         frozen = frozen or {}
+        _batched_matmuls(gm)
         low = Lowering(gm, report, frozen)
         outs = low.run()
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -942,6 +1012,8 @@ class _Compiled:
                 self.plan.append(("input", self.placeholders.index(o), None))
             elif isinstance(o, torch.fx.Node):
                 v = low.env[o]
+                if low.is_leaf(v):  # (an output aliasing an input or a literal: a copy of it)
+                    v = low.env[o] = low.b.node("identity", [v])
                 if v not in names:
                     names[v] = "out%d" % len(names)
                     low.b.output(v, names[v])
