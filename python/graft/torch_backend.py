@@ -1246,6 +1246,8 @@ def lower_aten_graph(gm, example_inputs, report, device="auto", mode="auto", wei
             node.op, node.target = "call_function", graft_sub.forward
             report.subgraphs += 1
     fused.recompile()
+    # (a lazy GraphModule's forward is a stub that recompiles and goes through __call__: made real now)
+    getattr(fused, "real_recompile", lambda: None)()
     # aot_autograd calls this with the flat arguments: the generated forward itself, without
     # GraphModule.__call__ (module hooks, fx's error-reporting wrapper) around it
     return fused.forward
