@@ -26,8 +26,14 @@ How a graph is lowered
   they change (version counter, address): on CUDA as device buffers
   (gr_session_bind_input_device: PyTorch's own memory, read in place, also by the captured
   cuBLASLt calls, which graft pins to the weight's address: no second copy of the weights);
-  on the simulator they are copied in. Report.const_bytes counts tensor data baked into
-  graft graphs (0 for a module: only literals could be).
+  on the simulator they are copied in. Exceptions, baked in as graft constants (so what they
+  feed folds at compile time, as in the ONNX import: rotary tables, position biases, masks):
+  the graph's literals, parameters and buffers of at most FREEZE_SMALL_BYTES, and every
+  parameter with options={"weights": "freeze"} (graft's own copy of the weights, as graft.load
+  holds them: the ONNX import's plan, pre-transposed weights included). Each call checks a
+  frozen tensor is unchanged (same tensor, version, address); one that changed is bound as an
+  input from then on (one recompile). Report.const_bytes counts tensor data baked in.
+- Options fuse_attention_f32, no_fuse_attention, no_fuse_epilogue pass to graft's session.
 - Dynamic shapes (dynamic=True, mark_dynamic): Dynamo's size symbols (s0, ...) become
   graft symbols, so one session (graft's shape-generic kernels, a plan per binding)
   serves every size, when each input dim is a plain symbol and each reshape/expand has
@@ -37,7 +43,10 @@ How a graph is lowered
 - A training graph (grad enabled and an input that requires grad), inputs on several
   devices, or a failure while lowering fall back to PyTorch with a warning.
 - Outputs are copied out of graft's memory (clone on the device): graft's outputs live
-  only until the next run, and a module's outputs must outlive it.
+  only until the next run, and a module's outputs must outlive it. (Not dropped: a torch
+  tensor handed to user code cannot be made to fail when read after the next run, and graft
+  has no call that writes outputs into caller-allocated memory.) The copy reads a view of
+  graft's output kept per address, not a DLPack import per call.
 """
 import math
 import operator
