@@ -633,6 +633,11 @@ typedef struct {
  * state binding (gr_session_bind_state[_auto]). st may be NULL. */
 GR_API gr_status gr_session_generate(gr_session_t s, const gr_generate_options *o, const int64_t *prompt, int64_t batch,
                                      int64_t prompt_len, int64_t *out_tokens, gr_generate_stats *st);
+/* Per-kernel device times of one decode step of the last generation on this session, as
+ * gr_session_profile_classes gives them for a run: the rewritten engine's step (one position
+ * at the generation's rows and maximum length) or the reference engine's last per-length step.
+ * The session's outputs no longer describe a run afterwards. */
+GR_API gr_status gr_session_generate_profile(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,8 @@ const char graft_generate_usage[] =
     "  --prompt-mode auto|whole|tokens  the prompt as one step (whole; needs a symbolic\n"
     "                         seq), one step per token (tokens), or whole where the export\n"
     "                         allows (auto, default); both give the same ids\n"
+    "  --profile              after generating, each kernel of one decode step timed on\n"
+    "                         its own (as graft bench --profile), slowest first\n"
     "  --state PRESENT=PAST   bind output PRESENT to input PAST for the next step\n"
     "                         (repeatable); without it the usual names pair themselves\n"
     "                         (present.N.key -> past_key_values.N.key, present_kN ->\n"
@@ -92,7 +94,7 @@ typedef struct {
     int64_t max_new, beams, eos, pad, top_k, max_length, steps_per_launch;
     double top_p, temperature, length_penalty;
     uint64_t seed;
-    bool sample, quiet, verbose, have_max_new, sampling_opt;
+    bool sample, quiet, verbose, have_max_new, sampling_opt, profile;
     int device, mode, arena, precision, prompt_mode, max_rerecords, engine;
     const char **state; /* PRESENT=PAST */
     int n_state;
@@ -138,6 +140,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            o->profile = true;
             continue;
         }
         if (!strcmp(a, "--verbose")) {
@@ -471,6 +477,18 @@ static int run_generate(const gen_opts *o) {
     print_bytes("device memory", rs.device_bytes);
     printf("  %-22s %ld prepared, %ld compiled, %ld modules loaded\n", "kernels", ks.prepared, ks.compiled, ks.modules_loaded);
     printf("wrote %s (int64 [%lld, %lld])\n", path, (long long)B, (long long)W);
+    if (o->profile) {
+        char *text = NULL;
+        double sum = 0;
+        gr_status pst = gr_session_generate_profile(s, &text, &sum, NULL);
+        if (pst != GR_OK) {
+            gen_errorf("generate: --profile: %s", gr_last_error());
+            code = GEN_EXIT_RUNTIME;
+        } else {
+            printf("profile of one decode step (%s engine):\n%s", gs.engine == GR_ENGINE_REWRITTEN ? "rewritten" : "reference", text);
+        }
+        gr_free_string(text);
+    }
 out:
     free(tokens);
     gr_session_destroy(s);

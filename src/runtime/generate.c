@@ -32,6 +32,7 @@ struct gr_rt_gen {
     bool eng_sample; /* its decode loop samples (else: argmax) */
     int64_t eng_beams; /* its decode loop's beams (1: none; the engine's rows are batch x beams) */
     int eng_verdict; /* 0: not checked against the per-length step yet; 1: agrees; -1: refused or disagrees */
+    int last_engine; /* the engine of the last successful generation (gr_generate_engine; 0: none yet) */
 };
 
 void gr_rt_gen_free(gr_session_t s) {
@@ -1003,6 +1004,7 @@ gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, co
             double all_us = stats->prompt_us + stats->decode_us;
             stats->tokens_per_s = all_us > 0 ? (double)(batch * stats->new_tokens) / (all_us / 1e6) : 0;
             stats->plans = count_plans(s);
+            s->gen->last_engine = GR_ENGINE_REWRITTEN;
             gen_ctx_free(&c);
             return GR_OK;
         }
@@ -1019,7 +1021,29 @@ gr_status gr_session_generate(gr_session_t s, const gr_generate_options *opt, co
         double all_us = stats->prompt_us + stats->decode_us;
         stats->tokens_per_s = all_us > 0 ? (double)(batch * stats->new_tokens) / (all_us / 1e6) : 0;
         stats->plans = count_plans(s);
+        s->gen->last_engine = GR_ENGINE_REFERENCE;
     }
     gen_ctx_free(&c);
+    return st;
+}
+
+/* The decode step of the last generation, profiled like gr_session_profile: the rewritten
+ * engine's step (its session's plan: one position at the generation's batch and maximum length)
+ * or, after the reference engine, the per-length step plan that ran last. Each kernel is run
+ * again in isolation: the cache position the last step wrote is written again with the same
+ * values, so the engine stays usable; the session's outputs no longer describe a run. */
+gr_status gr_session_generate_profile(gr_session_t s, char **out_text, double *kernel_sum_us, gr_profile_classes *classes) {
+    if (!s || !out_text) return gr_error(GR_ERR_INVALID, "gr_session_generate_profile: NULL argument");
+    *out_text = NULL;
+    if (!s->gen || !s->gen->last_engine) return gr_error(GR_ERR_INVALID, "gr_session_generate_profile: no generation has run on this session");
+    if (s->gen->last_engine == GR_ENGINE_REWRITTEN) {
+        if (!s->gen->eng) return gr_error(GR_ERR_INTERNAL, "gr_session_generate_profile: the rewritten engine is gone");
+        gr_session_t es = gr_decode_engine_session(s->gen->eng);
+        gr_status st = gr_session_profile_classes(es, out_text, kernel_sum_us, classes);
+        es->has_run = false;
+        return st;
+    }
+    gr_status st = gr_session_profile_classes(s, out_text, kernel_sum_us, classes);
+    s->has_run = false;
     return st;
 }

@@ -88,6 +88,23 @@ def test_cli_device_loop(model, tmp_path):
                           "--steps-per-launch", 0), 2, "--steps-per-launch: bad value '0'", "an integer > 0")
 
 
+@pytest.mark.parametrize("engine", ["rewritten", "reference"])
+def test_cli_profile_of_a_decode_step(engine, tmp_path):
+    # --profile times each kernel of one decode step after the generation; the ids are unchanged
+    model = "gpt2"
+    proc = run_graft("generate", fixture(model, "model.onnx"), "--prompt", fixture(model, "prompt.npy"), "--max-new-tokens", 12,
+                     "--device", "sim", "--mode", "graph", "--engine", engine, "--profile", "--quiet", "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "tokens.npy"), np.load(fixture(model, "greedy.npy")))
+    out = proc.stdout
+    assert "profile of one decode step (%s engine):" % engine in out, out
+    assert "device time per kernel class" in out and "matmul" in out, out
+    rows = [line for line in out.splitlines() if "] " in line and " us " in line]
+    assert len(rows) >= 10, out
+    # a step of the rewritten engine reads one new token; the reference's last step is a per-length plan
+    assert "kernels, sum" in out
+
+
 def test_cli_sampling_equals_api(tmp_path):
     model = "llama"
     args = ["--sample", "--top-k", 50, "--top-p", 0.9, "--temperature", 0.8, "--seed", 7]
