@@ -251,8 +251,9 @@ typedef enum {
     GR_SHAPES_GENERIC,   /* one graph per power-of-two bucket of the symbols, slots read from a device table */
     GR_SHAPES_UPDATE,    /* one exec per segment position: a new binding's capture applied with cuGraphExecUpdate */
     GR_SHAPES_AUTO,      /* graph mode: pad where proven; per segment exact, update or generic, chosen by
-                            timing them at the segment's first binding and kept in the decisions file
-                            (docs/design.md §4). Mode auto: one exec per binding while the measured graph
+                            timing them at the segment's first binding, re-chosen from those numbers as
+                            the calls per binding seen grow, and kept in the decisions file with the
+                            observed ratio (docs/design.md §4). Mode auto: one exec per binding while the measured graph
                             memory fits graph_memory_mb, beyond it the position's exec updated */
     GR_SHAPES_DEFAULT,   /* gr_session_options_init's: auto in graph mode for a model with symbolic dims,
                             exact otherwise (a static model, eager and auto modes); resolved when the

@@ -107,7 +107,9 @@ gr_status gr_rt_autopol_init(gr_session_t s) {
     double bindings = 1, buckets = 1;
     for (int k = 0; k < g->syms.len; k++) {
         const gr_ir_symbol *sym = &g->syms.data[k];
-        if (!sym->declared || sym->hi >= GR_DX_INF) {
+        /* a data-dependent symbol's maximum bounds what the data can give (a NonZero's element
+         * count): generic would plan the largest binding's arena for it, so it is no candidate */
+        if (!sym->declared || sym->hi >= GR_DX_INF || sym->data_value >= 0) {
             bounded = false;
             bindings *= AP_OPEN_RANGE;
             buckets *= AP_OPEN_RANGE;
@@ -295,7 +297,7 @@ static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, in
         }
     }
     /* generic: the bucket's graph, this binding's slots copied into its table first */
-    if (!s->generic_infra) add_why(&e, "generic: %s", gr_rt_pad_any(s) ? "a symbol is padded" : "a symbol has no declared maximum");
+    if (!s->generic_infra) add_why(&e, "generic: %s", gr_rt_pad_any(s) ? "a symbol is padded" : "a symbol has no declared maximum or is data-dependent");
     else if (!rep) {
         /* p is its own bucket: generic's graph is exact's; a replay for another binding of the
          * bucket copies that binding's slots first (timed), and computes the bucket's extents
@@ -532,6 +534,10 @@ void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strb
         gr_sb_puts(sb, c + 1 < GR_AP_N ? "," : "");
     }
     gr_sb_printf(sb, "; graph %llu bytes at the measured binding\n", (unsigned long long)e->x.bytes);
+    if (!e->persist) { /* nothing measured: the graph manager's choice, never revised */
+        if (e->why[0]) gr_sb_printf(sb, "    %s\n", e->why);
+        return;
+    }
     gr_sb_printf(sb, "    chosen for %.2f calls per binding (prior %.2f from %s, with this session's %ld calls over %ld bindings); ",
                  e->x.ratio, e->prior, e->decided_call < 0 ? "the decisions file" : "the default assumption", s->ap->calls, s->ap->seen);
     if (e->prev_policy >= 0)

@@ -122,7 +122,7 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
                                                    "etc. to choose another); "
                                                  : "",
                          s->autopol_measured, s->autopol_runs, s->autopol_loaded,
-                         s->generic_infra ? "a candidate" : "not a candidate (a symbol padded or without a declared maximum)");
+                         s->generic_infra ? "a candidate" : "not a candidate (a symbol padded, data-dependent or without a declared maximum)");
             gr_rt_autopol_explain_session(s, &sb); /* autopol.c: calls per binding seen, re-decisions */
         }
         if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO)
