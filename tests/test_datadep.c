@@ -119,6 +119,16 @@ static void run_mode(gr_mode mode) {
     CHECK_OK(gr_session_explain(s, &text));
     CHECK(text && strstr(text, "partition break: NonZero 'nz'") && strstr(text, "partition break: Range 'rg'") &&
           strstr(text, "partition break: Loop 'lp'"));
+    /* graph mode's default policy, auto: a data-dependent count's maximum is no range to plan the
+     * largest binding for, so generic is no candidate (its arena would be planned for every element) */
+    gr_run_stats stats;
+    CHECK_OK(gr_session_stats(s, &stats));
+    if (mode == GR_MODE_GRAPH)
+        CHECK_MSG(gr_session_shape_policy(s, NULL) == GR_SHAPES_AUTO && text &&
+                      strstr(text, "generic not a candidate (a symbol padded, data-dependent or without a declared maximum)") &&
+                      stats.device_bytes < ((size_t)64 << 20),
+                  "graph mode's default: %s, %zu device bytes:\n%s", gr_shape_policy_name(gr_session_shape_policy(s, NULL)),
+                  stats.device_bytes, text ? text : "");
     gr_free_string(text);
     gr_session_destroy(s);
 }
