@@ -503,6 +503,75 @@ static void test_reductions(void) {
     check_reduce(GR_OP_REDUCE_SUM, GR_F32, 0, DIMS(0), 0, DIMS(0), 1);     /* rank 0 */
 }
 
+/* arg_max / arg_min over a long axis (passes/lower-reduce.c splits axes of 4096 points or more
+ * into chunks, then combines): the index of a straightforward scan (the first extreme; the
+ * last with select_last_index; a NaN is the extreme), with many ties and NaNs placed in
+ * given chunks, along the last axis and along a strided leading one. want_kernels: 2 split,
+ * 1 not. */
+static void check_arg_long(gr_op op, gr_dtype t, int64_t len, bool last, int axis, int nan_at, int want_kernels) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    const int64_t rows = 3;
+    int64_t d[2] = {axis == 1 ? rows : len, axis == 1 ? len : rows}, n = rows * len;
+    double *xv = malloc(sizeof(double) * (size_t)n);
+    void *xd = make_data(t, n, -3, 3, xv);
+    for (int64_t i = 0; i < n; i++) { /* few distinct values: ties inside and across chunks */
+        double v = floor(xv[i] * 2) / 2;
+        gr_store_f64(xd, t, i, v);
+        xv[i] = gr_load_f64(xd, t, i);
+    }
+    for (int64_t r = 0; r < rows; r++) { /* row 0: the extremes at the row's two ends; row 1: NaNs */
+        int64_t first = axis == 1 ? r * len : r, step = axis == 1 ? 1 : rows;
+        if (r == 0) {
+            gr_store_f64(xd, t, first, op == GR_OP_ARG_MAX ? 9 : -9);
+            gr_store_f64(xd, t, first + (len - 1) * step, op == GR_OP_ARG_MAX ? 9 : -9);
+        } else if (r == 1 && nan_at >= 0 && gr_dtype_is_float(t)) {
+            gr_store_f64(xd, t, first + (int64_t)nan_at * step, NAN);
+            gr_store_f64(xd, t, first + (len - 2) * step, NAN);
+        }
+        for (int64_t j = 0; j < len; j++) xv[first + j * step] = gr_load_f64(xd, t, first + j * step);
+    }
+    int x = t_input(g, "x", t, 2, d, xd);
+    gr_ir_attr attrs[3] = {A_INT("axis", axis), A_INT("keepdims", 0), A_INT("select_last_index", last)};
+    int y = t_node(g, op, 1, &x, 3, attrs, GR_I64, 1, DIMS(rows));
+    CHECK_OK(gr_ir_add_output(g, y));
+    double want[3];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < len; j++) {
+            double v = xv[axis == 1 ? r * len + j : j * rows + r];
+            double b = best < 0 ? 0 : xv[axis == 1 ? r * len + best : best * rows + r];
+            bool better = best < 0 || (isnan(v) && !isnan(b)) ||
+                          (!isnan(b) && (op == GR_OP_ARG_MAX ? v > b : v < b)) || (last && (v == b || (isnan(v) && isnan(b))));
+            if (better) best = j;
+        }
+        want[r] = (double)best;
+    }
+    for (int fuse = 0; fuse < 2; fuse++) {
+        int kernels = 0;
+        double *got = run_value(g, y, fuse, &kernels);
+        char what[96];
+        snprintf(what, sizeof what, "%s len %lld axis %d last %d fuse %d", gr_op_get(op)->name, (long long)len, axis, last, fuse);
+        compare(what, got, want, rows, GR_I64, 0);
+        CHECK_MSG(kernels == want_kernels, "%s: %d kernels, expected %d", what, kernels, want_kernels);
+        free(got);
+    }
+    free(xv), free(xd);
+    gr_ir_graph_destroy(g);
+}
+
+static void test_arg_long(void) {
+    for (int op = 0; op < 2; op++)
+        for (int last = 0; last < 2; last++) {
+            gr_op o = op ? GR_OP_ARG_MIN : GR_OP_ARG_MAX;
+            check_arg_long(o, GR_F32, 50257, last, 1, 700, 2); /* GPT-2's vocabulary: 99 chunks, the last of 81 */
+            check_arg_long(o, GR_BF16, 32000, last, 1, 31999 - 600, 2);
+            check_arg_long(o, GR_F32, 4096, last, 0, 3, 2);    /* strided: the axis is the leading one */
+            check_arg_long(o, GR_I32, 5000, last, 1, -1, 2);
+            check_arg_long(o, GR_F64, 4095, last, 1, 10, 1);   /* below the split */
+        }
+}
+
 static void check_softmax(gr_dtype t, int nd, const int64_t *d, int axis) {
     gr_graph *g;
     CHECK_OK(gr_ir_graph_create(&g));
@@ -1140,6 +1209,7 @@ int main(void) {
     test_host_scalar_and_consts();
     test_pow_literal();
     test_reductions();
+    test_arg_long();
     test_softmax_layernorm();
     test_matmul();
     test_movement();
