@@ -290,6 +290,12 @@ static void mark_cone(const gr_kernel *k, int root, bool *mark) {
     }
 }
 
+/* Marks what stage st reads: its value's cone and a scatter store's index cone. */
+static void mark_stage(const gr_kernel *k, const gr_kstage *st, bool *mark) {
+    mark_cone(k, st->value, mark);
+    if (st->kind == GR_KS_STORE && st->access.index >= 0) mark_cone(k, st->access.index, mark);
+}
+
 /* A load that the vectorized loop reads as one 4-wide vector. */
 static bool load_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
     return e->op == GR_KX_LOAD && e->access.index < 0 && outer_contiguous(k, &e->access) &&
@@ -300,7 +306,7 @@ bool gr_render_cuda_is_vectorized(const gr_kernel *k) {
     if (gr_render_cuda_is_block_kernel(k) || k->n_stages == 0) return false;
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
-        if (st->kind != GR_KS_STORE || !outer_contiguous(k, &st->access)) return false;
+        if (st->kind != GR_KS_STORE || st->access.index >= 0 || !outer_contiguous(k, &st->access)) return false;
     }
     /* A buffer both stored and loaded in one kernel: keep the scalar order of effects. */
     for (int i = 0; i < k->nodes.len; i++) {
@@ -666,7 +672,7 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         gr_sb_printf(c->sb, "%s{\n", indent);
         char in2[64];
         snprintf(in2, sizeof in2, "%s  ", indent);
@@ -792,7 +798,7 @@ static int row_cache_loads(const gr_kernel *k, bool *cached, bool *cone, bool *s
         const gr_kstage *st = &k->stages[s];
         if (st->kind != GR_KS_REDUCE && !st->over_inner) continue;
         memset(cone, 0, (size_t)n * sizeof(bool));
-        mark_cone(k, st->value, cone);
+        mark_stage(k, st, cone);
         for (int i = 0; i < n; i++) {
             if (!cone[i] || k->nodes.data[i].op != GR_KX_LOAD) continue;
             if (seen[i]) twice[i] = true;
@@ -834,7 +840,7 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
         const gr_kstage *st = &k->stages[s];
         ctype vct = node_ct(k, st->value);
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
         if (st->kind == GR_KS_REDUCE) {
             gr_sb_printf(sb, "    %s acc%d;\n", ctype_name(vct), s);
@@ -1123,7 +1129,7 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
         const gr_kstage *st = &k->stages[s];
         ctype vct = node_ct(k, st->value);
         memset(mark, 0, (size_t)n * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
         if (st->kind == GR_KS_REDUCE) {
             gr_sb_printf(sb, "%s%s acc%d;\n", I0, ctype_name(vct), s);

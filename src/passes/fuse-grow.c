@@ -222,6 +222,7 @@ gr_status gr_fuse_wk_create(gr_kernel *k, gr_fuse_wk **out) {
 /* ==== planning ========================================================================================== */
 bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f) {
     const gr_kernel *c = f->c;
+    if (gr_kernel_scatters(c)) return false; /* a scatter store: never merged (codegen/kir.h) */
     bool target[GR_KMAX_PARAMS] = {false};
     f->n_targets = 0;
     for (int i = 0; i < f->cs->n_args && i < c->n_params; i++) {
@@ -330,6 +331,7 @@ gr_status gr_fuse_wk_prepare(gr_fuse_wk *w, fuse_ctx *f, bool *fits, bool *copy)
 
 int gr_fuse_wk_value_loads(const gr_fuse_wk *w, const gr_step *cs, int value, const gr_kaccess **out, int max) {
     const gr_kernel *c = w->k;
+    if (gr_kernel_scatters(c)) return -1; /* a scatter store: never merged (codegen/kir.h) */
     int n = 0, n_target = 0;
     for (int i = 0; i < cs->n_args && i < c->n_params; i++) {
         const gr_step_arg *a = &cs->args[i];

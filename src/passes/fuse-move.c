@@ -244,6 +244,7 @@ bool gr_fuse_move_plan(const gr_fuse_move *m, const gr_kernel *c, const gr_kacce
  * them (at most max), or -1 when c cannot take the substitution (value bound at an offset,
  * written, a PARAM node or a store naming it, too many loads). */
 int gr_fuse_move_loads(const gr_kernel *c, const gr_step *cs, int value, const gr_kaccess **out, int max) {
+    if (gr_kernel_scatters(c)) return -1; /* a scatter store: never merged (codegen/kir.h) */
     bool target[GR_KMAX_PARAMS] = {false};
     int n_target = 0, n = 0;
     for (int i = 0; i < cs->n_args && i < c->n_params; i++) {

@@ -111,6 +111,7 @@ static bool step_reads(const gr_step *s, int v) {
 /* Finds C's load access of v and the dim map; false if fusion does not apply. */
 bool gr_fuse_plan_map(fuse_ctx *f) {
     const gr_kernel *c = f->c, *p = f->p;
+    if (gr_kernel_scatters(c)) return false; /* a scatter store: never merged (codegen/kir.h) */
     bool target[GR_KMAX_PARAMS] = {false};
     int n_target = 0;
     for (int i = 0; i < f->cs->n_args && i < c->n_params; i++) {
