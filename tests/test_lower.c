@@ -902,7 +902,70 @@ static void check_gather(gr_dtype it, int nd, const int64_t *d, int ni, const in
     free(want), free(idat), free(iv);
 }
 
+/* cache_write(cache, new * 2, kv; axis, delta) of a cache [2, 3, 7, 4] along `axis`, not in place:
+ * a copy of the cache, the producer of new and the scatter kernel over new's points (which
+ * fusion leaves alone: 3 kernels fused or not, the same values); kv = 0 with delta -1 writes
+ * the last position (a negative position wraps); past the end is an error naming the node. */
+static void check_cache_write(int axis, int64_t new_len, int64_t kv_value, int64_t delta, const char *want_err) {
+    int64_t d[4] = {2, 3, 7, 4}, nd_[4] = {2, 3, 7, 4};
+    nd_[axis] = new_len;
+    src_t s = make_src(GR_F32, 4, d);
+    int64_t nn = numel(4, nd_);
+    double *nvv = malloc(sizeof(double) * (size_t)nn);
+    void *nvd = make_data(GR_F32, nn, -5, 5, nvv);
+    int nw = t_input(s.g, "new", GR_F32, 4, nd_, nvd);
+    int64_t kvv = kv_value;
+    int kv = t_input(s.g, "kv", GR_I64, 1, DIMS(1), &kvv);
+    int two = t_const(s.g, GR_F32, 0, NULL, (float[]){2});
+    int nw2 = t_node(s.g, GR_OP_MUL, 2, (int[]){nw, two}, 0, NULL, GR_F32, 4, nd_);
+    gr_ir_attr at[2] = {A_INT("axis", axis), A_INT("delta", delta)};
+    int y = t_node(s.g, GR_OP_CACHE_WRITE, 3, (int[]){s.x, nw2, kv}, 2, at, GR_F32, 4, d);
+    CHECK_OK(gr_ir_add_output(s.g, y));
+    char what[96];
+    snprintf(what, sizeof what, "cache_write axis %d new_len %lld kv %lld delta %lld", axis, (long long)new_len, (long long)kv_value,
+             (long long)delta);
+    if (want_err) {
+        gr_step_list steps;
+        CHECK_OK(gr_pass_lower(s.g, &steps));
+        exec_t e;
+        CHECK_ERR(exec_run(&e, s.g, &steps), GR_ERR_INVALID, want_err);
+        CHECK_MSG(gr_error_node() == s.g->values.data[y].producer, "%s: the error names node %d", what, gr_error_node());
+        exec_free(&e);
+        gr_step_list_free(&steps);
+    } else {
+        double *want = malloc(sizeof(double) * (size_t)s.n);
+        int64_t c[GR_MAX_DIMS], pos0 = kv_value + delta;
+        if (pos0 < 0) pos0 += d[axis];
+        for (int64_t i = 0; i < s.n; i++) {
+            unravel(i, 4, d, c);
+            int64_t j = c[axis] - pos0;
+            want[i] = s.xv[i];
+            if (j >= 0 && j < new_len) {
+                c[axis] = j;
+                want[i] = 2 * nvv[bindex(c, 4, 4, nd_)];
+            }
+        }
+        for (int fuse = 0; fuse < 2; fuse++) {
+            int nk = -1;
+            double *got = run_value(s.g, y, fuse, &nk);
+            compare(what, got, want, s.n, GR_F32, 0);
+            CHECK_MSG(nk == 3, "%s (fuse %d): %d kernels, expected 3 (copy, new, scatter)", what, fuse, nk);
+            free(got);
+        }
+        free(want);
+    }
+    free(nvv), free(nvd), free(s.xv), free(s.xd);
+    gr_ir_graph_destroy(s.g);
+}
+
 static void test_gather(void) {
+    check_cache_write(2, 1, 5, -1, NULL);
+    check_cache_write(2, 1, 0, -1, NULL); /* position -1: the last */
+    check_cache_write(2, 3, 2, 1, NULL);  /* three positions from 3 */
+    check_cache_write(1, 1, 2, 0, NULL);
+    check_cache_write(3, 2, 2, 0, NULL);
+    check_cache_write(2, 1, 8, -1, "scatter index 7 out of range [-7, 7)");
+    check_cache_write(2, 2, 6, 0, "scatter index 7 out of range");
     check_gather(GR_I64, 2, DIMS(5, 3), 1, DIMS(4), 0);
     check_gather(GR_I32, 3, DIMS(2, 5, 3), 2, DIMS(2, 3), 1);
     check_gather(GR_I64, 3, DIMS(2, 5, 3), 0, DIMS(0), -1);
