@@ -405,6 +405,11 @@ typedef struct {
      * call may see (a bucket's: grids and tables are sized for them) and the record's lengths
      * are no larger. */
     bool lens_arg;
+    /* The number of visible keys comes from device memory (parameter indirection for a KV
+     * cache of a maximum length, passes/attention.c's key-length form): args[5] points at one
+     * int64 L, and key j is visible only when j < L as well (L clamped to [0, seq_k]; the
+     * causal rule keeps its alignment to seq_k). Only keys below L are read. */
+    bool key_len_arg;
     char name[64];
 } gr_libcall;
 /* The length record of an attention (lens_arg): seq_q, seq_k, then q, k, v and o strides
@@ -421,23 +426,30 @@ void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec);
 void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
 #define GR_LIB_MATMUL_NARGS 4
-/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL) [5]=its length
- * record (only with lens_arg). Every library
+/* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL), then [5]=the key
+ * length (only with key_len_arg), then the length record (only with lens_arg; always the last:
+ * gr_libcall_attention_lens_index). Every library
  * call writes its args[2] and only that (memory planning and fusion rely on it). */
 #define GR_LIB_ATTENTION_NARGS 5
+#define GR_LIB_ATTENTION_KEY_LEN 5
 /* launch args of a sample: [0]=logits [1]=step [2]=out [3]=ints [4]=floats (GR_LIB_SAMPLE above) */
 #define GR_LIB_SAMPLE_NARGS 5
 /* launch args of a beam step and of a beam reorder (GR_LIB_BEAM_STEP, GR_LIB_BEAM_REORDER above) */
 #define GR_LIB_BEAM_STEP_NARGS 5
 #define GR_LIB_BEAM_REORDER_NARGS 4
-#define GR_LIB_MAX_NARGS 6
+#define GR_LIB_MAX_NARGS 7
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
-    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS + (c->lens_arg ? 1 : 0)
+    return c->kind == GR_LIB_ATTENTION ? GR_LIB_ATTENTION_NARGS + (c->key_len_arg ? 1 : 0) + (c->lens_arg ? 1 : 0)
            : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
            : c->kind == GR_LIB_BEAM_STEP ? GR_LIB_BEAM_STEP_NARGS
            : c->kind == GR_LIB_BEAM_REORDER ? GR_LIB_BEAM_REORDER_NARGS
                                        : GR_LIB_MATMUL_NARGS;
+}
+
+/* The argument index of an attention's length record (lens_arg). */
+static inline int gr_libcall_attention_lens_index(const gr_libcall *c) {
+    return GR_LIB_ATTENTION_NARGS + (c->key_len_arg ? 1 : 0);
 }
 
 /* Reference implementation on host memory (f64 accumulation for f32/f64,

@@ -151,10 +151,11 @@ void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec) {
 }
 
 gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *args) {
-    if (c->lens_arg) { /* the lengths in the record args[5] points at (host-readable here) */
-        if (!args[5].ptr) return gr_error(GR_ERR_INVALID, "libcall %s: NULL length record", c->name);
+    if (c->lens_arg) { /* the lengths in the record the last argument points at (host-readable here) */
+        const void *rec = args[gr_libcall_attention_lens_index(c)].ptr;
+        if (!rec) return gr_error(GR_ERR_INVALID, "libcall %s: NULL length record", c->name);
         gr_libcall real = *c;
-        gr_libcall_attention_use_lens(&real, (const int64_t *)args[5].ptr);
+        gr_libcall_attention_use_lens(&real, (const int64_t *)rec);
         return gr_libcall_attention_reference(&real, args);
     }
     if (c->dtype != GR_F32 && c->dtype != GR_F64 && c->dtype != GR_F16 && c->dtype != GR_BF16)
@@ -173,8 +174,14 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
     if (c->batch == 0 || c->seq_q == 0 || c->head_dim_v == 0) return GR_OK;
     const void *Q = args[0].ptr, *K = args[1].ptr, *V = args[3].ptr, *M = args[4].ptr;
     void *O = args[2].ptr;
-    if (!O || (c->seq_k > 0 && (!K || !V)) || (c->head_dim > 0 && !Q) || (c->has_mask && !M))
+    if (!O || (c->seq_k > 0 && (!K || !V)) || (c->head_dim > 0 && !Q) || (c->has_mask && !M) ||
+        (c->key_len_arg && !args[GR_LIB_ATTENTION_KEY_LEN].ptr))
         return gr_error(GR_ERR_INVALID, "libcall %s: NULL operand", c->name);
+    int64_t key_lim = c->seq_k; /* keys below it are visible (key_len_arg: the device's value, clamped) */
+    if (c->key_len_arg) {
+        int64_t L = *(const int64_t *)args[GR_LIB_ATTENTION_KEY_LEN].ptr;
+        key_lim = L < 0 ? 0 : L < c->seq_k ? L : c->seq_k;
+    }
     size_t row_bytes = (size_t)(c->seq_k + 1) * sizeof(double) + (size_t)(c->head_dim_v + 1) * sizeof(double);
     double *p = gr_malloc(row_bytes);
     if (!p) return GR_ERR_NOMEM;
@@ -187,9 +194,9 @@ gr_status gr_libcall_attention_reference(const gr_libcall *c, const gr_karg *arg
             int64_t ok = b * c->k_stride[0] + kvh * c->k_stride[1], ov = b * c->v_stride[0] + kvh * c->v_stride[1];
             int64_t q_row = c->q_stride[2], k_row = c->k_stride[2], v_row = c->v_stride[2], o_row = c->o_stride[2];
             for (int64_t i = 0; i < c->seq_q; i++) {
-                /* keys past `last` are hidden by the causal rule */
+                /* keys past `last` are hidden by the causal rule or the key length */
                 int64_t last = c->causal ? i + c->seq_k - c->seq_q : c->seq_k - 1;
-                if (last > c->seq_k - 1) last = c->seq_k - 1;
+                if (last > key_lim - 1) last = key_lim - 1;
                 double mx = -INFINITY;
                 for (int64_t j = 0; j <= last; j++) {
                     double dot = 0;

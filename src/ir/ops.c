@@ -61,14 +61,18 @@
  * if(cond; then_branch=graph, else_branch=graph): cond is a bool tensor of one
  *   element (any rank); passes/control.c predicates it. loop(...; body=graph):
  *   held, verified and printed; not executed yet.
- * attention(q, k, v, mask?; scale=1/sqrt(head_dim), causal=0): fused scaled
+ * attention(q, k, v, mask?, key_len?; scale=1/sqrt(head_dim), causal=0): fused scaled
  *   dot-product attention, softmax(scale * q @ k^T + mask) @ v over the last
  *   axis. q [B, H, Sq, D], k [B, Hkv, Sk, D] (not transposed), v [B, Hkv, Sk, Dv],
  *   out [B, H, Sq, Dv]; H a multiple of Hkv (grouped-query heads: head h reads
  *   kv head h / (H/Hkv)). mask: a float tensor of rank <= 4 broadcasting to
  *   [B, H, Sq, Sk], added to the scaled scores. causal: key j is visible to
  *   query i when j <= i + Sk - Sq (bottom-right alignment). A row that sees no
- *   key, or only -inf, is 0 (the unfused softmax would give NaN).
+ *   key, or only -inf, is 0 (the unfused softmax would give NaN). key_len (optional
+ *   fifth input, i64 of one element; the mask slot may be empty): only keys j < key_len
+ *   are visible (clamped to [0, Sk]); it lives in device memory, so one compiled call
+ *   serves every length of a KV cache of Sk positions and reads only the valid prefix
+ *   (passes/attention.c makes it from the decode rewrite's where(position < valid, x, -inf)).
  *   layout=[lq, lk, lv, lo] (optional, default all 0): how each of q, k, v and out is
  *   laid out: 0 as above, [B, heads, S, D]; 1 as [B, S, heads, D] (the transposes around
  *   an exported attention folded in, so the attention reads a projection's output and

@@ -514,7 +514,7 @@ static gr_status infer_softmax(ctx_t *c) {
     return GR_OK;
 }
 
-/* attention(q, k, v, mask?): ops.c. Dims that must agree and are symbolic
+/* attention(q, k, v, mask?, key_len?): ops.c. Dims that must agree and are symbolic
  * expressions that differ are checked once they have values. */
 static gr_status infer_attention(ctx_t *c) {
     const gr_ir_value *q = in_val(c, 0), *k = in_val(c, 1), *v = in_val(c, 2), *m = in_val(c, 3);
@@ -562,6 +562,14 @@ static gr_status infer_attention(ctx_t *c) {
                 return fail(c, GR_ERR_SHAPE, "mask %s does not broadcast to the scores [batch, heads, seq_q, seq_k] of q %s, k %s",
                             TYPE_STR(tm, m), TYPE_STR(tq, q), TYPE_STR(tk, k));
         }
+    }
+    const gr_ir_value *klen = in_val(c, 4);
+    if (klen) {
+        char tl[TYPE_STR_LEN];
+        bool one = true;
+        for (int i = 0; i < klen->ndim; i++) one &= !dim_is_sym(klen->dims[i]) && klen->dims[i].size == 1;
+        if (klen->dtype != GR_I64 || !one)
+            return fail(c, GR_ERR_SHAPE, "key_len %s must be one i64 value (the number of visible keys)", TYPE_STR(tl, klen));
     }
     shape_t out = shape_of(q);
     out.d[3] = v->dims[3];

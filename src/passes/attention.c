@@ -8,8 +8,13 @@
  *   S = matmul(Q, KT)                 Q [B,H,Sq,D]; KT [B,H,D,Sk] (or K with trans_b)
  *   T = mul(S, c) | div(S, c)         c a one-element float constant (optional; repeated)
  *   U = add(T, M) | add(M, T)         M a float mask broadcasting to [B,H,Sq,Sk] (optional)
- *   P = softmax(U, axis=-1)
- *   O = matmul(P, V)                  V [B,H,Sk,Dv]
+ *   W = where(less(positions, L), U, -inf)   (optional: the decode rewrite's key length)
+ *   P = softmax(W | U, axis=-1)
+ *   O = matmul(P | where(isnan(P), 0, P), V)    V [B,H,Sk,Dv]
+
+ * Scales may also sit on Q and on K^T (mul by a one-element constant each, as PyTorch's SDPA
+ * export writes sqrt(scale) on both); the NaN guard after the softmax is what that export
+ * writes for rows that see no key, which the fused kernel makes 0 as well.
  *
  * K is taken back out of KT: KT = transpose(X, p) gives K = transpose(X, p with its last
  * two entries swapped), which is X itself when that is the identity; otherwise K is
@@ -24,8 +29,16 @@
  * unfused (a softmax on another axis, a mask that does not broadcast to the scores, a
  * scale that is not a constant, batch dims that broadcast inside the matmuls).
  *
- * Only f16/bf16 attention is fused unless include_f32: the f32 kernel (exact FMA, no
- * tensor cores) is slower than the unfused path on the H100 (bench/attention). Head dims
+ * The key-length form: passes/decode.c masks the padding of a KV cache of max_len positions
+ * before each softmax over it as where(position < L, x, -inf), L = the valid length (from the
+ * device input graft.kv_len). With positions 0..Sk-1 along the keys (a range, reshaped, or the
+ * constant folding made of it) and L one i64 value, L becomes the attention's key_len input:
+ * the kernel reads L on the device and visits only the valid keys (parameter indirection), so
+ * one compiled step serves every cache length without reading the padding.
+ *
+ * Only f16/bf16 attention is fused unless include_f32 or in the key-length form: the f32
+ * kernel (exact FMA, no tensor cores) is slower than the unfused path on the H100 for prefill
+ * (bench/attention), but a decode step's one query row is cheaper fused. Head dims
  * must be concrete and at most 256 (what the CUDA kernels take).
  *
  * Layouts (the `layout` attribute, ops.c): an exporter makes Q, K and V [B,H,S,D] by
@@ -169,9 +182,90 @@ static int bshd_source(const at_ctx *c, int x) {
     return src;
 }
 
+/* Is v the positions 0..n-1 along the last axis: reshape(range(0, n, 1)) or a constant
+ * holding them (session-level folding makes one), of shape [.., n] with every other dim 1? */
+static bool key_positions(const at_ctx *c, int v, int64_t n) {
+    const gr_ir_value *x = val(c, v);
+    if (!x->typed || x->ndim < 1 || x->ndim > 4 || !gr_dtype_is_int(x->dtype)) return false;
+    for (int i = 0; i < x->ndim; i++)
+        if (gr_dx_is_sym(x->dims[i]) || x->dims[i].size != (i == x->ndim - 1 ? n : 1)) return false;
+    if (x->kind == GR_VAL_CONST) {
+        if (!x->data) return false;
+        for (int64_t j = 0; j < n; j++)
+            if (gr_load_f64(x->data, x->dtype, j) != (double)j) return false;
+        return true;
+    }
+    const gr_ir_node *p = producer(c, v, GR_OP_RESHAPE);
+    if (p) v = p->in[0];
+    const gr_ir_node *r = producer(c, v, GR_OP_RANGE);
+    double start, limit, delta;
+    if (!r || gr_ir_attr_float(c->g, r, "start", 0, &start) != GR_OK || gr_ir_attr_float(c->g, r, "limit", 0, &limit) != GR_OK ||
+        gr_ir_attr_float(c->g, r, "delta", 1, &delta) != GR_OK)
+        return gr_error_clear(), false;
+    return start == 0 && delta == 1 && limit == (double)n && gr_ir_value_numel(val(c, v)) == n;
+}
+
+/* The key-length form the decode rewrite (passes/decode.c) puts before a softmax over a KV
+ * cache of sk positions: w = where(less(positions, L), u, -inf), L one integer (the valid
+ * length, read from the device). Its L, else -1. */
+static int key_length_form(const at_ctx *c, const gr_ir_node *w, gr_dim sk) {
+    if (w->n_in != 3 || w->n_out != 1 || gr_dx_is_sym(sk)) return -1;
+    const gr_ir_value *fill = val(c, w->in[2]);
+    if (fill->kind != GR_VAL_CONST || !fill->data || gr_ir_value_numel(fill) != 1 || !gr_dtype_is_float(fill->dtype) ||
+        gr_load_f64(fill->data, fill->dtype, 0) != -INFINITY)
+        return -1;
+    const gr_ir_node *lt = producer(c, w->in[0], GR_OP_LESS);
+    if (!lt || lt->n_in != 2 || !key_positions(c, lt->in[0], sk.size)) return -1;
+    const gr_ir_value *L = val(c, lt->in[1]);
+    if (!L->typed || L->dtype != GR_I64 || L->ndim > 4) return -1;
+    for (int i = 0; i < L->ndim; i++)
+        if (gr_dx_is_sym(L->dims[i]) || L->dims[i].size != 1) return -1;
+    /* u keeps the where's shape: the condition only broadcasts along the keys */
+    if (!same_dims(val(c, w->in[1]), val(c, w->out[0]), 4)) return -1;
+    return lt->in[1];
+}
+
+/* p = where(isnan(x), 0, x) with x = softmax(..) read only there (the guard PyTorch's SDPA
+ * export puts after the softmax: a row that sees no key is 0, as the fused kernel makes it):
+ * the softmax, else NULL. */
+static const gr_ir_node *nan_guarded_softmax(const at_ctx *c, int p) {
+    const gr_ir_node *w = single_use_producer(c, p, GR_OP_WHERE);
+    if (!w || w->n_in != 3) return NULL;
+    int x = w->in[2];
+    const gr_ir_node *nan = single_use_producer(c, w->in[0], GR_OP_ISNAN);
+    if (!nan || nan->in[0] != x || c->readers[x] != 2) return NULL;
+    const gr_ir_value *z = val(c, w->in[1]);
+    if (z->kind != GR_VAL_CONST || !z->data || gr_ir_value_numel(z) != 1 || !gr_dtype_is_float(z->dtype) ||
+        gr_load_f64(z->data, z->dtype, 0) != 0.0)
+        return NULL;
+    const gr_ir_value *xv = val(c, x);
+    if (xv->kind != GR_VAL_NODE || xv->producer < 0) return NULL;
+    const gr_ir_node *sm = &c->g->nodes.data[xv->producer];
+    return sm->op == GR_OP_SOFTMAX && sm->n_out == 1 && same_dims(xv, val(c, p), 4) ? sm : NULL;
+}
+
+/* x = mul(y, k) or mul(k, y) with k a one-element constant, read only by its reader: folds k
+ * into *scale and returns y (repeatedly: any number of such muls), else x. PyTorch's SDPA
+ * export scales Q and K^T by sqrt(scale) each instead of the scores. */
+static int strip_scalar_muls(const at_ctx *c, int x, double *scale) {
+    for (;;) {
+        const gr_ir_node *mul = single_use_producer(c, x, GR_OP_MUL);
+        double k;
+        int y;
+        if (!mul || mul->n_in != 2) return x;
+        if (scalar_const(c, mul->in[1], &k)) y = mul->in[0];
+        else if (scalar_const(c, mul->in[0], &k)) y = mul->in[1];
+        else return x;
+        if (!is_4d_float(c, y) || !same_dims(val(c, y), val(c, x), 4) || val(c, y)->dtype != val(c, x)->dtype) return x;
+        *scale *= k;
+        x = y;
+    }
+}
+
 /* ==== matching ================================================================================ */
 
 typedef struct {
+    int key_len;         /* the key-length form's L (key_length_form), or -1 */
     int q, k, v, mask;   /* values; k is [B,Hk,Sk,D] when k_perm is NULL */
     int k_src;           /* when >= 0: k = transpose(k_src, k_perm) must be made */
     int64_t k_perm[4];
@@ -189,11 +283,19 @@ static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
     if (pv->n_in < 2 || !plain_matmul(c, pv, false, &tb, &alpha) || alpha != 1.0) return false;
     if (!is_4d_float(c, pv->in[0]) || !is_4d_float(c, pv->in[1]) || !is_4d_float(c, pv->out[0])) return false;
     const gr_ir_node *sm = single_use_producer(c, pv->in[0], GR_OP_SOFTMAX);
+    if (!sm) sm = nan_guarded_softmax(c, pv->in[0]);
     if (!sm) return false;
     int64_t axis;
     if (gr_ir_attr_int(c->g, sm, "axis", -1, &axis) != GR_OK) return gr_error_clear(), false;
     if (axis != -1 && axis != 3) return false;
-    int u = sm->in[0], t = u;
+    int u = sm->in[0];
+    m->key_len = -1;
+    const gr_ir_node *kw = single_use_producer(c, u, GR_OP_WHERE);
+    if (kw && is_4d_float(c, u)) {
+        int L = key_length_form(c, kw, val(c, u)->dims[3]);
+        if (L >= 0) m->key_len = L, u = kw->in[1];
+    }
+    int t = u;
     m->scale = 1.0;
     const gr_ir_node *add = single_use_producer(c, u, GR_OP_ADD);
     if (add) {
@@ -227,13 +329,15 @@ static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
     const gr_ir_node *qk = single_use_producer(c, t, GR_OP_MATMUL);
     if (!qk || qk->n_in < 2 || !plain_matmul(c, qk, true, &tb, &alpha)) return false;
     m->scale *= alpha;
-    m->q = qk->in[0];
+    m->q = strip_scalar_muls(c, qk->in[0], &m->scale);
     m->v = pv->in[1];
-    int kt = qk->in[1];
+    int kt = strip_scalar_muls(c, qk->in[1], &m->scale);
     if (!is_4d_float(c, m->q) || !is_4d_float(c, kt)) return false;
     const gr_ir_value *qv = val(c, m->q), *ktv = val(c, kt), *vv = val(c, m->v), *sv = val(c, t);
     if (qv->dtype != ktv->dtype || qv->dtype != vv->dtype || qv->dtype != sv->dtype) return false;
-    if (!c->include_f32 && qv->dtype != GR_F16 && qv->dtype != GR_BF16) return false;
+    /* f32 only where asked, or in a decode step (the key-length form): there the fused kernel
+     * reads only the valid keys, where the unfused path runs five kernels over all of them */
+    if (!c->include_f32 && m->key_len < 0 && qv->dtype != GR_F16 && qv->dtype != GR_BF16) return false;
     /* the device kernels take head dims up to 256 */
     if (gr_dx_is_sym(qv->dims[3]) || qv->dims[3].size > 256 || gr_dx_is_sym(vv->dims[3]) || vv->dims[3].size > 256)
         return false;
@@ -342,13 +446,14 @@ static gr_status rewrite(gr_graph *g, int at, const at_match *m) {
     attrs[2].ints = layout;
     attrs[2].n = 4;
     bool any_layout = layout[0] || layout[1] || layout[2] || layout[3];
-    int in[4] = {m->q, k, m->v, m->mask};
+    int in[5] = {m->q, k, m->v, m->mask, m->key_len};
+    int n_in = m->key_len >= 0 ? 5 : m->mask >= 0 ? 4 : 3;
     char name[300];
     snprintf(name, sizeof name, "%s.attention", base);
     int node = -1;
     if (st == GR_OK)
-        st = gr_ir_add_node(g, GR_OP_ATTENTION, gr_ir_find_node(g, name) < 0 ? name : NULL, m->mask >= 0 ? 4 : 3, in, 1,
-                            NULL, any_layout ? 3 : 2, attrs, &node);
+        st = gr_ir_add_node(g, GR_OP_ATTENTION, gr_ir_find_node(g, name) < 0 ? name : NULL, n_in, in, 1, NULL,
+                            any_layout ? 3 : 2, attrs, &node);
     if (st != GR_OK) {
         while (g->nodes.len > first_node) gr_ir_remove_last_node(g);
         return st;

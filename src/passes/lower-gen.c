@@ -545,6 +545,7 @@ static void operand_view(const gr_lctx *c, int v, int layout, bool look_through,
 gr_status lw_lower_attention(gr_lctx *c) {
     const gr_ir_node *n = lw_node(c);
     int q = lw_in(c, 0), k = lw_in(c, 1), v = lw_in(c, 2), m = n->n_in > 3 ? lw_in(c, 3) : -1, y = lw_out(c, 0);
+    int kl = n->n_in > 4 ? lw_in(c, 4) : -1;
     const gr_ir_value *qv = lw_val(c, q), *kv = lw_val(c, k), *vv = lw_val(c, v);
     double scale;
     int64_t causal;
@@ -598,6 +599,11 @@ gr_status lw_lower_attention(gr_lctx *c) {
         call->has_mask = true;
         call->mask_dtype = mv->dtype;
         s.args[4] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = m};
+    }
+    if (kl >= 0) { /* the number of visible keys, read by the device at run time */
+        call->key_len_arg = true;
+        s.args[GR_LIB_ATTENTION_KEY_LEN] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = kl};
+        s.n_args = gr_libcall_nargs(call);
     }
     if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
     return GR_OK;

@@ -48,7 +48,7 @@ static bool generic_on(gr_session_t s) {
 /* A fused attention whose lengths the table holds (kir.h lens_arg): one that takes the record. */
 static bool attention_step(const gr_step *st) {
     return st->kind == GR_STEP_LIBCALL && st->call.kind == GR_LIB_ATTENTION &&
-           (st->call.lens_arg ? st->n_args == GR_LIB_ATTENTION_NARGS + 1 : st->n_args == GR_LIB_ATTENTION_NARGS);
+           st->n_args == gr_libcall_nargs(&st->call);
 }
 
 /* Table entries of step st: a kernel's slots and point count, an attention's length record. */

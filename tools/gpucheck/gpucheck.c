@@ -862,26 +862,38 @@ static gr_libcall attention_call(gr_dtype t, int64_t B, int64_t H, int64_t Hkv, 
     return c;
 }
 
-static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
-                            int64_t D, bool causal, int mask) {
+/* key_len >= 0: the call reads the number of visible keys from device memory (kir.h
+ * key_len_arg), here key_len (which may exceed Sk: clamped) */
+static void check_attention_kl(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
+                               int64_t D, bool causal, int mask, int64_t key_len) {
     gr_libcall c = attention_call(t, B, H, Hkv, Sq, Sk, D, causal, mask);
+    if (key_len >= 0) {
+        c.key_len_arg = true;
+        snprintf(c.name + strlen(c.name), sizeof c.name - strlen(c.name), "_klen%lld", (long long)key_len);
+    }
     int64_t nmask = mask == 1 ? B * Sk : mask == 8 ? B * H * Sq * Sk : mask == 9 ? H * Sq * Sk : mask >= 2 ? B * Sq * Sk : 1;
-    buf_spec specs[5] = {{t, B * H * Sq * D, -1, 1},  {t, B * Hkv * Sk * D, -1, 1}, {t, B * H * Sq * D, 0, 0},
-                         {t, B * Hkv * Sk * D, -1, 1}, {c.mask_dtype, nmask, -4, 0}};
+    buf_spec specs[6] = {{t, B * H * Sq * D, -1, 1},  {t, B * Hkv * Sk * D, -1, 1}, {t, B * H * Sq * D, 0, 0},
+                         {t, B * Hkv * Sk * D, -1, 1}, {c.mask_dtype, nmask, -4, 0}, {GR_I64, 1, (double)key_len, (double)key_len}};
     if (mask >= 3) {
         static const int pattern[10] = {0, 0, 0, 1, 1, 2, 3, 2, 4, 4};
         specs[4].lo = mask == 4 || mask == 6 ? -INFINITY : t == GR_F16 && mask == 7 ? -65504.0 : -3.4028234663852886e38;
         specs[4].hi = specs[4].lo;
         mask_pattern.spec = &specs[4], mask_pattern.pattern = pattern[mask], mask_pattern.rows = Sq, mask_pattern.cols = Sk;
     }
-    gr_karg sc[5];
+    gr_karg sc[6];
     memset(sc, 0, sizeof sc);
-    bool written[5] = {false, false, true, false, false};
+    bool written[6] = {false, false, true, false, false, false};
     /* f32: exact FMA and expf against the double reference; f16/bf16: P is rounded to the
      * inputs' type before P V (as FlashAttention does), and so is the output */
     double tol = t == GR_F32 ? 2e-5 : t == GR_F16 ? 3e-3 : 2e-2;
-    compare(cu, sim, c.name, NULL, &c, 5, specs, sc, 5, written, tol);
+    int n = key_len >= 0 ? 6 : 5;
+    compare(cu, sim, c.name, NULL, &c, n, specs, sc, n, written, tol);
     mask_pattern.spec = NULL;
+}
+
+static void check_attention(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk,
+                            int64_t D, bool causal, int mask) {
+    check_attention_kl(cu, sim, t, B, H, Hkv, Sq, Sk, D, causal, mask, -1);
 }
 
 /* The mask tile table (cuda-attn.c) under capture: a masked attention captured while the
@@ -1720,6 +1732,15 @@ int main(int argc, char **argv) {
         check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, true, 3);    /* both causal rules */
         check_attention(&cu, &sim, adt[d], 2, 4, 4, 200, 200, 64, false, 8);   /* per-head mask planes */
         check_attention(&cu, &sim, adt[d], 2, 4, 2, 130, 300, 128, true, 9);   /* per head, batch broadcast */
+        /* decode (seq_q <= 8: keys split over blocks, then merged) and the key length read on the device */
+        check_attention_kl(&cu, &sim, adt[d], 8, 12, 12, 1, 160, 64, false, 1, 37);
+        check_attention_kl(&cu, &sim, adt[d], 1, 12, 4, 1, 160, 64, false, 0, 160);
+        check_attention_kl(&cu, &sim, adt[d], 2, 8, 2, 1, 2048, 128, false, 0, 1999); /* GQA, long: many splits */
+        check_attention_kl(&cu, &sim, adt[d], 1, 4, 4, 4, 300, 64, true, 0, 250);     /* 4 rows, causal and a length */
+        check_attention_kl(&cu, &sim, adt[d], 2, 4, 4, 1, 40, 64, false, 1, 0);       /* no key visible: 0 */
+        check_attention_kl(&cu, &sim, adt[d], 2, 4, 4, 1, 40, 80, false, 1, 999);     /* past the cache: clamped */
+        check_attention_kl(&cu, &sim, adt[d], 2, 4, 4, 77, 200, 64, false, 1, 150);   /* prefill kernels with a length */
+        check_attention_kl(&cu, &sim, adt[d], 1, 2, 2, 8, 8, 64, true, 0, -1);        /* 8 rows: still the decode kernel */
     }
     check_attention_capture(&cu);
     check_attention_share(&cu);

@@ -55,6 +55,11 @@ static const char attn_src[] =
     "  /* shape policy generic: the call's lengths and strides (kir.h GR_ATTN_LENS order), read at\n"
     "   * run time from the plan's device table; NULL: the fields above are the call's */\n"
     "  const long long *lens;\n"
+    "  /* the key length in device memory (kir.h key_len_arg), NULL: none; Lk: the keys below it\n"
+    "   * (clamped to Sk), set by use_lens at the start of every kernel */\n"
+    "  const long long *klen; long long Lk;\n"
+    "  /* the decode kernel's split partials (attn_dec), nsplit of them per query row */\n"
+    "  float *part; int nsplit;\n"
     "};\n"
     "#define NEG_INF (-__int_as_float(0x7f800000))\n"
     "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
@@ -84,18 +89,21 @@ static const char attn_src[] =
     " * mask table are sized for the call's fields, which bound the record's. */\n"
     "__device__ __forceinline__ bool use_lens(AttnArgs &a, long long rows) {\n"
     "  const long long *r = a.lens;\n"
-    "  if (!r) return true;\n"
-    "  a.Sq = r[0], a.Sk = r[1];\n"
-    "  a.qb = r[2], a.qh = r[3], a.qs = r[4], a.kb = r[5], a.kh = r[6], a.ks = r[7];\n"
-    "  a.vb = r[8], a.vh = r[9], a.vs = r[10], a.ob = r[11], a.oh = r[12], a.os = r[13];\n"
-    "  a.ms0 = r[14], a.ms1 = r[15], a.ms2 = r[16], a.ms3 = r[17];\n"
-    "  return !rows || (long long)blockIdx.x * rows < a.Sq;\n"
+    "  if (r) {\n"
+    "    a.Sq = r[0], a.Sk = r[1];\n"
+    "    a.qb = r[2], a.qh = r[3], a.qs = r[4], a.kb = r[5], a.kh = r[6], a.ks = r[7];\n"
+    "    a.vb = r[8], a.vh = r[9], a.vs = r[10], a.ob = r[11], a.oh = r[12], a.os = r[13];\n"
+    "    a.ms0 = r[14], a.ms1 = r[15], a.ms2 = r[16], a.ms3 = r[17];\n"
+    "  }\n"
+    "  a.Lk = a.Sk;\n"
+    "  if (a.klen) { long long L = *a.klen; a.Lk = L < 0 ? 0 : (L < a.Sk ? L : a.Sk); }\n"
+    "  return !r || !rows || (long long)blockIdx.x * rows < a.Sq;\n"
     "}\n"
-    "/* last key query i may see, plus one */\n"
+    "/* last key query i may see, plus one: the causal rule (aligned to Sk), then the key length */\n"
     "__device__ long long key_end(const AttnArgs &a, long long i) {\n"
-    "  if (!a.causal) return a.Sk;\n"
-    "  long long e = i + a.Sk - a.Sq + 1;\n"
-    "  return e < 0 ? 0 : (e > a.Sk ? a.Sk : e);\n"
+    "  long long e = a.Sk;\n"
+    "  if (a.causal) { e = i + a.Sk - a.Sq + 1; e = e < 0 ? 0 : e; }\n"
+    "  return e < a.Lk ? e : a.Lk;\n"
     "}\n"
     "\n"
     "/* ---- tensor-core kernel: 64 query rows per block (4 warps x 16 rows), 64 keys per tile ----\n"
@@ -431,6 +439,94 @@ static const char attn_src[] =
     "    if (d < Dv) X::st(O, i * a.os + d, acc[c] * inv);\n"
     "  }\n"
     "}\n"
+    "\n"
+    "/* ---- decode kernel: a few query rows against a long cache, split over the keys ----\n"
+    " * grid (splits, heads, batch), 128 threads. Block x takes keys [x * chunk, (x + 1) * chunk)\n"
+    " * of each query row, chunk from the row's visible length (a key length read at run time\n"
+    " * spreads over every split); each of its 4 warps walks every 4th key of that range: the\n"
+    " * lanes split the head dim (d = lane + 32 c), a shuffle sum gives the score, and the warp\n"
+    " * keeps its own running max, sum and weighted V (online softmax). The warps merge in\n"
+    " * shared memory; with one split the block writes O, otherwise its (acc[Dv], max, sum) go to\n"
+    " * the call's partials and attn_dec_combine merges the splits. f32 math and expf, as attn_gen. */\n"
+    "#define DEC_W 4\n"
+    "template <class X>\n"
+    "__device__ void attn_dec(const AttnArgs a) {\n"
+    "  enum { MAXD = 256 };\n"
+    "  extern __shared__ __align__(16) float fsm[];\n"
+    "  const int D = (int)a.D, Dv = (int)a.Dv, ns = (int)gridDim.x, sp = (int)blockIdx.x;\n"
+    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n"
+    "  const long long b = blockIdx.z, h = blockIdx.y, kvh = h / (a.H / a.Hkv);\n"
+    "  typedef typename X::T T;\n"
+    "  const T *Q = (const T *)a.q + b * a.qb + h * a.qh;\n"
+    "  const T *K = (const T *)a.k + b * a.kb + kvh * a.kh;\n"
+    "  const T *V = (const T *)a.v + b * a.vb + kvh * a.vh;\n"
+    "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
+    "  float *Qs = fsm, *Ws = fsm + D; /* q row; per warp: acc[Dv], max, sum */\n"
+    "  const int WS = Dv + 2;\n"
+    "  for (long long i = 0; i < a.Sq; i++) {\n"
+    "    __syncthreads(); /* the previous row is done with Qs and Ws */\n"
+    "    for (int d = threadIdx.x; d < D; d += blockDim.x) Qs[d] = X::ld(Q, i * a.qs + d);\n"
+    "    __syncthreads();\n"
+    "    const long long end = key_end(a, i), chunk = (end + ns - 1) / ns;\n"
+    "    const long long j0 = sp * chunk, j1 = j0 + chunk < end ? j0 + chunk : end;\n"
+    "    float acc[MAXD / 32];\n"
+    "    for (int c = 0; c < MAXD / 32; c++) acc[c] = 0.f;\n"
+    "    float m = NEG_INF, l = 0.f;\n"
+    "    for (long long j = j0 + warp; j < j1; j += DEC_W) {\n"
+    "      const T *kr = K + j * a.ks, *vr = V + j * a.vs;\n"
+    "      float dot = 0.f;\n"
+    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < D) dot = fmaf(Qs[d], X::ld(kr, d), dot); }\n"
+    "      for (int off = 16; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
+    "      float s = dot * a.scale;\n"
+    "      if (a.mask_kind) s += mask_at<X>(a, b, h, i, j);\n"
+    "      float mn = fmaxf(m, s), use = mn == NEG_INF ? 0.f : mn;\n"
+    "      float alpha = expf(m - use), p = expf(s - use);\n"
+    "      m = mn;\n"
+    "      l = l * alpha + p;\n"
+    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) acc[c] = fmaf(p, X::ld(vr, d), acc[c] * alpha); }\n"
+    "    }\n"
+    "    for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) Ws[warp * WS + d] = acc[c]; }\n"
+    "    if (lane == 0) Ws[warp * WS + Dv] = m, Ws[warp * WS + Dv + 1] = l;\n"
+    "    __syncthreads();\n"
+    "    float M = NEG_INF, L = 0.f, sc[DEC_W];\n"
+    "    for (int w = 0; w < DEC_W; w++) M = fmaxf(M, Ws[w * WS + Dv]);\n"
+    "    const float use = M == NEG_INF ? 0.f : M;\n"
+    "    for (int w = 0; w < DEC_W; w++) sc[w] = expf(Ws[w * WS + Dv] - use), L += Ws[w * WS + Dv + 1] * sc[w];\n"
+    "    float *part = ns > 1 ? a.part + (((b * a.H + h) * a.Sq + i) * ns + sp) * WS : 0;\n"
+    "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "      float A = 0.f;\n"
+    "      for (int w = 0; w < DEC_W; w++) A = fmaf(Ws[w * WS + d], sc[w], A);\n"
+    "      if (part) part[d] = A;\n"
+    "      else X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "    }\n"
+    "    if (part && threadIdx.x == 0) part[Dv] = M, part[Dv + 1] = L;\n"
+    "  }\n"
+    "}\n"
+    "/* grid (seq_q, heads, batch): row i's nsplit partials merged into O */\n"
+    "template <class X>\n"
+    "__device__ void attn_dec_combine(const AttnArgs a) {\n"
+    "  const long long b = blockIdx.z, h = blockIdx.y, i = blockIdx.x;\n"
+    "  if (i >= a.Sq) return;\n"
+    "  const int ns = a.nsplit, Dv = (int)a.Dv, WS = Dv + 2;\n"
+    "  const float *P = a.part + ((b * a.H + h) * a.Sq + i) * ns * WS;\n"
+    "  float M = NEG_INF, L = 0.f;\n"
+    "  for (int s = 0; s < ns; s++) M = fmaxf(M, P[s * WS + Dv]);\n"
+    "  const float use = M == NEG_INF ? 0.f : M;\n"
+    "  for (int s = 0; s < ns; s++) L += P[s * WS + Dv + 1] * expf(P[s * WS + Dv] - use);\n"
+    "  typedef typename X::T T;\n"
+    "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
+    "  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "    float A = 0.f;\n"
+    "    for (int s = 0; s < ns; s++) A = fmaf(P[s * WS + d], expf(P[s * WS + Dv] - use), A);\n"
+    "    X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "  }\n"
+    "}\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32(AttnArgs a) { use_lens(a, 0); attn_dec<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16(AttnArgs a) { use_lens(a, 0); attn_dec<TF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f32(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF32>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_bf16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TBF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF16>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
@@ -457,17 +553,24 @@ typedef struct {
     void *trows, *tcls; /* the mask's tile table, NULL: none */
     long long tnq, tnk, tbs, ths;
     const void *lens; /* generic: the length record (kir.h lens_arg), NULL: none */
+    const void *klen; /* the key length in device memory (kir.h key_len_arg), NULL: none */
+    long long Lk;     /* set on the device */
+    void *part;       /* attn_dec's split partials, NULL: one split */
+    int nsplit;
 } attn_args;
 
 enum {
     K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16,
     K_CLS_F32, K_CLS_BF16, K_CLS_F16, /* the mask's tile table (mask_cls) */
+    K_DEC_F32, K_DEC_BF16, K_DEC_F16, K_DCMB_F32, K_DCMB_BF16, K_DCMB_F16, /* decode: split keys, then merge */
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
                                                   "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
                                                   "attn_gen_f16",      "attn_mask_cls_f32", "attn_mask_cls_bf16",
-                                                  "attn_mask_cls_f16"};
+                                                  "attn_mask_cls_f16", "attn_dec_f32",      "attn_dec_bf16",
+                                                  "attn_dec_f16",      "attn_dec_combine_f32", "attn_dec_combine_bf16",
+                                                  "attn_dec_combine_f16"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -491,12 +594,17 @@ struct gr_cuda_attn {
         bool valid;
         long long key[11]; /* mask address and strides, tile geometry, mask kind, dtype */
     } group[GR_ATTN_MASK_GROUPS];
+    /* attn_dec's split partials, like the mask table: one per context, grown outside capture
+     * only (retired buffers stay until the context goes: a captured graph still uses them) */
+    CUdeviceptr part;
+    size_t part_bytes;
 };
 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
     if (!c->attn) return;
     if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
     if (c->attn->table) c->cu->cuMemFree(c->attn->table);
+    if (c->attn->part) c->cu->cuMemFree(c->attn->part);
     for (int g = 0; g < GR_ATTN_MASK_GROUPS; g++)
         if (c->attn->group[g].table) c->cu->cuMemFree(c->attn->group[g].table);
     for (int i = 0; i < c->attn->retired.len; i++) c->cu->cuMemFree(c->attn->retired.data[i]);
@@ -586,12 +694,63 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
     return GR_OK;
 }
 
+/* Query rows up to which the decode kernel runs (a step of one token, or a few speculative ones). */
+enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 32, ATT_DEC_MAX_SPLITS = 64 };
+
+/* The decode kernel (attn_dec): the keys of each (batch, head) split over enough blocks to
+ * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS),
+ * then attn_dec_combine merges the splits. One split (no partials, no merge) where the grid is
+ * full already or the partials' memory cannot be had (it grows outside capture only). */
+static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, attn_args *a) {
+    const int t = call->dtype == GR_F32 ? 0 : call->dtype == GR_BF16 ? 1 : 2;
+    const int kind = K_DEC_F32 + t, merge = K_DCMB_F32 + t;
+    int64_t base = call->batch * call->heads, sm = c->sm_count > 0 ? c->sm_count : 1;
+    int64_t ns = (2 * sm + base - 1) / base, by_keys = (call->seq_k + ATT_DEC_MIN_KEYS - 1) / ATT_DEC_MIN_KEYS;
+    if (ns > by_keys) ns = by_keys;
+    if (ns > ATT_DEC_MAX_SPLITS) ns = ATT_DEC_MAX_SPLITS;
+    if (ns < 1) ns = 1;
+    int64_t bytes = 0;
+    if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &bytes) || gr_mul_overflow(bytes, ns, &bytes) ||
+                   gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
+        ns = 1;
+    if (ns > 1 && (size_t)bytes > s->part_bytes) {
+        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+        GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+        if (cap != CU_STREAM_CAPTURE_STATUS_NONE) {
+            ns = 1;
+        } else {
+            GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
+            size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
+            CUdeviceptr p;
+            gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+            if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of decode partials", call->name, want);
+            if (s->part) s->retired.data[s->retired.len++] = s->part;
+            s->part = p;
+            s->part_bytes = want;
+        }
+    }
+    a->nsplit = (int)ns;
+    a->part = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
+    size_t smem = sizeof(float) * (size_t)(call->head_dim + 4 * (call->head_dim_v + 2));
+    void *params[1] = {a};
+    gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)ns, (unsigned)call->heads, (unsigned)call->batch,
+                                                      128, 1, 1, (unsigned)smem, stream, params, NULL));
+    if (st != GR_OK) return gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
+    if (ns == 1) return GR_OK;
+    st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[merge], (unsigned)call->seq_q, (unsigned)call->heads, (unsigned)call->batch, 128,
+                                            1, 1, 0, stream, params, NULL));
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[merge]);
+}
+
 gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
     if (n_args < GR_LIB_ATTENTION_NARGS)
         return gr_error(GR_ERR_INVALID, "cuda: attention %s: %d arguments, expected %d", call->name, n_args,
                         GR_LIB_ATTENTION_NARGS);
-    if (call->lens_arg && (n_args < GR_LIB_ATTENTION_NARGS + 1 || !args[GR_LIB_ATTENTION_NARGS].ptr))
+    const int lens_at = gr_libcall_attention_lens_index(call);
+    if (call->lens_arg && (n_args <= lens_at || !args[lens_at].ptr))
         return gr_error(GR_ERR_INVALID, "cuda: attention %s: its length record is missing", call->name);
+    if (call->key_len_arg && (n_args <= GR_LIB_ATTENTION_KEY_LEN || !args[GR_LIB_ATTENTION_KEY_LEN].ptr))
+        return gr_error(GR_ERR_INVALID, "cuda: attention %s: its key length is missing", call->name);
     if (call->batch <= 0 || call->heads <= 0 || call->seq_q <= 0 || call->head_dim_v <= 0) return GR_OK;
     if (call->kv_heads <= 0 || call->heads % call->kv_heads)
         return gr_error(GR_ERR_INVALID, "cuda: attention %s: %lld heads over %lld kv heads", call->name,
@@ -627,12 +786,14 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
         .kb = call->k_stride[0], .kh = call->k_stride[1], .ks = call->k_stride[2],
         .vb = call->v_stride[0], .vh = call->v_stride[1], .vs = call->v_stride[2],
         .ob = call->o_stride[0], .oh = call->o_stride[1], .os = call->o_stride[2],
-        .lens = call->lens_arg ? args[GR_LIB_ATTENTION_NARGS].ptr : NULL,
+        .lens = call->lens_arg ? args[lens_at].ptr : NULL,
+        .klen = call->key_len_arg ? args[GR_LIB_ATTENTION_KEY_LEN].ptr : NULL,
     };
     for (int d = 0; d < 3; d++)
         if (call->q_stride[d] < 0 || call->k_stride[d] < 0 || call->v_stride[d] < 0 || call->o_stride[d] < 0)
             return gr_error(GR_ERR_INVALID, "cuda: attention %s: negative stride", call->name);
     if (a.mask_kind && !a.mask) return gr_error(GR_ERR_INVALID, "cuda: attention %s: mask argument missing", call->name);
+    if (call->seq_q <= ATT_DEC_MAX_SQ) return attn_decode(c, s, stream, call, &a);
     size_t smem;
     unsigned rows_per_block;
     /* the tensor-core kernels move 16 bytes (8 elements) at a time: every pointer 16-byte

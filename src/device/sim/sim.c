@@ -473,6 +473,8 @@ static gr_status check_attention(gr_sim_ctx *c, const gr_libcall *call, const gr
         int64_t ms = (int64_t)gr_dtype_size(call->mask_dtype);
         GR_TRY(check_device_range(c, args[4].ptr, (size_t)((hi + 1) * ms), false, what, "mask"));
     }
+    if (call->key_len_arg)
+        GR_TRY(check_device_range(c, args[GR_LIB_ATTENTION_KEY_LEN].ptr, sizeof(int64_t), false, what, "key length"));
     return GR_OK;
 }
 
@@ -487,9 +489,10 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
     if (call->kind == GR_LIB_ATTENTION && call->lens_arg) {
         /* generic: the lengths the record holds now (a graph replay reads the table as it is
          * then), within the call's, as a device's grid is sized for the call's */
-        GR_TRY(check_device_range(c, args[5].ptr, sizeof(int64_t) * GR_ATTN_LENS, false, what, "length record"));
+        const void *rec = args[gr_libcall_attention_lens_index(call)].ptr;
+        GR_TRY(check_device_range(c, rec, sizeof(int64_t) * GR_ATTN_LENS, false, what, "length record"));
         gr_libcall real = *call;
-        gr_libcall_attention_use_lens(&real, (const int64_t *)args[5].ptr);
+        gr_libcall_attention_use_lens(&real, (const int64_t *)rec);
         if (real.seq_q > call->seq_q || real.seq_k > call->seq_k)
             return gr_error(GR_ERR_INVALID, "%s: lengths %lld x %lld exceed the call's %lld x %lld", what, (long long)real.seq_q,
                             (long long)real.seq_k, (long long)call->seq_q, (long long)call->seq_k);
