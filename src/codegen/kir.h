@@ -19,8 +19,9 @@
  *              term below exactly as a gather's does (same wrap and bounds rules: the
  *              simulator reports an out-of-range index as an error naming access.origin,
  *              rendered CUDA clamps). Its points must store to distinct addresses (which of
- *              two stores to one address lands is unspecified). Fusion never merges a kernel
- *              that scatters with another (passes/fuse*.c: gr_kernel_scatters).
+ *              two stores to one address lands is unspecified). Fusion never makes a scatter
+ *              kernel a producer or moves it into another kernel's store; it takes producers
+ *              into its loads unless they read what it writes (passes/fuse.c: scatter_hazard).
  * Expression nodes may read accumulators of earlier REDUCE stages (GR_KX_ACC).
  *
  * Addressing (in elements of the buffer's dtype):

@@ -222,7 +222,6 @@ gr_status gr_fuse_wk_create(gr_kernel *k, gr_fuse_wk **out) {
 /* ==== planning ========================================================================================== */
 bool gr_fuse_wk_plan_map(const gr_fuse_wk *w, fuse_ctx *f) {
     const gr_kernel *c = f->c;
-    if (gr_kernel_scatters(c)) return false; /* a scatter store: never merged (codegen/kir.h) */
     bool target[GR_KMAX_PARAMS] = {false};
     f->n_targets = 0;
     for (int i = 0; i < f->cs->n_args && i < c->n_params; i++) {
@@ -331,7 +330,6 @@ gr_status gr_fuse_wk_prepare(gr_fuse_wk *w, fuse_ctx *f, bool *fits, bool *copy)
 
 int gr_fuse_wk_value_loads(const gr_fuse_wk *w, const gr_step *cs, int value, const gr_kaccess **out, int max) {
     const gr_kernel *c = w->k;
-    if (gr_kernel_scatters(c)) return -1; /* a scatter store: never merged (codegen/kir.h) */
     int n = 0, n_target = 0;
     for (int i = 0; i < cs->n_args && i < c->n_params; i++) {
         const gr_step_arg *a = &cs->args[i];
@@ -504,7 +502,11 @@ gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs) {
         if (e->op == GR_KX_LOAD && e->access.index >= 0) e->access.index = pos[resolve(w, e->access.index)];
         if (e->op == GR_KX_LOAD || e->op == GR_KX_PARAM) e->param = w->slot_index[e->param];
     }
-    for (int s = 0; s < k->n_stages; s++) k->stages[s].value = pos[resolve(w, k->stages[s].value)];
+    for (int s = 0; s < k->n_stages; s++) {
+        k->stages[s].value = pos[resolve(w, k->stages[s].value)];
+        gr_kaccess *sa = &k->stages[s].access;
+        if (sa->index >= 0) sa->index = pos[resolve(w, sa->index)]; /* a scatter */
+    }
     /* gather nodes[r] = pool[ord[r]] in place: at[slot] holds the pool id stored there, where[id] its slot */
     for (int i = 0; i < n; i++) w->at[i] = w->where[i] = i;
     for (int r = 0; r < live; r++) {

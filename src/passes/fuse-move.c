@@ -244,7 +244,6 @@ bool gr_fuse_move_plan(const gr_fuse_move *m, const gr_kernel *c, const gr_kacce
  * them (at most max), or -1 when c cannot take the substitution (value bound at an offset,
  * written, a PARAM node or a store naming it, too many loads). */
 int gr_fuse_move_loads(const gr_kernel *c, const gr_step *cs, int value, const gr_kaccess **out, int max) {
-    if (gr_kernel_scatters(c)) return -1; /* a scatter store: never merged (codegen/kir.h) */
     bool target[GR_KMAX_PARAMS] = {false};
     int n_target = 0, n = 0;
     for (int i = 0; i < cs->n_args && i < c->n_params; i++) {
@@ -483,7 +482,10 @@ gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs,
         st = gr_kernel_add_expr(n, &e, &cm[i]);
     }
     if (st == GR_OK && !no_room) {
-        for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
+        for (int s = 0; s < n->n_stages; s++) {
+            n->stages[s].value = cm[n->stages[s].value];
+            if (n->stages[s].access.index >= 0) n->stages[s].access.index = cm[n->stages[s].access.index]; /* a scatter */
+        }
         st = gr_pass_cse_kernel(n, args); /* merges repeated substitutes, drops v's params */
         if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;
