@@ -87,6 +87,10 @@ def test_arg_long_rows(tmp_path, op, last):
     x[1, [700, 5001]] = np.nan
     check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=1, keepdims=1, select_last_index=last)], {"x": x}, ["y"])
     check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=0, keepdims=0, select_last_index=last)], {"x": x.T.copy()}, ["y"])
+    v = rng.integers(-2, 3, (2, 50257)).astype(np.float32)  # GPT-2's vocabulary: 99 chunks, the last of 81 points
+    v[0, 50256] = 7 if op == "ArgMax" else -7
+    v[1, [3, 40000]] = np.nan
+    check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=-1, keepdims=0, select_last_index=last)], {"x": v}, ["y"])
 
 
 def test_arg_empty_axis_is_an_error(tmp_path):
