@@ -377,7 +377,7 @@ gr_status lw_lower_cache_write(gr_lctx *c) {
         na.stride[d] = nd_[d] == 1 ? 0 : ns[d];
         sa.stride[d] = d == a || nd_[d] == 1 ? 0 : ys[d];
     }
-    int v, kl, dc, pos, o;
+    int v = -1, kl = -1, dc, pos, o;
     gr_status st = lw_load(c, &b, nw, &na, &v);
     if (st == GR_OK) st = lw_load(c, &b, kv, &ka, &kl);
     if (st == GR_OK && delta != 0) {

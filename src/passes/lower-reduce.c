@@ -314,7 +314,7 @@ static gr_status arg_reduce_split(gr_lctx *c, bool is_max, bool last, int a) {
     xa.index_stride = xs[a];
     xa.index_extent = len;
     xa.origin = c->node;
-    int g, r, base, chunk_c, pos, last_c, idx, n_c, valid, xl, m, res;
+    int g, r, base, chunk_c, pos = -1, last_c, idx = -1, n_c, valid = -1, xl, m, res;
     gr_status st = gr_kx_index(k, no, &g);
     if (st == GR_OK) st = gr_kx_index(k, GR_KIDX_INNER, &r);
     if (st == GR_OK) st = gr_kx_const_i(k, GR_I64, LW_ARG_CHUNK, &chunk_c);
