@@ -46,9 +46,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
 VARIANTS = ["eager", "compile", "reduce-overhead", "graft", "graft.load"]
-# on request only: graft.load through the general per-input path (a bind per input, a host wait
+# on request only: graft-freeze is backend="graft" with options weights="freeze" (every parameter
+# a graft constant, as graft.load holds them: the ONNX import's plan, pre-transposed weights
+# included, at the cost of graft's own copy of the weights); graft.load through the general per-input path (a bind per input, a host wait
 # per run), what Session.run_device did before gr_session_run_device; for comparison
-EXTRA_VARIANTS = ["graft.load-general"]
+EXTRA_VARIANTS = ["graft.load-general", "graft-freeze"]
 SIM_VARIANTS = ["eager", "graft", "graft.load"]  # CPU Inductor compiles are slow and measure nothing graft does
 POOL = 4
 
@@ -246,9 +248,10 @@ def run_one(a, name):
             elif v in ("compile", "reduce-overhead"):
                 cm = torch.compile(model, mode=None if v == "compile" else "reduce-overhead", dynamic=False)
                 fn = cm
-            elif v == "graft":
+            elif v in ("graft", "graft-freeze"):
                 cm = torch.compile(model, backend="graft", dynamic=False,
-                                   options={"device": gdev, "mode": a.graft_mode})
+                                   options=dict({"device": gdev, "mode": a.graft_mode},
+                                                **({"weights": "freeze"} if v == "graft-freeze" else {})))
                 fn = cm
             elif v in ("graft.load", "graft.load-general"):
                 row.update(export_info)
@@ -297,7 +300,7 @@ def run_one(a, name):
                 for k in ("kernels", "kernels_in_graphs", "graph_launches", "copies", "bytes_copied", "nodes_updated",
                           "inputs_in_place", "device_bytes", "weight_bytes", "waits_on_host"):
                     row[k] = st[k]
-            if v == "graft":
+            if v in ("graft", "graft-freeze"):
                 reps = [r for r in gtb.reports()]
                 row["graft_subgraphs"] = sum(r.subgraphs for r in reps)
                 row["graft_fallbacks"] = [r.fallback for r in reps if r.fallback]

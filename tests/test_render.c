@@ -293,9 +293,9 @@ fail:
  * new[0, 0, 0, d] over new's [1, 1, 1, 64] points. Its outer walk looks contiguous, but a
  * scatter is never vectorized (the vector store has no index term), and its position is
  * clamped like a gather's. */
-static void test_scatter(gr_dtype t) {
+static void test_scatter(gr_dtype t, bool lazy) {
     char name[64];
-    snprintf(name, sizeof name, "cache_write_%s", gr_dtype_name(t));
+    snprintf(name, sizeof name, "cache_write_%s%s", gr_dtype_name(t), lazy ? "_lazy" : "");
     gr_kernel *k = NULL;
     int nw, kv, cache, ln, lk, m1, pos;
     gr_kaccess an, ak, ac;
@@ -312,6 +312,17 @@ static void test_scatter(gr_dtype t) {
     OK_OR_FAIL(gr_kx_load(k, kv, &ak, &lk));
     OK_OR_FAIL(gr_kx_const_i(k, GR_I64, -1, &m1));
     OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_I64, lk, m1, &pos));
+    if (lazy) {
+        /* a select whose one side alone reads the position in the value's cone: the index reads
+         * it too, so it must be computed outside the side (render-cuda.c, emit_lazy's root2) */
+        int o3, thirty, cond, pf, side, ct = gr_dtype_is_float(t) && t != GR_F64 ? GR_F32 : t;
+        OK_OR_FAIL(gr_kx_index(k, 3, &o3));
+        OK_OR_FAIL(gr_kx_const_i(k, GR_I64, 30, &thirty));
+        OK_OR_FAIL(gr_kx_binary(k, GR_KB_GT, GR_BOOL, o3, thirty, &cond));
+        OK_OR_FAIL(gr_kx_cast(k, (gr_dtype)ct, pos, &pf));
+        OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, (gr_dtype)ct, ln, pf, &side));
+        OK_OR_FAIL(gr_kx_select(k, (gr_dtype)ct, cond, side, ln, &ln));
+    }
     access_outer(k, &ac);
     ac.stride[2] = 0;
     ac.index = pos;
@@ -321,7 +332,7 @@ static void test_scatter(gr_dtype t) {
     OK_OR_FAIL(gr_kernel_verify(k));
     CHECK_MSG(!gr_render_cuda_is_vectorized(k), "%s: a scatter store was vectorized", name);
     {
-        const char *needles[] = {" + gr_wrap(v3, 160LL) * 64LL)] = ", NULL};
+        const char *needles[] = {" + gr_wrap(v3, 160LL) * 64LL)] = ", lazy ? "each side evaluated only when taken" : NULL, NULL};
         render_compile(k, needles);
     }
     return;
@@ -1254,8 +1265,9 @@ int main(void) {
     }
     test_gather(GR_I64, GR_F32);
     test_gather(GR_I32, GR_F16);
-    test_scatter(GR_F32);
-    test_scatter(GR_BF16);
+    test_scatter(GR_F32, false);
+    test_scatter(GR_BF16, false);
+    test_scatter(GR_F32, true);
     for (int fn = 0; fn < GR_KR_COUNT; fn++) {
         test_reduce((gr_kreduce)fn, GR_F32, false);
         test_reduce((gr_kreduce)fn, GR_I64, true);

@@ -26,8 +26,14 @@ How a graph is lowered
   they change (version counter, address): on CUDA as device buffers
   (gr_session_bind_input_device: PyTorch's own memory, read in place, also by the captured
   cuBLASLt calls, which graft pins to the weight's address: no second copy of the weights);
-  on the simulator they are copied in. Report.const_bytes counts tensor data baked into
-  graft graphs (0 for a module: only literals could be).
+  on the simulator they are copied in. Exceptions, baked in as graft constants (so what they
+  feed folds at compile time, as in the ONNX import: rotary tables, position biases, masks):
+  the graph's literals, parameters and buffers of at most FREEZE_SMALL_BYTES, and every
+  parameter with options={"weights": "freeze"} (graft's own copy of the weights, as graft.load
+  holds them: the ONNX import's plan, pre-transposed weights included). Each call checks a
+  frozen tensor is unchanged (same tensor, version, address); one that changed is bound as an
+  input from then on (one recompile). Report.const_bytes counts tensor data baked in.
+- Options fuse_attention_f32, no_fuse_attention, no_fuse_epilogue pass to graft's session.
 - Dynamic shapes (dynamic=True, mark_dynamic): Dynamo's size symbols (s0, ...) become
   graft symbols, so one session (graft's shape-generic kernels, a plan per binding)
   serves every size, when each input dim is a plain symbol and each reshape/expand has
@@ -37,7 +43,10 @@ How a graph is lowered
 - A training graph (grad enabled and an input that requires grad), inputs on several
   devices, or a failure while lowering fall back to PyTorch with a warning.
 - Outputs are copied out of graft's memory (clone on the device): graft's outputs live
-  only until the next run, and a module's outputs must outlive it.
+  only until the next run, and a module's outputs must outlive it. (Not dropped: a torch
+  tensor handed to user code cannot be made to fail when read after the next run, and graft
+  has no call that writes outputs into caller-allocated memory.) The copy reads a view of
+  graft's output kept per address, not a DLPack import per call.
 """
 import math
 import operator
@@ -224,10 +233,12 @@ def norm_axis(d, ndim):
 class Lowering:
     """Builds one graft graph from one FX graph of supported ATen nodes (static shapes)."""
 
-    def __init__(self, gm, report):
+    def __init__(self, gm, report, frozen=None):
         self.gm, self.report = gm, report
+        self.frozen = frozen or {}  # placeholder index -> tensor baked in as a constant (_freeze_policy)
         self.b = GraphBuilder()
         self.env = {}
+        self.leaves = set()  # graft values that are inputs or constants
         self.lowered = {}  # ATen op -> count, added to the report once the session exists
         self.const_bytes = 0
 
@@ -241,8 +252,11 @@ class Lowering:
         gd = DTYPE[dtype]
         if gd == "bf16":  # NumPy has no bf16 without ml_dtypes: make it through torch
             t = torch.tensor(value, dtype=dtype)
-            return self.b.constant(self.b.fresh_name("c"), gd, [], t.view(torch.int16).numpy())
-        return self.b.constant(self.b.fresh_name("c"), gd, [], np.array(value, dtype=numpy_dtype(gd)))
+            v = self.b.constant(self.b.fresh_name("c"), gd, [], t.view(torch.int16).numpy())
+        else:
+            v = self.b.constant(self.b.fresh_name("c"), gd, [], np.array(value, dtype=numpy_dtype(gd)))
+        self.leaves.add(v)
+        return v
 
     def cast(self, v, have, want):
         return v if have == want else self.b.node("cast", [v], to=DTYPE[want])
@@ -256,19 +270,34 @@ class Lowering:
             return self.const(arg, dtype)
         raise NotLowerable("argument %r" % (arg,))
 
+    def is_leaf(self, v):
+        """v is a graft input or constant (an output that is one needs a node of its own)."""
+        return v in self.leaves
+
+    def tensor_constant(self, name, t):
+        t = t.detach().contiguous().cpu()
+        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+        self.const_bytes += t.numel() * t.element_size()
+        v = self.b.constant(name, DTYPE[t.dtype], list(t.shape), raw.numpy())
+        self.leaves.add(v)
+        return v
+
     def run(self):
         outputs = []
+        index = -1
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
+                index += 1
                 m = meta(node)
                 if not isinstance(m, torch.Tensor):  # a SymInt size: graft reads sizes from the tensors
                     continue
+                if index in self.frozen:
+                    self.env[node] = self.tensor_constant(node.name, self.frozen[index])
+                    continue
                 self.env[node] = self.b.input(node.name, DTYPE[m.dtype], [input_dim(d) for d in m.shape])
+                self.leaves.add(self.env[node])
             elif node.op == "get_attr":
-                t = getattr(self.gm, node.target).detach().contiguous().cpu()
-                raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-                self.env[node] = self.b.constant(node.name, DTYPE[t.dtype], list(t.shape), raw.numpy())
-                self.const_bytes += t.numel() * t.element_size()
+                self.env[node] = self.tensor_constant(node.name, getattr(self.gm, node.target))
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     self.env[node] = self.env[node.args[0]][node.args[1]]
@@ -455,7 +484,11 @@ def _copy(ctx, node, a):
     v = ctx.val(src)
     if meta(src).dtype != meta(node).dtype:
         return ctx.cast(v, meta(src).dtype, meta(node).dtype)
-    return ctx.b.node("identity", [v])
+    # graft's values are immutable: a copy is the value itself (an identity node between a
+    # softmax and its matmul, or an expand and its reshape, would hide the pattern from
+    # graft's attention recognition). An output that is an input gets its identity node at
+    # the end (_Compiled).
+    return v
 
 
 # ---- matmul, attention --------------------------------------------------------------------------
@@ -615,9 +648,19 @@ def _view(ctx, node, a):
     return ctx.b.node("reshape", [ctx.val(a["self"])], shape=reshape_shape(meta(node)))
 
 
+@lowers(aten.unsqueeze.default)
+def _unsqueeze(ctx, node, a):
+    # graft's unsqueeze, not a reshape: the grouped-query pattern graft's attention pass knows
+    # (reshape(expand(unsqueeze(kv)))) is what Llama's repeat_kv traces to
+    return ctx.b.node("unsqueeze", [ctx.val(a["self"])], axes=[norm_axis(a["dim"], meta(node).dim())])
+
+
 @lowers(aten.expand.default)
 def _expand(ctx, node, a):
-    return ctx.b.node("expand", [ctx.val(a["self"])], shape=expand_shape(meta(a["self"]), meta(node)))
+    src, out = meta(a["self"]), meta(node)
+    if src.dim() == out.dim() and all(same_size(x, y) for x, y in zip(src.shape, out.shape)):
+        return ctx.val(a["self"])  # to its own shape (what matmul's decomposition writes): nothing to do
+    return ctx.b.node("expand", [ctx.val(a["self"])], shape=expand_shape(src, out))
 
 
 @lowers(aten.permute.default)
@@ -902,11 +945,73 @@ def _device_of(tensors):
     return devs.pop() if devs else "cpu"
 
 
-class _Compiled:
-    """One graft session for one static graph: inputs by placeholder, outputs in order."""
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
-    def __init__(self, gm, report, device, mode):
-        low = Lowering(gm, report)
+
+def _batched_matmuls(gm):
+    """aot_autograd decomposes a batched torch.matmul into bmm over flattened batches:
+    view(bmm(view(A, [B, m, k]), view(C, [B, k, n])), [b0, .., m, n]) with A, C [b0, .., m, k]
+    and [b0, .., k, n]. Rewritten (in place, same semantics) to matmul(A, C): graft's matmul
+    takes the batch dims as they are, and its attention pass recognises attention only on the
+    [B, H, S, D] form the ONNX exporters write. Returns how many were rewritten."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.target is not aten.bmm.default or len(node.users) != 1:
+            continue
+        out = next(iter(node.users))
+        if out.target not in _RESHAPES:
+            continue
+        srcs = []
+        for operand in node.args[:2]:
+            if not isinstance(operand, torch.fx.Node) or operand.target not in _RESHAPES or \
+                    not isinstance(operand.args[0], torch.fx.Node):
+                break
+            srcs.append(operand.args[0])
+        if len(srcs) != 2:
+            continue
+        try:
+            sa, sb, so = static_shape(meta(srcs[0])), static_shape(meta(srcs[1])), static_shape(meta(out))
+            ma, mb = static_shape(meta(node.args[0])), static_shape(meta(node.args[1]))
+        except (NotLowerable, AttributeError):
+            continue
+        batch = sa[:-2]
+        if len(sa) < 3 or sb[:-2] != batch or so[:-2] != batch or sa[-2:] != ma[1:] or sb[-2:] != mb[1:] or \
+                meta(srcs[0]).dtype != meta(out).dtype or meta(srcs[1]).dtype != meta(out).dtype:
+            continue
+        with gm.graph.inserting_before(out):
+            mm = gm.graph.call_function(aten.matmul.default, (srcs[0], srcs[1]))
+        mm.meta["val"] = meta(out)
+        out.replace_all_uses_with(mm)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
+class _FrozenChanged(Exception):
+    """A tensor baked into a session as a constant changed (placeholder index): recompile."""
+
+    def __init__(self, index):
+        super().__init__(index)
+        self.index = index
+
+
+def _version(t):
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor keeps no version
+        return None
+
+
+class _Compiled:
+    """One graft session for one static graph: inputs by placeholder, outputs in order.
+    frozen: {placeholder index: tensor} baked in as constants (checked every call)."""
+
+    def __init__(self, gm, report, device, mode, frozen=None, session_options=None):
+        frozen = frozen or {}
+        _batched_matmuls(gm)
+        low = Lowering(gm, report, frozen)
         outs = low.run()
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         # each output: ("graft", index) | ("input", placeholder index) | ("const", python value)
@@ -916,6 +1021,8 @@ class _Compiled:
                 self.plan.append(("input", self.placeholders.index(o), None))
             elif isinstance(o, torch.fx.Node):
                 v = low.env[o]
+                if low.is_leaf(v):  # (an output aliasing an input or a literal: a copy of it)
+                    v = low.env[o] = low.b.node("identity", [v])
                 if v not in names:
                     names[v] = "out%d" % len(names)
                     low.b.output(v, names[v])
@@ -925,7 +1032,8 @@ class _Compiled:
         self.single = not isinstance(gm.graph.output_node().args[0], (list, tuple))
         if not names:
             raise NotLowerable("no graft output")
-        self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index)
+        self.session = low.b.compile(device=device, mode=mode, origin="<torch.compile graph %d>" % report.index,
+                                     **(session_options or {}))
         self.cuda = self.session.device_kind == "cuda"
         report.sessions += 1
         report._sessions.append(weakref.ref(self.session))
@@ -934,17 +1042,24 @@ class _Compiled:
             report.lowered[name] = report.lowered.get(name, 0) + n
         self.symbols = sorted(self.session.dims)
         graft_inputs = {t.name for t in self.session.inputs}
-        # placeholder -> graft input name (None: a placeholder the lowering did not use)
+        # placeholder -> graft input name (None: a placeholder the lowering did not use, or a frozen one)
         self.names = [ph.name if ph.name in graft_inputs else None for ph in self.placeholders]
         # (index, graft input name) of the tensor placeholders graft reads: what a call looks at
         self.active = [(i, n) for i, (ph, n) in enumerate(zip(self.placeholders, self.names))
                        if n is not None and isinstance(meta(ph), torch.Tensor)]
         self.bound = [None] * len(self.placeholders)  # (tensor, version, address) bound last, per placeholder
+        # (index, tensor, version, address) of each frozen placeholder: a call checks they are unchanged
+        self.frozen = [(i, t, _version(t), t.data_ptr()) for i, t in sorted(frozen.items())]
+        self.views = {}  # graft output name -> (address, shape, torch view of graft's memory): see _outputs
 
     def __call__(self, *args):
         s = self.session
         if self.cuda:
             s.stream = _current_stream()
+        for i, t, version, ptr in self.frozen:
+            a = args[i]
+            if a is not t or a._version != version or a.data_ptr() != ptr:
+                raise _FrozenChanged(i)
         # Bind only what changed since the last call: parameters and buffers (most of a
         # model's inputs) come back as the same tensors, unmodified (same version counter and
         # address), and graft's binding of them still holds, so a call costs one binding per
@@ -969,13 +1084,10 @@ class _Compiled:
             # CUDA: the changed inputs bound, the run enqueued and the outputs' addresses taken in
             # one C call with no host wait (Session._run_staged); otherwise one binding each
             s._enqueue((changed,), {})
-            outs = s._device_outputs()
+            got = self._outputs(s._device_outputs())
         except BaseException:
             self.bound = [None] * len(bound)  # a failed bind or run: bind everything afresh next time
             raise
-        # graft's outputs live until the next run; a module's outputs must outlive it: one
-        # copy each (the allocation eager PyTorch makes too), on the device PyTorch expects
-        got = {k: torch.from_dlpack(v).clone() for k, v in outs.items()}
         res = []
         for kind, x, device in self.plan:
             if kind == "graft":
@@ -983,6 +1095,22 @@ class _Compiled:
             else:
                 res.append(args[x] if kind == "input" else x)
         return res[0] if self.single else tuple(res)
+
+    def _outputs(self, outs):
+        """graft's outputs live until the next run; a module's outputs must outlive it: one copy
+        each (the allocation eager PyTorch makes too), on the device PyTorch expects. The copy is
+        made from a torch view of graft's output memory kept here (never handed out): graft's
+        arena gives an output the same address every run of a plan, so the DLPack import (a
+        capsule and a torch tensor made per output, most of the output path's time) happens
+        once per address and shape, not per call."""
+        views, got = self.views, {}
+        for name, v in outs.items():
+            ptr, shape = v.data_ptr, v.shape
+            hit = views.get(name)
+            if hit is None or hit[0] != ptr or hit[1] != shape:
+                hit = views[name] = (ptr, shape, torch.from_dlpack(v))
+            got[name] = hit[2].clone()
+        return got
 
 
 def _current_stream():
@@ -993,14 +1121,26 @@ def _current_stream():
     return torch.cuda.current_stream()
 
 
+# Parameters and buffers at most this large are baked into the session as constants (checked
+# every call, recompiled when one changes): what they feed is folded at compile time as the ONNX
+# import folds it (rotary tables from inv_freq, T5's position bias, attention masks) instead of
+# being recomputed each run. Larger ones are bound in place unless options={"weights": "freeze"}.
+FREEZE_SMALL_BYTES = 64 << 10
+_PENDING = object()
+
+
 class GraftSubgraph(torch.nn.Module):
     """A partition run by graft: compiled once, with Dynamo's symbolic sizes (s0, ...) as
     graft symbols where the lowering can express them; otherwise once per concrete input
-    shape (re-traced with make_fx). A compile failure runs it in PyTorch, with a warning."""
+    shape (re-traced with make_fx). A compile failure runs it in PyTorch, with a warning.
+    A static graph is compiled at its first call, when the parameters' values are at hand
+    (the small ones, and all with weights="freeze", become graft constants)."""
 
-    def __init__(self, gm, report, device, mode):
+    def __init__(self, gm, report, device, mode, weights="bind", const_args=(), session_options=None):
         super().__init__()
         self.gm, self.report, self.device, self.mode = gm, report, device, mode
+        self.weights, self.const_args, self.session_options = weights, frozenset(const_args), session_options or {}
+        self.unfrozen = set()  # placeholder indices that changed after being frozen: bound from then on
         self.cache = {}
         phs = [meta(n) for n in gm.graph.nodes if n.op == "placeholder"]
         self.dynamic = any(not isinstance(m, torch.Tensor) or any(not isinstance(d, int) for d in m.shape)
@@ -1009,7 +1149,7 @@ class GraftSubgraph(torch.nn.Module):
             try:
                 device = self.device if self.device != "auto" else (
                     "cuda" if _device_of(phs) == "cuda" else "sim")
-                compiled = _Compiled(gm, report, device, mode)
+                compiled = _Compiled(gm, report, device, mode, session_options=self.session_options)
                 self.cache[None] = compiled
                 self.dynamic = False
                 report.notes.append("symbolic shapes: one graft session, dims %s as graft symbols" %
@@ -1017,14 +1157,30 @@ class GraftSubgraph(torch.nn.Module):
             except Exception as e:  # anything: the per-shape path (or PyTorch) still answers right
                 report.notes.append("symbolic shapes: compiled per concrete input shape (%s)" % e)
         else:
-            self.cache[None] = self._compile(gm, [m for m in phs])
+            self.cache[None] = _PENDING
 
-    def _compile(self, gm, inputs):
+    def _frozen(self, args):
+        """{placeholder index: tensor} to bake in: literals of the graph (get_attr), and the
+        parameters and buffers Dynamo marks static, when small or weights="freeze". A tensor
+        without a version counter (made under inference_mode) is never frozen: a change to it
+        could not be seen."""
+        out = {}
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor) or i in self.unfrozen or _version(a) is None:
+                continue
+            static = i in self.const_args or isinstance(a, torch.nn.Parameter) or \
+                getattr(a, "_dynamo_static_input_type", None) is not None
+            if static and (self.weights == "freeze" or i in self.const_args or
+                           a.numel() * a.element_size() <= FREEZE_SMALL_BYTES):
+                out[i] = a
+        return out
+
+    def _compile(self, gm, args):
         device = self.device
         if device == "auto":
-            device = "cuda" if _device_of(inputs) == "cuda" else "sim"
+            device = "cuda" if _device_of(args) == "cuda" else "sim"
         try:
-            return _Compiled(gm, self.report, device, self.mode)
+            return _Compiled(gm, self.report, device, self.mode, self._frozen(args), self.session_options)
         except Exception as e:  # NotLowerable, GraftError, or a bug: PyTorch runs it, never a wrong answer
             self.report.notes.append("a subgraph runs in PyTorch: %s" % e)
             _warn("a subgraph runs in PyTorch: %s" % e)
@@ -1042,9 +1198,22 @@ class GraftSubgraph(torch.nn.Module):
                 static.recompile()
                 self.cache[key] = self._compile(static, list(args))
         compiled = self.cache[key]
+        if compiled is _PENDING:
+            compiled = self.cache[key] = self._compile(self.gm, list(args))
         if compiled is None:
             return self.gm(*args)
-        return compiled(*args)
+        try:
+            return compiled(*args)
+        except _FrozenChanged as e:
+            # a frozen parameter was replaced or modified in place: bind it as an input from now on
+            # (one recompile; a tensor that changes every call never recompiles twice)
+            self.unfrozen.add(e.index)
+            names = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
+            self.report.notes.append("%s changed after it was frozen: recompiled with it bound as an input" %
+                                     (names[e.index] if e.index < len(names) else "placeholder %d" % e.index))
+            gm = self.gm if key is None else compiled.placeholders[0].graph.owning_module
+            self.cache[key] = self._compile(gm, list(args))
+            return self.forward(*args)
 
 
 class _Support(OperatorSupportBase):
@@ -1061,8 +1230,9 @@ class _Support(OperatorSupportBase):
         return reason is None
 
 
-def lower_aten_graph(gm, example_inputs, report, device="auto", mode="auto"):
-    """The fw_compiler: partitions an ATen graph and puts each supported part on graft."""
+def lower_aten_graph(gm, example_inputs, report, device="auto", mode="auto", weights="bind", session_options=None):
+    """The fw_compiler: partitions an ATen graph and puts each supported part on graft.
+    Returns the partitioned graph's forward function (what aot_autograd calls)."""
     support = _Support(report)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
@@ -1075,16 +1245,40 @@ def lower_aten_graph(gm, example_inputs, report, device="auto", mode="auto"):
     for node in fused.graph.nodes:
         if node.op == "call_module" and node.target.startswith("fused_"):
             sub = getattr(fused, node.target)
-            setattr(fused, node.target, GraftSubgraph(sub, report, device, mode))
+            # literals of the graph (get_attr: a lifted torch.tensor(...)) reach the subgraph as
+            # arguments: they are constants of the graft graph, as in the ONNX import
+            const_args = [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+            graft_sub = GraftSubgraph(sub, report, device, mode, weights, const_args, session_options)
+            setattr(fused, node.target, graft_sub)
+            # called as a function, not a module: nn.Module.__call__'s hook machinery is per-call
+            # host time that buys nothing here
+            node.op, node.target = "call_function", graft_sub.forward
             report.subgraphs += 1
     fused.recompile()
-    return fused
+    # (a lazy GraphModule's forward is a stub that recompiles and goes through __call__: made real now)
+    getattr(fused, "real_recompile", lambda: None)()
+    # aot_autograd calls this with the flat arguments: the generated forward itself, without
+    # GraphModule.__call__ (module hooks, fx's error-reporting wrapper) around it
+    return fused.forward
+
+
+WEIGHTS = ("bind", "freeze")
 
 
 def graft_backend(gm, example_inputs, **kwargs):
     """The torch.compile backend (torch.compile(model, backend="graft", options={...}))."""
-    options = kwargs.get("options") or {}
-    device, mode = options.get("device", "auto"), options.get("mode", "auto")
+    options = dict(kwargs.get("options") or {})
+    device, mode = options.pop("device", "auto"), options.pop("mode", "auto")
+    weights = options.pop("weights", "bind")
+    if weights not in WEIGHTS:
+        raise ValueError("graft backend: weights=%r: expected one of %s" % (weights, ", ".join(map(repr, WEIGHTS))))
+    session_options = {}
+    for key in ("fuse_attention_f32", "no_fuse_attention", "no_fuse_epilogue"):
+        if key in options:
+            session_options[key] = int(bool(options.pop(key)))
+    if options:
+        raise ValueError("graft backend: unknown option(s) %s (known: device, mode, weights, fuse_attention_f32, "
+                         "no_fuse_attention, no_fuse_epilogue)" % ", ".join(sorted(options)))
     report = Report(len(_REPORTS))
     _REPORTS.append(report)
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
@@ -1102,7 +1296,7 @@ def graft_backend(gm, example_inputs, **kwargs):
 
     def fw_compiler(aten_gm, aten_inputs):
         try:
-            return lower_aten_graph(aten_gm, aten_inputs, report, device, mode)
+            return lower_aten_graph(aten_gm, aten_inputs, report, device, mode, weights, session_options)
         except Exception as e:  # anything unexpected: PyTorch runs it, never a wrong answer
             report.fallback = "lowering failed: %s: %s" % (type(e).__name__, e)
             _warn("graph %d runs in PyTorch: %s" % (report.index, report.fallback))

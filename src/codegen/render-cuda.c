@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 5u
+#define GR_RENDER_CUDA_VERSION 6u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -40,6 +40,9 @@ static const char prelude[] =
     "template <typename T> struct alignas(sizeof(T) * 4 > 16 ? 16 : sizeof(T) * 4) gr_v4 { T v[4]; };\n"
     "template <typename T> struct alignas(sizeof(T) * 8 > 16 ? 16 : sizeof(T) * 8) gr_v8 { T v[8]; };\n"
     "#define GR_DI static __device__ __forceinline__\n"
+    /* the largest point count and extent the row-group loop decomposes in 32 bits (a macro so
+     * that tests running the source on the host can lower it) */
+    "#ifndef GR_IDX32_MAX\n#define GR_IDX32_MAX 0xffffffffLL\n#endif\n"
     "GR_DI float gr_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
     "GR_DI unsigned short gr_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
     "GR_DI float gr_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
@@ -296,6 +299,21 @@ static void mark_stage(const gr_kernel *k, const gr_kstage *st, bool *mark) {
     if (st->kind == GR_KS_STORE && st->access.index >= 0) mark_cone(k, st->access.index, mark);
 }
 
+/* mark_cone, not following operand `skip_op` (1: b, 2: c) of node `skip_node`. */
+static void mark_cone_except(const gr_kernel *k, int root, bool *mark, int skip_node, int skip_op) {
+    mark[root] = true;
+    for (int j = root; j >= 0; j--) {
+        if (!mark[j]) continue;
+        const gr_kexpr *x = &k->nodes.data[j];
+        int nops = x->op == GR_KX_SELECT ? 3 : x->op == GR_KX_BINARY ? 2
+                 : (x->op == GR_KX_UNARY || x->op == GR_KX_CAST || x->op == GR_KX_RANDOM) ? 1 : 0;
+        const int32_t ops[3] = {x->a, x->b, x->c};
+        for (int q = 0; q < nops; q++)
+            if (ops[q] >= 0 && ops[q] < j && !(j == skip_node && q == skip_op)) mark[ops[q]] = true;
+        if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) mark[x->access.index] = true;
+    }
+}
+
 /* A load that the vectorized loop reads as one 4-wide vector. */
 static bool load_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
     return e->op == GR_KX_LOAD && e->access.index < 0 && outer_contiguous(k, &e->access) &&
@@ -368,6 +386,7 @@ typedef struct {
     gr_strbuf *sb;
     const char *indent;
     bool vec;             /* inside the vectorized loop: vectorizable loads come from gr_lN.v[j] */
+    const bool *rowvec;   /* the row-group loop: these loads (strided along the rows) also come from gr_lN.v[j] */
     const gr_kslot_map *map; /* generic mode: where each number is read from (gr_dims.v[i]); NULL: literals */
     bool table;           /* GR_RENDER_GENERIC_TABLE: gr_dims is a reference into device memory */
     const bool *cached;   /* block kernels' row cache: loads read from gr_cN[gr_j] (NULL: none) */
@@ -511,7 +530,7 @@ static void emit_node(emit_ctx *c, int i) {
         gr_dtype bt = k->params[e->param].dtype;
         gr_strbuf ld;
         gr_sb_init(&ld);
-        if (c->vec && load_vectorizable(k, e)) {
+        if (c->vec && (load_vectorizable(k, e) || (c->rowvec && c->rowvec[i]))) {
             gr_sb_printf(&ld, "gr_l%d.v[j]", i);
         } else if (c->cached && c->cached[i] && c->packed && c->packed[i]) { /* storage bits, widened here */
             gr_sb_printf(&ld, "gr_half(gr_c%d[gr_j >> 1], gr_j)", i);
@@ -570,6 +589,94 @@ static void emit_node(emit_ctx *c, int i) {
 static void emit_marked(emit_ctx *c, const bool *mark) {
     for (int i = 0; i < c->k->nodes.len; i++)
         if (mark[i]) emit_node(c, i);
+}
+
+/* out = base and `extra` more spaces (indents of generated code; base is short, out has room). */
+static void indent_more(char *out, size_t n, const char *base, int extra) {
+    size_t len = strlen(base);
+    if (len + (size_t)extra + 1 > n) len = n > (size_t)extra + 1 ? n - (size_t)extra - 1 : 0;
+    memcpy(out, base, len);
+    for (int i = 0; i < extra && len + 1 < n; i++) out[len++] = ' ';
+    out[len] = 0;
+}
+
+/* ==== selects evaluated on the taken side (elementwise kernels) ==============================
+ * A select's operands used by nothing else (RoPE's rotate_half: the clamped gather of the first
+ * half, negated, or of the second) are evaluated inside an if/else on its condition, so a point
+ * loads only the side it takes; emitted as statements each, both sides were loaded for every
+ * point. Only nodes with no other user in the cone move into a side (they are pure: loads,
+ * arithmetic, RANDOM), so the values computed are the same. The sides nest (a node exclusive to
+ * a select inside another's side is exclusive to that side too), each node is emitted in the
+ * innermost side that owns it. */
+typedef struct {
+    const bool *cone;  /* the stage's cone */
+    int *owner;        /* per node: the select whose side owns it (-1: none) */
+    int8_t *side;      /* 1: b, 2: c */
+    int *size;         /* per node: the size of its owner's side (the innermost wins) */
+    bool *lazy;        /* selects with a non-empty side */
+} lazy_sel;
+
+static void emit_lazy_group(emit_ctx *c, const lazy_sel *L, int sel, int side) {
+    const gr_kernel *k = c->k;
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!L->cone[i] || L->owner[i] != sel || (sel >= 0 && L->side[i] != side)) continue;
+        if (!L->lazy[i]) {
+            emit_node(c, i);
+            continue;
+        }
+        const gr_kexpr *e = &k->nodes.data[i];
+        ctype ct = ctype_of(e->dtype);
+        const char *outer = c->indent;
+        char in[64], t0[512];
+        indent_more(in, sizeof in, outer, 2);
+        gr_sb_printf(c->sb, "%s%s v%d;  // select: each side evaluated only when taken\n", outer, ctype_name(ct), i);
+        gr_sb_printf(c->sb, "%sif (v%d != 0) {\n", outer, e->a);
+        c->indent = in;
+        emit_lazy_group(c, L, i, 1);
+        gr_sb_printf(c->sb, "%sv%d = %s;\n%s} else {\n", in, i, operand(k, e->b, ct, t0, sizeof t0), outer);
+        emit_lazy_group(c, L, i, 2);
+        gr_sb_printf(c->sb, "%sv%d = %s;\n%s}\n", in, i, operand(k, e->c, ct, t0, sizeof t0), outer);
+        c->indent = outer;
+    }
+}
+
+/* Emits the cone `cone` of node `root` (emit_marked's nodes), selects lazily. root2: a second
+ * root the cone covers (a scatter store's index), or -1. */
+static void emit_lazy(emit_ctx *c, const bool *cone, int root, int root2) {
+    const gr_kernel *k = c->k;
+    int n = k->nodes.len;
+    size_t bytes = (size_t)n * (2 * sizeof(int) + 3 * sizeof(bool) + sizeof(int8_t));
+    char *room = gr_malloc(bytes ? bytes : 1);
+    if (!room) {
+        c->sb->failed = true; /* gr_render_cuda_mode reports it as out of memory */
+        return;
+    }
+    lazy_sel L = {.cone = cone, .owner = (int *)room, .size = (int *)room + n};
+    bool *reach = (bool *)(L.size + n), *side_cone = reach + n;
+    L.lazy = side_cone + n;
+    L.side = (int8_t *)(L.lazy + n);
+    for (int i = 0; i < n; i++) L.owner[i] = -1, L.size[i] = 0, L.lazy[i] = false, L.side[i] = 0;
+    for (int i = 0; i < n; i++) {
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (!cone[i] || e->op != GR_KX_SELECT || e->b == e->c) continue;
+        for (int q = 1; q <= 2; q++) {
+            int op = q == 1 ? e->b : e->c;
+            memset(reach, 0, (size_t)n * sizeof(bool));
+            memset(side_cone, 0, (size_t)n * sizeof(bool));
+            mark_cone_except(k, root, reach, i, q); /* what the cone reaches without this side */
+            if (root2 >= 0) mark_cone_except(k, root2, reach, i, q);
+            mark_cone(k, op, side_cone);
+            int count = 0;
+            for (int j = 0; j < n; j++) count += side_cone[j] && !reach[j];
+            if (count == 0) continue;
+            L.lazy[i] = true;
+            for (int j = 0; j < n; j++)
+                if (side_cone[j] && !reach[j] && (L.owner[j] < 0 || count < L.size[j]))
+                    L.owner[j] = i, L.side[j] = (int8_t)q, L.size[j] = count;
+        }
+    }
+    emit_lazy_group(c, &L, -1, 0);
+    gr_free(room, bytes ? bytes : 1);
 }
 
 /* ==== kernel structure ========================================================================= */
@@ -664,11 +771,22 @@ static void emit_signature(const emit_ctx *c, unsigned bound) {
     else gr_sb_printf(sb, "  const long long gr_n = %lldLL;\n", (long long)gr_kernel_points(k));
 }
 
-static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, bool vec) {
+/* The row-group loop's outer indices of point gr_base + j: those of the group's first point
+ * (gr_b0..), the last one plus j (a group never crosses a row: kernels take that loop only
+ * when the last extent is a multiple of the group). */
+static void emit_group_indices(gr_strbuf *sb, const char *indent, int n_outer, const char *j) {
+    for (int d = 0; d < n_outer; d++)
+        gr_sb_printf(sb, "%sconst long long o%d = gr_b%d%s%s;\n", indent, d, d, d == n_outer - 1 ? " + " : "",
+                     d == n_outer - 1 ? j : "");
+}
+
+/* group: inside the row-group loop (outer indices from gr_b0.. and j), else decomposed from lin. */
+static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, bool vec, bool group) {
     const gr_kernel *k = c->k;
     c->indent = indent;
     c->vec = vec;
-    emit_decompose(c->sb, indent, "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
+    if (group) emit_group_indices(c->sb, indent, k->n_outer, "j");
+    else emit_decompose(c->sb, indent, "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
@@ -677,7 +795,7 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
         char in2[64];
         snprintf(in2, sizeof in2, "%s  ", indent);
         c->indent = in2;
-        emit_marked(c, mark);
+        emit_lazy(c, mark, st->value, st->kind == GR_KS_STORE ? st->access.index : -1);
         if (vec) {
             char val[32];
             snprintf(val, sizeof val, "v%d", st->value);
@@ -692,6 +810,168 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
     }
 }
 
+/* ==== the row-group loop (issue 15) ==========================================================
+ * A vectorized kernel whose loads are not all contiguous in the outer walk (RoPE's: q read as
+ * [B,S,H,D] and written as [B,H,S,D], cos/sin broadcast over B and H, rotate_half's clamped
+ * gathers) decomposed the linear index into outer indices for every point, in 64-bit integer
+ * division by the extents, which generic code reads at launch (no constant divisors): about
+ * 70 instructions per division, three divisions and three remainders per point of a 4-d
+ * kernel. On the H100 that made the Llama-style model's RoPE kernel (bf16 [8,12,512,64])
+ * take 33.6 us for 12.6 MB, 7x its bandwidth time: it was bound by index arithmetic.
+ * When the last outer extent is a multiple of the vector width, the width's points of a
+ * group share every outer index but the last, which is the group's plus j: one decomposition
+ * per group, in 32-bit arithmetic where the point count and the extents fit (a run-time check,
+ * uniform: generic code keeps one structure). Loads strided along the rows that step by one
+ * element along the last dim, whose other strides are multiples of the width and whose
+ * group start is aligned (checked per launch), are read as one vector per group too;
+ * otherwise as the group's scalar loads. Other kernels and launches take the loop as before. */
+
+/* Whether the group form can pay: some point needs its outer indices (a load or gather whose
+ * outer walk is not contiguous, or an outer index read by the expression). */
+static bool group_form_useful(const gr_kernel *k, const bool *used) {
+    if (k->n_outer < 2) return false;
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!used[i]) continue;
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (e->op == GR_KX_INDEX && e->which >= 0 && e->which < k->n_outer) return true;
+        if (e->op == GR_KX_LOAD && !outer_contiguous(k, &e->access)) return true;
+    }
+    return false;
+}
+
+/* Literal mode: whether the group form is rendered at all (the last extent a multiple of the
+ * width, every extent within 32 bits). Generic mode decides at launch (group_condition). */
+static bool group_form_literal_ok(const gr_kernel *k, int width) {
+    int64_t last = k->outer[k->n_outer - 1];
+    if (last < width || last % width != 0) return false;
+    for (int d = 0; d < k->n_outer; d++)
+        if (k->outer[d] < 1 || k->outer[d] > (int64_t)UINT32_MAX) return false;
+    return true;
+}
+
+/* A load the group form reads as one vector per group when its run-time check passes: no
+ * gather, strided along the rows, a non-zero stride on the last outer dim (literal: exactly
+ * 1, and the other strides multiples of the width). */
+static bool load_rowvec(const emit_ctx *c, const gr_kexpr *e, int width) {
+    const gr_kernel *k = c->k;
+    if (e->op != GR_KX_LOAD || e->access.index >= 0 || outer_contiguous(k, &e->access) || param_written(k, e->param))
+        return false;
+    int last = k->n_outer - 1;
+    if (e->access.stride[last] == 0) return false;
+    if (c->map) return true; /* a stride is a value: checked at launch */
+    if (e->access.stride[last] != 1) return false;
+    for (int d = 0; d < last; d++)
+        if (e->access.stride[d] % width != 0) return false;
+    return true;
+}
+
+/* The run-time condition of the group form (uniform): 32-bit points and extents, the last
+ * extent a multiple of the width. */
+static void group_condition(gr_strbuf *sb, const emit_ctx *c, int width) {
+    const gr_kernel *k = c->k;
+    gr_sb_puts(sb, "gr_n <= GR_IDX32_MAX");
+    if (!c->map) return; /* the extents were checked when rendering */
+    int last = k->n_outer - 1;
+    gr_sb_printf(sb, " && gr_dims.v[%d] %% %d == 0", c->map->outer[last], width);
+    for (int d = 0; d < k->n_outer; d++)
+        gr_sb_printf(sb, " && (unsigned long long)(gr_dims.v[%d] - 1) < (unsigned long long)GR_IDX32_MAX", c->map->outer[d]);
+}
+
+/* gr_b0.. = the outer indices of gr_base, in 32-bit arithmetic (group_condition holds). */
+static void emit_group_decompose(gr_strbuf *sb, const emit_ctx *c, const char *indent) {
+    const gr_kernel *k = c->k;
+    gr_sb_printf(sb, "%sunsigned gr_u = (unsigned)gr_base;\n", indent);
+    for (int d = k->n_outer - 1; d >= 1; d--) {
+        if (c->map) {
+            gr_sb_printf(sb, "%sconst unsigned gr_e%d = (unsigned)gr_dims.v[%d];\n", indent, d, c->map->outer[d]);
+            gr_sb_printf(sb, "%sconst long long gr_b%d = gr_u %% gr_e%d;\n%sgr_u /= gr_e%d;\n", indent, d, d, indent, d);
+        } else if (k->outer[d] == 1) {
+            gr_sb_printf(sb, "%sconst long long gr_b%d = 0;\n", indent, d);
+        } else {
+            gr_sb_printf(sb, "%sconst long long gr_b%d = gr_u %% %lluu;\n%sgr_u /= %lluu;\n", indent, d,
+                         (unsigned long long)k->outer[d], indent, (unsigned long long)k->outer[d]);
+        }
+    }
+    gr_sb_printf(sb, "%sconst long long gr_b0 = gr_u;\n", indent);
+}
+
+/* The per-launch check of row load i (load_rowvec): its last stride 1 (generic), the others
+ * multiples of the width (generic), its group start aligned for the vector. */
+static void emit_rowvec_check(gr_strbuf *sb, const emit_ctx *c, int i, int width, const char *vt) {
+    const gr_kernel *k = c->k;
+    const gr_kexpr *e = &k->nodes.data[i];
+    char nb[64];
+    int last = k->n_outer - 1;
+    gr_sb_printf(sb, "    const bool gr_rv%d = ", i);
+    if (c->map) {
+        gr_kaccess_slots as;
+        gr_kaccess_slot_layout(k, &e->access, c->map->node[i], &as);
+        gr_sb_printf(sb, "gr_dims.v[%d] == 1 && ", as.stride[last]);
+        for (int d = 0; d < last; d++)
+            if (as.stride[d] >= 0) gr_sb_printf(sb, "gr_dims.v[%d] %% %d == 0 && ", as.stride[d], width);
+    }
+    gr_sb_printf(sb, "((unsigned long long)(p%d + %s) %% alignof(%s<%s>)) == 0;\n", e->param,
+                 num(c, c->map ? c->map->node[i] : -1, e->access.offset, nb, sizeof nb), vt,
+                 storage_name(k->params[e->param].dtype));
+}
+
+/* The group loop, at indent "    " inside `if (gr_aligned)`. used: the loads of some store's cone. */
+static void emit_group_loop(emit_ctx *c, bool *mark, const bool *used, bool *rowvec, int width, const char *vt) {
+    const gr_kernel *k = c->k;
+    gr_strbuf *sb = c->sb;
+    char nb[64];
+    int n = k->nodes.len;
+    for (int i = 0; i < n; i++) rowvec[i] = used[i] && load_rowvec(c, &k->nodes.data[i], width);
+    for (int i = 0; i < n; i++)
+        if (rowvec[i]) emit_rowvec_check(sb, c, i, width, vt);
+    gr_sb_puts(sb, "    for (long long gr_g = gr_tid; gr_g < gr_nvec; gr_g += gr_nthreads) {\n");
+    gr_sb_printf(sb, "      const long long gr_base = gr_g * %d;\n", width);
+    emit_group_decompose(sb, c, "      ");
+    for (int i = 0; i < n; i++) {
+        const gr_kexpr *e = &k->nodes.data[i];
+        if (!used[i] || !load_vectorizable(k, e)) continue;
+        const char *stn = storage_name(k->params[e->param].dtype);
+        gr_sb_printf(sb, "      const %s<%s> gr_l%d = *reinterpret_cast<const %s<%s>*>(p%d + %s + gr_base);\n", vt, stn, i, vt,
+                     stn, e->param, num(c, c->map ? c->map->node[i] : -1, e->access.offset, nb, sizeof nb));
+    }
+    c->vec = false;
+    c->rowvec = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!rowvec[i]) continue;
+        const gr_kexpr *e = &k->nodes.data[i];
+        const char *stn = storage_name(k->params[e->param].dtype);
+        int first = c->map ? c->map->node[i] : -1;
+        gr_sb_printf(sb, "      %s<%s> gr_l%d;\n", vt, stn, i);
+        gr_sb_printf(sb, "      if (gr_rv%d) {  // one vector: the group's points are adjacent\n", i);
+        emit_group_indices(sb, "        ", k->n_outer, "0");
+        gr_sb_printf(sb, "        gr_l%d = *reinterpret_cast<const %s<%s>*>(p%d + ", i, vt, stn, e->param);
+        sb_address(sb, c, &e->access, first);
+        gr_sb_puts(sb, ");\n      } else {\n#pragma unroll\n");
+        gr_sb_printf(sb, "        for (int j = 0; j < %d; j++) {\n", width);
+        emit_group_indices(sb, "          ", k->n_outer, "j");
+        gr_sb_printf(sb, "          gr_l%d.v[j] = p%d[", i, e->param);
+        sb_address(sb, c, &e->access, first);
+        gr_sb_puts(sb, "];\n        }\n      }\n");
+    }
+    for (int s = 0; s < k->n_stages; s++)
+        gr_sb_printf(sb, "      %s<%s> gr_s%d;\n", vt, storage_name(k->params[k->stages[s].param].dtype), s);
+    gr_sb_puts(sb, "#pragma unroll\n");
+    gr_sb_printf(sb, "      for (int j = 0; j < %d; j++) {\n", width);
+    gr_sb_puts(sb, "        const long long lin = gr_base + j;\n        (void)lin;\n");
+    c->rowvec = rowvec;
+    emit_elementwise_body(c, mark, "        ", true, true);
+    c->rowvec = NULL;
+    gr_sb_puts(sb, "      }\n");
+    for (int s = 0; s < k->n_stages; s++) {
+        const gr_kstage *st = &k->stages[s];
+        const char *stn = storage_name(k->params[st->param].dtype);
+        gr_sb_printf(sb, "      *reinterpret_cast<%s<%s>*>(p%d + %s + gr_base) = gr_s%d;\n", vt, stn, st->param,
+                     num(c, c->map ? c->map->stage[s] : -1, st->access.offset, nb, sizeof nb), s);
+    }
+    gr_sb_puts(sb, "    }\n");
+}
+
+/* mark: 5 * (nodes + 1) bools of room (gr_render_cuda_mode's). */
 static void emit_elementwise(emit_ctx *c, bool *mark) {
     const gr_kernel *k = c->k;
     gr_strbuf *sb = c->sb;
@@ -703,7 +983,7 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
         const int width = vec_width(k);
         const char *vt = width == GR_VEC_WIDTH ? "gr_v4" : "gr_v8";
         /* which loads are read as vectors: those in some store's cone */
-        bool *used = mark + k->nodes.len;
+        bool *used = mark + (k->nodes.len + 1), *rowvec = mark + 2 * (k->nodes.len + 1);
         memset(used, 0, (size_t)k->nodes.len * sizeof(bool));
         for (int s = 0; s < k->n_stages; s++) mark_cone(k, k->stages[s].value, used);
         gr_sb_puts(sb, "  bool gr_aligned = true;\n");
@@ -722,6 +1002,14 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
         }
         gr_sb_puts(sb, "  if (gr_aligned) {\n");
         gr_sb_printf(sb, "    const long long gr_nvec = gr_n / %d;\n", width);
+        bool group = group_form_useful(k, used) && (c->map || group_form_literal_ok(k, width));
+        if (group) {
+            gr_sb_printf(sb, "    if (");
+            group_condition(sb, c, width);
+            gr_sb_printf(sb, ") {  // row groups of %d points: one index decomposition per group\n", width);
+            emit_group_loop(c, mark, used, rowvec, width, vt);
+            gr_sb_puts(sb, "    } else {\n");
+        }
         gr_sb_puts(sb, "    for (long long gr_g = gr_tid; gr_g < gr_nvec; gr_g += gr_nthreads) {\n");
         gr_sb_printf(sb, "      const long long gr_base = gr_g * %d;\n", width);
         for (int i = 0; i < k->nodes.len; i++) {
@@ -736,7 +1024,7 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
         gr_sb_puts(sb, "#pragma unroll\n");
         gr_sb_printf(sb, "      for (int j = 0; j < %d; j++) {\n", width);
         gr_sb_puts(sb, "        const long long lin = gr_base + j;\n");
-        emit_elementwise_body(c, mark, "        ", true);
+        emit_elementwise_body(c, mark, "        ", true, false);
         gr_sb_puts(sb, "      }\n");
         for (int s = 0; s < k->n_stages; s++) {
             const gr_kstage *st = &k->stages[s];
@@ -745,11 +1033,12 @@ static void emit_elementwise(emit_ctx *c, bool *mark) {
                          num(c, c->map ? c->map->stage[s] : -1, st->access.offset, nb, sizeof nb), s);
         }
         gr_sb_puts(sb, "    }\n");
+        if (group) gr_sb_puts(sb, "    }\n");
         gr_sb_printf(sb, "    gr_start = gr_nvec * %d;\n", width);
         gr_sb_puts(sb, "  }\n");
     }
     gr_sb_puts(sb, "  for (long long lin = gr_start + gr_tid; lin < gr_n; lin += gr_nthreads) {\n");
-    emit_elementwise_body(c, mark, "    ", false);
+    emit_elementwise_body(c, mark, "    ", false, false);
     gr_sb_puts(sb, "  }\n");
 }
 
@@ -908,15 +1197,6 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
  * (structure in generic mode: the address is base + ri). */
 static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
     return e->op == GR_KX_LOAD && e->access.index < 0 && k->n_inner > 0 && inner_contiguous(k, &e->access);
-}
-
-/* out = base and `extra` more spaces (indents of generated code; base is short, out has room). */
-static void indent_more(char *out, size_t n, const char *base, int extra) {
-    size_t len = strlen(base);
-    if (len + (size_t)extra + 1 > n) len = n > (size_t)extra + 1 ? n - (size_t)extra - 1 : 0;
-    memcpy(out, base, len);
-    for (int i = 0; i < extra && len + 1 < n; i++) out[len++] = ' ';
-    out[len] = 0;
 }
 
 /* The warp-row form's shape, shared by its two versions (emit_warp_rows). */

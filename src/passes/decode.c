@@ -129,20 +129,25 @@ static gr_status refuse(const gr_graph *g, int node, const char *why) {
     return gr_error(GR_ERR_UNSUPPORTED, "decode rewrite: %s: %s", where, why);
 }
 
+/* The valid length of a cache axis: kv_len + delta (i64 [1]). */
+static gr_status valid_length(gr_graph *g, int kv_len, int64_t delta, int *out) {
+    *out = kv_len;
+    if (delta == 0) return GR_OK;
+    int c;
+    GR_TRY(const_i64(g, delta, &c));
+    int in[2] = {kv_len, c};
+    return node1(g, GR_OP_ADD, NULL, 2, in, 0, NULL, out);
+}
+
 /* where(position < kv_len + delta, x, fill) along `axis`: the value to read instead of x. */
 static gr_status masked(gr_graph *g, int x, int axis, int64_t delta, int kv_len, double fill, int *out) {
     const gr_ir_value *xv = &g->values.data[x];
     int rank = xv->ndim;
     gr_dtype t = xv->dtype;
     int64_t extent = xv->dims[axis].size;
-    int pos, valid = kv_len, cond, f;
+    int pos, valid, cond, f;
     GR_TRY(positions(g, extent, axis, rank, &pos));
-    if (delta != 0) {
-        int c;
-        GR_TRY(const_i64(g, delta, &c));
-        int in[2] = {kv_len, c};
-        GR_TRY(node1(g, GR_OP_ADD, NULL, 2, in, 0, NULL, &valid));
-    }
+    GR_TRY(valid_length(g, kv_len, delta, &valid));
     int in[2] = {pos, valid};
     GR_TRY(node1(g, GR_OP_LESS, NULL, 2, in, 0, NULL, &cond));
     GR_TRY(const_scalar(g, t, fill, &f));
@@ -158,6 +163,8 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
     int nv0 = src->values.len;
     pad_info pi = {0};
     gr_graph *g = NULL;
+    bool *live = NULL; /* per value (below n_live): an output needs it */
+    int n_live = 0;
     gr_status st = pad_grow(&pi, nv0);
     if (st != GR_OK) return st;
     /* cache axes from the symbolic dims at the two bindings */
@@ -274,9 +281,30 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
         pi.zero[past] = pi.pad[past];
         pi.zero[pres] = pi.pad[pres];
     }
+    /* nodes no output needs are left alone: the unread ones a fused attention replaced (the
+     * session's precision pass fuses first) would otherwise get masks that read graft.kv_len
+     * and lead nowhere; compilation drops them */
+    n_live = g->values.len;
+    live = gr_calloc((size_t)n_live + 1, sizeof(bool));
+    if (!live) {
+        st = GR_ERR_NOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < g->outputs.len; i++) live[g->outputs.data[i]] = true;
+    for (int n = g->nodes.len - 1; n >= 0; n--) {
+        const gr_ir_node *nd = &g->nodes.data[n];
+        bool any = false;
+        for (int k = 0; k < nd->n_out; k++) any |= nd->out[k] >= 0 && live[nd->out[k]];
+        if (any)
+            for (int k = 0; k < nd->n_in; k++)
+                if (nd->in[k] >= 0) live[nd->in[k]] = true;
+    }
     for (int n = 0; n < g->nodes.len; n++) {
         gr_ir_node *nd = &g->nodes.data[n];
         if (nd->n_out < 1) continue;
+        bool needed = false;
+        for (int k = 0; k < nd->n_out; k++) needed |= nd->out[k] < 0 || nd->out[k] >= n_live || live[nd->out[k]];
+        if (!needed) continue;
         int o = nd->out[0];
         if ((st = pad_grow(&pi, g->values.len + 64)) != GR_OK) goto fail;
         uint32_t in_pad = 0;
@@ -361,6 +389,48 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
                 pi.pad[m] = pi.pad[v];
                 pi.zero[m] = pi.pad[v];
             }
+            continue;
+        }
+        case GR_OP_ATTENTION: {
+            /* a fused attention (a session's precision pass fuses before this rewrite) over a
+             * cache: it reads the valid length as its key_len input and visits only those keys */
+            int layout[4];
+            if ((st = gr_ir_attention_layout(g, nd, layout)) != GR_OK) goto fail;
+            int q = nd->in[0], k = nd->in[1], v = nd->in[2];
+            int ka = gr_ir_attention_seq_axis(layout[1]), va = gr_ir_attention_seq_axis(layout[2]);
+            bool k_pad = pi.pad[k] & (1u << ka), v_pad = pi.pad[v] & (1u << va);
+            if ((pi.pad[k] & ~(1u << ka)) || (pi.pad[v] & ~(1u << va)) || pi.pad[q]) {
+                st = refuse(g, n, "a KV-cache axis in an attention operand that is not the keys' axis");
+                goto fail;
+            }
+            if (!k_pad && !v_pad) {
+                pi.zero[o] = 0;
+                continue;
+            }
+            int64_t delta = pi.delta[k * GR_MAX_DIMS + ka];
+            if (!(k_pad && v_pad) || delta == INT64_MIN || delta != pi.delta[v * GR_MAX_DIMS + va]) {
+                st = refuse(g, n, "attends over keys and values whose KV-cache lengths differ");
+                goto fail;
+            }
+            if (nd->n_in > 4 && nd->in[4] >= 0) {
+                st = refuse(g, n, "the attention has a key length of its own already");
+                goto fail;
+            }
+            int valid;
+            if ((st = valid_length(g, kv_len, delta, &valid)) != GR_OK) goto fail;
+            nd = &g->nodes.data[n];
+            int *in5 = gr_malloc(5 * sizeof(int));
+            if (!in5) {
+                st = GR_ERR_NOMEM;
+                goto fail;
+            }
+            for (int k5 = 0; k5 < 4; k5++) in5[k5] = k5 < nd->n_in ? nd->in[k5] : -1;
+            in5[4] = valid;
+            gr_ir_node_free_inputs(nd);
+            nd->in = in5;
+            nd->n_in = 5;
+            nd->attrs_checked = false;
+            pi.zero[o] = 0;
             continue;
         }
         case GR_OP_TRANSPOSE: {
@@ -456,10 +526,12 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
     if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
     if ((st = gr_ir_verify(g)) != GR_OK) goto fail;
     pad_free(&pi);
+    gr_free(live, (size_t)n_live + 1);
     *out = g;
     return GR_OK;
 fail:
     pad_free(&pi);
+    gr_free(live, (size_t)n_live + 1);
     gr_ir_graph_destroy(g);
     return st;
 }

@@ -727,6 +727,77 @@ static void check_rope(devctx *cu, devctx *sim, gr_dtype t) {
     gr_kernel_destroy(k);
 }
 
+/* RoPE as the Llama export's bf16 plan has it after fuse-move.c (render-cuda.c's row-group
+ * loop, issue 15): out[b,h,s,d] = bf16(f32(x[b,s,h,d]) * cos[s,d] + f32(rotate_half(x)) *
+ * sin[s,d]), cos/sin f32, rotate_half by two clamped gathers and a select; x read from element
+ * x_off of its buffer (1: off the vector alignment). */
+static gr_kernel *rope_plan_kernel(const char *name, int64_t B, int64_t H, int64_t S, int64_t D, int64_t x_off) {
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    const gr_dtype t = GR_BF16;
+    const int64_t h = D / 2;
+    k->n_outer = 4;
+    k->outer[0] = B, k->outer[1] = H, k->outer[2] = S, k->outer[3] = D;
+    int x, c, sn, out, lx, lc, ls, i3, cst, lo, hi, xl, xh, ng, cond, rot, m1, m2, sum, xf, rf, y;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &x);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "cos", &c);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "sin", &sn);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "out", &out);
+    gr_kaccess ax, acs, ao;
+    gr_kaccess_init(&ax);
+    ax.offset = x_off;
+    ax.stride[0] = S * H * D, ax.stride[1] = D, ax.stride[2] = H * D, ax.stride[3] = 1;
+    gr_kaccess_init(&acs);
+    acs.stride[2] = D, acs.stride[3] = 1;
+    gr_kaccess_init(&ao);
+    ao.stride[0] = H * S * D, ao.stride[1] = S * D, ao.stride[2] = D, ao.stride[3] = 1;
+    gr_kx_load(k, x, &ax, &lx);
+    gr_kx_cast(k, GR_F32, lx, &xf);
+    gr_kx_load(k, c, &acs, &lc);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, xf, lc, &m1);
+    gr_kx_index(k, 3, &i3);
+    gr_kx_const_i(k, GR_I64, h, &cst);
+    gr_kx_binary(k, GR_KB_SUB, GR_I64, i3, cst, &lo);
+    gr_kx_const_i(k, GR_I64, 0, &cst);
+    gr_kx_binary(k, GR_KB_MAX, GR_I64, lo, cst, &lo);
+    gr_kaccess g = ax;
+    g.stride[3] = 0, g.index = lo, g.index_stride = 1, g.index_extent = h;
+    gr_kx_load(k, x, &g, &xl);
+    gr_kx_const_i(k, GR_I64, h - 1, &cst);
+    gr_kx_binary(k, GR_KB_MIN, GR_I64, i3, cst, &hi);
+    g.index = hi, g.offset = x_off + h;
+    gr_kx_load(k, x, &g, &xh);
+    gr_kx_unary(k, GR_KU_NEG, t, xh, &ng);
+    gr_kx_const_i(k, GR_I64, h, &cst);
+    gr_kx_binary(k, GR_KB_LT, GR_BOOL, i3, cst, &cond);
+    gr_kx_select(k, t, cond, ng, xl, &rot);
+    gr_kx_cast(k, GR_F32, rot, &rf);
+    gr_kx_load(k, sn, &acs, &ls);
+    gr_kx_binary(k, GR_KB_MUL, GR_F32, rf, ls, &m2);
+    gr_kx_binary(k, GR_KB_ADD, GR_F32, m1, m2, &sum);
+    gr_kx_cast(k, t, sum, &y);
+    kstore(k, out, y, &ao, false);
+    return k;
+}
+
+/* The row-group loop against the simulator: head dims whose rows hold whole groups (64, 24: one
+ * vector per row load), a misaligned x (the group's scalar fill), head dim 20 (no groups: the
+ * old loop and its scalar tail). bf16's tolerance: NVRTC contracts x * cos + r * sin into an FMA. */
+static void check_rope_plan(devctx *cu, devctx *sim, int64_t B, int64_t H, int64_t S, int64_t D, int64_t x_off) {
+    char name[96];
+    snprintf(name, sizeof name, "rope_plan_%lldx%lldx%lldx%lld%s", (long long)B, (long long)H, (long long)S, (long long)D,
+             x_off ? "_misaligned" : "");
+    gr_kernel *k = rope_plan_kernel(name, B, H, S, D, x_off);
+    if (!k) return;
+    buf_spec specs[4] = {{GR_BF16, B * S * H * D + x_off, -2, 2}, {GR_F32, S * D, -1, 1}, {GR_F32, S * D, -1, 1},
+                         {GR_BF16, B * H * S * D, 0, 0}};
+    gr_karg sc[4];
+    memset(sc, 0, sizeof sc);
+    bool written[4] = {false, false, false, true};
+    compare(cu, sim, name, k, NULL, 4, specs, sc, 4, written, dtype_tol(GR_BF16, false));
+    gr_kernel_destroy(k);
+}
+
 static void check_random(devctx *cu, devctx *sim, gr_dtype rt) {
     char name[96];
     snprintf(name, sizeof name, "random_%s", gr_dtype_name(rt));
@@ -1374,6 +1445,88 @@ static void time_attention(devctx *cu, gr_dtype t, int64_t B, int64_t H, int64_t
 
 /* Generic kernels of one structure at several sizes, all alive at once: one module
  * (a second module load or compile would be a miss), each result against the simulator. */
+/* The Llama-style model's RoPE kernels at b8 s512 (q: 12 heads, k: 4 heads, head dim 64) and
+ * its SiLU * up kernel ([4096, 2048] bf16, contiguous: the plain vector loop, a bandwidth
+ * reference), literal and generic code (the exports run generic code). Bandwidth counts the
+ * compulsory traffic: RoPE x read and out written (cos/sin: 256 KB, cached), SiLU two reads
+ * and a write. Before the row-group loop: q 33.6 us, k 13.1 us (generic, in the model). */
+static void time_rope(devctx *cu, int64_t H) {
+    const char *name = "rope_timing";
+    if (filter && !strstr(name, filter)) return;
+    const int64_t B = 8, S = 512, D = 64, n = B * H * S * D;
+    gr_kernel *k = rope_plan_kernel("rope_time", B, H, S, D, 0);
+    if (!k) return;
+    row_bench b;
+    memset(&b, 0, sizeof b);
+    b.n_args = 4;
+    void *buf[4] = {0};
+    const size_t bytes[4] = {(size_t)n * 2, (size_t)(S * D) * 4, (size_t)(S * D) * 4, (size_t)n * 2};
+    for (int i = 0; i < 4; i++) {
+        DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, bytes[i], &buf[i]), "alloc");
+        DIE_IF(gr_dev_memset(cu->dev, cu->s, buf[i], 0, bytes[i]), "memset");
+        b.args[i].ptr = buf[i];
+    }
+    double us[2] = {-1, -1};
+    for (int mode = 0; mode < 2; mode++) {
+        DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k, mode ? GR_KPREP_GENERIC : 0, &b.f), "prepare");
+        us[mode] = time_us(cu, run_rows, &b);
+        gr_dev_kernel_release(cu->dev, b.f);
+        b.f = NULL;
+    }
+    const double traffic = 4.0 * (double)n;
+    printf("TIME rope_bf16_8x%lldx512x64   literal %8.2f us %7.1f GB/s  generic %8.2f us %7.1f GB/s\n", (long long)H, us[0],
+           traffic / us[0] / 1e3, us[1], traffic / us[1] / 1e3);
+done:
+    for (int i = 0; i < 4; i++) gr_dev_free(cu->dev, buf[i]);
+    gr_kernel_destroy(k);
+}
+
+static void time_silu_mul(devctx *cu) {
+    const char *name = "silu_mul_timing";
+    if (filter && !strstr(name, filter)) return;
+    const int64_t rows = 4096, cols = 2048, n = rows * cols;
+    gr_kernel *k;
+    if (gr_kernel_create("silu_mul_time", &k) != GR_OK) return;
+    k->n_outer = 2, k->outer[0] = rows, k->outer[1] = cols;
+    int g, u, y, lg, lu, sg, c1, m1, c2, m2;
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "gate", &g);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "up", &u);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "y", &y);
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    a.stride[0] = cols, a.stride[1] = 1;
+    gr_kx_load(k, g, &a, &lg); /* as the Llama plan's k128_mul: bf16(gate * bf16(sigmoid(gate))) * up */
+    gr_kx_unary(k, GR_KU_SIGMOID, GR_BF16, lg, &sg);
+    gr_kx_cast(k, GR_BF16, sg, &c1);
+    gr_kx_binary(k, GR_KB_MUL, GR_BF16, lg, c1, &m1);
+    gr_kx_cast(k, GR_BF16, m1, &c2);
+    gr_kx_load(k, u, &a, &lu);
+    gr_kx_binary(k, GR_KB_MUL, GR_BF16, c2, lu, &m2);
+    kstore(k, y, m2, &a, false);
+    row_bench b;
+    memset(&b, 0, sizeof b);
+    b.n_args = 3;
+    void *buf[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)n * 2, &buf[i]), "alloc");
+        DIE_IF(gr_dev_memset(cu->dev, cu->s, buf[i], 0, (size_t)n * 2), "memset");
+        b.args[i].ptr = buf[i];
+    }
+    double us[2] = {-1, -1};
+    for (int mode = 0; mode < 2; mode++) {
+        DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k, mode ? GR_KPREP_GENERIC : 0, &b.f), "prepare");
+        us[mode] = time_us(cu, run_rows, &b);
+        gr_dev_kernel_release(cu->dev, b.f);
+        b.f = NULL;
+    }
+    const double traffic = 6.0 * (double)n;
+    printf("TIME silu_mul_bf16_4096x2048   literal %8.2f us %7.1f GB/s  generic %8.2f us %7.1f GB/s\n", us[0],
+           traffic / us[0] / 1e3, us[1], traffic / us[1] / 1e3);
+done:
+    for (int i = 0; i < 3; i++) gr_dev_free(cu->dev, buf[i]);
+    gr_kernel_destroy(k);
+}
+
 static void check_generic_shared(devctx *cu, devctx *sim) {
     const char *name = "generic_shared_softmax";
     if (filter && !strstr(name, filter)) return;
@@ -1681,6 +1834,10 @@ int main(int argc, char **argv) {
     time_arg_max(&cu, 8, 50257);
     check_rope(&cu, &sim, GR_BF16);
     check_rope(&cu, &sim, GR_F32);
+    check_rope_plan(&cu, &sim, 2, 4, 33, 64, 0);
+    check_rope_plan(&cu, &sim, 2, 4, 33, 64, 1);
+    check_rope_plan(&cu, &sim, 1, 3, 11, 24, 0);
+    check_rope_plan(&cu, &sim, 1, 3, 33, 20, 0);
     check_random(&cu, &sim, GR_F32);
     check_random(&cu, &sim, GR_F64);
     check_indirect(&cu, &sim);
@@ -1755,6 +1912,9 @@ int main(int argc, char **argv) {
     time_attention(&cu, GR_BF16, 8, 12, 512, 128, false, 0);
     time_rows(&cu, false);
     time_rows(&cu, true);
+    time_rope(&cu, 12); /* the Llama-style model's q */
+    time_rope(&cu, 4);  /* its k */
+    time_silu_mul(&cu);
     check_generic_shared(&cu, &sim);
     if (!filter || strstr("capture_replay", filter)) capture_and_time(&cu);
     printf("gpucheck: %d passed, %d failed\n", n_pass, n_fail);

@@ -29,8 +29,16 @@
  * a multiple of 8 elements; anything else runs on attn_gen.
  *
  * Both apply scale, the mask (f32 or the inputs' type, broadcast strides) and the causal
- * rule of kir.h, and give 0 for a row that sees no key. Decode (seq_q = 1 against a long
- * seq_k) runs on the generic kernel without a split over the keys (not done yet).
+ * rule of kir.h, and give 0 for a row that sees no key.
+ *
+ *  - attn_dec_<t> (t = f32, bf16, f16; any head dim up to 256): seq_q <= 8, a decode step
+ *    against a KV cache. The keys of each (batch, head) are split over blocks (enough to fill
+ *    the device twice, at least 16 keys each), every block folds its keys with an online
+ *    softmax (4 keys per warp at a time) and the last block of a row merges the splits'
+ *    partials. With a key length in device memory (kir.h key_len_arg) the splits cover only
+ *    the valid keys, so a step reads the filled part of the cache, not its maximum length.
+ *
+ * Every kernel applies the key length where the call has one (key_end).
  */
 #include "device/cuda/cuda-impl.h"
 #include <stdio.h>
@@ -60,6 +68,7 @@ static const char attn_src[] =
     "  const long long *klen; long long Lk;\n"
     "  /* the decode kernel's split partials (attn_dec), nsplit of them per query row */\n"
     "  float *part; int nsplit;\n"
+    "  unsigned *count; /* per query row: the splits done (attn_dec; zero between calls) */\n"
     "};\n"
     "#define NEG_INF (-__int_as_float(0x7f800000))\n"
     "struct TF32 { typedef float T; static __device__ float ld(const float *p, long long i) { return p[i]; }\n"
@@ -443,47 +452,78 @@ static const char attn_src[] =
     "/* ---- decode kernel: a few query rows against a long cache, split over the keys ----\n"
     " * grid (splits, heads, batch), 128 threads. Block x takes keys [x * chunk, (x + 1) * chunk)\n"
     " * of each query row, chunk from the row's visible length (a key length read at run time\n"
-    " * spreads over every split); each of its 4 warps walks every 4th key of that range: the\n"
-    " * lanes split the head dim (d = lane + 32 c), a shuffle sum gives the score, and the warp\n"
-    " * keeps its own running max, sum and weighted V (online softmax). The warps merge in\n"
-    " * shared memory; with one split the block writes O, otherwise its (acc[Dv], max, sum) go to\n"
-    " * the call's partials and attn_dec_combine merges the splits. f32 math and expf, as attn_gen. */\n"
+    " * spreads over every split). Each warp takes 4 keys at a time, 8 lanes a key for the score\n"
+    " * (a shuffle sum in the group), then every lane folds the 4 keys' V into its own output dims\n"
+    " * (d = lane + 32 c), so 4 keys' loads are in flight at once; each warp keeps a running max,\n"
+    " * sum and weighted V (online softmax). The warps merge in shared memory. With one split the\n"
+    " * block writes O; otherwise it writes its (acc[Dv], max, sum) to the call's partials and\n"
+    " * the last block of the row to finish (a counter per row, reset by that block) merges them.\n"
+    " * f32 math and expf, as attn_gen. */\n"
     "#define DEC_W 4\n"
-    "template <class X>\n"
+    "#define DEC_KW 4\n"
+    "#define DEC_GL 8\n"
+    "template <class X, int MD>\n"
     "__device__ void attn_dec(const AttnArgs a) {\n"
-    "  enum { MAXD = 256 };\n"
+    "  enum { MAXD = MD };\n"
     "  extern __shared__ __align__(16) float fsm[];\n"
+    "  __shared__ int last_block;\n"
+    "  __shared__ float dec_m[64], dec_l[64]; /* the merge: each split's max (then weight) and sum */\n"
     "  const int D = (int)a.D, Dv = (int)a.Dv, ns = (int)gridDim.x, sp = (int)blockIdx.x;\n"
-    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n"
+    "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane / DEC_GL, sub = lane % DEC_GL;\n"
     "  const long long b = blockIdx.z, h = blockIdx.y, kvh = h / (a.H / a.Hkv);\n"
     "  typedef typename X::T T;\n"
     "  const T *Q = (const T *)a.q + b * a.qb + h * a.qh;\n"
     "  const T *K = (const T *)a.k + b * a.kb + kvh * a.kh;\n"
     "  const T *V = (const T *)a.v + b * a.vb + kvh * a.vh;\n"
     "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
-    "  float *Qs = fsm, *Ws = fsm + D; /* q row; per warp: acc[Dv], max, sum */\n"
+    "  float *Ws = fsm; /* per warp: acc[Dv], max, sum */\n"
     "  const int WS = Dv + 2;\n"
     "  for (long long i = 0; i < a.Sq; i++) {\n"
-    "    __syncthreads(); /* the previous row is done with Qs and Ws */\n"
-    "    for (int d = threadIdx.x; d < D; d += blockDim.x) Qs[d] = X::ld(Q, i * a.qs + d);\n"
-    "    __syncthreads();\n"
+    "    __syncthreads(); /* the previous row is done with Ws */\n"
+    "    /* every load of an iteration is issued before the first use: q, the 4 keys, their\n"
+    "     * values and mask entries arrive in one round trip */\n"
+    "    float qr[MAXD / DEC_GL];\n"
+    "#pragma unroll\n"
+    "    for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; qr[c] = d < D ? X::ld(Q, i * a.qs + d) : 0.f; }\n"
     "    const long long end = key_end(a, i), chunk = (end + ns - 1) / ns;\n"
     "    const long long j0 = sp * chunk, j1 = j0 + chunk < end ? j0 + chunk : end;\n"
     "    float acc[MAXD / 32];\n"
     "    for (int c = 0; c < MAXD / 32; c++) acc[c] = 0.f;\n"
     "    float m = NEG_INF, l = 0.f;\n"
-    "    for (long long j = j0 + warp; j < j1; j += DEC_W) {\n"
-    "      const T *kr = K + j * a.ks, *vr = V + j * a.vs;\n"
+    "    for (long long jb = j0 + warp * DEC_KW; jb < j1; jb += DEC_W * DEC_KW) {\n"
+    "      const long long j = jb + grp;\n"
+    "      const bool ok = j < j1;\n"
+    "      float kr[MAXD / DEC_GL], vr[DEC_KW][MAXD / 32];\n"
+    "      const T *krow = K + (ok ? j : j0) * a.ks;\n"
+    "#pragma unroll\n"
+    "      for (int c = 0; c < MAXD / DEC_GL; c++) { int d = sub + DEC_GL * c; kr[c] = ok && d < D ? X::ld(krow, d) : 0.f; }\n"
+    "#pragma unroll\n"
+    "      for (int q = 0; q < DEC_KW; q++) {\n"
+    "        const bool vq = jb + q < j1;\n"
+    "        const T *vrow = V + (vq ? jb + q : j0) * a.vs;\n"
+    "#pragma unroll\n"
+    "        for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; vr[q][c] = vq && d < Dv ? X::ld(vrow, d) : 0.f; }\n"
+    "      }\n"
+    "      const float mk = ok && a.mask_kind ? mask_at<X>(a, b, h, i, j) : 0.f;\n"
     "      float dot = 0.f;\n"
-    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < D) dot = fmaf(Qs[d], X::ld(kr, d), dot); }\n"
-    "      for (int off = 16; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
-    "      float s = dot * a.scale;\n"
-    "      if (a.mask_kind) s += mask_at<X>(a, b, h, i, j);\n"
-    "      float mn = fmaxf(m, s), use = mn == NEG_INF ? 0.f : mn;\n"
-    "      float alpha = expf(m - use), p = expf(s - use);\n"
+    "#pragma unroll\n"
+    "      for (int c = 0; c < MAXD / DEC_GL; c++) dot = fmaf(qr[c], kr[c], dot);\n"
+    "      for (int off = DEC_GL / 2; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);\n"
+    "      const float s = ok ? dot * a.scale + mk : NEG_INF;\n"
+    "      float sk[DEC_KW], mx = NEG_INF;\n"
+    "      for (int q = 0; q < DEC_KW; q++) sk[q] = __shfl_sync(0xffffffffu, s, q * DEC_GL), mx = fmaxf(mx, sk[q]);\n"
+    "      const float mn = fmaxf(m, mx), use = mn == NEG_INF ? 0.f : mn;\n"
+    "      const float alpha = expf(m - use);\n"
     "      m = mn;\n"
-    "      l = l * alpha + p;\n"
-    "      for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) acc[c] = fmaf(p, X::ld(vr, d), acc[c] * alpha); }\n"
+    "      float p[DEC_KW], ps = 0.f;\n"
+    "      for (int q = 0; q < DEC_KW; q++) p[q] = expf(sk[q] - use), ps += p[q];\n"
+    "      l = l * alpha + ps;\n"
+    "#pragma unroll\n"
+    "      for (int c = 0; c < MAXD / 32; c++) {\n"
+    "        float v = acc[c] * alpha;\n"
+    "        for (int q = 0; q < DEC_KW; q++) v = fmaf(p[q], vr[q][c], v);\n"
+    "        acc[c] = v;\n"
+    "      }\n"
     "    }\n"
     "    for (int c = 0; c < MAXD / 32; c++) { int d = lane + 32 * c; if (d < Dv) Ws[warp * WS + d] = acc[c]; }\n"
     "    if (lane == 0) Ws[warp * WS + Dv] = m, Ws[warp * WS + Dv + 1] = l;\n"
@@ -492,41 +532,59 @@ static const char attn_src[] =
     "    for (int w = 0; w < DEC_W; w++) M = fmaxf(M, Ws[w * WS + Dv]);\n"
     "    const float use = M == NEG_INF ? 0.f : M;\n"
     "    for (int w = 0; w < DEC_W; w++) sc[w] = expf(Ws[w * WS + Dv] - use), L += Ws[w * WS + Dv + 1] * sc[w];\n"
-    "    float *part = ns > 1 ? a.part + (((b * a.H + h) * a.Sq + i) * ns + sp) * WS : 0;\n"
+    "    if (ns == 1) {\n"
+    "      for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "        float A = 0.f;\n"
+    "        for (int w = 0; w < DEC_W; w++) A = fmaf(Ws[w * WS + d], sc[w], A);\n"
+    "        X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "      }\n"
+    "      continue;\n"
+    "    }\n"
+    "    const long long row = (b * a.H + h) * a.Sq + i;\n"
+    "    float *part = a.part + (row * ns + sp) * WS;\n"
     "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
     "      float A = 0.f;\n"
     "      for (int w = 0; w < DEC_W; w++) A = fmaf(Ws[w * WS + d], sc[w], A);\n"
-    "      if (part) part[d] = A;\n"
-    "      else X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
+    "      part[d] = A;\n"
     "    }\n"
-    "    if (part && threadIdx.x == 0) part[Dv] = M, part[Dv + 1] = L;\n"
+    "    if (threadIdx.x == 0) part[Dv] = M, part[Dv + 1] = L;\n"
+    "    __threadfence(); /* the partial is visible before the counter says so */\n"
+    "    __syncthreads();\n"
+    "    unsigned *count = a.count;\n"
+    "    if (threadIdx.x == 0) last_block = atomicAdd(count + row, 1u) == (unsigned)ns - 1u;\n"
+    "    __syncthreads();\n"
+    "    if (!last_block) continue;\n"
+    "    /* the row's last block: every split's partial is in memory (read past L1); the splits'\n"
+    "     * maxes and sums are loaded by one thread each, then every weight is computed once */\n"
+    "    const float *P = a.part + row * ns * WS;\n"
+    "    for (int t = threadIdx.x; t < ns; t += blockDim.x) dec_m[t] = __ldcg(P + t * WS + Dv), dec_l[t] = __ldcg(P + t * WS + Dv + 1);\n"
+    "    __syncthreads();\n"
+    "    float GM = NEG_INF;\n"
+    "    for (int t = 0; t < ns; t++) GM = fmaxf(GM, dec_m[t]);\n"
+    "    const float guse = GM == NEG_INF ? 0.f : GM;\n"
+    "    __syncthreads(); /* every max is read before the weights replace them */\n"
+    "    for (int t = threadIdx.x; t < ns; t += blockDim.x) dec_m[t] = expf(dec_m[t] - guse);\n"
+    "    __syncthreads();\n"
+    "    float GL = 0.f;\n"
+    "    for (int t = 0; t < ns; t++) GL += dec_l[t] * dec_m[t];\n"
+    "    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
+    "      float A = 0.f;\n"
+    "#pragma unroll 8\n"
+    "      for (int t = 0; t < ns; t++) A = fmaf(__ldcg(P + t * WS + d), dec_m[t], A);\n"
+    "      X::st(O, i * a.os + d, GL > 0.f ? A / GL : 0.f);\n"
+    "    }\n"
+    "    if (threadIdx.x == 0) count[row] = 0u; /* ready for the next call */\n"
     "  }\n"
     "}\n"
-    "/* grid (seq_q, heads, batch): row i's nsplit partials merged into O */\n"
-    "template <class X>\n"
-    "__device__ void attn_dec_combine(const AttnArgs a) {\n"
-    "  const long long b = blockIdx.z, h = blockIdx.y, i = blockIdx.x;\n"
-    "  if (i >= a.Sq) return;\n"
-    "  const int ns = a.nsplit, Dv = (int)a.Dv, WS = Dv + 2;\n"
-    "  const float *P = a.part + ((b * a.H + h) * a.Sq + i) * ns * WS;\n"
-    "  float M = NEG_INF, L = 0.f;\n"
-    "  for (int s = 0; s < ns; s++) M = fmaxf(M, P[s * WS + Dv]);\n"
-    "  const float use = M == NEG_INF ? 0.f : M;\n"
-    "  for (int s = 0; s < ns; s++) L += P[s * WS + Dv + 1] * expf(P[s * WS + Dv] - use);\n"
-    "  typedef typename X::T T;\n"
-    "  T *O = (T *)a.o + b * a.ob + h * a.oh;\n"
-    "  for (int d = threadIdx.x; d < Dv; d += blockDim.x) {\n"
-    "    float A = 0.f;\n"
-    "    for (int s = 0; s < ns; s++) A = fmaf(P[s * WS + d], expf(P[s * WS + Dv] - use), A);\n"
-    "    X::st(O, i * a.os + d, L > 0.f ? A / L : 0.f);\n"
-    "  }\n"
-    "}\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32(AttnArgs a) { use_lens(a, 0); attn_dec<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16(AttnArgs a) { use_lens(a, 0); attn_dec<TF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f32(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF32>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_bf16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TBF16>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_combine_f16(AttnArgs a) { use_lens(a, 0); attn_dec_combine<TF16>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_64(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_128(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f32_256(AttnArgs a) { use_lens(a, 0); attn_dec<TF32, 256>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_64(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_128(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_bf16_256(AttnArgs a) { use_lens(a, 0); attn_dec<TBF16, 256>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_64(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_128(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) attn_dec_f16_256(AttnArgs a) { use_lens(a, 0); attn_dec<TF16, 256>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
@@ -557,20 +615,24 @@ typedef struct {
     long long Lk;     /* set on the device */
     void *part;       /* attn_dec's split partials, NULL: one split */
     int nsplit;
+    void *count;      /* attn_dec's per-row counters of splits done */
 } attn_args;
 
 enum {
     K_MMA_BF16_64, K_MMA_BF16_128, K_MMA_F16_64, K_MMA_F16_128, K_GEN_F32, K_GEN_BF16, K_GEN_F16,
     K_CLS_F32, K_CLS_BF16, K_CLS_F16, /* the mask's tile table (mask_cls) */
-    K_DEC_F32, K_DEC_BF16, K_DEC_F16, K_DCMB_F32, K_DCMB_BF16, K_DCMB_F16, /* decode: split keys, then merge */
+    /* decode: keys split over blocks, merged by the last; head dims up to 64, 128, 256 */
+    K_DEC_F32_64, K_DEC_F32_128, K_DEC_F32_256, K_DEC_BF16_64, K_DEC_BF16_128, K_DEC_BF16_256,
+    K_DEC_F16_64, K_DEC_F16_128, K_DEC_F16_256,
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
                                                   "attn_mma_f16_d128", "attn_gen_f32",      "attn_gen_bf16",
                                                   "attn_gen_f16",      "attn_mask_cls_f32", "attn_mask_cls_bf16",
-                                                  "attn_mask_cls_f16", "attn_dec_f32",      "attn_dec_bf16",
-                                                  "attn_dec_f16",      "attn_dec_combine_f32", "attn_dec_combine_bf16",
-                                                  "attn_dec_combine_f16"};
+                                                  "attn_mask_cls_f16", "attn_dec_f32_64",   "attn_dec_f32_128",
+                                                  "attn_dec_f32_256",  "attn_dec_bf16_64",  "attn_dec_bf16_128",
+                                                  "attn_dec_bf16_256", "attn_dec_f16_64",   "attn_dec_f16_128",
+                                                  "attn_dec_f16_256"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -598,6 +660,10 @@ struct gr_cuda_attn {
      * only (retired buffers stay until the context goes: a captured graph still uses them) */
     CUdeviceptr part;
     size_t part_bytes;
+    /* its per-row counters, apart from the partials so that they stay zero between calls (each
+     * row's last block resets its own; memory grown later is cleared when allocated) */
+    CUdeviceptr count;
+    size_t count_bytes;
 };
 
 void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
@@ -605,6 +671,7 @@ void gr_cuda_attention_destroy(gr_cuda_ctx *c) {
     if (c->attn->module) c->cu->cuModuleUnload(c->attn->module);
     if (c->attn->table) c->cu->cuMemFree(c->attn->table);
     if (c->attn->part) c->cu->cuMemFree(c->attn->part);
+    if (c->attn->count) c->cu->cuMemFree(c->attn->count);
     for (int g = 0; g < GR_ATTN_MASK_GROUPS; g++)
         if (c->attn->group[g].table) c->cu->cuMemFree(c->attn->group[g].table);
     for (int i = 0; i < c->attn->retired.len; i++) c->cu->cuMemFree(c->attn->retired.data[i]);
@@ -695,51 +762,63 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
 }
 
 /* Query rows up to which the decode kernel runs (a step of one token, or a few speculative ones). */
-enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 32, ATT_DEC_MAX_SPLITS = 64 };
+enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 16, ATT_DEC_MAX_SPLITS = 64 };
+
+/* Grows one of attn_dec's buffers to `bytes` (cleared), outside capture only: false in *ok
+ * where it would have to grow during capture. A grown-out buffer is retired, not freed (a
+ * graph captured earlier still uses it). */
+static gr_status dec_buffer(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, CUdeviceptr *buf,
+                            size_t *have, size_t bytes, bool *ok) {
+    *ok = true;
+    if (bytes <= *have) return GR_OK;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+    if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return *ok = false, GR_OK;
+    GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
+    size_t want = bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : bytes;
+    CUdeviceptr p;
+    gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+    if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes for the decode kernel", call->name, want);
+    st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream));
+    if (st != GR_OK) {
+        c->cu->cuMemFree(p);
+        return gr_error_prefix(st, "attention %s: clearing the decode kernel's memory", call->name);
+    }
+    if (*buf) s->retired.data[s->retired.len++] = *buf;
+    *buf = p;
+    *have = want;
+    return GR_OK;
+}
 
 /* The decode kernel (attn_dec): the keys of each (batch, head) split over enough blocks to
- * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS),
- * then attn_dec_combine merges the splits. One split (no partials, no merge) where the grid is
- * full already or the partials' memory cannot be had (it grows outside capture only). */
+ * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS);
+ * the last block of a row (a counter per row) merges the splits' partials. Both buffers are
+ * the context's and grow outside capture only: one split (no partials) where they cannot. */
 static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, attn_args *a) {
-    const int t = call->dtype == GR_F32 ? 0 : call->dtype == GR_BF16 ? 1 : 2;
-    const int kind = K_DEC_F32 + t, merge = K_DCMB_F32 + t;
+    const int64_t dmax = call->head_dim > call->head_dim_v ? call->head_dim : call->head_dim_v;
+    const int kind = (call->dtype == GR_F32 ? K_DEC_F32_64 : call->dtype == GR_BF16 ? K_DEC_BF16_64 : K_DEC_F16_64) +
+                     (dmax <= 64 ? 0 : dmax <= 128 ? 1 : 2);
     int64_t base = call->batch * call->heads, sm = c->sm_count > 0 ? c->sm_count : 1;
     int64_t ns = (2 * sm + base - 1) / base, by_keys = (call->seq_k + ATT_DEC_MIN_KEYS - 1) / ATT_DEC_MIN_KEYS;
     if (ns > by_keys) ns = by_keys;
     if (ns > ATT_DEC_MAX_SPLITS) ns = ATT_DEC_MAX_SPLITS;
     if (ns < 1) ns = 1;
-    int64_t bytes = 0;
-    if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &bytes) || gr_mul_overflow(bytes, ns, &bytes) ||
-                   gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
+    int64_t rows = 0, count_bytes = 0, bytes = 0;
+    if (ns > 1 && (gr_mul_overflow(base, call->seq_q, &rows) || gr_mul_overflow(rows, 4, &count_bytes) ||
+                   gr_mul_overflow(rows, ns, &bytes) || gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
         ns = 1;
-    if (ns > 1 && (size_t)bytes > s->part_bytes) {
-        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-        GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
-        if (cap != CU_STREAM_CAPTURE_STATUS_NONE) {
-            ns = 1;
-        } else {
-            GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
-            size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
-            CUdeviceptr p;
-            gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
-            if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of decode partials", call->name, want);
-            if (s->part) s->retired.data[s->retired.len++] = s->part;
-            s->part = p;
-            s->part_bytes = want;
-        }
-    }
+    bool ok = true;
+    if (ns > 1) GR_TRY(dec_buffer(c, s, stream, call, &s->count, &s->count_bytes, (size_t)count_bytes, &ok));
+    if (ns > 1 && ok) GR_TRY(dec_buffer(c, s, stream, call, &s->part, &s->part_bytes, (size_t)bytes, &ok));
+    if (!ok) ns = 1;
     a->nsplit = (int)ns;
+    a->count = ns > 1 ? (void *)(uintptr_t)s->count : NULL;
     a->part = ns > 1 ? (void *)(uintptr_t)s->part : NULL;
-    size_t smem = sizeof(float) * (size_t)(call->head_dim + 4 * (call->head_dim_v + 2));
+    size_t smem = sizeof(float) * (size_t)(4 * (call->head_dim_v + 2));
     void *params[1] = {a};
     gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], (unsigned)ns, (unsigned)call->heads, (unsigned)call->batch,
                                                       128, 1, 1, (unsigned)smem, stream, params, NULL));
-    if (st != GR_OK) return gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
-    if (ns == 1) return GR_OK;
-    st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[merge], (unsigned)call->seq_q, (unsigned)call->heads, (unsigned)call->batch, 128,
-                                            1, 1, 0, stream, params, NULL));
-    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[merge]);
+    return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
 }
 
 gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
