@@ -40,6 +40,7 @@ if [ ! -x "$build/bin/gpucheck" ] || [ ! -x "$build/bin/graft" ]; then
     step build $?
 fi
 export LD_LIBRARY_PATH="$PWD/$build/lib:${LD_LIBRARY_PATH:-}"
+export GRAFT_LIBRARY="$PWD/$build/lib/libgraft.so" PYTHONPATH="$PWD/python:${PYTHONPATH:-}"
 
 if want gpucheck; then
     : > "$out/gpucheck-rope.log"

@@ -123,7 +123,10 @@ static void run_model(const char *name, const char *const *past, const char *con
     for (int64_t t = 0; t < total - 1; t++) {
         for (int64_t r = 0; r < b; r++) ids[r] = tokens[r * total + t];
         CHECK_OK(gr_decode_engine_step(e, ids, t + 1, logits));
-        if (t < P + 2) { /* the rewritten step against the per-length one on the same prefix */
+        /* the rewritten step against the per-length one on the same prefix: every position in
+         * eager mode (the cache append writes one position a step: every later reader must see
+         * exactly what the per-length step's concat gives), the first ones in graph mode */
+        if (t < P + 2 || mode == GR_MODE_EAGER) {
             CHECK_OK(reference_logits(s, past, n_state, kv_shape, tokens, b, total, t + 1, vocab, ref));
             double er = rel_err(logits, ref, (size_t)(b * vocab));
             if (er > worst) worst = er;
@@ -149,6 +152,23 @@ static void run_model(const char *name, const char *const *past, const char *con
     printf("%s %s: max rel err %.2e vs per-length, %d mismatches, %d plan(s), %ld capture(s)\n", name,
            mode == GR_MODE_GRAPH ? "graph" : "eager", worst, mism, plans, rs.captures);
     CHECK_MSG(plans == 1, "%s: %d plans for one step shape", name, plans);
+    /* the cache append: one scatter kernel per state over the new entries [b, kv_heads, 1, 16],
+     * not over the [b, kv_heads, max_len, 16] cache (and no whole-cache kernel writes a cache) */
+    {
+        const gr_rt_plan *p = gr_decode_engine_session(e)->plans;
+        int appends = 0;
+        for (int i = 0; p && i < p->steps.len; i++) {
+            const gr_step *st = &p->steps.data[i];
+            if (st->kind != GR_STEP_KERNEL || !st->kernel || !gr_kernel_scatters(st->kernel)) continue;
+            appends++;
+            CHECK_MSG(strstr(st->kernel->name, "cache_write") != NULL, "%s: scatter kernel %s is not a cache append", name, st->kernel->name);
+            CHECK_MSG(gr_kernel_points(st->kernel) == b * kv_heads * 16 && gr_kernel_inner_points(st->kernel) == 1,
+                      "%s: cache append %s walks %lld points, the new entries are %lld", name, st->kernel->name,
+                      (long long)(gr_kernel_points(st->kernel) * gr_kernel_inner_points(st->kernel)), (long long)(b * kv_heads * 16));
+        }
+        CHECK_MSG(appends == n_state, "%s: %d cache-append kernels, want %d", name, appends, n_state);
+        (void)max_len;
+    }
     if (mode == GR_MODE_GRAPH) CHECK_MSG(rs.captures == 1, "%s: %ld graph captures, want 1", name, rs.captures);
     free(logits), free(ref), free(tokens);
     gr_decode_engine_destroy(e);

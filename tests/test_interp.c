@@ -207,6 +207,89 @@ static void test_gather(void) {
     gr_kernel_destroy(k);
 }
 
+/* A scatter store (the KV-cache append): cache[b, pos, :] = new[b, :] for each of 2 rows, pos =
+ * kv[0] - 1 read from a buffer; the rest of the cache untouched; the written range is the
+ * index's whole extent; an out-of-range position is an error naming the access's origin node
+ * (a negative one wraps, as a gather's); the verifier's rules for the index. */
+static void test_scatter(void) {
+    int64_t outer[2] = {2, 3};
+    gr_kernel *k = new_kernel("append", 2, outer, 0, NULL);
+    int pn, pk, pc, nv, nk, m1, pos;
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "new", &pn));
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "kv", &pk));
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "cache", &pc));
+    gr_kaccess an = acc2(0, 3, 1), ak = acc2(0, 0, 0);
+    OK(gr_kx_load(k, pn, &an, &nv));
+    OK(gr_kx_load(k, pk, &ak, &nk));
+    OK(gr_kx_const_i(k, GR_I64, -1, &m1));
+    OK(gr_kx_binary(k, GR_KB_ADD, GR_I64, nk, m1, &pos));
+    gr_kaccess ac = acc2(0, 15, 1); /* cache [2, 5, 3] */
+    ac.index = pos;
+    ac.index_stride = 3;
+    ac.index_extent = 5;
+    ac.origin = 42;
+    add_store(k, pc, nv, &ac, false);
+    OK(gr_kernel_verify(k));
+    CHECK(gr_kernel_scatters(k));
+    gr_strbuf sb;
+    gr_sb_init(&sb);
+    OK(gr_kernel_print(k, &sb));
+    CHECK_MSG(sb.data && strstr(sb.data, "store $2[0 + 15*o0 + 1*o1 + wrap(%3, 5)*3]"), "scatter store printed as:\n%s", sb.data ? sb.data : "");
+    gr_sb_free(&sb);
+    float nw[6] = {1, 2, 3, 4, 5, 6}, cache[30];
+    for (int i = 0; i < 30; i++) cache[i] = (float)(-1 - i);
+    int64_t kv[1] = {3};
+    gr_karg args[3] = {{.ptr = nw}, {.ptr = kv}, {.ptr = cache}};
+    range_log log = {.fail_param = -1};
+    OK(gr_kernel_interpret(k, args, 3, log_check, &log));
+    bool ok = true;
+    for (int b = 0; b < 2; b++)
+        for (int p = 0; p < 5; p++)
+            for (int d = 0; d < 3; d++) {
+                float want = p == 2 ? nw[b * 3 + d] : (float)(-1 - (b * 15 + p * 3 + d));
+                ok &= cache[b * 15 + p * 3 + d] == want;
+            }
+    CHECK_MSG(ok, "the scatter wrote other positions than kv - 1");
+    CHECK(log.write[pc] && log.lo[pc] == 0 && log.hi[pc] == 30 * 4);
+    kv[0] = 0; /* position -1: the last one */
+    OK(gr_kernel_interpret(k, args, 3, NULL, NULL));
+    CHECK(cache[12] == 1 && cache[29] == 6);
+    kv[0] = 6; /* position 5: past the cache */
+    CHECK_ERR(gr_kernel_interpret(k, args, 3, NULL, NULL), GR_ERR_INVALID, "append: scatter index 5 out of range [-5, 5)");
+    CHECK(gr_error_node() == 42);
+    kv[0] = -5;
+    CHECK_ERR(gr_kernel_interpret(k, args, 3, NULL, NULL), GR_ERR_INVALID, "scatter index -6");
+    /* verify: the index must be an existing integer node, the extent positive, and without
+     * over_inner it must not depend on an inner index */
+    k->stages[0].access.index = k->nodes.len;
+    CHECK_ERR(gr_kernel_verify(k), GR_ERR_INVALID, "is not earlier");
+    k->stages[0].access.index = -2;
+    CHECK_ERR(gr_kernel_verify(k), GR_ERR_INVALID, "bad index node");
+    k->stages[0].access.index = nv; /* a float node */
+    CHECK_ERR(gr_kernel_verify(k), GR_ERR_INVALID, "not an integer");
+    k->stages[0].access.index = pos;
+    k->stages[0].access.index_extent = 0;
+    CHECK_ERR(gr_kernel_verify(k), GR_ERR_INVALID, "index_extent 0 must be positive");
+    k->stages[0].access.index_extent = 5;
+    OK(gr_kernel_verify(k));
+    gr_kernel_destroy(k);
+    int64_t inner[1] = {3};
+    k = new_kernel("append_rows", 1, outer, 1, inner);
+    int nr;
+    OK(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "cache", &pc));
+    OK(gr_kx_index(k, GR_KIDX_INNER, &nr));
+    OK(gr_kx_const_f(k, GR_F32, 1, &nv));
+    gr_kaccess ar = acc2(0, 0, 0);
+    ar.index = nr;
+    ar.index_stride = 1;
+    ar.index_extent = 3;
+    add_store(k, pc, nv, &ar, false);
+    CHECK_ERR(gr_kernel_verify(k), GR_ERR_INVALID, "scatter index that depends on an inner loop index");
+    k->stages[0].over_inner = true;
+    OK(gr_kernel_verify(k));
+    gr_kernel_destroy(k);
+}
+
 /* softmax over rows: max, sum of exp, then store — three stages, f32 */
 static void test_softmax(void) {
     enum { R = 4, C = 300 }; /* C > lanes: the inner space spans several blocks */
@@ -715,6 +798,7 @@ int main(void) {
     test_elementwise_broadcast();
     test_strided_loads();
     test_gather();
+    test_scatter();
     test_softmax();
     test_reductions();
     test_dtypes();

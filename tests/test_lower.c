@@ -503,6 +503,75 @@ static void test_reductions(void) {
     check_reduce(GR_OP_REDUCE_SUM, GR_F32, 0, DIMS(0), 0, DIMS(0), 1);     /* rank 0 */
 }
 
+/* arg_max / arg_min over a long axis (passes/lower-reduce.c splits axes of 4096 points or more
+ * into chunks, then combines): the index of a straightforward scan (the first extreme; the
+ * last with select_last_index; a NaN is the extreme), with many ties and NaNs placed in
+ * given chunks, along the last axis and along a strided leading one. want_kernels: 2 split,
+ * 1 not. */
+static void check_arg_long(gr_op op, gr_dtype t, int64_t len, bool last, int axis, int nan_at, int want_kernels) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    const int64_t rows = 3;
+    int64_t d[2] = {axis == 1 ? rows : len, axis == 1 ? len : rows}, n = rows * len;
+    double *xv = malloc(sizeof(double) * (size_t)n);
+    void *xd = make_data(t, n, -3, 3, xv);
+    for (int64_t i = 0; i < n; i++) { /* few distinct values: ties inside and across chunks */
+        double v = floor(xv[i] * 2) / 2;
+        gr_store_f64(xd, t, i, v);
+        xv[i] = gr_load_f64(xd, t, i);
+    }
+    for (int64_t r = 0; r < rows; r++) { /* row 0: the extremes at the row's two ends; row 1: NaNs */
+        int64_t first = axis == 1 ? r * len : r, step = axis == 1 ? 1 : rows;
+        if (r == 0) {
+            gr_store_f64(xd, t, first, op == GR_OP_ARG_MAX ? 9 : -9);
+            gr_store_f64(xd, t, first + (len - 1) * step, op == GR_OP_ARG_MAX ? 9 : -9);
+        } else if (r == 1 && nan_at >= 0 && gr_dtype_is_float(t)) {
+            gr_store_f64(xd, t, first + (int64_t)nan_at * step, NAN);
+            gr_store_f64(xd, t, first + (len - 2) * step, NAN);
+        }
+        for (int64_t j = 0; j < len; j++) xv[first + j * step] = gr_load_f64(xd, t, first + j * step);
+    }
+    int x = t_input(g, "x", t, 2, d, xd);
+    gr_ir_attr attrs[3] = {A_INT("axis", axis), A_INT("keepdims", 0), A_INT("select_last_index", last)};
+    int y = t_node(g, op, 1, &x, 3, attrs, GR_I64, 1, DIMS(rows));
+    CHECK_OK(gr_ir_add_output(g, y));
+    double want[3];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < len; j++) {
+            double v = xv[axis == 1 ? r * len + j : j * rows + r];
+            double b = best < 0 ? 0 : xv[axis == 1 ? r * len + best : best * rows + r];
+            bool better = best < 0 || (isnan(v) && !isnan(b)) ||
+                          (!isnan(b) && (op == GR_OP_ARG_MAX ? v > b : v < b)) || (last && (v == b || (isnan(v) && isnan(b))));
+            if (better) best = j;
+        }
+        want[r] = (double)best;
+    }
+    for (int fuse = 0; fuse < 2; fuse++) {
+        int kernels = 0;
+        double *got = run_value(g, y, fuse, &kernels);
+        char what[96];
+        snprintf(what, sizeof what, "%s len %lld axis %d last %d fuse %d", gr_op_get(op)->name, (long long)len, axis, last, fuse);
+        compare(what, got, want, rows, GR_I64, 0);
+        CHECK_MSG(kernels == want_kernels, "%s: %d kernels, expected %d", what, kernels, want_kernels);
+        free(got);
+    }
+    free(xv), free(xd);
+    gr_ir_graph_destroy(g);
+}
+
+static void test_arg_long(void) {
+    for (int op = 0; op < 2; op++)
+        for (int last = 0; last < 2; last++) {
+            gr_op o = op ? GR_OP_ARG_MIN : GR_OP_ARG_MAX;
+            check_arg_long(o, GR_F32, 50257, last, 1, 700, 2); /* GPT-2's vocabulary: 99 chunks, the last of 81 */
+            check_arg_long(o, GR_BF16, 32000, last, 1, 31999 - 600, 2);
+            check_arg_long(o, GR_F32, 4096, last, 0, 3, 2);    /* strided: the axis is the leading one */
+            check_arg_long(o, GR_I32, 5000, last, 1, -1, 2);
+            check_arg_long(o, GR_F64, 4095, last, 1, 10, 1);   /* below the split */
+        }
+}
+
 static void check_softmax(gr_dtype t, int nd, const int64_t *d, int axis) {
     gr_graph *g;
     CHECK_OK(gr_ir_graph_create(&g));
@@ -833,7 +902,115 @@ static void check_gather(gr_dtype it, int nd, const int64_t *d, int ni, const in
     free(want), free(idat), free(iv);
 }
 
+/* cache_write(cache, new * 2, kv; axis, delta) of a cache [2, 3, 7, 4] along `axis`, not in place:
+ * a copy of the cache, the producer of new and the scatter kernel over new's points (fusion
+ * moves the producer into the scatter kernel's load: 2 kernels, the same values); kv = 0 with
+ * delta -1 writes the last position (a negative position wraps); past the end is an error
+ * naming the node. */
+static void check_cache_write(int axis, int64_t new_len, int64_t kv_value, int64_t delta, const char *want_err) {
+    int64_t d[4] = {2, 3, 7, 4}, nd_[4] = {2, 3, 7, 4};
+    nd_[axis] = new_len;
+    src_t s = make_src(GR_F32, 4, d);
+    int64_t nn = numel(4, nd_);
+    double *nvv = malloc(sizeof(double) * (size_t)nn);
+    void *nvd = make_data(GR_F32, nn, -5, 5, nvv);
+    int nw = t_input(s.g, "new", GR_F32, 4, nd_, nvd);
+    int64_t kvv = kv_value;
+    int kv = t_input(s.g, "kv", GR_I64, 1, DIMS(1), &kvv);
+    int two = t_const(s.g, GR_F32, 0, NULL, (float[]){2});
+    int nw2 = t_node(s.g, GR_OP_MUL, 2, (int[]){nw, two}, 0, NULL, GR_F32, 4, nd_);
+    gr_ir_attr at[2] = {A_INT("axis", axis), A_INT("delta", delta)};
+    int y = t_node(s.g, GR_OP_CACHE_WRITE, 3, (int[]){s.x, nw2, kv}, 2, at, GR_F32, 4, d);
+    CHECK_OK(gr_ir_add_output(s.g, y));
+    char what[96];
+    snprintf(what, sizeof what, "cache_write axis %d new_len %lld kv %lld delta %lld", axis, (long long)new_len, (long long)kv_value,
+             (long long)delta);
+    if (want_err) {
+        gr_step_list steps;
+        CHECK_OK(gr_pass_lower(s.g, &steps));
+        exec_t e;
+        CHECK_ERR(exec_run(&e, s.g, &steps), GR_ERR_INVALID, want_err);
+        CHECK_MSG(gr_error_node() == s.g->values.data[y].producer, "%s: the error names node %d", what, gr_error_node());
+        exec_free(&e);
+        gr_step_list_free(&steps);
+    } else {
+        double *want = malloc(sizeof(double) * (size_t)s.n);
+        int64_t c[GR_MAX_DIMS], pos0 = kv_value + delta;
+        if (pos0 < 0) pos0 += d[axis];
+        for (int64_t i = 0; i < s.n; i++) {
+            unravel(i, 4, d, c);
+            int64_t j = c[axis] - pos0;
+            want[i] = s.xv[i];
+            if (j >= 0 && j < new_len) {
+                c[axis] = j;
+                want[i] = 2 * nvv[bindex(c, 4, 4, nd_)];
+            }
+        }
+        for (int fuse = 0; fuse < 2; fuse++) {
+            int nk = -1;
+            double *got = run_value(s.g, y, fuse, &nk);
+            compare(what, got, want, s.n, GR_F32, 0);
+            CHECK_MSG(nk == 3 - fuse, "%s (fuse %d): %d kernels, expected %d (copy, new, scatter)", what, fuse, nk, 3 - fuse);
+            free(got);
+        }
+        free(want);
+    }
+    free(nvv), free(nvd), free(s.xv), free(s.xd);
+    gr_ir_graph_destroy(s.g);
+}
+
+/* In place (the decode rewrite's form: y written into the cache input's placeholder), the lowering
+ * writes only new's points (one scatter kernel, no copy), and a producer of new that reads the
+ * cache is not fused into the scatter kernel (its threads would read positions others write). */
+static void test_cache_write_in_place(void) {
+    gr_graph *g;
+    CHECK_OK(gr_ir_graph_create(&g));
+    int64_t d[4] = {2, 3, 7, 4}, nd_[4] = {2, 3, 1, 4};
+    float *xd = calloc(2 * 3 * 7 * 4, sizeof(float)), *nd = calloc(24, sizeof(float));
+    int64_t kvv = 3;
+    int x = t_input(g, "cache", GR_F32, 4, d, xd), nw = t_input(g, "new", GR_F32, 4, nd_, nd), kv = t_input(g, "kv", GR_I64, 1, DIMS(1), &kvv);
+    int64_t starts[1] = {2}, ends[1] = {3}, axes[1] = {2};
+    gr_ir_attr sa[3] = {A_INTS("starts", starts, 1), A_INTS("ends", ends, 1), A_INTS("axes", axes, 1)};
+    for (int reads_cache = 0; reads_cache < 2; reads_cache++) {
+        int src = reads_cache ? t_node(g, GR_OP_SLICE, 1, &x, 3, sa, GR_F32, 4, nd_) : nw;
+        int nw2 = t_node(g, GR_OP_EXP, 1, &src, 0, NULL, GR_F32, 4, nd_);
+        gr_ir_attr at[2] = {A_INT("axis", 2), A_INT("delta", -1)};
+        int y = t_node(g, GR_OP_CACHE_WRITE, 3, (int[]){x, nw2, kv}, 2, at, GR_F32, 4, d);
+        g->values.data[y].inplace_of = x + 1;
+        CHECK_OK(gr_ir_add_output(g, y));
+        gr_step_list steps;
+        CHECK_OK(gr_pass_lower(g, &steps));
+        CHECK_OK(gr_pass_fuse(g, &steps));
+        int kernels = 0, scatters = 0;
+        for (int i = 0; i < steps.len; i++) {
+            const gr_step *s = &steps.data[i];
+            if (s->kind != GR_STEP_KERNEL || !s->kernel) continue;
+            kernels++;
+            if (!gr_kernel_scatters(s->kernel)) continue;
+            scatters++;
+            CHECK_MSG(gr_kernel_points(s->kernel) == 24, "in place: the scatter walks %lld points, new has 24",
+                      (long long)gr_kernel_points(s->kernel));
+            for (int a = 0; a < s->n_args; a++)
+                CHECK_MSG(!(s->args[a].kind == GR_ARG_VALUE && s->args[a].value == x), "the scatter kernel reads the cache it writes");
+        }
+        /* this round's kernels: exp (+ the slice's copy when not a view) fused into the scatter, or not */
+        CHECK_MSG(scatters == 1 + reads_cache, "in place: %d scatter kernels", scatters);
+        CHECK_MSG(reads_cache ? kernels >= 3 : kernels == 1, "in place (producer reads the cache: %d): %d kernels", reads_cache, kernels);
+        gr_step_list_free(&steps);
+    }
+    free(xd), free(nd);
+    gr_ir_graph_destroy(g);
+}
+
 static void test_gather(void) {
+    test_cache_write_in_place();
+    check_cache_write(2, 1, 5, -1, NULL);
+    check_cache_write(2, 1, 0, -1, NULL); /* position -1: the last */
+    check_cache_write(2, 3, 2, 1, NULL);  /* three positions from 3 */
+    check_cache_write(1, 1, 2, 0, NULL);
+    check_cache_write(3, 2, 2, 0, NULL);
+    check_cache_write(2, 1, 8, -1, "scatter index 7 out of range [-7, 7)");
+    check_cache_write(2, 2, 6, 0, "scatter index 7 out of range");
     check_gather(GR_I64, 2, DIMS(5, 3), 1, DIMS(4), 0);
     check_gather(GR_I32, 3, DIMS(2, 5, 3), 2, DIMS(2, 3), 1);
     check_gather(GR_I64, 3, DIMS(2, 5, 3), 0, DIMS(0), -1);
@@ -1140,6 +1317,7 @@ int main(void) {
     test_host_scalar_and_consts();
     test_pow_literal();
     test_reductions();
+    test_arg_long();
     test_softmax_layernorm();
     test_matmul();
     test_movement();

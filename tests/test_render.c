@@ -289,6 +289,57 @@ fail:
     gr_kernel_destroy(k);
 }
 
+/* A scatter store (the KV-cache append, passes/lower-movement.c): cache[0, 0, kv - 1, d] =
+ * new[0, 0, 0, d] over new's [1, 1, 1, 64] points. Its outer walk looks contiguous, but a
+ * scatter is never vectorized (the vector store has no index term), and its position is
+ * clamped like a gather's. */
+static void test_scatter(gr_dtype t, bool lazy) {
+    char name[64];
+    snprintf(name, sizeof name, "cache_write_%s%s", gr_dtype_name(t), lazy ? "_lazy" : "");
+    gr_kernel *k = NULL;
+    int nw, kv, cache, ln, lk, m1, pos;
+    gr_kaccess an, ak, ac;
+    OK_OR_FAIL(gr_kernel_create(name, &k));
+    k->n_outer = 4;
+    k->outer[0] = k->outer[1] = k->outer[2] = 1;
+    k->outer[3] = 64;
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "new", &nw));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "kv", &kv));
+    OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, t, "cache", &cache));
+    access_outer(k, &an);
+    gr_kaccess_init(&ak);
+    OK_OR_FAIL(gr_kx_load(k, nw, &an, &ln));
+    OK_OR_FAIL(gr_kx_load(k, kv, &ak, &lk));
+    OK_OR_FAIL(gr_kx_const_i(k, GR_I64, -1, &m1));
+    OK_OR_FAIL(gr_kx_binary(k, GR_KB_ADD, GR_I64, lk, m1, &pos));
+    if (lazy) {
+        /* a select whose one side alone reads the position in the value's cone: the index reads
+         * it too, so it must be computed outside the side (render-cuda.c, emit_lazy's root2) */
+        int o3, thirty, cond, pf, side, ct = gr_dtype_is_float(t) && t != GR_F64 ? GR_F32 : t;
+        OK_OR_FAIL(gr_kx_index(k, 3, &o3));
+        OK_OR_FAIL(gr_kx_const_i(k, GR_I64, 30, &thirty));
+        OK_OR_FAIL(gr_kx_binary(k, GR_KB_GT, GR_BOOL, o3, thirty, &cond));
+        OK_OR_FAIL(gr_kx_cast(k, (gr_dtype)ct, pos, &pf));
+        OK_OR_FAIL(gr_kx_binary(k, GR_KB_MUL, (gr_dtype)ct, ln, pf, &side));
+        OK_OR_FAIL(gr_kx_select(k, (gr_dtype)ct, cond, side, ln, &ln));
+    }
+    access_outer(k, &ac);
+    ac.stride[2] = 0;
+    ac.index = pos;
+    ac.index_stride = 64;
+    ac.index_extent = 160;
+    OK_OR_FAIL(store(k, cache, ln, &ac, false));
+    OK_OR_FAIL(gr_kernel_verify(k));
+    CHECK_MSG(!gr_render_cuda_is_vectorized(k), "%s: a scatter store was vectorized", name);
+    {
+        const char *needles[] = {" + gr_wrap(v3, 160LL) * 64LL)] = ", lazy ? "each side evaluated only when taken" : NULL, NULL};
+        render_compile(k, needles);
+    }
+    return;
+fail:
+    gr_kernel_destroy(k);
+}
+
 /* y[o] = fold over r of x[o, r] (a row reduction), also with a transposed input */
 static void test_reduce(gr_kreduce fn, gr_dtype t, bool transposed) {
     char name[64];
@@ -1214,6 +1265,9 @@ int main(void) {
     }
     test_gather(GR_I64, GR_F32);
     test_gather(GR_I32, GR_F16);
+    test_scatter(GR_F32, false);
+    test_scatter(GR_BF16, false);
+    test_scatter(GR_F32, true);
     for (int fn = 0; fn < GR_KR_COUNT; fn++) {
         test_reduce((gr_kreduce)fn, GR_F32, false);
         test_reduce((gr_kreduce)fn, GR_I64, true);

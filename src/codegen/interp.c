@@ -385,7 +385,7 @@ static void eval_binary(interp_ctx *c, int j, const gr_kexpr *e) {
 /* ==== loads, stores, addressing ============================================================ */
 
 /* Fills c->addr with element addresses of access `a` for the current lanes. */
-static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a) {
+static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a, bool scatter) {
     const gr_kernel *k = c->k;
     int nl = c->nl;
     for (int l = 0; l < nl; l++) c->addr[l] = a->offset;
@@ -405,8 +405,8 @@ static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a) {
         for (int l = 0; l < nl; l++) {
             int64_t v = ix[l] < 0 ? ix[l] + ext : ix[l];
             if (v < 0 || v >= ext) {
-                gr_status st = gr_error(GR_ERR_INVALID, "kernel %s: gather index %lld out of range [%lld, %lld)", k->name,
-                                        (long long)ix[l], (long long)-ext, (long long)ext);
+                gr_status st = gr_error(GR_ERR_INVALID, "kernel %s: %s index %lld out of range [%lld, %lld)", k->name,
+                                        scatter ? "scatter" : "gather", (long long)ix[l], (long long)-ext, (long long)ext);
                 gr_error_set_node(a->origin); /* the runtime names the gather's node, not the fused kernel's */
                 return st;
             }
@@ -417,7 +417,7 @@ static gr_status compute_addr(interp_ctx *c, const gr_kaccess *a) {
 }
 
 static gr_status eval_load(interp_ctx *c, int j, const gr_kexpr *e) {
-    GR_TRY(compute_addr(c, &e->access));
+    GR_TRY(compute_addr(c, &e->access, false));
     gr_dtype bt = c->k->params[e->param].dtype;
     const char *p = c->base[e->param];
     int nl = c->nl;
@@ -447,7 +447,7 @@ static gr_status eval_load(interp_ctx *c, int j, const gr_kexpr *e) {
 }
 
 static gr_status run_store(interp_ctx *c, const gr_kstage *s) {
-    GR_TRY(compute_addr(c, &s->access));
+    GR_TRY(compute_addr(c, &s->access, true));
     gr_dtype bt = c->k->params[s->param].dtype;
     char *p = c->base[s->param];
     int nl = c->nl;
@@ -785,6 +785,7 @@ gr_status gr_kernel_interpret(const gr_kernel *k, const gr_karg *args, int n_arg
     for (int s = 0; s < k->n_stages; s++) {
         memset(mark, 0, (size_t)n);
         mark[k->stages[s].value] = true;
+        if (k->stages[s].kind == GR_KS_STORE && k->stages[s].access.index >= 0) mark[k->stages[s].access.index] = true; /* a scatter */
         for (int j = n - 1; j >= 0; j--) {
             if (!mark[j]) continue;
             const gr_kexpr *x = &k->nodes.data[j];

@@ -369,7 +369,12 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
         /* ACC nodes in this stage's value cone must refer to earlier stages. */
         memset(cone, 0, (size_t)n * sizeof(bool));
         cone[sg->value] = true;
-        for (int j = sg->value; j >= 0; j--) {
+        int top = sg->value;
+        if (sg->kind == GR_KS_STORE && sg->access.index >= 0 && sg->access.index < n) {
+            cone[sg->access.index] = true; /* a scatter's index is read by the stage too */
+            if (sg->access.index > top) top = sg->access.index;
+        }
+        for (int j = top; j >= 0; j--) {
             if (!cone[j]) continue;
             const gr_kexpr *x = &k->nodes.data[j];
             if (x->op == GR_KX_ACC && x->which >= s)
@@ -385,9 +390,13 @@ gr_status gr_kernel_verify(const gr_kernel *k) {
         } else if (sg->kind == GR_KS_STORE) {
             if (!is_buffer_param(k, sg->param))
                 VFAIL("kernel %s: stage %d: store to param %d, which is not a buffer", k->name, s, sg->param);
-            if (sg->access.index != -1)
-                VFAIL("kernel %s: stage %d: a store cannot use a gather index", k->name, s);
+            /* a scatter store: the index node must exist (every node precedes the stages) */
+            st = verify_access(k, &sg->access, n, "stage", s);
+            if (st != GR_OK) goto done;
             if (!sg->over_inner) {
+                if (sg->access.index >= 0 && inner_dep[sg->access.index])
+                    VFAIL("kernel %s: stage %d: store without over_inner has a scatter index that depends on an inner loop index",
+                          k->name, s);
                 if (inner_dep[sg->value])
                     VFAIL("kernel %s: stage %d: store without over_inner depends on an inner loop index", k->name,
                           s);
@@ -403,6 +412,12 @@ done:
 #undef VFAIL
     if (inner_dep != local) gr_free(inner_dep, ((size_t)n + 1) * 2 * sizeof(bool));
     return st;
+}
+
+bool gr_kernel_scatters(const gr_kernel *k) {
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].kind == GR_KS_STORE && k->stages[s].access.index >= 0) return true;
+    return false;
 }
 
 /* ==== printing ========================================================================= */

@@ -15,6 +15,13 @@
  *   REDUCE j : acc_j = fold(fn, init, value(r) for all r in the inner space)
  *   STORE    : if over_inner: for all r: buf[addr(o, r)] = value(o, r)
  *              else:          buf[addr(o)] = value(o)  (must not read inner indices)
+ *              A store whose access has an index is a scatter: its address takes the index
+ *              term below exactly as a gather's does (same wrap and bounds rules: the
+ *              simulator reports an out-of-range index as an error naming access.origin,
+ *              rendered CUDA clamps). Its points must store to distinct addresses (which of
+ *              two stores to one address lands is unspecified). Fusion never makes a scatter
+ *              kernel a producer or moves it into another kernel's store; it takes producers
+ *              into its loads unless they read what it writes (passes/fuse.c: scatter_hazard).
  * Expression nodes may read accumulators of earlier REDUCE stages (GR_KX_ACC).
  *
  * Addressing (in elements of the buffer's dtype):
@@ -120,7 +127,7 @@ typedef struct {
     int32_t index;                     /* expression node giving a gather index, or -1 */
     int64_t index_stride;
     int64_t index_extent;
-    int32_t origin;                    /* gather: the IR node it lowers (for messages), -1 if none;
+    int32_t origin;                    /* gather / scatter: the IR node it lowers (for messages), -1 if none;
                                           no effect on code, hashes or equality */
 } gr_kaccess;
 
@@ -144,7 +151,7 @@ typedef struct {
     gr_kreduce reduce;    /* REDUCE */
     bool over_inner;      /* STORE: walks the inner space */
     int32_t param;        /* STORE: buffer param */
-    gr_kaccess access;    /* STORE (index must be -1) */
+    gr_kaccess access;    /* STORE (index >= 0: a scatter store, see above) */
 } gr_kstage;
 
 typedef struct gr_kernel {
@@ -195,6 +202,8 @@ bool gr_kaccess_equal(const gr_kaccess *a, const gr_kaccess *b);
 
 int64_t gr_kernel_points(const gr_kernel *k);  /* prod(outer) */
 int64_t gr_kernel_inner_points(const gr_kernel *k); /* prod(inner), 1 if none */
+/* Whether a store stage of k scatters (its access has an index). */
+bool gr_kernel_scatters(const gr_kernel *k);
 /* Checks node operand order, param kinds, stage rules. */
 gr_status gr_kernel_verify(const gr_kernel *k);
 /* Human-readable listing, for `graft dump` and failing tests. */

@@ -293,6 +293,12 @@ static void mark_cone(const gr_kernel *k, int root, bool *mark) {
     }
 }
 
+/* Marks what stage st reads: its value's cone and a scatter store's index cone. */
+static void mark_stage(const gr_kernel *k, const gr_kstage *st, bool *mark) {
+    mark_cone(k, st->value, mark);
+    if (st->kind == GR_KS_STORE && st->access.index >= 0) mark_cone(k, st->access.index, mark);
+}
+
 /* mark_cone, not following operand `skip_op` (1: b, 2: c) of node `skip_node`. */
 static void mark_cone_except(const gr_kernel *k, int root, bool *mark, int skip_node, int skip_op) {
     mark[root] = true;
@@ -318,7 +324,7 @@ bool gr_render_cuda_is_vectorized(const gr_kernel *k) {
     if (gr_render_cuda_is_block_kernel(k) || k->n_stages == 0) return false;
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
-        if (st->kind != GR_KS_STORE || !outer_contiguous(k, &st->access)) return false;
+        if (st->kind != GR_KS_STORE || st->access.index >= 0 || !outer_contiguous(k, &st->access)) return false;
     }
     /* A buffer both stored and loaded in one kernel: keep the scalar order of effects. */
     for (int i = 0; i < k->nodes.len; i++) {
@@ -634,8 +640,9 @@ static void emit_lazy_group(emit_ctx *c, const lazy_sel *L, int sel, int side) {
     }
 }
 
-/* Emits the cone `cone` of node `root` (emit_marked's nodes), selects lazily. */
-static void emit_lazy(emit_ctx *c, const bool *cone, int root) {
+/* Emits the cone `cone` of node `root` (emit_marked's nodes), selects lazily. root2: a second
+ * root the cone covers (a scatter store's index), or -1. */
+static void emit_lazy(emit_ctx *c, const bool *cone, int root, int root2) {
     const gr_kernel *k = c->k;
     int n = k->nodes.len;
     size_t bytes = (size_t)n * (2 * sizeof(int) + 3 * sizeof(bool) + sizeof(int8_t));
@@ -657,6 +664,7 @@ static void emit_lazy(emit_ctx *c, const bool *cone, int root) {
             memset(reach, 0, (size_t)n * sizeof(bool));
             memset(side_cone, 0, (size_t)n * sizeof(bool));
             mark_cone_except(k, root, reach, i, q); /* what the cone reaches without this side */
+            if (root2 >= 0) mark_cone_except(k, root2, reach, i, q);
             mark_cone(k, op, side_cone);
             int count = 0;
             for (int j = 0; j < n; j++) count += side_cone[j] && !reach[j];
@@ -782,12 +790,12 @@ static void emit_elementwise_body(emit_ctx *c, bool *mark, const char *indent, b
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         gr_sb_printf(c->sb, "%s{\n", indent);
         char in2[64];
         snprintf(in2, sizeof in2, "%s  ", indent);
         c->indent = in2;
-        emit_lazy(c, mark, st->value);
+        emit_lazy(c, mark, st->value, st->kind == GR_KS_STORE ? st->access.index : -1);
         if (vec) {
             char val[32];
             snprintf(val, sizeof val, "v%d", st->value);
@@ -1079,7 +1087,7 @@ static int row_cache_loads(const gr_kernel *k, bool *cached, bool *cone, bool *s
         const gr_kstage *st = &k->stages[s];
         if (st->kind != GR_KS_REDUCE && !st->over_inner) continue;
         memset(cone, 0, (size_t)n * sizeof(bool));
-        mark_cone(k, st->value, cone);
+        mark_stage(k, st, cone);
         for (int i = 0; i < n; i++) {
             if (!cone[i] || k->nodes.data[i].op != GR_KX_LOAD) continue;
             if (seen[i]) twice[i] = true;
@@ -1121,7 +1129,7 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
         const gr_kstage *st = &k->stages[s];
         ctype vct = node_ct(k, st->value);
         memset(mark, 0, (size_t)k->nodes.len * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
         if (st->kind == GR_KS_REDUCE) {
             gr_sb_printf(sb, "    %s acc%d;\n", ctype_name(vct), s);
@@ -1401,7 +1409,7 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
         const gr_kstage *st = &k->stages[s];
         ctype vct = node_ct(k, st->value);
         memset(mark, 0, (size_t)n * sizeof(bool));
-        mark_cone(k, st->value, mark);
+        mark_stage(k, st, mark);
         bool walks_inner = st->kind == GR_KS_REDUCE || st->over_inner;
         if (st->kind == GR_KS_REDUCE) {
             gr_sb_printf(sb, "%s%s acc%d;\n", I0, ctype_name(vct), s);

@@ -99,6 +99,14 @@
  *   by rows (i64 [x.dims[0]], each in range) over the valid prefix of `axis` (> 0): y[r, .., p,
  *   ..] = x[rows[r], .., p, ..] for p < kv_len[0] + delta, 0 past it (kv_len i64 [1]). The
  *   decode loop moves a KV cache after its beams with it (never in place).
+ * cache_write(cache, new, kv_len; axis, delta): cache with new written at position kv_len[0] +
+ *   delta of `axis`: y[.., p + j, ..] = new[.., j, ..] for j < new.dims[axis], p = kv_len[0] +
+ *   delta, y = cache elsewhere (new: cache's dtype and rank, cache's dims except `axis`, where it
+ *   is at most cache's; kv_len i64 [1]). Positions follow a gather index's rules: a negative
+ *   one counts from the end of the axis, one out of range is an error on the simulator (naming
+ *   the node) and clamped on CUDA. The decode rewrite (passes/decode.c) appends a step's keys
+ *   and values with it at kv_len - 1, in place into the cache input: then the lowering writes
+ *   only new's elements (a scatter store, codegen/kir.h), not the whole cache.
  * all_reduce(x; ranks) / all_gather(x; ranks): collectives across the `ranks` ranks of
  *   tensor parallelism (passes/shard.c makes them; never folded). all_reduce: the
  *   element-wise sum of every rank's x, same shape and dtype, on every rank. all_gather:

@@ -357,6 +357,30 @@ static gr_status infer_beam_step(ctx_t *c) {
     shape_t s = shape_of(state);
     return set_out(c, 0, GR_I64, &s);
 }
+/* cache_write(cache, new, kv_len; axis, delta): ops.c */
+static gr_status infer_cache_write(ctx_t *c) {
+    const gr_ir_value *x = in_val(c, 0), *nv = in_val(c, 1), *kv = in_val(c, 2);
+    int64_t axis, delta;
+    GR_TRY(attr_int(c, "axis", 0, &axis));
+    GR_TRY(attr_int(c, "delta", 0, &delta));
+    (void)delta;
+    char tx[TYPE_STR_LEN], tn[TYPE_STR_LEN];
+    if (x->ndim < 1) return fail(c, GR_ERR_SHAPE, "writes into a scalar cache %s", TYPE_STR(tx, x));
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim) return fail(c, GR_ERR_INVALID, "axis %lld is not an axis of a rank-%d cache", (long long)axis, x->ndim);
+    if (nv->dtype != x->dtype || nv->ndim != x->ndim)
+        return fail(c, GR_ERR_SHAPE, "new entries %s do not match the cache %s (dtype and rank)", TYPE_STR(tn, nv), TYPE_STR(tx, x));
+    for (int d = 0; d < x->ndim; d++) {
+        bool ok = d == axis ? dim_is_sym(nv->dims[d]) || dim_is_sym(x->dims[d]) || nv->dims[d].size <= x->dims[d].size
+                            : gr_dx_equal(nv->dims[d], x->dims[d]);
+        if (!ok)
+            return fail(c, GR_ERR_SHAPE, "new entries %s do not fit the cache %s along dim %d", TYPE_STR(tn, nv), TYPE_STR(tx, x), d);
+    }
+    if (kv->dtype != GR_I64 || kv->ndim != 1 || dim_is_sym(kv->dims[0]) || kv->dims[0].size != 1)
+        return fail(c, GR_ERR_SHAPE, "kv_len is %s, not i64 [1]", TYPE_STR(tx, kv));
+    return unary_out(c, x->dtype);
+}
+
 /* beam_reorder(x, rows, kv_len; axis, delta): ops.c */
 static gr_status infer_beam_reorder(ctx_t *c) {
     const gr_ir_value *x = in_val(c, 0), *rows = in_val(c, 1), *kv = in_val(c, 2);

@@ -6,10 +6,12 @@
  * a graph of ONE concrete shape for a single-token step (seq 1) at batch b:
  *
  *   - every state input is a buffer of max_len positions on its sequence axis, and the
- *     concat becomes where(position == kv_len - 1, new, past): the new token's keys and
- *     values are written at the position held in the device input `graft.kv_len` (the
- *     number of valid positions after this step), in place into the input's placeholder
- *     (gr_ir_value.inplace_of, memory planning): the next step reads them there;
+ *     concat becomes cache_write(past, new, kv_len; axis, delta = -1) (ir/ops.c): the new
+ *     token's keys and values are written at position kv_len - 1, kv_len being the device
+ *     input `graft.kv_len` (the number of valid positions after this step), in place into
+ *     the input's placeholder (gr_ir_value.inplace_of, memory planning): the next step
+ *     reads them there. The lowering then writes only the new entries (a scatter store),
+ *     where a where(position == kv_len - 1, new, past) walked the whole cache every step;
  *   - the model is specialized at past = max_len - 1 (and every symbol that moves with
  *     it, such as the attention mask's `total`), so each tensor along the cache axis is
  *     max_len long: positions >= kv_len are padding;
@@ -191,7 +193,7 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
         gr_dim d1 = gr_dx_const(1);
         if ((st = gr_ir_add_input(g, "graft.kv_len", GR_I64, 1, &d1, &kv_len)) != GR_OK) goto fail;
     }
-    /* state: present = concat(past chain, new) -> where(position == kv_len - 1, new, past) */
+    /* state: present = concat(past chain, new) -> cache_write(past, new, kv_len; axis, -1) */
     for (int i = 0; i < spec->n_state; i++) {
         int past = gr_ir_find_value(g, spec->past[i]), pres = gr_ir_find_value(g, spec->present[i]);
         if (past < 0 || g->values.data[past].kind != GR_VAL_INPUT) {
@@ -242,31 +244,30 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
             }
         }
         pv->dims[axis].size = spec->max_len;
-        int pos, p1, m1, cond;
-        if ((st = positions(g, spec->max_len, axis, pv->ndim, &pos)) != GR_OK) goto fail;
-        if ((st = const_i64(g, -1, &m1)) != GR_OK) goto fail;
-        {
-            int in[2] = {kv_len, m1};
-            if ((st = node1(g, GR_OP_ADD, NULL, 2, in, 0, NULL, &p1)) != GR_OK) goto fail;
-        }
-        {
-            int in[2] = {pos, p1};
-            if ((st = node1(g, GR_OP_EQUAL, NULL, 2, in, 0, NULL, &cond)) != GR_OK) goto fail;
-        }
-        c = &g->nodes.data[cn]; /* the node array may have moved */
         int newv = c->in[1];
         for (int a = 0; a < c->n_attr; a++) gr_ir_attr_free(&c->attrs[a]);
         if (!(c->slab & GR_NODE_SLAB_ATTRS)) gr_free(c->attrs, (size_t)c->n_attr * sizeof(gr_ir_attr));
         c->slab &= (uint8_t)~GR_NODE_SLAB_ATTRS;
         c->attrs = NULL, c->n_attr = 0;
         gr_ir_node_free_inputs(c);
-        if (!(c->in = gr_malloc(3 * sizeof(int)))) {
-            st = GR_ERR_NOMEM;
+        gr_ir_attr ca[2];
+        memset(ca, 0, sizeof ca);
+        ca[0] = (gr_ir_attr){.name = "axis", .kind = GR_IR_ATTR_INT, .i = axis};
+        ca[1] = (gr_ir_attr){.name = "delta", .kind = GR_IR_ATTR_INT, .i = -1};
+        int *in3 = gr_malloc(3 * sizeof(int));
+        gr_ir_attr *at = gr_calloc(2, sizeof(gr_ir_attr));
+        st = in3 && at ? GR_OK : GR_ERR_NOMEM;
+        for (int a = 0; a < 2 && st == GR_OK; a++) st = gr_ir_attr_copy(&at[a], &ca[a]);
+        if (st != GR_OK) { /* the node keeps no inputs and no attributes: the graph is freed below */
+            for (int a = 0; at && a < 2; a++) gr_ir_attr_free(&at[a]);
+            gr_free(at, 2 * sizeof(gr_ir_attr));
+            gr_free(in3, 3 * sizeof(int));
             goto fail;
         }
-        c->n_in = 3;
-        c->in[0] = cond, c->in[1] = newv, c->in[2] = past;
-        c->op = GR_OP_WHERE;
+        c->in = in3, c->n_in = 3;
+        c->attrs = at, c->n_attr = 2;
+        c->in[0] = past, c->in[1] = newv, c->in[2] = kv_len;
+        c->op = GR_OP_CACHE_WRITE;
         c->attrs_checked = false;
         g->values.data[pres].inplace_of = past + 1;
     }
@@ -612,7 +613,7 @@ static gr_status beam_loop(gr_graph *g, const gr_decode_loop_spec *spec, int kv,
             const gr_ir_value *val = &g->values.data[v];
             if (val->inplace_of != past + 1 || val->producer < 0) continue;
             const gr_ir_node *nd = &g->nodes.data[val->producer];
-            if (nd->op == GR_OP_WHERE && nd->n_in == 3 && nd->in[2] == past) upd = val->producer;
+            if (nd->op == GR_OP_CACHE_WRITE && nd->n_in == 3 && nd->in[0] == past) upd = val->producer;
         }
         if (upd < 0)
             return gr_error(GR_ERR_UNSUPPORTED, "decode loop: the cache '%s' is not updated in place by the rewrite (beam search reorders it there)",
@@ -625,7 +626,7 @@ static gr_status beam_loop(gr_graph *g, const gr_decode_loop_spec *spec, int kv,
         char name[64];
         snprintf(name, sizeof name, "graft.beam_reorder.%d", k);
         GR_TRY(node1(g, GR_OP_BEAM_REORDER, name, 3, in, 2, a, &moved));
-        g->nodes.data[upd].in[2] = moved;
+        g->nodes.data[upd].in[0] = moved;
     }
     /* the step, in place into the state */
     gr_ir_attr a[2];

@@ -154,8 +154,11 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
                 written[p] = true;
 
     /* 2. what the stages reach */
-    for (int s = 0; s < k->n_stages; s++)
+    for (int s = 0; s < k->n_stages; s++) {
         if (k->stages[s].value >= 0 && k->stages[s].value < n) live[k->stages[s].value] = true;
+        int ix = k->stages[s].kind == GR_KS_STORE ? k->stages[s].access.index : -1; /* a scatter's index */
+        if (ix >= 0 && ix < n) live[ix] = true;
+    }
     for (int j = n - 1; j >= 0; j--) {
         if (!live[j]) continue;
         const gr_kexpr *x = &k->nodes.data[j];
@@ -193,8 +196,11 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
         if (mergeable) table[slot] = rep[j];
     }
     k->nodes.len = out_len; /* nothing below fails */
-    for (int s = 0; s < k->n_stages; s++)
+    for (int s = 0; s < k->n_stages; s++) {
         if (k->stages[s].value >= 0 && k->stages[s].value < n) k->stages[s].value = rep[k->stages[s].value];
+        gr_kaccess *sa = &k->stages[s].access;
+        if (k->stages[s].kind == GR_KS_STORE && sa->index >= 0 && sa->index < n) sa->index = rep[sa->index];
+    }
 
     /* 4. params nothing refers to go */
     bool used[GR_KMAX_PARAMS] = {false};

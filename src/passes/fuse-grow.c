@@ -502,7 +502,11 @@ gr_status gr_fuse_wk_finish(gr_fuse_wk *w, gr_step *cs) {
         if (e->op == GR_KX_LOAD && e->access.index >= 0) e->access.index = pos[resolve(w, e->access.index)];
         if (e->op == GR_KX_LOAD || e->op == GR_KX_PARAM) e->param = w->slot_index[e->param];
     }
-    for (int s = 0; s < k->n_stages; s++) k->stages[s].value = pos[resolve(w, k->stages[s].value)];
+    for (int s = 0; s < k->n_stages; s++) {
+        k->stages[s].value = pos[resolve(w, k->stages[s].value)];
+        gr_kaccess *sa = &k->stages[s].access;
+        if (sa->index >= 0) sa->index = pos[resolve(w, sa->index)]; /* a scatter */
+    }
     /* gather nodes[r] = pool[ord[r]] in place: at[slot] holds the pool id stored there, where[id] its slot */
     for (int i = 0; i < n; i++) w->at[i] = w->where[i] = i;
     for (int r = 0; r < live; r++) {

@@ -482,7 +482,10 @@ gr_status gr_fuse_move_into(const gr_fuse_move *m, int value, const gr_step *cs,
         st = gr_kernel_add_expr(n, &e, &cm[i]);
     }
     if (st == GR_OK && !no_room) {
-        for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
+        for (int s = 0; s < n->n_stages; s++) {
+            n->stages[s].value = cm[n->stages[s].value];
+            if (n->stages[s].access.index >= 0) n->stages[s].access.index = cm[n->stages[s].access.index]; /* a scatter */
+        }
         st = gr_pass_cse_kernel(n, args); /* merges repeated substitutes, drops v's params */
         if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;

@@ -312,7 +312,10 @@ static gr_status fuse_pair(fuse_ctx *f, bool *applied) {
         st = gr_kernel_add_expr(n, &e, &cm[i]);
     }
     if (st == GR_OK && !no_room) {
-        for (int s = 0; s < n->n_stages; s++) n->stages[s].value = cm[n->stages[s].value];
+        for (int s = 0; s < n->n_stages; s++) {
+            n->stages[s].value = cm[n->stages[s].value];
+            if (n->stages[s].access.index >= 0) n->stages[s].access.index = cm[n->stages[s].access.index]; /* a scatter */
+        }
         st = gr_pass_cse_kernel(n, f->args);
         if (st == GR_OK && GR_VERIFY_EVERY_KERNEL) st = gr_kernel_verify(n);
         if (st == GR_OK) *applied = true;
@@ -583,6 +586,27 @@ static gr_status fuse_move(sweep_ctx *sc, const gr_fuse_move *m, int v, const in
     return GR_OK;
 }
 
+/* Whether fusing producer step ps into reader cs could race: cs scatters (its threads store to
+ * data-dependent addresses, codegen/kir.h) and ps reads a value cs writes, or the input such a
+ * value is written in place into (gr_ir_value.inplace_of: the decode rewrite's cache append).
+ * Elsewhere a scatter kernel takes producers into its loads like any reader: its stores, index
+ * included, are kept as they are. */
+static bool scatter_hazard(const gr_graph *g, const gr_step *ps, const gr_step *cs) {
+    const gr_kernel *c = cs->kernel;
+    if (!c || !gr_kernel_scatters(c)) return false;
+    for (int s = 0; s < c->n_stages; s++) {
+        const gr_kstage *st = &c->stages[s];
+        if (st->kind != GR_KS_STORE || st->param < 0 || st->param >= cs->n_args || cs->args[st->param].kind != GR_ARG_VALUE) return true;
+        int w = cs->args[st->param].value, alias = -1;
+        if (w >= 0 && w < g->values.len && g->values.data[w].inplace_of > 0) alias = g->values.data[w].inplace_of - 1;
+        for (int a = 0; a < ps->n_args; a++)
+            if ((ps->args[a].kind == GR_ARG_VALUE || ps->args[a].kind == GR_ARG_HOST_SCALAR) &&
+                (ps->args[a].value == w || ps->args[a].value == alias))
+                return true;
+    }
+    return false;
+}
+
 /* Step i as the last-written part of a concat (several movement kernels writing
  * disjoint boxes of one value, fuse-move.c) fused into the value's one reader. */
 static gr_status try_fuse_parts(sweep_ctx *sc, int i, bool *fused) {
@@ -630,6 +654,8 @@ static gr_status try_fuse_parts(sweep_ctx *sc, int i, bool *fused) {
     if (n_writers < 2 || last_writer != i || reader < 0 || reader < last_writer) return GR_OK;
     gr_fuse_move m;
     if (!gr_fuse_move_parts(&sc->g->values.data[v], v, parts, writers, n_writers, &m)) return GR_OK;
+    for (int p = 0; p < n_writers; p++)
+        if (scatter_hazard(sc->g, parts[p], &steps->data[reader])) return GR_OK;
     return fuse_move(sc, &m, v, &reader, 1, fused);
 }
 
@@ -672,6 +698,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     memset(f, 0, sizeof f[0] * (size_t)n_readers); /* only these are read (each f is ~2 KB) */
     for (int r = 0; r < n_readers; r++) {
         int j = readers[r];
+        if (scatter_hazard(g, ps, &steps->data[j])) return GR_OK;
         if (!sc->wk[j] && sc->grow[j]) { /* fused into a second time in this sweep: grow it from now on */
             GR_TRY(gr_fuse_wk_create(steps->data[j].kernel, &sc->wk[j]));
             sc->grow[j] = false;

@@ -112,6 +112,7 @@ gr_status lw_lower_collective(gr_lctx *c); /* all_reduce, all_gather: one librar
 gr_status lw_lower_sample(gr_lctx *c);     /* sample: one GR_LIB_SAMPLE library call (lower-sample.c) */
 gr_status lw_lower_beam_step(gr_lctx *c);    /* beam_step: one GR_LIB_BEAM_STEP library call (lower-beam.c) */
 gr_status lw_lower_beam_reorder(gr_lctx *c); /* beam_reorder: one GR_LIB_BEAM_REORDER library call (lower-beam.c) */
+gr_status lw_lower_cache_write(gr_lctx *c);  /* cache_write: a scatter kernel over new's elements (lower-movement.c) */
 /* lower-window.c: conv, conv_transpose, max_pool, avg_pool, pad, resize */
 gr_status lw_lower_conv(gr_lctx *c);
 gr_status lw_lower_pool(gr_lctx *c);

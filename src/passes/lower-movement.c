@@ -328,3 +328,85 @@ gr_status lw_lower_trilu(gr_lctx *c) {
     }
     return lw_emit_kernel(c, &b);
 }
+
+/* ==== cache_write ==========================================================================================
+ * y = cache with new at positions kv_len[0] + delta + j of `axis` (ir/ops.c). One kernel over new's elements
+ * whose store scatters along the axis (codegen/kir.h): y[.., wrap(kv + delta + o_axis), ..] = new[.., o_axis,
+ * ..]. When y is written in place into the cache input (the decode rewrite: gr_ir_value.inplace_of, memory
+ * planning aliases them), that is all: the other positions are already there. Otherwise a copy of the cache
+ * comes first. Why: the rewrite's former where(position == kv_len - 1, new, past) walked the whole
+ * [B, H, max_len, D] cache every step for one position (decode profile: 24 such kernels per GPT-2 step). */
+gr_status lw_lower_cache_write(gr_lctx *c) {
+    int cache = lw_in(c, 0), nw = lw_in(c, 1), kv = lw_in(c, 2), y = lw_out(c, 0);
+    int64_t axis64, delta;
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "axis", 0, &axis64));
+    GR_TRY(gr_ir_attr_int(c->g, lw_node(c), "delta", 0, &delta));
+    int64_t yd[GR_MAX_DIMS], nd_[GR_MAX_DIMS], ys[GR_MAX_DIMS], ns[GR_MAX_DIMS];
+    int ny = lw_shape(c, y, yd), nn = lw_shape(c, nw, nd_), a;
+    GR_TRY(lw_axis(c, axis64, ny, &a));
+    if (nn != ny || lw_val(c, nw)->dtype != lw_val(c, y)->dtype) return gr_error(GR_ERR_SHAPE, "%s: new entries do not match the cache", lw_where(c));
+    for (int d = 0; d < ny; d++)
+        if (d == a ? nd_[d] > yd[d] : nd_[d] != yd[d]) return shape_mismatch(c, d, nd_[d], yd[d]);
+    if (lw_numel(c, y) == 0) return GR_OK;
+    lw_rowmajor(ny, yd, ys);
+    lw_rowmajor(nn, nd_, ns);
+    gr_lkb b;
+    const gr_ir_value *yv = lw_val(c, y);
+    bool in_place = yv->inplace_of == cache + 1 && lw_val(c, cache)->kind == GR_VAL_INPUT;
+    if (!in_place) { /* y = cache first */
+        gr_kaccess ca;
+        gr_kaccess_init(&ca);
+        for (int d = 0; d < ny; d++) ca.stride[d] = ys[d];
+        int v;
+        GR_TRY(lw_kernel_begin(c, &b, ny, yd));
+        gr_status st = lw_load(c, &b, cache, &ca, &v);
+        if (st == GR_OK) st = lw_store_contig(c, &b, y, v);
+        if (st != GR_OK) {
+            lw_abort_kernel(&b);
+            return st;
+        }
+        GR_TRY(lw_emit_kernel(c, &b));
+    }
+    if (gr_shape_numel(nn, nd_) == 0) return GR_OK;
+    GR_TRY(lw_kernel_begin(c, &b, nn, nd_));
+    gr_kaccess na, ka, sa;
+    gr_kaccess_init(&na);
+    gr_kaccess_init(&ka); /* kv_len[0] at every point */
+    gr_kaccess_init(&sa);
+    for (int d = 0; d < nn; d++) {
+        na.stride[d] = nd_[d] == 1 ? 0 : ns[d];
+        sa.stride[d] = d == a || nd_[d] == 1 ? 0 : ys[d];
+    }
+    int v = -1, kl = -1, dc, pos, o;
+    gr_status st = lw_load(c, &b, nw, &na, &v);
+    if (st == GR_OK) st = lw_load(c, &b, kv, &ka, &kl);
+    if (st == GR_OK && delta != 0) {
+        st = gr_kx_const_i(b.k, GR_I64, delta, &dc);
+        if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_ADD, GR_I64, kl, dc, &kl);
+    }
+    pos = kl;
+    if (st == GR_OK && nd_[a] > 1) {
+        st = gr_kx_index(b.k, a, &o);
+        if (st == GR_OK) st = gr_kx_binary(b.k, GR_KB_ADD, GR_I64, kl, o, &pos);
+    }
+    sa.index = pos;
+    sa.index_stride = ys[a];
+    sa.index_extent = yd[a];
+    sa.origin = c->node; /* an out-of-range position names this node */
+    int p;
+    if (st == GR_OK) st = lw_param_buffer(&b, y, lw_val(c, y)->dtype, 0, true, &p);
+    if (st == GR_OK) {
+        gr_kstage s;
+        memset(&s, 0, sizeof s);
+        s.kind = GR_KS_STORE;
+        s.value = v;
+        s.param = p;
+        s.access = sa;
+        st = gr_kernel_add_stage(b.k, &s);
+    }
+    if (st != GR_OK) {
+        lw_abort_kernel(&b);
+        return st;
+    }
+    return lw_emit_kernel(c, &b);
+}

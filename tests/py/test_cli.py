@@ -804,3 +804,53 @@ def test_bench_reports_new_binding_cost(tmp_path, sym_model):
     np.save(x, np.ones((3, 4), np.float32))
     p = expect_ok(run_graft("bench", sym_model, "--input", f"x={x}", "--input", f"y={x}", "--iters", "1", "--warmup", "0"))
     assert "new binding" not in p.stdout
+
+
+# ==== cache_write: the KV-cache append (issue 12) ==================================================
+CACHE_WRITE_GIR = """graft 1
+input cache: f32[2, 5, 3]
+input new: f32[2, 1, 3]
+input kv: i64[1]
+[append] y = cache_write(cache, new, kv, axis=1, delta=-1)
+output y
+"""
+
+
+def test_cache_write_dump_and_run(tmp_path):
+    """graft dump prints the op and its scatter kernel over new's [2, 1, 3] points (the position
+    wrap(kv - 1, 5) along the axis); graft run writes new at kv - 1 (a negative position counts
+    from the end) and names the node when the position is past the cache"""
+    model = tmp_path / "cw.gir"
+    model.write_text(CACHE_WRITE_GIR)
+    p = expect_ok(run_graft("dump", str(model)))
+    assert "[append] y = cache_write(cache, new, kv, axis=1, delta=-1)  # f32[2, 5, 3]" in p.stdout, p.stdout
+    fused = p.stdout.split("== after fuse", 1)[1]
+    assert "outer(2, 1, 3)" in fused and "stage0: store $3[0 + 15*o0 + 1*o2 + wrap(%3, 5)*3] = %0" in fused, fused
+    rng = np.random.default_rng(12)
+    cache = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    new = rng.standard_normal((2, 1, 3)).astype(np.float32)
+    np.save(tmp_path / "cache.npy", cache)
+    np.save(tmp_path / "new.npy", new)
+    for kv, pos in ((3, 2), (0, 4), (5, 4), (9, None)):
+        np.save(tmp_path / "kv.npy", np.array([kv], np.int64))
+        args = ["run", str(model), "--output-dir", str(tmp_path / "o"), "--device", "sim"]
+        for n in ("cache", "new", "kv"):
+            args += ["--input", "%s=%s" % (n, tmp_path / (n + ".npy"))]
+        proc = run_graft(*args)
+        if pos is None:
+            expect_fail(proc, RUNTIME, "append", "scatter index 8 out of range [-5, 5)")
+            continue
+        expect_ok(proc)
+        want = cache.copy()
+        want[:, pos, :] = new[:, 0, :]
+        assert_exact(np.load(tmp_path / "o" / "y.npy"), want)
+
+
+@pytest.mark.parametrize("new_t,kv_t,words", [("f32[2, 1, 4]", "i64[1]", ["append", "do not fit the cache", "dim 2"]),
+                                               ("f32[2, 6, 3]", "i64[1]", ["append", "do not fit the cache", "dim 1"]),
+                                               ("f16[2, 1, 3]", "i64[1]", ["append", "do not match the cache"]),
+                                               ("f32[2, 1, 3]", "i32[1]", ["append", "kv_len is", "not i64 [1]"])])
+def test_cache_write_shape_rules(tmp_path, new_t, kv_t, words):
+    model = tmp_path / "bad.gir"
+    model.write_text(CACHE_WRITE_GIR.replace("f32[2, 1, 3]", new_t).replace("i64[1]", kv_t))
+    expect_fail(run_graft("dump", str(model)), RUNTIME, *words)

@@ -78,6 +78,21 @@ def test_arg_default_attrs_and_infinities(tmp_path):
           {"x": x}, ["a", "b"])
 
 
+@pytest.mark.parametrize("op,last", list(itertools.product(["ArgMax", "ArgMin"], [0, 1])))
+def test_arg_long_rows(tmp_path, op, last):
+    # axes of 4096+ points are reduced in chunks and then combined (passes/lower-reduce.c):
+    # ties across chunks, NaNs in two chunks, a short last chunk, a strided axis
+    x = rng.integers(-3, 4, (3, 5003)).astype(np.float32)
+    x[0, [0, 5002]] = 9 if op == "ArgMax" else -9
+    x[1, [700, 5001]] = np.nan
+    check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=1, keepdims=1, select_last_index=last)], {"x": x}, ["y"])
+    check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=0, keepdims=0, select_last_index=last)], {"x": x.T.copy()}, ["y"])
+    v = rng.integers(-2, 3, (2, 50257)).astype(np.float32)  # GPT-2's vocabulary: 99 chunks, the last of 81 points
+    v[0, 50256] = 7 if op == "ArgMax" else -7
+    v[1, [3, 40000]] = np.nan
+    check(tmp_path, [helper.make_node(op, ["x"], ["y"], axis=-1, keepdims=0, select_last_index=last)], {"x": v}, ["y"])
+
+
 def test_arg_empty_axis_is_an_error(tmp_path):
     err = refused(tmp_path, [helper.make_node("ArgMax", ["x"], ["y"], axis=1, name="am")],
                   {"x": np.zeros((2, 0), np.float32)}, ["y"])

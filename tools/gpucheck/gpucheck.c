@@ -457,6 +457,222 @@ static void check_gather(devctx *cu, devctx *sim, gr_dtype it, gr_dtype t) {
     gr_kernel_destroy(k);
 }
 
+/* The KV-cache append as passes/lower-movement.c lowers cache_write (the decode rewrite's, in
+ * place): cache[b, h, kv - 1, d] = new[b, h, 0, d] over new's [B, H, 1, D] points, a scatter
+ * store. The whole cache buffer is compared: positions other than kv - 1 keep their (random,
+ * identical) contents on both devices. kv: a fixed position (kv_lo) or the last one through
+ * wrapping (kv 0: position -1). */
+static void check_cache_write(devctx *cu, devctx *sim, gr_dtype t, int64_t B, int64_t H, int64_t M, int64_t D, int64_t kv) {
+    char name[96];
+    snprintf(name, sizeof name, "cache_write_%s_b%lld_kv%lld", gr_dtype_name(t), (long long)B, (long long)kv);
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return;
+    k->n_outer = 4;
+    k->outer[0] = B, k->outer[1] = H, k->outer[2] = 1, k->outer[3] = D;
+    int nw, kvp, cache, ln, lk, m1, pos;
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "new", &nw);
+    gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "kv", &kvp);
+    gr_kernel_add_param(k, GR_KP_BUFFER, t, "cache", &cache);
+    gr_kaccess an, ak, ac;
+    gr_kaccess_init(&an);
+    an.stride[0] = H * D, an.stride[1] = D, an.stride[3] = 1;
+    gr_kaccess_init(&ak);
+    gr_kx_load(k, nw, &an, &ln);
+    gr_kx_load(k, kvp, &ak, &lk);
+    gr_kx_const_i(k, GR_I64, -1, &m1);
+    gr_kx_binary(k, GR_KB_ADD, GR_I64, lk, m1, &pos);
+    gr_kaccess_init(&ac);
+    ac.stride[0] = H * M * D, ac.stride[1] = M * D, ac.stride[3] = 1;
+    ac.index = pos, ac.index_stride = D, ac.index_extent = M;
+    kstore(k, cache, ln, &ac, false);
+    buf_spec specs[3] = {{t, B * H * D, -1, 1}, {GR_I64, 1, (double)kv, (double)kv + 0.5}, {t, B * H * M * D, -1, 1}};
+    gr_karg sc[3];
+    memset(sc, 0, sizeof sc);
+    bool written[3] = {false, false, true};
+    compare(cu, sim, name, k, NULL, 3, specs, sc, 3, written, 0);
+    gr_kernel_destroy(k);
+}
+
+/* arg_max / arg_min over a long axis as passes/lower-reduce.c lowers it (axes of 4096+ points):
+ * kernel 1 over [rows, chunks] x [512] (each chunk's extreme cm and its first / last index ci,
+ * the points past the row reading its last element through a clamped gather and never a hit),
+ * kernel 2 over [rows] x [chunks] (the row's index from the chunks'). Both are compared with
+ * the simulator (indices exactly; bf16 rows have many ties), kernel 2 on random partials with
+ * ties too. */
+#define ARG_CHUNK 512
+static gr_kernel *arg_stage_kernel(const char *name, gr_dtype t, int64_t rows, int64_t len, bool is_max, bool last, bool combine) {
+    gr_dtype ct = (t == GR_F16 || t == GR_BF16) ? GR_F32 : t;
+    int64_t chunks = (len + ARG_CHUNK - 1) / ARG_CHUNK;
+    gr_kernel *k;
+    if (gr_kernel_create(name, &k) != GR_OK) return NULL;
+    int px, pm, pi, py, xl, il = -1, m, hit, nan, miss, cand, res, g, r, base, cc, posn, lastc, idx, nc, valid = -1;
+    gr_kaccess a;
+    gr_kaccess_init(&a);
+    if (!combine) {
+        k->n_outer = 2, k->outer[0] = rows, k->outer[1] = chunks;
+        k->n_inner = 1, k->inner[0] = ARG_CHUNK;
+        gr_kernel_add_param(k, GR_KP_BUFFER, t, "x", &px);
+        gr_kernel_add_param(k, GR_KP_BUFFER, ct, "cm", &pm);
+        gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "ci", &pi);
+        gr_kx_index(k, 1, &g);
+        gr_kx_index(k, GR_KIDX_INNER, &r);
+        gr_kx_const_i(k, GR_I64, ARG_CHUNK, &cc);
+        gr_kx_binary(k, GR_KB_MUL, GR_I64, g, cc, &base);
+        gr_kx_binary(k, GR_KB_ADD, GR_I64, base, r, &posn);
+        gr_kx_const_i(k, GR_I64, len - 1, &lastc);
+        gr_kx_binary(k, GR_KB_MIN, GR_I64, posn, lastc, &idx);
+        gr_kx_const_i(k, GR_I64, len, &nc);
+        gr_kx_binary(k, GR_KB_LT, GR_BOOL, posn, nc, &valid);
+        a.stride[0] = len, a.index = idx, a.index_stride = 1, a.index_extent = len;
+        gr_kx_load(k, px, &a, &xl);
+        if (ct != t) gr_kx_cast(k, ct, xl, &xl);
+    } else {
+        k->n_outer = 1, k->outer[0] = rows;
+        k->n_inner = 1, k->inner[0] = chunks;
+        gr_kernel_add_param(k, GR_KP_BUFFER, ct, "cm", &pm);
+        gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "ci", &pi);
+        gr_kernel_add_param(k, GR_KP_BUFFER, GR_I64, "y", &py);
+        a.stride[0] = chunks, a.inner_stride[0] = 1;
+        gr_kx_load(k, pm, &a, &xl);
+        gr_kx_load(k, pi, &a, &il);
+        posn = il;
+    }
+    kreduce(k, is_max ? GR_KR_MAX : GR_KR_MIN, xl);
+    gr_kx_acc(k, 0, ct, &m);
+    gr_kx_binary(k, GR_KB_EQ, GR_BOOL, xl, m, &hit);
+    if (gr_dtype_is_float(ct)) {
+        gr_kx_unary(k, GR_KU_ISNAN, GR_BOOL, xl, &nan);
+        gr_kx_binary(k, GR_KB_OR, GR_BOOL, hit, nan, &hit);
+    }
+    if (valid >= 0) gr_kx_binary(k, GR_KB_AND, GR_BOOL, hit, valid, &hit);
+    gr_kx_const_i(k, GR_I64, last ? -1 : len, &miss);
+    gr_kx_select(k, GR_I64, hit, posn, miss, &cand);
+    kreduce(k, last ? GR_KR_MAX : GR_KR_MIN, cand);
+    gr_kx_acc(k, 1, GR_I64, &res);
+    gr_kaccess o;
+    gr_kaccess_init(&o);
+    if (!combine) {
+        o.stride[0] = chunks, o.stride[1] = 1;
+        kstore(k, pm, m, &o, false);
+        kstore(k, pi, res, &o, false);
+    } else {
+        o.stride[0] = 1;
+        kstore(k, py, res, &o, false);
+    }
+    if (gr_kernel_verify(k) != GR_OK) {
+        printf("FAIL %-34s verify: %s\n", name, gr_last_error());
+        n_fail++;
+        gr_kernel_destroy(k);
+        return NULL;
+    }
+    return k;
+}
+
+static void check_arg_split(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t len, bool is_max, bool last) {
+    char name[96];
+    gr_dtype ct = (t == GR_F16 || t == GR_BF16) ? GR_F32 : t;
+    int64_t chunks = (len + ARG_CHUNK - 1) / ARG_CHUNK;
+    for (int combine = 0; combine < 2; combine++) {
+        snprintf(name, sizeof name, "arg_%s%s_%s_%lldx%lld_%s", is_max ? "max" : "min", last ? "_last" : "", gr_dtype_name(t),
+                 (long long)rows, (long long)len, combine ? "combine" : "chunks");
+        gr_kernel *k = arg_stage_kernel(name, t, rows, len, is_max, last, combine);
+        if (!k) return;
+        buf_spec s1[3] = {{t, rows * len, -4, 4}, {ct, rows * chunks, 0, 0}, {GR_I64, rows * chunks, 0, 0}};
+        /* partials with ties: maxima among few values, indices anywhere in the row */
+        buf_spec s2[3] = {{ct, rows * chunks, 0, 4}, {GR_I64, rows * chunks, 0, (double)len}, {GR_I64, rows, 0, 0}};
+        if (combine && gr_dtype_is_float(ct)) s2[0].lo = 0, s2[0].hi = 4;
+        gr_karg sc[3];
+        memset(sc, 0, sizeof sc);
+        bool w1[3] = {false, true, true}, w2[3] = {false, false, true};
+        compare(cu, sim, name, k, NULL, 3, combine ? s2 : s1, sc, 3, combine ? w2 : w1, 0);
+        gr_kernel_destroy(k);
+    }
+}
+
+typedef gr_status (*launch_fn)(devctx *d, void *user);
+static double time_us(devctx *d, launch_fn fn, void *user); /* below, with the other timings */
+
+typedef struct {
+    gr_kfunc *f[2];
+    gr_karg args[2][3];
+    int n;
+} arg_bench;
+
+static gr_status run_arg(devctx *d, void *user) {
+    arg_bench *b = user;
+    for (int i = 0; i < b->n; i++) GR_TRY(gr_dev_kernel_launch(d->dev, d->s, b->f[i], b->args[i], 3));
+    return GR_OK;
+}
+
+/* The greedy token of a decode step: arg_max over GPT-2's vocabulary (rows 1 and 8, f32), the
+ * one-block-per-row kernel the lowering made before (the two stages over the whole row, as
+ * tests/test_render.c builds it) against the two split kernels. */
+static void time_arg_max(devctx *cu, int64_t rows, int64_t len) {
+    const char *name = "arg_max_timing";
+    if (filter && !strstr(name, filter)) return;
+    int64_t chunks = (len + ARG_CHUNK - 1) / ARG_CHUNK;
+    void *x = NULL, *cm = NULL, *ci = NULL, *y = NULL;
+    arg_bench one, split;
+    memset(&one, 0, sizeof one);
+    memset(&split, 0, sizeof split);
+    gr_kernel *k1 = arg_stage_kernel("argt_chunks", GR_F32, rows, len, true, false, false);
+    gr_kernel *k2 = arg_stage_kernel("argt_combine", GR_F32, rows, len, true, false, true);
+    /* the one-block form: kernel 2's structure over the row itself (x as "cm", indices r) */
+    gr_kernel *k0 = NULL;
+    if (gr_kernel_create("argt_oneblock", &k0) == GR_OK) {
+        int px, py, xl, m, hit, nan, idx, miss, cand, res;
+        k0->n_outer = 1, k0->outer[0] = rows, k0->n_inner = 1, k0->inner[0] = len;
+        gr_kernel_add_param(k0, GR_KP_BUFFER, GR_F32, "x", &px);
+        gr_kernel_add_param(k0, GR_KP_BUFFER, GR_I64, "y", &py);
+        gr_kaccess a, o;
+        gr_kaccess_init(&a);
+        a.stride[0] = len, a.inner_stride[0] = 1;
+        gr_kx_load(k0, px, &a, &xl);
+        kreduce(k0, GR_KR_MAX, xl);
+        gr_kx_acc(k0, 0, GR_F32, &m);
+        gr_kx_binary(k0, GR_KB_EQ, GR_BOOL, xl, m, &hit);
+        gr_kx_unary(k0, GR_KU_ISNAN, GR_BOOL, xl, &nan);
+        gr_kx_binary(k0, GR_KB_OR, GR_BOOL, hit, nan, &hit);
+        gr_kx_index(k0, GR_KIDX_INNER, &idx);
+        gr_kx_const_i(k0, GR_I64, len, &miss);
+        gr_kx_select(k0, GR_I64, hit, idx, miss, &cand);
+        kreduce(k0, GR_KR_MIN, cand);
+        gr_kx_acc(k0, 1, GR_I64, &res);
+        gr_kaccess_init(&o);
+        o.stride[0] = 1;
+        kstore(k0, py, res, &o, false);
+    }
+    if (!k0 || !k1 || !k2) goto done;
+    DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)(rows * len) * 4, &x), "alloc");
+    DIE_IF(gr_dev_memset(cu->dev, cu->s, x, 0, (size_t)(rows * len) * 4), "memset");
+    DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)(rows * chunks) * 4, &cm), "alloc");
+    DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)(rows * chunks) * 8, &ci), "alloc");
+    DIE_IF(gr_dev_alloc(cu->dev, GR_MEM_DEVICE, (size_t)rows * 8, &y), "alloc");
+    DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k0, 0, &one.f[0]), "prepare");
+    one.n = 1;
+    one.args[0][0].ptr = x, one.args[0][1].ptr = y;
+    DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k1, 0, &split.f[0]), "prepare");
+    DIE_IF(gr_dev_kernel_prepare_flags(cu->dev, k2, 0, &split.f[1]), "prepare");
+    split.n = 2;
+    split.args[0][0].ptr = x, split.args[0][1].ptr = cm, split.args[0][2].ptr = ci;
+    split.args[1][0].ptr = cm, split.args[1][1].ptr = ci, split.args[1][2].ptr = y;
+    double t_one = time_us(cu, run_arg, &one), t_split = time_us(cu, run_arg, &split);
+    printf("TIME arg_max_f32_%lldx%lld  one block per row %8.2f us  split (2 kernels) %8.2f us  %.1fx\n", (long long)rows,
+           (long long)len, t_one, t_split, t_one / t_split);
+done:
+    for (int i = 0; i < 2; i++) {
+        if (one.f[i]) gr_dev_kernel_release(cu->dev, one.f[i]);
+        if (split.f[i]) gr_dev_kernel_release(cu->dev, split.f[i]);
+    }
+    gr_dev_free(cu->dev, x);
+    gr_dev_free(cu->dev, cm);
+    gr_dev_free(cu->dev, ci);
+    gr_dev_free(cu->dev, y);
+    gr_kernel_destroy(k0);
+    gr_kernel_destroy(k1);
+    gr_kernel_destroy(k2);
+}
+
 /* The kernel passes/fuse-move.c makes of Llama's RoPE (q projection [B, S, H, D] transposed,
  * rotate_half as a select over two clamped gathers of it, times cos / sin): out[b, h, s, d] =
  * x[b, s, h, d] * cos[s, d] + (d < D/2 ? -x[b, s, h, d + D/2] : x[b, s, h, d - D/2]) * sin[s, d]. */
@@ -1604,6 +1820,18 @@ int main(int argc, char **argv) {
     }
     check_gather(&cu, &sim, GR_I64, GR_F32);
     check_gather(&cu, &sim, GR_I32, GR_F16);
+    /* issue 12: the KV-cache append (a scatter store) and arg_max / arg_min over long rows */
+    check_cache_write(&cu, &sim, GR_F32, 1, 12, 160, 64, 33);
+    check_cache_write(&cu, &sim, GR_BF16, 8, 12, 160, 64, 160);
+    check_cache_write(&cu, &sim, GR_F32, 2, 4, 24, 16, 0);
+    for (int last = 0; last < 2; last++) {
+        check_arg_split(&cu, &sim, GR_F32, 1, 50257, true, last);
+        check_arg_split(&cu, &sim, GR_F32, 8, 50257, true, last);
+        check_arg_split(&cu, &sim, GR_BF16, 1, 32000, true, last);
+        check_arg_split(&cu, &sim, GR_BF16, 3, 5003, false, last);
+    }
+    time_arg_max(&cu, 1, 50257);
+    time_arg_max(&cu, 8, 50257);
     check_rope(&cu, &sim, GR_BF16);
     check_rope(&cu, &sim, GR_F32);
     check_rope_plan(&cu, &sim, 2, 4, 33, 64, 0);
