@@ -53,6 +53,7 @@ fi
 
 if want profile; then
     model=${LLAMA_ONNX:-/tmp/realsize/llama.onnx}
+    mkdir -p "$(dirname "$model")"
     if [ ! -f "$model" ]; then
         timeout 300 python3 -c "
 import sys; sys.path.insert(0, 'bench')
