@@ -698,6 +698,32 @@ static gr_status attn_state(gr_cuda_ctx *c, struct gr_cuda_attn **out) {
 /* The tensor-core kernel's tiles (BM = BN), its MAXT, and the least table memory taken. */
 enum { ATT_TILE = 64, ATT_MAXT = 1024, ATT_TABLE_MIN = 1 << 20 };
 
+/* Grows a context buffer of the attention kernels (a mask tile table, the decode kernel's
+ * partials or counters) to `bytes` (cleared when `clear`), outside capture only: false in *ok
+ * where it would have to grow during capture (a capture never allocates). A grown-out buffer
+ * is retired, not freed: a graph captured earlier still uses it. */
+static gr_status grow_buffer(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, CUdeviceptr *buf,
+                             size_t *have, size_t bytes, bool clear, const char *what, bool *ok) {
+    *ok = true;
+    if (bytes <= *have) return GR_OK;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
+    if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return *ok = false, GR_OK;
+    GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1)); /* so keeping the old one cannot fail */
+    size_t want = bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : bytes;
+    CUdeviceptr p;
+    gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
+    if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of %s", call->name, want, what);
+    if (clear && (st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream))) != GR_OK) {
+        c->cu->cuMemFree(p);
+        return gr_error_prefix(st, "attention %s: clearing the %s", call->name, what);
+    }
+    if (*buf) s->retired.data[s->retired.len++] = *buf;
+    *buf = p;
+    *have = want;
+    return GR_OK;
+}
+
 /* The mask's tile table for the tensor-core kernel: mask_cls launched on `stream` ahead of
  * the attention, writing one 64 x 64 tile's live rows (8 bytes) and class (1 byte) per
  * (mask plane, query tile, key tile) into table memory: the context's own table, or a mask
@@ -727,19 +753,9 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
         const bool own = !g || !call->mask_group_first;
         CUdeviceptr *table = own ? &s->table : &s->group[g - 1].table;
         size_t *have = own ? &s->table_bytes : &s->group[g - 1].bytes;
-        if ((size_t)bytes > *have) {
-            CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-            GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
-            if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return GR_OK;
-            GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1)); /* so keeping the old one cannot fail */
-            size_t want = (size_t)bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : (size_t)bytes;
-            CUdeviceptr p;
-            gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
-            if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes of mask tile table", call->name, want);
-            if (*table) s->retired.data[s->retired.len++] = *table;
-            *table = p;
-            *have = want;
-        }
+        bool ok;
+        GR_TRY(grow_buffer(c, s, stream, call, table, have, (size_t)bytes, false, "mask tile table", &ok));
+        if (!ok) return GR_OK;
         a->trows = (void *)(uintptr_t)*table;
     }
     a->tcls = (char *)a->trows + tiles * 8;
@@ -764,32 +780,6 @@ static gr_status mask_table(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream str
 /* Query rows up to which the decode kernel runs (a step of one token, or a few speculative ones). */
 enum { ATT_DEC_MAX_SQ = 8, ATT_DEC_MIN_KEYS = 16, ATT_DEC_MAX_SPLITS = 64 };
 
-/* Grows one of attn_dec's buffers to `bytes` (cleared), outside capture only: false in *ok
- * where it would have to grow during capture. A grown-out buffer is retired, not freed (a
- * graph captured earlier still uses it). */
-static gr_status dec_buffer(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream stream, const gr_libcall *call, CUdeviceptr *buf,
-                            size_t *have, size_t bytes, bool *ok) {
-    *ok = true;
-    if (bytes <= *have) return GR_OK;
-    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-    GR_CU_CHECK(c->cu->cuStreamIsCapturing(stream, &cap));
-    if (cap != CU_STREAM_CAPTURE_STATUS_NONE) return *ok = false, GR_OK;
-    GR_TRY(gr_vec_reserve(&s->retired, s->retired.len + 1));
-    size_t want = bytes < ATT_TABLE_MIN ? ATT_TABLE_MIN : bytes;
-    CUdeviceptr p;
-    gr_status st = GR_CU_STATUS(c->cu->cuMemAlloc(&p, want));
-    if (st != GR_OK) return gr_error_prefix(st, "attention %s: %zu bytes for the decode kernel", call->name, want);
-    st = GR_CU_STATUS(c->cu->cuMemsetD8Async(p, 0, want, stream));
-    if (st != GR_OK) {
-        c->cu->cuMemFree(p);
-        return gr_error_prefix(st, "attention %s: clearing the decode kernel's memory", call->name);
-    }
-    if (*buf) s->retired.data[s->retired.len++] = *buf;
-    *buf = p;
-    *have = want;
-    return GR_OK;
-}
-
 /* The decode kernel (attn_dec): the keys of each (batch, head) split over enough blocks to
  * fill the device twice (at least ATT_DEC_MIN_KEYS keys a split, at most ATT_DEC_MAX_SPLITS);
  * the last block of a row (a counter per row) merges the splits' partials. Both buffers are
@@ -808,8 +798,8 @@ static gr_status attn_decode(gr_cuda_ctx *c, struct gr_cuda_attn *s, CUstream st
                    gr_mul_overflow(rows, ns, &bytes) || gr_mul_overflow(bytes, (call->head_dim_v + 2) * 4, &bytes)))
         ns = 1;
     bool ok = true;
-    if (ns > 1) GR_TRY(dec_buffer(c, s, stream, call, &s->count, &s->count_bytes, (size_t)count_bytes, &ok));
-    if (ns > 1 && ok) GR_TRY(dec_buffer(c, s, stream, call, &s->part, &s->part_bytes, (size_t)bytes, &ok));
+    if (ns > 1) GR_TRY(grow_buffer(c, s, stream, call, &s->count, &s->count_bytes, (size_t)count_bytes, true, "decode counters", &ok));
+    if (ns > 1 && ok) GR_TRY(grow_buffer(c, s, stream, call, &s->part, &s->part_bytes, (size_t)bytes, false, "decode partials", &ok));
     if (!ok) ns = 1;
     a->nsplit = (int)ns;
     a->count = ns > 1 ? (void *)(uintptr_t)s->count : NULL;
