@@ -54,6 +54,13 @@ gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
  * *n_fused (may be NULL) = number of matmuls given an epilogue. */
 gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused);
 
+/* Common subexpressions (passes/cse.c): a node equal to an earlier one (same op, attributes,
+ * inputs; small constants compared by content) has its readers read the earlier one's outputs
+ * and is left unread. Ops with effects or state (random, collectives, sample, beam_step,
+ * beam_reorder, cache_write), in-place outputs and graph outputs are never merged away; a
+ * graph with if/loop is left alone. *n_merged (may be NULL) = nodes merged. */
+gr_status gr_pass_cse(gr_graph *g, int *n_merged);
+
 /* What a precision conversion did (gr_pass_convert_precision). */
 typedef struct {
     int weights_converted;     /* f32 constants given a half copy */
@@ -338,6 +345,8 @@ typedef struct {
     bool no_fuse_attention;
     /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
     bool fuse_attention_f32;
+    /* Leaves common subexpressions of the graph (no gr_pass_cse): the reference path. */
+    bool no_cse;
     /* Leaves activations after matmuls unfused (no gr_pass_fuse_epilogue): the reference path. */
     bool no_fuse_epilogue;
     /* Lowering: products of two activations as generated kernels (gr_pass_lower_opts; shape policy generic). */
@@ -349,7 +358,7 @@ typedef struct {
     gr_dtype precision;
     bool src_converted;
     /* Called after each pass with the pass's name ("input", "specialize",
-     * "fuse_attention" (when it runs), "fuse_epilogue" (when it fused one), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
+     * "fuse_attention" (when it runs), "fuse_epilogue" (when it fused one), "cse" (when it merged one), "predicate_if", "fold_constants", "lower", "fuse", "plan_memory",
      * "partition") and the state so far (steps, mem and segs are empty until
      * their pass ran). An observer (graft dump) prints; a test hook may
      * rewrite the steps after "fuse". A non-OK status stops the pipeline. */

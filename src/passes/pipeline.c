@@ -89,6 +89,13 @@ gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values,
         st = gr_pass_fuse_epilogue(c->g, &n_fused);
         if (st == GR_OK && n_fused) st = after(opts, "fuse_epilogue", c);
     }
+    /* after the matchers above (a value they fuse must keep its one reader), before specialization
+     * (merges decided on the symbolic graph: alike for every binding) */
+    if (st == GR_OK && !(opts && opts->no_cse)) {
+        int n_merged = 0;
+        st = gr_pass_cse(c->g, &n_merged);
+        if (st == GR_OK && n_merged) st = after(opts, "cse", c);
+    }
     if (st == GR_OK && opts && opts->fold_linear_only && !opts->src_marked) st = gr_pass_mark_superlinear(c->g);
     if (st == GR_OK) st = gr_ir_specialize(c->g, sym_values);
     if (st == GR_OK) st = after(opts, "specialize", c);
