@@ -525,6 +525,11 @@ gr_status gr_pass_decode_rewrite(const gr_graph *src, const gr_decode_spec *spec
     if ((st = gr_ir_topo_sort(g, "decode rewrite")) != GR_OK) goto fail;
     if ((st = gr_ir_infer_shapes(g)) != GR_OK) goto fail;
     if ((st = gr_ir_verify(g)) != GR_OK) goto fail;
+    /* one shape for every position: no dim of this graph varies between runs, so none is
+     * kept from being structurally 1 (gr_ir_value.var_dims, set by the specialization above
+     * for the symbolic graph's batch and seq): a split of the fused q/k/v projection along
+     * its last axis, with only 1s before it, is then a view instead of a copy kernel per part */
+    for (int v = 0; v < g->values.len; v++) g->values.data[v].var_dims = 0;
     pad_free(&pi);
     gr_free(live, (size_t)n_live + 1);
     *out = g;
