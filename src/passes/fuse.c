@@ -461,6 +461,65 @@ static void judge_step(const gr_step_list *steps, int i, int j, int v, int limit
     readers[(*n_readers)++] = j;
 }
 
+/* Readers of v through views. An ALIAS step viewing v at element offset 0 (a reshape, a
+ * squeeze: v's elements at v's addresses) makes its kernel readers readers of v: each of their
+ * args binding the view is bound to v for the attempt (the same address, so the kernel is
+ * unchanged), and the view goes with dead-step elimination once nothing reads it. Why: the
+ * decode step's K and V slices of GPT-2's fused q/k/v projection reach the cache append through
+ * a reshape, and the split copy writing each slice could not go into the append (issue 12). A
+ * view that is a graph output, is written, is read by a step that is not a kernel, or views v
+ * at another offset stops the fusion, as any such reader of v does. */
+enum { FUSE_MAX_VIEW_BINDS = 16, FUSE_MAX_VIEW_DEPTH = 4 };
+typedef struct {
+    int step, arg, view;   /* steps[step].args[arg] bound view, now v */
+    const gr_kernel *kernel; /* the step's kernel when it was rebound */
+} view_bind;
+
+static void judge_view(sweep_ctx *sc, int i, int view, int depth, int limit, int *readers, int *n_readers, view_bind *vb,
+                       int *n_vb, bool *stop) {
+    const gr_step_list *steps = sc->steps;
+    if (view < 0 || view >= sc->nv || sc->is_output[view] || depth > FUSE_MAX_VIEW_DEPTH) {
+        *stop = true;
+        return;
+    }
+    for (int pass = 0; pass < 2 && !*stop; pass++) {
+        int e = pass ? sc->extra_head[view] : sc->ref_start[view];
+        while (!*stop && (pass ? e >= 0 : e < sc->ref_start[view + 1])) {
+            int j = pass ? sc->extra.data[e].step : sc->ref_steps[e];
+            e = pass ? sc->extra.data[e].next : e + 1;
+            const gr_step *s = &steps->data[j];
+            if (sc->dead[j] || !binds(s, view)) continue;
+            if (s->kind == GR_STEP_ALIAS) {
+                if (s->args[0].value != view) continue; /* a step viewing nothing of it: its output */
+                if (s->args[0].elem_offset != 0) *stop = true;
+                else judge_view(sc, i, s->out_value, depth + 1, limit, readers, n_readers, vb, n_vb, stop);
+                continue;
+            }
+            if (j <= i || s->kind != GR_STEP_KERNEL || !s->kernel) {
+                *stop = true;
+                return;
+            }
+            bool seen = false; /* a reader reached twice (two views, or v and a view) binds each once */
+            for (int q = 0; q < *n_vb && !seen; q++) seen = vb[q].step == j && vb[q].view == view;
+            if (seen) continue;
+            for (int a = 0; a < s->n_args && a < s->kernel->n_params; a++) {
+                if (s->args[a].kind == GR_ARG_HOST_SCALAR && s->args[a].value == view) *stop = true;
+                if (s->args[a].kind != GR_ARG_VALUE || s->args[a].value != view) continue;
+                if (s->kernel->params[a].written || *n_vb == FUSE_MAX_VIEW_BINDS) *stop = true;
+                else vb[(*n_vb)++] = (view_bind){j, a, view, s->kernel};
+            }
+            if (*stop) return;
+            if (sc->stamp[j] == i) continue; /* among v's readers already */
+            sc->stamp[j] = i;
+            if (*n_readers == limit) {
+                *stop = true;
+                return;
+            }
+            readers[(*n_readers)++] = j;
+        }
+    }
+}
+
 /* Whether a load streams a full tensor (one element per point of P's space,
  * or a gather) rather than a broadcast operand (a stride 0 along a dim that
  * is larger than 1 or symbolic: bias rows, position tables, per-row ids),
@@ -659,6 +718,8 @@ static gr_status try_fuse_parts(sweep_ctx *sc, int i, bool *fused) {
     return fuse_move(sc, &m, v, &reader, 1, fused);
 }
 
+static gr_status fuse_readers(sweep_ctx *sc, int i, int v, int *readers, int n_readers, bool *fused);
+
 /* Tries to fuse step i into all of its readers (into its only one unless
  * `recompute`); *fused tells whether it did. */
 static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
@@ -671,21 +732,46 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     if (v >= sc->nv || sc->is_output[v]) return GR_OK;
     if (g->values.data[v].placement == GR_PLACE_HOST) return GR_OK;
     int readers[FUSE_MAX_READERS], n_readers = 0, limit = recompute ? FUSE_MAX_READERS : 1;
+    view_bind vb[FUSE_MAX_VIEW_BINDS];
+    int n_vb = 0;
     bool stop = false;
-    for (int e = sc->ref_start[v]; e < sc->ref_start[v + 1] && !stop; e++) {
-        int j = sc->ref_steps[e];
-        if (j == i || sc->dead[j] || sc->stamp[j] == i || !binds(&steps->data[j], v)) continue;
-        sc->stamp[j] = i;
-        judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
-    }
-    for (int e = sc->extra_head[v]; e >= 0 && !stop; e = sc->extra.data[e].next) {
-        int j = sc->extra.data[e].step;
-        if (j == i || sc->dead[j] || sc->stamp[j] == i || !binds(&steps->data[j], v)) continue;
-        sc->stamp[j] = i;
-        judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
+    for (int pass = 0; pass < 2 && !stop; pass++) {
+        int e = pass ? sc->extra_head[v] : sc->ref_start[v];
+        while (!stop && (pass ? e >= 0 : e < sc->ref_start[v + 1])) {
+            int j = pass ? sc->extra.data[e].step : sc->ref_steps[e];
+            e = pass ? sc->extra.data[e].next : e + 1;
+            if (j == i || sc->dead[j] || !binds(&steps->data[j], v)) continue;
+            const gr_step *s = &steps->data[j];
+            if (s->kind == GR_STEP_ALIAS && s->n_args > 0 && s->args[0].kind == GR_ARG_VALUE && s->args[0].value == v &&
+                s->args[0].elem_offset == 0 && j > i) {
+                judge_view(sc, i, s->out_value, 1, limit, readers, &n_readers, vb, &n_vb, &stop);
+                continue;
+            }
+            if (sc->stamp[j] == i) continue;
+            sc->stamp[j] = i;
+            judge_step(steps, i, j, v, limit, readers, &n_readers, &stop);
+        }
     }
     if (stop) return try_fuse_parts(sc, i, fused); /* perhaps another writer: a concat's part */
     if (n_readers == 0) return GR_OK; /* no readers: dead, left to gr_pass_dce */
+    /* readers through views read v for the attempt; put back where nothing was fused */
+    for (int q = 0; q < n_vb; q++) steps->data[vb[q].step].args[vb[q].arg].value = v;
+    gr_status st = fuse_readers(sc, i, v, readers, n_readers, fused);
+    for (int q = 0; q < n_vb && !*fused; q++) {
+        gr_step *s = &steps->data[vb[q].step];
+        /* a reader whose kernel changed form meanwhile (a growing one finished) keeps v: the
+         * same address, and its args may have moved */
+        if (s->kernel == vb[q].kernel && vb[q].arg < s->n_args && s->args[vb[q].arg].value == v) s->args[vb[q].arg].value = vb[q].view;
+    }
+    return st;
+}
+
+/* Fuses step i, the producer of v, into readers[0..n_readers) (all of them or none). */
+static gr_status fuse_readers(sweep_ctx *sc, int i, int v, int *readers, int n_readers, bool *fused) {
+    *fused = false;
+    gr_step_list *steps = sc->steps;
+    const gr_graph *g = sc->g;
+    gr_step *ps = &steps->data[i];
     for (int a = 1; a < n_readers; a++) /* in list order, as a scan of the steps finds them */
         for (int b = a; b > 0 && readers[b] < readers[b - 1]; b--) {
             int t = readers[b];
