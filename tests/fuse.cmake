@@ -1,5 +1,8 @@
 # Fusion with recomputation, CSE inside kernels, dead-step elimination, fold limits.
 graft_test(test_fuse SOURCES tests/test_fuse.c LAYERS graft_util graft_ir graft_codegen graft_passes)
+# Common subexpressions of the graph (passes/cse.c, issue 12): what merges, what must not
+# (effects, state, in-place and graph outputs, other attributes or dtypes), bit-identical plans.
+graft_test(test_cse SOURCES tests/test_cse.c LAYERS graft_util graft_ir graft_codegen graft_passes graft_frontend)
 # Fused transformer plans under --precision bf16 (issue 15): no quadratic residual stream, no
 # cast kernels behind a kernel's output, fused and unfused steps bit-identical.
 if(GRAFT_ONNX_ENABLED)

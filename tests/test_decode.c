@@ -830,6 +830,82 @@ static void test_beam_generate(const char *model, gr_mode mode) {
     gr_session_destroy(s);
 }
 
+/* Kernels of one decode step (issue 12: the step is launch-bound, ~2-3 us a kernel on the H100):
+ * kernel and library-call steps of the engine's plan, on the simulator, for both fixtures at batch
+ * 1 and 2, greedy and 4 beams. The bounds are the counts after the per-layer mask `where` became one
+ * for every layer (passes/cse.c) and the K/V slices of GPT-2's fused projection went into the cache
+ * append (no split copy kernels: the rewrite's one-shape step has no var dims, fuse.c looks
+ * through views); before: GPT-2 41/43 greedy, 51 beam; Llama 55/57 greedy, 65 beam. A step that
+ * needs more kernels again fails here. */
+static int step_launches(const char *name, const char *const *past, const char *const *present, int64_t b, int64_t beams,
+                         int *splits, int *mask_wheres) {
+    char path[512];
+    snprintf(path, sizeof path, DIR "%s/model.onnx", name);
+    gr_graph_t g;
+    CHECK_OK(gr_graph_load(path, &g));
+    CHECK_OK(gr_graph_set_dim_range(g, "past", 0, 256));
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    gr_session_t s;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_decode_engine *e = NULL;
+    int n = -1;
+    *splits = *mask_wheres = 0;
+    if (beams > 1) {
+        CHECK_OK(gr_decode_engine_create_beam(s, 4, past, present, NULL, b * beams, 24, beams, &e));
+        if (e) CHECK_OK(gr_decode_engine_set_beam(e, 1, -1, 0, 1.0, 8));
+    } else {
+        CHECK_OK(gr_decode_engine_create(s, 4, past, present, NULL, b, 24, &e));
+    }
+    int64_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    if (e) CHECK_OK(gr_decode_engine_step(e, ids, 1, NULL));
+    const gr_rt_plan *p = e ? gr_decode_engine_session(e)->plans : NULL;
+    if (p) {
+        n = 0;
+        for (int i = 0; i < p->steps.len; i++) {
+            const gr_step *st = &p->steps.data[i];
+            if (st->kind != GR_STEP_KERNEL && st->kind != GR_STEP_LIBCALL) continue;
+            n++;
+            if (st->kind != GR_STEP_KERNEL || st->node < 0) continue;
+            const gr_ir_node *nd = &p->g->nodes.data[st->node];
+            *splits += nd->op == GR_OP_SPLIT;
+            /* the model's additive mask: a where of two constants over [b, 1, 1, max_len] */
+            if (nd->op == GR_OP_WHERE && nd->n_in == 3 && p->g->values.data[nd->in[1]].kind == GR_VAL_CONST &&
+                p->g->values.data[nd->in[2]].kind == GR_VAL_CONST && p->g->values.data[nd->out[0]].ndim == 4)
+                (*mask_wheres)++;
+        }
+    }
+    gr_decode_engine_destroy(e);
+    gr_session_destroy(s);
+    gr_graph_destroy(g);
+    return n;
+}
+
+static void test_step_kernels(const char *const *gp, const char *const *gq, const char *const *lp, const char *const *lq) {
+    static const struct {
+        const char *model;
+        int64_t b, beams;
+        int max;
+    } cases[] = {
+        {"gpt2", 1, 1, 33}, {"gpt2", 2, 1, 36}, {"gpt2", 1, 4, 44}, {"gpt2", 2, 4, 44},
+        {"llama", 1, 1, 49}, {"llama", 2, 1, 53}, {"llama", 1, 4, 61}, {"llama", 2, 4, 61},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bool gpt = !strcmp(cases[c].model, "gpt2");
+        int splits, wheres;
+        int n = step_launches(cases[c].model, gpt ? gp : lp, gpt ? gq : lq, cases[c].b, cases[c].beams, &splits, &wheres);
+        printf("decode step of %s, batch %lld, %lld beam(s): %d kernels and library calls (at most %d)\n", cases[c].model,
+               (long long)cases[c].b, (long long)cases[c].beams, n, cases[c].max);
+        CHECK_MSG(n > 0 && n <= cases[c].max, "%s batch %lld beams %lld: %d launches a step, at most %d before", cases[c].model,
+                  (long long)cases[c].b, (long long)cases[c].beams, n, cases[c].max);
+        CHECK_MSG(splits == 0, "%s batch %lld beams %lld: %d split copy kernels in the step", cases[c].model, (long long)cases[c].b,
+                  (long long)cases[c].beams, splits);
+        CHECK_MSG(wheres == 1, "%s batch %lld beams %lld: %d mask kernels in the step, want one for every layer", cases[c].model,
+                  (long long)cases[c].b, (long long)cases[c].beams, wheres);
+    }
+}
+
 int main(void) {
     const char *gp[] = {"past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"};
     const char *gq[] = {"present.0.key", "present.0.value", "present.1.key", "present.1.value"};
@@ -843,6 +919,7 @@ int main(void) {
         run_loop("llama", lp, lq, 4, mode);
     }
     loop_refusals();
+    test_step_kernels(gp, gq, lp, lq);
     test_sample_semantics();
     for (int m = 0; m < 2; m++) {
         test_sample_op(m ? GR_MODE_GRAPH : GR_MODE_EAGER);

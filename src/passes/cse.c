@@ -10,7 +10,7 @@
  *     expression, which the graph hash-conses; order does not matter),
  *   - the same inputs, position by position: the same value, or two small constants
  *     (at most CSE_CONST_BYTES bytes) of equal dtype, shape and bytes,
- *   - outputs of equal types, and the same no_fold mark;
+ *   - outputs of equal types where inferred already, and the same no_fold mark;
  * the later node's readers then read the earlier node's outputs, and the later node is left
  * unread (its steps go with dead-step elimination, passes/dce.c, as attention.c's do).
  *
@@ -24,7 +24,8 @@
  * premise), and large constants are compared by identity only (no weight is hashed).
  *
  * Results are bit-identical: a merged node computes from the same values what its twin
- * computes. O(nodes + inputs + attributes). */
+ * computes. *n_merged counts the merged nodes something read (a second run counts none).
+ * O(nodes + inputs + attributes). */
 #include "passes/passes.h"
 #include <string.h>
 
@@ -59,6 +60,7 @@ typedef struct {
     int *slots;     /* open addressing over node indices + 1 (0 = empty) */
     uint32_t mask;  /* slots - 1, a power of two minus one */
     bool *is_output;
+    bool *is_read;  /* per value: some node reads it */
 } cse_ctx;
 
 static uint32_t mix(uint32_t h, uint64_t x) {
@@ -178,7 +180,7 @@ static bool candidate(const cse_ctx *c, const gr_ir_node *n) {
     if (n->op < 0 || n->op >= GR_OP_COUNT || !mergeable[n->op] || n->n_out < 1) return false;
     for (int k = 0; k < n->n_out; k++) {
         int o = n->out[k];
-        if (o < 0 || !c->g->values.data[o].typed || c->g->values.data[o].inplace_of) return false;
+        if (o < 0 || c->g->values.data[o].inplace_of) return false;
     }
     return true;
 }
@@ -195,10 +197,14 @@ gr_status gr_pass_cse(gr_graph *g, int *n_merged) {
     c.canon = gr_malloc(sizeof(int) * (size_t)(nv > 0 ? nv : 1));
     c.slots = gr_calloc(cap, sizeof(int));
     c.is_output = gr_calloc((size_t)(nv > 0 ? nv : 1), sizeof(bool));
-    gr_status st = c.canon && c.slots && c.is_output ? GR_OK : GR_ERR_NOMEM;
+    c.is_read = gr_calloc((size_t)(nv > 0 ? nv : 1), sizeof(bool));
+    gr_status st = c.canon && c.slots && c.is_output && c.is_read ? GR_OK : GR_ERR_NOMEM;
     if (st == GR_OK) {
         for (int v = 0; v < nv; v++) c.canon[v] = v;
         for (int i = 0; i < g->outputs.len; i++) c.is_output[g->outputs.data[i]] = true;
+        for (int i = 0; i < nn; i++)
+            for (int k = 0; k < g->nodes.data[i].n_in; k++)
+                if (g->nodes.data[i].in[k] >= 0) c.is_read[g->nodes.data[i].in[k]] = true;
         st = canon_consts(&c, nv);
     }
     for (int i = 0; i < nn && st == GR_OK; i++) {
@@ -220,14 +226,16 @@ gr_status gr_pass_cse(gr_graph *g, int *n_merged) {
             }
             const gr_ir_node *first = &g->nodes.data[c.slots[s] - 1];
             if (keep || !same_node(&c, first, n)) continue;
-            for (int k = 0; k < n->n_out; k++) c.canon[n->out[k]] = first->out[k];
-            merged++;
+            bool read = false; /* a twin nothing reads (left by an earlier run) is not counted */
+            for (int k = 0; k < n->n_out; k++) c.canon[n->out[k]] = first->out[k], read |= c.is_read[n->out[k]];
+            merged += read;
             break;
         }
     }
     gr_free(c.canon, sizeof(int) * (size_t)(nv > 0 ? nv : 1));
     gr_free(c.slots, cap * sizeof(int));
     gr_free(c.is_output, (size_t)(nv > 0 ? nv : 1) * sizeof(bool));
+    gr_free(c.is_read, (size_t)(nv > 0 ? nv : 1) * sizeof(bool));
     if (st == GR_OK && n_merged) *n_merged = merged;
     return st;
 }
