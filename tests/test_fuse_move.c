@@ -205,6 +205,30 @@ static void test_near_misses(void) {
           NULL);
 }
 
+/* ==== readers through views (issue 12) ================================================================ */
+
+/* A movement kernel read through a view (an ALIAS step at offset 0: a reshape) goes into the
+ * view's readers: the K slice of a fused q/k/v projection, reshaped to heads, written by a cache
+ * append (a scatter kernel) or read by an elementwise kernel. Near misses keep the copy: the view
+ * is a graph output, or a library call reads it. */
+static void test_views(void) {
+    check("split through a reshape", "graft 1\ninput x: f32[2, 1, 12]\nq, k, v = split(x, axis=2, split=[4, 4, 4])\n"
+                                     "kr = reshape(k, shape=[2, 2, 2])\ny = exp(kr)\noutput y\n", -1, 1, "split");
+    check("split through two views into a cache append",
+          "graft 1\ninput x: f32[2, 1, 12]\ninput c: f32[2, 2, 6, 2]\ninput L: i64[1]\n"
+          "q, k, v = split(x, axis=2, split=[4, 4, 4])\nkr = reshape(k, shape=[2, 1, 2, 2])\n"
+          "kt = transpose(kr, perm=[0, 2, 1, 3])\nkv = reshape(kt, shape=[2, 2, 1, 2])\n"
+          "y = cache_write(c, kv, L, axis=2, delta=-1)\noutput y\n", -1, -1, "split");
+    check("a split read directly and through a view", "graft 1\ninput x: f32[2, 1, 12]\nq, k, v = split(x, axis=2, split=[4, 4, 4])\n"
+                                                       "kr = reshape(k, shape=[2, 4])\nkf = reshape(k, shape=[2, 4])\n"
+                                                       "y = add(kr, kf)\noutput y\n", -1, 1, "split");
+    /* near misses: the view is an output of the graph; a matmul reads the view */
+    check("view is an output", "graft 1\ninput x: f32[2, 1, 12]\nq, k, v = split(x, axis=2, split=[4, 4, 4])\n"
+                               "kr = reshape(k, shape=[2, 4])\ny = exp(kr)\noutput y, kr\n", -1, 2, NULL);
+    check("view read by a matmul", "graft 1\ninput x: f32[2, 1, 12]\ninput w: f32[4, 3]\nq, k, v = split(x, axis=2, split=[4, 4, 4])\n"
+                                   "kr = reshape(k, shape=[2, 4])\ny = exp(kr)\nz = matmul(kr, w)\noutput y, z\n", -1, 2, NULL);
+}
+
 /* An access that leaves the producer's space along a dim stays unfused; its neighbour
  * inside the space is fused. The reader's access is set by hand (lowering makes only
  * accesses within a value's shape): y's kernel over (5, ext1) reads t, a [6, 4] transpose,
@@ -368,6 +392,7 @@ int main(void) {
     test_rope();
     test_accesses();
     test_near_misses();
+    test_views();
     test_range();
     test_symbolic();
     test_grow_and_oom();
