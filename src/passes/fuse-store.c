@@ -4,8 +4,9 @@
  * producer to have no inner dims and each reader to visit the intermediate
  * dim for dim. Neither holds for the commonest waste under --precision:
  * a layer_norm (a reduction kernel, storing over_inner) or a gelu writes f32,
- * a view reshapes it (an ALIAS step, which fuse.c does not look through), and
- * a cast kernel rounds it to bf16 for the next matmul. Here the consumer goes
+ * a view reshapes it (an ALIAS step; fuse.c looks through such views, but a
+ * reduction is no producer it moves), and a cast kernel rounds it to bf16 for
+ * the next matmul. Here the consumer goes
  * into the producer instead: the producer's store writes the consumer's
  * output, through the consumer's expression, and the f32 intermediate (one
  * store and one load per element) and the cast kernel disappear.

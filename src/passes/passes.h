@@ -3,7 +3,8 @@
  *
  * Pipeline for one concrete shape key (gr_pass_pipeline below; the session
  * and `graft dump` both run it):
- *   clone graph → specialize symbolic dims (ir) → predicate ifs → fold
+ *   clone graph → fuse attention, epilogues → common subexpressions (cse.c)
+ *   → specialize symbolic dims (ir) → predicate ifs → fold
  *   constants → lower (one or more steps per node) → fuse → memory plan
  *   (arena offsets from liveness) → partition into segments
  *
@@ -58,7 +59,7 @@ gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused);
  * inputs; small constants compared by content) has its readers read the earlier one's outputs
  * and is left unread. Ops with effects or state (random, collectives, sample, beam_step,
  * beam_reorder, cache_write), in-place outputs and graph outputs are never merged away; a
- * graph with if/loop is left alone. *n_merged (may be NULL) = nodes merged. */
+ * graph with if/loop is left alone. *n_merged (may be NULL) = merged nodes that something read. */
 gr_status gr_pass_cse(gr_graph *g, int *n_merged);
 
 /* What a precision conversion did (gr_pass_convert_precision). */
