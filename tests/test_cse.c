@@ -7,8 +7,8 @@
  * 2. What must not be merged: other attributes (cast to another dtype, other axes), equal
  *    bytes of another dtype or shape, large constants of equal content (compared by identity),
  *    ops with effects or state (random_normal, cache_write, sample), an output written in
- *    place into an input, a graph output (kept as the node computing it), a graph with
- *    control flow.
+ *    place into an input, a graph output or a data-dependent symbol's count (kept as the node
+ *    computing it), a graph with control flow.
  * 3. The pipeline with and without the pass: the same outputs bit for bit (host executor),
  *    fewer kernels with it, and `graft dump` names the pass ("cse") only when it merged.
  */
@@ -161,6 +161,16 @@ static void test_not_merged(void) {
     expect_none("control flow", "graft 1\ninput x: f32[4]\ninput c: bool[]\n[e1] a = exp(x)\n[e2] b = exp(x)\n"
                                 "[i] y = if(c, then_branch={\n  t = neg(a)\n  output t\n}, else_branch={\n  f = neg(b)\n  output f\n})\n"
                                 "output y\n");
+    {   /* a data-dependent symbol's count: the session reads that value before each run */
+        gr_graph *g = parse("graft 1\ninput x: i64[1]\n[a1] y = abs(x)\n[a2] z = abs(x)\n[s] w = add(y, z)\noutput w\n");
+        if (g) {
+            gr_dim d;
+            CHECK_OK(gr_ir_data_symbol(g, "count", gr_ir_find_value(g, "z"), 16, "test", &d));
+            CHECK_MSG(cse(g) == 0, "a data-dependent symbol's count merged away");
+            CHECK(!strcmp(reads(g, "s", 1), "z"));
+            gr_ir_graph_destroy(g);
+        }
+    }
     {   /* an output written in place into an input (the decode rewrite's cache, gr_ir_value.inplace_of) */
         gr_graph *g = parse("graft 1\ninput k: f32[4]\ninput x: f32[4]\n[a1] y = add(k, x)\n[a2] z = add(k, x)\n"
                             "[s] w = mul(y, z)\noutput w, y\n");

@@ -17,8 +17,8 @@
  * Never merged, as either node: ops with effects or state (a table, mergeable[] below:
  * random generators, collectives, sampling and beam search, the in-place cache append; an
  * op appended to ops.def is not merged until it is listed), a node with an output written
- * in place into an input (gr_ir_value.inplace_of) or with a graph output (kept: it may still
- * be the earlier node others read). A graph holding control flow (if / loop: subgraphs read
+ * in place into an input (gr_ir_value.inplace_of) or with a graph output or a data-dependent
+ * symbol's count (kept: it may still be the earlier node others read). A graph holding control flow (if / loop: subgraphs read
  * outer values by name) is left alone. Nothing depends on a binding: run before
  * specialization, every binding of a symbolic model merges alike (the plan template's
  * premise), and large constants are compared by identity only (no weight is hashed).
@@ -202,6 +202,10 @@ gr_status gr_pass_cse(gr_graph *g, int *n_merged) {
     if (st == GR_OK) {
         for (int v = 0; v < nv; v++) c.canon[v] = v;
         for (int i = 0; i < g->outputs.len; i++) c.is_output[g->outputs.data[i]] = true;
+        /* a data-dependent symbol's count (gr_ir_symbol.data_value) is read by the session: kept
+         * where computed, as an output is */
+        for (int k = 0; k < g->syms.len; k++)
+            if (g->syms.data[k].data_value >= 0 && g->syms.data[k].data_value < nv) c.is_output[g->syms.data[k].data_value] = true;
         for (int i = 0; i < nn; i++)
             for (int k = 0; k < g->nodes.data[i].n_in; k++)
                 if (g->nodes.data[i].in[k] >= 0) c.is_read[g->nodes.data[i].in[k]] = true;
