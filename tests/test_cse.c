@@ -184,6 +184,29 @@ static void test_not_merged(void) {
     }
 }
 
+/* every allocation failure: GR_ERR_NOMEM, the graph unchanged, nothing leaked */
+static void test_oom(void) {
+    int failures = 0, successes = 0;
+    for (long n = 1; n < 100 && !successes; n++) {
+        gr_graph *g = parse(LAYERS);
+        if (!g) return;
+        (void)reads(g, "a2", 1); /* the graph's name index, built on the first lookup, before counting */
+        (void)gr_ir_find_value(g, "m1");
+        long live = gr_debug_live_allocs();
+        int merged = -1;
+        gr_debug_fail_alloc_after(n);
+        gr_status st = gr_pass_cse(g, &merged);
+        gr_debug_fail_alloc_after(0);
+        successes += st == GR_OK;
+        failures += st != GR_OK;
+        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
+        CHECK_MSG(!strcmp(reads(g, "a2", 1), st == GR_OK ? "m1" : "m2"), "allocation failure %ld: a2 reads %s", n, reads(g, "a2", 1));
+        CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
+        gr_ir_graph_destroy(g);
+    }
+    CHECK_MSG(successes == 1 && failures >= 3, "%d successes, %d failures", successes, failures);
+}
+
 /* ---- 3. the pipeline with and without ----------------------------------------------------------- */
 static int launches(const gr_step_list *s) {
     int n = 0;
@@ -236,6 +259,7 @@ int main(void) {
     (void)set_type, (void)t_input, (void)t_const, (void)input_data; /* host_exec.h's builders: unused here */
     test_merged();
     test_not_merged();
+    test_oom();
     test_pipeline();
     return check_summary("test_cse");
 }
