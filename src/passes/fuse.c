@@ -475,7 +475,7 @@ typedef struct {
     const gr_kernel *kernel; /* the step's kernel when it was rebound */
 } view_bind;
 
-static void judge_view(sweep_ctx *sc, int i, int view, int depth, int limit, int *readers, int *n_readers, view_bind *vb,
+static void judge_view(sweep_ctx *sc, int i, int v, int view, int depth, int limit, int *readers, int *n_readers, view_bind *vb,
                        int *n_vb, bool *stop) {
     const gr_step_list *steps = sc->steps;
     if (view < 0 || view >= sc->nv || sc->is_output[view] || depth > FUSE_MAX_VIEW_DEPTH) {
@@ -492,7 +492,7 @@ static void judge_view(sweep_ctx *sc, int i, int view, int depth, int limit, int
             if (s->kind == GR_STEP_ALIAS) {
                 if (s->args[0].value != view) continue; /* a step viewing nothing of it: its output */
                 if (s->args[0].elem_offset != 0) *stop = true;
-                else judge_view(sc, i, s->out_value, depth + 1, limit, readers, n_readers, vb, n_vb, stop);
+                else judge_view(sc, i, v, s->out_value, depth + 1, limit, readers, n_readers, vb, n_vb, stop);
                 continue;
             }
             if (j <= i || s->kind != GR_STEP_KERNEL || !s->kernel) {
@@ -504,6 +504,7 @@ static void judge_view(sweep_ctx *sc, int i, int view, int depth, int limit, int
             if (seen) continue;
             for (int a = 0; a < s->n_args && a < s->kernel->n_params; a++) {
                 if (s->args[a].kind == GR_ARG_HOST_SCALAR && s->args[a].value == view) *stop = true;
+                if (s->kernel->params[a].written && s->args[a].value == v) *stop = true; /* another writer of v */
                 if (s->args[a].kind != GR_ARG_VALUE || s->args[a].value != view) continue;
                 if (s->kernel->params[a].written || *n_vb == FUSE_MAX_VIEW_BINDS) *stop = true;
                 else vb[(*n_vb)++] = (view_bind){j, a, view, s->kernel};
@@ -744,7 +745,7 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
             const gr_step *s = &steps->data[j];
             if (s->kind == GR_STEP_ALIAS && s->n_args > 0 && s->args[0].kind == GR_ARG_VALUE && s->args[0].value == v &&
                 s->args[0].elem_offset == 0 && j > i) {
-                judge_view(sc, i, s->out_value, 1, limit, readers, &n_readers, vb, &n_vb, &stop);
+                judge_view(sc, i, v, s->out_value, 1, limit, readers, &n_readers, vb, &n_vb, &stop);
                 continue;
             }
             if (sc->stamp[j] == i) continue;
@@ -759,9 +760,14 @@ static gr_status try_fuse(sweep_ctx *sc, int i, bool recompute, bool *fused) {
     gr_status st = fuse_readers(sc, i, v, readers, n_readers, fused);
     for (int q = 0; q < n_vb && !*fused; q++) {
         gr_step *s = &steps->data[vb[q].step];
-        /* a reader whose kernel changed form meanwhile (a growing one finished) keeps v: the
-         * same address, and its args may have moved */
-        if (s->kernel == vb[q].kernel && vb[q].arg < s->n_args && s->args[vb[q].arg].value == v) s->args[vb[q].arg].value = vb[q].view;
+        if (s->kernel == vb[q].kernel && vb[q].arg < s->n_args && s->args[vb[q].arg].value == v) {
+            s->args[vb[q].arg].value = vb[q].view;
+            continue;
+        }
+        /* a reader whose kernel changed form meanwhile (a growing one finished: its args may have
+         * moved) keeps v, the same address; it joins v's readers so later sweeps see it */
+        gr_status rs = add_refs(sc, vb[q].step);
+        if (st == GR_OK) st = rs;
     }
     return st;
 }
