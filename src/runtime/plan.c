@@ -65,6 +65,13 @@ static void mark_device_input_use(gr_session_t s, gr_rt_plan *p) {
     int ni = p->g->inputs.len;
     bool graphs = s->opt.mode != GR_MODE_EAGER;
     bool repoint = !graphs || gr_dev_caps_get(s->dev).node_set_args;
+    /* Shape policies update and auto may run a segment through the position's one exec, which
+     * holds another binding's graph until an exec update applies this one's: a node patch there
+     * would keep that binding's launch geometry, so a moved buffer means recording the segment
+     * again and updating the exec (0.6-0.9 ms for a 140-kernel segment on the H100), on every
+     * call whose caller allocates fresh inputs. Copying the buffer into the placeholder is one
+     * copy node's worth (a few us for token ids); it is what those policies do. */
+    if (graphs && (s->opt.shape_policy == GR_SHAPES_UPDATE || s->opt.shape_policy == GR_SHAPES_AUTO)) repoint = false;
     for (int i = 0; i < ni; i++) {
         p->input_in_place[i] = p->mem.values[p->g->inputs.data[i]].kind == GR_STORE_INPUT && repoint;
         p->input_host_read[i] = p->mem.values[p->g->inputs.data[i]].kind == GR_STORE_HOST;
