@@ -70,19 +70,28 @@ out:
     return st;
 }
 
-static void run_model(const char *name, const char *const *past, const char *const *present, int n_state, int64_t kv_heads,
-                      gr_mode mode) {
-    char path[512], err[256];
+/* The fixture NAME's step model (its past axis declared 0..256) and a session over it. */
+static gr_session_t open_model(const char *name, gr_device_kind device, gr_mode mode, gr_graph_t *graph) {
+    char path[512];
     snprintf(path, sizeof path, DIR "%s/model.onnx", name);
-    gr_graph_t g;
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
     CHECK_OK(gr_graph_load(path, &g));
     CHECK_OK(gr_graph_set_dim_range(g, "past", 0, 256));
     gr_session_options o;
     gr_session_options_init(&o);
-    o.device = test_device();
+    o.device = device;
     o.mode = mode;
-    gr_session_t s;
     CHECK_OK(gr_session_create(g, &o, &s));
+    *graph = g;
+    return s;
+}
+
+static void run_model(const char *name, const char *const *past, const char *const *present, int n_state, int64_t kv_heads,
+                      gr_mode mode) {
+    char path[512], err[256];
+    gr_graph_t g;
+    gr_session_t s = open_model(name, test_device(), mode, &g);
     npy_array prompt, greedy;
     snprintf(path, sizeof path, DIR "%s/prompt.npy", name);
     CHECK_MSG(npy_read(path, &prompt, err) == 0, "%s", err);
@@ -218,16 +227,8 @@ static void check_cache_zero(gr_decode_engine *e, const char *const *past, int n
 
 static void run_loop(const char *name, const char *const *past, const char *const *present, int n_state, gr_mode mode) {
     char path[512], err[256];
-    snprintf(path, sizeof path, DIR "%s/model.onnx", name);
     gr_graph_t g;
-    CHECK_OK(gr_graph_load(path, &g));
-    CHECK_OK(gr_graph_set_dim_range(g, "past", 0, 256));
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = test_device();
-    o.mode = mode;
-    gr_session_t s;
-    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_session_t s = open_model(name, test_device(), mode, &g);
     npy_array prompt, greedy;
     snprintf(path, sizeof path, DIR "%s/prompt.npy", name);
     CHECK_MSG(npy_read(path, &prompt, err) == 0, "%s", err);
@@ -839,16 +840,8 @@ static void test_beam_generate(const char *model, gr_mode mode) {
  * needs more kernels again fails here. */
 static int step_launches(const char *name, const char *const *past, const char *const *present, int64_t b, int64_t beams,
                          int *splits, int *mask_wheres) {
-    char path[512];
-    snprintf(path, sizeof path, DIR "%s/model.onnx", name);
     gr_graph_t g;
-    CHECK_OK(gr_graph_load(path, &g));
-    CHECK_OK(gr_graph_set_dim_range(g, "past", 0, 256));
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    gr_session_t s;
-    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_session_t s = open_model(name, GR_DEVICE_SIM, GR_MODE_EAGER, &g);
     gr_decode_engine *e = NULL;
     int n = -1;
     *splits = *mask_wheres = 0;
@@ -930,13 +923,7 @@ int main(void) {
     }
     /* bad specs */
     gr_graph_t g;
-    CHECK_OK(gr_graph_load(DIR "gpt2/model.onnx", &g));
-    CHECK_OK(gr_graph_set_dim_range(g, "past", 0, 256));
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    gr_session_t s;
-    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_session_t s = open_model("gpt2", GR_DEVICE_SIM, GR_MODE_EAGER, &g);
     gr_decode_engine *e = NULL;
     const char *bad_past[] = {"past_nope"}, *bad_pres[] = {"present.0.key"};
     CHECK_ERR(gr_decode_engine_create(s, 1, bad_past, bad_pres, NULL, 1, 16, &e), GR_ERR_INVALID, "no input 'past_nope'");
