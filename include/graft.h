@@ -300,6 +300,7 @@ typedef struct {
     int index;
 } gr_output;
 GR_API gr_status gr_session_output(gr_session_t s, int i, gr_output *out);
+/* name, dtype and dims of an output: known when its run is enqueued (no wait for the device) */
 GR_API gr_status gr_session_output_info(gr_session_t s, gr_output o, gr_value_info *info);
 /* Copies the output to host memory (nbytes must be at least its size). */
 GR_API gr_status gr_session_output_read(gr_session_t s, gr_output o, void *dst, size_t nbytes);
@@ -442,9 +443,12 @@ typedef struct {
  * gr_session_bind_input_device), runs ordered on `stream` (as gr_session_run_on_stream; NULL:
  * as gr_session_run) and gives the first n_outputs outputs' handles and device addresses
  * (outs / out_ptrs, either may be NULL; an address as gr_session_output_device_ptr gives it),
- * with no host wait for the device: nothing here waits for this run, nor, in the steady state
- * of a static model in graph mode (one plan, every graph captured, auto mode's choices made),
- * for the previous one, which the new run follows on the device instead. The lifetimes above
+ * with no host wait for the device: nothing here waits for this run, nor, in graph mode's
+ * steady state, for the previous one, which the new run follows on the device instead. The
+ * steady state: the binding's plan is built (a model with symbolic dims: each binding seen
+ * before, several of them alternating as they come), every segment replays a graph it has
+ * (auto mode's and shape policy auto's choices made), and no exec update is due (shape policy
+ * update switching bindings waits). The lifetimes above
  * are what make that safe: bound buffers stay the caller's until the run reading them is over
  * in stream order, and an output's memory is rewritten only by the next run, which starts
  * after the work the caller enqueued on `stream` before calling it. A device error of a run

@@ -385,6 +385,15 @@ class Session:
             for i, (name, dtype, shape) in enumerate(meta):
                 out[name] = DeviceTensor._make(self, outs[i], name, dtype, shape, ptrs[i] or 0)
             return out
+        if staged:  # symbolic dims: each output's dims from its run's plan (known at enqueue: no wait)
+            outs, ptrs = staged
+            info = C.ValueInfo()
+            for i in range(len(self.outputs)):
+                C.check(lib.gr_session_output_info(h, outs[i], ctypes.byref(info)))
+                name = info.name.decode()
+                out[name] = DeviceTensor._make(self, outs[i], name, DTYPES[info.dtype],
+                                               tuple(info.dims[d] for d in range(info.ndim)), ptrs[i] or 0)
+            return out
         if meta:  # static model: one C call per output (its handle), metadata known
             for i, (name, dtype, shape) in enumerate(meta):
                 o = C.Output()

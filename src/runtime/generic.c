@@ -231,6 +231,40 @@ gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan *
     return GR_OK;
 }
 
+/* The plans a run at `syms` would take (the binding's and its bucket's), found without building,
+ * evicting or reordering anything (the host's wait decision, session.c): false when one is not
+ * built yet. */
+bool gr_rt_generic_peek(gr_session_t s, const int64_t *syms, gr_rt_plan **pp, gr_rt_plan **rep) {
+    *pp = *rep = NULL;
+    int n = s->graph->syms.len;
+    if (generic_on(s)) {
+        int64_t *bucket = gr_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+        if (!bucket) return false;
+        bool same = true;
+        for (int k = 0; k < n; k++) {
+            int64_t v = syms[k], hi = s->graph->syms.data[k].hi, b = 1;
+            while (b < v && b < hi) b *= 2;
+            if (b > hi) b = hi;
+            bucket[k] = v < 1 ? v : b;
+            same = same && bucket[k] == v;
+        }
+        if (!same) *rep = gr_rt_plan_find(s, bucket);
+        gr_free(bucket, sizeof(int64_t) * (size_t)(n ? n : 1));
+        if (!same && !*rep) return false;
+    }
+    return (*pp = gr_rt_plan_find(s, syms)) != NULL;
+}
+
+/* Which plan's graph runs segment seg of p (rep: its bucket's plan): rep where the segment was
+ * proven generic against rep, p where it was refused or p is its own bucket; NULL while not
+ * decided yet. */
+gr_rt_plan *gr_rt_generic_runner(const gr_rt_plan *p, gr_rt_plan *rep, int seg) {
+    if (!rep) return (gr_rt_plan *)p;
+    const gr_rt_gplan *gp = p->gp;
+    if (!gp || gp->rep_serial != rep->serial || seg >= gp->n_segs || gp->ok[seg] < 0) return NULL;
+    return gp->ok[seg] ? rep : (gr_rt_plan *)p;
+}
+
 /* ==== the proof ==================================================================================== */
 static const char *node_name(const gr_rt_plan *p, const gr_step *st) {
     return st->node >= 0 && st->node < p->g->nodes.len && p->g->nodes.data[st->node].name ? p->g->nodes.data[st->node].name : "?";

@@ -325,6 +325,8 @@ gr_status gr_rt_input_placeholder(gr_session_t s, gr_rt_plan *p, int i);
 
 /* session.c: the plan of binding syms (most recent first), built if there is none */
 gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out);
+/* The plan of binding syms if it is built (NULL if not): nothing built, evicted or reordered. */
+gr_rt_plan *gr_rt_plan_find(gr_session_t s, const int64_t *syms);
 /* session.c: runs segment seg eagerly (errors name the node) */
 gr_status gr_rt_segment_run_eager(gr_session_t s, gr_rt_plan *p, int seg);
 
@@ -350,6 +352,9 @@ void gr_rt_update_add_bytes(gr_session_t s, int seg, size_t bytes);
 /* auto chose update for segment seg: p's own exec becomes the position's shared one (or, when
  * the position has one, p's graph is dropped and captured again into it on p's next run) */
 gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg);
+/* segment seg of p replays without an exec update: its own exec, or the shared one holding its graph
+ * with no tracked argument that could change */
+bool gr_rt_update_holds(gr_session_t s, const gr_rt_plan *p, int seg);
 void gr_rt_update_forget(gr_session_t s, const gr_rt_segment *st);
 /* the position's shared exec destroyed (its memory given back) when no plan's segment uses it */
 void gr_rt_update_release(gr_session_t s, int seg);
@@ -363,6 +368,7 @@ void gr_rt_shapes_free(gr_session_t s);
 gr_status gr_rt_pad_init(gr_session_t s);
 gr_status gr_rt_pad_prepare(gr_session_t s);
 void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count);
+bool gr_rt_pad_peek(gr_session_t s, int64_t *syms);
 void gr_rt_pad_plan_built(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_pad_input(gr_session_t s, gr_rt_plan *p, int i, const void *src, gr_copy_kind kind, bool *done);
 bool gr_rt_pad_output(gr_session_t s, gr_rt_plan *p, int o, int64_t *dims, int *axis, int64_t *outer, size_t *inner_bytes,
@@ -383,9 +389,13 @@ void gr_rt_pad_explain(gr_session_t s, gr_strbuf *sb);
  * run_segment: segment seg of p, through rep's plan and graph where proven equal (its table
  *   refreshed with p's slots first), else p's own (exact for that segment).
  * is_bucket: p is its own bucket's plan (its captures are bounded: max_rerecords does not apply).
+ * peek: select's plans if both are built, with no effect (session.c's wait decision); runner: the
+ *   plan whose graph runs segment seg of p (rep or p), NULL while the proof is not made yet.
  * explain / plan_free / placeholder (input i of p borrows the largest binding's). */
 gr_status gr_rt_generic_plan_tables(gr_session_t s, gr_rt_plan *p, bool *table);
 gr_status gr_rt_generic_select(gr_session_t s, const int64_t *syms, gr_rt_plan **p, gr_rt_plan **rep);
+bool gr_rt_generic_peek(gr_session_t s, const int64_t *syms, gr_rt_plan **p, gr_rt_plan **rep);
+gr_rt_plan *gr_rt_generic_runner(const gr_rt_plan *p, gr_rt_plan *rep, int seg);
 void gr_rt_generic_inputs(gr_session_t s, gr_rt_plan *p);
 gr_status gr_rt_generic_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
 bool gr_rt_generic_is_bucket(gr_session_t s, const gr_rt_plan *p);

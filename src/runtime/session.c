@@ -585,6 +585,13 @@ static gr_status select_plan(gr_session_t s, gr_rt_plan **out, gr_rt_plan **rep)
     return st;
 }
 
+gr_rt_plan *gr_rt_plan_find(gr_session_t s, const int64_t *syms) {
+    int n = s->graph->syms.len;
+    for (gr_rt_plan *p = s->plans; p; p = p->next)
+        if (!n || !memcmp(p->sym_values, syms, sizeof(int64_t) * (size_t)n)) return p;
+    return NULL;
+}
+
 gr_status gr_rt_plan_for(gr_session_t s, const int64_t *syms, gr_rt_plan **out) {
     int n = s->graph->syms.len;
     gr_rt_plan *prev = NULL;
@@ -779,28 +786,60 @@ gr_status gr_session_run(gr_session_t s) {
 }
 
 /* Whether a run may be queued on the device behind the pending one instead of waiting for
- * it on the host: the steady state of a static model in graph mode (one plan, every segment
- * with work replayed from its captured graph), where a run only copies and repoints inputs and
- * launches graphs, all ordered on the session's stream. Anything else (a new plan, a capture,
- * eager or timed segments, probes, several shapes) waits as before. */
+ * it on the host: the steady state of graph mode, where a run only copies and repoints inputs,
+ * refreshes a generic table from constant host memory and launches existing execs, all ordered
+ * on the session's stream. With symbolic dims, the plans the run will take are looked up first
+ * (next_plans: no plan built, evicted or reordered): they must exist, and every segment with
+ * work must replay an exec it already has, with no exec update to apply (shape policy update's
+ * shared exec holding another binding's graph) and no decision left to measure (mode auto,
+ * shape policy auto, generic's proof). Anything else (a new binding, a capture, eager or timed
+ * segments, probes of data-dependent dims, a padded binding's new real length, tensor
+ * parallelism) waits as before: those may free or rewrite what the pending run reads. */
+static const char *next_plans(gr_session_t s, gr_rt_plan **p, gr_rt_plan **rep) {
+    int n = s->graph->syms.len;
+    if (gr_rt_probe_needed(s->graph)) return "the model has data-dependent dims";
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)n);
+    if (!syms) return "out of memory";
+    const char *why = NULL;
+    /* a binding resolve_syms refuses: the run waits, then reports it (setting the error again) */
+    if (resolve_syms(s, syms) != GR_OK) why = "the binding is not resolved";
+    if (!why && !gr_rt_pad_peek(s, syms)) why = "a padded binding's real length changes";
+    if (!why && !gr_rt_generic_peek(s, syms, p, rep)) why = "a new binding (its plan is built by this run)";
+    gr_free(syms, sizeof(int64_t) * (size_t)n);
+    return why;
+}
+
 static const char *queue_refusal(gr_session_t s, int *at_seg) {
-    const gr_rt_plan *p = s->current;
+    gr_rt_plan *p = s->current, *rep = NULL;
     *at_seg = -1;
     if (!p) return "no plan yet";
     if (s->tp) return "tensor parallel";
-    if (s->graph->syms.len) return "the model has symbolic dims";
     if (s->opt.mode == GR_MODE_EAGER) return "eager mode";
-    if (s->plans != p || p->next) return "several plans";
+    if (s->graph->syms.len) {
+        const char *why = next_plans(s, &p, &rep);
+        if (why) return why;
+    } else if (s->plans != p || p->next) return "several plans";
     for (int seg = 0; seg < p->segs.len; seg++) {
         const gr_segment *sg = &p->segs.data[seg];
-        const gr_rt_segment *ss = &p->seg_state[seg];
-        /* (auto mode: until a segment's graph-or-eager decision is made, runs are timed) */
-        if (ss->state == GR_SEG_CAPTURED && (s->opt.mode != GR_MODE_AUTO || ss->decided)) continue;
-        for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
-            if (p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL) {
-                *at_seg = seg;
-                return ss->state != GR_SEG_CAPTURED ? "it has kernels and is not captured" : "mode auto is still timing it";
-            }
+        bool work = false;
+        for (int i = sg->first_step; i < sg->first_step + sg->n_steps && !work; i++)
+            work = p->steps.data[i].kind == GR_STEP_KERNEL || p->steps.data[i].kind == GR_STEP_LIBCALL;
+        if (!work) continue;
+        *at_seg = seg;
+        if (!sg->graphable) return "it has kernels and is not captured";
+        /* the plan whose exec runs it: the bucket's under generic (policy generic, or auto's choice) */
+        gr_rt_plan *q = p;
+        if (s->autopol) {
+            int policy = gr_rt_autopol_policy(s, p, seg);
+            if (policy < 0) return "shape policy auto has not decided it";
+            if (policy == GR_SHAPES_GENERIC) q = gr_rt_generic_runner(p, rep, seg);
+        } else if (rep) q = gr_rt_generic_runner(p, rep, seg);
+        if (!q) return "shape policy generic has not proven it for its bucket";
+        const gr_rt_segment *ss = &q->seg_state[seg];
+        if (ss->state != GR_SEG_CAPTURED || !ss->exec) return "it has kernels and is not captured";
+        if (s->opt.mode == GR_MODE_AUTO && !ss->decided) return "mode auto is still timing it";
+        if (ss->exec_shared && !gr_rt_update_holds(s, q, seg)) return "its shared exec holds another binding's graph";
+        *at_seg = -1;
     }
     return NULL;
 }
@@ -954,7 +993,8 @@ gr_status gr_session_output(gr_session_t s, int i, gr_output *out) {
 }
 
 gr_status gr_session_output_info(gr_session_t s, gr_output o, gr_value_info *info) {
-    GR_TRY(check_output(s, o));
+    if (!s || !info) return gr_error(GR_ERR_INVALID, "gr_session_output_info: NULL argument");
+    GR_TRY(check_output_now(s, o)); /* the plan (and its dims) is set at enqueue: no wait */
     gr_rt_plan *p = s->current;
     const gr_ir_value *v = &p->g->values.data[p->g->outputs.data[o.index]];
     memset(info, 0, sizeof *info);

@@ -127,6 +127,13 @@ gr_status gr_rt_update_apply(gr_session_t s, gr_rt_plan *p, int seg) {
     return GR_OK;
 }
 
+bool gr_rt_update_holds(gr_session_t s, const gr_rt_plan *p, int seg) {
+    const gr_rt_segment *st = &p->seg_state[seg];
+    /* (a tracked argument may change at the replay: refresh_shared records again and updates) */
+    return !st->exec_shared || (s->shapes && seg < s->shapes->n_slots && st->graph && s->shapes->slots[seg].applied == st->graph &&
+                                st->n_scalar_nodes == 0);
+}
+
 gr_status gr_rt_update_adopt(gr_session_t s, gr_rt_plan *p, int seg) {
     gr_rt_segment *st = &p->seg_state[seg];
     if (!st->exec || st->exec_shared) return GR_OK;
@@ -570,6 +577,21 @@ void gr_rt_pad_round(gr_session_t s, int64_t *syms, bool count) {
         }
     }
     if (count && padded) sh->padded_runs++;
+}
+
+/* gr_rt_pad_round without its effects, for the host's wait decision (session.c): rounds syms;
+ * false when the masks' real-length scalar would change (a copy of the last value may still be
+ * pending on the device, so the run must wait before it is written). */
+bool gr_rt_pad_peek(gr_session_t s, int64_t *syms) {
+    struct gr_rt_shapes *sh = s->shapes;
+    if (!sh || !sh->pad_ok) return true;
+    for (int k = 0; k < s->graph->syms.len; k++) {
+        int64_t real = syms[k];
+        if (sh->pad_ok[k] && syms[k] >= 0) syms[k] = capture_size(syms[k], s->graph->syms.data[k].hi);
+        int h = sh->hidden[k];
+        if (h >= 0 && (!s->inputs[h].data || *(int64_t *)s->inputs[h].data != real)) return false;
+    }
+    return true;
 }
 
 /* The padded axis of value v of s->graph in the current run: axis, real and padded extent;
