@@ -197,6 +197,12 @@ def main():
                                 with open(a.kernels, "a") as kf:
                                     kf.write(json.dumps({k: row[k] for k in ("model", "dtype", "batch", "seq", "variant")}
                                                         | {"kernels": [[n, round(t, 4), c] for n, (t, c) in top]}) + "\n")
+                        if v == "graft":  # what the session did by the end of this configuration
+                            st = sess.stats()
+                            row["graft_stats"] = {k: st[k] for k in ("captures", "instantiations", "exec_updates", "generic_replays",
+                                                                     "plans_compiled", "plans_instantiated", "waits_on_host",
+                                                                     "shape_decisions_measured", "kernels", "graph_launches")}
+                            row["graft_policy"] = [ln.strip() for ln in sess.explain().splitlines() if "shape policy auto:" in ln][:4]
                         row["mem_mib_delta"] = round(used_mib() - before, 1)
                         if v == "graft":
                             st = sess.stats()

@@ -74,7 +74,8 @@ typedef struct {
     double prior;       /* R0: the decisions file's ratio, or AP_PRIOR_RATIO */
     long decided_call;  /* the calls seen when this session first decided it (-1: from the file) */
     int prev_policy;    /* the policy before its last change in this session (-1: none) */
-    char why[256];      /* why a candidate was not measured */
+    bool libcall;       /* the segment calls a library (score: update only where exact's graphs do not fit) */
+    char why[512];      /* why a candidate was not measured or scored */
 } ap_entry;
 
 struct gr_rt_autopol {
@@ -153,6 +154,13 @@ int gr_rt_autopol_policy(gr_session_t s, const gr_rt_plan *p, int seg) {
     return e ? e->x.policy : -1;
 }
 
+static bool has_libcall(const gr_rt_plan *p, int seg) {
+    const gr_segment *sg = &p->segs.data[seg];
+    for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++)
+        if (p->steps.data[i].kind == GR_STEP_LIBCALL) return true;
+    return false;
+}
+
 /* The decision for segment seg of p: this session's, else the decisions file's (when it applies
  * to this session); NULL when it is to be measured. */
 static gr_status lookup(gr_session_t s, const gr_rt_plan *p, int seg, ap_entry **out) {
@@ -169,7 +177,7 @@ static gr_status lookup(gr_session_t s, const gr_rt_plan *p, int seg, ap_entry *
                 gr_shape_policy_name(f->policy), bad);
         return GR_OK;
     }
-    ap_entry e = {.x = *f, .persist = true, .prior = f->ratio, .decided_call = -1, .prev_policy = -1};
+    ap_entry e = {.x = *f, .persist = true, .prior = f->ratio, .decided_call = -1, .prev_policy = -1, .libcall = has_libcall(p, seg)};
     e.x.from_file = true;
     GR_TRY(gr_vec_push(&s->ap->e, e));
     s->autopol_loaded++;
@@ -282,6 +290,10 @@ static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, in
     e.x.setup_us[AP_EXACT] = (float)(st->record_clock_us + st->instantiate_clock_us);
     e.x.bytes = st->graph_bytes;
     /* update: the cost of one exec update, applying the segment's own graph to its exec */
+    e.libcall = has_libcall(p, seg);
+    if (e.libcall)
+        add_why(&e, "update: %s", "scored only where exact's graphs do not fit graph_memory_mb (the segment calls a library, whose "
+                                  "kernels an updated exec may replay slower)");
     if (!gr_dev_caps_get(d).exec_update) add_why(&e, "update: %s", "the device has no exec update");
     else if (!st->exec_shared) {
         double c0 = gr_dev_clock_us(d);
@@ -338,15 +350,28 @@ static double ratio_of(const struct gr_rt_autopol *ap, const ap_entry *e) {
     return (AP_PRIOR_WEIGHT * e->prior + (double)ap->calls) / (AP_PRIOR_WEIGHT + (double)ap->seen);
 }
 
-static void score(gr_session_t s, gr_rt_ap_decision *x, double binding_bytes, double ratio) {
+/* Update is scored only where exact's graphs do not fit graph_memory_mb when the segment calls a
+ * library (cuBLASLt): an exec updated from another binding's capture replayed the library's
+ * kernels 1.5-1.7x slower than that binding's own exec on the H100 (GPT-2 bf16, batch 8 seq 128
+ * after batch 1 seq 128: 1.07 against 0.77 ms of GPU time, the same kernels by name;
+ * bench/realsize/2026-11-24-h100-session9), which the measurement at the segment's first binding
+ * (its own exec, one update of its own graph) cannot see; where memory is short, the shared exec
+ * is still what bounds it. */
+static void score(gr_session_t s, ap_entry *e, double binding_bytes, double ratio) {
     const struct gr_rt_autopol *ap = s->ap;
+    gr_rt_ap_decision *x = &e->x;
     double graphs[GR_AP_N] = {ap->bindings, 1, ap->buckets};
     int best = -1;
     static const int order[GR_AP_N] = {AP_UPDATE, AP_GENERIC, AP_EXACT}; /* ties: fewer graphs */
+    bool exact_fits = !s->graph_budget || graphs[AP_EXACT] * binding_bytes <= (double)s->graph_budget;
     for (int i = 0; i < GR_AP_N; i++) {
         int c = order[i];
         if (x->replay_us[c] < 0) continue;
         bool fits = !s->graph_budget || graphs[c] * binding_bytes <= (double)s->graph_budget;
+        if (c == AP_UPDATE && e->libcall && exact_fits && x->replay_us[AP_EXACT] >= 0) {
+            x->per_call_us[c] = -1;
+            continue;
+        }
         /* graphs made per call: one per binding (exact; update records one and applies it) or
          * per bucket (generic), over `ratio` calls each; every call when evicted */
         double per_call = c == AP_UPDATE ? 1.0 / ratio : fits ? graphs[c] / (ap->bindings * ratio) : 1.0;
@@ -370,7 +395,7 @@ gr_status gr_rt_autopol_decide(gr_session_t s, gr_rt_plan *p) {
     for (int seg = 0; pending && seg < p->segs.len; seg++) {
         ap_entry *e = p->segs.data[seg].graphable ? find(s, seg, gr_rt_segment_hash(p, seg)) : NULL;
         if (!e || e->x.policy >= 0) continue;
-        score(s, &e->x, binding_bytes, ratio_of(s->ap, e));
+        score(s, e, binding_bytes, ratio_of(s->ap, e));
         e->decided_call = s->ap->calls;
         s->autopol_measured++;
         if (s->opt.verbose)
@@ -475,7 +500,7 @@ gr_status gr_rt_autopol_revise(gr_session_t s) {
         ap_entry *e = &ap->e.data[i];
         if (e->x.policy < 0 || !e->persist) continue; /* undecided, or nothing measured */
         int old = e->x.policy;
-        score(s, &e->x, binding_bytes, ratio_of(ap, e));
+        score(s, e, binding_bytes, ratio_of(ap, e));
         revised = true;
         if (e->x.policy != old) {
             if (!drained) GR_TRY(gr_dev_stream_sync(s->dev, s->stream)); /* no graph goes while a launch may use it */
