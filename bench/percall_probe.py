@@ -29,18 +29,8 @@ PROBES = (1, 8, 33, 64, 65, 96, 100, 128)
 
 
 def cupti_ms(fn, calls=10):
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total, n = 0.0, 0
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            total += getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
-            n += 1
-    return total / calls / 1e3, n / calls
+    import realsize
+    return realsize.gpu_time(lambda _: fn(), [None], calls=calls)
 
 
 def policies(a, onnx_path, out):

@@ -445,6 +445,33 @@ static void test_run_device(gr_mode mode) {
     CHECK(gr_debug_live_allocs() == live0);
 }
 
+/* z[i] = sum_j x[i, j]^2 (dyn_gir) for n rows */
+static void check_sq(const float *x, const float *z, int64_t n, const char *what, int r) {
+    for (int i = 0; i < n; i++) {
+        double want = 0;
+        for (int j = 0; j < 8; j++) want += (double)x[i * 8 + j] * x[i * 8 + j];
+        CHECK_MSG(z[i] > want * (1 - 1e-5) - 1e-6 && z[i] < want * (1 + 1e-5) + 1e-6, "%s run %d n=%lld row %d: %g != %g", what, r,
+                  (long long)n, i, z[i], want);
+    }
+}
+
+/* dyn_gir with N declared 1..8, in graph mode under a shape policy */
+static gr_session_t open_dyn(gr_shape_policy policy, bool arena_max) {
+    gr_graph_t g = NULL;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_graph_parse(dyn_gir, "devio.gir", NULL, &g));
+    CHECK_OK(gr_graph_set_dim_range(g, "N", 1, 8));
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.mode = GR_MODE_GRAPH;
+    o.shape_policy = policy;
+    if (arena_max) o.arena_policy = GR_ARENA_MAX_SHAPE;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    gr_graph_destroy(g);
+    return s;
+}
+
 /* Symbolic dims through gr_session_run_device: each run waits for the last (several plans). */
 static void test_run_device_dynamic(void) {
     gr_session_t s = open_session(dyn_gir, GR_MODE_GRAPH);
@@ -460,11 +487,7 @@ static void test_run_device_dynamic(void) {
         void *pz = NULL;
         CHECK_OK(gr_session_run_device(s, NULL, 1, &in, 1, &o, &pz));
         CHECK_OK(gr_session_device_download(s, z, pz, sizeof(float) * (size_t)n));
-        for (int i = 0; i < n; i++) {
-            double want = 0;
-            for (int j = 0; j < 8; j++) want += (double)x[i * 8 + j] * x[i * 8 + j];
-            CHECK_MSG(z[i] > want * (1 - 1e-5) - 1e-6 && z[i] < want * (1 + 1e-5) + 1e-6, "n=%lld row %d", (long long)n, i);
-        }
+        check_sq(x, z, n, "run_device", r);
     }
     for (int k = 0; k < 2; k++) gr_session_device_free(s, dx[k]);
     gr_session_destroy(s);
@@ -476,17 +499,7 @@ static void test_run_device_dynamic(void) {
  * repointed kernel in the position's shared exec would need a new recording and an exec update
  * per call: 0.6-0.9 ms for a 140-kernel segment on the H100). Exact keeps reading it in place. */
 static void test_fresh_buffers(gr_shape_policy policy) {
-    gr_graph_t g = NULL;
-    gr_session_t s = NULL;
-    CHECK_OK(gr_graph_parse(dyn_gir, "devio.gir", NULL, &g));
-    CHECK_OK(gr_graph_set_dim_range(g, "N", 1, 8));
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    o.mode = GR_MODE_GRAPH;
-    o.shape_policy = policy;
-    CHECK_OK(gr_session_create(g, &o, &s));
-    gr_graph_destroy(g);
+    gr_session_t s = open_dyn(policy, false);
     if (!s) return;
     enum { CALLS = 12, WARM = 6 };
     void *dx[CALLS];
@@ -502,12 +515,7 @@ static void test_fresh_buffers(gr_shape_policy policy) {
         void *pz = NULL;
         CHECK_OK(gr_session_run_device(s, NULL, 1, &in, 1, &out, &pz));
         CHECK_OK(gr_session_device_download(s, z, pz, sizeof z));
-        for (int i = 0; i < n; i++) {
-            double want = 0;
-            for (int j = 0; j < 8; j++) want += (double)x[i * 8 + j] * x[i * 8 + j];
-            CHECK_MSG(z[i] > want * (1 - 1e-5) - 1e-6 && z[i] < want * (1 + 1e-5) + 1e-6, "%s call %d row %d: %g != %g",
-                      gr_shape_policy_name(policy), r, i, z[i], want);
-        }
+        check_sq(x, z, n, gr_shape_policy_name(policy), r);
         if (r == WARM - 1) CHECK_OK(gr_session_stats(s, &at_warm));
     }
     CHECK_OK(gr_session_stats(s, &end));
@@ -524,15 +532,6 @@ static void test_fresh_buffers(gr_shape_policy policy) {
  * replay execs they have queues behind the pending run (no wait on the host), at one binding and
  * alternating between captured ones (exact, generic; update applies an exec update per switch and
  * waits); a new binding waits (its plan is built, its graphs captured). Every output is checked. */
-static void check_sq(const float *x, const float *z, int64_t n, const char *what, int r) {
-    for (int i = 0; i < n; i++) {
-        double want = 0;
-        for (int j = 0; j < 8; j++) want += (double)x[i * 8 + j] * x[i * 8 + j];
-        CHECK_MSG(z[i] > want * (1 - 1e-5) - 1e-6 && z[i] < want * (1 + 1e-5) + 1e-6, "%s run %d n=%lld row %d: %g != %g", what, r,
-                  (long long)n, i, z[i], want);
-    }
-}
-
 /* runs at ns[r % 3] for r < runs, inputs uploaded first (an upload waits for the pending run);
  * with read_each every output is read (which waits too), else only the last. Returns the
  * runs' waits on the host. */
@@ -563,18 +562,7 @@ static long queued_runs(gr_session_t s, void **dx, const int64_t *ns, int runs, 
 
 static void test_queue_dynamic(gr_shape_policy policy) {
     long live0 = gr_debug_live_allocs();
-    gr_graph_t g = NULL;
-    gr_session_t s = NULL;
-    CHECK_OK(gr_graph_parse(dyn_gir, "devio.gir", NULL, &g));
-    CHECK_OK(gr_graph_set_dim_range(g, "N", 1, 8));
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    o.mode = GR_MODE_GRAPH;
-    o.shape_policy = policy;
-    o.arena_policy = GR_ARENA_MAX_SHAPE;
-    CHECK_OK(gr_session_create(g, &o, &s));
-    gr_graph_destroy(g);
+    gr_session_t s = open_dyn(policy, true);
     if (!s) return;
     const char *name = gr_shape_policy_name(policy);
     void *dx[12];

@@ -833,7 +833,7 @@ static const char *queue_refusal(gr_session_t s, int *at_seg) {
             int policy = gr_rt_autopol_policy(s, p, seg);
             if (policy < 0) return "shape policy auto has not decided it";
             if (policy == GR_SHAPES_GENERIC) q = gr_rt_generic_runner(p, rep, seg);
-        } else if (rep) q = gr_rt_generic_runner(p, rep, seg);
+        } else if (s->opt.shape_policy == GR_SHAPES_GENERIC) q = gr_rt_generic_runner(p, rep, seg); /* as gr_rt_run_segment */
         if (!q) return "shape policy generic has not proven it for its bucket";
         const gr_rt_segment *ss = &q->seg_state[seg];
         if (ss->state != GR_SEG_CAPTURED || !ss->exec) return "it has kernels and is not captured";
