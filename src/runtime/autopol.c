@@ -81,6 +81,7 @@ typedef struct {
 struct gr_rt_autopol {
     GR_VEC(ap_entry) e;
     double bindings, buckets; /* of the declared ranges */
+    char no_generic[256];     /* why generic is no candidate where its kernels would differ (activation_product) */
     /* the adaptive rule: calls and distinct bindings seen (set: their hashes, open addressing, 0 = empty) */
     long calls, seen;
     uint64_t *set;
@@ -91,6 +92,45 @@ struct gr_rt_autopol {
 };
 
 /* ==== setup ========================================================================================= */
+/* Whether generic's kernels would differ from exact's in their products: a float matmul of two
+ * computed operands (attention's scores and values, unfused) takes its n or k from the slot table
+ * under generic, so generic runs it as a generated kernel where exact calls cuBLASLt. On the H100
+ * that made generic's replay of GPT-2 small fp32 0.61/1.28/1.52/2.32/2.78 ms at seq 1/33/64/100/128
+ * against exact's 0.58/1.09/1.11/1.45/1.48 (bench/shapes/2026-11-24-h100-percall), and auto's exact
+ * candidate ran the same generated kernels (the machinery is per session), so auto was slower
+ * than exact whatever it chose; its one measurement, at the first binding (seq 1), saw no penalty.
+ * So auto keeps exact's kernels there and chooses among exact and update; --shapes generic still
+ * runs such products as kernels. The check lowers the largest binding once (no device work);
+ * writes why, naming the first such node, into what (empty: none). */
+static gr_status activation_product(gr_session_t s, char *what, size_t n) {
+    const gr_graph *g = s->graph;
+    int64_t *syms = gr_malloc(sizeof(int64_t) * (size_t)g->syms.len);
+    if (!syms) return GR_ERR_NOMEM;
+    for (int k = 0; k < g->syms.len; k++) syms[k] = g->syms.data[k].hi;
+    s->generic_infra = true; /* the options generic's plans are built with */
+    gr_pipeline_opts po;
+    gr_rt_plan_pipeline_opts(s, &po);
+    gr_compiled c;
+    memset(&c, 0, sizeof c);
+    gr_status st = gr_pass_pipeline_front(g, syms, &po, &c);
+    if (st == GR_OK) st = gr_pass_pipeline_steps(&po, &c);
+    gr_free(syms, sizeof(int64_t) * (size_t)g->syms.len);
+    for (int i = 0; st == GR_OK && i < c.steps.len && !what[0]; i++) {
+        const gr_step *sp = &c.steps.data[i];
+        if (sp->kind != GR_STEP_KERNEL || sp->node < 0 || sp->node >= c.g->nodes.len) continue;
+        const gr_ir_node *nd = &c.g->nodes.data[sp->node];
+        if (nd->op != GR_OP_MATMUL || nd->n_out < 1 || nd->out[0] < 0 || !gr_dtype_is_float(c.g->values.data[nd->out[0]].dtype))
+            continue;
+        snprintf(what, n, "node '%.80s' multiplies two computed tensors, which generic would run as a generated kernel where exact "
+                          "calls cuBLASLt",
+                 nd->name ? nd->name : "?");
+    }
+    gr_compiled_free(&c);
+    if (st != GR_OK) /* the largest binding does not compile: generic is no candidate, and its runs will say why */
+        snprintf(what, n, "the largest binding does not compile: %.100s", gr_last_error()), gr_error_clear();
+    return st == GR_ERR_NOMEM ? st : GR_OK;
+}
+
 static int64_t bucket_of(int64_t v, int64_t hi) {
     int64_t b = 1;
     while (b < v && b < hi) b *= 2;
@@ -122,15 +162,28 @@ gr_status gr_rt_autopol_init(gr_session_t s) {
         buckets *= (double)(n + (sym->lo < 1)); /* a value below 1 is its own bucket */
     }
     /* generic's tables and shared placeholders: where every symbol is bounded and none padded (in
-     * eager mode too, so an eager session runs the kernels graph mode does) */
+     * eager mode too, so an eager session runs the kernels graph mode does), and generic's kernels
+     * are exact's: not where a product of two activations would become a generated kernel */
     s->generic_infra = bounded && !gr_rt_pad_any(s);
+    char product[256] = "";
+    if (s->generic_infra) {
+        GR_TRY(activation_product(s, product, sizeof product));
+        if (product[0]) s->generic_infra = false;
+    }
     if (s->opt.mode != GR_MODE_GRAPH) return GR_OK;
     s->ap = gr_calloc(1, sizeof *s->ap);
     if (!s->ap) return GR_ERR_NOMEM;
+    snprintf(s->ap->no_generic, sizeof s->ap->no_generic, "%s", product);
     s->ap->bindings = bindings;
     s->ap->buckets = s->generic_infra ? buckets : bindings;
     s->autopol = true;
     return GR_OK;
+}
+
+const char *gr_rt_autopol_generic_why(gr_session_t s) {
+    if (s->generic_infra) return NULL;
+    if (s->ap && s->ap->no_generic[0]) return s->ap->no_generic;
+    return gr_rt_pad_any(s) ? "a symbol is padded" : "a symbol has no declared maximum or is data-dependent";
 }
 
 void gr_rt_autopol_free(gr_session_t s) {
@@ -309,7 +362,7 @@ static gr_status measure_kept(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, in
         }
     }
     /* generic: the bucket's graph, this binding's slots copied into its table first */
-    if (!s->generic_infra) add_why(&e, "generic: %s", gr_rt_pad_any(s) ? "a symbol is padded" : "a symbol has no declared maximum or is data-dependent");
+    if (!s->generic_infra) add_why(&e, "generic: %.300s", gr_rt_autopol_generic_why(s));
     else if (!rep) {
         /* p is its own bucket: generic's graph is exact's; a replay for another binding of the
          * bucket copies that binding's slots first (timed), and computes the bucket's extents

@@ -117,12 +117,12 @@ gr_status gr_session_explain(gr_session_t s, char **out_text) {
         if (s->autopol) {
             gr_sb_printf(&sb, "shape policy: auto (%sper segment exact, update or generic, chosen by measuring each at the "
                               "segment's first binding: %ld segments measured in this session with %ld measuring runs, %ld "
-                              "decisions from the decisions file; generic %s)\n",
+                              "decisions from the decisions file; generic %s%s)\n",
                          s->shape_policy_default ? "the default of graph mode for a model with symbolic dims (--shapes exact "
                                                    "etc. to choose another); "
                                                  : "",
                          s->autopol_measured, s->autopol_runs, s->autopol_loaded,
-                         s->generic_infra ? "a candidate" : "not a candidate (a symbol padded, data-dependent or without a declared maximum)");
+                         s->generic_infra ? "a candidate" : "not a candidate: ", s->generic_infra ? "" : gr_rt_autopol_generic_why(s));
             gr_rt_autopol_explain_session(s, &sb); /* autopol.c: calls per binding seen, re-decisions */
         }
         if (s->opt.shape_policy == GR_SHAPES_PAD || s->opt.shape_policy == GR_SHAPES_AUTO)

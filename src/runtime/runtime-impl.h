@@ -438,6 +438,8 @@ void gr_rt_autopol_explain_session(gr_session_t s, gr_strbuf *sb);
 int gr_rt_autopol_policy(gr_session_t s, const gr_rt_plan *p, int seg);
 void gr_rt_autopol_explain(gr_session_t s, const gr_rt_plan *p, int seg, gr_strbuf *sb);
 void gr_rt_autopol_free(gr_session_t s);
+/* why generic is not a candidate of shape policy auto in this session (NULL: it is) */
+const char *gr_rt_autopol_generic_why(gr_session_t s);
 /* the per-segment runner of a run (session.c) and of capture ahead (shapes.c): auto, generic,
  * graph or eager as the session's mode and policy say */
 gr_status gr_rt_run_segment(gr_session_t s, gr_rt_plan *p, gr_rt_plan *rep, int seg);
