@@ -29,6 +29,16 @@ if(Python3_FOUND AND NOT GRAFT_SANITIZE AND NOT GRAFT_TSAN)
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(py_package PROPERTIES ENVIRONMENT
       "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>;GRAFT_ABI_PROBE=$<TARGET_FILE:abi_probe>")
+    # the package's device I/O and per-call paths (CUDA cases skip without a GPU), ONNX control flow
+    # against onnx.reference (skips without onnx), the in-process scoreboard's harness (skips without torch)
+    foreach(t pycall onnx_control inprocess_bench)
+      add_test(NAME py_${t}
+               COMMAND ${Python3_EXECUTABLE} -m pytest -q -rs -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_${t}.py
+               WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/py)
+      set_tests_properties(py_${t} PROPERTIES TIMEOUT 900 ENVIRONMENT
+        "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;GRAFT_LIBRARY=$<TARGET_FILE:graft_shared>;GRAFT_BIN=$<TARGET_FILE:graft_cli>;PYTHONDONTWRITEBYTECODE=1")
+    endforeach()
+    set_tests_properties(py_inprocess_bench PROPERTIES SKIP_REGULAR_EXPRESSION "torch is not installed|onnxscript\\) is not installed")
   else()
     message(STATUS "graft: numpy/pytest not found for ${Python3_EXECUTABLE}; py_package is skipped")
   endif()

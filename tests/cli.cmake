@@ -7,7 +7,7 @@ if(Python3_FOUND)
   if(graft_py_deps_missing)
     message(STATUS "graft: numpy/pytest not found for ${Python3_EXECUTABLE}; py_ops and py_cli are skipped")
   else()
-    foreach(t ops cli precision shapes_cli)
+    foreach(t ops cli precision shapes_cli attention_layout)
       add_test(NAME py_${t}
                COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_SOURCE_DIR}/tests/py/test_${t}.py
                WORKING_DIRECTORY ${CMAKE_BINARY_DIR})

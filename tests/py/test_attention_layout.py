@@ -19,7 +19,7 @@ def fused_steps(model, batch, seq):
                         "--precision", "bf16"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     text = r.stdout + r.stderr
-    section = text.split("== after fuse")[1].split("\n== ")[0]
+    section = text.split("== after fuse:")[1].split("\n== ")[0]
     return [line for line in section.splitlines() if line.startswith("step ")]
 
 

@@ -129,8 +129,11 @@ def backend():
 
 def test_backend_binds_weights_once(backend, monkeypatch):
     torch = backend
+    import graft.torch_backend as tb
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    # weights over FREEZE_SMALL_BYTES are bound (the biases, 1 KiB and 512 B, are frozen as constants)
+    m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128)).eval()
+    assert m[0].weight.numel() * 4 > tb.FREEZE_SMALL_BYTES >= m[0].bias.numel() * 4
     calls = []
     real = gsession.Session.set_input
 
@@ -140,12 +143,12 @@ def test_backend_binds_weights_once(backend, monkeypatch):
     monkeypatch.setattr(gsession.Session, "set_input", counting)
     with torch.no_grad():
         cm = torch.compile(m, backend="graft", options={"device": "sim", "mode": "graph"})
-        xs = [torch.randn(3, 8) for _ in range(4)]
+        xs = [torch.randn(3, 128) for _ in range(4)]
         for k, x in enumerate(xs):
             calls.clear()
             torch.testing.assert_close(cm(x.clone()), m(x))  # a fresh input tensor every call
-            # first call: the input and the 4 weights; then only the input
-            assert len(calls) == (5 if k == 0 else 1), calls
+            # first call: the input and the 2 large weights; then only the input
+            assert len(calls) == (3 if k == 0 else 1), calls
         # a weight changed in place (its version moves): bound again, the result follows it
         m[0].weight.mul_(0.5)
         calls.clear()
@@ -162,6 +165,10 @@ def test_backend_binds_weights_once(backend, monkeypatch):
         calls.clear()
         torch.testing.assert_close(cm(x), m(x))
         assert len(calls) == 0
+        # a frozen bias changed in place: seen, compiled again with it as an input, the result follows it
+        m[2].bias.add_(1.0)
+        torch.testing.assert_close(cm(x), m(x))
+        torch.testing.assert_close(cm(xs[2]), m(xs[2]))
 
 
 # ---- CUDA (skipped elsewhere) ----------------------------------------------------------------------
