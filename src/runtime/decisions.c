@@ -103,7 +103,12 @@ uint64_t gr_rt_binding_hash(const gr_rt_plan *p) {
     return gr_hash_bytes(p->sym_values, sizeof(int64_t) * (size_t)p->n_syms, 0x62696e64ull);
 }
 
+/* Kept in the segment's state once computed (a plan's steps never change): hashing every kernel's
+ * structure took 46 us per call for GPT-2's 238-step segment on the dev machine, and shape policy
+ * auto looks its segments up by it on every run (and again in the queued-run check). */
 uint64_t gr_rt_segment_hash(const gr_rt_plan *p, int seg) {
+    gr_rt_segment *ss = p->seg_state ? &p->seg_state[seg] : NULL;
+    if (ss && ss->hash_known) return ss->hash;
     const gr_segment *sg = &p->segs.data[seg];
     uint64_t h = gr_hash_bytes(&sg->n_steps, sizeof sg->n_steps, 0x736567ull);
     for (int i = sg->first_step; i < sg->first_step + sg->n_steps; i++) {
@@ -118,6 +123,7 @@ uint64_t gr_rt_segment_hash(const gr_rt_plan *p, int seg) {
             h = gr_hash_bytes(st->call.name, strlen(st->call.name), h);
         }
     }
+    if (ss) ss->hash = h, ss->hash_known = true;
     return h;
 }
 

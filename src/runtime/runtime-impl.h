@@ -68,6 +68,8 @@ typedef struct {
      * recording the stream, then instantiation (or exec update) + upload; shape policy auto
      * measures with them (autopol.c) */
     double record_clock_us, instantiate_clock_us;
+    uint64_t hash;          /* gr_rt_segment_hash, once computed (hash_known) */
+    bool hash_known;
 } gr_rt_segment;
 
 typedef struct gr_rt_plan {
