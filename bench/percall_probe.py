@@ -39,7 +39,10 @@ def policies(a, onnx_path, out):
     rows = []
     for name, kw in (("exact", dict(shapes="exact")), ("generic", dict(shapes="generic")),
                      ("generic fused-f32", dict(shapes="generic", fuse_attention_f32=True)),
-                     ("auto", dict(shapes="auto")), ("eager", dict(mode="eager"))):
+                     ("auto", dict(shapes="auto")), ("auto fused-f32", dict(shapes="auto", fuse_attention_f32=True)),
+                     ("eager", dict(mode="eager"))):
+        if a.policies and name not in a.policies.split(","):
+            continue
         kw = dict(kw)
         mode = kw.pop("mode", "graph")
         s = graft.load(onnx_path, device="cuda", mode=mode, dims={"seq": (1, a.max_len)}, arena="max",
@@ -79,7 +82,7 @@ def policies(a, onnx_path, out):
                                                               "table_refreshes", "table_bytes", "waits_on_host", "captures",
                                                               "exec_updates", "nodes_updated")}}
             print(name, n, row["lengths"][n], flush=True)
-        if name == "auto":
+        if name.startswith("auto"):
             row["explain"] = s.explain()[-3000:]
         rows.append(row)
         del s
@@ -141,6 +144,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--no-policies", action="store_true")
+    ap.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     res = {"device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")}
