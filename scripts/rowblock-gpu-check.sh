@@ -14,3 +14,7 @@ for l in open('$OUT/$b.jsonl'):
     r=json.loads(l); print('  ', r['model'], r['batch'], r['seq'], r.get('ms_per_call'), r.get('gpu_ms'), r.get('err_vs_eager'))
 "
 done
+# The two extra libraries, on the dev machine:
+#   for w in 4 2; do cmake -S . -B build-gpu-w$w -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-DGR_WARP_ROWS_PER_BLOCK=$w
+#     ninja -C build-gpu-w$w graft_shared; cp -L build-gpu/lib/libprotobuf-c.so.1 build-gpu-w$w/lib/; done
+# then carry build-gpu/lib, build-gpu/bin, build-gpu-w4/lib and build-gpu-w2/lib.

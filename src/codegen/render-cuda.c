@@ -30,7 +30,9 @@
  * generic code keeps one structure. */
 #define GR_WARP_ROW_MAX 1024
 #define GR_WARP_ROW_PTS (GR_WARP_ROW_MAX / 32)
+#ifndef GR_WARP_ROWS_PER_BLOCK /* -D override: scripts/rowblock-gpu-check.sh (bench/realsize/2026-11-24-h100-rowblock) */
 #define GR_WARP_ROWS_PER_BLOCK 8
+#endif
 
 /* ==== device-side prelude ============================================================= */
 
