@@ -69,7 +69,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
 
 /* A new vtable entry needs its wrapper below (and a capability if optional): this
  * trips when the struct grows. */
-_Static_assert(sizeof(struct gr_device_i) == 44 * sizeof(void (*)(void)),
+_Static_assert(sizeof(struct gr_device_i) == 45 * sizeof(void (*)(void)),
                "struct gr_device_i changed: add the gr_dev_* wrapper for the new entry");
 
 const char *gr_dev_name(const gr_device *d) {
@@ -219,6 +219,14 @@ gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned
     GR_DEV_REQUIRE(d, kernel_prepare);
     if (flags & ~(GR_KPREP_GENERIC | GR_KPREP_BORROW | GR_KPREP_VERIFIED | GR_KPREP_SLOT_TABLE)) return gr_error(GR_ERR_INVALID, "kernel_prepare: unknown flags 0x%x", flags);
     return d->iface->kernel_prepare(d->ctx, k, flags, out);
+}
+
+gr_status gr_dev_kernels_warm(gr_device *d, const gr_kernel *const *ks, const unsigned *flags, int n) {
+    if (!d || !d->iface->kernels_warm || n < 2) return GR_OK;
+    gr_status st = d->iface->kernels_warm(d->ctx, ks, flags, n);
+    if (st == GR_ERR_NOMEM) return st;
+    gr_error_clear();
+    return GR_OK;
 }
 
 gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out) {

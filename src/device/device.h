@@ -123,6 +123,10 @@ struct gr_device_i {
                                 size_t height, gr_copy_kind kind);
     gr_status (*kernel_prepare)(void *ctx, const gr_kernel *k, unsigned flags, gr_kfunc **out); /* compile / load; GR_KPREP_* */
     void (*kernel_release)(void *ctx, gr_kfunc *f);
+    /* Optional: compile ahead, in parallel, what kernel_prepare of each ks[i] with flags[i] would
+     * compile (into the disk cache), so the prepares that follow load instead of compiling one by
+     * one. Errors are not reported here: the prepare that needs the kernel reports them. */
+    gr_status (*kernels_warm)(void *ctx, const gr_kernel *const *ks, const unsigned *flags, int n);
     gr_status (*kernel_launch)(void *ctx, gr_stream *s, gr_kfunc *f, const gr_karg *args, int n_args);
     gr_status (*libcall)(void *ctx, gr_stream *s, const gr_libcall *call, const gr_karg *args, int n_args);
 
@@ -268,6 +272,8 @@ gr_status gr_dev_memset(gr_device *d, gr_stream *s, void *dst, int value, size_t
 gr_status gr_dev_memcpy2d(gr_device *d, gr_stream *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                           size_t height, gr_copy_kind kind);
 gr_status gr_dev_kernel_prepare_flags(gr_device *d, const gr_kernel *k, unsigned flags, gr_kfunc **out);
+/* The device's kernels_warm where it has one (CUDA), else nothing: GR_OK but for GR_ERR_NOMEM. */
+gr_status gr_dev_kernels_warm(gr_device *d, const gr_kernel *const *ks, const unsigned *flags, int n);
 /* gr_dev_kernel_prepare_flags with no flags: literal code */
 gr_status gr_dev_kernel_prepare(gr_device *d, const gr_kernel *k, gr_kfunc **out);
 void gr_dev_kernel_release(gr_device *d, gr_kfunc *f);

@@ -159,6 +159,28 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
      * (device.h, GR_KPREP_GENERIC); a static model keeps literal, faster kernels */
     unsigned kflags = (s->graph->syms.len > 0 ? GR_KPREP_GENERIC : 0) | GR_KPREP_BORROW /* steps outlive funcs */
                       | GR_KPREP_VERIFIED; /* checked just below, or after each pass that made it */
+    /* the kernels the prepares below would compile, compiled ahead on several threads (CUDA:
+     * cuda-kernel.c, kernels_warm); verified first where the passes did not */
+    {
+        int n = 0;
+        const gr_kernel **ks = gr_malloc(sizeof *ks * (size_t)(p->steps.len ? p->steps.len : 1));
+        unsigned *fl = gr_malloc(sizeof *fl * (size_t)(p->steps.len ? p->steps.len : 1));
+        gr_status wrc = ks && fl ? GR_OK : GR_ERR_NOMEM;
+        for (int i = 0; i < p->steps.len && wrc == GR_OK; i++) {
+            const gr_step *st = &p->steps.data[i];
+            if (st->kind != GR_STEP_KERNEL || (!GR_VERIFY_EVERY_KERNEL && gr_kernel_verify(st->kernel) != GR_OK)) continue;
+            ks[n] = st->kernel;
+            fl[n++] = kflags | (table[i] ? GR_KPREP_SLOT_TABLE : 0);
+        }
+        gr_error_clear();
+        if (wrc == GR_OK) wrc = gr_dev_kernels_warm(d, ks, fl, n);
+        gr_free(ks, sizeof *ks * (size_t)(p->steps.len ? p->steps.len : 1));
+        gr_free(fl, sizeof *fl * (size_t)(p->steps.len ? p->steps.len : 1));
+        if (wrc != GR_OK) {
+            gr_free(table, table_bytes);
+            return wrc;
+        }
+    }
     for (int i = 0; i < p->steps.len; i++) {
         gr_step *st = &p->steps.data[i];
         if (st->kind == GR_STEP_KERNEL) {

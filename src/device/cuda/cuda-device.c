@@ -357,6 +357,11 @@ static gr_status cuda_kernel_prepare(void *ctx, const gr_kernel *k, unsigned fla
     return GR_OK;
 }
 
+static gr_status cuda_kernels_warm(void *ctx, const gr_kernel *const *ks, const unsigned *flags, int n) {
+    cuda_dev *d = ctx;
+    return gr_cuda_kernels_warm(&d->base, ks, flags, n);
+}
+
 static void cuda_kernel_release(void *ctx, gr_kfunc *f) {
     cuda_dev *d = ctx;
     if (!f) return;
@@ -866,6 +871,7 @@ static const struct gr_device_i cuda_iface = {
     .memcpy2d_async = cuda_memcpy2d_async,
     .memset_async = cuda_memset_async,
     .kernel_prepare = cuda_kernel_prepare,
+    .kernels_warm = cuda_kernels_warm,
     .kernel_release = cuda_kernel_release,
     .kernel_launch = cuda_kernel_launch,
     .libcall = cuda_libcall,

@@ -165,6 +165,8 @@ struct gr_kfunc {
 static inline int gr_cuda_kernel_nargs(const gr_kfunc *f) { return f->kernel->n_params + (f->table ? 1 : 0); }
 /* flags: GR_KPREP_* (device.h) */
 gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out);
+/* kernels_warm (device.h): the missing cubins compiled on several threads into the disk cache */
+gr_status gr_cuda_kernels_warm(gr_cuda_ctx *c, const gr_kernel *const *ks, const unsigned *flags, int n);
 void gr_cuda_kernel_release(gr_cuda_ctx *c, gr_kfunc *f);
 /* Unloads what is left of the shared modules (device destruction). */
 void gr_cuda_modules_destroy(gr_cuda_ctx *c);
