@@ -62,6 +62,7 @@ gr_dev_caps gr_dev_caps_get(const gr_device *d) {
     c.external_streams = c.events && i->stream_wrap && i->stream_wait_event;
     c.pinned_memory = gr_dev_has_mem_kind(d, GR_MEM_HOST_PINNED);
     c.mem_info = i->mem_info != NULL;
+    c.kernels_warm = i->kernels_warm != NULL;
     return c;
 }
 

@@ -241,6 +241,7 @@ typedef struct {
                                true asynchronous DMA (sessions fall back to pageable host memory) */
     bool mem_info;          /* mem_info: free/total device memory can be measured (graph memory accounting) */
     bool collectives;       /* comm_init/enter/leave: devices joined into a communicator (tensor parallelism) */
+    bool kernels_warm;      /* kernels_warm: a plan's missing kernels compiled ahead in parallel (CUDA) */
 } gr_dev_caps;
 gr_dev_caps gr_dev_caps_get(const gr_device *d); /* all false for NULL */
 

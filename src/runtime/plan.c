@@ -161,7 +161,7 @@ static gr_status prepare_device(gr_session_t s, gr_rt_plan *p) {
                       | GR_KPREP_VERIFIED; /* checked just below, or after each pass that made it */
     /* the kernels the prepares below would compile, compiled ahead on several threads (CUDA:
      * cuda-kernel.c, kernels_warm); verified first where the passes did not */
-    {
+    if (gr_dev_caps_get(d).kernels_warm) {
         int n = 0;
         const gr_kernel **ks = gr_malloc(sizeof *ks * (size_t)(p->steps.len ? p->steps.len : 1));
         unsigned *fl = gr_malloc(sizeof *fl * (size_t)(p->steps.len ? p->steps.len : 1));
