@@ -82,19 +82,30 @@ static void module_free(gr_cuda_ctx *c, gr_cuda_module *m) {
     gr_free(m, sizeof(*m));
 }
 
+/* A loaded module rendered from a kernel of structure ks (table code or not), or of source src;
+ * NULL when none. No reference is taken. */
+static gr_cuda_module *module_lookup(const gr_cuda_ctx *c, const gr_kstructure *ks, const gr_strbuf *src, bool table) {
+    uint64_t key = src ? gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull) : 0;
+    for (int i = 0; i < c->modules.len; i++) {
+        gr_cuda_module *m = c->modules.data[i];
+        if (ks && m->table == table && m->structure.words && gr_kstructure_equal(&m->structure, ks)) return m;
+        if (src && m->key == key && m->source_bytes == src->len + 1 && !memcmp(m->source, src->data, src->len)) return m;
+    }
+    return NULL;
+}
+
 /* ks: k's structure; a module made here takes it (ks->words NULL afterwards). */
 static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *ks, const gr_strbuf *src, bool table,
                             gr_cuda_module **out, bool *from_cache) {
     *out = NULL;
-    uint64_t key = gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull);
-    for (int i = 0; i < c->modules.len; i++) {
-        gr_cuda_module *m = c->modules.data[i];
-        if (m->key != key || m->source_bytes != src->len + 1 || memcmp(m->source, src->data, src->len)) continue;
-        m->refs++;
+    gr_cuda_module *found = module_lookup(c, NULL, src, table);
+    if (found) {
+        found->refs++;
         c->kstats.generic_reused++;
-        *out = m;
+        *out = found;
         return GR_OK;
     }
+    uint64_t key = gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull);
     GR_TRY(gr_vec_reserve(&c->modules, c->modules.len + 1));
     gr_cuda_module *m = gr_calloc(1, sizeof(*m));
     if (!m) return GR_ERR_NOMEM;
@@ -128,14 +139,10 @@ static gr_status module_get(gr_cuda_ctx *c, const gr_kernel *k, gr_kstructure *k
 
 /* A loaded module rendered from a kernel of k's structure, or NULL (no rendering needed to find it). */
 static gr_status module_find_structure(gr_cuda_ctx *c, const gr_kstructure *ks, bool table, gr_cuda_module **out) {
-    *out = NULL;
-    for (int i = 0; i < c->modules.len; i++) {
-        gr_cuda_module *m = c->modules.data[i];
-        if (m->table != table || !m->structure.words || !gr_kstructure_equal(&m->structure, ks)) continue;
-        m->refs++;
+    *out = module_lookup(c, ks, NULL, table);
+    if (*out) {
+        (*out)->refs++;
         c->kstats.generic_reused++;
-        *out = m;
-        return GR_OK;
     }
     return GR_OK;
 }
@@ -153,6 +160,16 @@ static void module_put(gr_cuda_ctx *c, gr_cuda_module *m) {
 void gr_cuda_modules_destroy(gr_cuda_ctx *c) {
     for (int i = 0; i < c->modules.len; i++) module_free(c, c->modules.data[i]);
     gr_vec_free(&c->modules);
+}
+
+/* How kernel_prepare renders k under flags: slot-table code, generic code (sizes by value; literal
+ * instead when k has more slots than a launch carries: *fallback), or literal code. */
+static gr_render_mode prepare_mode(const gr_kernel *k, unsigned flags, bool *table, bool *generic, bool *fallback) {
+    *table = (flags & GR_KPREP_SLOT_TABLE) != 0;
+    *generic = (flags & GR_KPREP_GENERIC) != 0 || *table;
+    *fallback = *generic && !*table && gr_kernel_slot_count(k) > GR_KMAX_SLOTS;
+    if (*fallback) *generic = false;
+    return *table ? GR_RENDER_GENERIC_TABLE : *generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL;
 }
 
 /* ==== compiling ahead, in parallel =================================================================
@@ -184,17 +201,6 @@ static void *warm_worker(void *arg) {
     return NULL;
 }
 
-/* Whether a loaded generic module has structure ks or source src (no reference taken). */
-static bool module_loaded(const gr_cuda_ctx *c, const gr_kstructure *ks, const gr_strbuf *src, bool table) {
-    uint64_t key = src ? gr_hash_bytes(src->data, src->len, 0x6d6f64756c65ull) : 0;
-    for (int i = 0; i < c->modules.len; i++) {
-        const gr_cuda_module *m = c->modules.data[i];
-        if (ks && m->table == table && m->structure.words && gr_kstructure_equal(&m->structure, ks)) return true;
-        if (src && m->key == key && m->source_bytes == src->len + 1 && !memcmp(m->source, src->data, src->len)) return true;
-    }
-    return false;
-}
-
 gr_status gr_cuda_kernels_warm(gr_cuda_ctx *c, const gr_kernel *const *ks, const unsigned *flags, int n) {
     gr_cuda_cache kc = kernel_cache(c);
     if (!kc.dir || !kc.dir[0] || n < 2) return GR_OK;
@@ -206,24 +212,23 @@ gr_status gr_cuda_kernels_warm(gr_cuda_ctx *c, const gr_kernel *const *ks, const
     gr_status st = j.src && j.name && j.img && j.img_n ? GR_OK : GR_ERR_NOMEM;
     for (int i = 0; i < n && st == GR_OK; i++) {
         const gr_kernel *k = ks[i];
-        bool table = (flags[i] & GR_KPREP_SLOT_TABLE) != 0;
-        bool generic = (flags[i] & GR_KPREP_GENERIC) != 0 || table;
-        if (generic && !table && gr_kernel_slot_count(k) > GR_KMAX_SLOTS) generic = false;
+        bool table, generic, fallback;
+        gr_render_mode mode = prepare_mode(k, flags[i], &table, &generic, &fallback);
         gr_kstructure kst = {0};
         if (generic && (st = gr_kstructure_of(k, &kst)) != GR_OK) break;
-        bool skip = generic && module_loaded(c, &kst, NULL, table);
+        bool skip = generic && module_lookup(c, &kst, NULL, table);
         gr_kstructure_free(&kst);
         if (skip) continue;
         gr_strbuf sb;
         gr_sb_init(&sb);
-        st = gr_render_cuda_mode(k, table ? GR_RENDER_GENERIC_TABLE : generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL, &sb);
+        st = gr_render_cuda_mode(k, mode, &sb);
         if (st != GR_OK) { /* the prepare renders it again and reports why */
             gr_sb_free(&sb);
             st = st == GR_ERR_NOMEM ? st : GR_OK;
             gr_error_clear();
             continue;
         }
-        skip = (generic && module_loaded(c, NULL, &sb, table));
+        skip = generic && module_lookup(c, NULL, &sb, table);
         for (int q = 0; q < j.n && !skip; q++) skip = !strcmp(j.src[q], sb.data);
         char *path = skip ? NULL : gr_cuda_cache_path(&kc, sb.data);
         skip = skip || !path || access(path, R_OK) == 0;
@@ -266,11 +271,8 @@ gr_status gr_cuda_kernels_warm(gr_cuda_ctx *c, const gr_kernel *const *ks, const
 
 gr_status gr_cuda_kernel_prepare(gr_cuda_ctx *c, const gr_kernel *k, unsigned flags, gr_kfunc **out) {
     *out = NULL;
-    bool table = (flags & GR_KPREP_SLOT_TABLE) != 0;
-    bool generic = (flags & GR_KPREP_GENERIC) != 0 || table;
-    bool fallback = generic && !table && gr_kernel_slot_count(k) > GR_KMAX_SLOTS;
-    if (fallback) generic = false;
-    gr_render_mode mode = table ? GR_RENDER_GENERIC_TABLE : generic ? GR_RENDER_GENERIC : GR_RENDER_LITERAL;
+    bool table, generic, fallback;
+    gr_render_mode mode = prepare_mode(k, flags, &table, &generic, &fallback);
     gr_strbuf sb;
     gr_sb_init(&sb);
     gr_cuda_module *known = NULL;
