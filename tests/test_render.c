@@ -614,8 +614,10 @@ fail:
 
 /* A layer norm with its residual add, as GPT-2's: h = x + res (stored), mean and variance of
  * h, y = (h - mean) * rsqrt(var + eps) * g + b. The loads of x and res are row-cached.
- * gather: res is read through a gather index (no vector fill). */
-static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, bool gather) {
+ * gather 1: res's row through a gather index of one value along the row (an embedding's rows:
+ * the vector fill, from the index's row); gather 2: res's points through an index that moves
+ * along the row (no vector fill). */
+static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, int gather) {
     gr_kernel *k = NULL;
     if (gr_kernel_create(name, &k) != GR_OK) return NULL;
     k->n_outer = 1;
@@ -636,7 +638,7 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
               gr_kernel_add_param(k, GR_KP_BUFFER, t, "b", &b) == GR_OK &&
               gr_kernel_add_param(k, GR_KP_BUFFER, t, "h", &h) == GR_OK &&
               gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y) == GR_OK;
-    if (ok && gather) { /* res row (rows - 1 - o0): a gather by an outer index */
+    if (ok && gather == 1) { /* res row (rows - 1 - o0): a gather by an outer index */
         int o0, last;
         ok = gr_kx_index(k, 0, &o0) == GR_OK && gr_kx_const_i(k, GR_I64, rows - 1, &last) == GR_OK &&
              gr_kx_binary(k, GR_KB_SUB, GR_I64, last, o0, &idx) == GR_OK;
@@ -644,6 +646,14 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
         ar.index = idx;
         ar.index_stride = cols;
         ar.index_extent = rows;
+    } else if (ok && gather == 2) { /* res point (o0, cols - 1 - r0): the index moves along the row */
+        int r0, last;
+        ok = gr_kx_index(k, GR_KIDX_INNER, &r0) == GR_OK && gr_kx_const_i(k, GR_I64, cols - 1, &last) == GR_OK &&
+             gr_kx_binary(k, GR_KB_SUB, GR_I64, last, r0, &idx) == GR_OK;
+        ar.inner_stride[0] = 0;
+        ar.index = idx;
+        ar.index_stride = 1;
+        ar.index_extent = cols;
     }
     ok = ok && gr_kx_load(k, x, &a, &lx) == GR_OK && gr_kx_load(k, r, &ar, &lr) == GR_OK &&
          gr_kx_binary(k, GR_KB_ADD, GR_F32, lx, lr, &hsum) == GR_OK && reduce(k, GR_KR_SUM, hsum) == GR_OK &&
@@ -666,18 +676,21 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
 
 /* The warp-row form of block kernels (issue 15): every block kernel carries it behind a run-time
  * branch on the row length; a layer norm's cached loads get the vector fill (16-byte gr_v8 for
- * 2-byte rows, gr_v4 for f32) with its run-time alignment check and the scalar fallback; a
- * gathered cached load keeps the scalar fill only; 2-byte rows are cached as bits, two points a
+ * 2-byte rows, gr_v4 for f32) with its run-time alignment check and the scalar fallback, also
+ * for a row gathered by an index of one value along the row (its start computed first); a load
+ * gathered point by point keeps the scalar fill only; the store stage reads g and b a chunk at a
+ * time (vector loads behind their own alignment check); 2-byte rows are cached as bits, two points a
  * register; rows of whole vector chunks compare one point per chunk with the row's end (generic
  * code: a version per kind of row length). Compiles for f32/bf16/f16, literal, generic and
  * table-generic; the launch takes a warp per row up to 1024 points, a block per row beyond. */
 static void test_warp_rows(void) {
     const gr_dtype types[3] = {GR_F32, GR_BF16, GR_F16};
     for (int ti = 0; ti < 3; ti++) {
-        for (int gather = 0; gather < 2; gather++) {
+        for (int gm = 0; gm < 3; gm++) {
+            const bool gather = gm == 2, row_gather = gm == 1; /* gather: no vector fill */
             char name[64];
-            snprintf(name, sizeof name, "ln_%s%s", gr_dtype_name(types[ti]), gather ? "_gather" : "");
-            gr_kernel *k = layer_norm_kernel(name, types[ti], 4096, 768, gather);
+            snprintf(name, sizeof name, "ln_%s%s", gr_dtype_name(types[ti]), gm == 1 ? "_gather_row" : gm == 2 ? "_gather_point" : "");
+            gr_kernel *k = layer_norm_kernel(name, types[ti], 4096, 768, gm);
             CHECK_MSG(k != NULL, "%s: build failed: %s", name, gr_last_error());
             if (!k) continue;
             for (int mode = 0; mode < 3; mode++) { /* literal, generic, generic with the slot table */
@@ -692,19 +705,35 @@ static void test_warp_rows(void) {
                  * floats as their bits, two points a register, widened where read */
                 const bool narrow = types[ti] != GR_F32;
                 char c0[64], c1[64];
-                snprintf(c0, sizeof c0, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 3 : 0);
-                snprintf(c1, sizeof c1, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gather ? 4 : 1);
+                snprintf(c0, sizeof c0, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gm ? 3 : 0);
+                snprintf(c1, sizeof c1, narrow ? "unsigned gr_c%d[16];" : "float gr_c%d[32];", gm ? 4 : 1);
                 CHECK_MSG(strstr(src, c0) != NULL && strstr(src, c1) != NULL, "%s mode %d: row cache", name, mode);
                 if (narrow) {
-                    CHECK(strstr(src, gather ? "gr_half(gr_c3[gr_j >> 1], gr_j)" : "gr_half(gr_c0[gr_j >> 1], gr_j)") != NULL);
-                    CHECK(strstr(src, gather ? "gr_set_half(gr_c4[gr_j >> 1], gr_j, gr_u4);" : "gr_set_half(gr_c1[gr_j >> 1], gr_j, gr_u1);") != NULL);
-                    CHECK(gather || strstr(src, "gr_c0[(gr_q * 8 + gr_e) >> 1] = (unsigned)gr_w0.v[gr_e] | (unsigned)gr_w0.v[gr_e + 1] << 16;") != NULL);
+                    CHECK(strstr(src, gm ? "gr_half(gr_c3[gr_j >> 1], gr_j)" : "gr_half(gr_c0[gr_j >> 1], gr_j)") != NULL);
+                    CHECK(strstr(src, gm ? "gr_set_half(gr_c4[gr_j >> 1], gr_j, gr_u4);" : "gr_set_half(gr_c1[gr_j >> 1], gr_j, gr_u1);") != NULL);
+                    CHECK(gather || strstr(src, gm ? "gr_c3[(gr_q * 8 + gr_e) >> 1] = (unsigned)gr_w3.v[gr_e] | (unsigned)gr_w3.v[gr_e + 1] << 16;"
+                                                   : "gr_c0[(gr_q * 8 + gr_e) >> 1] = (unsigned)gr_w0.v[gr_e] | (unsigned)gr_w0.v[gr_e + 1] << 16;") != NULL);
+                }
+                if (row_gather) { /* the row's start: the index (node 2) taken once, before the bases */
+                    const char *idx = strstr(src, "const long long v2 = ");
+                    const char *base = strstr(src, "gr_b4 = ");
+                    CHECK_MSG(idx && base && idx < base && strstr(base, "gr_wrap(v2") != NULL && strstr(base, "gr_wrap(v2") < strstr(base, ";"),
+                              "%s mode %d: gathered row start", name, mode);
                 }
                 const char *vt = types[ti] == GR_F32 ? "reinterpret_cast<const gr_v4<float>*>(p0 + gr_b"
                                                      : "reinterpret_cast<const gr_v8<unsigned short>*>(p0 + gr_b";
                 bool has_vec = strstr(src, vt) != NULL, has_check = strstr(src, "if (gr_al) {") != NULL;
                 CHECK_MSG(gather ? (!has_vec && !has_check) : (has_vec && has_check), "%s mode %d: vector fill %d check %d",
                           name, mode, has_vec, has_check);
+                /* the store of y reads g and b (params 2, 3; nodes 6 + ... : found by their vector loads)
+                 * a chunk at a time, each behind its own alignment check, with a scalar fallback */
+                const char *xv = types[ti] == GR_F32 ? "= *reinterpret_cast<const gr_v4<float>*>(p2 + gr_xb"
+                                                     : "= *reinterpret_cast<const gr_v8<unsigned short>*>(p2 + gr_xb";
+                const char *xv3 = types[ti] == GR_F32 ? "= *reinterpret_cast<const gr_v4<float>*>(p3 + gr_xb"
+                                                      : "= *reinterpret_cast<const gr_v8<unsigned short>*>(p3 + gr_xb";
+                bool has_xv = strstr(src, xv) != NULL && strstr(src, xv3) != NULL && strstr(src, "const bool gr_xa") != NULL &&
+                              strstr(src, ".v[gr_e] = p2[gr_xb") != NULL && strstr(src, ".v[gr_e];\n") != NULL;
+                CHECK_MSG(gather ? strstr(src, "gr_xb") == NULL : has_xv, "%s mode %d: store-stage vector loads %d", name, mode, has_xv);
                 /* both row stores (h, y) take 16-byte vector stores behind their own run-time check */
                 const char *vs = types[ti] == GR_F32 ? "*reinterpret_cast<gr_v4<float>*>(p5 + gr_bs + gr_r0) = gr_sv;"
                                                      : "*reinterpret_cast<gr_v8<unsigned short>*>(p5 + gr_bs + gr_r0) = gr_sv;";

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 6u
+#define GR_RENDER_CUDA_VERSION 7u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -394,6 +394,7 @@ typedef struct {
     const bool *cached;   /* block kernels' row cache: loads read from gr_cN[gr_j] (NULL: none) */
     const bool *packed;   /* warp-row form: cached loads held two to a register, gr_cN[gr_j >> 1] (NULL: none) */
     const bool *raw;      /* warp-row form's scalar fill: these loads also keep their storage bits in gr_uN */
+    const bool *svec;     /* warp-row form's vector store: these loads come a chunk at a time from gr_xN.v[gr_e] */
     char tmp[2][512];
 } emit_ctx;
 
@@ -532,7 +533,9 @@ static void emit_node(emit_ctx *c, int i) {
         gr_dtype bt = k->params[e->param].dtype;
         gr_strbuf ld;
         gr_sb_init(&ld);
-        if (c->vec && (load_vectorizable(k, e) || (c->rowvec && c->rowvec[i]))) {
+        if (c->svec && c->svec[i]) {
+            gr_sb_printf(&ld, "gr_x%d.v[gr_e]", i);
+        } else if (c->vec && (load_vectorizable(k, e) || (c->rowvec && c->rowvec[i]))) {
             gr_sb_printf(&ld, "gr_l%d.v[j]", i);
         } else if (c->cached && c->cached[i] && c->packed && c->packed[i]) { /* storage bits, widened here */
             gr_sb_printf(&ld, "gr_half(gr_c%d[gr_j >> 1], gr_j)", i);
@@ -973,7 +976,7 @@ static void emit_group_loop(emit_ctx *c, bool *mark, const bool *used, bool *row
     gr_sb_puts(sb, "    }\n");
 }
 
-/* mark: 5 * (nodes + 1) bools of room (gr_render_cuda_mode's). */
+/* mark: 6 * (nodes + 1) bools of room (gr_render_cuda_mode's). */
 static void emit_elementwise(emit_ctx *c, bool *mark) {
     const gr_kernel *k = c->k;
     gr_strbuf *sb = c->sb;
@@ -1068,6 +1071,26 @@ static void sb_fold_init(gr_strbuf *sb, gr_kreduce r, ctype c) {
  * global loads (GPT-2's layer norms at b8 s512 ran at a fifth of the H100's bandwidth).
  * Returns the number of cached loads; cached[] marks them. cone, scratch: n_nodes and 2 * n_nodes
  * bools of room. */
+/* fr[i]: node i has one value along a row: it reads no inner index, no accumulator and no random
+ * stream, and every load in it reads an address the inner indices do not move (zero inner
+ * strides, which are structure, and a gather index of one value along the row). A gather whose
+ * index is such a node reads a row that starts where the index says (an embedding's rows). */
+static void inner_free(const gr_kernel *k, bool *fr) {
+    for (int i = 0; i < k->nodes.len; i++) {
+        const gr_kexpr *e = &k->nodes.data[i];
+        bool v = e->op != GR_KX_ACC && e->op != GR_KX_RANDOM &&
+                 !(e->op == GR_KX_INDEX && e->which >= GR_KIDX_INNER && e->which != GR_KIDX_LINEAR);
+        if (e->op == GR_KX_LOAD) {
+            for (int d = 0; d < k->n_inner; d++) v = v && e->access.inner_stride[d] == 0;
+            if (e->access.index >= 0) v = v && e->access.index < i && fr[e->access.index];
+        }
+        const int32_t ops[3] = {e->a, e->b, e->c};
+        int nops = e->op == GR_KX_BINARY ? 2 : e->op == GR_KX_SELECT ? 3 : (e->op == GR_KX_UNARY || e->op == GR_KX_CAST) ? 1 : 0;
+        for (int q = 0; q < nops; q++) v = v && ops[q] >= 0 && ops[q] < i && fr[ops[q]];
+        fr[i] = v;
+    }
+}
+
 static int row_cache_loads(const gr_kernel *k, bool *cached, bool *cone, bool *scratch) {
     int n = k->nodes.len;
     if (n <= 0) return 0;
@@ -1096,9 +1119,13 @@ static int row_cache_loads(const gr_kernel *k, bool *cached, bool *cone, bool *s
             seen[i] = true;
         }
     }
+    /* a load of one value along the row (a gather's index) is not cached: a register per point
+     * would hold one number, and its inner stride of zero kept the row from the vector fill
+     * (GPT-2's first layer norms, fused with the embedding gather, ran scalar at 13 us) */
+    inner_free(k, cone);
     int count = 0;
     for (int i = 0; i < n; i++) {
-        cached[i] = twice[i] && !acc_dep[i] && !param_written(k, k->nodes.data[i].param);
+        cached[i] = twice[i] && !acc_dep[i] && !cone[i] && !param_written(k, k->nodes.data[i].param);
         count += cached[i];
     }
     return count;
@@ -1195,10 +1222,12 @@ static void emit_block_stages(emit_ctx *c, bool *mark, const bool *cached, const
 }
 
 
-/* A cached load the warp-row form may fill with vector loads: no gather, the row contiguous
- * (structure in generic mode: the address is base + ri). */
-static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e) {
-    return e->op == GR_KX_LOAD && e->access.index < 0 && k->n_inner > 0 && inner_contiguous(k, &e->access);
+/* A cached load the warp-row form may fill with vector loads: the row contiguous (structure in
+ * generic mode: the address is base + ri), and no gather or one whose index has one value along
+ * the row (fr: inner_free's marks), so the row's start is computed once. */
+static bool load_row_vectorizable(const gr_kernel *k, const gr_kexpr *e, const bool *fr) {
+    return e->op == GR_KX_LOAD && (e->access.index < 0 || fr[e->access.index]) && k->n_inner > 0 &&
+           inner_contiguous(k, &e->access);
 }
 
 /* The warp-row form's shape, shared by its two versions (emit_warp_rows). */
@@ -1209,6 +1238,7 @@ typedef struct {
     bool whole;         /* this version's rows are a whole number of chunks (the row length a multiple of v) */
     const bool *cached; /* row_cache_loads' marks */
     const bool *packed; /* cached loads of 2-byte floats: two per 32-bit register (warp_packed) */
+    bool *svec;         /* room for emit_warp_vector_store's marks (n_nodes bools) */
     int n_cached;
 } warp_form;
 
@@ -1265,7 +1295,12 @@ static void close_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *
  * chunks: each lane gathers a chunk of v values (its registers gr_q * v .. gr_q * v + v - 1, the
  * points the vector fill read) and writes it with one vector store when the row start is aligned
  * (checked per row at run time), else point by point. The same values either way: only the
- * width of the writes differs. */
+ * width of the writes differs.
+ * The stage's other loads that run contiguous along the row and are not in the row cache (a
+ * layer norm's scale and shift) are read a chunk at a time too, with one vector load where the
+ * row start is aligned (checked per row), else point by point into the same registers. Why:
+ * read point by point, 16 scalar loads per chunk kept GPT-2's bf16 layer norm at 12.3 us for
+ * 4096 rows against 10.3 with vector loads (bench/kmicro, H100). */
 static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const warp_form *w, const char *I0) {
     const gr_kernel *k = c->k;
     gr_strbuf *sb = c->sb;
@@ -1278,27 +1313,60 @@ static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const w
     indent_more(I1, sizeof I1, I0, 2);
     indent_more(I2, sizeof I2, I0, 4);
     indent_more(I3, sizeof I3, I0, 6);
+    bool *sv = w->svec;
+    for (int i = 0; i < k->nodes.len; i++) {
+        const gr_kexpr *e = &k->nodes.data[i];
+        sv[i] = mark[i] && e->op == GR_KX_LOAD && !(w->n_cached > 0 && w->cached[i]) && e->access.index < 0 &&
+                inner_contiguous(k, &e->access) && !param_written(k, e->param) &&
+                gr_dtype_size(k->params[e->param].dtype) <= 4;
+        if (sv[i]) gr_sb_printf(sb, "%slong long gr_xb%d;\n", I0, i);
+    }
     gr_sb_printf(sb, "%slong long gr_bs;\n%s{\n%sconst long long ri = 0;\n", I0, I0, I1);
     emit_decompose(sb, I1, "ri", "r", k->n_inner, k->inner, islots);
     gr_sb_printf(sb, "%sgr_bs = ", I1);
     sb_address(sb, c, &st->access, c->map ? c->map->stage[s] : -1);
-    gr_sb_printf(sb, ";\n%s(void)ri;\n%s}\n", I1, I0);
+    gr_sb_puts(sb, ";\n");
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!sv[i]) continue;
+        gr_sb_printf(sb, "%sgr_xb%d = ", I1, i);
+        sb_address(sb, c, &k->nodes.data[i].access, c->map ? c->map->node[i] : -1);
+        gr_sb_puts(sb, ";\n");
+    }
+    gr_sb_printf(sb, "%s(void)ri;\n%s}\n", I1, I0);
     gr_sb_printf(sb, "%sconst bool gr_as = ((unsigned long long)(p%d + gr_bs) %% alignof(%s<%s>)) == 0;\n", I0, st->param,
                  w->vt, stn);
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!sv[i]) continue;
+        const int p = k->nodes.data[i].param;
+        gr_sb_printf(sb, "%sconst bool gr_xa%d = ((unsigned long long)(p%d + gr_xb%d) %% alignof(%s<%s>)) == 0;\n", I0, i, p,
+                     i, w->vt, storage_name(k->params[p].dtype));
+    }
     gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I0, GR_WARP_ROW_PTS / v);
     gr_sb_printf(sb, "%sconst int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", I1, v);
     gr_sb_printf(sb, "%sif (gr_r0 >= gr_ni) break;\n", I1);
-    gr_sb_printf(sb, "%s%s<%s> gr_sv;\n#pragma unroll\n", I1, w->vt, stn);
-    gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e++) {\n", I1, v);
+    gr_sb_printf(sb, "%s%s<%s> gr_sv;\n", I1, w->vt, stn);
+    for (int i = 0; i < k->nodes.len; i++) {
+        if (!sv[i]) continue;
+        const int p = k->nodes.data[i].param;
+        const char *pn = storage_name(k->params[p].dtype);
+        gr_sb_printf(sb, "%s%s<%s> gr_x%d;\n", I1, w->vt, pn, i);
+        gr_sb_printf(sb, "%sif (gr_xa%d) {\n%sgr_x%d = *reinterpret_cast<const %s<%s>*>(p%d + gr_xb%d + gr_r0);\n", I1, i, I2, i,
+                     w->vt, pn, p, i);
+        gr_sb_printf(sb, "%s} else {\n#pragma unroll\n%sfor (int gr_e = 0; gr_e < %d; gr_e++) gr_x%d.v[gr_e] = p%d[gr_xb%d + gr_r0 + gr_e];\n%s}\n",
+                     I1, I2, v, i, p, i, I1);
+    }
+    gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_e = 0; gr_e < %d; gr_e++) {\n", I1, v);
     gr_sb_printf(sb, "%sconst int gr_j = gr_q * %d + gr_e;\n", I2, v);
     gr_sb_printf(sb, "%sconst int ri = gr_r0 + gr_e;\n%s{\n", I2, I2);
     emit_decompose(sb, I3, "ri", "r", k->n_inner, k->inner, islots);
     c->indent = I3;
     c->cached = w->n_cached > 0 ? w->cached : NULL;
     c->packed = w->packed;
+    c->svec = sv;
     emit_marked(c, mark);
     c->cached = NULL;
     c->packed = NULL;
+    c->svec = NULL;
     char val[32];
     snprintf(val, sizeof val, "v%d", st->value);
     gr_sb_printf(sb, "%sgr_sv.v[gr_e] = ", I3);
@@ -1339,6 +1407,12 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
                 if (w->cached[i]) gr_sb_printf(sb, "%slong long gr_b%d;\n", I0, i);
             gr_sb_printf(sb, "%s{\n%sconst long long ri = 0;\n", I0, I1);
             emit_decompose(sb, I1, "ri", "r", k->n_inner, k->inner, islots);
+            /* the gather indices of gathered rows (one value along the row: taken at ri = 0) */
+            for (int i = 0; i < n; i++) mark[i] = false;
+            for (int i = 0; i < n; i++)
+                if (w->cached[i] && k->nodes.data[i].access.index >= 0) mark_cone(k, k->nodes.data[i].access.index, mark);
+            c->indent = I1;
+            emit_marked(c, mark);
             for (int i = 0; i < n; i++) {
                 if (!w->cached[i]) continue;
                 const gr_kexpr *e = &k->nodes.data[i];
@@ -1496,17 +1570,18 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
     int n = k->nodes.len;
     bool vec = n_cached > 0;
     int maxsize = 1;
-    bool *packed = hoist + (n + 1); /* emit_block's room: hoist and packed, n + 1 bools each */
+    bool *packed = hoist + (n + 1), *room = packed + (n + 1); /* emit_block's room: n + 1 bools each */
+    inner_free(k, room);
     for (int i = 0; i < n; i++) {
         packed[i] = cached[i] && warp_packed(k, i);
         if (!cached[i]) continue;
         const gr_kexpr *e = &k->nodes.data[i];
-        if (!load_row_vectorizable(k, e)) vec = false;
+        if (!load_row_vectorizable(k, e, room)) vec = false;
         size_t sz = gr_dtype_size(k->params[e->param].dtype);
         if ((int)sz > maxsize) maxsize = (int)sz;
     }
     warp_form w = {.v = vec ? (maxsize <= 2 ? 8 : 4) : 1, .vec = vec, .cached = cached, .packed = packed,
-                   .n_cached = n_cached};
+                   .svec = room, .n_cached = n_cached};
     w.vt = w.v == 8 ? "gr_v8" : "gr_v4";
     gr_sb_puts(sb, "    const int gr_lane = threadIdx.x & 31;\n");
     gr_sb_printf(sb, "    const int gr_ni = (int)%s;  // at most %d here\n", ni, GR_WARP_ROW_MAX);
@@ -1529,7 +1604,7 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
     }
 }
 
-/* mark: 5 * (nodes + 1) bools */
+/* mark: 6 * (nodes + 1) bools */
 static void emit_block(emit_ctx *c, bool *mark) {
     const gr_kernel *k = c->k;
     gr_strbuf *sb = c->sb;
@@ -1623,7 +1698,7 @@ gr_status gr_render_cuda_mode(const gr_kernel *k, gr_render_mode mode, gr_strbuf
                             n, GR_KMAX_SLOTS);
         GR_TRY(gr_kslot_map_build(k, &map));
     }
-    size_t mark_bytes = 5 * ((size_t)k->nodes.len + 1) * sizeof(bool); /* emit_block's share */
+    size_t mark_bytes = 6 * ((size_t)k->nodes.len + 1) * sizeof(bool); /* emit_block's share */
     bool *mark = gr_malloc(mark_bytes);
     if (!mark) {
         gr_kslot_map_free(&map);

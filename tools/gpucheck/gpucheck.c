@@ -302,11 +302,15 @@ static void check_softmax(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int
 
 /* A layer norm with its residual add, as GPT-2's: h = x + res (stored), mean and variance of
  * h over the row, y = (h - mean) * rsqrt(var + eps) * g + b. x and res are row-cached (two
- * stages read them). gather: res row (rows - 1 - o) through a gather index (the scalar fill of
- * the warp-row form). offset: x read and h written from element `offset` on (x and h hold
- * rows * cols + offset elements): rows off 16-byte alignment, so the warp-row form takes its
- * scalar fill and stores for rows of whole chunks. */
-static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, bool gather, int64_t offset) {
+ * stages read them). gather 1: res row (rows - 1 - o) through a gather index of one value along
+ * the row (an embedding's rows, fused: the vector fill, the row's start from the index); gather
+ * 2: res point (row o, point cols - 1 - r) through an index that moves along the row (the scalar
+ * fill of the warp-row form). offset: x read and h written from element `offset` on (x and h
+ * hold rows * cols + offset elements): rows off 16-byte alignment, so the warp-row form takes its
+ * scalar fill and stores for rows of whole chunks. gb_offset: g and b read from element
+ * `gb_offset` on (the store's vector loads of them take their scalar fallback). */
+static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, int64_t cols, int gather, int64_t offset,
+                                    int64_t gb_offset) {
     gr_kernel *k;
     if (gr_kernel_create(name, &k) != GR_OK) return NULL;
     k->n_outer = 1;
@@ -327,7 +331,7 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
     gr_kernel_add_param(k, GR_KP_BUFFER, t, "b", &b);
     gr_kernel_add_param(k, GR_KP_BUFFER, t, "h", &h);
     gr_kernel_add_param(k, GR_KP_BUFFER, t, "y", &y);
-    if (gather) {
+    if (gather == 1) {
         int o0, last, idx;
         gr_kx_index(k, 0, &o0);
         gr_kx_const_i(k, GR_I64, rows - 1, &last);
@@ -336,7 +340,17 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
         ar.index = idx;
         ar.index_stride = cols;
         ar.index_extent = rows;
+    } else if (gather == 2) {
+        int r0, last, idx;
+        gr_kx_index(k, GR_KIDX_INNER, &r0);
+        gr_kx_const_i(k, GR_I64, cols - 1, &last);
+        gr_kx_binary(k, GR_KB_SUB, GR_I64, last, r0, &idx);
+        ar.inner_stride[0] = 0;
+        ar.index = idx;
+        ar.index_stride = 1;
+        ar.index_extent = cols;
     }
+    aw.offset = gb_offset;
     gr_kaccess ax = a;
     ax.offset = offset;
     gr_kx_load(k, x, &ax, &lx);
@@ -370,15 +384,17 @@ static gr_kernel *layer_norm_kernel(const char *name, gr_dtype t, int64_t rows, 
     return k;
 }
 
-static void check_layer_norm(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols, bool gather, int64_t offset) {
+static void check_layer_norm(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, int64_t cols, int gather, int64_t offset,
+                             int64_t gb_offset) {
     char name[96];
-    snprintf(name, sizeof name, "layer_norm_%s_%lldx%lld%s%s", gr_dtype_name(t), (long long)rows, (long long)cols,
-             gather ? "_gather" : "", offset ? "_offset" : "");
+    snprintf(name, sizeof name, "layer_norm_%s_%lldx%lld%s%s%s", gr_dtype_name(t), (long long)rows, (long long)cols,
+             gather == 1 ? "_gather_row" : gather == 2 ? "_gather_point" : "", offset ? "_offset" : "",
+             gb_offset ? "_gb_offset" : "");
     if (filter && !strstr(name, filter)) return;
-    gr_kernel *k = layer_norm_kernel(name, t, rows, cols, gather, offset);
+    gr_kernel *k = layer_norm_kernel(name, t, rows, cols, gather, offset, gb_offset);
     if (!k) return;
-    buf_spec specs[6] = {{t, rows * cols + offset, -3, 3}, {t, rows * cols, -1, 1}, {t, cols, 0.5, 1.5},
-                         {t, cols, -0.5, 0.5}, {t, rows * cols + offset, 0, 0}, {t, rows * cols, 0, 0}};
+    buf_spec specs[6] = {{t, rows * cols + offset, -3, 3}, {t, rows * cols, -1, 1}, {t, cols + gb_offset, 0.5, 1.5},
+                         {t, cols + gb_offset, -0.5, 0.5}, {t, rows * cols + offset, 0, 0}, {t, rows * cols, 0, 0}};
     gr_karg sc[6];
     memset(sc, 0, sizeof sc);
     bool written[6] = {false, false, false, false, true, true};
@@ -1355,7 +1371,7 @@ static void time_rows(devctx *cu, bool softmax) {
     if (filter && !strstr(name, filter)) return;
     const int64_t rows = softmax ? 8 * 12 * 512 : 4096, cols = softmax ? 512 : 768;
     gr_kernel *k = softmax ? softmax_kernel("sm_time", GR_BF16, rows, cols)
-                           : layer_norm_kernel("ln_time", GR_BF16, rows, cols, false, 0);
+                           : layer_norm_kernel("ln_time", GR_BF16, rows, cols, 0, 0, 0);
     if (!k) return;
     row_bench b;
     memset(&b, 0, sizeof b);
@@ -1799,21 +1815,28 @@ int main(int argc, char **argv) {
      * rows longer than 4 points per thread (the plain loops) */
     check_softmax(&cu, &sim, GR_BF16, 4096, 768);
     check_softmax(&cu, &sim, GR_F32, 5, 3000);
-    /* the warp-row form (rows of <= 1024 points, a warp each): rows of 768 (vector fill), a
-     * gathered residual (scalar fill), and odd lengths (partial vectors, misaligned rows: the
-     * scalar fill; 1025 and 3000: the block form) with row counts that leave blocks part-full */
-    check_layer_norm(&cu, &sim, GR_BF16, 4096, 768, false, 0);
-    check_layer_norm(&cu, &sim, GR_F32, 64, 768, false, 0);
-    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, true, 0);
-    /* rows of whole chunks off 16-byte alignment: the scalar fill and stores of that version */
-    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, false, 1);
-    check_layer_norm(&cu, &sim, GR_F32, 64, 768, false, 1);
+    /* the warp-row form (rows of <= 1024 points, a warp each): rows of 768 (vector fill, and
+     * vector loads of g and b in the store), a residual gathered by rows (vector fill from the
+     * index's row) or by points (scalar fill), and odd lengths (partial vectors, misaligned rows:
+     * the scalar fill; 1025 and 3000: the block form) with row counts that leave blocks part-full */
+    check_layer_norm(&cu, &sim, GR_BF16, 4096, 768, 0, 0, 0);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, 0, 0, 0);
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, 1, 0, 0);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, 1, 0, 0);
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, 2, 0, 0);
+    check_layer_norm(&cu, &sim, GR_BF16, 37, 700, 1, 0, 0);
+    /* rows of whole chunks off 16-byte alignment: the scalar fill and stores of that version;
+     * g and b off alignment: the store's scalar loads of them */
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, 0, 1, 0);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, 0, 1, 0);
+    check_layer_norm(&cu, &sim, GR_BF16, 64, 768, 0, 0, 1);
+    check_layer_norm(&cu, &sim, GR_F32, 64, 768, 1, 0, 3);
     check_softmax(&cu, &sim, GR_F32, 64, 768);
     {
         const int64_t odd[] = {1, 31, 33, 700, 1025, 3000};
         for (int i = 0; i < 6; i++) {
-            check_layer_norm(&cu, &sim, GR_BF16, 37, odd[i], false, 0);
-            check_layer_norm(&cu, &sim, GR_F32, 37, odd[i], false, 0);
+            check_layer_norm(&cu, &sim, GR_BF16, 37, odd[i], 0, 0, 0);
+            check_layer_norm(&cu, &sim, GR_F32, 37, odd[i], 0, 0, 0);
             check_softmax(&cu, &sim, GR_BF16, 37, odd[i]);
             check_softmax(&cu, &sim, GR_F32, 37, odd[i]);
         }

@@ -1,0 +1,71 @@
+// Micro-benchmark of graft's generated row kernels against hand-written ones (issue 15):
+// each kernel launched R times in one CUDA graph, the graph replayed; time per launch from events.
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+struct gr_dims_t { long long v[15]; };
+extern "C" __global__ void gr_g_a991a9569e24a8cc(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*, const gr_dims_t);
+extern "C" __global__ void k42_layer_norm(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*);
+extern "C" __global__ void ln_gvec(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*, const gr_dims_t);
+extern "C" __global__ void ln_gpre(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*, const gr_dims_t);
+extern "C" __global__ void ln_gfix3(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*, const gr_dims_t);
+extern "C" __global__ void ln_lvec(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*);
+extern "C" __global__ void ln_hand(long long, const float*, const float*, unsigned short*, const unsigned short*, const unsigned short*);
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+static unsigned fbits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+int main(int argc, char **argv) {
+  const int reps = 20, iters = 50;
+  const int rows_list[] = {128, 512, 1024, 4096};
+  for (int rows : rows_list) {
+    const long long n = (long long)rows * 768;
+    float *g, *b; unsigned short *x, *y, *o;
+    CK(cudaMalloc(&g, 768 * 4)); CK(cudaMalloc(&b, 768 * 4));
+    CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&y, n * 2)); CK(cudaMalloc(&o, n * 2));
+    std::vector<unsigned short> hx(n), hy(n); std::vector<float> hg(768), hb(768);
+    srand(1);
+    for (long long i = 0; i < n; i++) { float f = (rand() / (float)RAND_MAX - 0.5f) * 4; hx[i] = fbits(f) >> 16; f = (rand() / (float)RAND_MAX - 0.5f); hy[i] = fbits(f) >> 16; }
+    for (int i = 0; i < 768; i++) { hg[i] = 0.5f + rand() / (float)RAND_MAX; hb[i] = rand() / (float)RAND_MAX - 0.5f; }
+    CK(cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(y, hy.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(g, hg.data(), 768 * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(b, hb.data(), 768 * 4, cudaMemcpyHostToDevice));
+    gr_dims_t d = {{1, rows, 0, 768, 0, 768, 0, 768, fbits(768.f), fbits(9.99999975e-06f), 0, 0, 0, (long long)rows * 768, 768}};
+    std::vector<unsigned short> ref(n), got(n);
+    cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const char *names[] = {"generic 8 rows/blk", "literal 8 rows/blk", "generic 2 rows/blk", "hand 8 rows/blk", "hand 2 rows/blk", "generic + vector gamma/beta in store", "generic + gamma/beta prefetched", "generic + vector gamma/beta, 2 rows/blk", "generic + vector gamma/beta, 3 chunks known", "literal + vector gamma/beta (rows=128 only)"};
+    for (int v = 0; v < 10; v++) {
+      auto launch = [&]() {
+        switch (v) {
+        case 0: gr_g_a991a9569e24a8cc<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 1: k42_layer_norm<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y); break;
+        case 2: gr_g_a991a9569e24a8cc<<<(rows + 1) / 2, 64, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 3: ln_hand<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y); break;
+        case 4: ln_hand<<<(rows + 1) / 2, 64, 0, s>>>(rows, g, b, o, x, y); break;
+        case 5: ln_gvec<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 6: ln_gpre<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 7: ln_gvec<<<(rows + 1) / 2, 64, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 8: ln_gfix3<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y, d); break;
+        case 9: ln_lvec<<<(rows + 7) / 8, 256, 0, s>>>(rows, g, b, o, x, y); break;
+        }
+      };
+      CK(cudaMemsetAsync(o, 0, n * 2, s)); launch(); CK(cudaStreamSynchronize(s)); CK(cudaGetLastError());
+      CK(cudaMemcpy(v == 0 ? ref.data() : got.data(), o, n * 2, cudaMemcpyDeviceToHost));
+      long long diff = 0; if (v) for (long long i = 0; i < n; i++) diff += got[i] != ref[i];
+      cudaGraph_t gr; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      for (int r = 0; r < reps; r++) launch();
+      CK(cudaStreamEndCapture(s, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
+      cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+      for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
+      CK(cudaEventRecord(e0, s));
+      for (int i = 0; i < iters; i++) CK(cudaGraphLaunch(ge, s));
+      CK(cudaEventRecord(e1, s)); CK(cudaEventSynchronize(e1));
+      float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+      printf("{\"kernel\": \"layer_norm+add bf16 x768\", \"rows\": %d, \"variant\": \"%s\", \"us_per_launch\": %.3f, \"elements_differing_from_generic\": %lld}\n",
+             rows, names[v], ms * 1000 / (iters * reps), diff);
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    }
+    cudaFree(g); cudaFree(b); cudaFree(x); cudaFree(y); cudaFree(o);
+  }
+  return 0;
+}
