@@ -273,47 +273,40 @@ static bool param_written(const gr_kernel *k, int p) {
     return false;
 }
 
-/* Marks the cone of node `root` (operands and gather indices) in `mark`. */
-static void mark_cone(const gr_kernel *k, int root, bool *mark) {
-    mark[root] = true;
-    for (int j = root; j >= 0; j--) {
-        if (!mark[j]) continue;
-        const gr_kexpr *x = &k->nodes.data[j];
-        int nops = 0;
-        switch (x->op) {
-        case GR_KX_UNARY:
-        case GR_KX_CAST:
-        case GR_KX_RANDOM: nops = 1; break;
-        case GR_KX_BINARY: nops = 2; break;
-        case GR_KX_SELECT: nops = 3; break;
-        default: break;
-        }
-        const int32_t ops[3] = {x->a, x->b, x->c};
-        for (int q = 0; q < nops; q++)
-            if (ops[q] >= 0 && ops[q] < j) mark[ops[q]] = true;
-        if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) mark[x->access.index] = true;
+/* The expression operands of node x (a, b, c as its op uses them) into ops; returns how many. */
+static int node_operands(const gr_kexpr *x, int32_t ops[3]) {
+    ops[0] = x->a, ops[1] = x->b, ops[2] = x->c;
+    switch (x->op) {
+    case GR_KX_UNARY:
+    case GR_KX_CAST:
+    case GR_KX_RANDOM: return 1;
+    case GR_KX_BINARY: return 2;
+    case GR_KX_SELECT: return 3;
+    default: return 0;
     }
 }
 
-/* Marks what stage st reads: its value's cone and a scatter store's index cone. */
-static void mark_stage(const gr_kernel *k, const gr_kstage *st, bool *mark) {
-    mark_cone(k, st->value, mark);
-    if (st->kind == GR_KS_STORE && st->access.index >= 0) mark_cone(k, st->access.index, mark);
-}
-
-/* mark_cone, not following operand `skip_op` (1: b, 2: c) of node `skip_node`. */
+/* Marks the cone of node `root` (operands and gather indices) in `mark`, not following operand
+ * `skip_op` (1: b, 2: c) of node `skip_node` (-1: follow all). */
 static void mark_cone_except(const gr_kernel *k, int root, bool *mark, int skip_node, int skip_op) {
     mark[root] = true;
     for (int j = root; j >= 0; j--) {
         if (!mark[j]) continue;
         const gr_kexpr *x = &k->nodes.data[j];
-        int nops = x->op == GR_KX_SELECT ? 3 : x->op == GR_KX_BINARY ? 2
-                 : (x->op == GR_KX_UNARY || x->op == GR_KX_CAST || x->op == GR_KX_RANDOM) ? 1 : 0;
-        const int32_t ops[3] = {x->a, x->b, x->c};
+        int32_t ops[3];
+        int nops = node_operands(x, ops);
         for (int q = 0; q < nops; q++)
             if (ops[q] >= 0 && ops[q] < j && !(j == skip_node && q == skip_op)) mark[ops[q]] = true;
         if (x->op == GR_KX_LOAD && x->access.index >= 0 && x->access.index < j) mark[x->access.index] = true;
     }
+}
+
+static void mark_cone(const gr_kernel *k, int root, bool *mark) { mark_cone_except(k, root, mark, -1, -1); }
+
+/* Marks what stage st reads: its value's cone and a scatter store's index cone. */
+static void mark_stage(const gr_kernel *k, const gr_kstage *st, bool *mark) {
+    mark_cone(k, st->value, mark);
+    if (st->kind == GR_KS_STORE && st->access.index >= 0) mark_cone(k, st->access.index, mark);
 }
 
 /* A load that the vectorized loop reads as one 4-wide vector. */
@@ -1084,8 +1077,8 @@ static void inner_free(const gr_kernel *k, bool *fr) {
             for (int d = 0; d < k->n_inner; d++) v = v && e->access.inner_stride[d] == 0;
             if (e->access.index >= 0) v = v && e->access.index < i && fr[e->access.index];
         }
-        const int32_t ops[3] = {e->a, e->b, e->c};
-        int nops = e->op == GR_KX_BINARY ? 2 : e->op == GR_KX_SELECT ? 3 : (e->op == GR_KX_UNARY || e->op == GR_KX_CAST) ? 1 : 0;
+        int32_t ops[3];
+        int nops = node_operands(e, ops);
         for (int q = 0; q < nops; q++) v = v && ops[q] >= 0 && ops[q] < i && fr[ops[q]];
         fr[i] = v;
     }
@@ -1099,9 +1092,8 @@ static int row_cache_loads(const gr_kernel *k, bool *cached, bool *cone, bool *s
     for (int i = 0; i < n; i++) {
         const gr_kexpr *e = &k->nodes.data[i];
         bool d = e->op == GR_KX_ACC;
-        const int32_t ops[3] = {e->a, e->b, e->c};
-        int nops = e->op == GR_KX_BINARY ? 2 : e->op == GR_KX_SELECT ? 3
-                 : (e->op == GR_KX_UNARY || e->op == GR_KX_CAST || e->op == GR_KX_RANDOM) ? 1 : 0;
+        int32_t ops[3];
+        int nops = node_operands(e, ops);
         for (int q = 0; q < nops; q++) d = d || (ops[q] >= 0 && ops[q] < i && acc_dep[ops[q]]);
         if (e->op == GR_KX_LOAD && e->access.index >= 0 && e->access.index < i) d = d || acc_dep[e->access.index];
         acc_dep[i] = d;
@@ -1140,9 +1132,8 @@ static void inner_invariant(const gr_kernel *k, bool *inv) {
     for (int i = 0; i < k->nodes.len; i++) {
         const gr_kexpr *e = &k->nodes.data[i];
         bool v = e->op != GR_KX_LOAD && !(e->op == GR_KX_INDEX && e->which >= GR_KIDX_INNER && e->which != GR_KIDX_LINEAR);
-        const int32_t ops[3] = {e->a, e->b, e->c};
-        int nops = e->op == GR_KX_BINARY ? 2 : e->op == GR_KX_SELECT ? 3
-                 : (e->op == GR_KX_UNARY || e->op == GR_KX_CAST || e->op == GR_KX_RANDOM) ? 1 : 0;
+        int32_t ops[3];
+        int nops = node_operands(e, ops);
         for (int q = 0; q < nops; q++) v = v && ops[q] >= 0 && ops[q] < i && inv[ops[q]];
         inv[i] = v;
     }
