@@ -527,6 +527,7 @@ static void test_row_cache(void) {
     k->outer[0] = 7;
     k->n_inner = 1;
     k->inner[0] = 300;
+    k->var_inner = 1; /* a symbolic row length: every form is rendered (the block form's cache below) */
     OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "x", &x));
     OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "w", &w));
     OK_OR_FAIL(gr_kernel_add_param(k, GR_KP_BUFFER, GR_BF16, "y", &y));
@@ -693,13 +694,18 @@ static void test_warp_rows(void) {
             gr_kernel *k = layer_norm_kernel(name, types[ti], 4096, 768, gm);
             CHECK_MSG(k != NULL, "%s: build failed: %s", name, gr_last_error());
             if (!k) continue;
-            for (int mode = 0; mode < 3; mode++) { /* literal, generic, generic with the slot table */
+            /* literal, generic and generic with the slot table of a symbolic row length (var_inner:
+             * every form and version), generic of a fixed one (its row class: one form, one version) */
+            for (int mode = 0; mode < 4; mode++) {
+                const bool fixed = mode == 0 || mode == 3;
+                k->var_inner = fixed ? 0 : 1;
                 gr_strbuf sb;
                 gr_sb_init(&sb);
                 CHECK_OK(gr_render_cuda_mode(k, mode == 2 ? GR_RENDER_GENERIC_TABLE : mode ? GR_RENDER_GENERIC : GR_RENDER_LITERAL,
                                              &sb));
                 const char *src = sb.data ? sb.data : "";
-                CHECK_MSG(strstr(src, "<= 1024) {  // warp-row form") != NULL, "%s: no warp-row branch", name);
+                CHECK_MSG(strstr(src, fixed ? "{  // warp-row form (a fixed row length)" : "<= 1024) {  // warp-row form") != NULL,
+                          "%s mode %d: no warp-row form", name, mode);
                 CHECK(strstr(src, "gr_warp_reduce(gr_a, gr_fold_sum())") != NULL);
                 /* x and res cached (nodes 0, 1; after the gather index's three nodes: 3, 4); 2-byte
                  * floats as their bits, two points a register, widened where read */
@@ -742,19 +748,36 @@ static void test_warp_rows(void) {
                 CHECK_MSG(gather ? strstr(src, "gr_sv") == NULL : has_vs, "%s mode %d: vector stores %d", name, mode, has_vs);
                 /* rows of whole chunks (768 points: literal code has only these; generic code branches
                  * on the row length) compare a chunk's start with the row's end; other rows every
-                 * point, mapped as the vector fill maps them (gather: chunks of one point) */
+                 * point (gather: chunks of one point, always whole). Chunks are cut in slabs of 32,
+                 * a warp's slabs gr_w, gr_w + gr_W, ... */
                 bool whole = strstr(src, "const int ri = gr_r0 + gr_e;") != NULL &&
-                             strstr(src, "if (gr_r0 >= gr_ni) break;") != NULL;
+                             strstr(src, "if (gr_r0 >= gr_ne) break;") != NULL &&
+                             strstr(src, gather ? "const int gr_r0 = (gr_q * 32 + gr_lane) * 1;"
+                                                : (types[ti] == GR_F32 ? "const int gr_r0 = (gr_q * 32 + gr_lane) * 4;"
+                                                                       : "const int gr_r0 = (gr_q * 32 + gr_lane) * 8;")) != NULL;
                 bool version = strstr(src, types[ti] == GR_F32 ? "if (gr_ni % 4 == 0) {  // whole chunks"
                                                                : "if (gr_ni % 8 == 0) {  // whole chunks") != NULL;
-                bool per_point = strstr(src, gather ? "const int ri = gr_j * 32 + gr_lane;"
-                                                    : (types[ti] == GR_F32 ? "const int ri = ((gr_j / 4) * 32 + gr_lane) * 4 + gr_j % 4;"
-                                                                           : "const int ri = ((gr_j / 8) * 32 + gr_lane) * 8 + gr_j % 8;")) != NULL &&
-                                 strstr(src, "if (ri >= gr_ni) break;") != NULL;
-                CHECK_MSG(gather ? (per_point && !version) : mode ? (whole && version && per_point) : (whole && !version && !per_point),
+                bool per_point = strstr(src, "if (ri >= gr_ne) break;") != NULL;
+                CHECK_MSG(!fixed && !gather ? (whole && version && per_point) : (whole && !version && !per_point),
                           "%s mode %d: whole %d version %d per point %d", name, mode, whole, version, per_point);
-                /* the block form stays for long rows */
-                CHECK(strstr(src, "gr_block_reduce(gr_a, gr_sh0, gr_fold_sum())") != NULL);
+                /* warps a row: blocks of up to 4 warps give a row as many as its slabs when the row
+                 * is vectorized (else one); two copies, a warp a row (every slab in registers) and
+                 * several (half the registers: slabs gr_w, gr_w + gr_W, ..., partials of each chunk
+                 * folded in slab order through shared memory) */
+                CHECK_MSG(strstr(src, gather ? "const int gr_W = 1;" : "const int gr_W = gr_nw <= 4 ? max(min(gr_ns, gr_nw), 1) : 1;") != NULL,
+                          "%s mode %d: warps a row", name, mode);
+                CHECK(strstr(src, "gr_a = gr_fold_sum()(gr_a, gr_p);") != NULL && strstr(src, "__syncwarp();") != NULL);
+                bool multi = strstr(src, "} else {  // gr_W warps a row") != NULL &&
+                             strstr(src, "gr_sw0[(gr_g * gr_ns + gr_w + gr_q * gr_W) * 32 + gr_lane] = gr_p;") != NULL &&
+                             strstr(src, "gr_a = gr_fold_sum()(gr_a, gr_sw1[(gr_g * gr_ns + gr_t) * 32 + gr_lane]);") != NULL &&
+                             strstr(src, "__shared__ float gr_sw0[512];") != NULL && strstr(src, "__syncthreads();") != NULL &&
+                             strstr(src, types[ti] == GR_F32 ? "const int gr_r0 = ((gr_w + gr_q * gr_W) * 32 + gr_lane) * 4;"
+                                                             : "const int gr_r0 = ((gr_w + gr_q * gr_W) * 32 + gr_lane) * 8;") != NULL &&
+                             strstr(src, narrow ? (gm ? "unsigned gr_c3[8];" : "unsigned gr_c0[8];") : (gm ? "float gr_c3[16];" : "float gr_c0[16];")) != NULL;
+                CHECK_MSG(gather ? strstr(src, "gr_W warps a row") == NULL : multi, "%s mode %d: several warps a row %d", name, mode, multi);
+                /* the block form stays for long rows, where the row length is symbolic */
+                CHECK_MSG((strstr(src, "gr_block_reduce(gr_a, gr_sh0, gr_fold_sum())") != NULL) == !fixed,
+                          "%s mode %d: block form", name, mode);
                 if (mode) nvrtc_check(src, k->name, 90, &compiled_generic);
                 else nvrtc_check(src, k->name, 90, &compiled);
                 gr_sb_free(&sb);
@@ -766,19 +789,37 @@ static void test_warp_rows(void) {
                 gr_sb_init(&sb);
                 if (k7) CHECK_OK(gr_render_cuda(k7, &sb));
                 const char *src = sb.data ? sb.data : "";
-                CHECK(strstr(src, "if (ri >= gr_ni) break;") != NULL && strstr(src, "if (gr_al) {") == NULL &&
-                      strstr(src, "gr_sv") == NULL && strstr(src, "gr_r0") == NULL);
+                CHECK(strstr(src, "if (ri >= gr_ne) break;") != NULL && strstr(src, "if (gr_al) {") == NULL &&
+                      strstr(src, "gr_sv") == NULL);
                 if (k7) nvrtc_check(src, k7->name, 90, &compiled);
                 gr_sb_free(&sb);
                 gr_kernel_destroy(k7);
             }
             unsigned grid = 0, block = 0;
-            gr_render_cuda_launch_dims(k, 4096, 1u << 30, &grid, &block);
+            /* rows of 768: few rows (at most max_grid / 4) three warps a row (a warp per 256
+             * points), a row a block; many rows a warp a row, 8 rows a block. 4224: an H100's
+             * max_grid (132 SMs x 32) */
+            gr_render_cuda_launch_dims(k, 128, 4224, &grid, &block);
+            CHECK_MSG(block == 96 && grid == 128, "%s: launch of 128 rows %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 1056, 4224, &grid, &block);
+            CHECK_MSG(block == 96 && grid == 1056, "%s: launch of 1056 rows %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 1057, 4224, &grid, &block);
+            CHECK_MSG(block == 256 && grid == 133, "%s: launch of 1057 rows %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 4096, 4224, &grid, &block);
             CHECK_MSG(block == 256 && grid == 512, "%s: launch %u x %u", name, grid, block);
-            gr_render_cuda_launch_dims(k, 3, 1u << 30, &grid, &block);
-            CHECK_MSG(block == 96 && grid == 1, "%s: launch of 3 rows %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 3, 4224, &grid, &block);
+            CHECK_MSG(block == 96 && grid == 3, "%s: launch of 3 rows %u x %u", name, grid, block);
             gr_render_cuda_launch_dims(k, 4096, 100, &grid, &block);
             CHECK(block == 256 && grid == 100);
+            /* rows of at most 256 points: a warp each, a row a block when few */
+            k->inner[0] = 200;
+            gr_render_cuda_launch_dims(k, 4096, 4224, &grid, &block);
+            CHECK_MSG(block == 256 && grid == 512, "%s: short rows launch %u x %u", name, grid, block);
+            gr_render_cuda_launch_dims(k, 1000, 4224, &grid, &block);
+            CHECK_MSG(block == 32 && grid == 1000, "%s: few short rows launch %u x %u", name, grid, block);
+            k->inner[0] = 1024; /* four warps */
+            gr_render_cuda_launch_dims(k, 64, 4224, &grid, &block);
+            CHECK_MSG(block == 128 && grid == 64, "%s: rows of 1024 launch %u x %u", name, grid, block);
             k->inner[0] = 1025; /* a block per row */
             gr_render_cuda_launch_dims(k, 4096, 1u << 30, &grid, &block);
             CHECK_MSG(block == 256 && grid == 4096, "%s: long rows launch %u x %u", name, grid, block);
@@ -913,6 +954,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
         break;
     case 1:
         k->n_outer = 1, k->outer[0] = s, k->n_inner = 1, k->inner[0] = 3 * s;
+        k->var_inner = 1; /* a symbolic row length (a fixed one's class is structure) */
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
         a.stride[0] = 3 * s, a.inner_stride[0] = 1;
@@ -926,6 +968,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
         break;
     case 2: {
         k->n_outer = 2, k->outer[0] = 2, k->outer[1] = s, k->n_inner = 1, k->inner[0] = s + 5;
+        k->var_inner = 1;
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "x", &x));
         T(gr_kernel_add_param(k, GR_KP_BUFFER, GR_F32, "y", &y));
         /* x stored [2, s+5, s]: the row is strided (variant 1: stored [2, s, s+5], contiguous) */
@@ -994,7 +1037,7 @@ static gr_kernel *family(int form, int64_t s, int variant) {
     return k;
 }
 #define N_FORMS 5
-#define STRUCTURE_HASH_PIN 0x7590a0531b9e1ca3ull /* N_FORMS kernels of family(form, 4, 0) */
+#define STRUCTURE_HASH_PIN 0xfd2ff4aa0f3ccdacull /* N_FORMS kernels of family(form, 4, 0) */
 
 static char *render_mode(const gr_kernel *k, gr_render_mode mode) {
     gr_strbuf sb;

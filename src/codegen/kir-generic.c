@@ -246,8 +246,15 @@ static void access_words(const gr_kernel *k, const gr_kaccess *a, word_fn w, voi
     w(u, zeros);
 }
 
+unsigned gr_kernel_row_class(const gr_kernel *k) {
+    if (k->n_inner <= 0 || (k->var_inner & ((1u << k->n_inner) - 1u))) return 0;
+    int64_t ni = gr_kernel_inner_points(k);
+    return GR_ROW_FIXED | (ni <= GR_ROW_WARP_MAX ? GR_ROW_WARP : 0u) | (ni % 8 == 0 ? GR_ROW_MUL8 : 0u) | (ni % 4 == 0 ? GR_ROW_MUL4 : 0u);
+}
+
 static void structure_words(const gr_kernel *k, word_fn w, void *u) {
     w(u, 0x67656e65726963ull); /* "generic" */
+    w(u, (uint64_t)gr_kernel_row_class(k));
     w(u, (uint64_t)k->n_params);
     for (int p = 0; p < k->n_params; p++)
         w(u, (uint64_t)k->params[p].kind | (uint64_t)k->params[p].dtype << 8 | (uint64_t)k->params[p].written << 16);

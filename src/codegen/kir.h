@@ -229,6 +229,20 @@ uint64_t gr_kernel_hash(const gr_kernel *k);
  * structure share one compiled function (render-cuda.h, GR_RENDER_GENERIC) and the
  * simulator one template kernel. Slot order is fixed by the structure (gr_kslot_map). */
 
+/* The row class of k, structure (hashed): 0 when k has no inner dims or one of them is symbolic
+ * in the model (var_inner: the row length differs between bindings); else GR_ROW_FIXED with
+ * GR_ROW_WARP when the row has at most 1024 points (render-cuda's warp-row form), GR_ROW_MUL8 /
+ * GR_ROW_MUL4 when its length is a multiple of 8 / 4 (whole vector chunks). Generic code of a
+ * fixed row length renders only the form and version that length takes (render-cuda.c): all of
+ * them made a generic layer norm's code 5 bodies long, and each launch among other kernels paid
+ * for fetching it (bench/kmicro, H100). */
+#define GR_ROW_WARP_MAX 1024 /* the longest row of the warp-row form */
+#define GR_ROW_FIXED 1u
+#define GR_ROW_WARP 2u
+#define GR_ROW_MUL8 4u
+#define GR_ROW_MUL4 8u
+unsigned gr_kernel_row_class(const gr_kernel *k);
+
 /* Slots of one access, as indices into the slot array (-1: not a slot). */
 typedef struct {
     bool lin;                     /* outer walk contiguous: offset + linear outer index (no strides) */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 7u
+#define GR_RENDER_CUDA_VERSION 8u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -25,11 +25,17 @@
  * with its residual add at 40 registers, 6 blocks of 256 per SM; 8 took 62). */
 #define GR_ROW_REGS 4
 /* Warp-row form of block kernels (issue 15): rows of up to GR_WARP_ROW_MAX inner points take
- * one warp each, several rows per block, GR_WARP_ROW_MAX / 32 points per lane in registers,
- * warp-shuffle reductions and no __syncthreads. Chosen at run time from the row length, so
- * generic code keeps one structure. */
-#define GR_WARP_ROW_MAX 1024
+ * one to GR_WARP_ROW_WARPS warps each (a slab of 32 chunks per warp in turn), several rows per
+ * block, at most GR_WARP_ROW_MAX / 32 points per lane in registers, warp-shuffle reductions
+ * (and one __syncthreads per reduction when a row has several warps). Chosen at run time from
+ * the row length, so generic code keeps one structure. */
+#define GR_WARP_ROW_MAX GR_ROW_WARP_MAX /* kir.h: the row class */
 #define GR_WARP_ROW_PTS (GR_WARP_ROW_MAX / 32)
+#define GR_WARP_ROW_WARPS 4
+/* per reduction, the slab partials of a block's rows: (rows per block) x (slabs per row) <= 16
+ * (at most 8 warps a block; slabs of 8 points: at most 4 a row, one warp each; of 4 points: at
+ * most 8, on up to 4 warps, two rows a block) */
+#define GR_WARP_ROW_SLOTS 16
 #ifndef GR_WARP_ROWS_PER_BLOCK /* -D override: scripts/rowblock-gpu-check.sh (bench/realsize/2026-11-24-h100-rowblock) */
 #define GR_WARP_ROWS_PER_BLOCK 8
 #endif
@@ -342,14 +348,34 @@ static int vec_width(const gr_kernel *k) {
     return GR_VEC_WIDTH_NARROW;
 }
 
+bool gr_render_cuda_is_warp_row(const gr_kernel *k, int64_t n_points) {
+    (void)n_points; /* the form depends on the row length alone */
+    return gr_render_cuda_is_block_kernel(k) && gr_kernel_inner_points(k) <= GR_WARP_ROW_MAX;
+}
+
 void gr_render_cuda_launch_dims(const gr_kernel *k, int64_t n_points, unsigned max_grid, unsigned *grid,
                                 unsigned *block) {
     if (max_grid < 1) max_grid = 1;
     int64_t blocks;
-    if (gr_render_cuda_is_block_kernel(k) && gr_kernel_inner_points(k) <= GR_WARP_ROW_MAX) {
-        /* the warp-row form: a warp per row (the kernel takes any grid and any block of whole warps) */
-        int64_t rows = n_points < GR_WARP_ROWS_PER_BLOCK ? (n_points < 1 ? 1 : n_points) : GR_WARP_ROWS_PER_BLOCK;
-        *block = (unsigned)(32 * rows);
+    if (gr_render_cuda_is_warp_row(k, n_points)) {
+        /* the warp-row form (the kernel takes any grid and any block of whole warps, up to 256
+         * threads; render-cuda.c, emit_warp_rows). Few rows (at most max_grid / 4: 8 per SM, as
+         * the device layer sets max_grid to 32 blocks per SM): a row a block, a warp per 256
+         * points of it (up to GR_WARP_ROW_WARPS; the kernel gives a row as many as its slabs need
+         * of what the block has). Else a warp a row, GR_WARP_ROWS_PER_BLOCK rows a block. Why:
+         * GPT-2's bf16 layer norm (generated, generic) at 128 / 512 / 1024 rows of 768 took 4.10 /
+         * 4.46 / 4.84 us a warp a row, 2.94 / 3.46 / 4.11 with three warps a row; from 2048 rows on
+         * more rows in flight per SM pay more (5.63 against 6.91 us at 2048, 9.15 against 11.68
+         * at 4096; bench/kmicro, H100) */
+        int64_t inner = gr_kernel_inner_points(k);
+        int64_t warps = (inner + 255) / 256, rows = 1;
+        if (warps < 1) warps = 1;
+        if (warps > GR_WARP_ROW_WARPS) warps = GR_WARP_ROW_WARPS;
+        if (n_points > (int64_t)max_grid / 4) {
+            warps = 1;
+            rows = n_points < GR_WARP_ROWS_PER_BLOCK ? (n_points < 1 ? 1 : n_points) : GR_WARP_ROWS_PER_BLOCK;
+        }
+        *block = (unsigned)(32 * warps * rows);
         blocks = (n_points + rows - 1) / rows;
     } else if (gr_render_cuda_is_block_kernel(k)) {
         int64_t inner = gr_kernel_inner_points(k);
@@ -1227,6 +1253,8 @@ typedef struct {
     const char *vt;     /* the vector type of v points: gr_v4 / gr_v8 */
     bool vec;           /* the cached loads may take the vector fill (all contiguous along the row) */
     bool whole;         /* this version's rows are a whole number of chunks (the row length a multiple of v) */
+    bool single;        /* this copy's rows take one warp (gr_W == 1: slab gr_q in registers gr_q * v ..) */
+    int slabs;          /* slabs a warp holds at most in this copy (its register arrays: slabs * v points) */
     const bool *cached; /* row_cache_loads' marks */
     const bool *packed; /* cached loads of 2-byte floats: two per 32-bit register (warp_packed) */
     bool *svec;         /* room for emit_warp_vector_store's marks (n_nodes bools) */
@@ -1244,42 +1272,43 @@ static bool warp_packed(const gr_kernel *k, int i) {
     return bt == GR_F16 || bt == GR_BF16;
 }
 
-/* The point of lane gr_lane's gr_j-th register in the warp-row form, for vector width v:
- * lane l holds chunks l, l + 32, ... of v consecutive points (v = 1: points l, l + 32, ...).
- * Both the vector and the scalar fill, and every stage, use this one map, so the reductions
- * fold in one order whichever fill ran. */
-static void sb_warp_ri(gr_strbuf *sb, const char *indent, int v) {
-    if (v == 1) gr_sb_printf(sb, "%sconst int ri = gr_j * 32 + gr_lane;\n", indent);
-    else gr_sb_printf(sb, "%sconst int ri = ((gr_j / %d) * 32 + gr_lane) * %d + gr_j %% %d;\n", indent, v, v, v);
-    /* ri grows with gr_j: the first point past the row ends the lane's walk. Why a break and
-     * not a guard per point: with the row length a run-time value (generic code) 32 guarded
-     * points took the layer norm to 254 registers, the break to about 106. */
-    gr_sb_printf(sb, "%sif (ri >= gr_ni) break;\n", indent);
+/* The points of lane gr_lane's registers in the warp-row form, for vector width v: a row is cut
+ * into slabs of 32 chunks of v consecutive points (v = 1: 32 points), lane l holding chunk l of
+ * a slab; warp gr_w of the gr_W warps a row has holds slabs gr_w, gr_w + gr_W, ... in its
+ * registers gr_q * v + e. Both fills and every stage use this one map. A reduction folds each
+ * of the lane's chunks into a partial (its points in order), the partials in slab order (through
+ * shared memory when a row has several warps), then gr_warp_reduce: one order per row length
+ * whatever the warps per row and the launch dims, so results are the same to the bit.
+ * The walk over a lane's slabs and points, opened at indent; the body goes at indent + 4, after
+ * gr_j (the register) and ri (the row index). Rows of whole chunks (w->whole) compare only each
+ * chunk's start with the row's end; else every point is compared. Why a break and not a guard
+ * per point: with the row length a run-time value (generic code) 32 guarded points took the
+ * layer norm to 254 registers, the break to about 106. slab_init and slab_fini (or NULL) go
+ * around each chunk's points. */
+/* The slab of a warp's gr_q-th registers. */
+static const char *warp_slab(const warp_form *w) { return w->single ? "gr_q" : "(gr_w + gr_q * gr_W)"; }
+
+static void open_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *w, const char *slab_init) {
+    gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", indent, w->slabs);
+    gr_sb_printf(sb, "%s  const int gr_r0 = (%s * 32 + gr_lane) * %d;\n", indent, warp_slab(w), w->v);
+    gr_sb_printf(sb, "%s  if (gr_r0 >= gr_ne) break;\n", indent);
+    if (slab_init) gr_sb_printf(sb, "%s  %s\n", indent, slab_init);
+    gr_sb_printf(sb, "#pragma unroll\n%s  for (int gr_e = 0; gr_e < %d; gr_e++) {\n", indent, w->v);
+    gr_sb_printf(sb, "%s    const int gr_j = gr_q * %d + gr_e;\n", indent, w->v);
+    gr_sb_printf(sb, "%s    const int ri = gr_r0 + gr_e;\n", indent);
+    if (!w->whole) gr_sb_printf(sb, "%s    if (ri >= gr_ne) break;\n", indent);
 }
 
-/* Opens the walk over a lane's points in register order (gr_j) with their row index ri; the
- * body goes at indent + 4. Rows of whole chunks (v > 1) compare only each chunk's start with
- * the row's end, 4 or 8 points at a time; else every point is compared (its own iteration). */
-static void open_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *w) {
-    if (w->whole && w->v > 1) {
-        gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", indent, GR_WARP_ROW_PTS / w->v);
-        gr_sb_printf(sb, "%s  const int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", indent, w->v);
-        gr_sb_printf(sb, "%s  if (gr_r0 >= gr_ni) break;\n#pragma unroll\n", indent);
-        gr_sb_printf(sb, "%s  for (int gr_e = 0; gr_e < %d; gr_e++) {\n", indent, w->v);
-        gr_sb_printf(sb, "%s    const int gr_j = gr_q * %d + gr_e;\n", indent, w->v);
-        gr_sb_printf(sb, "%s    const int ri = gr_r0 + gr_e;\n", indent);
-    } else {
-        gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_j = 0; gr_j < %d; gr_j++) {\n", indent, GR_WARP_ROW_PTS);
-        char in1[64];
-        indent_more(in1, sizeof in1, indent, 2);
-        sb_warp_ri(sb, in1, w->v);
-        gr_sb_printf(sb, "%s  {\n", indent);
-    }
+static void close_warp_walk(gr_strbuf *sb, const char *indent, const char *slab_fini) {
+    gr_sb_printf(sb, "%s    (void)gr_j;\n%s  }\n", indent, indent);
+    if (slab_fini) gr_sb_printf(sb, "%s  %s\n", indent, slab_fini);
+    gr_sb_printf(sb, "%s}\n", indent);
 }
 
-static void close_warp_walk(gr_strbuf *sb, const char *indent, const warp_form *w) {
-    if (w->whole && w->v > 1) gr_sb_printf(sb, "%s    (void)gr_j;\n%s  }\n%s}\n", indent, indent, indent);
-    else gr_sb_printf(sb, "%s  }\n%s}\n", indent, indent);
+/* After a store stage of the warp-row form: later stages may read what the row's lanes wrote
+ * (a block barrier when the row has several warps: gr_W is the same in the whole block). */
+static void sb_warp_row_sync(gr_strbuf *sb, const char *I, const warp_form *w) {
+    gr_sb_printf(sb, "%s%s\n", I, w->single ? "__syncwarp();" : "__syncthreads();");
 }
 
 /* A store stage of the warp-row form whose row is contiguous (structure), in a version of whole
@@ -1332,9 +1361,9 @@ static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const w
         gr_sb_printf(sb, "%sconst bool gr_xa%d = ((unsigned long long)(p%d + gr_xb%d) %% alignof(%s<%s>)) == 0;\n", I0, i, p,
                      i, w->vt, storage_name(k->params[p].dtype));
     }
-    gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I0, GR_WARP_ROW_PTS / v);
-    gr_sb_printf(sb, "%sconst int gr_r0 = (gr_q * 32 + gr_lane) * %d;\n", I1, v);
-    gr_sb_printf(sb, "%sif (gr_r0 >= gr_ni) break;\n", I1);
+    gr_sb_printf(sb, "#pragma unroll\n%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I0, w->slabs);
+    gr_sb_printf(sb, "%sconst int gr_r0 = (%s * 32 + gr_lane) * %d;\n", I1, warp_slab(w), v);
+    gr_sb_printf(sb, "%sif (gr_r0 >= gr_ne) break;\n", I1);
     gr_sb_printf(sb, "%s%s<%s> gr_sv;\n", I1, w->vt, stn);
     for (int i = 0; i < k->nodes.len; i++) {
         if (!sv[i]) continue;
@@ -1367,7 +1396,8 @@ static void emit_warp_vector_store(emit_ctx *c, int s, const bool *mark, const w
                  st->param);
     gr_sb_printf(sb, "%s} else {\n#pragma unroll\n", I1);
     gr_sb_printf(sb, "%sfor (int gr_e = 0; gr_e < %d; gr_e++) p%d[gr_bs + gr_r0 + gr_e] = gr_sv.v[gr_e];\n", I2, v, st->param);
-    gr_sb_printf(sb, "%s}\n%s}\n%s__syncwarp();\n", I1, I0, I0);
+    gr_sb_printf(sb, "%s}\n%s}\n", I1, I0);
+    sb_warp_row_sync(sb, I0, w); /* later stages may read what the lanes wrote */
 }
 
 /* One version of the warp-row form's row body (emit_warp_rows), at indent I0: the row cache's
@@ -1387,8 +1417,8 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
     if (w->n_cached > 0) {
         for (int i = 0; i < n; i++) {
             if (!w->cached[i]) continue;
-            if (w->packed[i]) gr_sb_printf(sb, "%sunsigned gr_c%d[%d];  // 2 points each\n", I0, i, GR_WARP_ROW_PTS / 2);
-            else gr_sb_printf(sb, "%s%s gr_c%d[%d];\n", I0, ctype_name(node_ct(k, i)), i, GR_WARP_ROW_PTS);
+            if (w->packed[i]) gr_sb_printf(sb, "%sunsigned gr_c%d[%d];  // 2 points each\n", I0, i, w->slabs * v / 2);
+            else gr_sb_printf(sb, "%s%s gr_c%d[%d];\n", I0, ctype_name(node_ct(k, i)), i, w->slabs * v);
         }
         const char *scalar_indent = I0;
         if (w->vec && w->whole && v > 1) {
@@ -1415,12 +1445,12 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
             }
             gr_sb_printf(sb, "%s(void)ri;\n%s}\n", I1, I0);
             gr_sb_printf(sb, "%sif (gr_al) {\n#pragma unroll\n", I0);
-            gr_sb_printf(sb, "%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I1, GR_WARP_ROW_PTS / v);
+            gr_sb_printf(sb, "%sfor (int gr_q = 0; gr_q < %d; gr_q++) {\n", I1, w->slabs);
             /* a chunk past the row's end reads the row's last chunk, never used (the stages stop
              * at the row's end). Why not a break: a chunk's loads then waited for the previous
              * chunk's to arrive (nvcc moved each chunk into the cache before the branch), about
              * three memory latencies a row for GPT-2's rows of 768 where literal code has one */
-            gr_sb_printf(sb, "%sconst int gr_r0 = min((gr_q * 32 + gr_lane) * %d, gr_ni - %d);\n", I2, v, v);
+            gr_sb_printf(sb, "%sconst int gr_r0 = min((%s * 32 + gr_lane) * %d, gr_ni - %d);\n", I2, warp_slab(w), v, v);
             for (int i = 0; i < n; i++) {
                 if (!w->cached[i]) continue;
                 const gr_kexpr *e = &k->nodes.data[i];
@@ -1458,7 +1488,7 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
         for (int i = 0; i < n; i++) mark[i] = false;
         for (int i = 0; i < n; i++)
             if (w->cached[i]) mark_cone(k, i, mark);
-        open_warp_walk(sb, s0, w);
+        open_warp_walk(sb, s0, w, NULL);
         emit_decompose(sb, s2, "ri", "r", k->n_inner, k->inner, islots);
         c->indent = s2;
         c->raw = w->packed;
@@ -1469,7 +1499,7 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
             if (w->packed[i]) gr_sb_printf(sb, "%sgr_set_half(gr_c%d[gr_j >> 1], gr_j, gr_u%d);\n", s2, i, i);
             else gr_sb_printf(sb, "%sgr_c%d[gr_j] = v%d;\n", s2, i, i);
         }
-        close_warp_walk(sb, s0, w);
+        close_warp_walk(sb, s0, NULL);
         if (scalar_indent != I0) gr_sb_printf(sb, "%s}\n", I0);
     }
     for (int s = 0; s < k->n_stages; s++) {
@@ -1500,7 +1530,21 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
                 gr_sb_printf(sb, "%s}\n", I0);
                 continue;
             }
-            open_warp_walk(sb, I1, w);
+            /* a reduction: a partial per chunk (slab_init, slab_fini), folded in slab order */
+            char pinit[160] = "", pfini[256] = "";
+            if (st->kind == GR_KS_REDUCE) {
+                gr_strbuf t;
+                gr_sb_init(&t);
+                gr_sb_printf(&t, "%s gr_p = ", ctype_name(vct));
+                sb_fold_init(&t, st->reduce, vct);
+                gr_sb_puts(&t, ";");
+                if (t.failed || !t.data || t.len >= sizeof pinit) sb->failed = true;
+                else memcpy(pinit, t.data, t.len + 1);
+                gr_sb_free(&t);
+                if (w->single) snprintf(pfini, sizeof pfini, "gr_a = %s()(gr_a, gr_p);", fold_name[st->reduce]);
+                else snprintf(pfini, sizeof pfini, "gr_sw%d[(gr_g * gr_ns + gr_w + gr_q * gr_W) * 32 + gr_lane] = gr_p;", s);
+            }
+            open_warp_walk(sb, I1, w, st->kind == GR_KS_REDUCE ? pinit : NULL);
             emit_decompose(sb, I3, "ri", "r", k->n_inner, k->inner, islots);
             c->indent = I3;
             c->cached = w->n_cached > 0 ? w->cached : NULL;
@@ -1509,46 +1553,72 @@ static void emit_warp_body(emit_ctx *c, bool *mark, const warp_form *w, const bo
             c->cached = NULL;
             c->packed = NULL;
             if (st->kind == GR_KS_REDUCE)
-                gr_sb_printf(sb, "%sgr_a = %s()(gr_a, v%d);\n", I3, fold_name[st->reduce], st->value);
+                gr_sb_printf(sb, "%sgr_p = %s()(gr_p, v%d);\n", I3, fold_name[st->reduce], st->value);
             else emit_store(c, st, I3);
-            close_warp_walk(sb, I1, w);
-            if (st->kind == GR_KS_REDUCE)
+            close_warp_walk(sb, I1, st->kind == GR_KS_REDUCE ? pfini : NULL);
+            if (st->kind == GR_KS_REDUCE) {
+                /* several warps a row: every warp folds the row's partials of its lane, in slab order */
+                if (!w->single) {
+                    gr_sb_printf(sb, "%s__syncthreads();\n", I1);
+                    gr_sb_printf(sb, "%sfor (int gr_t = 0; gr_t < gr_ns; gr_t++) {\n", I1);
+                    gr_sb_printf(sb, "%s  if ((gr_t * 32 + gr_lane) * %d >= gr_ne) break;\n", I1, v);
+                    gr_sb_printf(sb, "%s  gr_a = %s()(gr_a, gr_sw%d[(gr_g * gr_ns + gr_t) * 32 + gr_lane]);\n", I1,
+                                 fold_name[st->reduce], s);
+                    gr_sb_printf(sb, "%s}\n", I1);
+                }
                 gr_sb_printf(sb, "%sacc%d = gr_warp_reduce(gr_a, %s());\n", I1, s, fold_name[st->reduce]);
-            else gr_sb_printf(sb, "%s__syncwarp();\n", I1); /* later stages may read what the lanes wrote */
+            } else {
+                sb_warp_row_sync(sb, I1, w); /* later stages may read what the lanes wrote */
+            }
         } else {
-            gr_sb_printf(sb, "%sif (gr_lane == 0) {\n%sconst long long ri = 0;\n", I1, I2);
+            /* one value a row: lane 0 of the row's first warp (an idle warp writes nothing) */
+            gr_sb_printf(sb, "%sif (gr_lane == 0 && gr_w == 0 && gr_act) {\n%sconst long long ri = 0;\n", I1, I2);
             emit_decompose(sb, I2, "ri", "r", k->n_inner, k->inner, islots);
             c->indent = I2;
             emit_marked(c, mark);
             emit_store(c, st, I2);
-            gr_sb_printf(sb, "%s(void)ri;\n%s}\n%s__syncwarp();\n", I2, I1, I1);
+            gr_sb_printf(sb, "%s(void)ri;\n%s}\n", I2, I1);
+            sb_warp_row_sync(sb, I1, w);
         }
         gr_sb_printf(sb, "%s}\n", I0);
     }
 }
 
-/* The loop over a warp's rows, at indent I0, around one version of the row body. */
+/* The loop over a block's rows, at indent I0, around one version of the row body: block b takes
+ * rows b * gr_R + g (g: the warp's row in the block), stepping by gridDim.x * gr_R, the same
+ * number of times in every warp of the block (their barriers line up). A warp without a row in
+ * a turn (past the last row, or past gr_R * gr_W warps) follows the block's first row with no
+ * points (gr_ne = 0): it reads only what that row's invariants read and writes nothing. */
 static void emit_warp_row_loop(emit_ctx *c, bool *mark, const warp_form *w, const bool *inv, bool *hoist, const char *I0) {
     const gr_kernel *k = c->k;
     char I1[64], I2[64];
     indent_more(I1, sizeof I1, I0, 2);
     indent_more(I2, sizeof I2, I0, 5);
-    gr_sb_printf(c->sb, "%sfor (long long lin = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); lin < gr_n;\n", I0);
-    gr_sb_printf(c->sb, "%slin += (long long)gridDim.x * (blockDim.x >> 5)) {\n", I2);
+    gr_sb_printf(c->sb, "%sfor (long long gr_rb = (long long)blockIdx.x * gr_R; gr_rb < gr_n;\n", I0);
+    gr_sb_printf(c->sb, "%sgr_rb += (long long)gridDim.x * gr_R) {\n", I2);
+    gr_sb_printf(c->sb, "%sconst bool gr_act = gr_g < gr_R && gr_rb + gr_g < gr_n;\n", I1);
+    gr_sb_printf(c->sb, "%sconst long long lin = gr_act ? gr_rb + gr_g : gr_rb;\n", I1);
+    gr_sb_printf(c->sb, "%sconst int gr_ne = gr_act ? gr_ni : 0;  // the points this warp walks\n", I1);
     emit_decompose(c->sb, I1, "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     emit_warp_body(c, mark, w, inv, hoist, I1);
+    bool reduces = false;
+    for (int s = 0; s < k->n_stages; s++) reduces = reduces || k->stages[s].kind == GR_KS_REDUCE;
+    /* the next turn's partials go where this turn's are read */
+    if (reduces && !w->single) gr_sb_printf(c->sb, "%s__syncthreads();\n", I1);
     gr_sb_printf(c->sb, "%s}\n", I0);
 }
 
-/* The warp-row form of a block kernel (rows of at most GR_WARP_ROW_MAX points): warp w of
- * block b takes rows b * (blockDim.x / 32) + w, stepping by gridDim.x * (blockDim.x / 32), so
- * any grid and any block of whole warps is correct. The cached loads are read into
- * GR_WARP_ROW_PTS points per lane of registers (packed two to a register for 2-byte floats),
- * with 16-byte vector loads when every cached load is contiguous along the row and, checked
- * per row at run time, the row length is a multiple of the vector width and every row start
- * is aligned; else with scalar loads of the same points.
- * Reductions are a lane's points in register order, then gr_warp_reduce: a fixed order per
- * row length, whatever the launch dims.
+/* The warp-row form of a block kernel (rows of at most GR_WARP_ROW_MAX points): a row takes
+ * gr_W warps, as many as its slabs (open_warp_walk) up to GR_WARP_ROW_WARPS and to what the
+ * block has (one when its loads cannot be vectorized), and a block gr_R rows side by side, so
+ * any grid and any block of whole warps (up to 256 threads) is correct; the launch dims choose
+ * (gr_render_cuda_launch_dims). The cached loads are read into at most GR_WARP_ROW_PTS points
+ * per lane of registers (packed two to a register for 2-byte floats), with 16-byte vector
+ * loads when every cached load is contiguous along the row and, checked per row at run time,
+ * the row length is a multiple of the vector width and every row start is aligned; else with
+ * scalar loads of the same points.
+ * Reductions fold chunk partials in slab order, then gr_warp_reduce: a fixed order per row
+ * length, whatever the warps per row and the launch dims.
  * Two versions of the row body: rows of whole chunks (the row length a multiple of the vector
  * width: a lane compares one point per chunk with the row's end) and the rest (every point
  * compared). Literal code has the one its row length takes; generic code branches per launch
@@ -1576,23 +1646,49 @@ static void emit_warp_rows(emit_ctx *c, bool *mark, const bool *cached, int n_ca
     w.vt = w.v == 8 ? "gr_v8" : "gr_v4";
     gr_sb_puts(sb, "    const int gr_lane = threadIdx.x & 31;\n");
     gr_sb_printf(sb, "    const int gr_ni = (int)%s;  // at most %d here\n", ni, GR_WARP_ROW_MAX);
-    if (w.v == 1) {
-        w.whole = true; /* chunks of one point */
-        emit_warp_row_loop(c, mark, &w, inv, hoist, "    ");
-    } else if (!c->map) {
-        w.whole = gr_kernel_inner_points(k) % w.v == 0;
-        emit_warp_row_loop(c, mark, &w, inv, hoist, "    ");
-    } else {
-        /* the branch outside the row loop: inside it, nvcc kept both versions' registers (127 for
-         * the bf16 layer norm, 64 and 54 for each alone) */
-        gr_sb_printf(sb, "    if (gr_ni %% %d == 0) {  // whole chunks of %d points\n", w.v, w.v);
-        w.whole = true;
-        emit_warp_row_loop(c, mark, &w, inv, hoist, "      ");
-        gr_sb_puts(sb, "    } else {\n");
-        w.whole = false;
-        emit_warp_row_loop(c, mark, &w, inv, hoist, "      ");
-        gr_sb_puts(sb, "    }\n");
+    /* slabs a row, warps a row (gr_W), rows a block (gr_R): uniform in the block. Blocks of up to
+     * GR_WARP_ROW_WARPS warps give a row all of them (as many as its slabs); larger blocks a warp
+     * a row: the launch dims choose by the number of rows */
+    gr_sb_printf(sb, "    const int gr_ns = (gr_ni + %d) / %d;  // slabs of %d points\n", 32 * w.v - 1, 32 * w.v, 32 * w.v);
+    gr_sb_puts(sb, "    const int gr_nw = (int)(blockDim.x >> 5);\n");
+    if (w.v > 1)
+        gr_sb_printf(sb, "    const int gr_W = gr_nw <= %d ? max(min(gr_ns, gr_nw), 1) : 1;\n", GR_WARP_ROW_WARPS);
+    else gr_sb_puts(sb, "    const int gr_W = 1;\n");
+    gr_sb_printf(sb, "    const int gr_R = gr_W > 1 ? min(gr_nw / gr_W, %d / gr_ns) : gr_nw;\n", GR_WARP_ROW_SLOTS);
+    gr_sb_puts(sb, "    const int gr_g = (int)(threadIdx.x >> 5) / gr_W, gr_w = (int)(threadIdx.x >> 5) % gr_W;\n");
+    /* two copies: rows of one warp (every slab in its registers), rows of several (each warp at
+     * most half the slabs: registers of half the points). Why: the copy for several warps alone
+     * kept GPT-2's layer norm at 98 registers where one warp a row had taken 74, three blocks of
+     * 8 warps per SM instead of two (gpucheck TIME at 4096 rows: 16.8 us against 11.2) */
+    const int copies = w.v > 1 ? 2 : 1;
+    for (int cp = 0; cp < copies; cp++) {
+        const char *I = copies > 1 ? "      " : "    ";
+        w.single = cp == 0;
+        w.slabs = GR_WARP_ROW_PTS / w.v / (w.single ? 1 : 2);
+        if (copies > 1) gr_sb_printf(sb, cp == 0 ? "    if (gr_W == 1) {  // a warp a row\n" : "    } else {  // gr_W warps a row\n");
+        if (w.v == 1) {
+            w.whole = true; /* chunks of one point */
+            emit_warp_row_loop(c, mark, &w, inv, hoist, I);
+        } else if (!c->map || (gr_kernel_row_class(k) & GR_ROW_FIXED)) {
+            /* literal, or a fixed row length: the version it takes (kir.h, gr_kernel_row_class) */
+            w.whole = gr_kernel_row_class(k) & GR_ROW_FIXED ? (gr_kernel_row_class(k) & (w.v == 8 ? GR_ROW_MUL8 : GR_ROW_MUL4)) != 0
+                                                            : gr_kernel_inner_points(k) % w.v == 0;
+            emit_warp_row_loop(c, mark, &w, inv, hoist, I);
+        } else {
+            /* the branch outside the row loop: inside it, nvcc kept both versions' registers (127 for
+             * the bf16 layer norm, 64 and 54 for each alone) */
+            char J[16];
+            snprintf(J, sizeof J, "%s  ", I);
+            gr_sb_printf(sb, "%sif (gr_ni %% %d == 0) {  // whole chunks of %d points\n", I, w.v, w.v);
+            w.whole = true;
+            emit_warp_row_loop(c, mark, &w, inv, hoist, J);
+            gr_sb_printf(sb, "%s} else {\n", I);
+            w.whole = false;
+            emit_warp_row_loop(c, mark, &w, inv, hoist, J);
+            gr_sb_printf(sb, "%s}\n", I);
+        }
     }
+    if (copies > 1) gr_sb_puts(sb, "    }\n");
 }
 
 /* mark: 6 * (nodes + 1) bools */
@@ -1610,10 +1706,20 @@ static void emit_block(emit_ctx *c, bool *mark) {
     for (int s = 0; s < k->n_stages; s++)
         if (k->stages[s].kind == GR_KS_REDUCE)
             gr_sb_printf(sb, "  __shared__ %s gr_sh%d[32];\n", ctype_name(node_ct(k, k->stages[s].value)), s);
-    /* a uniform branch on the row length (a value: generic code keeps one structure) */
-    gr_sb_printf(sb, "  if (%s <= %d) {  // warp-row form\n", ni, GR_WARP_ROW_MAX);
-    emit_warp_rows(c, mark, cached, n_cached, ni, inv, hoist);
-    gr_sb_puts(sb, "    return;\n  }\n");
+    for (int s = 0; s < k->n_stages; s++) /* the warp-row form's slab partials (several warps a row) */
+        if (k->stages[s].kind == GR_KS_REDUCE)
+            gr_sb_printf(sb, "  __shared__ %s gr_sw%d[%d];\n", ctype_name(node_ct(k, k->stages[s].value)), s,
+                         GR_WARP_ROW_SLOTS * 32);
+    /* a uniform branch on the row length (a value: generic code keeps one structure), unless the
+     * row length is fixed (its class is structure: kir.h, gr_kernel_row_class) */
+    const unsigned rc = gr_kernel_row_class(k);
+    if (!(rc & GR_ROW_FIXED) || (rc & GR_ROW_WARP)) {
+        if (rc & GR_ROW_FIXED) gr_sb_puts(sb, "  {  // warp-row form (a fixed row length)\n");
+        else gr_sb_printf(sb, "  if (%s <= %d) {  // warp-row form\n", ni, GR_WARP_ROW_MAX);
+        emit_warp_rows(c, mark, cached, n_cached, ni, inv, hoist);
+        gr_sb_puts(sb, "    return;\n  }\n");
+        if (rc & GR_ROW_FIXED) return;
+    }
     gr_sb_puts(sb, "  for (long long lin = blockIdx.x; lin < gr_n; lin += gridDim.x) {\n");
     emit_decompose(sb, "    ", "lin", "o", k->n_outer, k->outer, c->map ? c->map->outer : NULL);
     if (n_cached == 0) {

@@ -48,6 +48,9 @@ uint64_t gr_render_cuda_key(const gr_kernel *k);
 
 /* true: one block per outer point (inner dims or REDUCE stages); false: elementwise. */
 bool gr_render_cuda_is_block_kernel(const gr_kernel *k);
+/* true: a block kernel whose launches of n_points rows run the warp-row form (rows of at most
+ * 1024 points; the form takes any grid and any block of whole warps up to 256 threads). */
+bool gr_render_cuda_is_warp_row(const gr_kernel *k, int64_t n_points);
 /* true: the elementwise kernel has a 4-wide vectorized main loop. */
 bool gr_render_cuda_is_vectorized(const gr_kernel *k);
 

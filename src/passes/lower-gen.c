@@ -281,6 +281,9 @@ static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
     gr_kernel *k = b.k;
     k->n_inner = 1;
     k->inner[0] = mi->k;
+    /* the contraction length symbolic in the model: a row length of every binding (kir.h) */
+    int ka = mi->na == 1 ? 0 : mi->ta ? mi->na - 2 : mi->na - 1, kb = mi->nb == 1 ? 0 : mi->tb ? mi->nb - 1 : mi->nb - 2;
+    k->var_inner = ((lw_val(c, mi->a)->var_dims >> ka) | (lw_val(c, mi->b)->var_dims >> kb)) & 1u;
     int x, w, p, acc, ca, bi;
     gr_status st = lw_load(c, &b, mi->a, &aa, &x);
     if (st == GR_OK && at != mi->t) st = gr_kx_cast(k, at, x, &x);

@@ -339,7 +339,7 @@ static gr_status arg_reduce_split(gr_lctx *c, bool is_max, bool last, int a) {
     k = b.k;
     k->n_inner = 1;
     k->inner[0] = chunks;
-    k->var_outer = ovar, k->var_inner = 0;
+    k->var_outer = ovar, k->var_inner = xvar >> a & 1u; /* the chunk count follows a symbolic length */
     gr_kaccess ra;
     gr_kaccess_init(&ra);
     for (int d = 0; d < no; d++) ra.stride[d] = pa.stride[d];

@@ -402,6 +402,103 @@ static void check_layer_norm(devctx *cu, devctx *sim, gr_dtype t, int64_t rows, 
     gr_kernel_destroy(k);
 }
 
+/* The warp-row form takes any grid and any block of whole warps (up to 256 threads) with the
+ * same bits: a row's warps, the rows a block and the turns of the grid differ, the order of
+ * every reduction does not (render-cuda.c, open_warp_walk). Each kernel runs with the launch
+ * dims' choice, then on devices created with the test hook GRAFT_CUDA_WARP_ROW_LAUNCH (other
+ * blocks, grids that leave blocks several turns and warps without a row), literal and generic,
+ * and every written buffer must match the first run to the bit. */
+static void check_warp_row_launches(devctx *cu) {
+    static const char *const launches[] = {"32x1", "64x3", "96x5", "128x7", "160x2", "224x3", "256x1", "256x9"};
+    const char *name = "warp_row_launches";
+    if (filter && !strstr(name, filter)) return;
+    struct {
+        const char *label;
+        gr_kernel *k;
+        int nbuf;
+        buf_spec specs[6];
+        bool written[6];
+    } cases[6];
+    memset(cases, 0, sizeof cases);
+    int nc = 0;
+    const int64_t R = 37;
+    const struct { gr_dtype t; int64_t cols; int gather; } lns[] = {
+        {GR_BF16, 768, 0}, {GR_F32, 768, 0}, {GR_BF16, 700, 1}, {GR_BF16, 768, 2}};
+    for (int i = 0; i < 4; i++) {
+        gr_dtype t = lns[i].t;
+        int64_t C = lns[i].cols;
+        cases[nc].label = i == 0 ? "ln_bf16_768" : i == 1 ? "ln_f32_768" : i == 2 ? "ln_bf16_700_gather_row" : "ln_bf16_768_gather_point";
+        cases[nc].k = layer_norm_kernel(cases[nc].label, t, R, C, lns[i].gather, 0, 0);
+        cases[nc].nbuf = 6;
+        const buf_spec sp[6] = {{t, R * C, -3, 3}, {t, R * C, -1, 1}, {t, C, 0.5, 1.5}, {t, C, -0.5, 0.5}, {t, R * C, 0, 0}, {t, R * C, 0, 0}};
+        memcpy(cases[nc].specs, sp, sizeof sp);
+        cases[nc].written[4] = cases[nc].written[5] = true;
+        nc++;
+    }
+    const struct { gr_dtype t; int64_t cols; } sms[] = {{GR_F32, 1000}, {GR_F16, 31}};
+    for (int i = 0; i < 2; i++) {
+        cases[nc].label = i == 0 ? "softmax_f32_1000" : "softmax_f16_31";
+        cases[nc].k = softmax_kernel(cases[nc].label, sms[i].t, R, sms[i].cols);
+        cases[nc].nbuf = 2;
+        const buf_spec sp[2] = {{sms[i].t, R * sms[i].cols, -4, 4}, {sms[i].t, R * sms[i].cols, 0, 0}};
+        memcpy(cases[nc].specs, sp, sizeof sp);
+        cases[nc].written[1] = true;
+        nc++;
+    }
+    gr_karg sc[6];
+    memset(sc, 0, sizeof sc);
+    void *host[6][6] = {{0}}, *ref[6][2][6] = {{{0}}};
+    for (int c = 0; c < nc; c++)
+        for (int b = 0; b < cases[c].nbuf; b++) host[c][b] = make_host(&cases[c].specs[b]);
+    for (int c = 0; c < nc; c++)
+        for (int mode = 0; mode < 2; mode++) {
+            if (!cases[c].k) continue;
+            gr_status st = run_on(cu, cases[c].k, NULL, cases[c].nbuf, cases[c].specs, host[c], sc, cases[c].nbuf, ref[c][mode],
+                                  NULL, mode ? GR_KPREP_GENERIC : 0);
+            DIE_IF(st, "default launch");
+        }
+    for (size_t l = 0; l < sizeof launches / sizeof launches[0]; l++) {
+        setenv("GRAFT_CUDA_WARP_ROW_LAUNCH", launches[l], 1);
+        devctx d = {0};
+        gr_status st = gr_device_cuda_create(NULL, &d.dev);
+        unsetenv("GRAFT_CUDA_WARP_ROW_LAUNCH");
+        if (st == GR_OK) st = gr_dev_stream_create(d.dev, &d.s);
+        if (st != GR_OK) {
+            printf("FAIL %-34s device with launch %s: %s\n", name, launches[l], gr_last_error());
+            n_fail++;
+            if (d.dev) gr_device_destroy(d.dev);
+            continue;
+        }
+        for (int c = 0; c < nc; c++)
+            for (int mode = 0; mode < 2; mode++) {
+                if (!cases[c].k) continue;
+                void *out[6] = {0};
+                st = run_on(&d, cases[c].k, NULL, cases[c].nbuf, cases[c].specs, host[c], sc, cases[c].nbuf, out, NULL,
+                            mode ? GR_KPREP_GENERIC : 0);
+                bool same = st == GR_OK;
+                for (int b = 0; b < cases[c].nbuf && same; b++)
+                    if (cases[c].written[b])
+                        same = memcmp(out[b], ref[c][mode][b], (size_t)cases[c].specs[b].n * gr_dtype_size(cases[c].specs[b].t)) == 0;
+                printf("%s warp_row %-24s %-8s launch %-6s %s\n", same ? "PASS" : "FAIL", cases[c].label,
+                       mode ? "generic" : "literal", launches[l], st == GR_OK ? (same ? "same bits" : "bits differ") : gr_last_error());
+                if (same) n_pass++;
+                else n_fail++;
+                for (int b = 0; b < 6; b++) free(out[b]);
+            }
+        gr_dev_stream_destroy(d.dev, d.s);
+        gr_device_destroy(d.dev);
+    }
+done:
+    for (int c = 0; c < nc; c++) {
+        for (int b = 0; b < 6; b++) {
+            free(host[c][b]);
+            free(ref[c][0][b]);
+            free(ref[c][1][b]);
+        }
+        gr_kernel_destroy(cases[c].k);
+    }
+}
+
 static void check_reduce(devctx *cu, devctx *sim, gr_kreduce fn, gr_dtype t, bool transposed) {
     static const char *const rn[] = {"sum", "max", "min", "prod"};
     char name[96];
@@ -1555,6 +1652,9 @@ static void check_generic_shared(devctx *cu, devctx *sim) {
     gr_status st = GR_OK;
     for (int i = 0; i < NK && st == GR_OK; i++) {
         k[i] = softmax_kernel("softmax_shared", GR_F32, rows[i], cols[i]);
+        /* a symbolic row length (a model's softmax over seq): one structure at every length (a fixed
+         * length's row class is structure: kir.h, gr_kernel_row_class) */
+        if (k[i]) k[i]->var_inner = 1;
         st = k[i] ? gr_dev_kernel_prepare_flags(cu->dev, k[i], GR_KPREP_GENERIC, &f[i]) : GR_ERR_NOMEM;
     }
     DIE_IF(st, "prepare");
@@ -1819,6 +1919,7 @@ int main(int argc, char **argv) {
      * vector loads of g and b in the store), a residual gathered by rows (vector fill from the
      * index's row) or by points (scalar fill), and odd lengths (partial vectors, misaligned rows:
      * the scalar fill; 1025 and 3000: the block form) with row counts that leave blocks part-full */
+    check_warp_row_launches(&cu);
     check_layer_norm(&cu, &sim, GR_BF16, 4096, 768, 0, 0, 0);
     check_layer_norm(&cu, &sim, GR_F32, 64, 768, 0, 0, 0);
     check_layer_norm(&cu, &sim, GR_BF16, 64, 768, 1, 0, 0);

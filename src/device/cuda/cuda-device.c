@@ -927,6 +927,15 @@ static gr_status cuda_open(cuda_dev *d, const char *cache_dir, int ordinal) {
     GR_CU_CHECK(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->base.dev));
     GR_CU_CHECK(cu->cuDeviceGetAttribute(&d->base.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->base.dev));
     d->base.arch = major * 10 + minor;
+    const char *wl = getenv("GRAFT_CUDA_WARP_ROW_LAUNCH"); /* a test hook (cuda-impl.h) */
+    if (wl) {
+        unsigned b = 0, g = 0;
+        char tail = 0;
+        if (sscanf(wl, "%ux%u%c", &b, &g, &tail) != 2 || b < 32 || b > 256 || b % 32 || g < 1)
+            return gr_error(GR_ERR_INVALID, "GRAFT_CUDA_WARP_ROW_LAUNCH=%s: expected BLOCKxGRID, BLOCK a multiple of 32 up to 256", wl);
+        d->base.warp_row_block = b;
+        d->base.warp_row_grid = g;
+    }
     GR_CU_CHECK(cu->cuDriverGetVersion(&d->base.driver_version));
     char dev_name[200] = "CUDA device";
     (void)cu->cuDeviceGetName(dev_name, sizeof dev_name, d->base.dev); /* best effort: a label */

@@ -118,6 +118,10 @@ typedef struct gr_cuda_ctx {
     CUcontext ctx;
     int arch;           /* 90 on H100 */
     int sm_count;
+    /* a test hook (tools/gpucheck): GRAFT_CUDA_WARP_ROW_LAUNCH=BLOCKxGRID at creation launches the
+     * warp-row form's kernels with these dims (the form takes any grid and any block of whole
+     * warps up to 256 threads, with the same bits); 0: the launch dims' own choice */
+    unsigned warp_row_block, warp_row_grid;
     int driver_version; /* 13000 */
     char name[256];
     char *cache_dir;    /* gr_strdup'ed; NULL: no disk cache */
