@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 15: the warp-row form's vector loads of a store's row-contiguous loads (a layer norm's scale
-# and shift) and the vector fill of rows gathered by a row index (an embedding fused into the first
-# layer norm). On the GPU machine, with the new build in build-gpu and the previous commit's library
+# Issue 15: a kernel change checked and timed against the previous commit (first written for the
+# warp-row form's vector loads; since used for every row-kernel and epilogue change). On the GPU
+# machine, with the new build in build-gpu and the previous commit's library
 # in build-gpu-old/lib:
 #   STEPS="check old" OUT=dir bash scripts/rownorm-gpu-check.sh   # gpucheck + test_shape_policies (CUDA),
 #                                                                 # realsize graft-only with the old library
 #   STEPS="new" OUT=dir bash scripts/rownorm-gpu-check.sh         # realsize reduce-overhead + graft, new library
+# MODELS, DTYPES, CONFIGS (defaults gpt2,llama / bf16 / the four sizes) and TAG (a prefix of the
+# realsize files) choose another table: TAG=f32- MODELS=bert,gpt2 DTYPES=f32 STEPS="old new" ...
 # The old library, on the dev machine: git worktree add /tmp/oldwt <commit>; build graft_shared there;
 # copy lib/libgraft.so and libprotobuf-c.so.1 into build-gpu-old/lib.
 set -u
 out=${OUT:?set OUT}
 export PYTHONPATH=$PWD/python GRAFT_BIN=$PWD/build-gpu/bin/graft
+models=${MODELS:-gpt2,llama} dtypes=${DTYPES:-bf16} configs=${CONFIGS:-1x128,1x512,8x128,8x512} tag=${TAG:-}
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } > $out/device.txt
 summary() {
   python3 -c "
@@ -28,13 +31,13 @@ for step in ${STEPS:-check old new}; do
     tail -2 $out/shape-policies.log ;;
   old)
     GRAFT_LIBRARY=$PWD/build-gpu-old/lib/libgraft.so LD_LIBRARY_PATH=$PWD/build-gpu-old/lib timeout 280 python3 bench/realsize.py \
-      --models gpt2,llama --dtypes bf16 --configs 1x128,1x512,8x128,8x512 --variants graft --iters 30 --warmup 10 \
-      --out $out/old-realsize.jsonl --kernels $out/old-kernels.jsonl > $out/old.log 2>&1; echo "old rc $?"
-    summary $out/old-realsize.jsonl ;;
+      --models $models --dtypes $dtypes --configs $configs --variants graft --iters 30 --warmup 10 \
+      --out $out/${tag}old-realsize.jsonl --kernels $out/${tag}old-kernels.jsonl > $out/${tag}old.log 2>&1; echo "old rc $?"
+    summary $out/${tag}old-realsize.jsonl ;;
   new)
     GRAFT_LIBRARY=$PWD/build-gpu/lib/libgraft.so LD_LIBRARY_PATH=$PWD/build-gpu/lib timeout 560 python3 bench/realsize.py \
-      --models gpt2,llama --dtypes bf16 --configs 1x128,1x512,8x128,8x512 --variants reduce-overhead,graft --iters 30 --warmup 10 \
-      --out $out/realsize.jsonl --kernels $out/kernels.jsonl > $out/new.log 2>&1; echo "new rc $?"
-    summary $out/realsize.jsonl ;;
+      --models $models --dtypes $dtypes --configs $configs --variants reduce-overhead,graft --iters 30 --warmup 10 \
+      --out $out/${tag}realsize.jsonl --kernels $out/${tag}kernels.jsonl > $out/${tag}new.log 2>&1; echo "new rc $?"
+    summary $out/${tag}realsize.jsonl ;;
   esac
 done

@@ -17,6 +17,11 @@ endif()
 if(GRAFT_ONNX_ENABLED)
   graft_test(test_epilogue SOURCES tests/test_epilogue.c)
 endif()
+# Residual adds fused into the matmul before them (passes/epilogue.c's gr_pass_fuse_residual,
+# issue 15): recognition, near misses, the op's rules, fused vs unfused, the Llama export.
+if(GRAFT_ONNX_ENABLED)
+  graft_test(test_residual SOURCES tests/test_residual.c)
+endif()
 # Movement kernels (transposes, slices, a concat's parts: RoPE) recomputed in their readers
 # through any affine access (passes/fuse-move.c, issue 15).
 graft_test(test_fuse_move SOURCES tests/test_fuse_move.c)

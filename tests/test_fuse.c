@@ -889,7 +889,9 @@ static void test_mm_kept(void) {
     int y = mm_mm(&m, xt, b, 0, 0, 2, DIMS(3, 4));
     gr_ir_add_output(m.g, y);
     gr_ir_add_output(m.g, un(m.g, GR_OP_EXP, xt, GR_F32, 2, DIMS(3, 5)));
-    gr_step_list l = mm_check("copy read by an elementwise op", &m, 3, 3);
+    /* the exp goes into the copy's kernel as a second store (a matmul reading the copy does not
+     * write it: fuse-store.c); the copy stays */
+    gr_step_list l = mm_check("copy read by an elementwise op", &m, 3, 2);
     CHECK(!nth_libcall(&l, 0)->call.trans_a);
     gr_step_list_free(&l);
     mm_end(&m);

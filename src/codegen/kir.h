@@ -384,6 +384,10 @@ typedef struct {
     gr_bias_kind bias;
     int64_t batch_stride_bias;
     gr_epilogue epilogue;
+    /* residual: args[4] is a tensor of C's layout (ldc, batch_stride_c) added before the
+     * epilogue: C = epilogue(alpha*AB + bias + R) (cuBLASLt: R is its C with beta = 1). Only
+     * with bias NONE or ROW (a FULL bias takes that place). */
+    bool residual;
     /* GR_LIB_ATTENTION (alpha is the scale, batch the batch): for each batch b, head h and
      * query row i, O[b,h,i] = softmax_j(alpha * Q[b,h,i].K[b,h/g,j] + mask[b,h,i,j]) V[b,h/g,j]
      * with g = heads / kv_heads (grouped-query heads share K and V). Q [batch, heads, seq_q,
@@ -439,8 +443,8 @@ void gr_libcall_attention_use_lens(gr_libcall *c, const int64_t *rec);
 /* Sets the dense [batch, heads, seq, head_dim] strides of Q, K, V and O from c's sizes: the
  * one place every maker of an attention call starts from. */
 void gr_libcall_attention_dense(gr_libcall *c);
-/* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) */
-#define GR_LIB_MATMUL_NARGS 4
+/* launch args of a matmul: [0]=A [1]=B [2]=C [3]=bias (or NULL) [4]=residual (or NULL) */
+#define GR_LIB_MATMUL_NARGS 5
 /* launch args of an attention: [0]=Q [1]=K [2]=O [3]=V [4]=mask (or NULL), then [5]=the key
  * length (only with key_len_arg), then the length record (only with lens_arg; always the last:
  * gr_libcall_attention_lens_index). Every library
@@ -452,6 +456,8 @@ void gr_libcall_attention_dense(gr_libcall *c);
 /* launch args of a beam step and of a beam reorder (GR_LIB_BEAM_STEP, GR_LIB_BEAM_REORDER above) */
 #define GR_LIB_BEAM_STEP_NARGS 5
 #define GR_LIB_BEAM_REORDER_NARGS 4
+/* launch args of an all-reduce / all-gather: [0]=in [1]=unused [2]=out [3]=unused */
+#define GR_LIB_COLLECTIVE_NARGS 4
 #define GR_LIB_MAX_NARGS 7
 /* Number of launch args of a call of this kind. */
 static inline int gr_libcall_nargs(const gr_libcall *c) {
@@ -459,6 +465,7 @@ static inline int gr_libcall_nargs(const gr_libcall *c) {
            : c->kind == GR_LIB_SAMPLE  ? GR_LIB_SAMPLE_NARGS
            : c->kind == GR_LIB_BEAM_STEP ? GR_LIB_BEAM_STEP_NARGS
            : c->kind == GR_LIB_BEAM_REORDER ? GR_LIB_BEAM_REORDER_NARGS
+           : gr_lib_is_collective(c->kind) ? GR_LIB_COLLECTIVE_NARGS
                                        : GR_LIB_MATMUL_NARGS;
 }
 

@@ -3,7 +3,8 @@
  * Matmul: C[b] = epilogue(alpha * op(A[b]) @ op(B[b]) + bias[b]), row-major, with
  * op(X) = X^T when trans. A is m×k (k×m stored when trans_a), B is k×n (n×k when trans_b).
  * Accumulation: double for f32/f64, float for f16/bf16 (as the tensor cores do).
- * bias ROW: bias[b][n] broadcast over rows; FULL: bias[b] has C's shape with leading dim ldc. */
+ * bias ROW: bias[b][n] broadcast over rows; FULL: bias[b] has C's shape with leading dim ldc.
+ * residual: R = args[4] in C's layout, added after the bias, before the epilogue. */
 #include "codegen/kir.h"
 #include <math.h>
 #include <string.h>
@@ -52,11 +53,13 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
     if ((cols_a > 0 && c->lda < cols_a) || (cols_b > 0 && c->ldb < cols_b) || (c->n > 0 && c->ldc < c->n))
         return gr_error(GR_ERR_INVALID, "libcall %s: leading dimension too small (lda %lld ldb %lld ldc %lld)",
                         c->name, (long long)c->lda, (long long)c->ldb, (long long)c->ldc);
-    const void *A = args[0].ptr, *B = args[1].ptr, *bias = args[3].ptr;
+    const void *A = args[0].ptr, *B = args[1].ptr, *bias = args[3].ptr, *R = c->residual ? args[4].ptr : NULL;
     void *C = args[2].ptr;
     if (c->m == 0 || c->n == 0 || c->batch == 0) return GR_OK;
-    if (!C || (c->k > 0 && (!A || !B)) || (c->bias != GR_BIAS_NONE && !bias))
+    if (!C || (c->k > 0 && (!A || !B)) || (c->bias != GR_BIAS_NONE && !bias) || (c->residual && !R))
         return gr_error(GR_ERR_INVALID, "libcall %s: NULL operand", c->name);
+    if (c->residual && c->bias == GR_BIAS_FULL)
+        return gr_error(GR_ERR_INVALID, "libcall %s: a residual beside a full bias", c->name);
     bool low = c->dtype == GR_F16 || c->dtype == GR_BF16;
     /* Why the buffers: op(B) of one batch is unpacked into doubles once, and each row of C
      * accumulates over p in ascending order (the same order as the naive triple loop) with
@@ -101,6 +104,7 @@ gr_status gr_libcall_reference(const gr_libcall *c, const gr_karg *args) {
                 v *= c->alpha;
                 if (c->bias == GR_BIAS_ROW) v += gr_load_f64(bias, c->dtype, obias + j);
                 else if (c->bias == GR_BIAS_FULL) v += gr_load_f64(bias, c->dtype, obias + i * c->ldc + j);
+                if (R) v += gr_load_f64(R, c->dtype, oc + i * c->ldc + j);
                 gr_store_f64(C, c->dtype, oc + i * c->ldc + j, epilogue(c->epilogue, v));
             }
         }

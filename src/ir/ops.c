@@ -32,6 +32,10 @@
  *   out = alpha * a@b + bias (bias broadcast to the output shape) [np.matmul];
  *   epilogue="none" | "relu" | "gelu_tanh" applies that activation to out (set by
  *   passes/epilogue.c, which fuses an activation into the matmul library call).
+ *   matmul(a, b, [bias], residual) adds a tensor of exactly the output's shape and
+ *   dtype too: out = epilogue(alpha * a@b + bias + residual), bias absent or a row
+ *   bias ([..1.., N]); passes/epilogue.c fuses the residual add after a matmul
+ *   into it (cuBLASLt reads it as C with beta = 1).
  * reshape(x; shape=[...]): one dim may be -1 (inferred); 0 is a zero-size dim
  *   (the ONNX importer resolves ONNX's "copy this dim" zeros itself).
  * transpose(x; perm=[...]): default reverses the dims [np.transpose].

@@ -681,6 +681,27 @@ static gr_status infer_matmul(ctx_t *c) {
             }
         }
     }
+    const gr_ir_value *rv = in_val(c, 3);
+    if (rv) {
+        /* the residual: exactly the result's shape and dtype; a bias beside it is a row bias */
+        char tres[TYPE_STR_LEN], tout[TYPE_STR_LEN], tbias[TYPE_STR_LEN];
+        if (rv->dtype != a->dtype) return fail(c, GR_ERR_SHAPE, "dtypes differ: %s @ %s + residual %s", TYPE_STR(ta, a), TYPE_STR(tb, b), TYPE_STR(tres, rv));
+        if (known) {
+            bool same = rv->ndim == out.ndim;
+            for (int i = 0; same && i < out.ndim; i++)
+                same = dim_eq(rv->dims[i], out.d[i]) || dim_is_sym(rv->dims[i]) || dim_is_sym(out.d[i]);
+            if (!same) {
+                shape_str(c, &out, tout, sizeof tout);
+                return fail(c, GR_ERR_SHAPE, "residual %s is not of the result's shape %s (%s @ %s)", TYPE_STR(tres, rv), tout, TYPE_STR(ta, a), TYPE_STR(tb, b));
+            }
+        }
+        if (bias) {
+            bool row = bias->ndim >= 1 && out.ndim >= 1 && bias->ndim <= out.ndim;
+            for (int i = 0; row && i < bias->ndim - 1; i++) row = !dim_is_sym(bias->dims[i]) && bias->dims[i].size == 1;
+            if (row && known) row = dim_eq(bias->dims[bias->ndim - 1], out.d[out.ndim - 1]) || dim_is_sym(out.d[out.ndim - 1]);
+            if (!row) return fail(c, GR_ERR_SHAPE, "bias %s beside a residual must be a row bias [..1.., N] (%s @ %s)", TYPE_STR(tbias, bias), TYPE_STR(ta, a), TYPE_STR(tb, b));
+        }
+    }
     if (!known) set_untyped(c, 0);
     else GR_TRY(set_out(c, 0, a->dtype, &out));
     return GR_OK;

@@ -15,7 +15,7 @@
 static bool input_optional(gr_op op, int slot) {
     switch (op) {
     case GR_OP_LAYER_NORM: return slot == 2; /* bias */
-    case GR_OP_MATMUL: return slot == 2;     /* bias */
+    case GR_OP_MATMUL: return slot == 2 || slot == 3; /* bias, residual */
     default: return false;
     }
 }

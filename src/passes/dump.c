@@ -96,12 +96,12 @@ static gr_status put_steps(gr_strbuf *sb, const gr_graph *g, const gr_step_list 
             else
             gr_sb_printf(sb,
                          "step %d: libcall matmul %s (node %s) %s m=%lld n=%lld k=%lld batch=%lld trans_a=%d trans_b=%d "
-                         "lda=%lld ldb=%lld ldc=%lld strides=%lld/%lld/%lld alpha=%g bias=%s epilogue=%s\n",
+                         "lda=%lld ldb=%lld ldc=%lld strides=%lld/%lld/%lld alpha=%g bias=%s%s epilogue=%s\n",
                          i, c->name, node_name(g, s->node), gr_dtype_name(c->dtype), (long long)c->m, (long long)c->n,
                          (long long)c->k, (long long)c->batch, c->trans_a, c->trans_b, (long long)c->lda, (long long)c->ldb,
                          (long long)c->ldc, (long long)c->batch_stride_a, (long long)c->batch_stride_b,
                          (long long)c->batch_stride_c, c->alpha, (unsigned)c->bias < 3 ? bias_names[c->bias] : "?",
-                         gr_epilogue_name(c->epilogue));
+                         c->residual ? " residual" : "", gr_epilogue_name(c->epilogue));
             gr_sb_puts(sb, "  args(");
             for (int a = 0; a < s->n_args; a++) {
                 if (a) gr_sb_puts(sb, ", ");

@@ -2,6 +2,9 @@
  * into the matmul: the node gets `epilogue` = "gelu_tanh" or "relu" (ir/ops.c), which
  * lowers to the library call's epilogue (cuBLASLt's GELU_BIAS / RELU_BIAS: one kernel
  * instead of the matmul and an elementwise kernel that reads and writes the whole output).
+ * gr_pass_fuse_residual (run after it) makes a residual add after a matmul the matmul's
+ * residual input (see "residual adds" below): the add's kernel goes, and a norm after it
+ * reads one tensor instead of two.
  *
  * The pattern, matched backwards from the activation's result r:
  *
@@ -447,6 +450,152 @@ static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_sou
     return replace_node(g, root_node, GR_OP_CAST, "fused", 1, &c->x0, 1, &to);
 }
 
+/* ==== residual adds =========================================================================
+ *
+ *   y = matmul(a, b [, row bias])       no residual or activation yet, read only by the chain
+ *   ...  views of y (reshape, squeeze, unsqueeze, identity), each read only by the next
+ *   r = add(u, w) | add(w, u)            u the chain's end; w of u's dims and dtype (no broadcast)
+ *
+ * becomes, at the add's place, r = reshape(matmul(a, b, bias, reshape(w))) (the reshapes only
+ * where y's dims differ from r's): cuBLASLt adds w as its C with beta = 1, in the f32
+ * accumulator before the one rounding, so a half model's result is within a rounding of the
+ * unfused one (which rounds y first). The old matmul and views are left unread; dead-step
+ * elimination drops them. Views keep the row-major order of the elements, so w read in y's
+ * dims pairs every element with the one the add paired it with. */
+
+static gr_status count_readers(ep_ctx *c);
+
+/* The matmul node whose output reaches u through views read once each (u included), or -1. */
+static int residual_source(const ep_ctx *c, int u) {
+    int v = u;
+    for (int step = 0; step < EP_MAX_VIEWS; step++) {
+        if (c->readers[v] != 1) return -1;
+        const gr_ir_node *n = producer(c, v);
+        if (!n) return -1;
+        if (n->op == GR_OP_MATMUL) return val(c, v)->producer;
+        if (!is_view(n->op) || n->n_in < 1 || n->in[0] < 0) return -1;
+        const gr_ir_value *uv = val(c, n->in[0]);
+        if (!uv->typed || uv->dtype != val(c, v)->dtype) return -1;
+        v = n->in[0];
+    }
+    return -1;
+}
+
+static bool residual_matmul_ok(const ep_ctx *c, int mm) {
+    const gr_ir_node *m = &c->g->nodes.data[mm];
+    int y = m->out[0];
+    const gr_ir_value *yv = val(c, y);
+    if (m->n_in < 2 || m->in[0] < 0 || m->in[1] < 0 || (m->n_in > 3 && m->in[3] >= 0) || !yv->typed || yv->ndim < 2)
+        return false;
+    if (!gr_dtype_is_float(yv->dtype) || val(c, m->in[0])->ndim < 2 || val(c, m->in[1])->ndim < 2) return false;
+    const char *epi;
+    if (gr_ir_attr_string(c->g, m, "epilogue", "none", &epi) != GR_OK) return gr_error_clear(), false;
+    if (strcmp(epi, "none")) return false; /* the residual would go in before the activation */
+    return !(m->n_in > 2 && m->in[2] >= 0) || row_bias(c, m->in[2], y);
+}
+
+/* The value v copies unchanged: through identities and casts to v's own dtype (Hugging Face's
+ * `hidden_states.to(torch.float32)` of an f32 model), so that the call reads what is stored
+ * already rather than a copy that must now be stored for it. */
+static int same_value(const ep_ctx *c, int v) {
+    for (int step = 0; step < EP_MAX_VIEWS; step++) {
+        const gr_ir_node *n = producer(c, v);
+        if (!n || n->n_in < 1 || n->in[0] < 0 || (n->op != GR_OP_IDENTITY && n->op != GR_OP_CAST)) break;
+        const gr_ir_value *in = val(c, n->in[0]), *out = val(c, v);
+        if (!in->typed || !out->typed || in->dtype != out->dtype || !same_dims(in, out)) break;
+        v = n->in[0];
+    }
+    return v;
+}
+
+/* Appends reshape(x) to dims[0..nd) named `name`; *out its value. */
+static gr_status add_reshape(gr_graph *g, const char *name, int x, const gr_dim *dims, int nd, int *out) {
+    gr_ir_attr a;
+    memset(&a, 0, sizeof a);
+    GR_TRY(gr_ir_attr_make_sints(&a, "shape", dims, nd));
+    int node;
+    gr_status st = gr_ir_add_node(g, GR_OP_RESHAPE, gr_ir_find_node(g, name) < 0 ? name : NULL, 1, &x, 1, NULL, 1, &a, &node);
+    gr_ir_attr_free(&a);
+    GR_TRY(st);
+    *out = g->nodes.data[node].out[0];
+    return GR_OK;
+}
+
+static gr_status rewrite_residual(ep_ctx *c, int add, int mm, int w) {
+    gr_graph *g = c->g;
+    const gr_ir_node *m = &g->nodes.data[mm];
+    int64_t ta, tb;
+    double alpha;
+    GR_TRY(gr_ir_attr_int(g, m, "trans_a", 0, &ta));
+    GR_TRY(gr_ir_attr_int(g, m, "trans_b", 0, &tb));
+    GR_TRY(gr_ir_attr_float(g, m, "alpha", 1.0, &alpha));
+    gr_ir_attr attrs[3];
+    memset(attrs, 0, sizeof attrs);
+    attrs[0].name = (char *)"trans_a", attrs[0].kind = GR_IR_ATTR_INT, attrs[0].i = ta;
+    attrs[1].name = (char *)"trans_b", attrs[1].kind = GR_IR_ATTR_INT, attrs[1].i = tb;
+    attrs[2].name = (char *)"alpha", attrs[2].kind = GR_IR_ATTR_FLOAT, attrs[2].f = alpha;
+    int y = m->out[0], r = g->nodes.data[add].out[0];
+    gr_dim yd[GR_MAX_DIMS], rd[GR_MAX_DIMS];
+    int ny = val(c, y)->ndim, nr = val(c, r)->ndim;
+    memcpy(yd, val(c, y)->dims, sizeof(gr_dim) * (size_t)ny);
+    memcpy(rd, val(c, r)->dims, sizeof(gr_dim) * (size_t)nr);
+    bool reshaped = !same_dims(val(c, y), val(c, r));
+    const char *mname = m->name ? m->name : "matmul", *aname = g->nodes.data[add].name ? g->nodes.data[add].name : "add";
+    char name[300];
+    int first_new = g->nodes.len, w2 = w;
+    if (reshaped) {
+        snprintf(name, sizeof name, "%s.residual_in", aname);
+        GR_TRY(add_reshape(g, name, w, yd, ny, &w2));
+    }
+    m = &g->nodes.data[mm];
+    int in[4] = {m->in[0], m->in[1], m->n_in > 2 ? m->in[2] : -1, w2};
+    snprintf(name, sizeof name, "%s.residual", mname);
+    int node;
+    GR_TRY(gr_ir_add_node(g, GR_OP_MATMUL, gr_ir_find_node(g, name) < 0 ? name : NULL, 4, in, 1, NULL, 3, attrs, &node));
+    int last = node, fresh = g->nodes.data[node].out[0];
+    if (reshaped) {
+        snprintf(name, sizeof name, "%s.residual_out", aname);
+        int out;
+        GR_TRY(add_reshape(g, name, fresh, rd, nr, &out));
+        last = g->nodes.len - 1;
+        fresh = out;
+    }
+    /* the last new node produces r itself */
+    g->nodes.data[last].out[0] = r;
+    if (fresh == g->values.len - 1) {
+        gr_strfree(g->values.data[fresh].name);
+        g->values.len--;
+    }
+    gr_ir_splice_nodes(g, add, first_new);
+    return GR_OK;
+}
+
+/* Fuses residual adds into the matmuls before them; *n_fused counts them. */
+static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
+    gr_graph *g = c->g;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const gr_ir_node *n = &g->nodes.data[i];
+        if (n->op != GR_OP_ADD || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 || n->in[1] < 0) continue;
+        const gr_ir_value *rv = val(c, n->out[0]);
+        if (!rv->typed || !gr_dtype_is_float(rv->dtype)) continue;
+        for (int k = 0; k < 2; k++) {
+            int u = n->in[k], w = n->in[1 - k];
+            const gr_ir_value *uv = val(c, u), *wv = val(c, w);
+            if (u == w || !uv->typed || !wv->typed || uv->dtype != rv->dtype || wv->dtype != rv->dtype ||
+                !same_dims(uv, rv) || !same_dims(wv, rv))
+                continue;
+            int mm = residual_source(c, u);
+            if (mm < 0 || !residual_matmul_ok(c, mm)) continue;
+            w = same_value(c, w);
+            GR_TRY(rewrite_residual(c, i, mm, w));
+            (*n_fused)++;
+            GR_TRY(count_readers(c));
+            break;
+        }
+    }
+    return GR_OK;
+}
+
 static gr_status count_readers(ep_ctx *c) {
     gr_graph *g = c->g;
     if (c->readers) gr_free(c->readers, c->readers_bytes);
@@ -491,6 +640,20 @@ gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused) {
             break;
         }
     }
+    if (c.readers) gr_free(c.readers, c.readers_bytes);
+    if (st == GR_OK && fused) st = gr_ir_infer_shapes(g);
+    if (n_fused) *n_fused = fused;
+    return st;
+}
+
+gr_status gr_pass_fuse_residual(gr_graph *g, int *n_fused) {
+    if (n_fused) *n_fused = 0;
+    ep_ctx c;
+    memset(&c, 0, sizeof c);
+    c.g = g;
+    int fused = 0;
+    gr_status st = count_readers(&c);
+    if (st == GR_OK) st = fuse_residuals(&c, &fused);
     if (c.readers) gr_free(c.readers, c.readers_bytes);
     if (st == GR_OK && fused) st = gr_ir_infer_shapes(g);
     if (n_fused) *n_fused = fused;

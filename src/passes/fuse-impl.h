@@ -149,4 +149,16 @@ gr_status gr_fuse_install(gr_kernel *n, gr_step_arg *args, const gr_kernel *c, g
  * them. Dead views are left to gr_pass_dce. */
 gr_status gr_pass_fuse_row_consumers(const gr_graph *g, gr_step_list *steps, int *n_fused);
 
+/* Does step s write value v through one of its args a.. (the first binding v)? A kernel writes
+ * its written params, a library call its args[2] alone (kir.h: a residual, bias or operand is
+ * only read), a view nothing; a host step is taken to write everything it binds. */
+static inline bool gr_fuse_step_writes(const gr_step *s, int a, int v) {
+    if (s->kind == GR_STEP_ALIAS) return false;
+    if (s->kind == GR_STEP_LIBCALL) return a <= 2 && s->n_args > 2 && s->args[2].kind == GR_ARG_VALUE && s->args[2].value == v;
+    if (s->kind != GR_STEP_KERNEL || !s->kernel) return true;
+    for (int b = a; b < s->n_args && b < s->kernel->n_params; b++)
+        if (s->kernel->params[b].written && s->args[b].kind == GR_ARG_VALUE && s->args[b].value == v) return true;
+    return false;
+}
+
 #endif

@@ -23,8 +23,8 @@
  * becomes dead (gr_pass_dce removes it). The pass repeats, so a chain of
  * copies (split, then transpose) folds in one after the other.
  *
- * Output: a matmul M writes v1 contiguously ([batch, m, n], no FULL bias,
- * which shares C's leading dim), and v1 (with its views) is read only by a
+ * Output: a matmul M writes v1 contiguously ([batch, m, n], no FULL bias or
+ * residual, which share C's leading dim), and v1 (with its views) is read only by a
  * copy kernel K that is a permutation of v1 (offset 0, every element once).
  * v1 is then K's output v2 read through the inverse permutation, reshaped the
  * same way onto [batch, m, n]; when n has unit stride in v2, M writes v2
@@ -429,7 +429,7 @@ static bool try_output(fm_ctx *c, int i, const fm_copy *copy) {
     if (m_step < 0) return false;
     gr_step *ms = &steps->data[m_step];
     const gr_libcall *call = &ms->call;
-    if (call->kind != GR_LIB_MATMUL || call->bias == GR_BIAS_FULL || call->m <= 0 || call->n <= 0 ||
+    if (call->kind != GR_LIB_MATMUL || call->bias == GR_BIAS_FULL || call->residual || call->m <= 0 || call->n <= 0 ||
         call->batch <= 0 || call->ldc != call->n || (call->batch > 1 && call->batch_stride_c != call->m * call->n) ||
         call->batch * call->m * call->n != numel)
         return false;

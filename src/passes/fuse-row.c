@@ -269,11 +269,7 @@ gr_status gr_pass_fuse_row_consumers(const gr_graph *g, gr_step_list *steps, int
             for (int b = 0; b < a && !again; b++) again = s->args[b].kind != GR_ARG_LITERAL && s->args[b].value == v;
             if (again) continue;
             if (val[v].n_bind++ == 0) val[v].first_bind = j;
-            bool kernel = s->kind == GR_STEP_KERNEL && s->kernel;
-            bool writes = !kernel && s->kind != GR_STEP_ALIAS;
-            for (int b = a; kernel && b < s->n_args && b < s->kernel->n_params && !writes; b++)
-                writes = s->kernel->params[b].written && s->args[b].kind == GR_ARG_VALUE && s->args[b].value == v;
-            if (writes) val[v].n_write++, val[v].last_write = j;
+            if (gr_fuse_step_writes(s, a, v)) val[v].n_write++, val[v].last_write = j;
         }
     }
     gr_status st = GR_OK;

@@ -222,13 +222,7 @@ gr_status gr_pass_fuse_store_consumers(const gr_graph *g, gr_step_list *steps, i
                 again = s->args[b].kind != GR_ARG_LITERAL && s->args[b].value == v;
             if (again) continue;
             if (val[v].n_bind++ == 0) val[v].first_bind = j;
-            bool kernel = s->kind == GR_STEP_KERNEL && s->kernel;
-            if (!kernel && s->kind != GR_STEP_ALIAS) val[v].n_write++;
-            for (int b = a; kernel && b < s->n_args && b < s->kernel->n_params; b++)
-                if (s->kernel->params[b].written && s->args[b].kind == GR_ARG_VALUE && s->args[b].value == v) {
-                    val[v].n_write++;
-                    break;
-                }
+            if (gr_fuse_step_writes(s, a, v)) val[v].n_write++;
         }
     }
     bool *is_output = gr_calloc(nvs, sizeof(bool));

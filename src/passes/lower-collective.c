@@ -17,7 +17,7 @@ gr_status lw_lower_collective(gr_lctx *c) {
     s.kind = GR_STEP_LIBCALL;
     s.node = c->node;
     s.out_value = -1;
-    s.n_args = GR_LIB_MATMUL_NARGS;
+    s.n_args = GR_LIB_COLLECTIVE_NARGS;
     gr_libcall *call = &s.call;
     call->kind = n->op == GR_OP_ALL_REDUCE ? GR_LIB_ALL_REDUCE : GR_LIB_ALL_GATHER;
     call->dtype = lw_val(c, x)->dtype;

@@ -159,7 +159,7 @@ gr_status lw_lower_random(gr_lctx *c) {
  * dropped from the result. Batch dims broadcast. */
 
 typedef struct {
-    int a, b, bias, y;
+    int a, b, bias, residual, y;
     int na, nb, nbo;             /* ranks of a, b, output batch */
     int64_t ad[GR_MAX_DIMS], bd[GR_MAX_DIMS], yd[GR_MAX_DIMS];
     int64_t batch_dims[GR_MAX_DIMS];
@@ -182,6 +182,7 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
     mi->a = lw_in(c, 0);
     mi->b = lw_in(c, 1);
     mi->bias = n->n_in > 2 ? lw_in(c, 2) : -1;
+    mi->residual = n->n_in > 3 ? lw_in(c, 3) : -1;
     mi->y = lw_out(c, 0);
     int64_t ta, tb;
     GR_TRY(gr_ir_attr_int(c->g, n, "trans_a", 0, &ta));
@@ -241,6 +242,14 @@ static gr_status mm_analyze(gr_lctx *c, mm_info *mi) {
             int64_t s = bv->dims[d].size, o = mi->yd[d + ny - bv->ndim];
             if (s != 1 && s != o) return gr_error(GR_ERR_SHAPE, "%s: bias does not broadcast to the output", lw_where(c));
         }
+    }
+    if (mi->residual >= 0) {
+        /* ops.c: exactly the output's shape and dtype, beside no bias or a row bias */
+        int64_t rd[GR_MAX_DIMS];
+        int nr = lw_shape(c, mi->residual, rd);
+        bool same = nr == ny && lw_val(c, mi->residual)->dtype == mi->t;
+        for (int d = 0; same && d < ny; d++) same = rd[d] == mi->yd[d];
+        if (!same) return gr_error(GR_ERR_SHAPE, "%s: the residual is not of the output's shape and dtype", lw_where(c));
     }
     return GR_OK;
 }
@@ -305,18 +314,21 @@ static gr_status mm_kernel(gr_lctx *c, const mm_info *mi) {
         st = lw_const(k, at, mi->alpha, &ca);
         if (st == GR_OK) st = gr_kx_binary(k, GR_KB_MUL, at, ca, acc, &acc);
     }
-    if (st == GR_OK && mi->bias >= 0) {
-        /* bias broadcasts to the output shape; spread its strides onto (batch..., M, N) */
+    /* bias, then the residual: each broadcast to the output shape, its strides spread onto
+     * (batch..., M, N) */
+    const int added[2] = {mi->bias, mi->residual};
+    for (int t = 0; t < 2 && st == GR_OK; t++) {
+        if (added[t] < 0) continue;
         int ny = mi->nbo + (mi->na > 1) + (mi->nb > 1);
         int64_t ys[GR_MAX_DIMS];
-        lw_bcast_strides(c, mi->bias, ny, mi->yd, 0, ys);
+        lw_bcast_strides(c, added[t], ny, mi->yd, 0, ys);
         gr_kaccess bacc;
         gr_kaccess_init(&bacc);
         for (int d = 0; d < mi->nbo; d++) bacc.stride[d] = ys[d];
         if (mi->na > 1) bacc.stride[mi->nbo] = ys[mi->nbo];
         if (mi->nb > 1) bacc.stride[mi->nbo + 1] = ys[ny - 1];
-        st = lw_load(c, &b, mi->bias, &bacc, &bi);
-        if (st == GR_OK && lw_val(c, mi->bias)->dtype != at) st = gr_kx_cast(k, at, bi, &bi);
+        st = lw_load(c, &b, added[t], &bacc, &bi);
+        if (st == GR_OK && lw_val(c, added[t])->dtype != at) st = gr_kx_cast(k, at, bi, &bi);
         if (st == GR_OK) st = gr_kx_binary(k, GR_KB_ADD, at, acc, bi, &acc);
     }
     /* the epilogue in the accumulation dtype, before the one rounding, as the library call's */
@@ -398,6 +410,11 @@ gr_status lw_lower_matmul(gr_lctx *c) {
     s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = b};
     s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = mi.y};
     s.args[3] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    s.args[4] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    if (mi.residual >= 0) {
+        call->residual = true; /* C's layout: the output's shape, dense (mm_analyze) */
+        s.args[4] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = mi.residual};
+    }
     call->bias = GR_BIAS_NONE;
     if (mi.bias >= 0) {
         const gr_ir_value *bv = lw_val(c, mi.bias);
@@ -413,7 +430,9 @@ gr_status lw_lower_matmul(gr_lctx *c) {
             call->bias = GR_BIAS_ROW;
             call->batch_stride_bias = 0;
         } else {
-            /* FULL: a tensor of the output's layout, one [M, N] block per batch */
+            /* FULL: a tensor of the output's layout, one [M, N] block per batch; it takes
+             * cuBLASLt's C, so beside a residual (a 1-D b's bias) the generated kernel adds both */
+            if (mi.residual >= 0) return mm_kernel(c, &mi);
             bool same = bv->dtype == mi.t && gr_ir_value_numel(bv) == lw_numel(c, mi.y);
             if (!same) GR_TRY(lw_materialize(c, mi.bias, mi.t, ny, mi.yd, &bias));
             call->bias = GR_BIAS_FULL;

@@ -553,6 +553,7 @@ static gr_status lower_conv_gemm(gr_lctx *c, const gr_ir_window *w) {
     s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = col};
     s.args[2] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = mm};
     s.args[3] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
+    s.args[4] = (gr_step_arg){.kind = GR_ARG_LITERAL, .value = -1};
     if (gr_vec_push(c->out, s) != GR_OK) return gr_nomem();
     if (bias < 0) return GR_OK;
     /* y = mm + bias[co], over y's own dims so that an elementwise reader can take it in (fusion

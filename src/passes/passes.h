@@ -54,6 +54,11 @@ gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
  * GELU_BIAS / RELU_BIAS). passes/epilogue.c has the rules. Works on symbolic dims.
  * *n_fused (may be NULL) = number of matmuls given an epilogue. */
 gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused);
+/* Fuses a residual add after a matmul (no activation; no bias or a row bias) into it: r =
+ * add(views of matmul(a, b[, bias]), w), w of r's shape and dtype, becomes the matmul's
+ * residual input (ir/ops.c; cuBLASLt's C with beta = 1). Run after gr_pass_fuse_epilogue
+ * (an activated matmul takes none). Works on symbolic dims. *n_fused (may be NULL) = adds fused. */
+gr_status gr_pass_fuse_residual(gr_graph *g, int *n_fused);
 
 /* Common subexpressions (passes/cse.c): a node equal to an earlier one (same op, attributes,
  * inputs; small constants compared by content) has its readers read the earlier one's outputs
@@ -348,7 +353,8 @@ typedef struct {
     bool fuse_attention_f32;
     /* Leaves common subexpressions of the graph (no gr_pass_cse): the reference path. */
     bool no_cse;
-    /* Leaves activations after matmuls unfused (no gr_pass_fuse_epilogue): the reference path. */
+    /* Leaves activations and residual adds after matmuls unfused (no gr_pass_fuse_epilogue,
+     * gr_pass_fuse_residual): the reference path. */
     bool no_fuse_epilogue;
     /* Lowering: products of two activations as generated kernels (gr_pass_lower_opts; shape policy generic). */
     bool activation_matmul_kernels;

@@ -88,6 +88,9 @@ gr_status gr_pass_pipeline_front(const gr_graph *src, const int64_t *sym_values,
         int n_fused = 0;
         st = gr_pass_fuse_epilogue(c->g, &n_fused);
         if (st == GR_OK && n_fused) st = after(opts, "fuse_epilogue", c);
+        n_fused = 0;
+        if (st == GR_OK) st = gr_pass_fuse_residual(c->g, &n_fused);
+        if (st == GR_OK && n_fused) st = after(opts, "fuse_residual", c);
     }
     /* after the matchers above (a value they fuse must keep its one reader), before specialization
      * (merges decided on the symbolic graph: alike for every binding) */

@@ -581,7 +581,7 @@ static void column_parts(shard_ctx *c, int y, int64_t cols, vstate *s) {
 
 static gr_status rule_matmul(shard_ctx *c, int node, bool *done) {
     const gr_ir_node *n = &c->src->nodes.data[node];
-    int A = n->in[0], B = n->in[1], bias = n->n_in > 2 ? n->in[2] : -1, y = n->out[0];
+    int A = n->in[0], B = n->in[1], bias = n->n_in > 2 ? n->in[2] : -1, res = n->n_in > 3 ? n->in[3] : -1, y = n->out[0];
     const gr_ir_value *av = sval(c, A), *bv = sval(c, B), *yv = sval(c, y);
     int64_t ta, tb;
     GR_TRY(gr_ir_attr_int(c->src, n, "trans_a", 0, &ta));
@@ -590,7 +590,7 @@ static gr_status rule_matmul(shard_ctx *c, int node, bool *done) {
     bool weight = bv->kind == GR_VAL_CONST && bv->ndim == 2 && !c->st[B].split && c->cur[B] == B;
     const vstate *sa = &c->st[A], *sb = &c->st[B];
     *done = false;
-    if (bias >= 0 && c->st[bias].split) return GR_OK;
+    if ((bias >= 0 && c->st[bias].split) || (res >= 0 && c->st[res].split)) return GR_OK;
     /* row: A split along its inner axis by a weight */
     if (weight && sa->split && av->ndim >= 2 && sa->axis == (ta ? av->ndim - 2 : av->ndim - 1)) {
         int kax = tb ? 1 : 0, w;
@@ -598,12 +598,18 @@ static gr_status rule_matmul(shard_ctx *c, int node, bool *done) {
         GR_TRY(slice_const(c, B, kax, sa, &w));
         gn->in[0] = c->cur[A];
         gn->in[1] = w;
-        if (bias >= 0) c->g->nodes.data[node].in[2] = -1; /* added once, after the sum */
+        /* the bias and the residual are added once, after the sum */
+        if (bias >= 0) c->g->nodes.data[node].in[2] = -1;
+        if (res >= 0) c->g->nodes.data[node].in[3] = -1;
         int red;
         GR_TRY(add_collective(c, GR_OP_ALL_REDUCE, n->name, gn->out[0], &red));
         if (bias >= 0) {
             int in2[2] = {red, c->cur[bias]};
             GR_TRY(add1(c, GR_OP_ADD, n->name, "bias", 2, in2, 0, NULL, &red));
+        }
+        if (res >= 0) {
+            int in2[2] = {red, c->cur[res]};
+            GR_TRY(add1(c, GR_OP_ADD, n->name, "residual", 2, in2, 0, NULL, &red));
         }
         c->cur[y] = red;
         note(c, "row      node '%s' (matmul): weight '%s' [%lld, %lld] -> %lld %s per rank, then all_reduce%s", n->name,
@@ -633,6 +639,13 @@ static gr_status rule_matmul(shard_ctx *c, int node, bool *done) {
             GR_TRY(local_for(c, bias, yv->ndim, yv->ndim - 1, &parts, &lb, &ok));
             if (!ok) return cannot(c, node, "its bias '%s' cannot be split with its columns", sval(c, bias)->name);
             c->g->nodes.data[node].in[2] = lb;
+        }
+        if (res >= 0) {
+            bool ok;
+            int lr;
+            GR_TRY(local_for(c, res, yv->ndim, yv->ndim - 1, &parts, &lr, &ok));
+            if (!ok) return cannot(c, node, "its residual '%s' cannot be split with its columns", sval(c, res)->name);
+            c->g->nodes.data[node].in[3] = lr;
         }
         set_out(c, node, 0, split_state(yv->ndim - 1, parts.n_groups, parts.groups));
         char partsdesc[64] = "";

@@ -69,9 +69,10 @@ static void explain_step(gr_strbuf *sb, const gr_rt_plan *p, int i) {
                          gr_dtype_name(st->call.dtype), (long long)st->call.n, node);
             break;
         }
-        gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s%s%s  (from %s)\n", i, st->call.name,
+        gr_sb_printf(sb, "    [%3d] matmul  %-28s %lldx%lldx%lld batch=%lld %s%s%s%s%s  (from %s)\n", i, st->call.name,
                      (long long)st->call.m, (long long)st->call.n, (long long)st->call.k, (long long)st->call.batch,
                      gr_dtype_name(st->call.dtype), st->call.bias != GR_BIAS_NONE ? " +bias" : "",
+                     st->call.residual ? " +residual" : "",
                      st->call.epilogue != GR_EPI_NONE ? " +" : "",
                      st->call.epilogue != GR_EPI_NONE ? gr_epilogue_name(st->call.epilogue) : "", node);
         break;

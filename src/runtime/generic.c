@@ -274,7 +274,7 @@ static const char *node_name(const gr_rt_plan *p, const gr_step *st) {
 static bool same_call_but_rows(const gr_libcall *a, const gr_libcall *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->n == b->n && a->k == b->k && a->batch == b->batch &&
            a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc &&
-           a->alpha == b->alpha && a->bias == b->bias && a->epilogue == b->epilogue &&
+           a->alpha == b->alpha && a->bias == b->bias && a->epilogue == b->epilogue && a->residual == b->residual &&
            /* batch strides are read only with more than one batch */
            (a->batch == 1 || (a->batch_stride_a == b->batch_stride_a && a->batch_stride_b == b->batch_stride_b &&
                               a->batch_stride_c == b->batch_stride_c && a->batch_stride_bias == b->batch_stride_bias));

@@ -487,7 +487,7 @@ static bool same_structure(const gr_compiled *b, int b_front, const gr_compiled 
         if (same && x->kind == GR_STEP_LIBCALL) {
             const gr_libcall *p = &x->call, *q = &y->call;
             same = p->kind == q->kind && p->dtype == q->dtype && p->trans_a == q->trans_a && p->trans_b == q->trans_b &&
-                   p->bias == q->bias && p->epilogue == q->epilogue && p->causal == q->causal && p->has_mask == q->has_mask &&
+                   p->bias == q->bias && p->epilogue == q->epilogue && p->residual == q->residual && p->causal == q->causal && p->has_mask == q->has_mask &&
                    p->mask_dtype == q->mask_dtype && p->mask_group == q->mask_group &&
                    p->mask_group_first == q->mask_group_first && !strcmp(p->name, q->name);
         }

@@ -972,14 +972,16 @@ static void check_indirect(devctx *cu, devctx *sim) {
     gr_kernel_destroy(k);
 }
 
-static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t n, int64_t kk, int64_t batch, bool ta,
-                         bool tb, gr_bias_kind bias, gr_epilogue epi) {
+/* res: a residual in C's layout (kir.h: cuBLASLt's C with beta = 1) */
+static void check_matmul_res(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t n, int64_t kk, int64_t batch, bool ta,
+                             bool tb, gr_bias_kind bias, gr_epilogue epi, bool res) {
     gr_libcall c;
     memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "mm_%s_%lldx%lldx%lld_b%lld%s%s%s%s%s", gr_dtype_name(t), (long long)m, (long long)n,
+    snprintf(c.name, sizeof c.name, "mm_%s_%lldx%lldx%lld_b%lld%s%s%s%s%s%s", gr_dtype_name(t), (long long)m, (long long)n,
              (long long)kk, (long long)batch, ta ? "_ta" : "", tb ? "_tb" : "",
              bias == GR_BIAS_ROW ? "_brow" : bias == GR_BIAS_FULL ? "_bfull" : "",
-             epi == GR_EPI_NONE ? "" : "_", epi == GR_EPI_NONE ? "" : gr_epilogue_name(epi));
+             epi == GR_EPI_NONE ? "" : "_", epi == GR_EPI_NONE ? "" : gr_epilogue_name(epi), res ? "_residual" : "");
+    c.residual = res;
     c.kind = GR_LIB_MATMUL;
     c.dtype = t;
     c.m = m;
@@ -999,15 +1001,22 @@ static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t
     c.batch_stride_bias = bias == GR_BIAS_ROW ? n : m * n;
     c.epilogue = epi;
     int64_t nbias = bias == GR_BIAS_NONE ? 1 : c.batch_stride_bias * batch;
-    buf_spec specs[4] = {{t, batch * m * kk, -1, 1}, {t, batch * kk * n, -1, 1}, {t, batch * m * n, 0, 0}, {t, nbias, -1, 1}};
-    gr_karg sc[4];
+    buf_spec specs[5] = {{t, batch * m * kk, -1, 1}, {t, batch * kk * n, -1, 1}, {t, batch * m * n, 0, 0}, {t, nbias, -1, 1},
+                         {t, batch * m * n, -1, 1}};
+    gr_karg sc[5];
     memset(sc, 0, sizeof sc);
-    bool written[4] = {false, false, true, false};
+    bool written[5] = {false, false, true, false, false};
     double tol = t == GR_F32 ? 1e-5 : t == GR_F16 ? 1e-3 : 1e-2;
     /* cuBLASLt's GELU epilogue against libcall.c's tanh in f64: its tanh need not be libm's
      * (a faster approximation in f32), measured here */
     if (epi == GR_EPI_GELU_TANH && t == GR_F32) tol = 1e-3;
-    compare(cu, sim, c.name, NULL, &c, bias == GR_BIAS_NONE ? 3 : 4, specs, sc, 4, written, tol);
+    /* every matmul call has its five args (kir.h), the bias and residual ones read only as set */
+    compare(cu, sim, c.name, NULL, &c, 5, specs, sc, 5, written, tol);
+}
+
+static void check_matmul(devctx *cu, devctx *sim, gr_dtype t, int64_t m, int64_t n, int64_t kk, int64_t batch, bool ta,
+                         bool tb, gr_bias_kind bias, gr_epilogue epi) {
+    check_matmul_res(cu, sim, t, m, n, kk, batch, ta, tb, bias, epi, false);
 }
 
 /* ==== fused attention ========================================================================= */
@@ -1980,6 +1989,13 @@ int main(int argc, char **argv) {
         check_matmul(&cu, &sim, fdt[d], 33, 65, 17, 1, true, false, GR_BIAS_NONE, GR_EPI_GELU_TANH);
         check_matmul(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_FULL, GR_EPI_GELU_TANH);
         check_matmul(&cu, &sim, fdt[d], 40, 24, 56, 1, false, true, GR_BIAS_NONE, GR_EPI_RELU);
+        /* residuals of gr_pass_fuse_residual: alone, beside a row bias, batched, an activation after */
+        check_matmul_res(&cu, &sim, fdt[d], 128, 256, 64, 1, false, false, GR_BIAS_NONE, GR_EPI_NONE, true);
+        check_matmul_res(&cu, &sim, fdt[d], 128, 96, 64, 1, false, false, GR_BIAS_ROW, GR_EPI_NONE, true);
+        check_matmul_res(&cu, &sim, fdt[d], 33, 65, 17, 3, false, true, GR_BIAS_ROW, GR_EPI_NONE, true);
+        check_matmul_res(&cu, &sim, fdt[d], 16, 32, 64, 4, true, true, GR_BIAS_NONE, GR_EPI_NONE, true);
+        check_matmul_res(&cu, &sim, fdt[d], 64, 96, 32, 2, false, false, GR_BIAS_ROW, GR_EPI_RELU, true);
+        check_matmul_res(&cu, &sim, fdt[d], 64, 96, 32, 1, false, false, GR_BIAS_ROW, GR_EPI_GELU_TANH, true);
     }
     check_matmul(&cu, &sim, GR_F64, 32, 48, 16, 2, false, false, GR_BIAS_NONE, GR_EPI_GELU_TANH); /* rendered kernel */
     /* GPT-2 small's c_fc at batch 8, seq 512: checked and timed, fused vs unfused */

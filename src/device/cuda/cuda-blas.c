@@ -3,8 +3,8 @@
  * Row-major C = op(A) @ op(B) is computed as the column-major C^T = op(B)^T @ op(A)^T:
  * a row-major matrix read column-major is its transpose, so no data moves. f32 uses
  * CUBLAS_COMPUTE_32F (no TF32). A ROW bias is cuBLASLt's bias epilogue (a vector along
- * the rows of the column-major result); a FULL bias is cuBLASLt's C operand with
- * beta = 1. Epilogues (applied to alpha*AB + beta*C + bias in f32, before the rounding to
+ * the rows of the column-major result); a FULL bias, or else a residual, is cuBLASLt's C
+ * operand with beta = 1 (C in D's layout). Epilogues (applied to alpha*AB + beta*C + bias in f32, before the rounding to
  * D's dtype, as libcall.c's reference): RELU and GELU_TANH are cuBLASLt's RELU(_BIAS) and
  * GELU(_BIAS) (its GELU is the tanh approximation); the exact erf GELU is a rendered
  * kernel afterwards, and so is GELU_TANH where cuBLASLt offers no algorithm with its GELU
@@ -166,6 +166,7 @@ static gr_status entry_build(gr_cuda_ctx *c, gr_cuda_lt *s, const lt_key *key, l
     GR_LT_CHECK(lt->cublasLtMatrixLayoutCreate(&e->ld, dt, m, n, call->ldc));
     if (call->batch > 1) {
         int32_t bc = (int32_t)call->batch;
+        /* C: a FULL bias, else the residual or unused (both in D's layout) */
         int64_t sa = call->batch_stride_b, sb = call->batch_stride_a, sd = call->batch_stride_c,
                 sc = call->bias == GR_BIAS_FULL ? call->batch_stride_bias : call->batch_stride_c;
         const struct { cublasLtMatrixLayout_t l; int64_t stride; } ls[4] = {{e->la, sa}, {e->lb, sb}, {e->lc, sc}, {e->ld, sd}};
@@ -230,11 +231,11 @@ static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, l
         const void *bp = bias;
         GR_LT_CHECK(lt->cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
     }
-    float alpha32 = (float)call->alpha, beta32 = call->bias == GR_BIAS_FULL ? 1.0f : 0.0f;
+    const void *cptr = call->bias == GR_BIAS_FULL ? bias : call->residual ? args[4].ptr : args[2].ptr;
+    float alpha32 = (float)call->alpha, beta32 = call->bias == GR_BIAS_FULL || call->residual ? 1.0f : 0.0f;
     double alpha64 = call->alpha, beta64 = beta32;
     const void *alpha = call->dtype == GR_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
     const void *beta = call->dtype == GR_F64 ? (const void *)&beta64 : (const void *)&beta32;
-    const void *cptr = call->bias == GR_BIAS_FULL ? bias : args[2].ptr;
     GR_LT_CHECK(lt->cublasLtMatmul(s->handle, e->desc, alpha, args[1].ptr, e->la, args[0].ptr, e->lb, beta, cptr, e->lc,
                                    args[2].ptr, e->ld, &e->algo, (void *)(uintptr_t)c->lt_workspace, c->lt_workspace_bytes,
                                    (cudaStream_t)stream));
@@ -252,8 +253,11 @@ static gr_status matmul_launch(gr_cuda_ctx *c, CUstream stream, gr_cuda_lt *s, l
 
 gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
     if (n_args < 3) return gr_error(GR_ERR_INVALID, "cuda: matmul %s: %d arguments, expected %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
-    const void *bias = n_args > 3 ? args[3].ptr : NULL;
+    const void *bias = n_args > 3 ? args[3].ptr : NULL, *res = n_args > 4 ? args[4].ptr : NULL;
     if (call->bias != GR_BIAS_NONE && !bias) return gr_error(GR_ERR_INVALID, "cuda: matmul %s: bias argument missing", call->name);
+    if (call->residual && (!res || call->bias == GR_BIAS_FULL))
+        return gr_error(GR_ERR_INVALID, "cuda: matmul %s: %s", call->name,
+                        res ? "a residual beside a full bias" : "residual argument missing");
     if (call->m <= 0 || call->n <= 0) return GR_OK;
     if (call->k <= 0 || call->batch <= 0)
         return gr_error(GR_ERR_UNSUPPORTED, "cuda: matmul %s: k = %lld, batch = %lld", call->name, (long long)call->k,
@@ -266,7 +270,8 @@ gr_status gr_cuda_matmul(gr_cuda_ctx *c, CUstream stream, const gr_libcall *call
     memset(key.call.name, 0, sizeof key.call.name);
     key.call.alpha = 0;
     if (call->bias != GR_BIAS_FULL && call->bias != GR_BIAS_ROW) key.call.batch_stride_bias = 0;
-    uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)bias;
+    uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)bias |
+                    (uintptr_t)(call->residual ? res : NULL);
     key.align16 = (any & 15u) == 0;
     lt_entry *e = NULL;
     for (int i = 0; i < s->cache.len && !e; i++)

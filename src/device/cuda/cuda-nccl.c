@@ -192,7 +192,7 @@ static bool nccl_type(gr_dtype t, ncclDataType_t *out) {
 }
 
 gr_status gr_cuda_collective(gr_cuda_ctx *d, CUstream stream, const gr_libcall *call, const gr_karg *args, int n_args) {
-    if (n_args < 3) return gr_error(GR_ERR_INVALID, "cuda: %s: %d arguments, expected %d", call->name, n_args, GR_LIB_MATMUL_NARGS);
+    if (n_args < 3) return gr_error(GR_ERR_INVALID, "cuda: %s: %d arguments, expected %d", call->name, n_args, GR_LIB_COLLECTIVE_NARGS);
     if (!d->nccl)
         return gr_error(GR_ERR_UNSUPPORTED, "cuda: %s: a collective over %lld ranks on a GPU that joined no communicator",
                         call->name, (long long)call->n);

@@ -557,6 +557,10 @@ gr_status gr_sim_run_libcall(gr_sim_ctx *c, const gr_libcall *call, const gr_kar
             mat_range(call->batch, call->batch_stride_bias, call->m, call->n, call->ldc, &lo, &hi);
             GR_TRY(check_device_range(c, (const char *)args[3].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "bias"));
         }
+        if (call->residual) {
+            mat_range(call->batch, call->batch_stride_c, call->m, call->n, call->ldc, &lo, &hi);
+            GR_TRY(check_device_range(c, (const char *)args[4].ptr + lo * es, (size_t)((hi - lo) * es), false, what, "residual"));
+        }
     }
     return gr_libcall_reference(call, args);
 }
