@@ -4,9 +4,11 @@
  *
  * 1. Recognition: add(y, h) and add(h, y) after a matmul with no bias or a row bias, through
  *    reshapes (GPT-2's Gemm on [batch*seq, n] read as [batch, seq, n]), two residual adds in a
- *    row (a transformer's stream); near misses are not fused: a broadcast addend, y read
- *    elsewhere or a graph output, an activated matmul, a full bias, a cast between, integers,
- *    a matmul that has a residual already.
+ *    row (a transformer's stream); a row bias add becomes the matmul's bias, and a residual add
+ *    after it the residual (BERT's dense: matmul, bias, residual), through reshapes too; near
+ *    misses are not fused: a column or broadcasting addend, y read elsewhere or a graph output,
+ *    an activated matmul, a full bias, a cast between, integers, a matmul that has a residual
+ *    already, a bias beside the matmul's own, a reshape changing the columns before a bias.
  * 2. Fused vs unfused (session option no_fuse_epilogue) at three bindings of a symbolic row
  *    count, explain showing "+residual": f32 within 1e-6, bf16 within 1e-2, f16 within 2e-3
  *    (normalised L2; the fused call rounds once), also as a generated matmul kernel (shape
@@ -40,13 +42,50 @@ static const char *model(const char *dt, const char *body, char *buf, size_t n) 
     return buf;
 }
 
+/* matmuls the pass made: a residual taken (".residual") or a row bias (".bias") */
 static int count_residual_matmuls(const gr_graph *g) {
     int n = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         const gr_ir_node *m = &g->nodes.data[i];
-        n += m->op == GR_OP_MATMUL && m->n_in > 3 && m->in[3] >= 0;
+        if (m->op != GR_OP_MATMUL || !m->name) continue;
+        size_t len = strlen(m->name);
+        bool res = len > 9 && !strcmp(m->name + len - 9, ".residual"), bias = len > 5 && !strcmp(m->name + len - 5, ".bias");
+        CHECK_MSG(!res || (m->n_in > 3 && m->in[3] >= 0), "%s: no residual input", m->name);
+        CHECK_MSG(!bias || (m->n_in > 2 && m->in[2] >= 0), "%s: no bias input", m->name);
+        n += res || bias;
     }
     return n;
+}
+
+/* The node producing `out` after the pass: a matmul of x, w, [bias], [h] (names, NULL = absent). */
+static void expect_final(const char *what, const char *text, const char *bias, const char *res) {
+    gr_graph *g = NULL;
+    CHECK_OK(gr_graph_parse(text, what, NULL, &g));
+    if (!g) return;
+    int n = 0;
+    CHECK_OK(gr_pass_fuse_residual(g, &n));
+    int out = gr_ir_find_value(g, "out");
+    const gr_ir_node *m = NULL;
+    /* through the reshape back to the add's dims */
+    for (int v = out, hops = 0; v >= 0 && hops < 4 && !m; hops++) {
+        const gr_ir_node *p = &g->nodes.data[g->values.data[v].producer];
+        if (p->op == GR_OP_MATMUL) m = p;
+        else v = p->op == GR_OP_RESHAPE ? p->in[0] : -1;
+    }
+    CHECK_MSG(m && m->in[0] == gr_ir_find_value(g, "x") && m->in[1] == gr_ir_find_value(g, "w"), "%s: out is no matmul of x, w",
+              what);
+    if (m) {
+        int b = m->n_in > 2 ? m->in[2] : -1, r = m->n_in > 3 ? m->in[3] : -1;
+        /* the bias may come through a reshape to [N] */
+        if (b >= 0 && g->nodes.data[g->values.data[b].producer].op == GR_OP_RESHAPE && g->values.data[b].kind == GR_VAL_NODE)
+            b = g->nodes.data[g->values.data[b].producer].in[0];
+        CHECK_MSG(bias ? b == gr_ir_find_value(g, bias) : b < 0, "%s: bias input", what);
+        if (r >= 0 && g->values.data[r].kind == GR_VAL_NODE && g->nodes.data[g->values.data[r].producer].op == GR_OP_RESHAPE)
+            r = g->nodes.data[g->values.data[r].producer].in[0];
+        CHECK_MSG(res ? r == gr_ir_find_value(g, res) : r < 0, "%s: residual input", what);
+    }
+    CHECK_OK(gr_ir_verify(g));
+    gr_graph_destroy(g);
 }
 
 /* The pass on `text`: the count it reports, checked against the matmuls with a residual. */
@@ -106,8 +145,36 @@ static void test_recognition(void) {
         gr_graph_destroy(g);
     }
 
+    /* a row bias add becomes the matmul's bias; a residual add after it then the residual */
+    expect("a row bias add", model("f32", "[mm] y = matmul(x, w)\n[ad] out = add(y, bias)", buf, sizeof buf), 1);
+    expect_final("a row bias add", buf, "bias", NULL);
+    expect("bias then residual (BERT's dense)",
+           model("f32", "[mm] y = matmul(x, w)\n[ba] yb = add(bias, y)\n[ad] out = add(yb, h)", buf, sizeof buf), 2);
+    expect_final("bias then residual (BERT's dense)", buf, "bias", "h");
+    expect("bias then residual through reshapes",
+           model("bf16",
+                 "[mm] y = matmul(x, w)\n[rs] y3 = reshape(y, shape=[1, rows, 24])\n[ba] yb = add(y3, bias)\n"
+                 "[rh] h3 = reshape(h, shape=[1, rows, 24])\n[ad] out = add(h3, yb)",
+                 buf, sizeof buf),
+           2);
+    expect_final("bias then residual through reshapes", buf, "bias", "h3");
+    expect("a [1, 1, N] bias",
+           model("f32", "input b3: f32[1, 1, 24]\n[mm] y = matmul(x, w)\n[rs] y3 = reshape(y, shape=[1, rows, 24])\n"
+                        "[ad] out = add(y3, b3)",
+                 buf, sizeof buf),
+           1);
+    expect_final("a [1, 1, N] bias", buf, "b3", NULL);
+
     /* near misses */
-    expect("a broadcast addend (a row)", model("f32", "[mm] y = matmul(x, w)\n[ad] out = add(y, bias)", buf, sizeof buf), 0);
+    expect("a bias beside the matmul's own", model("f32", "[mm] y = matmul(x, w, bias)\n[ad] out = add(y, bias)", buf, sizeof buf),
+           0);
+    expect("a reshape that changes the last dim before the bias",
+           model("f32", "input b12: f32[12]\n[mm] y = matmul(x, w)\n[rs] y2 = reshape(y, shape=[rows, 2, 12])\n"
+                        "[ad] out = add(y2, b12)",
+                 buf, sizeof buf),
+           0);
+    expect("an addend broadcasting the result up",
+           model("f32", "input b2: f32[2, 1, 24]\n[mm] y = matmul(x, w)\n[ad] out = add(y, b2)", buf, sizeof buf), 0);
     expect("a broadcast addend (a column)",
            model("f32", "input c: f32[rows, 1]\n[mm] y = matmul(x, w)\n[ad] out = add(y, c)", buf, sizeof buf), 0);
     expect("y read elsewhere",
@@ -251,6 +318,10 @@ static void test_fused_vs_unfused(void) {
                        "[rh] h3 = reshape(h, shape=[1, rows, 24])\n[ad] out = add(y3, h3)";
     const char *stream = "[tw] wt = transpose(w, perm=[1, 0])\n[ww] w2 = matmul(wt, w)\n[mm] y = matmul(x, w, bias)\n"
                          "[ad] h1 = add(h, y)\n[mm2] y2 = matmul(h1, w2)\n[ad2] out = add(h1, y2)";
+    const char *dense = "[mm] y = matmul(x, w)\n[rs] y3 = reshape(y, shape=[1, rows, 24])\n[ba] yb = add(y3, bias)\n"
+                        "[rh] h3 = reshape(h, shape=[1, rows, 24])\n[ad] out = add(h3, yb)";
+    compare("f32 matmul + bias + h (BERT's dense)", model("f32", dense, buf, sizeof buf), 1, false, 1e-6);
+    compare("bf16 matmul + bias + h (BERT's dense)", model("bf16", dense, buf, sizeof buf), 1, false, 1e-2);
     compare("f32 matmul + h", model("f32", plain, buf, sizeof buf), 1, false, 1e-6);
     compare("f32 gemm with bias, reshaped, + h", model("f32", gemm, buf, sizeof buf), 1, false, 1e-6);
     compare("f32 residual stream", model("f32", stream, buf, sizeof buf), 2, false, 1e-6);

@@ -521,7 +521,9 @@ static gr_status add_reshape(gr_graph *g, const char *name, int x, const gr_dim 
     return GR_OK;
 }
 
-static gr_status rewrite_residual(ep_ctx *c, int add, int mm, int w) {
+/* Replaces the add node by matmul(a, b, bias, res) of mm's operands (reshapes around it where
+ * y's dims differ from the add's result r, or where a bias has more dims than y), producing r. */
+static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix) {
     gr_graph *g = c->g;
     const gr_ir_node *m = &g->nodes.data[mm];
     int64_t ta, tb;
@@ -542,19 +544,24 @@ static gr_status rewrite_residual(ep_ctx *c, int add, int mm, int w) {
     bool reshaped = !same_dims(val(c, y), val(c, r));
     const char *mname = m->name ? m->name : "matmul", *aname = g->nodes.data[add].name ? g->nodes.data[add].name : "add";
     char name[300];
-    int first_new = g->nodes.len, w2 = w;
-    if (reshaped) {
-        snprintf(name, sizeof name, "%s.residual_in", aname);
-        GR_TRY(add_reshape(g, name, w, yd, ny, &w2));
+    int first_new = g->nodes.len;
+    if (res >= 0 && reshaped) {
+        snprintf(name, sizeof name, "%s.%s_in", aname, suffix);
+        GR_TRY(add_reshape(g, name, res, yd, ny, &res));
+    }
+    if (bias >= 0 && val(c, bias)->ndim > ny) { /* a row bias [..1.., N] as [N] */
+        snprintf(name, sizeof name, "%s.%s_row", aname, suffix);
+        GR_TRY(add_reshape(g, name, bias, &yd[ny - 1], 1, &bias));
     }
     m = &g->nodes.data[mm];
-    int in[4] = {m->in[0], m->in[1], m->n_in > 2 ? m->in[2] : -1, w2};
-    snprintf(name, sizeof name, "%s.residual", mname);
+    int in[4] = {m->in[0], m->in[1], bias, res};
+    snprintf(name, sizeof name, "%s.%s", mname, suffix);
     int node;
-    GR_TRY(gr_ir_add_node(g, GR_OP_MATMUL, gr_ir_find_node(g, name) < 0 ? name : NULL, 4, in, 1, NULL, 3, attrs, &node));
+    GR_TRY(gr_ir_add_node(g, GR_OP_MATMUL, gr_ir_find_node(g, name) < 0 ? name : NULL, res >= 0 ? 4 : 3, in, 1, NULL, 3,
+                          attrs, &node));
     int last = node, fresh = g->nodes.data[node].out[0];
     if (reshaped) {
-        snprintf(name, sizeof name, "%s.residual_out", aname);
+        snprintf(name, sizeof name, "%s.%s_out", aname, suffix);
         int out;
         GR_TRY(add_reshape(g, name, fresh, rd, nr, &out));
         last = g->nodes.len - 1;
@@ -570,7 +577,24 @@ static gr_status rewrite_residual(ep_ctx *c, int add, int mm, int w) {
     return GR_OK;
 }
 
-/* Fuses residual adds into the matmuls before them; *n_fused counts them. */
+/* A row bias add after a matmul with none: the views between keep the last dim (the bias's
+ * columns are the matmul's), u is the chain's end. The matmul node, or -1. */
+static int bias_source(const ep_ctx *c, int u) {
+    int mm = residual_source(c, u);
+    if (mm < 0) return -1;
+    for (int v = u; v != c->g->nodes.data[mm].out[0];) {
+        const gr_ir_node *n = producer(c, v);
+        if (!last_dim_equal(val(c, n->in[0]), val(c, v))) return -1;
+        v = n->in[0];
+    }
+    const gr_ir_node *m = &c->g->nodes.data[mm];
+    return m->n_in > 2 && m->in[2] >= 0 ? -1 : mm;
+}
+
+/* Fuses row-bias adds and residual adds into the matmuls before them; *n_fused counts them.
+ * One sweep in node order: a bias fused first makes the residual add after it the next match
+ * (BERT's dense + bias + residual) unless reshapes stand between (a new value is typed only
+ * once shapes are inferred again: the caller sweeps again). */
 static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
     gr_graph *g = c->g;
     for (int i = 0; i < g->nodes.len; i++) {
@@ -578,19 +602,25 @@ static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
         if (n->op != GR_OP_ADD || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 || n->in[1] < 0) continue;
         const gr_ir_value *rv = val(c, n->out[0]);
         if (!rv->typed || !gr_dtype_is_float(rv->dtype)) continue;
-        for (int k = 0; k < 2; k++) {
+        bool done = false;
+        for (int k = 0; k < 2 && !done; k++) {
             int u = n->in[k], w = n->in[1 - k];
             const gr_ir_value *uv = val(c, u), *wv = val(c, w);
-            if (u == w || !uv->typed || !wv->typed || uv->dtype != rv->dtype || wv->dtype != rv->dtype ||
-                !same_dims(uv, rv) || !same_dims(wv, rv))
+            if (u == w || !uv->typed || !wv->typed || uv->dtype != rv->dtype || wv->dtype != rv->dtype || !same_dims(uv, rv))
                 continue;
             int mm = residual_source(c, u);
             if (mm < 0 || !residual_matmul_ok(c, mm)) continue;
-            w = same_value(c, w);
-            GR_TRY(rewrite_residual(c, i, mm, w));
+            if (same_dims(wv, rv)) {
+                const gr_ir_node *m = &g->nodes.data[mm];
+                GR_TRY(rewrite_into(c, i, mm, m->n_in > 2 ? m->in[2] : -1, same_value(c, w), "residual"));
+            } else if (bias_source(c, u) == mm && row_bias(c, w, u)) {
+                GR_TRY(rewrite_into(c, i, mm, w, -1, "bias"));
+            } else {
+                continue;
+            }
             (*n_fused)++;
             GR_TRY(count_readers(c));
-            break;
+            done = true;
         }
     }
     return GR_OK;
@@ -651,11 +681,18 @@ gr_status gr_pass_fuse_residual(gr_graph *g, int *n_fused) {
     ep_ctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
-    int fused = 0;
-    gr_status st = count_readers(&c);
-    if (st == GR_OK) st = fuse_residuals(&c, &fused);
+    int fused = 0, sweep = 0;
+    gr_status st = GR_OK;
+    /* a sweep fuses every add whose operands are typed; the next finds those behind the
+     * reshapes a rewrite added (a few sweeps: one per bias-then-residual link) */
+    do {
+        sweep = 0;
+        st = count_readers(&c);
+        if (st == GR_OK) st = fuse_residuals(&c, &sweep);
+        if (st == GR_OK && sweep) st = gr_ir_infer_shapes(g);
+        fused += sweep;
+    } while (st == GR_OK && sweep);
     if (c.readers) gr_free(c.readers, c.readers_bytes);
-    if (st == GR_OK && fused) st = gr_ir_infer_shapes(g);
     if (n_fused) *n_fused = fused;
     return st;
 }

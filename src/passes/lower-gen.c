@@ -405,6 +405,15 @@ gr_status lw_lower_matmul(gr_lctx *c) {
     call->batch_stride_a = sa;
     call->batch_stride_b = sb;
     call->batch_stride_c = mi.m * mi.n;
+    /* A weight shared by every batch (a Linear over [batch, seq, in]) with A and C contiguous
+     * across the batches: one GEMM of batch*m rows, as Inductor's mm over the flattened view
+     * (the library tiles all rows at once instead of each batch's m rows; same products and
+     * sums per element). A FULL bias and a residual have C's layout, a ROW bias no batch stride. */
+    if (call->batch > 1 && sb == 0 && !mi.ta && sa == mi.m * mi.k) {
+        call->m = mi.m * mi.batch;
+        call->batch = 1;
+        call->batch_stride_a = call->batch_stride_c = 0;
+    }
 
     s.args[0] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = a};
     s.args[1] = (gr_step_arg){.kind = GR_ARG_VALUE, .value = b};
