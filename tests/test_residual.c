@@ -68,6 +68,7 @@ static void expect_final(const char *what, const char *text, const char *bias, c
     const gr_ir_node *m = NULL;
     /* through the reshape back to the add's dims */
     for (int v = out, hops = 0; v >= 0 && hops < 4 && !m; hops++) {
+        if (g->values.data[v].kind != GR_VAL_NODE || g->values.data[v].producer < 0) break;
         const gr_ir_node *p = &g->nodes.data[g->values.data[v].producer];
         if (p->op == GR_OP_MATMUL) m = p;
         else v = p->op == GR_OP_RESHAPE ? p->in[0] : -1;
@@ -77,7 +78,7 @@ static void expect_final(const char *what, const char *text, const char *bias, c
     if (m) {
         int b = m->n_in > 2 ? m->in[2] : -1, r = m->n_in > 3 ? m->in[3] : -1;
         /* the bias may come through a reshape to [N] */
-        if (b >= 0 && g->nodes.data[g->values.data[b].producer].op == GR_OP_RESHAPE && g->values.data[b].kind == GR_VAL_NODE)
+        if (b >= 0 && g->values.data[b].kind == GR_VAL_NODE && g->nodes.data[g->values.data[b].producer].op == GR_OP_RESHAPE)
             b = g->nodes.data[g->values.data[b].producer].in[0];
         CHECK_MSG(bias ? b == gr_ir_find_value(g, bias) : b < 0, "%s: bias input", what);
         if (r >= 0 && g->values.data[r].kind == GR_VAL_NODE && g->nodes.data[g->values.data[r].producer].op == GR_OP_RESHAPE)
