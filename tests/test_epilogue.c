@@ -18,6 +18,7 @@
  * 4. The epilogue in generated matmul kernels (integer matmul: relu) and bad attributes.
  */
 #include "check.h"
+#include "fused_check.h"
 #include "frontend/frontend.h"
 #include "codegen/kir.h"
 #include "passes/passes.h"
@@ -245,10 +246,7 @@ static void test_recognition(void) {
 
 /* ==== 2. fused vs unfused ========================================================================= */
 static uint64_t rng = 4321;
-static double urand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
+static double urand(void) { return fc_urand(&rng); }
 
 /* Runs g on the simulator; returns the first output as floats (malloc), *n_out its count,
  * *n_epi the explain lines naming the epilogue `epi`. */
@@ -302,16 +300,6 @@ static float *run(gr_graph_t g, bool unfused, int n_in, float *const *data, cons
     return res;
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return isnan(num) ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
-}
-
 static void compare(const char *what, const char *text, const char *epi, double tol) {
     gr_graph_t g = NULL;
     CHECK_OK(gr_graph_parse(text, what, NULL, &g));
@@ -335,7 +323,7 @@ static void compare(const char *what, const char *text, const char *epi, double 
         float *f = run(g, false, 3, data, (const int64_t(*)[3])dims, ndims, &nf, epi, &ef);
         float *u = run(g, true, 3, data, (const int64_t(*)[3])dims, ndims, &nu, epi, &eu);
         if (f && u && nf == nu && nf == (size_t)(R * 24)) {
-            double e = rel_err(f, u, nf);
+            double e = fc_rel_err(f, u, nf);
             CHECK_MSG(e <= tol, "%s rows=%lld: fused vs unfused %.3e > %.0e", what, (long long)R, e, tol);
             /* generic: the matmul is a generated kernel, which explain does not list as a matmul */
             CHECK_MSG(generic_policy || (ef == 1 && eu == 0), "%s rows=%lld: explain shows %d fused (%d unfused), expected 1 (0)",
@@ -388,45 +376,7 @@ static void test_gpt2(void) {
     CHECK_OK(gr_ir_verify(g));
     gr_ir_graph_destroy(g);
     /* sessions fused and not, on the same tokens */
-    gr_graph_t gg = NULL;
-    CHECK_OK(gr_graph_load(path, &gg));
-    if (!gg) return;
-    const int64_t dims[2] = {2, 7};
-    int64_t ids[14];
-    for (int i = 0; i < 14; i++) ids[i] = (int64_t)(urand() * 100);
-    float *res[2] = {NULL, NULL};
-    size_t nres[2] = {0, 0};
-    for (int unfused = 0; unfused < 2; unfused++) {
-        gr_session_options o;
-        gr_session_options_init(&o);
-        o.device = GR_DEVICE_SIM;
-        o.no_fuse_epilogue = unfused;
-        gr_session_t s = NULL;
-        CHECK_OK(gr_session_create(gg, &o, &s));
-        if (!s) continue;
-        CHECK_OK(gr_session_set_input(s, "input_ids", GR_I64, 2, dims, ids, sizeof ids));
-        if (gr_session_run(s) == GR_OK) {
-            gr_output out;
-            CHECK_OK(gr_session_output(s, 0, &out));
-            size_t nb = gr_session_output_nbytes(s, out);
-            res[unfused] = malloc(nb + 1);
-            nres[unfused] = nb / sizeof(float);
-            CHECK_OK(gr_session_output_read(s, out, res[unfused], nb));
-        } else {
-            CHECK_MSG(false, "gpt2 run: %s", gr_last_error());
-        }
-        gr_session_destroy(s);
-    }
-    if (res[0] && res[1] && nres[0] == nres[1]) {
-        double e = rel_err(res[0], res[1], nres[0]);
-        CHECK_MSG(e <= 1e-5, "gpt2 fused vs unfused: %.3e", e);
-        printf("gpt2 export: fused vs unfused %.2e\n", e);
-    } else {
-        CHECK(false);
-    }
-    free(res[0]);
-    free(res[1]);
-    gr_graph_destroy(gg);
+    fc_export_fused_vs_unfused("gpt2 export", path, &rng, 1e-5);
 }
 
 /* ==== 4. generated kernels and bad attributes ====================================================== */

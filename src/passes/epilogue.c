@@ -416,23 +416,29 @@ static int cast_back(const ep_ctx *c, int r, gr_dtype t) {
     return -1;
 }
 
+/* A fused matmul's attributes: m's trans_a, trans_b and alpha, and `epilogue` = epi. */
+static gr_status matmul_attrs(const gr_graph *g, const gr_ir_node *m, gr_epilogue epi, gr_ir_attr attrs[4]) {
+    int64_t ta, tb;
+    double alpha;
+    GR_TRY(gr_ir_attr_int(g, m, "trans_a", 0, &ta));
+    GR_TRY(gr_ir_attr_int(g, m, "trans_b", 0, &tb));
+    GR_TRY(gr_ir_attr_float(g, m, "alpha", 1.0, &alpha));
+    memset(attrs, 0, 4 * sizeof *attrs);
+    attrs[0].name = (char *)"trans_a", attrs[0].kind = GR_IR_ATTR_INT, attrs[0].i = ta;
+    attrs[1].name = (char *)"trans_b", attrs[1].kind = GR_IR_ATTR_INT, attrs[1].i = tb;
+    attrs[2].name = (char *)"alpha", attrs[2].kind = GR_IR_ATTR_FLOAT, attrs[2].f = alpha;
+    attrs[3].name = (char *)"epilogue", attrs[3].kind = GR_IR_ATTR_STRING, attrs[3].s = (char *)gr_epilogue_name(epi);
+    return GR_OK;
+}
+
 static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_source *s) {
     gr_graph *g = c->g;
     int r = g->nodes.data[root_node].out[0];
     gr_dtype xt = val(c, c->x0)->dtype;
     int back = val(c, r)->dtype == xt ? -1 : cast_back(c, r, xt);
     const gr_ir_node *m = &g->nodes.data[s->matmul];
-    int64_t ta, tb;
-    double alpha;
-    GR_TRY(gr_ir_attr_int(g, m, "trans_a", 0, &ta));
-    GR_TRY(gr_ir_attr_int(g, m, "trans_b", 0, &tb));
-    GR_TRY(gr_ir_attr_float(g, m, "alpha", 1.0, &alpha));
     gr_ir_attr attrs[4];
-    memset(attrs, 0, sizeof attrs);
-    attrs[0].name = (char *)"trans_a", attrs[0].kind = GR_IR_ATTR_INT, attrs[0].i = ta;
-    attrs[1].name = (char *)"trans_b", attrs[1].kind = GR_IR_ATTR_INT, attrs[1].i = tb;
-    attrs[2].name = (char *)"alpha", attrs[2].kind = GR_IR_ATTR_FLOAT, attrs[2].f = alpha;
-    attrs[3].name = (char *)"epilogue", attrs[3].kind = GR_IR_ATTR_STRING, attrs[3].s = (char *)gr_epilogue_name(epi);
+    GR_TRY(matmul_attrs(g, m, epi, attrs));
     int in[3] = {m->in[0], m->in[1], s->bias};
     GR_TRY(replace_node(g, s->matmul, GR_OP_MATMUL, gr_epilogue_name(epi), s->bias >= 0 ? 3 : 2, in, 4, attrs));
     if (s->add >= 0) GR_TRY(replace_node(g, s->add, GR_OP_IDENTITY, "bias_fused", 1, &s->add_main, 0, NULL));
@@ -526,16 +532,8 @@ static gr_status add_reshape(gr_graph *g, const char *name, int x, const gr_dim 
 static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix) {
     gr_graph *g = c->g;
     const gr_ir_node *m = &g->nodes.data[mm];
-    int64_t ta, tb;
-    double alpha;
-    GR_TRY(gr_ir_attr_int(g, m, "trans_a", 0, &ta));
-    GR_TRY(gr_ir_attr_int(g, m, "trans_b", 0, &tb));
-    GR_TRY(gr_ir_attr_float(g, m, "alpha", 1.0, &alpha));
-    gr_ir_attr attrs[3];
-    memset(attrs, 0, sizeof attrs);
-    attrs[0].name = (char *)"trans_a", attrs[0].kind = GR_IR_ATTR_INT, attrs[0].i = ta;
-    attrs[1].name = (char *)"trans_b", attrs[1].kind = GR_IR_ATTR_INT, attrs[1].i = tb;
-    attrs[2].name = (char *)"alpha", attrs[2].kind = GR_IR_ATTR_FLOAT, attrs[2].f = alpha;
+    gr_ir_attr attrs[4];
+    GR_TRY(matmul_attrs(g, m, GR_EPI_NONE, attrs));
     int y = m->out[0], r = g->nodes.data[add].out[0];
     gr_dim yd[GR_MAX_DIMS], rd[GR_MAX_DIMS];
     int ny = val(c, y)->ndim, nr = val(c, r)->ndim;
@@ -558,7 +556,7 @@ static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, con
     snprintf(name, sizeof name, "%s.%s", mname, suffix);
     int node;
     GR_TRY(gr_ir_add_node(g, GR_OP_MATMUL, gr_ir_find_node(g, name) < 0 ? name : NULL, res >= 0 ? 4 : 3, in, 1, NULL, 3,
-                          attrs, &node));
+                          attrs, &node)); /* no epilogue attribute: none */
     int last = node, fresh = g->nodes.data[node].out[0];
     if (reshaped) {
         snprintf(name, sizeof name, "%s.%s_out", aname, suffix);
