@@ -5,11 +5,14 @@
 #ifndef GRAFT_TESTS_FUSED_CHECK_H
 #define GRAFT_TESTS_FUSED_CHECK_H
 #include "check.h"
+#include "util/util.h"
+#include "passes/passes.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* uniform in [0, 1) from *state (an LCG: the same numbers on every platform) */
 static inline double fc_urand(uint64_t *state) {
@@ -26,6 +29,83 @@ static inline double fc_rel_err(const float *a, const float *b, size_t n) {
         den += (double)b[i] * b[i];
     }
     return isnan(num) ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
+}
+
+/* Runs g on the simulator (unfused: session option no_fuse_epilogue; generic: shape policy
+ * generic) with input i of ndims[i] dims dims[i] holding data[i] (converted to its dtype);
+ * returns the first output as floats (malloc), *n_out its count, *n_pat the times `pat`
+ * appears in explain's text. NULL when the run fails (a failed check). */
+static inline float *fc_run(gr_graph_t g, bool unfused, bool generic, int n_in, float *const *data,
+                            const int64_t (*dims)[3], const int *ndims, size_t *n_out, const char *pat, int *n_pat) {
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.no_fuse_epilogue = unfused;
+    if (generic) o.shape_policy = GR_SHAPES_GENERIC;
+    gr_session_t s = NULL;
+    CHECK_OK(gr_session_create(g, &o, &s));
+    if (!s) return NULL;
+    for (int i = 0; i < n_in; i++) {
+        gr_value_info info;
+        CHECK_OK(gr_graph_input_info(g, i, &info));
+        int64_t n = 1;
+        for (int d = 0; d < ndims[i]; d++) n *= dims[i][d];
+        size_t es = gr_dtype_size(info.dtype);
+        void *buf = malloc((size_t)n * es + 1);
+        for (int64_t j = 0; j < n; j++) gr_store_f64(buf, info.dtype, j, data[i][j]);
+        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], dims[i], buf, (size_t)n * es));
+        free(buf);
+    }
+    float *res = NULL;
+    if (gr_session_run(s) == GR_OK) {
+        gr_output out;
+        CHECK_OK(gr_session_output(s, 0, &out));
+        gr_value_info oi;
+        CHECK_OK(gr_graph_output_info(g, 0, &oi));
+        size_t nbytes = gr_session_output_nbytes(s, out), n = nbytes / gr_dtype_size(oi.dtype);
+        void *raw = malloc(nbytes + 1);
+        res = malloc(sizeof(float) * (n + 1));
+        CHECK_OK(gr_session_output_read(s, out, raw, nbytes));
+        for (size_t j = 0; j < n; j++) res[j] = (float)gr_load_f64(raw, oi.dtype, (int64_t)j);
+        free(raw);
+        *n_out = n;
+        char *text = NULL;
+        *n_pat = 0;
+        if (gr_session_explain(s, &text) == GR_OK && text) {
+            for (const char *p = text; (p = strstr(p, pat)); p++) (*n_pat)++;
+            gr_strfree(text);
+        }
+    } else {
+        CHECK_MSG(false, "run: %s", gr_last_error());
+    }
+    gr_session_destroy(s);
+    return res;
+}
+
+/* Every allocation `pass` makes on the graph of `text` fails once in turn: NOMEM, or a failure
+ * the callee absorbs (then *fused == want), never another status, a crash or a leak; at least
+ * three of them must fail the pass. */
+static inline void fc_alloc_failures(const char *text, gr_status (*pass)(gr_graph *, int *), int want) {
+    long total = -1;
+    int failures = 0;
+    for (long n = 0; n == 0 || n <= total; n++) {
+        long live = gr_debug_live_allocs();
+        gr_graph *g = NULL;
+        CHECK_OK(gr_graph_parse(text, "<alloc>", NULL, &g));
+        if (!g) break;
+        int fused = -1;
+        gr_debug_fail_alloc_after(n);
+        gr_status st = pass(g, &fused);
+        long made = gr_debug_fail_alloc_after(0);
+        if (n == 0) total = made;
+        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
+        if (st == GR_OK) CHECK_MSG(fused == want, "allocation failure %ld: %d fused", n, fused);
+        failures += st == GR_ERR_NOMEM;
+        gr_error_clear();
+        gr_graph_destroy(g);
+        CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
+    }
+    CHECK_MSG(total > 3 && failures >= 3, "%ld allocations, %d failed the pass", total, failures);
 }
 
 /* Runs the export at `path` (first input: i64 token ids [2, 7] drawn from *state) fused and

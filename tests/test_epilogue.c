@@ -248,56 +248,14 @@ static void test_recognition(void) {
 static uint64_t rng = 4321;
 static double urand(void) { return fc_urand(&rng); }
 
-/* Runs g on the simulator; returns the first output as floats (malloc), *n_out its count,
- * *n_epi the explain lines naming the epilogue `epi`. */
 static bool generic_policy; /* shape policy generic: x @ w (two inputs) is a generated kernel */
 
+/* g on the simulator (fused_check.h); *n_epi the explain lines naming the epilogue `epi` */
 static float *run(gr_graph_t g, bool unfused, int n_in, float *const *data, const int64_t (*dims)[3], const int *ndims,
                   size_t *n_out, const char *epi, int *n_epi) {
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    o.no_fuse_epilogue = unfused;
-    if (generic_policy) o.shape_policy = GR_SHAPES_GENERIC;
-    gr_session_t s = NULL;
-    CHECK_OK(gr_session_create(g, &o, &s));
-    if (!s) return NULL;
-    for (int i = 0; i < n_in; i++) {
-        gr_value_info info;
-        CHECK_OK(gr_graph_input_info(g, i, &info));
-        int64_t n = 1;
-        for (int d = 0; d < ndims[i]; d++) n *= dims[i][d];
-        size_t es = gr_dtype_size(info.dtype);
-        void *buf = malloc((size_t)n * es + 1);
-        for (int64_t j = 0; j < n; j++) gr_store_f64(buf, info.dtype, j, data[i][j]);
-        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], dims[i], buf, (size_t)n * es));
-        free(buf);
-    }
-    float *res = NULL;
-    if (gr_session_run(s) == GR_OK) {
-        gr_output out;
-        CHECK_OK(gr_session_output(s, 0, &out));
-        gr_value_info oi;
-        CHECK_OK(gr_graph_output_info(g, 0, &oi));
-        size_t nbytes = gr_session_output_nbytes(s, out), n = nbytes / gr_dtype_size(oi.dtype);
-        void *raw = malloc(nbytes + 1);
-        res = malloc(sizeof(float) * (n + 1));
-        CHECK_OK(gr_session_output_read(s, out, raw, nbytes));
-        for (size_t j = 0; j < n; j++) res[j] = (float)gr_load_f64(raw, oi.dtype, (int64_t)j);
-        free(raw);
-        *n_out = n;
-        char *text = NULL, pat[64];
-        snprintf(pat, sizeof pat, " +%s ", epi);
-        *n_epi = 0;
-        if (gr_session_explain(s, &text) == GR_OK && text) {
-            for (const char *p = text; (p = strstr(p, pat)); p++) (*n_epi)++;
-            gr_strfree(text);
-        }
-    } else {
-        CHECK_MSG(false, "run: %s", gr_last_error());
-    }
-    gr_session_destroy(s);
-    return res;
+    char pat[64];
+    snprintf(pat, sizeof pat, " +%s ", epi);
+    return fc_run(g, unfused, generic_policy, n_in, data, dims, ndims, n_out, pat, n_epi);
 }
 
 static void compare(const char *what, const char *text, const char *epi, double tol) {
@@ -449,25 +407,7 @@ static void test_alloc_failures(void) {
     model("f32", NULL, HF_CHAIN, "", buf, sizeof buf);
     /* every allocation the pass makes fails once: NOMEM (or a failure the callee absorbs,
      * such as a name index: then the fusion happens), never a crash or a leak */
-    long total = -1;
-    int failures = 0;
-    for (long n = 0; n == 0 || n <= total; n++) {
-        long live = gr_debug_live_allocs();
-        gr_graph *g = NULL;
-        CHECK_OK(gr_graph_parse(buf, "<alloc>", NULL, &g));
-        if (!g) break;
-        int fused = -1;
-        gr_debug_fail_alloc_after(n);
-        gr_status st = gr_pass_fuse_epilogue(g, &fused);
-        long made = gr_debug_fail_alloc_after(0);
-        if (n == 0) total = made;
-        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
-        if (st == GR_OK) CHECK_MSG(fused == 1, "allocation failure %ld: %d fused", n, fused);
-        failures += st == GR_ERR_NOMEM;
-        gr_graph_destroy(g);
-        CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
-    }
-    CHECK_MSG(total > 3 && failures >= 3, "%ld allocations, %d failed the pass", total, failures);
+    fc_alloc_failures(buf, gr_pass_fuse_epilogue, 1);
 }
 
 int main(void) {

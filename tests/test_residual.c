@@ -211,53 +211,12 @@ static double urand(void) { return fc_urand(&rng); }
 
 static bool generic_policy; /* shape policy generic: x @ w (two inputs) is a generated kernel */
 
-/* Runs g on the simulator with inputs x, w, bias, h; the first output as floats (malloc),
- * *n_out its count, *n_res the explain lines showing "+residual". */
+/* g on the simulator with inputs x, w, bias, h (fused_check.h); *n_res the explain lines showing
+ * "+residual" */
 static float *run(gr_graph_t g, bool unfused, int64_t rows, float *const *data, size_t *n_out, int *n_res) {
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    o.no_fuse_epilogue = unfused;
-    if (generic_policy) o.shape_policy = GR_SHAPES_GENERIC;
-    gr_session_t s = NULL;
-    CHECK_OK(gr_session_create(g, &o, &s));
-    if (!s) return NULL;
-    const int64_t dims[4][2] = {{rows, 16}, {16, 24}, {24, 0}, {rows, 24}};
+    const int64_t dims[4][3] = {{rows, 16}, {16, 24}, {24}, {rows, 24}};
     const int ndims[4] = {2, 2, 1, 2};
-    for (int i = 0; i < 4; i++) {
-        gr_value_info info;
-        CHECK_OK(gr_graph_input_info(g, i, &info));
-        int64_t n = dims[i][0] * (ndims[i] > 1 ? dims[i][1] : 1);
-        size_t es = gr_dtype_size(info.dtype);
-        void *buf = malloc((size_t)n * es + 1);
-        for (int64_t j = 0; j < n; j++) gr_store_f64(buf, info.dtype, j, data[i][j]);
-        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], dims[i], buf, (size_t)n * es));
-        free(buf);
-    }
-    float *res = NULL;
-    if (gr_session_run(s) == GR_OK) {
-        gr_output out;
-        CHECK_OK(gr_session_output(s, 0, &out));
-        gr_value_info oi;
-        CHECK_OK(gr_graph_output_info(g, 0, &oi));
-        size_t nbytes = gr_session_output_nbytes(s, out), n = nbytes / gr_dtype_size(oi.dtype);
-        void *raw = malloc(nbytes + 1);
-        res = malloc(sizeof(float) * (n + 1));
-        CHECK_OK(gr_session_output_read(s, out, raw, nbytes));
-        for (size_t j = 0; j < n; j++) res[j] = (float)gr_load_f64(raw, oi.dtype, (int64_t)j);
-        free(raw);
-        *n_out = n;
-        char *text = NULL;
-        *n_res = 0;
-        if (gr_session_explain(s, &text) == GR_OK && text) {
-            for (const char *p = text; (p = strstr(p, " +residual ")); p++) (*n_res)++;
-            gr_strfree(text);
-        }
-    } else {
-        CHECK_MSG(false, "run: %s", gr_last_error());
-    }
-    gr_session_destroy(s);
-    return res;
+    return fc_run(g, unfused, generic_policy, 4, data, dims, ndims, n_out, " +residual ", n_res);
 }
 
 /* want_fused: matmuls explain shows with a residual in the fused plan (the unfused: 0, unless
@@ -370,26 +329,7 @@ static void test_alloc_failures(void) {
           "[mm] y = matmul(x, w, bias)\n[rs] y3 = reshape(y, shape=[1, rows, 24])\n"
           "[rh] h3 = reshape(h, shape=[1, rows, 24])\n[ad] out = add(y3, h3)",
           buf, sizeof buf);
-    long total = -1;
-    int failures = 0;
-    for (long n = 0; n == 0 || n <= total; n++) {
-        long live = gr_debug_live_allocs();
-        gr_graph *g = NULL;
-        CHECK_OK(gr_graph_parse(buf, "<alloc>", NULL, &g));
-        if (!g) break;
-        int fused = -1;
-        gr_debug_fail_alloc_after(n);
-        gr_status st = gr_pass_fuse_residual(g, &fused);
-        long made = gr_debug_fail_alloc_after(0);
-        if (n == 0) total = made;
-        CHECK_MSG(st == GR_OK || st == GR_ERR_NOMEM, "allocation failure %ld gave %s", n, gr_status_name(st));
-        if (st == GR_OK) CHECK_MSG(fused == 1, "allocation failure %ld: %d fused", n, fused);
-        failures += st == GR_ERR_NOMEM;
-        gr_error_clear();
-        gr_graph_destroy(g);
-        CHECK_MSG(gr_debug_live_allocs() == live, "allocation failure %ld leaks %ld allocations", n, gr_debug_live_allocs() - live);
-    }
-    CHECK_MSG(total > 3 && failures >= 3, "%ld allocations, %d failed the pass", total, failures);
+    fc_alloc_failures(buf, gr_pass_fuse_residual, 1);
 }
 
 int main(void) {
