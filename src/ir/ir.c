@@ -571,6 +571,43 @@ void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
         }
 }
 
+gr_status gr_ir_splice_many(gr_graph *g, const int *at, const int *first, const int *count, int n) {
+    int len = g->nodes.len;
+    if (n <= 0) return GR_OK;
+    int total = len - n, next = first[0];
+    for (int k = 0; k < n; k++) {
+        if (at[k] < 0 || at[k] >= first[0] || (k && at[k] <= at[k - 1]) || first[k] != next || count[k] < 1)
+            return gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: replacement %d out of order", k);
+        next += count[k];
+    }
+    if (next != len) return gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: %d appended nodes, %d in replacements", len - first[0], next - first[0]);
+    /* total = the first[0] originals, less the n replaced, plus the len - first[0] appended */
+    size_t bytes = sizeof(gr_ir_node) * (size_t)(total ? total : 1);
+    gr_ir_node *tmp = gr_malloc(bytes);
+    if (!tmp) return gr_nomem();
+    int o = 0, k = 0;
+    for (int i = 0; i < first[0]; i++) {
+        if (k < n && i == at[k]) {
+            node_free(&g->nodes.data[i]);
+            for (int j = 0; j < count[k]; j++) tmp[o++] = g->nodes.data[first[k] + j];
+            k++;
+        } else {
+            tmp[o++] = g->nodes.data[i];
+        }
+    }
+    memcpy(g->nodes.data, tmp, sizeof(gr_ir_node) * (size_t)o);
+    gr_free(tmp, bytes);
+    g->nodes.len = o;
+    for (int i = 0; i < o; i++)
+        for (int q = 0; q < g->nodes.data[i].n_out; q++) {
+            if (g->nodes.data[i].out[q] < 0) continue;
+            gr_ir_value *v = &g->values.data[g->nodes.data[i].out[q]];
+            v->producer = i;
+            v->out_slot = q;
+        }
+    return GR_OK;
+}
+
 /* Depth-first over each node's inputs, roots in the current order (ir.h). */
 gr_status gr_ir_topo_sort(gr_graph *g, const char *who) {
     int n = g->nodes.len;

@@ -527,9 +527,11 @@ static gr_status add_reshape(gr_graph *g, const char *name, int x, const gr_dim 
     return GR_OK;
 }
 
-/* Replaces the add node by matmul(a, b, bias, res) of mm's operands (reshapes around it where
- * y's dims differ from the add's result r, or where a bias has more dims than y), producing r. */
-static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix) {
+/* Appends the nodes that replace the add node: matmul(a, b, bias, res) of mm's operands, with
+ * reshapes around it where y's dims differ from the add's result r or where a bias has more dims
+ * than y; the last produces r. The caller splices them in (*first_new, *n_new) for the add. */
+static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix, int *first_new_out,
+                              int *n_new) {
     gr_graph *g = c->g;
     const gr_ir_node *m = &g->nodes.data[mm];
     gr_ir_attr attrs[4];
@@ -571,7 +573,8 @@ static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, con
         gr_strfree(g->values.data[fresh].name);
         g->values.len--;
     }
-    gr_ir_splice_nodes(g, add, first_new);
+    *first_new_out = first_new;
+    *n_new = g->nodes.len - first_new;
     return GR_OK;
 }
 
@@ -589,39 +592,51 @@ static int bias_source(const ep_ctx *c, int u) {
     return m->n_in > 2 && m->in[2] >= 0 ? -1 : mm;
 }
 
-/* Fuses row-bias adds and residual adds into the matmuls before them; *n_fused counts them.
- * One sweep in node order: a bias fused first makes the residual add after it the next match
- * (BERT's dense + bias + residual) unless reshapes stand between (a new value is typed only
- * once shapes are inferred again: the caller sweeps again). */
+/* One sweep: fuses row-bias adds and residual adds into the matmuls before them, as the graph
+ * stood when the sweep began (reader counts, producers, types); *n_fused counts them. New nodes
+ * are appended and spliced in at the end, all at once, so a sweep is O(nodes + values). An add
+ * whose operand a rewrite of this sweep produces (the residual after a fused bias) waits for the
+ * next sweep (the caller's loop). */
 static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
     gr_graph *g = c->g;
-    for (int i = 0; i < g->nodes.len; i++) {
+    int n0 = g->nodes.len;
+    GR_VEC(int) at = {0}, first = {0}, count = {0};
+    size_t used_bytes = (size_t)(n0 ? n0 : 1);
+    bool *used = gr_calloc(used_bytes, 1); /* matmuls taken this sweep */
+    gr_status st = used ? GR_OK : gr_nomem();
+    for (int i = 0; i < n0 && st == GR_OK; i++) {
         const gr_ir_node *n = &g->nodes.data[i];
         if (n->op != GR_OP_ADD || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 || n->in[1] < 0) continue;
         const gr_ir_value *rv = val(c, n->out[0]);
         if (!rv->typed || !gr_dtype_is_float(rv->dtype)) continue;
-        bool done = false;
-        for (int k = 0; k < 2 && !done; k++) {
+        for (int k = 0; k < 2; k++) {
             int u = n->in[k], w = n->in[1 - k];
             const gr_ir_value *uv = val(c, u), *wv = val(c, w);
             if (u == w || !uv->typed || !wv->typed || uv->dtype != rv->dtype || wv->dtype != rv->dtype || !same_dims(uv, rv))
                 continue;
             int mm = residual_source(c, u);
-            if (mm < 0 || !residual_matmul_ok(c, mm)) continue;
+            if (mm < 0 || mm >= n0 || used[mm] || !residual_matmul_ok(c, mm)) continue;
+            int f = -1, cnt = 0;
             if (same_dims(wv, rv)) {
                 const gr_ir_node *m = &g->nodes.data[mm];
-                GR_TRY(rewrite_into(c, i, mm, m->n_in > 2 ? m->in[2] : -1, same_value(c, w), "residual"));
+                st = rewrite_into(c, i, mm, m->n_in > 2 ? m->in[2] : -1, same_value(c, w), "residual", &f, &cnt);
             } else if (bias_source(c, u) == mm && row_bias(c, w, u)) {
-                GR_TRY(rewrite_into(c, i, mm, w, -1, "bias"));
+                st = rewrite_into(c, i, mm, w, -1, "bias", &f, &cnt);
             } else {
                 continue;
             }
-            (*n_fused)++;
-            GR_TRY(count_readers(c));
-            done = true;
+            if (st == GR_OK && (gr_vec_push(&at, i) != GR_OK || gr_vec_push(&first, f) != GR_OK || gr_vec_push(&count, cnt) != GR_OK))
+                st = gr_nomem();
+            if (st == GR_OK) used[mm] = true, (*n_fused)++;
+            break;
         }
     }
-    return GR_OK;
+    if (st == GR_OK) st = gr_ir_splice_many(g, at.data, first.data, count.data, at.len);
+    gr_vec_free(&at);
+    gr_vec_free(&first);
+    gr_vec_free(&count);
+    gr_free(used, used_bytes);
+    return st;
 }
 
 static gr_status count_readers(ep_ctx *c) {
