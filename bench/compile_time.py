@@ -16,6 +16,7 @@ Shapes (N counts the nodes of the graph):
   onnx_unfusable unfusable as an ONNX model
   onnx_shape     an exported-model pattern per block: Shape, Gather, Unsqueeze, Concat,
                  Reshape, Relu (import-time folding of shape arithmetic)
+  matmul_gelu    N/3 layers of matmul, row-bias add, tanh-GELU (the epilogue pass's matches)
   transformer    L layers of a small transformer block (attention + MLP + layer norms,
                  about 27 nodes per layer); --sizes gives L for this shape
 
@@ -67,6 +68,22 @@ def gir_unfusable(n):
         op = "matmul(%s, w)" % prev if i % 2 == 0 else "softmax(%s, axis=-1)" % prev
         lines.append("v%d = %s" % (i, op))
         prev = "v%d" % i
+    lines.append("output " + prev)
+    return "\n".join(lines) + "\n"
+
+
+def gir_matmul_gelu(n):
+    """n/2 layers of matmul, row bias add and tanh-GELU: the epilogue fusion's matches (one a
+    layer), so its time against the graph size shows."""
+    w = ", ".join("%.3f" % (((i * 37) % 17 - 8) / 64.0) for i in range(64))
+    lines = ["graft 1", "input x: f32[8, 8]", "const w: f32[8, 8] = [%s]" % w,
+             "const b: f32[8] = [%s]" % ", ".join(["0.01"] * 8)]
+    prev = "x"
+    for i in range(max(n // 3, 1)):
+        lines.append("m%d = matmul(%s, w)" % (i, prev))
+        lines.append("a%d = add(m%d, b)" % (i, i))
+        lines.append("g%d = gelu(a%d, approximate=\"tanh\")" % (i, i))
+        prev = "g%d" % i
     lines.append("output " + prev)
     return "\n".join(lines) + "\n"
 
@@ -204,6 +221,7 @@ SHAPES = {
     "onnx_unfusable": (".onnx", onnx_unfusable),
     "onnx_shape": (".onnx", onnx_shape),
     "transformer": (".gir", gir_transformer),
+    "matmul_gelu": (".gir", gir_matmul_gelu),
 }
 
 

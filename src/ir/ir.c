@@ -572,40 +572,57 @@ void gr_ir_splice_nodes(gr_graph *g, int at, int first_new) {
 }
 
 gr_status gr_ir_splice_many(gr_graph *g, const int *at, const int *first, const int *count, int n) {
-    int len = g->nodes.len;
     if (n <= 0) return GR_OK;
-    int total = len - n, next = first[0];
-    for (int k = 0; k < n; k++) {
-        if (at[k] < 0 || at[k] >= first[0] || (k && at[k] <= at[k - 1]) || first[k] != next || count[k] < 1)
-            return gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: replacement %d out of order", k);
-        next += count[k];
-    }
-    if (next != len) return gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: %d appended nodes, %d in replacements", len - first[0], next - first[0]);
-    /* total = the first[0] originals, less the n replaced, plus the len - first[0] appended */
-    size_t bytes = sizeof(gr_ir_node) * (size_t)(total ? total : 1);
+    int len = g->nodes.len, base = len;
+    for (int k = 0; k < n; k++) base = first[k] < base ? first[k] : base;
+    /* repl[i]: the replacement of original node i; used[j]: appended node j taken */
+    size_t rb = sizeof(int) * (size_t)(base ? base : 1), ub = (size_t)(len - base + 1);
+    int *repl = gr_malloc(rb);
+    unsigned char *used = gr_calloc(ub, 1);
+    size_t bytes = sizeof(gr_ir_node) * (size_t)(len - n > 0 ? len - n : 1);
     gr_ir_node *tmp = gr_malloc(bytes);
-    if (!tmp) return gr_nomem();
-    int o = 0, k = 0;
-    for (int i = 0; i < first[0]; i++) {
-        if (k < n && i == at[k]) {
-            node_free(&g->nodes.data[i]);
-            for (int j = 0; j < count[k]; j++) tmp[o++] = g->nodes.data[first[k] + j];
-            k++;
-        } else {
-            tmp[o++] = g->nodes.data[i];
+    gr_status st = repl && used && tmp ? GR_OK : gr_nomem();
+    for (int i = 0; st == GR_OK && i < base; i++) repl[i] = -1;
+    int taken = 0;
+    for (int k = 0; st == GR_OK && k < n; k++) {
+        bool ok = at[k] >= 0 && at[k] < base && repl[at[k]] < 0 && count[k] >= 1 && first[k] >= base && first[k] + count[k] <= len;
+        for (int j = 0; ok && j < count[k]; j++) ok = !used[first[k] + j - base];
+        if (!ok) {
+            st = gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: replacement %d (node %d by %d nodes from %d) is not one of its own", k,
+                          at[k], count[k], first[k]);
+            break;
         }
+        repl[at[k]] = k;
+        for (int j = 0; j < count[k]; j++) used[first[k] + j - base] = 1;
+        taken += count[k];
     }
-    memcpy(g->nodes.data, tmp, sizeof(gr_ir_node) * (size_t)o);
-    gr_free(tmp, bytes);
-    g->nodes.len = o;
-    for (int i = 0; i < o; i++)
-        for (int q = 0; q < g->nodes.data[i].n_out; q++) {
-            if (g->nodes.data[i].out[q] < 0) continue;
-            gr_ir_value *v = &g->values.data[g->nodes.data[i].out[q]];
-            v->producer = i;
-            v->out_slot = q;
+    if (st == GR_OK && taken != len - base)
+        st = gr_error(GR_ERR_INTERNAL, "gr_ir_splice_many: %d appended nodes, %d in replacements", len - base, taken);
+    if (st == GR_OK) {
+        int o = 0;
+        for (int i = 0; i < base; i++) {
+            if (repl[i] >= 0) {
+                int k = repl[i];
+                node_free(&g->nodes.data[i]);
+                for (int j = 0; j < count[k]; j++) tmp[o++] = g->nodes.data[first[k] + j];
+            } else {
+                tmp[o++] = g->nodes.data[i];
+            }
         }
-    return GR_OK;
+        memcpy(g->nodes.data, tmp, sizeof(gr_ir_node) * (size_t)o);
+        g->nodes.len = o;
+        for (int i = 0; i < o; i++)
+            for (int q = 0; q < g->nodes.data[i].n_out; q++) {
+                if (g->nodes.data[i].out[q] < 0) continue;
+                gr_ir_value *v = &g->values.data[g->nodes.data[i].out[q]];
+                v->producer = i;
+                v->out_slot = q;
+            }
+    }
+    gr_free(repl, rb);
+    gr_free(used, ub);
+    gr_free(tmp, bytes);
+    return st;
 }
 
 /* Depth-first over each node's inputs, roots in the current order (ir.h). */

@@ -332,9 +332,10 @@ void gr_ir_remove_last_node(gr_graph *g);
  * `at` was) and frees node `at`; renumbers every value's producer. Used by
  * passes that expand a node into several (control-flow inlining). */
 void gr_ir_splice_nodes(gr_graph *g, int at, int first_new);
-/* Many splices in one pass, O(nodes + values): node at[k] (ascending, all before first[0]) is
- * replaced by the nodes [first[k], first[k] + count[k]) (count >= 1), which are the nodes appended
- * after first[0], in order and back to back. Node indices change (names are looked up again). */
+/* Many splices in one pass, O(nodes + values): node at[k] is replaced by the nodes [first[k],
+ * first[k] + count[k]) (count >= 1, in that order). The ranges are the nodes appended after the
+ * replaced ones, each taken once, in any order; the at[k] are distinct nodes before them. Node
+ * indices change (names are looked up again). GR_ERR_INTERNAL when the ranges do not fit. */
 gr_status gr_ir_splice_many(gr_graph *g, const int *at, const int *first, const int *count, int n);
 /* Puts the nodes in the order order[0..nodes.len) (a permutation: new position i holds old
  * node order[i]; the caller keeps it topological) and renumbers producers. O(n). */

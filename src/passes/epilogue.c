@@ -64,6 +64,11 @@ typedef struct {
     int leaf[EP_MAX_LEAVES], leaf_reads[EP_MAX_LEAVES], n_leaves;
     int budget;
     double tol;
+    /* one sweep's rewrites: node p_at[k] becomes the appended nodes [p_first[k], + p_count[k]),
+     * spliced in by apply_pending (one pass); replaced[i] for the nodes before the sweep */
+    GR_VEC(int) p_at, p_first, p_count;
+    bool *replaced;
+    int n0;
 } ep_ctx;
 
 /* ==== graph queries ======================================================================== */
@@ -381,9 +386,43 @@ static bool find_source(const ep_ctx *c, int x, ep_source *s) {
 
 /* ==== rewriting =============================================================================== */
 
-/* Replaces node `at` by a new node of op over in[], producing at's (single) output value. */
-static gr_status replace_node(gr_graph *g, int at, gr_op op, const char *suffix, int n_in, const int *in, int n_attr,
+/* The sweep's bookkeeping: begin (reader counts, the node count), record, apply, end. */
+static gr_status count_readers(ep_ctx *c);
+
+static gr_status sweep_begin(ep_ctx *c) {
+    GR_TRY(count_readers(c));
+    c->n0 = c->g->nodes.len;
+    c->replaced = gr_calloc((size_t)(c->n0 ? c->n0 : 1), sizeof(bool));
+    return c->replaced ? GR_OK : gr_nomem();
+}
+
+static gr_status pending(ep_ctx *c, int at, int first, int count) {
+    if (gr_vec_push(&c->p_at, at) != GR_OK || gr_vec_push(&c->p_first, first) != GR_OK || gr_vec_push(&c->p_count, count) != GR_OK)
+        return gr_nomem();
+    if (at >= 0 && at < c->n0) c->replaced[at] = true;
+    return GR_OK;
+}
+
+static void sweep_end(ep_ctx *c) {
+    gr_vec_free(&c->p_at);
+    gr_vec_free(&c->p_first);
+    gr_vec_free(&c->p_count);
+    gr_free(c->replaced, (size_t)(c->n0 ? c->n0 : 1) * sizeof(bool));
+    c->replaced = NULL;
+}
+
+/* Splices every recorded rewrite in, one pass over the nodes, and ends the sweep. */
+static gr_status sweep_apply(ep_ctx *c) {
+    gr_status st = gr_ir_splice_many(c->g, c->p_at.data, c->p_first.data, c->p_count.data, c->p_at.len);
+    sweep_end(c);
+    return st;
+}
+
+/* Replaces node `at` by a new node of op over in[], producing at's (single) output value: the
+ * node is appended now and spliced in at the sweep's end. */
+static gr_status replace_node(ep_ctx *c, int at, gr_op op, const char *suffix, int n_in, const int *in, int n_attr,
                               const gr_ir_attr *attrs) {
+    gr_graph *g = c->g;
     char name[300];
     snprintf(name, sizeof name, "%s.%s", g->nodes.data[at].name ? g->nodes.data[at].name : "node", suffix);
     int node;
@@ -395,8 +434,7 @@ static gr_status replace_node(gr_graph *g, int at, gr_op op, const char *suffix,
         gr_strfree(g->values.data[fresh].name);
         g->values.len--;
     }
-    gr_ir_splice_nodes(g, at, node);
-    return GR_OK;
+    return pending(c, at, node, 1);
 }
 
 /* The node casting r back to dtype t through views read only by the next (a half model's
@@ -440,20 +478,20 @@ static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_sou
     gr_ir_attr attrs[4];
     GR_TRY(matmul_attrs(g, m, epi, attrs));
     int in[3] = {m->in[0], m->in[1], s->bias};
-    GR_TRY(replace_node(g, s->matmul, GR_OP_MATMUL, gr_epilogue_name(epi), s->bias >= 0 ? 3 : 2, in, 4, attrs));
-    if (s->add >= 0) GR_TRY(replace_node(g, s->add, GR_OP_IDENTITY, "bias_fused", 1, &s->add_main, 0, NULL));
+    GR_TRY(replace_node(c, s->matmul, GR_OP_MATMUL, gr_epilogue_name(epi), s->bias >= 0 ? 3 : 2, in, 4, attrs));
+    if (s->add >= 0) GR_TRY(replace_node(c, s->add, GR_OP_IDENTITY, "bias_fused", 1, &s->add_main, 0, NULL));
     /* r in x0's dtype: a view of x0. A cast back to x0's dtype after r (and views): that cast
      * becomes a view too, and r (with the views) takes x0's dtype when shapes are inferred
      * again, so no round trip through f32 is left behind. */
     if (back >= 0) {
         int w = g->nodes.data[back].in[0];
-        GR_TRY(replace_node(g, back, GR_OP_IDENTITY, "fused", 1, &w, 0, NULL));
+        GR_TRY(replace_node(c, back, GR_OP_IDENTITY, "fused", 1, &w, 0, NULL));
     }
-    if (back >= 0 || val(c, r)->dtype == xt) return replace_node(g, root_node, GR_OP_IDENTITY, "fused", 1, &c->x0, 0, NULL);
+    if (back >= 0 || val(c, r)->dtype == xt) return replace_node(c, root_node, GR_OP_IDENTITY, "fused", 1, &c->x0, 0, NULL);
     gr_ir_attr to;
     memset(&to, 0, sizeof to);
     to.name = (char *)"to", to.kind = GR_IR_ATTR_STRING, to.s = (char *)gr_dtype_name(val(c, r)->dtype);
-    return replace_node(g, root_node, GR_OP_CAST, "fused", 1, &c->x0, 1, &to);
+    return replace_node(c, root_node, GR_OP_CAST, "fused", 1, &c->x0, 1, &to);
 }
 
 /* ==== residual adds =========================================================================
@@ -469,7 +507,6 @@ static gr_status rewrite(ep_ctx *c, int root_node, gr_epilogue epi, const ep_sou
  * elimination drops them. Views keep the row-major order of the elements, so w read in y's
  * dims pairs every element with the one the add paired it with. */
 
-static gr_status count_readers(ep_ctx *c);
 
 /* The matmul node whose output reaches u through views read once each (u included), or -1. */
 static int residual_source(const ep_ctx *c, int u) {
@@ -529,9 +566,8 @@ static gr_status add_reshape(gr_graph *g, const char *name, int x, const gr_dim 
 
 /* Appends the nodes that replace the add node: matmul(a, b, bias, res) of mm's operands, with
  * reshapes around it where y's dims differ from the add's result r or where a bias has more dims
- * than y; the last produces r. The caller splices them in (*first_new, *n_new) for the add. */
-static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix, int *first_new_out,
-                              int *n_new) {
+ * than y; the last produces r. They are spliced in at the sweep's end. */
+static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, const char *suffix) {
     gr_graph *g = c->g;
     const gr_ir_node *m = &g->nodes.data[mm];
     gr_ir_attr attrs[4];
@@ -573,9 +609,7 @@ static gr_status rewrite_into(ep_ctx *c, int add, int mm, int bias, int res, con
         gr_strfree(g->values.data[fresh].name);
         g->values.len--;
     }
-    *first_new_out = first_new;
-    *n_new = g->nodes.len - first_new;
-    return GR_OK;
+    return pending(c, add, first_new, g->nodes.len - first_new);
 }
 
 /* A row bias add after a matmul with none: the views between keep the last dim (the bias's
@@ -599,11 +633,9 @@ static int bias_source(const ep_ctx *c, int u) {
  * next sweep (the caller's loop). */
 static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
     gr_graph *g = c->g;
-    int n0 = g->nodes.len;
-    GR_VEC(int) at = {0}, first = {0}, count = {0};
-    size_t used_bytes = (size_t)(n0 ? n0 : 1);
-    bool *used = gr_calloc(used_bytes, 1); /* matmuls taken this sweep */
-    gr_status st = used ? GR_OK : gr_nomem();
+    GR_TRY(sweep_begin(c));
+    int n0 = c->n0;
+    gr_status st = GR_OK;
     for (int i = 0; i < n0 && st == GR_OK; i++) {
         const gr_ir_node *n = &g->nodes.data[i];
         if (n->op != GR_OP_ADD || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 || n->in[1] < 0) continue;
@@ -615,28 +647,25 @@ static gr_status fuse_residuals(ep_ctx *c, int *n_fused) {
             if (u == w || !uv->typed || !wv->typed || uv->dtype != rv->dtype || wv->dtype != rv->dtype || !same_dims(uv, rv))
                 continue;
             int mm = residual_source(c, u);
-            if (mm < 0 || mm >= n0 || used[mm] || !residual_matmul_ok(c, mm)) continue;
-            int f = -1, cnt = 0;
+            /* a matmul once a sweep (its replacement node is new: a residual after a bias waits) */
+            if (mm < 0 || mm >= n0 || c->replaced[mm] || !residual_matmul_ok(c, mm)) continue;
             if (same_dims(wv, rv)) {
                 const gr_ir_node *m = &g->nodes.data[mm];
-                st = rewrite_into(c, i, mm, m->n_in > 2 ? m->in[2] : -1, same_value(c, w), "residual", &f, &cnt);
+                st = rewrite_into(c, i, mm, m->n_in > 2 ? m->in[2] : -1, same_value(c, w), "residual");
             } else if (bias_source(c, u) == mm && row_bias(c, w, u)) {
-                st = rewrite_into(c, i, mm, w, -1, "bias", &f, &cnt);
+                st = rewrite_into(c, i, mm, w, -1, "bias");
             } else {
                 continue;
             }
-            if (st == GR_OK && (gr_vec_push(&at, i) != GR_OK || gr_vec_push(&first, f) != GR_OK || gr_vec_push(&count, cnt) != GR_OK))
-                st = gr_nomem();
-            if (st == GR_OK) used[mm] = true, (*n_fused)++;
+            if (st == GR_OK) c->replaced[mm] = true, (*n_fused)++;
             break;
         }
     }
-    if (st == GR_OK) st = gr_ir_splice_many(g, at.data, first.data, count.data, at.len);
-    gr_vec_free(&at);
-    gr_vec_free(&first);
-    gr_vec_free(&count);
-    gr_free(used, used_bytes);
-    return st;
+    if (st != GR_OK) {
+        sweep_end(c);
+        return st;
+    }
+    return sweep_apply(c);
 }
 
 static gr_status count_readers(ep_ctx *c) {
@@ -662,12 +691,14 @@ gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused) {
     ep_ctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
-    gr_status st = count_readers(&c);
+    /* one sweep over the graph as it stands (matches share no node: each is a matmul and its
+     * single-reader chain), the rewrites spliced in together at the end: O(nodes + values) */
+    gr_status st = sweep_begin(&c);
     int fused = 0;
-    for (int i = 0; i < g->nodes.len && st == GR_OK; i++) {
+    for (int i = 0; i < c.n0 && st == GR_OK; i++) {
         const gr_ir_node *n = &g->nodes.data[i];
         int src;
-        if (n->n_out != 1 || n->out[0] < 0 || float_cast(&c, n->out[0], &src)) continue;
+        if (c.replaced[i] || n->n_out != 1 || n->out[0] < 0 || float_cast(&c, n->out[0], &src)) continue;
         /* roots tried: a float cast reading only the activation's result (the cast folds in
          * too: a half model's f32 GELU), then the result itself */
         int r = n->out[0], roots[2] = {-1, i}, results[2] = {-1, r};
@@ -676,13 +707,16 @@ gr_status gr_pass_fuse_epilogue(gr_graph *g, int *n_fused) {
         gr_epilogue epi = activation(&c, r);
         ep_source s;
         if (epi == GR_EPI_NONE || !find_source(&c, c.x0, &s)) continue;
+        if (c.replaced[s.matmul] || (s.add >= 0 && c.replaced[s.add])) continue;
         for (int k = 0; k < 2; k++) {
-            if (roots[k] < 0 || !same_dims(val(&c, results[k]), val(&c, c.x0))) continue;
+            if (roots[k] < 0 || c.replaced[roots[k]] || !same_dims(val(&c, results[k]), val(&c, c.x0))) continue;
             st = rewrite(&c, roots[k], epi, &s);
-            if (st == GR_OK) fused++, st = count_readers(&c);
+            if (st == GR_OK) fused++;
             break;
         }
     }
+    if (st == GR_OK) st = sweep_apply(&c);
+    else sweep_end(&c);
     if (c.readers) gr_free(c.readers, c.readers_bytes);
     if (st == GR_OK && fused) st = gr_ir_infer_shapes(g);
     if (n_fused) *n_fused = fused;
@@ -696,12 +730,11 @@ gr_status gr_pass_fuse_residual(gr_graph *g, int *n_fused) {
     c.g = g;
     int fused = 0, sweep = 0;
     gr_status st = GR_OK;
-    /* a sweep fuses every add whose operands are typed; the next finds those behind the
-     * reshapes a rewrite added (a few sweeps: one per bias-then-residual link) */
+    /* a sweep fuses every add whose operands the graph had when it began; the next finds the
+     * residual adds after the biases it fused (three sweeps for a transformer) */
     do {
         sweep = 0;
-        st = count_readers(&c);
-        if (st == GR_OK) st = fuse_residuals(&c, &sweep);
+        st = fuse_residuals(&c, &sweep);
         if (st == GR_OK && sweep) st = gr_ir_infer_shapes(g);
         fused += sweep;
     } while (st == GR_OK && sweep);
