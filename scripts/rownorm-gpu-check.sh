@@ -6,6 +6,7 @@
 #   STEPS="check old" OUT=dir bash scripts/rownorm-gpu-check.sh   # gpucheck + test_shape_policies (CUDA),
 #                                                                 # realsize graft-only with the old library
 #   STEPS="new" OUT=dir bash scripts/rownorm-gpu-check.sh         # realsize reduce-overhead + graft, new library
+#   STEPS="graft" ...                                             # realsize graft alone, new library
 # MODELS, DTYPES, CONFIGS (defaults gpt2,llama / bf16 / the four sizes) and TAG (a prefix of the
 # realsize files) choose another table: TAG=f32- MODELS=bert,gpt2 DTYPES=f32 STEPS="old new" ...
 # The old library, on the dev machine: git worktree add /tmp/oldwt <commit>; build graft_shared there;
@@ -34,6 +35,12 @@ for step in ${STEPS:-check old new}; do
       --models $models --dtypes $dtypes --configs $configs --variants graft --iters 30 --warmup 10 \
       --out $out/${tag}old-realsize.jsonl --kernels $out/${tag}old-kernels.jsonl > $out/${tag}old.log 2>&1; echo "old rc $?"
     summary $out/${tag}old-realsize.jsonl ;;
+  graft)
+    # graft alone with the new library (an A/B of an environment switch, e.g. GRAFT_MATMUL_TUNE=0, under its own TAG)
+    GRAFT_LIBRARY=$PWD/build-gpu/lib/libgraft.so LD_LIBRARY_PATH=$PWD/build-gpu/lib timeout 400 python3 bench/realsize.py \
+      --models $models --dtypes $dtypes --configs $configs --variants graft --iters 30 --warmup 10 \
+      --out $out/${tag}realsize.jsonl --kernels $out/${tag}kernels.jsonl > $out/${tag}graft.log 2>&1; echo "graft rc $?"
+    summary $out/${tag}realsize.jsonl ;;
   new)
     GRAFT_LIBRARY=$PWD/build-gpu/lib/libgraft.so LD_LIBRARY_PATH=$PWD/build-gpu/lib timeout 560 python3 bench/realsize.py \
       --models $models --dtypes $dtypes --configs $configs --variants reduce-overhead,graft --iters 30 --warmup 10 \
