@@ -192,9 +192,11 @@ typedef struct {
     /* Leaves scaled dot-product attention unfused (matmul, softmax, matmul kernels, the
      * reference path) instead of one fused attention kernel (passes/attention.c). */
     int no_fuse_attention;
-    /* Fuses f32 attention too. Off by default: the f32 fused kernel (exact FMA, no tensor
-     * cores) ran 8x slower than the unfused cuBLASLt path on the H100 (bench/attention);
-     * f16/bf16 attention (tensor cores) is fused unless no_fuse_attention. */
+    /* Fuses f32 attention of every head dim too. By default f16/bf16 attention (tensor
+     * cores) and f32 attention with head dims 64 or 128 (a tiled kernel on CUDA cores, exact
+     * f32 FMA: 1.34x the unfused cuBLASLt path at b8 h12 s512 d64 on the H100) are fused
+     * unless no_fuse_attention; f32 of other head dims runs on a generic kernel that was 8x
+     * slower than unfused (bench/attention), so only when this asks. */
     int fuse_attention_f32;
     /* Runs an f32 model in half precision (gr_precision; GR_PRECISION_MODEL = as exported):
      * at creation, weights get half copies once, matmul/conv/attention run in half with f32

@@ -86,6 +86,34 @@ static const char *pattern(const char *dt, const char *mask_dims, const char *sc
     return buf;
 }
 
+/* pattern()'s text with its head dims (16) made qk for Q and K and v for V (a static buffer) */
+static const char *head_dim(const char *text, const char *qk, const char *v) {
+    static char res[2048];
+    char out[2048];
+    size_t n = 0;
+    const char *names[3] = {"input q: ", "input k: ", "input v: "};
+    const char *p = text;
+    while (*p && n + 16 < sizeof out) {
+        int which = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strncmp(p, names[i], strlen(names[i]))) which = i;
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)len, p);
+        char *at = which >= 0 ? strstr(line, ", 16]") : NULL;
+        if (at) {
+            *at = 0;
+            n += (size_t)snprintf(out + n, sizeof out - n, "%s, %s]%s", line, which == 2 ? v : qk, at + 5);
+        } else {
+            n += (size_t)snprintf(out + n, sizeof out - n, "%s", line);
+        }
+        p += len;
+    }
+    snprintf(res, sizeof res, "%s", out);
+    return res;
+}
+
 static int fused_in_f32(const char *text, bool include_f32) {
     gr_graph *g = NULL;
     int n = -1;
@@ -105,8 +133,16 @@ static void test_broken(void) {
     CHECK(fused_in(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf)) == 1);
     CHECK(fused_in(pattern("f32", "[seq, seq]", scale, "3", "", buf, sizeof buf)) == 1);
     CHECK(fused_in(pattern("f32", "[2, 1, 1, seq]", "[t] t = div(s, c)", "-1", "", buf, sizeof buf)) == 1);
-    /* by default only f16/bf16 (the tensor-core kernels) */
+    /* by default f16/bf16 (the tensor-core kernels) and f32 of head dims 64 and 128 (the tiled
+     * f32 kernel); other f32 head dims and f64 only when asked */
     CHECK(fused_in_f32(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), false) == 0);
+    CHECK(fused_in_f32(head_dim(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "64", "64"), false) == 1);
+    CHECK(fused_in_f32(head_dim(pattern("f32", "[seq, seq]", scale, "-1", "", buf, sizeof buf), "128", "128"), false) == 1);
+    CHECK(fused_in_f32(head_dim(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "80", "80"), false) == 0);
+    CHECK(fused_in_f32(head_dim(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "64", "128"), false) == 0);
+    CHECK(fused_in_f32(head_dim(pattern("f32", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "d", "d"), false) == 0);
+    CHECK(fused_in_f32(head_dim(pattern("f64", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "64", "64"), false) == 0);
+    CHECK(fused_in_f32(head_dim(pattern("f64", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), "64", "64"), true) == 1);
     CHECK(fused_in_f32(pattern("bf16", "[2, 1, 1, seq]", scale, "-1", "", buf, sizeof buf), false) == 1);
     CHECK(fused_in_f32(pattern("f16", "[seq, seq]", scale, "-1", "", buf, sizeof buf), false) == 1);
     /* softmax over the query axis */

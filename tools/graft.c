@@ -193,8 +193,9 @@ static const char usage_inputs[] =
     "                         instantiated from a template of its class of bindings)\n"
     "  --no-fuse-attention    leave attention unfused (matmul, softmax, matmul: the\n"
     "                         reference path) instead of one fused attention kernel\n"
-    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only; the f32\n"
-    "                         kernel has no tensor cores and is slower than unfused)\n"
+    "  --fuse-attention-f32   fuse f32 attention of any head dim (default: f16/bf16, and\n"
+    "                         f32 of head dims 64 and 128; the generic f32 kernel of\n"
+    "                         other head dims is slower than unfused)\n"
     "  --no-fuse-epilogue     leave the GELU (tanh) or ReLU after a matmul unfused (an\n"
     "                         elementwise kernel: the reference path) instead of the\n"
     "                         matmul's cuBLASLt epilogue\n"
@@ -251,7 +252,7 @@ static const char usage_dump[] =
     "  --dim NAME=VALUE       bind the symbolic dim NAME (repeatable)\n"
     "  --dim-range NAME=LO:HI declare the range of symbolic dim NAME (repeatable)\n"
     "  --no-fuse-attention    leave attention unfused (no attention pass)\n"
-    "  --fuse-attention-f32   fuse f32 attention too (default: f16/bf16 only)\n"
+    "  --fuse-attention-f32   fuse f32 attention of any head dim (default: f16/bf16, f32 d64/d128)\n"
     "  --no-fuse-epilogue     leave activations after matmuls unfused (no epilogue pass)\n"
     "  --precision bf16|f16   convert an f32 model first (the \"precision\" pass)\n";
 

@@ -36,10 +36,12 @@
  * the kernel reads L on the device and visits only the valid keys (parameter indirection), so
  * one compiled step serves every cache length without reading the padding.
  *
- * Only f16/bf16 attention is fused unless include_f32 or in the key-length form: the f32
- * kernel (exact FMA, no tensor cores) is slower than the unfused path on the H100 for prefill
- * (bench/attention), but a decode step's one query row is cheaper fused. Head dims
- * must be concrete and at most 256 (what the CUDA kernels take).
+ * f16/bf16 attention is fused, and f32 attention whose Q and V head dims are both 64 or both
+ * 128 (cuda-attn.c's tiled f32 kernel, exact FMA on CUDA cores: 211 us against the unfused
+ * path's 283 us at b8 h12 s512 d64 on the H100, 154 us causal). Other f32 (and f64) attention
+ * is fused only with include_f32 or in the key-length form: the generic kernel is slower than
+ * the unfused path for prefill (bench/attention), but a decode step's one query row is cheaper
+ * fused. Head dims must be concrete and at most 256 (what the CUDA kernels take).
  *
  * Layouts (the `layout` attribute, ops.c): an exporter makes Q, K and V [B,H,S,D] by
  * transposing a projection's [B,S,H,D] view (perm [0,2,1,3]), and transposes O back the
@@ -335,9 +337,13 @@ static bool match(const at_ctx *c, const gr_ir_node *pv, at_match *m) {
     if (!is_4d_float(c, m->q) || !is_4d_float(c, kt)) return false;
     const gr_ir_value *qv = val(c, m->q), *ktv = val(c, kt), *vv = val(c, m->v), *sv = val(c, t);
     if (qv->dtype != ktv->dtype || qv->dtype != vv->dtype || qv->dtype != sv->dtype) return false;
-    /* f32 only where asked, or in a decode step (the key-length form): there the fused kernel
-     * reads only the valid keys, where the unfused path runs five kernels over all of them */
-    if (!c->include_f32 && m->key_len < 0 && qv->dtype != GR_F16 && qv->dtype != GR_BF16) return false;
+    /* f32 with head dims of 64 or 128 (the tiled f32 kernel's), f16/bf16 always; other f32
+     * and f64 only where asked, or in a decode step (the key-length form): there the fused
+     * kernel reads only the valid keys, where the unfused path runs five kernels over all of them */
+    const bool half = qv->dtype == GR_F16 || qv->dtype == GR_BF16;
+    const bool tiled_f32 = qv->dtype == GR_F32 && !gr_dx_is_sym(qv->dims[3]) && !gr_dx_is_sym(vv->dims[3]) &&
+                           qv->dims[3].size == vv->dims[3].size && (qv->dims[3].size == 64 || qv->dims[3].size == 128);
+    if (!c->include_f32 && m->key_len < 0 && !half && !tiled_f32) return false;
     /* the device kernels take head dims up to 256 */
     if (gr_dx_is_sym(qv->dims[3]) || qv->dims[3].size > 256 || gr_dx_is_sym(vv->dims[3]) || vv->dims[3].size > 256)
         return false;

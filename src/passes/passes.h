@@ -44,7 +44,8 @@ gr_status gr_pass_control_captures(const gr_graph *g, const gr_ir_node *n, int *
 /* Replaces each scaled dot-product attention pattern (matmul, scale, mask add,
  * softmax over the last axis, matmul; grouped-query repeats of K and V) by one
  * `attention` node; passes/attention.c has the rules. Works on symbolic dims.
- * Inputs of f32 (and f64) are fused only when include_f32. *n_fused (may be NULL) =
+ * f16/bf16 inputs are fused, f32 ones of head dims 64 or 128 (Q's and V's) too; other
+ * f32 and f64 ones only when include_f32 (or in the key-length form). *n_fused (may be NULL) =
  * number of attentions made. */
 gr_status gr_pass_fuse_attention(gr_graph *g, bool include_f32, int *n_fused);
 
@@ -349,7 +350,8 @@ typedef struct {
     bool src_marked;
     /* Leaves attention unfused (no gr_pass_fuse_attention): the reference path. */
     bool no_fuse_attention;
-    /* Fuses f32 attention too (gr_session_options.fuse_attention_f32 says why not by default). */
+    /* Fuses f32 attention of every head dim (gr_session_options.fuse_attention_f32 says why
+     * not by default). */
     bool fuse_attention_f32;
     /* Leaves common subexpressions of the graph (no gr_pass_cse): the reference path. */
     bool no_cse;

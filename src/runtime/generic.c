@@ -287,11 +287,12 @@ static bool same_attention_but_lengths(const gr_libcall *a, const gr_libcall *b)
     int64_t ra[GR_ATTN_LENS], rb[GR_ATTN_LENS];
     gr_libcall_attention_lens(a, ra);
     gr_libcall_attention_lens(b, rb);
-    /* the tensor-core kernel is chosen on the bucket's strides (each a multiple of 8): this
-     * binding's must pass that test too */
+    /* the tiled kernels are chosen on the bucket's strides (each a multiple of 16 bytes: 8
+     * half or 4 f32 elements, cuda-attn.c): this binding's must pass that test too */
     int64_t sa = 0, sb = 0;
+    const int64_t q = b->dtype == GR_F32 ? 3 : 7;
     for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS_MASK; d++) sa |= ra[d], sb |= rb[d];
-    if ((sb & 7) == 0 && (sa & 7) != 0) return false;
+    if ((sb & q) == 0 && (sa & q) != 0) return false;
     /* a broadcast mask dim stays broadcast: the mask table's planes are the bucket's; and no
      * stride is negative (a device checks the call's strides, not the record's) */
     for (int d = GR_ATTN_LENS_Q; d < GR_ATTN_LENS; d++)

@@ -2047,6 +2047,10 @@ int main(int argc, char **argv) {
     time_attention(&cu, GR_BF16, 1, 12, 128, 64, false, 3);
     time_attention(&cu, GR_F16, 8, 12, 512, 64, false, 0);
     time_attention(&cu, GR_F32, 8, 12, 512, 64, false, 0);
+    time_attention(&cu, GR_F32, 8, 12, 512, 64, true, 0);
+    time_attention(&cu, GR_F32, 8, 12, 512, 64, false, 3);
+    time_attention(&cu, GR_F32, 1, 12, 128, 64, false, 3);
+    time_attention(&cu, GR_F32, 8, 12, 512, 128, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, true, 0);
     time_attention(&cu, GR_BF16, 8, 12, 512, 128, false, 0);

@@ -18,9 +18,13 @@
  *    exact, see the kernel source. H100, bf16 b8 h12 s512 d64: 38 us unmasked, 32 us
  *    causal, 66 us with a GPT-2 export's f32 causal mask when every block scanned its own
  *    rows of the mask (gpucheck, before the table).
+ *  - attn_simt_f32_d<D> (D = 64, 128, head_dim == head_dim_v): the same tiling, table and
+ *    online softmax for f32 on CUDA cores with exact f32 FMA (f32 inputs are not rounded to
+ *    tf32, as PyTorch's f32 attention does not): 256 threads, each 4 query rows x 4 keys of
+ *    S and 4 rows x 4 (8) head dims of O, operands as float4 from shared memory.
  *  - attn_gen_<t> (t = f32, bf16, f16; any head_dim, head_dim_v <= 256): one warp per query
- *    row, 32 keys per tile, exact f32 FMA (f32 inputs are not rounded to tf32) and expf.
- *    The f32 path and the other head sizes.
+ *    row, 32 keys per tile, exact f32 FMA and expf. The other head sizes, and operands
+ *    the tiled kernels cannot take (misaligned).
  *
  * Q, K, V and O are addressed through the call's strides (kir.h: batch, head and sequence
  * strides in elements, head_dim contiguous; the pointers arrive already offset), so the
@@ -382,6 +386,202 @@ static const char attn_src[] =
     "  }\n"
     "}\n"
     "\n"
+    "/* ---- f32 kernel: 64 query rows per block, 256 threads, 64 keys per tile, exact f32 FMA ----\n"
+    " * The tensor-core kernel's tiling and mask table on CUDA cores (f32 inputs are not rounded to\n"
+    " * tf32). Thread t owns rows rg + 16 rr (rg = t / 16, rr < 4) and, of S, keys cg + 16 cc (cg =\n"
+    " * t % 16, cc < 4); of O, head dims 64 dc + 4 cg .. + 3. Q, K and V stay as stored ([row][d]),\n"
+    " * copied by cp.async (K and V double buffered); S = Q K^T takes four rows of Q and four keys\n"
+    " * as float4 along d per step (8 shared loads for 64 FMAs); P goes through shared memory, read\n"
+    " * back as float4 along the keys against V's float4 along d (again 8 loads for 64 FMAs). Row\n"
+    " * strides of 68 / 132 floats (Q, K) and 80 (P) keep a warp's shared loads at the fewest\n"
+    " * wavefronts. Scores in log2 units with exp2f, as the tensor-core kernel; the per-thread row\n"
+    " * sums are reduced over the row's 16 threads at the end. Blocks run the last query tiles\n"
+    " * first (the longest rows under a causal rule). */\n"
+    "template <class M>\n"
+    "__device__ __forceinline__ void add_mask_simt(const AttnArgs &a, long long b, long long h, const long long *row,\n"
+    "                                              long long kb, int cg, float (*s)[4]) {\n"
+    "  const typename M::T *mp = (const typename M::T *)a.mask + b * a.ms0 + h * a.ms1;\n"
+    "  float mv[4][4];\n"
+    "#pragma unroll\n"
+    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "    const long long ro = (row[rr] < a.Sq ? row[rr] : 0) * a.ms2;\n"
+    "#pragma unroll\n"
+    "    for (int cc = 0; cc < 4; cc++) {\n"
+    "      const long long col = kb + cg + 16 * cc;\n"
+    "      mv[rr][cc] = M::ld(mp, ro + (col < a.Sk ? col : 0) * a.ms3);\n"
+    "    }\n"
+    "  }\n"
+    "#pragma unroll\n"
+    "  for (int rr = 0; rr < 4; rr++)\n"
+    "#pragma unroll\n"
+    "    for (int cc = 0; cc < 4; cc++) {\n"
+    "      const float m = mv[rr][cc];\n"
+    "      s[rr][cc] += m == NEG_INF ? NEG_INF : fmaxf(m, -1e38f) * 1.4426950408889634f;\n"
+    "    }\n"
+    "}\n"
+    "template <int D>\n"
+    "__device__ void attn_simt(const AttnArgs a) {\n"
+    "  enum { BM = 64, BN = 64, LQ = D + 4, LV = D, LP = BN + 16, CH = D / 4 /* 16-byte chunks per row */, DC = D / 64 };\n"
+    "  extern __shared__ __align__(16) float fsm[];\n"
+    "  float *Qs = fsm, *Ks = Qs + BM * LQ, *Vs = Ks + 2 * BN * LQ, *Ps = Vs + 2 * BN * LV;\n"
+    "  unsigned char *cls = (unsigned char *)(Ps + BM * LP);\n"
+    "  unsigned *rowseen = (unsigned *)(cls + MAXT);\n"
+    "  const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;\n"
+    "  const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)(gridDim.x - 1 - blockIdx.x) * BM;\n"
+    "  if (q0 >= a.Sq) return; /* past a generic record's rows: before any barrier */\n"
+    "  const long long kvh = h / (a.H / a.Hkv);\n"
+    "  const float *Q = (const float *)a.q + b * a.qb + h * a.qh;\n"
+    "  const float *K = (const float *)a.k + b * a.kb + kvh * a.kh;\n"
+    "  const float *V = (const float *)a.v + b * a.vb + kvh * a.vh;\n"
+    "  float *O = (float *)a.o + b * a.ob + h * a.oh;\n"
+    "  const long long last = q0 + BM - 1 < a.Sq - 1 ? q0 + BM - 1 : a.Sq - 1;\n"
+    "  const int nt = (int)((key_end(a, last) + BN - 1) / BN);\n"
+    "  const bool use_cls = a.mask_kind && a.tcls && nt <= MAXT;\n"
+    "  for (int e = tid; e < BM * CH; e += blockDim.x) {\n"
+    "    const int r = e / CH, c = (e % CH) * 4;\n"
+    "    const bool ok = q0 + r < a.Sq;\n"
+    "    cp16(Qs + r * LQ + c, Q + (ok ? (q0 + r) * a.qs + c : 0), ok);\n"
+    "  }\n"
+    "  cp_commit();\n"
+    "  if (use_cls) cls_load<BM>(a, b, h, q0, nt, cls, rowseen);\n"
+    "  auto next_tile = [&](int t) {\n"
+    "    if (use_cls) while (t < nt && cls[t] == 0) t++;\n"
+    "    return t;\n"
+    "  };\n"
+    "  auto load_kv = [&](int t, int stage) {\n"
+    "    const long long kb = (long long)t * BN;\n"
+    "    float *ks = Ks + stage * BN * LQ, *vs = Vs + stage * BN * LV;\n"
+    "    for (int e = tid; e < BN * CH; e += blockDim.x) {\n"
+    "      const int r = e / CH, c = (e % CH) * 4;\n"
+    "      const bool ok = kb + r < a.Sk;\n"
+    "      cp16(ks + r * LQ + c, K + (ok ? (kb + r) * a.ks + c : 0), ok);\n"
+    "      cp16(vs + r * LV + c, V + (ok ? (kb + r) * a.vs + c : 0), ok);\n"
+    "    }\n"
+    "  };\n"
+    "  int t = next_tile(0);\n"
+    "  if (t < nt) load_kv(t, 0);\n"
+    "  cp_commit();\n"
+    "  long long row[4], rend[4];\n"
+    "  long long rmin = a.Sk;\n"
+    "#pragma unroll\n"
+    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "    row[rr] = q0 + rg + 16 * rr;\n"
+    "    rend[rr] = row[rr] < a.Sq ? key_end(a, row[rr]) : 0;\n"
+    "    rmin = rend[rr] < rmin ? rend[rr] : rmin;\n"
+    "  }\n"
+    "  /* rmin, the least visible end of this thread's rows: a tile below it needs no edge test */\n"
+    "  float o[4][4 * DC], m[4], l[4];\n"
+    "#pragma unroll\n"
+    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "    m[rr] = NEG_INF, l[rr] = 0.f;\n"
+    "#pragma unroll\n"
+    "    for (int x = 0; x < 4 * DC; x++) o[rr][x] = 0.f;\n"
+    "  }\n"
+    "  const float sl2 = a.scale * 1.4426950408889634f;\n"
+    "  int stage = 0;\n"
+    "  while (t < nt) {\n"
+    "    const int tn = next_tile(t + 1);\n"
+    "    if (tn < nt) load_kv(tn, stage ^ 1);\n"
+    "    cp_commit();\n"
+    "    cp_wait<1>();\n"
+    "    __syncthreads();\n"
+    "    const float *ks = Ks + stage * BN * LQ, *vs = Vs + stage * BN * LV;\n"
+    "    const long long kb = (long long)t * BN;\n"
+    "    float s[4][4];\n"
+    "#pragma unroll\n"
+    "    for (int rr = 0; rr < 4; rr++)\n"
+    "#pragma unroll\n"
+    "      for (int cc = 0; cc < 4; cc++) s[rr][cc] = 0.f;\n"
+    "#pragma unroll\n"
+    "    for (int d = 0; d < D; d += 4) {\n"
+    "      float4 qf[4], kf[4];\n"
+    "#pragma unroll\n"
+    "      for (int rr = 0; rr < 4; rr++) qf[rr] = *(const float4 *)(Qs + (rg + 16 * rr) * LQ + d);\n"
+    "#pragma unroll\n"
+    "      for (int cc = 0; cc < 4; cc++) kf[cc] = *(const float4 *)(ks + (cg + 16 * cc) * LQ + d);\n"
+    "#pragma unroll\n"
+    "      for (int rr = 0; rr < 4; rr++)\n"
+    "#pragma unroll\n"
+    "        for (int cc = 0; cc < 4; cc++) {\n"
+    "          float x = s[rr][cc];\n"
+    "          x = fmaf(qf[rr].x, kf[cc].x, x);\n"
+    "          x = fmaf(qf[rr].y, kf[cc].y, x);\n"
+    "          x = fmaf(qf[rr].z, kf[cc].z, x);\n"
+    "          s[rr][cc] = fmaf(qf[rr].w, kf[cc].w, x);\n"
+    "        }\n"
+    "    }\n"
+    "#pragma unroll\n"
+    "    for (int rr = 0; rr < 4; rr++)\n"
+    "#pragma unroll\n"
+    "      for (int cc = 0; cc < 4; cc++) s[rr][cc] *= sl2;\n"
+    "    /* f32 inputs: the mask is f32 (the inputs' type) */\n"
+    "    if (a.mask_kind && (!use_cls || cls[t] == 2)) add_mask_simt<TF32>(a, b, h, row, kb, cg, s);\n"
+    "    if (kb + BN > rmin)\n"
+    "#pragma unroll\n"
+    "      for (int rr = 0; rr < 4; rr++)\n"
+    "#pragma unroll\n"
+    "        for (int cc = 0; cc < 4; cc++)\n"
+    "          if (kb + cg + 16 * cc >= rend[rr]) s[rr][cc] = NEG_INF;\n"
+    "#pragma unroll\n"
+    "    for (int rr = 0; rr < 4; rr++) {\n"
+    "      float mx = fmaxf(fmaxf(s[rr][0], s[rr][1]), fmaxf(s[rr][2], s[rr][3]));\n"
+    "      for (int off = 8; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));\n"
+    "      const float mn = fmaxf(m[rr], mx), use = mn == NEG_INF ? 0.f : mn;\n"
+    "      const float alpha = exp2f(m[rr] - use);\n"
+    "      m[rr] = mn;\n"
+    "      float ps = 0.f;\n"
+    "#pragma unroll\n"
+    "      for (int cc = 0; cc < 4; cc++) {\n"
+    "        const float p = exp2f(s[rr][cc] - use);\n"
+    "        ps += p;\n"
+    "        Ps[(rg + 16 * rr) * LP + cg + 16 * cc] = p;\n"
+    "      }\n"
+    "      l[rr] = l[rr] * alpha + ps;\n"
+    "#pragma unroll\n"
+    "      for (int x = 0; x < 4 * DC; x++) o[rr][x] *= alpha;\n"
+    "    }\n"
+    "    __syncthreads(); /* P complete */\n"
+    "#pragma unroll 4\n"
+    "    for (int j = 0; j < BN; j += 4) {\n"
+    "      float4 pf[4];\n"
+    "#pragma unroll\n"
+    "      for (int rr = 0; rr < 4; rr++) pf[rr] = *(const float4 *)(Ps + (rg + 16 * rr) * LP + j);\n"
+    "#pragma unroll\n"
+    "      for (int jj = 0; jj < 4; jj++) {\n"
+    "        float4 vf[DC];\n"
+    "#pragma unroll\n"
+    "        for (int dc = 0; dc < DC; dc++) vf[dc] = *(const float4 *)(vs + (j + jj) * LV + 64 * dc + 4 * cg);\n"
+    "#pragma unroll\n"
+    "        for (int rr = 0; rr < 4; rr++) {\n"
+    "          const float p = jj == 0 ? pf[rr].x : jj == 1 ? pf[rr].y : jj == 2 ? pf[rr].z : pf[rr].w;\n"
+    "#pragma unroll\n"
+    "          for (int dc = 0; dc < DC; dc++) {\n"
+    "            o[rr][4 * dc] = fmaf(p, vf[dc].x, o[rr][4 * dc]);\n"
+    "            o[rr][4 * dc + 1] = fmaf(p, vf[dc].y, o[rr][4 * dc + 1]);\n"
+    "            o[rr][4 * dc + 2] = fmaf(p, vf[dc].z, o[rr][4 * dc + 2]);\n"
+    "            o[rr][4 * dc + 3] = fmaf(p, vf[dc].w, o[rr][4 * dc + 3]);\n"
+    "          }\n"
+    "        }\n"
+    "      }\n"
+    "    }\n"
+    "    __syncthreads(); /* P and this stage read by every thread before they are written again */\n"
+    "    t = tn;\n"
+    "    stage ^= 1;\n"
+    "  }\n"
+    "  cp_wait<0>();\n"
+    "#pragma unroll\n"
+    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "    float ls = l[rr];\n"
+    "    for (int off = 8; off; off >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, off);\n"
+    "    if (row[rr] >= a.Sq) continue;\n"
+    "    const float inv = ls > 0.f ? 1.f / ls : 0.f;\n"
+    "#pragma unroll\n"
+    "    for (int dc = 0; dc < DC; dc++)\n"
+    "      *(float4 *)(O + row[rr] * a.os + 64 * dc + 4 * cg) =\n"
+    "          make_float4(o[rr][4 * dc] * inv, o[rr][4 * dc + 1] * inv, o[rr][4 * dc + 2] * inv, o[rr][4 * dc + 3] * inv);\n"
+    "  }\n"
+    "}\n"
+    "\n"
     "/* ---- generic kernel: one warp per query row, 32 keys per tile, f32 math ---- */\n"
     "template <class X>\n"
     "__device__ void attn_gen(const AttnArgs a) {\n"
@@ -589,6 +789,8 @@ static const char attn_src[] =
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256, 2) attn_simt_f32_d64(AttnArgs a) { use_lens(a, 0); attn_simt<64>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256, 1) attn_simt_f32_d128(AttnArgs a) { use_lens(a, 0); attn_simt<128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF32>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TBF16>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF16>(a); }\n"
@@ -624,6 +826,7 @@ enum {
     /* decode: keys split over blocks, merged by the last; head dims up to 64, 128, 256 */
     K_DEC_F32_64, K_DEC_F32_128, K_DEC_F32_256, K_DEC_BF16_64, K_DEC_BF16_128, K_DEC_BF16_256,
     K_DEC_F16_64, K_DEC_F16_128, K_DEC_F16_256,
+    K_SIMT_F32_64, K_SIMT_F32_128, /* f32 prefill, head dims 64 and 128 */
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
@@ -632,7 +835,7 @@ static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma
                                                   "attn_mask_cls_f16", "attn_dec_f32_64",   "attn_dec_f32_128",
                                                   "attn_dec_f32_256",  "attn_dec_bf16_64",  "attn_dec_bf16_128",
                                                   "attn_dec_bf16_256", "attn_dec_f16_64",   "attn_dec_f16_128",
-                                                  "attn_dec_f16_256"};
+                                                  "attn_dec_f16_256", "attn_simt_f32_d64", "attn_simt_f32_d128"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -834,7 +1037,7 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
     switch (call->dtype) {
     case GR_BF16: kind = mma ? (call->head_dim == 64 ? K_MMA_BF16_64 : K_MMA_BF16_128) : K_GEN_BF16; break;
     case GR_F16: kind = mma ? (call->head_dim == 64 ? K_MMA_F16_64 : K_MMA_F16_128) : K_GEN_F16; break;
-    case GR_F32: kind = K_GEN_F32, mma = false; break;
+    case GR_F32: kind = mma ? (call->head_dim == 64 ? K_SIMT_F32_64 : K_SIMT_F32_128) : K_GEN_F32; break;
     default:
         return gr_error(GR_ERR_UNSUPPORTED, "cuda: attention %s: %s inputs (f32, f16, bf16 only)", call->name,
                         gr_dtype_name(call->dtype));
@@ -865,16 +1068,24 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
     if (call->seq_q <= ATT_DEC_MAX_SQ) return attn_decode(c, s, stream, call, &a);
     size_t smem;
     unsigned rows_per_block;
-    /* the tensor-core kernels move 16 bytes (8 elements) at a time: every pointer 16-byte
-     * aligned and every stride a multiple of 8 elements keeps each row's start aligned */
+    /* the tiled kernels move 16 bytes (8 half or 4 f32 elements) at a time: every pointer
+     * 16-byte aligned and every stride a multiple of that keeps each row's start aligned */
     uintptr_t any = (uintptr_t)args[0].ptr | (uintptr_t)args[1].ptr | (uintptr_t)args[2].ptr | (uintptr_t)args[3].ptr;
     long long strides = a.qb | a.qh | a.qs | a.kb | a.kh | a.ks | a.vb | a.vh | a.vs | a.ob | a.oh | a.os;
-    if (mma && ((any & 15u) || (strides & 7))) {
+    if (mma && ((any & 15u) || (strides & (call->dtype == GR_F32 ? 3 : 7)))) {
         mma = false;
-        kind = call->dtype == GR_BF16 ? K_GEN_BF16 : K_GEN_F16;
+        kind = call->dtype == GR_BF16 ? K_GEN_BF16 : call->dtype == GR_F16 ? K_GEN_F16 : K_GEN_F32;
     }
     if (mma && a.mask_kind) GR_TRY(mask_table(c, s, stream, call, &a));
-    if (mma) {
+    unsigned threads = 128;
+    if (mma && call->dtype == GR_F32) {
+        /* f32 (attn_simt): Q and K twice (double buffered) in rows of head_dim + 4 floats, V twice
+         * in rows of head_dim, P in rows of 80; then the tile classes and rows-seen bits */
+        smem = sizeof(float) * ((size_t)(64 + 2 * 64) * (size_t)(call->head_dim + 4) + (size_t)(2 * 64) * (size_t)call->head_dim +
+                                64 * 80) + 1024 + 8;
+        rows_per_block = 64;
+        threads = 256;
+    } else if (mma) {
         /* Q, K and V twice (double buffered), each 64 rows of head_dim + 8; the tile classes
          * (1024 bytes) and the rows-seen bits after them (kernel source) */
         smem = (size_t)(64 + 2 * 64 + 2 * 64) * (size_t)(call->head_dim + 8) * 2 + 1024 + 8;
@@ -889,7 +1100,7 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
     }
     unsigned gx = (unsigned)((call->seq_q + rows_per_block - 1) / rows_per_block);
     void *params[1] = {&a};
-    gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], gx, (unsigned)call->heads, (unsigned)call->batch, 128, 1, 1,
-                                                      (unsigned)smem, stream, params, NULL));
+    gr_status st = GR_CU_STATUS(c->cu->cuLaunchKernel(s->fn[kind], gx, (unsigned)call->heads, (unsigned)call->batch, threads, 1,
+                                                      1, (unsigned)smem, stream, params, NULL));
     return st == GR_OK ? GR_OK : gr_error_prefix(st, "attention %s (%s)", call->name, kernel_names[kind]);
 }
