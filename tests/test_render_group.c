@@ -92,9 +92,8 @@ static void append_variant(gr_strbuf *tu, const gr_kernel *k, gr_render_mode mod
 
 typedef void (*host_launch_fn)(const gr_karg *a, const long long *dims, unsigned grid, unsigned block);
 
-/* Compiles tu into a shared object (GR_IDX32_MAX = idx32_max, GR_I32_MAX = i32_max when > 0)
- * and opens it. */
-static void *compile_host(const gr_strbuf *tu, long long idx32_max, long long i32_max) {
+/* Compiles tu into a shared object (GR_IDX32_MAX = idx32_max when > 0) and opens it. */
+static void *compile_host(const gr_strbuf *tu, long long idx32_max) {
     static int serial;
     char cpp[320], so[320], cmd[1024];
     snprintf(cpp, sizeof cpp, "%s/k%d.cpp", tmpdir, serial);
@@ -103,7 +102,6 @@ static void *compile_host(const gr_strbuf *tu, long long idx32_max, long long i3
     FILE *f = fopen(cpp, "w");
     if (!f) return NULL;
     if (idx32_max > 0) fprintf(f, "#define GR_IDX32_MAX %lldLL\n", idx32_max);
-    if (i32_max > 0) fprintf(f, "#define GR_I32_MAX %lldLL\n", i32_max);
     fputs(tu->data, f);
     fclose(f);
     snprintf(cmd, sizeof cmd, "c++ -std=c++17 -O1 -fPIC -shared -w -o %s %s 2>&1", so, cpp);
@@ -124,7 +122,6 @@ typedef struct {
     bool literal_group;   /* the literal source takes the group form */
     unsigned max_grid;    /* cap on the grid (grid-stride loops), 0: none */
     long long idx32_max;  /* > 0: GR_IDX32_MAX on the host */
-    long long i32_max;    /* > 0: GR_I32_MAX on the host (generic row groups' 32-bit strides) */
 } run_opts;
 
 static uint64_t rng = 0x9e3779b9;
@@ -166,7 +163,7 @@ static void run_both(const gr_kernel *k, const run_opts *o) {
         }
     }
     if (!cxx_present) goto out;
-    void *h = compile_host(&tu, o->idx32_max, o->i32_max);
+    void *h = compile_host(&tu, o->idx32_max);
     if (!h) goto out;
     /* inputs */
     int np = k->n_params;
@@ -321,27 +318,22 @@ static void test_rope_shapes(void) {
         run_opts o;
     } cases[] = {
         /* Llama's head dim: vector row loads of x and cos/sin, 8 points a group */
-        {"rope_bf16_d64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {group, true, 0, 0, 0}},
+        {"rope_bf16_d64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {group, true, 0, 0}},
         /* x one element off 16-byte alignment: the group's scalar fill */
-        {"rope_bf16_misaligned", GR_BF16, GR_F32, 2, 3, 17, 64, 1, 1, {group, true, 0, 0, 0}},
+        {"rope_bf16_misaligned", GR_BF16, GR_F32, 2, 3, 17, 64, 1, 1, {group, true, 0, 0}},
         /* x strided along d: literal takes no vector row load; generic checks the stride at launch */
-        {"rope_bf16_stride2", GR_BF16, GR_BF16, 1, 2, 9, 32, 0, 2, {group, true, 0, 0, 0}},
+        {"rope_bf16_stride2", GR_BF16, GR_BF16, 1, 2, 9, 32, 0, 2, {group, true, 0, 0}},
         /* head dim 24 (a multiple of 8, strides 24 and 72): still groups */
-        {"rope_bf16_d24", GR_BF16, GR_F32, 1, 3, 11, 24, 0, 1, {group, true, 0, 0, 0}},
+        {"rope_bf16_d24", GR_BF16, GR_F32, 1, 3, 11, 24, 0, 1, {group, true, 0, 0}},
         /* head dim 20: no group fits a row; literal renders none, generic takes the old loop at
          * launch, and 1 * 3 * 33 * 20 = 1980 points leave a scalar tail of 4 */
-        {"rope_bf16_d20", GR_BF16, GR_F32, 1, 3, 33, 20, 0, 1, {group, false, 0, 0, 0}},
+        {"rope_bf16_d20", GR_BF16, GR_F32, 1, 3, 33, 20, 0, 1, {group, false, 0, 0}},
         /* f32: 4 points a group */
-        {"rope_f32_d64", GR_F32, GR_F32, 2, 2, 17, 64, 0, 1, {group, true, 0, 0, 0}},
+        {"rope_f32_d64", GR_F32, GR_F32, 2, 2, 17, 64, 0, 1, {group, true, 0, 0}},
         /* a grid of 3 blocks: every thread walks several groups */
-        {"rope_bf16_grid3", GR_BF16, GR_F32, 2, 4, 40, 64, 0, 1, {group, true, 3, 0, 0}},
+        {"rope_bf16_grid3", GR_BF16, GR_F32, 2, 4, 40, 64, 0, 1, {group, true, 3, 0}},
         /* the 32-bit limit lowered below the point count on the host: the old 64-bit loop runs */
-        {"rope_bf16_idx64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {group, true, 0, 1000, 0}},
-        /* generic groups multiply strides in 32 bits (gr_m32) where they fit ... */
-        {"rope_bf16_m32", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {"gr_m32(gr_dims.v[", true, 0, 0, 0}},
-        /* ... and where a stride does not (the signed 32-bit limit lowered below 4 x 33 x 64 on the
-         * host), take the old 64-bit loop: the same bits */
-        {"rope_bf16_m64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {"gr_i32(gr_dims.v[", true, 0, 0, 4000}},
+        {"rope_bf16_idx64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {group, true, 0, 1000}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gr_kernel *k = rope_kernel(cases[i].name, cases[i].t, cases[i].ct, cases[i].B, cases[i].H, cases[i].S, cases[i].D,
@@ -410,7 +402,7 @@ static void test_literal_limits(void) {
     a.stride[0] = 64, a.stride[1] = 1;
     CHECK_OK(gr_kx_load(k, x, &a, &lx));
     kstore(k, y, lx, &a);
-    run_both(k, &(run_opts){NULL, false, 0, 0, 0});
+    run_both(k, &(run_opts){NULL, false, 0, 0});
     gr_kernel_destroy(k);
 }
 
@@ -459,7 +451,7 @@ static void test_lazy_select(void) {
         const char *ld = sb.data ? strstr(sb.data, "gr_exp(v") : NULL; /* the node, not the prelude */
         CHECK_MSG(lazy == 2 * (transposed ? 3 : 2) && sel && ld && ld > sel, "%s: %d lazy selects", k->name, lazy);
         gr_sb_free(&sb);
-        run_both(k, &(run_opts){transposed ? "row groups of 4 points" : NULL, transposed != 0, 0, 0, 0});
+        run_both(k, &(run_opts){transposed ? "row groups of 4 points" : NULL, transposed != 0, 0, 0});
         gr_kernel_destroy(k);
     }
 }
@@ -512,7 +504,7 @@ static void test_llama(void) {
             for (int p = 0; p < k->n_params; p++) int_loads |= k->params[p].kind == GR_KP_BUFFER && !gr_dtype_is_float(k->params[p].dtype);
             if (!rope || int_loads) continue;
             groups++;
-            run_both(k, &(run_opts){"row groups of 8 points", true, 0, 0, 0});
+            run_both(k, &(run_opts){"row groups of 8 points", true, 0, 0});
             gr_strbuf sb;
             gr_sb_init(&sb);
             CHECK_OK(gr_render_cuda_mode(k, GR_RENDER_GENERIC, &sb));

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_RENDER_CUDA_VERSION 9u
+#define GR_RENDER_CUDA_VERSION 8u
 #define GR_EW_BLOCK 256u   /* threads per block, elementwise kernels */
 #define GR_RED_BLOCK 256u  /* max threads per block, block kernels */
 #define GR_VEC_WIDTH 4           /* points per thread in the vectorized loop */
@@ -51,12 +51,6 @@ static const char prelude[] =
     /* the largest point count and extent the row-group loop decomposes in 32 bits (a macro so
      * that tests running the source on the host can lower it) */
     "#ifndef GR_IDX32_MAX\n#define GR_IDX32_MAX 0xffffffffLL\n#endif\n"
-    /* generic row groups: where every extent and every stride slot of the loads fits in 32
-     * signed bits, an address term is one 32 x 32 -> 64-bit multiply (gr_m32) instead of a
-     * 64-bit one (a macro, lowered by tests as GR_IDX32_MAX) */
-    "#ifndef GR_I32_MAX\n#define GR_I32_MAX 0x7fffffffLL\n#endif\n"
-    "GR_DI bool gr_i32(long long v) { return v >= -GR_I32_MAX - 1 && v <= GR_I32_MAX; }\n"
-    "GR_DI long long gr_m32(long long a, long long b) { return (long long)(int)a * (int)b; }\n"
     "GR_DI float gr_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
     "GR_DI unsigned short gr_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
     "GR_DI float gr_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
@@ -420,7 +414,6 @@ typedef struct {
     const bool *packed;   /* warp-row form: cached loads held two to a register, gr_cN[gr_j >> 1] (NULL: none) */
     const bool *raw;      /* warp-row form's scalar fill: these loads also keep their storage bits in gr_uN */
     const bool *svec;     /* warp-row form's vector store: these loads come a chunk at a time from gr_xN.v[gr_e] */
-    bool m32;             /* generic row groups: strides and indices fit 32 signed bits (group_condition) */
     char tmp[2][512];
 } emit_ctx;
 
@@ -452,16 +445,14 @@ static void sb_address(gr_strbuf *sb, const emit_ctx *c, const gr_kaccess *a, in
         gr_sb_printf(sb, "(gr_dims.v[%d]", as.offset);
         if (as.lin) gr_sb_puts(sb, " + lin");
         for (int d = 0; d < k->n_outer; d++)
-            if (as.stride[d] >= 0)
-                gr_sb_printf(sb, c->m32 ? " + gr_m32(gr_dims.v[%d], o%d)" : " + gr_dims.v[%d] * o%d", as.stride[d], d);
+            if (as.stride[d] >= 0) gr_sb_printf(sb, " + gr_dims.v[%d] * o%d", as.stride[d], d);
         if (as.ri) gr_sb_puts(sb, " + ri");
         for (int d = 0; d < k->n_inner; d++)
             if (as.inner_stride[d] >= 0) gr_sb_printf(sb, " + gr_dims.v[%d] * r%d", as.inner_stride[d], d);
         if (a->index >= 0) {
             const char *iv = node_ct(k, a->index) == CT_I64 ? "" : "(long long)";
-            gr_sb_printf(sb, c->m32 ? " + gr_m32(gr_wrap(%sv%d, gr_dims.v[%d]), gr_dims.v[%d])"
-                                    : " + gr_wrap(%sv%d, gr_dims.v[%d]) * gr_dims.v[%d]",
-                         iv, a->index, as.index_extent, as.index_stride);
+            gr_sb_printf(sb, " + gr_wrap(%sv%d, gr_dims.v[%d]) * gr_dims.v[%d]", iv, a->index, as.index_extent,
+                         as.index_stride);
         }
         gr_sb_puts(sb, ")");
         return;
@@ -899,11 +890,7 @@ static bool load_rowvec(const emit_ctx *c, const gr_kexpr *e, int width) {
 }
 
 /* The run-time condition of the group form (uniform): 32-bit points and extents, the last
- * extent a multiple of the width; generic: also every extent and every load's stride slots
- * (and a gather's extent) within 32 signed bits, so the group loop's address terms multiply
- * in 32 bits (emit_ctx.m32). Why: in a generic kernel the strides are values, and a 64-bit
- * multiply per term and point made the RoPE kernel run at half its literal form's bandwidth on
- * the H100 (gpucheck rope_bf16_8x12x512x64: 19.3 us generic, 10.5 us literal). */
+ * extent a multiple of the width. */
 static void group_condition(gr_strbuf *sb, const emit_ctx *c, int width) {
     const gr_kernel *k = c->k;
     gr_sb_puts(sb, "gr_n <= GR_IDX32_MAX");
@@ -912,17 +899,6 @@ static void group_condition(gr_strbuf *sb, const emit_ctx *c, int width) {
     gr_sb_printf(sb, " && gr_dims.v[%d] %% %d == 0", c->map->outer[last], width);
     for (int d = 0; d < k->n_outer; d++)
         gr_sb_printf(sb, " && (unsigned long long)(gr_dims.v[%d] - 1) < (unsigned long long)GR_IDX32_MAX", c->map->outer[d]);
-    for (int d = 0; d < k->n_outer; d++) gr_sb_printf(sb, " && gr_dims.v[%d] <= GR_I32_MAX", c->map->outer[d]);
-    for (int i = 0; i < k->nodes.len; i++) {
-        const gr_kexpr *e = &k->nodes.data[i];
-        if (e->op != GR_KX_LOAD) continue;
-        gr_kaccess_slots as;
-        gr_kaccess_slot_layout(k, &e->access, c->map->node[i], &as);
-        for (int d = 0; d < k->n_outer && !as.lin; d++)
-            if (as.stride[d] >= 0) gr_sb_printf(sb, " && gr_i32(gr_dims.v[%d])", as.stride[d]);
-        if (e->access.index >= 0)
-            gr_sb_printf(sb, " && gr_dims.v[%d] <= GR_I32_MAX && gr_i32(gr_dims.v[%d])", as.index_extent, as.index_stride);
-    }
 }
 
 /* gr_b0.. = the outer indices of gr_base, in 32-bit arithmetic (group_condition holds). */
@@ -975,7 +951,6 @@ static void emit_group_loop(emit_ctx *c, bool *mark, const bool *used, bool *row
     gr_sb_puts(sb, "    for (long long gr_g = gr_tid; gr_g < gr_nvec; gr_g += gr_nthreads) {\n");
     gr_sb_printf(sb, "      const long long gr_base = gr_g * %d;\n", width);
     emit_group_decompose(sb, c, "      ");
-    c->m32 = c->map != NULL; /* group_condition checked the slots */
     for (int i = 0; i < n; i++) {
         const gr_kexpr *e = &k->nodes.data[i];
         if (!used[i] || !load_vectorizable(k, e)) continue;
@@ -1010,7 +985,6 @@ static void emit_group_loop(emit_ctx *c, bool *mark, const bool *used, bool *row
     c->rowvec = rowvec;
     emit_elementwise_body(c, mark, "        ", true, true);
     c->rowvec = NULL;
-    c->m32 = false;
     gr_sb_puts(sb, "      }\n");
     for (int s = 0; s < k->n_stages; s++) {
         const gr_kstage *st = &k->stages[s];
