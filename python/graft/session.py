@@ -90,7 +90,8 @@ def load(path, device="auto", mode="auto", *, dims=None, verbose=False, max_rere
         symbolic dims, exact otherwise (Session.shape_policy says which); graph_memory_mb: the
         graphs' memory budget (0: none).
     fuse_attention: run recognised attention as one fused op (False: the unfused reference path);
-    fuse_attention_f32: fuse f32 attention too (off by default: see gr_session_options).
+    fuse_attention_f32: fuse f32 attention of every head dim (by default f16/bf16 and f32 of head dims
+        64 and 128 are fused: see gr_session_options).
     fuse_epilogue: run a tanh-GELU or ReLU after a matmul as the matmul's epilogue (False: the
         unfused reference path).
     precision: None (run as exported), "bf16" or "f16": convert an f32 model at load, as
