@@ -2039,6 +2039,13 @@ int main(int argc, char **argv) {
         check_attention_kl(&cu, &sim, adt[d], 2, 4, 4, 77, 200, 64, false, 1, 150);   /* prefill kernels with a length */
         check_attention_kl(&cu, &sim, adt[d], 1, 2, 2, 8, 8, 64, true, 0, -1);        /* 8 rows: still the decode kernel */
     }
+    /* f32 grids of 132 blocks or more take attn_simt's 64-row blocks (fewer: 16-row blocks, which
+     * the smaller checks above exercise): masks, causal, dead tiles and grouped heads there too */
+    check_attention(&cu, &sim, GR_F32, 8, 12, 12, 100, 100, 64, true, 0);
+    check_attention(&cu, &sim, GR_F32, 8, 12, 12, 100, 100, 64, false, 1);
+    check_attention(&cu, &sim, GR_F32, 8, 12, 12, 100, 100, 64, false, 3);
+    check_attention(&cu, &sim, GR_F32, 8, 12, 4, 77, 77, 64, true, 2);
+    check_attention(&cu, &sim, GR_F32, 8, 12, 12, 130, 130, 64, false, 8);
     check_attention_capture(&cu);
     check_attention_share(&cu);
     time_attention(&cu, GR_BF16, 8, 12, 512, 64, false, 0);
@@ -2050,6 +2057,7 @@ int main(int argc, char **argv) {
     time_attention(&cu, GR_F32, 8, 12, 512, 64, true, 0);
     time_attention(&cu, GR_F32, 8, 12, 512, 64, false, 3);
     time_attention(&cu, GR_F32, 1, 12, 128, 64, false, 3);
+    time_attention(&cu, GR_F32, 1, 12, 64, 64, false, 3);
     time_attention(&cu, GR_F32, 8, 12, 512, 128, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, false, 0);
     time_attention(&cu, GR_BF16, 8, 12, 2048, 64, true, 0);

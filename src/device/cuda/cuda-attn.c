@@ -397,13 +397,13 @@ static const char attn_src[] =
     " * wavefronts. Scores in log2 units with exp2f, as the tensor-core kernel; the per-thread row\n"
     " * sums are reduced over the row's 16 threads at the end. Blocks run the last query tiles\n"
     " * first (the longest rows under a causal rule). */\n"
-    "template <class M>\n"
+    "template <class M, int RR>\n"
     "__device__ __forceinline__ void add_mask_simt(const AttnArgs &a, long long b, long long h, const long long *row,\n"
     "                                              long long kb, int cg, float (*s)[4]) {\n"
     "  const typename M::T *mp = (const typename M::T *)a.mask + b * a.ms0 + h * a.ms1;\n"
-    "  float mv[4][4];\n"
+    "  float mv[RR][4];\n"
     "#pragma unroll\n"
-    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "  for (int rr = 0; rr < RR; rr++) {\n"
     "    const long long ro = (row[rr] < a.Sq ? row[rr] : 0) * a.ms2;\n"
     "#pragma unroll\n"
     "    for (int cc = 0; cc < 4; cc++) {\n"
@@ -412,16 +412,16 @@ static const char attn_src[] =
     "    }\n"
     "  }\n"
     "#pragma unroll\n"
-    "  for (int rr = 0; rr < 4; rr++)\n"
+    "  for (int rr = 0; rr < RR; rr++)\n"
     "#pragma unroll\n"
     "    for (int cc = 0; cc < 4; cc++) {\n"
     "      const float m = mv[rr][cc];\n"
     "      s[rr][cc] += m == NEG_INF ? NEG_INF : fmaxf(m, -1e38f) * 1.4426950408889634f;\n"
     "    }\n"
     "}\n"
-    "template <int D>\n"
+    "template <int D, int RR>\n"
     "__device__ void attn_simt(const AttnArgs a) {\n"
-    "  enum { BM = 64, BN = 64, LQ = D + 4, LV = D, LP = BN + 16, CH = D / 4 /* 16-byte chunks per row */, DC = D / 64 };\n"
+    "  enum { BM = 16 * RR, BN = 64, LQ = D + 4, LV = D, LP = BN + 16, CH = D / 4 /* 16-byte chunks per row */, DC = D / 64 };\n"
     "  extern __shared__ __align__(16) float fsm[];\n"
     "  float *Qs = fsm, *Ks = Qs + BM * LQ, *Vs = Ks + 2 * BN * LQ, *Ps = Vs + 2 * BN * LV;\n"
     "  unsigned char *cls = (unsigned char *)(Ps + BM * LP);\n"
@@ -443,7 +443,7 @@ static const char attn_src[] =
     "    cp16(Qs + r * LQ + c, Q + (ok ? (q0 + r) * a.qs + c : 0), ok);\n"
     "  }\n"
     "  cp_commit();\n"
-    "  if (use_cls) cls_load<BM>(a, b, h, q0, nt, cls, rowseen);\n"
+    "  if (use_cls) cls_load<64>(a, b, h, q0 & ~63LL, nt, cls, rowseen); /* the table's 64-row tile holding the block */\n"
     "  auto next_tile = [&](int t) {\n"
     "    if (use_cls) while (t < nt && cls[t] == 0) t++;\n"
     "    return t;\n"
@@ -461,18 +461,18 @@ static const char attn_src[] =
     "  int t = next_tile(0);\n"
     "  if (t < nt) load_kv(t, 0);\n"
     "  cp_commit();\n"
-    "  long long row[4], rend[4];\n"
+    "  long long row[RR], rend[RR];\n"
     "  long long rmin = a.Sk;\n"
     "#pragma unroll\n"
-    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "  for (int rr = 0; rr < RR; rr++) {\n"
     "    row[rr] = q0 + rg + 16 * rr;\n"
     "    rend[rr] = row[rr] < a.Sq ? key_end(a, row[rr]) : 0;\n"
     "    rmin = rend[rr] < rmin ? rend[rr] : rmin;\n"
     "  }\n"
     "  /* rmin, the least visible end of this thread's rows: a tile below it needs no edge test */\n"
-    "  float o[4][4 * DC], m[4], l[4];\n"
+    "  float o[RR][4 * DC], m[RR], l[RR];\n"
     "#pragma unroll\n"
-    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "  for (int rr = 0; rr < RR; rr++) {\n"
     "    m[rr] = NEG_INF, l[rr] = 0.f;\n"
     "#pragma unroll\n"
     "    for (int x = 0; x < 4 * DC; x++) o[rr][x] = 0.f;\n"
@@ -487,20 +487,20 @@ static const char attn_src[] =
     "    __syncthreads();\n"
     "    const float *ks = Ks + stage * BN * LQ, *vs = Vs + stage * BN * LV;\n"
     "    const long long kb = (long long)t * BN;\n"
-    "    float s[4][4];\n"
+    "    float s[RR][4];\n"
     "#pragma unroll\n"
-    "    for (int rr = 0; rr < 4; rr++)\n"
+    "    for (int rr = 0; rr < RR; rr++)\n"
     "#pragma unroll\n"
     "      for (int cc = 0; cc < 4; cc++) s[rr][cc] = 0.f;\n"
     "#pragma unroll\n"
     "    for (int d = 0; d < D; d += 4) {\n"
-    "      float4 qf[4], kf[4];\n"
+    "      float4 qf[RR], kf[4];\n"
     "#pragma unroll\n"
-    "      for (int rr = 0; rr < 4; rr++) qf[rr] = *(const float4 *)(Qs + (rg + 16 * rr) * LQ + d);\n"
+    "      for (int rr = 0; rr < RR; rr++) qf[rr] = *(const float4 *)(Qs + (rg + 16 * rr) * LQ + d);\n"
     "#pragma unroll\n"
     "      for (int cc = 0; cc < 4; cc++) kf[cc] = *(const float4 *)(ks + (cg + 16 * cc) * LQ + d);\n"
     "#pragma unroll\n"
-    "      for (int rr = 0; rr < 4; rr++)\n"
+    "      for (int rr = 0; rr < RR; rr++)\n"
     "#pragma unroll\n"
     "        for (int cc = 0; cc < 4; cc++) {\n"
     "          float x = s[rr][cc];\n"
@@ -511,19 +511,19 @@ static const char attn_src[] =
     "        }\n"
     "    }\n"
     "#pragma unroll\n"
-    "    for (int rr = 0; rr < 4; rr++)\n"
+    "    for (int rr = 0; rr < RR; rr++)\n"
     "#pragma unroll\n"
     "      for (int cc = 0; cc < 4; cc++) s[rr][cc] *= sl2;\n"
     "    /* f32 inputs: the mask is f32 (the inputs' type) */\n"
-    "    if (a.mask_kind && (!use_cls || cls[t] == 2)) add_mask_simt<TF32>(a, b, h, row, kb, cg, s);\n"
+    "    if (a.mask_kind && (!use_cls || cls[t] == 2)) add_mask_simt<TF32, RR>(a, b, h, row, kb, cg, s);\n"
     "    if (kb + BN > rmin)\n"
     "#pragma unroll\n"
-    "      for (int rr = 0; rr < 4; rr++)\n"
+    "      for (int rr = 0; rr < RR; rr++)\n"
     "#pragma unroll\n"
     "        for (int cc = 0; cc < 4; cc++)\n"
     "          if (kb + cg + 16 * cc >= rend[rr]) s[rr][cc] = NEG_INF;\n"
     "#pragma unroll\n"
-    "    for (int rr = 0; rr < 4; rr++) {\n"
+    "    for (int rr = 0; rr < RR; rr++) {\n"
     "      float mx = fmaxf(fmaxf(s[rr][0], s[rr][1]), fmaxf(s[rr][2], s[rr][3]));\n"
     "      for (int off = 8; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));\n"
     "      const float mn = fmaxf(m[rr], mx), use = mn == NEG_INF ? 0.f : mn;\n"
@@ -543,16 +543,16 @@ static const char attn_src[] =
     "    __syncthreads(); /* P complete */\n"
     "#pragma unroll 4\n"
     "    for (int j = 0; j < BN; j += 4) {\n"
-    "      float4 pf[4];\n"
+    "      float4 pf[RR];\n"
     "#pragma unroll\n"
-    "      for (int rr = 0; rr < 4; rr++) pf[rr] = *(const float4 *)(Ps + (rg + 16 * rr) * LP + j);\n"
+    "      for (int rr = 0; rr < RR; rr++) pf[rr] = *(const float4 *)(Ps + (rg + 16 * rr) * LP + j);\n"
     "#pragma unroll\n"
     "      for (int jj = 0; jj < 4; jj++) {\n"
     "        float4 vf[DC];\n"
     "#pragma unroll\n"
     "        for (int dc = 0; dc < DC; dc++) vf[dc] = *(const float4 *)(vs + (j + jj) * LV + 64 * dc + 4 * cg);\n"
     "#pragma unroll\n"
-    "        for (int rr = 0; rr < 4; rr++) {\n"
+    "        for (int rr = 0; rr < RR; rr++) {\n"
     "          const float p = jj == 0 ? pf[rr].x : jj == 1 ? pf[rr].y : jj == 2 ? pf[rr].z : pf[rr].w;\n"
     "#pragma unroll\n"
     "          for (int dc = 0; dc < DC; dc++) {\n"
@@ -570,7 +570,7 @@ static const char attn_src[] =
     "  }\n"
     "  cp_wait<0>();\n"
     "#pragma unroll\n"
-    "  for (int rr = 0; rr < 4; rr++) {\n"
+    "  for (int rr = 0; rr < RR; rr++) {\n"
     "    float ls = l[rr];\n"
     "    for (int off = 8; off; off >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, off);\n"
     "    if (row[rr] >= a.Sq) continue;\n"
@@ -789,8 +789,9 @@ static const char attn_src[] =
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_bf16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TBF16, 128>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d64(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 64>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_mma_f16_d128(AttnArgs a) { if (use_lens(a, 64)) attn_mma<TF16, 128>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(256, 2) attn_simt_f32_d64(AttnArgs a) { use_lens(a, 0); attn_simt<64>(a); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(256, 1) attn_simt_f32_d128(AttnArgs a) { use_lens(a, 0); attn_simt<128>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256, 2) attn_simt_f32_d64(AttnArgs a) { use_lens(a, 0); attn_simt<64, 4>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256, 1) attn_simt_f32_d128(AttnArgs a) { use_lens(a, 0); attn_simt<128, 4>(a); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) attn_simt_f32_d64_r16(AttnArgs a) { use_lens(a, 0); attn_simt<64, 1>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f32(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF32>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_bf16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TBF16>(a); }\n"
     "extern \"C\" __global__ void __launch_bounds__(128) attn_gen_f16(AttnArgs a) { if (use_lens(a, 4)) attn_gen<TF16>(a); }\n"
@@ -827,6 +828,7 @@ enum {
     K_DEC_F32_64, K_DEC_F32_128, K_DEC_F32_256, K_DEC_BF16_64, K_DEC_BF16_128, K_DEC_BF16_256,
     K_DEC_F16_64, K_DEC_F16_128, K_DEC_F16_256,
     K_SIMT_F32_64, K_SIMT_F32_128, /* f32 prefill, head dims 64 and 128 */
+    K_SIMT_F32_64_R16,             /* the same with 16 query rows a block: small grids */
     K_COUNT
 };
 static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma_bf16_d128", "attn_mma_f16_d64",
@@ -835,7 +837,8 @@ static const char *const kernel_names[K_COUNT] = {"attn_mma_bf16_d64", "attn_mma
                                                   "attn_mask_cls_f16", "attn_dec_f32_64",   "attn_dec_f32_128",
                                                   "attn_dec_f32_256",  "attn_dec_bf16_64",  "attn_dec_bf16_128",
                                                   "attn_dec_bf16_256", "attn_dec_f16_64",   "attn_dec_f16_128",
-                                                  "attn_dec_f16_256", "attn_simt_f32_d64", "attn_simt_f32_d128"};
+                                                  "attn_dec_f16_256", "attn_simt_f32_d64", "attn_simt_f32_d128",
+                                                  "attn_simt_f32_d64_r16"};
 _Static_assert(sizeof kernel_names / sizeof kernel_names[0] == K_COUNT, "one name per attention kernel");
 
 struct gr_cuda_attn {
@@ -1079,11 +1082,15 @@ gr_status gr_cuda_attention(gr_cuda_ctx *c, CUstream stream, const gr_libcall *c
     if (mma && a.mask_kind) GR_TRY(mask_table(c, s, stream, call, &a));
     unsigned threads = 128;
     if (mma && call->dtype == GR_F32) {
-        /* f32 (attn_simt): Q and K twice (double buffered) in rows of head_dim + 4 floats, V twice
-         * in rows of head_dim, P in rows of 80; then the tile classes and rows-seen bits */
-        smem = sizeof(float) * ((size_t)(64 + 2 * 64) * (size_t)(call->head_dim + 4) + (size_t)(2 * 64) * (size_t)call->head_dim +
-                                64 * 80) + 1024 + 8;
-        rows_per_block = 64;
+        /* f32 (attn_simt): 64 query rows a block, or 16 where 64-row blocks would leave SMs idle
+         * (head dim 64: b1 h12 s128 is 24 blocks of 64 rows on the H100's 132 SMs); Q in rows of
+         * head_dim + 4 floats, K the same twice (double buffered), V twice in rows of head_dim, P
+         * in rows of 80; then the tile classes and rows-seen bits */
+        const int64_t blocks64 = (call->seq_q + 63) / 64 * call->heads * call->batch;
+        rows_per_block = kind == K_SIMT_F32_64 && blocks64 < (int64_t)(c->sm_count > 0 ? c->sm_count : 132) ? 16 : 64;
+        if (rows_per_block == 16) kind = K_SIMT_F32_64_R16;
+        smem = sizeof(float) * ((size_t)(rows_per_block + 2 * 64) * (size_t)(call->head_dim + 4) +
+                                (size_t)(2 * 64) * (size_t)call->head_dim + rows_per_block * 80) + 1024 + 8;
         threads = 256;
     } else if (mma) {
         /* Q, K and V twice (double buffered), each 64 rows of head_dim + 8; the tile classes
