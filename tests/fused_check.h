@@ -1,4 +1,4 @@
-/* tests/fused_check.h — what the fusion tests (test_epilogue, test_residual) share: a
+/* tests/fused_check.h — what the fusion tests (test_epilogue, test_residual, test_attention) share: a
  * deterministic generator, the normalised L2 error, and a model export run fused and unfused
  * (session option no_fuse_epilogue) on the simulator with the same token ids. Header-only,
  * static: each test is one translation unit. */
@@ -31,29 +31,25 @@ static inline double fc_rel_err(const float *a, const float *b, size_t n) {
     return isnan(num) ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
 }
 
-/* Runs g on the simulator (unfused: session option no_fuse_epilogue; generic: shape policy
- * generic) with input i of ndims[i] dims dims[i] holding data[i] (converted to its dtype);
- * returns the first output as floats (malloc), *n_out its count, *n_pat the times `pat`
- * appears in explain's text. NULL when the run fails (a failed check). */
-static inline float *fc_run(gr_graph_t g, bool unfused, bool generic, int n_in, float *const *data,
-                            const int64_t (*dims)[3], const int *ndims, size_t *n_out, const char *pat, int *n_pat) {
-    gr_session_options o;
-    gr_session_options_init(&o);
-    o.device = GR_DEVICE_SIM;
-    o.no_fuse_epilogue = unfused;
-    if (generic) o.shape_policy = GR_SHAPES_GENERIC;
+/* Runs g on the simulator with options o; input i has ndims[i] dims, dims[i * dim_stride ..], and holds
+ * data[i] (converted to its dtype); returns the first output as floats (malloc), *n_out its count,
+ * *n_pat the times `pat` appears in explain's text. NULL when the run fails (a failed check). */
+static inline float *fc_run_opts(gr_graph_t g, const gr_session_options *o, int n_in, float *const *data,
+                                 const int64_t *dims, int dim_stride, const int *ndims, size_t *n_out, const char *pat,
+                                 int *n_pat) {
     gr_session_t s = NULL;
-    CHECK_OK(gr_session_create(g, &o, &s));
+    CHECK_OK(gr_session_create(g, o, &s));
     if (!s) return NULL;
     for (int i = 0; i < n_in; i++) {
         gr_value_info info;
         CHECK_OK(gr_graph_input_info(g, i, &info));
+        const int64_t *di = dims + (size_t)i * (size_t)dim_stride;
         int64_t n = 1;
-        for (int d = 0; d < ndims[i]; d++) n *= dims[i][d];
+        for (int d = 0; d < ndims[i]; d++) n *= di[d];
         size_t es = gr_dtype_size(info.dtype);
         void *buf = malloc((size_t)n * es + 1);
         for (int64_t j = 0; j < n; j++) gr_store_f64(buf, info.dtype, j, data[i][j]);
-        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], dims[i], buf, (size_t)n * es));
+        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], di, buf, (size_t)n * es));
         free(buf);
     }
     float *res = NULL;
@@ -80,6 +76,17 @@ static inline float *fc_run(gr_graph_t g, bool unfused, bool generic, int n_in, 
     }
     gr_session_destroy(s);
     return res;
+}
+
+/* fc_run_opts with unfused: session option no_fuse_epilogue; generic: shape policy generic. */
+static inline float *fc_run(gr_graph_t g, bool unfused, bool generic, int n_in, float *const *data,
+                            const int64_t (*dims)[3], const int *ndims, size_t *n_out, const char *pat, int *n_pat) {
+    gr_session_options o;
+    gr_session_options_init(&o);
+    o.device = GR_DEVICE_SIM;
+    o.no_fuse_epilogue = unfused;
+    if (generic) o.shape_policy = GR_SHAPES_GENERIC;
+    return fc_run_opts(g, &o, n_in, data, &dims[0][0], 3, ndims, n_out, pat, n_pat);
 }
 
 /* Every allocation `pass` makes on the graph of `text` fails once in turn: NOMEM, or a failure

@@ -11,6 +11,7 @@
  *    and Llama exports within 1e-5.
  */
 #include "check.h"
+#include "fused_check.h"
 #include "frontend/frontend.h"
 #include "codegen/kir.h"
 #include "passes/passes.h"
@@ -165,62 +166,16 @@ static double urand(void) {
     return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Runs g with no_fuse_attention = unfused; inputs from `data` (f32 values, cast as needed). */
+/* Runs g on the simulator with no_fuse_attention = unfused (f32 attention of any head dim fused
+ * otherwise); inputs from `data` (f32 values, cast as needed); *n_attention_steps: explain's attn steps. */
 static float *run_graph(gr_graph_t g, bool unfused, int n_in, float *const *data, const int64_t (*dims)[4],
-                        const int *ndims, gr_dtype dt, size_t *n_out, int *n_attention_steps) {
+                        const int *ndims, size_t *n_out, int *n_attention_steps) {
     gr_session_options o;
     gr_session_options_init(&o);
     o.device = GR_DEVICE_SIM;
     o.no_fuse_attention = unfused;
     o.fuse_attention_f32 = 1;
-    gr_session_t s = NULL;
-    CHECK_OK(gr_session_create(g, &o, &s));
-    if (!s) return NULL;
-    for (int i = 0; i < n_in; i++) {
-        gr_value_info info;
-        CHECK_OK(gr_graph_input_info(g, i, &info));
-        int64_t n = 1;
-        for (int d = 0; d < ndims[i]; d++) n *= dims[i][d];
-        size_t es = gr_dtype_size(info.dtype);
-        void *buf = malloc((size_t)n * es + 1);
-        for (int64_t j = 0; j < n; j++) gr_store_f64(buf, info.dtype, j, data[i][j]);
-        CHECK_OK(gr_session_set_input(s, info.name, info.dtype, ndims[i], dims[i], buf, (size_t)n * es));
-        free(buf);
-    }
-    float *res = NULL;
-    if (gr_session_run(s) == GR_OK) {
-        gr_output out;
-        CHECK_OK(gr_session_output(s, 0, &out));
-        size_t nbytes = gr_session_output_nbytes(s, out);
-        size_t n = nbytes / gr_dtype_size(dt);
-        void *raw = malloc(nbytes + 1);
-        res = malloc(sizeof(float) * (n + 1));
-        CHECK_OK(gr_session_output_read(s, out, raw, nbytes));
-        for (size_t j = 0; j < n; j++) res[j] = (float)gr_load_f64(raw, dt, (int64_t)j);
-        free(raw);
-        *n_out = n;
-        char *text = NULL;
-        if (gr_session_explain(s, &text) == GR_OK && text) {
-            int k = 0;
-            for (const char *p = text; (p = strstr(p, "] attn ")); p++) k++;
-            *n_attention_steps = k;
-            gr_strfree(text);
-        }
-    } else {
-        CHECK_MSG(false, "run: %s", gr_last_error());
-    }
-    gr_session_destroy(s);
-    return res;
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return isnan(num) ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
+    return fc_run_opts(g, &o, n_in, data, &dims[0][0], 4, ndims, n_out, "] attn ", n_attention_steps);
 }
 
 static void compare_pattern(const char *dt_name, gr_dtype dt, double tol) {
@@ -245,11 +200,11 @@ static void compare_pattern(const char *dt_name, gr_dtype dt, double tol) {
         }
         size_t n_f = 0, n_u = 0;
         int steps_f = 0, steps_u = 0;
-        float *f = run_graph(g, false, 5, data, (const int64_t(*)[4])dims, ndims, dt, &n_f, &steps_f);
-        float *u = run_graph(g, true, 5, data, (const int64_t(*)[4])dims, ndims, dt, &n_u, &steps_u);
+        float *f = run_graph(g, false, 5, data, (const int64_t(*)[4])dims, ndims, &n_f, &steps_f);
+        float *u = run_graph(g, true, 5, data, (const int64_t(*)[4])dims, ndims, &n_u, &steps_u);
         CHECK_MSG(steps_f == 1 && steps_u == 0, "%s seq %lld: %d / %d attention steps", dt_name, (long long)S, steps_f, steps_u);
         if (f && u && n_f == n_u) {
-            double e = rel_err(f, u, n_f);
+            double e = fc_rel_err(f, u, n_f);
             CHECK_MSG(e <= tol, "%s seq %lld: fused vs unfused error %.3e > %.0e", dt_name, (long long)S, e, tol);
         } else {
             CHECK_MSG(false, "%s seq %lld: no outputs to compare", dt_name, (long long)S);
@@ -283,13 +238,13 @@ static void compare_export(const char *name) {
         float *ids = in[0];
         size_t n_f = 0, n_u = 0;
         int steps_f = 0, steps_u = 0;
-        float *f = run_graph(g, false, n_in, in, (const int64_t(*)[4])dims, ndims, GR_F32, &n_f, &steps_f);
-        float *u = run_graph(g, true, n_in, in, (const int64_t(*)[4])dims, ndims, GR_F32, &n_u, &steps_u);
+        float *f = run_graph(g, false, n_in, in, (const int64_t(*)[4])dims, ndims, &n_f, &steps_f);
+        float *u = run_graph(g, true, n_in, in, (const int64_t(*)[4])dims, ndims, &n_u, &steps_u);
         free(in[1]);
         CHECK_MSG(steps_f == 2 && steps_u == 0, "%s seq %lld: %d / %d attention steps", name, (long long)seqs[si], steps_f,
                   steps_u);
         if (f && u && n_f == n_u) {
-            double e = rel_err(f, u, n_f);
+            double e = fc_rel_err(f, u, n_f);
             CHECK_MSG(e <= 1e-5, "%s seq %lld: fused vs unfused error %.3e", name, (long long)seqs[si], e);
         }
         free(f);
