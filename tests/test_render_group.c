@@ -318,7 +318,7 @@ static void test_rope_shapes(void) {
         run_opts o;
     } cases[] = {
         /* Llama's head dim: vector row loads of x and cos/sin, 8 points a group */
-        {"rope_bf16_d64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {group, true, 0, 0}},
+        {"rope_bf16_d64", GR_BF16, GR_F32, 2, 4, 33, 64, 0, 1, {"a gather along the row", true, 0, 0}},
         /* x one element off 16-byte alignment: the group's scalar fill */
         {"rope_bf16_misaligned", GR_BF16, GR_F32, 2, 3, 17, 64, 1, 1, {group, true, 0, 0}},
         /* x strided along d: literal takes no vector row load; generic checks the stride at launch */
@@ -456,6 +456,59 @@ static void test_lazy_select(void) {
     }
 }
 
+/* Gathers along the row (render-cuda.c, emit_group_gather): y[r, w] = x[r, wrap(f(w))] over
+ * rows of E = W + 8 elements, f(w) = w + c or min(w + c, 40). Where the group's indices are
+ * adjacent, in range and aligned the group reads one vector; otherwise (c = 5: misaligned;
+ * c = -3 over rows of 75: the first group's indices -3..4 wrap to 72, 73, 74, 0.., and the
+ * vector at index -3, i.e. at row 0's 72, would be aligned and read row 1; the clamp at 40:
+ * constant past it) its points load one at a time. c = -8: a whole group wraps (to 64..71),
+ * the vector where the rendered wrap puts it. Every case bit-identical to the interpreter both
+ * ways. */
+static void test_row_gathers(void) {
+    struct {
+        gr_dtype t;
+        int64_t c;
+        bool clamp;
+        int64_t pad; /* E = W + pad */
+    } cases[] = {{GR_BF16, 0, false, 8}, {GR_BF16, 8, false, 8}, {GR_BF16, 5, false, 8}, {GR_BF16, -8, false, 8},
+                 {GR_BF16, -3, false, 11}, {GR_BF16, 0, true, 8}, {GR_F32, 4, false, 8}, {GR_F32, -4, false, 8},
+                 {GR_F32, -1, false, 5}, {GR_F32, 3, true, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t R = 3, W = 64, E = W + cases[i].pad;
+        char name[48];
+        snprintf(name, sizeof name, "row_gather_%s_%s%lld%s", cases[i].t == GR_F32 ? "f32" : "bf16", cases[i].c < 0 ? "m" : "",
+                 (long long)(cases[i].c < 0 ? -cases[i].c : cases[i].c), cases[i].clamp ? "_clamp" : "");
+        gr_kernel *k;
+        if (gr_kernel_create(name, &k) != GR_OK) return;
+        k->n_outer = 2, k->outer[0] = R, k->outer[1] = W;
+        int x, y, iw, cst, idx, lx;
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, cases[i].t, "x", &x));
+        CHECK_OK(gr_kernel_add_param(k, GR_KP_BUFFER, cases[i].t, "y", &y));
+        CHECK_OK(gr_kx_index(k, 1, &iw));
+        CHECK_OK(gr_kx_const_i(k, GR_I64, cases[i].c, &cst));
+        CHECK_OK(gr_kx_binary(k, GR_KB_ADD, GR_I64, iw, cst, &idx));
+        if (cases[i].clamp) {
+            CHECK_OK(gr_kx_const_i(k, GR_I64, 40, &cst));
+            CHECK_OK(gr_kx_binary(k, GR_KB_MIN, GR_I64, idx, cst, &idx));
+        }
+        gr_kaccess g, a;
+        gr_kaccess_init(&g);
+        g.stride[0] = E, g.index = idx, g.index_stride = 1, g.index_extent = E;
+        CHECK_OK(gr_kx_load(k, x, &g, &lx));
+        gr_kaccess_init(&a);
+        a.stride[0] = W, a.stride[1] = 1;
+        kstore(k, y, lx, &a);
+        CHECK_OK(gr_kernel_verify(k));
+        gr_strbuf sb;
+        gr_sb_init(&sb);
+        CHECK_OK(gr_render_cuda(k, &sb));
+        CHECK_MSG(sb.data && strstr(sb.data, "a gather along the row"), "%s: no vector gather in the literal source", name);
+        gr_sb_free(&sb);
+        run_both(k, &(run_opts){"a gather along the row", true, 0, 0});
+        gr_kernel_destroy(k);
+    }
+}
+
 /* Every allocation failure while rendering (the lazy selects' tables among them): GR_ERR_NOMEM,
  * nothing leaked. */
 static void test_render_nomem(void) {
@@ -530,6 +583,7 @@ int main(void) {
     test_literal_limits();
     test_rope_shapes();
     test_lazy_select();
+    test_row_gathers();
     test_render_nomem();
     test_llama();
     if (cxx_present) rmdir(tmpdir);

@@ -16,7 +16,9 @@
  *   3. hash-consing: walking the nodes in order, each node's operands are
  *      replaced by their representatives, and the node by an earlier node
  *      with the same op, dtype, fn, operands, which, param, access (loads)
- *      and constant bits / seed, if there is one;
+ *      and constant bits / seed, if there is one; a cast to its operand's
+ *      dtype of a value already exact in that dtype (exact_in) is replaced
+ *      by the operand;
  *   4. params nothing refers to any more are removed (n_points and store
  *      params stay) and names are kept unique.
  * Every kernel IR op is a pure function of its operands and the point, so
@@ -108,6 +110,31 @@ static uint64_t spread(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+/* ---- identity casts -------------------------------------------------------------------------
+ * Why: bf16 models put a cast to bf16 around every movement op (slice, concat, neg), and fusion
+ * chains them: Llama's RoPE kernel held eight bf16->bf16 casts per point of loaded (already
+ * bf16) values, each a round trip through a conversion on the GPU, about a third of the
+ * kernel's instructions. A cast rounds (or wraps) a value computed in a wider type; when the
+ * value is a load of its own dtype, another such cast, or a negation, absolute value,
+ * selection, minimum or maximum of such values, it is already representable and the cast
+ * returns it unchanged (kir.h: f16/bf16 are rounded only when stored or cast, narrow integers
+ * wrapped only then). */
+static bool exact_in(const gr_kernel *k, const gr_kexpr *e, const bool *exact_ops) {
+    switch (e->op) {
+    case GR_KX_LOAD: return e->param >= 0 && e->param < k->n_params && k->params[e->param].dtype == e->dtype;
+    case GR_KX_CAST: return true;
+    case GR_KX_UNARY:
+        if (e->fn == GR_KU_NOT || e->fn == GR_KU_ISNAN) return e->dtype == GR_BOOL;
+        /* -INT32_MIN does not fit an i32: only float negation and abs are exact */
+        return (e->fn == GR_KU_NEG || e->fn == GR_KU_ABS) && gr_dtype_is_float(e->dtype) && exact_ops[0];
+    case GR_KX_SELECT: return exact_ops[1] && exact_ops[2];
+    case GR_KX_BINARY:
+        if (e->fn >= GR_KB_EQ && e->fn <= GR_KB_OR) return e->dtype == GR_BOOL;
+        return (e->fn == GR_KB_MIN || e->fn == GR_KB_MAX) && exact_ops[0] && exact_ops[1];
+    default: return false;
+    }
+}
+
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
@@ -119,13 +146,14 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
     /* on the stack for the usual kernel (fusion runs this after every fusion of every plan) */
     enum { LOCAL_NODES = 256 };
     int rep_local[LOCAL_NODES], table_local[2 * LOCAL_NODES];
-    bool live_local[LOCAL_NODES];
+    bool live_local[LOCAL_NODES], exact_local[LOCAL_NODES];
     bool local = nn <= LOCAL_NODES;
     int *rep = local ? rep_local : gr_malloc(nn * sizeof(int));
     bool *live = local ? memset(live_local, 0, nn) : gr_calloc(nn, sizeof(bool));
+    bool *exact = local ? exact_local : gr_malloc(nn * sizeof(bool)); /* per output node: exact_in */
     int *table = local ? table_local : gr_malloc(cap * sizeof(int));
     gr_status st = GR_OK;
-    if (!rep || !live || !table) {
+    if (!rep || !live || !exact || !table) {
         st = gr_nomem();
         goto done;
     }
@@ -182,6 +210,15 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
         if ((e.op == GR_KX_LOAD || e.op == GR_KX_PARAM) && e.param >= 0 && e.param < k->n_params)
             e.param = premap[e.param];
         if (e.op == GR_KX_LOAD && e.access.index >= 0 && e.access.index < j) e.access.index = rep[e.access.index];
+        if (e.op == GR_KX_CAST && e.a >= 0 && e.a < out_len && out[e.a].dtype == e.dtype && exact[e.a]) {
+            rep[j] = e.a; /* an identity cast */
+            continue;
+        }
+        bool exact_ops[3] = {false, false, false};
+        for (int q = 0; q < n_operands(e.op); q++) {
+            int o = q == 0 ? e.a : q == 1 ? e.b : e.c;
+            exact_ops[q] = o >= 0 && o < out_len && out[o].dtype == e.dtype && exact[o];
+        }
         bool mergeable = !(e.op == GR_KX_LOAD && e.param >= 0 && e.param < k->n_params && written[e.param]);
         size_t slot = (size_t)spread(expr_hash(&e)) & (cap - 1);
         if (mergeable)
@@ -192,6 +229,7 @@ gr_status gr_pass_cse_kernel(gr_kernel *k, gr_step_arg *args) {
             continue;
         }
         rep[j] = out_len;
+        exact[out_len] = exact_in(k, &e, exact_ops);
         out[out_len++] = e;
         if (mergeable) table[slot] = rep[j];
     }
@@ -242,6 +280,7 @@ done:
     if (!local) {
         gr_free(rep, nn * sizeof(int));
         gr_free(live, nn * sizeof(bool));
+        gr_free(exact, nn * sizeof(bool));
         gr_free(table, cap * sizeof(int));
     }
     return st;
